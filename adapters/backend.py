@@ -1,0 +1,41 @@
+"""The one protocol every backend implements, and the call it receives.
+
+A backend turns a canonical call into a canonical response or event stream; it never knows
+about tenants, quotas or HTTP routes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from adapters.types import JSON, ChatRequest, ChatResponse, StreamEvent, WireFormat
+
+
+@dataclass(frozen=True, slots=True)
+class BackendCall:
+    """What the pipeline hands a backend.
+
+    `raw_body` is the client's own JSON after Lantern's deterministic edits, present when the
+    client's wire format equals the backend's: the backend forwards it instead of re-encoding
+    `request` (re-encoding would break signed blocks and cache keys).
+    """
+
+    request: ChatRequest
+    client_wire: WireFormat
+    raw_body: Mapping[str, JSON] | None = None
+    timeout_s: float = 120.0
+    extra_headers: Mapping[str, str] | None = None
+
+
+class Backend(Protocol):
+    name: str  # unique in the server config, e.g. "smollm2-local"
+    kind: str  # openai_compatible | litellm | selfhost | bedrock
+    wire: WireFormat | None  # the JSON dialect it speaks natively, if any
+
+    async def complete(self, call: BackendCall) -> ChatResponse: ...
+
+    def stream(self, call: BackendCall) -> AsyncIterator[StreamEvent]: ...
+
+    async def aclose(self) -> None: ...

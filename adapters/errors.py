@@ -1,0 +1,57 @@
+"""Errors raised by wire codecs and backends; the gateway maps them to HTTP in one place."""
+
+from __future__ import annotations
+
+
+class AdapterError(Exception):
+    """Base of everything `adapters/` raises on purpose."""
+
+
+class WireFormatError(AdapterError):
+    """The client's JSON does not follow its wire format. Maps to 400 naming the field."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+class UpstreamError(AdapterError):
+    """A backend failed. `retryable` says whether a fallback backend may be tried."""
+
+    status_code = 502
+    retryable = True
+
+    def __init__(self, backend: str, detail: str, upstream_status: int | None = None) -> None:
+        super().__init__(f"{backend}: {detail}")
+        self.backend = backend
+        self.detail = detail
+        self.upstream_status = upstream_status
+
+
+class ProviderTimeout(UpstreamError):
+    status_code = 504
+
+
+class ProviderUnavailable(UpstreamError):
+    """Connection refused, reset, or a 5xx from the provider."""
+
+    status_code = 502
+
+
+class ProviderRateLimited(UpstreamError):
+    status_code = 429
+
+    def __init__(
+        self, backend: str, detail: str, upstream_status: int | None = 429,
+        retry_after_s: float | None = None,
+    ) -> None:
+        super().__init__(backend, detail, upstream_status)
+        self.retry_after_s = retry_after_s
+
+
+class ProviderRejected(UpstreamError):
+    """A 4xx from the provider other than 429: the request itself is wrong; never retried."""
+
+    status_code = 400
+    retryable = False

@@ -1,0 +1,173 @@
+"""Canonical request/response types shared by every wire format and backend.
+
+Owns the data that crosses package seams; holds no behaviour beyond small derived values.
+JSON values appear only where the wire carries free-form JSON (tool schemas, extra fields).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Role = Literal["system", "user", "assistant", "tool"]
+StopReason = Literal["stop", "length", "tool_use", "stop_sequence", "error"]
+WireFormat = Literal["openai", "anthropic"]
+JSON = Any  # only at the JSON edge: tool schemas, tool arguments, passthrough fields
+
+
+@dataclass(frozen=True, slots=True)
+class CacheControl:
+    """A provider cache breakpoint on a block (Anthropic `cache_control`, Bedrock `cachePoint`)."""
+
+    ttl: Literal["5m", "1h"] = "5m"
+
+
+@dataclass(frozen=True, slots=True)
+class TextPart:
+    text: str
+    cache_control: CacheControl | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ImagePart:
+    """An image by URL or base64 data; counted and hashed by its bytes, never decoded."""
+
+    url: str | None = None
+    media_type: str | None = None
+    data_b64: str | None = None
+    cache_control: CacheControl | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolUsePart:
+    """The model asks for a tool: OpenAI `tool_calls[i]`, Anthropic `tool_use` block."""
+
+    id: str
+    name: str
+    arguments_json: str  # the exact JSON text the model produced
+    cache_control: CacheControl | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResultPart:
+    """A tool's answer: OpenAI `role: tool` message, Anthropic `tool_result` block."""
+
+    tool_use_id: str
+    content: tuple[TextPart | ImagePart, ...]
+    is_error: bool = False
+    cache_control: CacheControl | None = None
+
+
+ContentPart = TextPart | ImagePart | ToolUsePart | ToolResultPart
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    role: Role
+    content: tuple[ContentPart, ...]
+    name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    name: str
+    description: str
+    input_schema: Mapping[str, JSON]
+    cache_control: CacheControl | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    """One chat call in canonical form. `system` is separate from `messages` (Anthropic order)."""
+
+    model: str
+    messages: tuple[Message, ...]
+    system: tuple[TextPart, ...] = ()
+    tools: tuple[ToolSpec, ...] = ()
+    tool_choice: JSON = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    stop: tuple[str, ...] = ()
+    stream: bool = False
+    session_id: str | None = None
+    prompt_cache_key: str | None = None
+    cache_salt: str | None = None
+    user: str | None = None
+    extra: Mapping[str, JSON] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts by kind. `input_tokens` excludes cache reads and writes (Anthropic meaning)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    @property
+    def prompt_tokens(self) -> int:
+        """All prompt tokens, cached or not (OpenAI `prompt_tokens`)."""
+        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cache_read_tokens + other.cache_read_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ChatResponse:
+    id: str
+    model: str
+    content: tuple[TextPart | ToolUsePart, ...]
+    stop_reason: StopReason
+    usage: Usage
+    stop_sequence: str | None = None
+
+
+# --- streaming events, in the order a backend yields them ---------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StreamStart:
+    id: str
+    model: str
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    index: int  # content block index
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallStart:
+    index: int
+    id: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    index: int
+    arguments_json: str
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEnd:
+    stop_reason: StopReason
+    usage: Usage
+    stop_sequence: str | None = None
+
+
+StreamEvent = StreamStart | TextDelta | ToolCallStart | ToolCallDelta | StreamEnd
