@@ -1,0 +1,293 @@
+"""Reads tenant policy YAML into `TenantPolicy`, naming file, line and dotted field of every error.
+
+Parses with line marks (yaml.compose), rejects duplicate keys, maps each pydantic error to the
+line it came from. Reads files only; keeps no state (hot reload lives in `policies/store.py`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from policies.errors import DOCUMENT_FIELD, PolicyFileError, PolicyIssue
+from policies.model import TenantPolicy
+
+Path_ = tuple[str | int, ...]
+POLICY_SUFFIX = ".yaml"
+
+
+@dataclass(frozen=True, slots=True)
+class YamlDocument:
+    """Parsed YAML, the line (1-based) of every key and value by path, and duplicate keys found.
+
+    With duplicate keys, `data` holds the last value of each (PyYAML's choice); callers report
+    `duplicates` alongside their own checks so one run lists every problem.
+    """
+
+    data: Any
+    key_lines: Mapping[Path_, int]
+    value_lines: Mapping[Path_, int]
+    duplicates: tuple[PolicyIssue, ...] = ()
+
+    def line_of(self, path: Path_) -> int:
+        return self.key_lines.get(path) or self.value_lines.get(path) or 1
+
+    def resolve(self, loc: Iterable[str | int]) -> Path_:
+        """The longest path of `loc` present in the document; skips pydantic's union tags."""
+        path: Path_ = ()
+        for part in loc:
+            candidate = (*path, part if isinstance(part, int) else str(part))
+            if candidate in self.value_lines:
+                path = candidate
+        return path
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedPolicy:
+    """A valid policy and where it came from; `key_lines[i]` is the line of `api_keys[i]`."""
+
+    policy: TenantPolicy
+    file: str
+    content_sha256: str
+    key_lines: tuple[int, ...]
+
+
+def parse_yaml(text: str, file: str) -> YamlDocument:
+    """Parse one YAML document with line marks; raises `PolicyFileError` on syntax errors."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else 1
+        raise PolicyFileError(
+            [PolicyIssue(file, line, DOCUMENT_FIELD, f"invalid YAML: {exc.problem or exc}")]
+        ) from exc
+    except yaml.YAMLError as exc:
+        raise PolicyFileError(
+            [PolicyIssue(file, 1, DOCUMENT_FIELD, f"invalid YAML: {exc}")]
+        ) from exc
+    finally:
+        loader.dispose()
+    key_lines: dict[Path_, int] = {}
+    value_lines: dict[Path_, int] = {}
+    issues: list[PolicyIssue] = []
+    if node is not None:
+        _walk(node, (), key_lines, value_lines, issues, file, set())
+    return YamlDocument(data, key_lines, value_lines, tuple(issues))
+
+
+def _walk(
+    node: yaml.Node,
+    path: Path_,
+    key_lines: dict[Path_, int],
+    value_lines: dict[Path_, int],
+    issues: list[PolicyIssue],
+    file: str,
+    active: set[int],
+) -> None:
+    if id(node) in active:  # a recursive alias: its lines are already recorded
+        return
+    active.add(id(node))
+    value_lines[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.value == "<<":
+                continue
+            child = (*path, key_node.value)
+            line = key_node.start_mark.line + 1
+            if child in key_lines:
+                reason = f"duplicate key '{key_node.value}' (first at line {key_lines[child]})"
+                issues.append(PolicyIssue(file, line, _dotted(child), reason))
+                continue
+            key_lines[child] = line
+            _walk(value_node, child, key_lines, value_lines, issues, file, active)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _walk(item, (*path, index), key_lines, value_lines, issues, file, active)
+    active.discard(id(node))
+
+
+def _dotted(path: Iterable[str | int]) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or DOCUMENT_FIELD
+
+
+def issues_from_validation(
+    exc: ValidationError, doc: YamlDocument, file: str, model: type[BaseModel]
+) -> list[PolicyIssue]:
+    """One issue per pydantic error, placed on the line of the key (or item) it concerns."""
+    issues = []
+    for error in exc.errors():
+        loc, kind = error["loc"], error["type"]
+        names_key = kind in ("missing", "extra_forbidden") and bool(loc)
+        path = doc.resolve(loc[:-1] if names_key else loc)
+        field_path: Path_ = (*path, str(loc[-1])) if names_key else path
+        line = doc.line_of(field_path if kind == "extra_forbidden" else path)
+        reason = _reason(kind, error["msg"], model, path, str(loc[-1]) if loc else "")
+        issues.append(PolicyIssue(file, line, _dotted(field_path), reason))
+    return issues
+
+
+def _reason(kind: str, message: str, model: type[BaseModel], path: Path_, name: str) -> str:
+    if kind == "missing":
+        return "missing required key"
+    if kind == "tuple_type":
+        return "Input should be a valid list"
+    if kind in ("model_type", "dict_type"):
+        return "Input should be a mapping"
+    if kind != "extra_forbidden":
+        return message
+    allowed = _keys_at(model, path)
+    close = difflib.get_close_matches(name, allowed, n=1)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    return f"unknown key ({hint}allowed: {', '.join(allowed)})"
+
+
+def _keys_at(model: type[BaseModel], path: Path_) -> list[str]:
+    """The keys the model accepts at `path` (list indices and `X | None` unwrapped)."""
+    current: Any = model
+    for part in path:
+        if isinstance(part, int) or not _is_model(current):
+            continue
+        field = current.model_fields.get(part)
+        if field is None:
+            return []
+        current = _element_model(field.annotation)
+    return sorted(current.model_fields) if _is_model(current) else []
+
+
+def _is_model(value: Any) -> bool:
+    return isinstance(value, type) and issubclass(value, BaseModel)
+
+
+def _element_model(annotation: Any) -> Any:
+    if _is_model(annotation):
+        return annotation
+    if typing.get_origin(annotation) in (tuple, list, dict, types.UnionType, typing.Union):
+        for arg in typing.get_args(annotation):
+            found = _element_model(arg)
+            if found is not None:
+                return found
+    return None
+
+
+def load_policy_text(text: str, file: str, *, expected_tenant: str | None = None) -> LoadedPolicy:
+    """Validate one policy document; raise `PolicyFileError` listing every issue found."""
+    doc = parse_yaml(text, file)
+    if not isinstance(doc.data, dict) and doc.duplicates:
+        raise PolicyFileError(doc.duplicates)
+    if not isinstance(doc.data, dict):
+        got = "an empty file" if doc.data is None else type(doc.data).__name__
+        reason = f"expected a mapping with at least `tenant:`, got {got}"
+        raise PolicyFileError([PolicyIssue(file, 1, DOCUMENT_FIELD, reason)])
+    issues: list[PolicyIssue] = list(doc.duplicates)
+    tenant = doc.data.get("tenant")
+    if expected_tenant is not None and isinstance(tenant, str) and tenant != expected_tenant:
+        reason = f"tenant '{tenant}' does not match the file name (expected '{expected_tenant}')"
+        issues.append(PolicyIssue(file, doc.line_of(("tenant",)), "tenant", reason))
+    policy: TenantPolicy | None = None
+    try:
+        policy = TenantPolicy.model_validate(doc.data)
+    except ValidationError as exc:
+        issues.extend(issues_from_validation(exc, doc, file, TenantPolicy))
+    if policy is not None:
+        issues.extend(_duplicates(policy, doc, file))
+    if issues or policy is None:
+        raise PolicyFileError(issues)
+    key_lines = tuple(doc.line_of(("api_keys", i)) for i in range(len(policy.api_keys)))
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return LoadedPolicy(policy, file, digest, key_lines)
+
+
+def _duplicates(policy: TenantPolicy, doc: YamlDocument, file: str) -> list[PolicyIssue]:
+    """Key ids, key hashes and tool names must each be unique within one tenant."""
+    issues = []
+    columns: list[tuple[str, str, list[str]]] = [
+        ("api_keys", "id", [k.id for k in policy.api_keys]),
+        ("api_keys", "sha256", [k.sha256 for k in policy.api_keys]),
+        ("tools", "name", [t.name for t in policy.tools]),
+    ]
+    for section, attr, values in columns:
+        first: dict[str, int] = {}
+        for index, value in enumerate(values):
+            if value not in first:
+                first[value] = index
+                continue
+            path = (section, index, attr)
+            reason = f"duplicate {attr} (also in {section}[{first[value]}])"
+            issues.append(PolicyIssue(file, doc.line_of(path), _dotted(path), reason))
+    return issues
+
+
+def load_policy_file(path: Path) -> LoadedPolicy:
+    """Read and validate `path`; its name must be `<tenant>.yaml`."""
+    file = str(path)
+    if path.suffix != POLICY_SUFFIX:
+        reason = f"a policy file name must end in {POLICY_SUFFIX}"
+        raise PolicyFileError([PolicyIssue(file, 1, DOCUMENT_FIELD, reason)])
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PolicyFileError(
+            [PolicyIssue(file, 1, DOCUMENT_FIELD, f"cannot read: {exc}")]
+        ) from exc
+    return load_policy_text(text, file, expected_tenant=path.stem)
+
+
+def key_conflicts(candidate: LoadedPolicy, owners: Mapping[str, LoadedPolicy]) -> list[PolicyIssue]:
+    """Issues for candidate keys whose hash another tenant already holds (`owners`: hash → policy)."""
+    issues = []
+    for index, entry in enumerate(candidate.policy.api_keys):
+        owner = owners.get(entry.sha256)
+        if owner is None or owner.policy.tenant == candidate.policy.tenant:
+            continue
+        owner_line = owner.key_lines[[k.sha256 for k in owner.policy.api_keys].index(entry.sha256)]
+        reason = (
+            f"key hash already used by tenant '{owner.policy.tenant}' ({owner.file}:{owner_line})"
+        )
+        field = f"api_keys[{index}].sha256"
+        issues.append(PolicyIssue(candidate.file, candidate.key_lines[index], field, reason))
+    return issues
+
+
+def policy_files(directory: Path) -> list[Path]:
+    """The policy files of a directory: `*.yaml`, not hidden, sorted by name."""
+    return sorted(
+        p for p in directory.glob(f"*{POLICY_SUFFIX}") if p.is_file() and not p.name.startswith(".")
+    )
+
+
+def check_paths(paths: Iterable[Path]) -> tuple[list[LoadedPolicy], list[PolicyIssue]]:
+    """Validate files and directories together, key hashes unique across all of them."""
+    loaded: list[LoadedPolicy] = []
+    issues: list[PolicyIssue] = []
+    owners: dict[str, LoadedPolicy] = {}
+    for path in paths:
+        files = policy_files(path) if path.is_dir() else [path]
+        if not path.exists():
+            issues.append(PolicyIssue(str(path), 1, DOCUMENT_FIELD, "no such file or directory"))
+        for file in files:
+            try:
+                candidate = load_policy_file(file)
+            except PolicyFileError as exc:
+                issues.extend(exc.issues)
+                continue
+            conflicts = key_conflicts(candidate, owners)
+            issues.extend(conflicts)
+            if not conflicts:
+                loaded.append(candidate)
+                owners.update((k.sha256, candidate) for k in candidate.policy.api_keys)
+    return loaded, issues
