@@ -234,16 +234,24 @@ def _duplicates(policy: TenantPolicy, doc: YamlDocument, file: str) -> list[Poli
 
 def load_policy_file(path: Path) -> LoadedPolicy:
     """Read and validate `path`; its name must be `<tenant>.yaml`."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise PolicyFileError([PolicyIssue(str(path), 1, DOCUMENT_FIELD, f"cannot read: {exc}")]) from exc
+    return load_policy_bytes(data, path)
+
+
+def load_policy_bytes(data: bytes, path: Path) -> LoadedPolicy:
+    """Validate the bytes read from `path` (UTF-8 YAML named `<tenant>.yaml`)."""
     file = str(path)
     if path.suffix != POLICY_SUFFIX:
         reason = f"a policy file name must end in {POLICY_SUFFIX}"
         raise PolicyFileError([PolicyIssue(file, 1, DOCUMENT_FIELD, reason)])
     try:
-        text = path.read_bytes().decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PolicyFileError(
-            [PolicyIssue(file, 1, DOCUMENT_FIELD, f"cannot read: {exc}")]
-        ) from exc
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        reason = f"not UTF-8 text (byte {exc.start})"
+        raise PolicyFileError([PolicyIssue(file, 1, DOCUMENT_FIELD, reason)]) from exc
     return load_policy_text(text, file, expected_tenant=path.stem)
 
 
