@@ -1,0 +1,108 @@
+"""Gateway errors and the one place where any error becomes an HTTP reply.
+
+Each client gets its own error shape: OpenAI `{"error": {...}}`, Anthropic
+`{"type": "error", "error": {...}}`. Nothing here branches on message text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from adapters.errors import ProviderRateLimited, UpstreamError, WireFormatError
+from adapters.types import WireFormat
+
+
+class GatewayError(Exception):
+    status_code = 400
+    openai_type = "invalid_request_error"
+    anthropic_type = "invalid_request_error"
+
+    def __init__(self, message: str, *, rule: str | None = None, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.rule = rule
+        self.field = field
+
+
+class AuthenticationFailed(GatewayError):
+    status_code = 401
+    anthropic_type = "authentication_error"
+
+    def __init__(self, message: str = "missing or invalid API key") -> None:
+        super().__init__(message, rule="api_key")
+
+
+class PermissionDenied(GatewayError):
+    status_code = 403
+    openai_type = "permission_error"
+    anthropic_type = "permission_error"
+
+
+class UnknownModel(GatewayError):
+    status_code = 404
+    openai_type = "invalid_request_error"
+    anthropic_type = "not_found_error"
+
+    def __init__(self, model: str) -> None:
+        super().__init__(f"model '{model}' does not exist", rule="model_not_found", field="model")
+
+
+class RequestRejected(GatewayError):
+    """The request breaks a rule that waiting cannot fix (400)."""
+
+
+class ServiceUnavailable(GatewayError):
+    status_code = 503
+    openai_type = "service_unavailable"
+    anthropic_type = "overloaded_error"
+
+
+@dataclass(frozen=True, slots=True)
+class HttpError:
+    status_code: int
+    body: dict[str, object]
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def _shape(wire: WireFormat, status: int, kind_openai: str, kind_anthropic: str, message: str,
+           rule: str | None, param: str | None) -> dict[str, object]:
+    if wire == "anthropic":
+        return {"type": "error", "error": {"type": kind_anthropic, "message": message}}
+    return {"error": {"message": message, "type": kind_openai, "param": param, "code": rule}}
+
+
+def _upstream_kind(exc: UpstreamError) -> tuple[str, str]:
+    if isinstance(exc, ProviderRateLimited):
+        return "rate_limit_error", "rate_limit_error"
+    if exc.status_code == 504:
+        return "timeout", "api_error"
+    if exc.status_code == 400:
+        return "invalid_request_error", "invalid_request_error"
+    return "api_error", "api_error"
+
+
+def to_http(exc: Exception, wire: WireFormat) -> HttpError:
+    """Map any exception raised while serving a call to its reply in the client's format."""
+    from gateway.quota_http import quota_to_http  # quotas' errors carry their own numbers
+
+    quota = quota_to_http(exc, wire)
+    if quota is not None:
+        return quota
+    if isinstance(exc, GatewayError):
+        body = _shape(wire, exc.status_code, exc.openai_type, exc.anthropic_type, exc.message,
+                      exc.rule, exc.field)
+        return HttpError(exc.status_code, body)
+    if isinstance(exc, WireFormatError):
+        body = _shape(wire, 400, "invalid_request_error", "invalid_request_error",
+                      f"invalid request: {exc.field}: {exc.reason}", "invalid_request", exc.field)
+        return HttpError(400, body)
+    if isinstance(exc, UpstreamError):
+        kind_o, kind_a = _upstream_kind(exc)
+        message = f"upstream {exc.backend} failed: {exc.detail}"
+        headers = {}
+        if isinstance(exc, ProviderRateLimited) and exc.retry_after_s is not None:
+            headers["retry-after"] = str(max(1, round(exc.retry_after_s)))
+        body = _shape(wire, exc.status_code, kind_o, kind_a, message, "upstream", None)
+        return HttpError(exc.status_code, body, headers)
+    body = _shape(wire, 500, "api_error", "api_error", "internal error", "internal", None)
+    return HttpError(500, body)

@@ -1,0 +1,316 @@
+"""The path of one call, with no HTTP in it.
+
+policy → cachekeys → quotas.reserve → router → backend (fallback chain) → quotas.settle →
+ledger. `admit` does everything that can still reject the call; `complete` and `stream` serve
+it and always settle and record, also on upstream errors and client disconnects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+
+from adapters.backend import BackendCall
+from adapters.errors import UpstreamError
+from adapters.types import (
+    JSON,
+    ChatRequest,
+    ChatResponse,
+    StreamEnd,
+    StreamEvent,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+    WireFormat,
+)
+from gateway.errors import PermissionDenied, RequestRejected, UnknownModel
+from gateway.ports import (
+    AdmissionPort,
+    Attempt,
+    CacheVerdict,
+    CallRecord,
+    LedgerPort,
+    ModelRoute,
+    ModelTable,
+    PreparedPrompt,
+    Pricing,
+    PromptPort,
+    RoutePlan,
+    RoutingPort,
+    Ticket,
+    TokenCounting,
+)
+from gateway.telemetry import CallLabels, Telemetry
+from policies.model import TenantPolicy
+
+DEFAULT_MAX_TOKENS = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class IncomingCall:
+    wire: WireFormat
+    tenant: TenantPolicy
+    key_id: str
+    request: ChatRequest
+    body: Mapping[str, JSON]
+    session_header: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    call: IncomingCall
+    request_id: str
+    route: ModelRoute
+    prepared: PreparedPrompt
+    session_id: str
+    prompt_tokens: int
+    max_tokens: int
+    ticket: Ticket
+    plan: RoutePlan
+    verdict: CacheVerdict
+    started_s: float
+
+    def headers(self, admission: AdmissionPort) -> dict[str, str]:
+        return {
+            "x-lantern-request-id": self.request_id,
+            "x-lantern-session": self.session_id,
+            "x-lantern-cache": self.verdict.header,
+            **admission.rate_headers(self.ticket),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    models: ModelTable
+    counter: TokenCounting
+    pricing: Pricing
+    admission: AdmissionPort
+    prompts: PromptPort
+    routing: RoutingPort
+    ledger: LedgerPort
+    telemetry: Telemetry
+    clock: Callable[[], float] = time.monotonic
+
+
+class Pipeline:
+    def __init__(self, services: Services) -> None:
+        self.s = services
+
+    # --- admission: everything that may still say no ---------------------------------------
+
+    async def admit(self, call: IncomingCall) -> Admitted:
+        started = self.s.clock()
+        route = self._route_for(call)
+        max_tokens = self._max_tokens(call)
+        prepared = self.s.prompts.prepare(
+            call.wire, call.body, call.request, call.tenant, route.name
+        )
+        prompt_tokens = self.s.counter.count_prompt(prepared.request)
+        cap = call.tenant.limits.max_prompt_tokens
+        if cap is not None and prompt_tokens > cap:
+            raise RequestRejected(
+                f"prompt has {prompt_tokens} tokens; tenant limit max_prompt_tokens is {cap}",
+                rule="max_prompt_tokens", field="messages",
+            )
+        session_id = self._session_id(call, prepared)
+        worst = self.s.pricing.cost_usd(route.name, Usage(prompt_tokens, max_tokens))
+        ticket = await self.s.admission.reserve(
+            call.tenant, session_id=session_id, prompt_tokens=prompt_tokens,
+            max_output_tokens=max_tokens, worst_case_usd=worst,
+        )
+        plan = self.s.routing.plan(route, call.tenant, session_id, prepared, prompt_tokens, max_tokens)
+        verdict = self.s.prompts.observe(call.tenant, session_id, prepared)
+        return Admitted(
+            call, uuid.uuid4().hex, route, prepared, session_id, prompt_tokens, max_tokens,
+            ticket, plan, verdict, started,
+        )
+
+    def _route_for(self, call: IncomingCall) -> ModelRoute:
+        model = call.request.model
+        route = self.s.models.get(model)
+        if route is None:
+            raise UnknownModel(model)
+        if call.tenant.models and model not in call.tenant.models:
+            raise PermissionDenied(
+                f"model '{model}' is not allowed for tenant '{call.tenant.tenant}'",
+                rule="models", field="model",
+            )
+        allowed = call.tenant.backends
+        if allowed is not None and not any(c.backend_name in allowed for c in route.candidates):
+            raise PermissionDenied(
+                f"no backend of model '{model}' is allowed for tenant '{call.tenant.tenant}'",
+                rule="backends", field="model",
+            )
+        return route
+
+    @staticmethod
+    def _max_tokens(call: IncomingCall) -> int:
+        limits = call.tenant.limits
+        cap = limits.max_output_tokens
+        asked = call.request.max_tokens
+        if asked is None:
+            return cap if cap is not None else DEFAULT_MAX_TOKENS
+        if asked < 1:
+            raise RequestRejected("max_tokens must be at least 1", rule="max_tokens", field="max_tokens")
+        if cap is not None and asked > cap:
+            if limits.on_max_tokens_over == "clamp":
+                return cap
+            raise RequestRejected(
+                f"max_tokens {asked} exceeds tenant limit max_output_tokens {cap}",
+                rule="max_output_tokens", field="max_tokens",
+            )
+        return asked
+
+    @staticmethod
+    def _session_id(call: IncomingCall, prepared: PreparedPrompt) -> str:
+        if call.session_header:
+            return call.session_header
+        if call.request.session_id:
+            return call.request.session_id
+        if call.request.prompt_cache_key:
+            return call.request.prompt_cache_key
+        return prepared.session_root
+
+    # --- serving ----------------------------------------------------------------------------
+
+    def _backend_call(self, adm: Admitted, attempt: Attempt) -> BackendCall:
+        request = dataclasses.replace(
+            adm.prepared.request, max_tokens=adm.max_tokens, cache_salt=adm.prepared.cache_salt,
+            session_id=adm.session_id,
+        )
+        same_wire = attempt.candidate.backend.wire == adm.call.wire
+        body = dict(adm.prepared.body) if same_wire else None
+        if body is not None:
+            body[_max_tokens_field(adm.call.wire, body)] = adm.max_tokens
+        return BackendCall(request=request, client_wire=adm.call.wire, raw_body=body)
+
+    async def complete(self, adm: Admitted) -> ChatResponse:
+        last_error: UpstreamError | None = None
+        for number, attempt in enumerate(adm.plan.attempts):
+            self.s.routing.on_dispatch(attempt, adm.session_id, adm.prepared)
+            began = self.s.clock()
+            try:
+                response = await attempt.candidate.backend.complete(self._backend_call(adm, attempt))
+            except UpstreamError as exc:
+                self.s.routing.on_complete(attempt, Usage(), ok=False)
+                self._record(adm, number, attempt, "error", type(exc).__name__, Usage(), None, began)
+                last_error = exc
+                if not exc.retryable:
+                    break
+                continue
+            except BaseException:
+                self.s.routing.on_complete(attempt, Usage(), ok=False)
+                await self._finish(adm, number, attempt, "client_disconnect", None, Usage(), None, began)
+                raise
+            await self._finish(adm, number, attempt, "ok", None, response.usage, None, began)
+            return response
+        await self._settle_failed(adm)
+        assert last_error is not None
+        raise last_error
+
+    async def stream(self, adm: Admitted) -> AsyncIterator[StreamEvent]:
+        """Yield the chosen backend's events; fall back only before the first event."""
+        last_error: UpstreamError | None = None
+        for number, attempt in enumerate(adm.plan.attempts):
+            self.s.routing.on_dispatch(attempt, adm.session_id, adm.prepared)
+            tally = _StreamTally(adm.route.name, self.s.counter)
+            began = self.s.clock()
+            status, error_kind = "ok", None
+            try:
+                async for event in attempt.candidate.backend.stream(self._backend_call(adm, attempt)):
+                    tally.see(event, self.s.clock() - began)
+                    yield event
+            except UpstreamError as exc:
+                if tally.started:
+                    status, error_kind = "error", type(exc).__name__
+                    await self._finish(adm, number, attempt, status, error_kind, tally.usage(adm.prompt_tokens), tally.ttft_s, began)
+                    raise
+                self.s.routing.on_complete(attempt, Usage(), ok=False)
+                self._record(adm, number, attempt, "error", type(exc).__name__, Usage(), None, began)
+                last_error = exc
+                if not exc.retryable:
+                    break
+                continue
+            except BaseException:
+                # client went away (cancellation) or the generator was closed mid-stream
+                await self._finish(adm, number, attempt, "client_disconnect", None, tally.usage(adm.prompt_tokens), tally.ttft_s, began)
+                raise
+            await self._finish(adm, number, attempt, status, error_kind, tally.usage(adm.prompt_tokens), tally.ttft_s, began)
+            return
+        await self._settle_failed(adm)
+        assert last_error is not None
+        raise last_error
+
+    # --- settle and record ------------------------------------------------------------------
+
+    async def _finish(self, adm: Admitted, number: int, attempt: Attempt, status: str,
+                      error_kind: str | None, usage: Usage, ttft_s: float | None, began: float) -> None:
+        self.s.routing.on_complete(attempt, usage, ok=status == "ok")
+        cost = self.s.pricing.cost_usd(adm.route.name, usage)
+        await self.s.admission.settle(adm.ticket, usage=usage, cost_usd=cost)
+        self.s.prompts.reconcile(adm.verdict, usage)
+        self._record(adm, number, attempt, status, error_kind, usage, ttft_s, began)
+
+    async def _settle_failed(self, adm: Admitted) -> None:
+        await self.s.admission.settle(adm.ticket, usage=Usage(), cost_usd=0.0)
+
+    def _record(self, adm: Admitted, number: int, attempt: Attempt, status: str,
+                error_kind: str | None, usage: Usage, ttft_s: float | None, began: float) -> None:
+        now = self.s.clock()
+        model = adm.route.name
+        cost = self.s.pricing.cost_usd(model, usage)
+        row = CallRecord(
+            request_id=adm.request_id, attempt=number, tenant=adm.call.tenant.tenant,
+            key_id=adm.call.key_id, session_id=adm.session_id, model=model,
+            backend=attempt.candidate.backend_name, replica=attempt.candidate.replica,
+            status=status, error_kind=error_kind, usage=usage, cost_usd=cost,
+            uncached_cost_usd=self.s.pricing.uncached_cost_usd(model, usage),
+            ttft_ms=None if ttft_s is None else ttft_s * 1000.0,
+            latency_ms=(now - began) * 1000.0, cache_diagnosis=adm.verdict.diagnosis_json,
+        )
+        self.s.ledger.record(row)
+        labels = CallLabels(adm.call.tenant.tenant, model, attempt.candidate.backend_name)
+        metrics = self.s.telemetry.metrics
+        metrics.requests.labels(labels.tenant, model, labels.backend, status).inc()
+        metrics.observe_usage(labels, usage, cost)
+        metrics.latency.labels(model, labels.backend).observe(now - began)
+        if ttft_s is not None:
+            metrics.ttft.labels(model, labels.backend).observe(ttft_s)
+        if error_kind:
+            metrics.errors.labels(error_kind).inc()
+
+
+def _max_tokens_field(wire: WireFormat, body: Mapping[str, JSON]) -> str:
+    if wire == "openai" and "max_completion_tokens" in body:
+        return "max_completion_tokens"
+    return "max_tokens"
+
+
+class _StreamTally:
+    """Counts what a stream produced, so a broken stream still settles to the truth."""
+
+    def __init__(self, model: str, counter: TokenCounting) -> None:
+        self.model = model
+        self.counter = counter
+        self.text: list[str] = []
+        self.final: Usage | None = None
+        self.ttft_s: float | None = None
+        self.started = False
+
+    def see(self, event: StreamEvent, elapsed_s: float) -> None:
+        self.started = True
+        if isinstance(event, TextDelta | ToolCallDelta):
+            if self.ttft_s is None:
+                self.ttft_s = elapsed_s
+            self.text.append(event.text if isinstance(event, TextDelta) else event.arguments_json)
+        elif isinstance(event, StreamEnd):
+            self.final = event.usage
+
+    def usage(self, prompt_tokens: int) -> Usage:
+        if self.final is not None:
+            return self.final
+        produced = self.counter.count_text(self.model, "".join(self.text)) if self.text else 0
+        return Usage(input_tokens=prompt_tokens, output_tokens=produced)

@@ -1,0 +1,143 @@
+"""What the request pipeline needs from the parts below it, as protocols.
+
+The pipeline is written against these; `gateway/wiring.py` fits the real parts to them and the
+tests fit fakes. Keeping them here keeps `pipeline.py` free of construction details.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from adapters.backend import Backend
+from adapters.types import JSON, ChatRequest, Usage, WireFormat
+from policies.model import TenantPolicy
+
+Venue = Literal["selfhost", "api"]
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One place a model can be served: a backend (one replica of it, for self-hosted ones)."""
+
+    backend: Backend
+    backend_name: str  # the name in lantern.yaml
+    venue: Venue
+    replica: str | None = None  # replica base URL for self-hosted fleets
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRoute:
+    name: str  # the model name clients send
+    candidates: tuple[Candidate, ...]
+
+
+class TokenCounting(Protocol):
+    def count_prompt(self, request: ChatRequest) -> int: ...
+
+    def count_text(self, model: str, text: str) -> int: ...
+
+
+class Pricing(Protocol):
+    def cost_usd(self, model: str, usage: Usage) -> float: ...
+
+    def uncached_cost_usd(self, model: str, usage: Usage) -> float: ...
+
+
+class Ticket(Protocol):
+    """An admitted reservation; opaque to the pipeline."""
+
+
+class AdmissionPort(Protocol):
+    async def reserve(
+        self, tenant: TenantPolicy, *, session_id: str | None, prompt_tokens: int,
+        max_output_tokens: int, worst_case_usd: float,
+    ) -> Ticket: ...
+
+    async def settle(self, ticket: Ticket, *, usage: Usage, cost_usd: float) -> None: ...
+
+    def rate_headers(self, ticket: Ticket) -> dict[str, str]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedPrompt:
+    body: Mapping[str, JSON]  # the client's JSON after deterministic edits
+    request: ChatRequest  # the canonical request after the same edits
+    session_root: str  # tenant-scoped hash of tools + system + first user message
+    cache_salt: str
+    prefix_hashes: tuple[bytes, ...] = ()
+    stable_prefix_tokens: int = 0
+    diagnosis: object | None = None  # filled by PromptPort.observe
+
+
+class PromptPort(Protocol):
+    def prepare(
+        self, wire: WireFormat, body: Mapping[str, JSON], request: ChatRequest,
+        tenant: TenantPolicy, model: str,
+    ) -> PreparedPrompt: ...
+
+    def observe(self, tenant: TenantPolicy, session_id: str, prepared: PreparedPrompt) -> CacheVerdict: ...
+
+    def reconcile(self, verdict: CacheVerdict, usage: Usage) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CacheVerdict:
+    header: str  # value of x-lantern-cache
+    diagnosis_json: str  # small JSON for the ledger, never prompt text
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    candidate: Candidate
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RoutePlan:
+    attempts: tuple[Attempt, ...]  # first choice, then the fallback chain
+    details: Mapping[str, JSON] = field(default_factory=dict)
+
+
+class RoutingPort(Protocol):
+    def plan(
+        self, route: ModelRoute, tenant: TenantPolicy, session_id: str,
+        prepared: PreparedPrompt, prompt_tokens: int, max_tokens: int,
+    ) -> RoutePlan: ...
+
+    def on_dispatch(self, attempt: Attempt, session_id: str, prepared: PreparedPrompt) -> None: ...
+
+    def on_complete(self, attempt: Attempt, usage: Usage, ok: bool) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    """One ledger row: counts and money, never prompt or completion text."""
+
+    request_id: str
+    attempt: int
+    tenant: str
+    key_id: str
+    session_id: str
+    model: str
+    backend: str
+    replica: str | None
+    status: str  # ok | error | client_disconnect
+    error_kind: str | None
+    usage: Usage
+    cost_usd: float
+    uncached_cost_usd: float
+    ttft_ms: float | None
+    latency_ms: float
+    cache_diagnosis: str | None
+
+
+class LedgerPort(Protocol):
+    def record(self, row: CallRecord) -> None: ...
+
+
+class ModelTable(Protocol):
+    def get(self, name: str) -> ModelRoute | None: ...
+
+    def names(self) -> Sequence[str]: ...

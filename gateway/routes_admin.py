@@ -1,0 +1,90 @@
+"""Operational routes: models list, health, Prometheus metrics, and the admin views.
+
+`/admin/*` needs the admin token (Bearer or x-api-key); nothing here returns prompt text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from gateway.auth import KeyLookup, authenticate, is_admin
+from gateway.errors import AuthenticationFailed
+from gateway.ports import ModelTable
+from gateway.routes_chat import error_response
+from gateway.telemetry import Metrics
+
+JsonView = Callable[[Request], Awaitable[Any]]
+
+
+def _jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return value.hex()
+    return value
+
+
+def json_response(value: Any, status: int = 200) -> Response:
+    body = orjson.dumps(_jsonable(value), option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY)
+    return Response(body, status, media_type="application/json")
+
+
+def build_ops_router(models: ModelTable, keys: KeyLookup, metrics: Metrics) -> APIRouter:
+    router = APIRouter()
+
+    @router.get("/v1/models")
+    async def list_models(request: Request) -> Response:
+        try:
+            caller = authenticate(request.headers, keys)
+        except AuthenticationFailed as exc:
+            return error_response(exc, "openai")
+        allowed = caller.tenant.models
+        names = [m for m in models.names() if not allowed or m in allowed]
+        data = [{"id": n, "object": "model", "created": 0, "owned_by": "lantern"} for n in names]
+        return json_response({"object": "list", "data": data})
+
+    @router.get("/healthz")
+    async def healthz() -> Response:
+        return json_response({"status": "ok"})
+
+    @router.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    return router
+
+
+def build_admin_router(admin_token: str | None, views: dict[str, JsonView]) -> APIRouter:
+    """`views` maps a path under /admin to an async function producing JSON-able data."""
+    router = APIRouter()
+
+    def guarded(view: JsonView) -> Callable[[Request], Awaitable[Response]]:
+        async def handler(request: Request) -> Response:
+            if not is_admin(request.headers, admin_token):
+                return error_response(AuthenticationFailed("admin token required"), "openai")
+            try:
+                return json_response(await view(request))
+            except ValueError as exc:
+                body = {"error": {"message": str(exc), "type": "invalid_request_error",
+                                  "param": None, "code": "bad_query"}}
+                return json_response(body, 400)
+        return handler
+
+    for path, view in views.items():
+        router.add_api_route(f"/admin/{path}", guarded(view), methods=["GET"])
+    return router

@@ -1,0 +1,121 @@
+"""The two front doors: OpenAI `/v1/chat/completions` and Anthropic `/v1/messages`.
+
+Routes parse, call the pipeline, and shape the reply; every rule lives below them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+from fastapi.responses import Response, StreamingResponse
+
+from adapters import anthropic_wire, openai_wire
+from adapters.anthropic_wire_stream import AnthropicStreamEncoder
+from adapters.errors import WireFormatError
+from adapters.openai_wire_stream import OpenAIStreamEncoder
+from adapters.types import StreamEvent, WireFormat
+from gateway.auth import KeyLookup, authenticate
+from gateway.errors import to_http
+from gateway.pipeline import Admitted, IncomingCall, Pipeline
+
+_DECODERS = {"openai": openai_wire.decode_request, "anthropic": anthropic_wire.decode_request}
+
+
+def error_response(exc: Exception, wire: WireFormat, extra_headers: dict[str, str] | None = None) -> Response:
+    err = to_http(exc, wire)
+    headers = {**(extra_headers or {}), **err.headers}
+    return Response(orjson.dumps(err.body), err.status_code, headers, "application/json")
+
+
+def _parse(raw: bytes) -> dict[str, Any]:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise WireFormatError("body", f"not valid JSON ({exc})") from None
+    if not isinstance(body, dict):
+        raise WireFormatError("body", "must be a JSON object")
+    return body
+
+
+class ChatRoutes:
+    def __init__(self, pipeline: Pipeline, keys: KeyLookup) -> None:
+        self.pipeline = pipeline
+        self.keys = keys
+
+    async def serve(self, http: Request, wire: WireFormat) -> Response:
+        try:
+            body = _parse(await http.body())
+            caller = authenticate(http.headers, self.keys)
+            request = _DECODERS[wire](body)
+            call = IncomingCall(wire, caller.tenant, caller.key_id, request, body,
+                                http.headers.get("x-session-id"))
+            admitted = await self.pipeline.admit(call)
+        except Exception as exc:  # every rejection becomes the client's own error shape
+            return error_response(exc, wire)
+        headers = admitted.headers(self.pipeline.s.admission)
+        if request.stream:
+            return await self._stream(admitted, wire, body, headers)
+        try:
+            response = await self.pipeline.complete(admitted)
+        except Exception as exc:
+            return error_response(exc, wire, headers)
+        encoded = (openai_wire.encode_response(response) if wire == "openai"
+                   else anthropic_wire.encode_response(response))
+        return Response(orjson.dumps(encoded), 200, headers, "application/json")
+
+    async def _stream(self, adm: Admitted, wire: WireFormat, body: dict[str, Any],
+                      headers: dict[str, str]) -> Response:
+        events = self.pipeline.stream(adm)
+        try:  # the first event decides between an HTTP error and a 200 stream
+            first = await events.__anext__()
+        except Exception as exc:
+            return error_response(exc, wire, headers)
+        encode = _stream_encoder(wire, body, adm)
+        return StreamingResponse(
+            _sse(first, events, encode, wire), 200, headers, media_type="text/event-stream"
+        )
+
+
+def _stream_encoder(wire: WireFormat, body: dict[str, Any], adm: Admitted) -> Callable[[StreamEvent], bytes]:
+    if wire == "openai":
+        return OpenAIStreamEncoder(
+            include_usage=openai_wire.include_usage(body), model=adm.call.request.model
+        ).encode
+    return AnthropicStreamEncoder(
+        model=adm.call.request.model, input_tokens_hint=adm.prompt_tokens
+    ).encode
+
+
+async def _sse(first: StreamEvent, rest: AsyncIterator[StreamEvent],
+               encode: Callable[[StreamEvent], bytes], wire: WireFormat) -> AsyncIterator[bytes]:
+    try:
+        yield encode(first)
+        async for event in rest:
+            yield encode(event)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # the stream already started: report in-band, as providers do
+        err = to_http(exc, wire)
+        payload = orjson.dumps(err.body)
+        yield (b"event: error\ndata: " + payload + b"\n\n") if wire == "anthropic" else (
+            b"data: " + payload + b"\n\n")
+    finally:
+        await rest.aclose()  # type: ignore[attr-defined]
+
+
+def build_chat_router(routes: ChatRoutes) -> APIRouter:
+    router = APIRouter()
+
+    @router.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        return await routes.serve(request, "openai")
+
+    @router.post("/v1/messages")
+    async def messages(request: Request) -> Response:
+        return await routes.serve(request, "anthropic")
+
+    return router
