@@ -237,7 +237,9 @@ def load_policy_file(path: Path) -> LoadedPolicy:
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise PolicyFileError([PolicyIssue(str(path), 1, DOCUMENT_FIELD, f"cannot read: {exc}")]) from exc
+        raise PolicyFileError(
+            [PolicyIssue(str(path), 1, DOCUMENT_FIELD, f"cannot read: {exc}")]
+        ) from exc
     return load_policy_bytes(data, path)
 
 

@@ -276,7 +276,7 @@ def _resolve(
         loaded[policy.policy.tenant] = policy
         owners.update((k.sha256, policy) for k in policy.policy.api_keys)
 
-    for tenant, before in previous.items():
+    for before in previous.values():
         outcome = outcomes.get(before.file)
         if outcome is None:
             continue  # file deleted: tenant removed
@@ -298,7 +298,7 @@ def _resolve(
             accept(candidate)
             continue
         errors[candidate.file] = tuple(conflicts)
-        before = previous.get(candidate.policy.tenant)
-        if before is not None and not key_conflicts(before, owners):
-            accept(before)
+        incumbent = previous.get(candidate.policy.tenant)
+        if incumbent is not None and not key_conflicts(incumbent, owners):
+            accept(incumbent)
     return loaded, errors
