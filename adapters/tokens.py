@@ -1,0 +1,98 @@
+"""Token counting for canonical requests with tiktoken, fully offline.
+
+Owns the choice of encoding per model and OpenAI's per-message overhead rule; reads the BPE
+files that ship inside LiteLLM (never the network). Counts are estimates for non-OpenAI models.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import orjson
+import tiktoken
+
+from adapters.types import ChatRequest, ImagePart, Message, TextPart, ToolResultPart, ToolUsePart
+
+TOKENS_PER_MESSAGE = 3  # <|start|>{role}\n ... <|end|> in OpenAI's chat format
+TOKENS_PER_NAME = 1
+REPLY_PRIMING_TOKENS = 3  # every reply is primed with <|start|>assistant<|message|>
+IMAGE_TOKENS = 85  # OpenAI's base cost of one image tile; images are never decoded here
+_O200K_PREFIXES = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o")
+
+
+def bundled_tiktoken_dir() -> Path | None:
+    """LiteLLM's folder of tiktoken BPE files, named by sha1 of their download URL."""
+    spec = importlib.util.find_spec("litellm")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(next(iter(spec.submodule_search_locations))) / "litellm_core_utils" / "tokenizers"
+    return folder if folder.is_dir() else None
+
+
+def use_bundled_tiktoken_files() -> None:
+    """Point tiktoken's cache at LiteLLM's bundled files unless the operator chose a folder."""
+    if "TIKTOKEN_CACHE_DIR" not in os.environ:
+        folder = bundled_tiktoken_dir()
+        if folder is not None:
+            os.environ["TIKTOKEN_CACHE_DIR"] = str(folder)
+
+
+def encoding_name_for(model: str) -> str:
+    """o200k_base for the gpt-4o / o-series families, cl100k_base for everything else."""
+    bare = model.rsplit("/", 1)[-1].lower()
+    return "o200k_base" if bare.startswith(_O200K_PREFIXES) else "cl100k_base"
+
+
+class TokenCounter:
+    """Counts tokens of text and of whole requests; encoders are loaded once per instance."""
+
+    def __init__(self) -> None:
+        self._encodings: dict[str, tiktoken.Encoding] = {}
+
+    def encoding(self, model: str) -> tiktoken.Encoding:
+        name = encoding_name_for(model)
+        found = self._encodings.get(name)
+        if found is None:
+            use_bundled_tiktoken_files()
+            found = self._encodings[name] = tiktoken.get_encoding(name)
+        return found
+
+    def count_text(self, model: str, text: str) -> int:
+        return len(self.encoding(model).encode_ordinary(text))
+
+    def count_request(self, req: ChatRequest) -> int:
+        """Prompt tokens the way OpenAI bills a chat call: per-message overhead, content, tool
+        schemas as compact JSON, and the reply priming."""
+        enc = self.encoding(req.model)
+        total = REPLY_PRIMING_TOKENS
+        if req.system:
+            total += TOKENS_PER_MESSAGE + len(enc.encode_ordinary("system"))
+            total += sum(len(enc.encode_ordinary(p.text)) for p in req.system)
+        for msg in req.messages:
+            total += self._count_message(enc, msg)
+        if req.tools:
+            schemas = [{"name": t.name, "description": t.description,
+                        "parameters": dict(t.input_schema)} for t in req.tools]
+            total += len(enc.encode_ordinary(orjson.dumps(schemas).decode()))
+        return total
+
+    @staticmethod
+    def _count_message(enc: tiktoken.Encoding, msg: Message) -> int:
+        total = TOKENS_PER_MESSAGE + len(enc.encode_ordinary(msg.role))
+        if msg.name is not None:
+            total += TOKENS_PER_NAME + len(enc.encode_ordinary(msg.name))
+        for part in msg.content:
+            if isinstance(part, TextPart):
+                total += len(enc.encode_ordinary(part.text))
+            elif isinstance(part, ImagePart):
+                total += IMAGE_TOKENS
+            elif isinstance(part, ToolUsePart):
+                total += len(enc.encode_ordinary(part.name))
+                total += len(enc.encode_ordinary(part.arguments_json))
+            elif isinstance(part, ToolResultPart):
+                for inner in part.content:
+                    total += (len(enc.encode_ordinary(inner.text))
+                              if isinstance(inner, TextPart) else IMAGE_TOKENS)
+        return total

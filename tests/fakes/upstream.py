@@ -1,0 +1,326 @@
+"""Wire-level fake upstream: a real HTTP server speaking OpenAI chat completions and Anthropic
+messages (JSON and SSE), with deterministic replies, error injection and a prompt-cache hook.
+
+Replies reuse Lantern's own encoders, so the official SDKs parsing them also tests the encoders.
+Run standalone for benchmarks: `python -m tests.fakes.upstream --port 18000`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import re
+import socket
+import threading
+from collections import deque
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import orjson
+import uvicorn
+
+from adapters import anthropic_wire, openai_wire
+from adapters.anthropic_wire_stream import AnthropicStreamEncoder
+from adapters.errors import WireFormatError
+from adapters.openai_wire_stream import OpenAIStreamEncoder
+from adapters.tokens import TokenCounter
+from adapters.types import (
+    ChatRequest,
+    ChatResponse,
+    StopReason,
+    StreamEnd,
+    StreamEvent,
+    StreamStart,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallStart,
+    TextPart,
+    ToolUsePart,
+    Usage,
+)
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+class PromptCacheModel(Protocol):
+    def account(self, wire: str, body: dict[str, Any], prompt_tokens: int) -> tuple[int, int, int]:
+        """(uncached_input_tokens, cache_read_tokens, cache_write_tokens), summing to prompt."""
+        ...
+
+
+VOCAB = ("The quick brown fox jumps over the lazy dog").split()  # one token each, both encodings
+_CALL = re.compile(r"call:([A-Za-z0-9_-]+)")
+_WORDS = re.compile(r"words:(\d+)")
+
+
+@dataclass(frozen=True)
+class Reply:
+    content: tuple[TextPart | ToolUsePart, ...]
+    stop_reason: StopReason
+    output_tokens: int
+    stop_sequence: str | None = None
+
+
+def _last_user_text(req: ChatRequest) -> str:
+    if not req.messages or req.messages[-1].role != "user":
+        return ""
+    return "".join(p.text for p in req.messages[-1].content if isinstance(p, TextPart))
+
+
+def plan_reply(req: ChatRequest, counter: TokenCounter, reply_words: int, n: int) -> Reply:
+    """Deterministic reply: a tool call when the last user text says `call:<tool>` and that tool
+    was offered, else VOCAB words cycled (`words:N` in the text overrides the count), cut at
+    `max_tokens` (length) or at the first stop sequence (stop_sequence)."""
+    text = _last_user_text(req)
+    call = _CALL.search(text)
+    if call and call.group(1) in {t.name for t in req.tools}:
+        args = orjson.dumps({"text": text}).decode()
+        output = counter.count_text(req.model, call.group(1)) + counter.count_text(req.model, args)
+        return Reply((ToolUsePart(f"call_fake_{n:06d}", call.group(1), args),), "tool_use", output)
+    words = _WORDS.search(text)
+    num_words = int(words.group(1)) if words else reply_words
+    enc = counter.encoding(req.model)
+    tokens = enc.encode_ordinary(" ".join(itertools.islice(itertools.cycle(VOCAB), num_words)))
+    stop: StopReason = "stop"
+    if req.max_tokens is not None and len(tokens) > req.max_tokens:
+        tokens, stop = tokens[: req.max_tokens], "length"
+    reply = enc.decode(tokens)
+    for seq in req.stop:
+        if seq in reply:
+            reply = reply[: reply.index(seq)]
+            return Reply((TextPart(reply),), "stop_sequence", len(enc.encode_ordinary(reply)), seq)
+    return Reply((TextPart(reply),), stop, len(tokens))
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return orjson.loads(self.body)
+
+
+@dataclass(frozen=True)
+class InjectedFailure:
+    status: int
+    retry_after: str | None = None
+    message: str = "injected failure"
+
+
+@dataclass
+class FakeUpstreamApp:
+    """The ASGI app; its attributes are the knobs tests turn (`delay_s`, `fail_next`)."""
+
+    cache: PromptCacheModel | None = None
+    reply_words: int = 9
+    api_key: str | None = None  # when set, requests must carry it (Bearer or x-api-key)
+    delay_s: float = 0.0  # before the response starts: drives client timeouts
+    chunk_delay_s: float = 0.0  # between stream chunks
+    counter: TokenCounter = field(default_factory=TokenCounter)
+    requests: list[RecordedRequest] = field(default_factory=list)
+    _failures: deque[InjectedFailure] = field(default_factory=deque)
+    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def fail_next(self, status: int = 500, count: int = 1, retry_after: str | None = None,
+                  message: str = "injected failure") -> None:
+        with self._lock:
+            self._failures.extend([InjectedFailure(status, retry_after, message)] * count)
+
+    def _next_failure(self) -> InjectedFailure | None:
+        with self._lock:
+            return self._failures.popleft() if self._failures else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        body = await _read_body(receive)
+        path = scope["path"]
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        with self._lock:
+            self.requests.append(RecordedRequest(path, headers, body))
+        wire = {"/v1/chat/completions": "openai", "/v1/messages": "anthropic"}.get(path)
+        if wire is None:
+            await _respond(send, 404, _error_body("openai", "no such route", "not_found"))
+            return
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        failure = self._next_failure()
+        if failure is not None:
+            extra = [(b"retry-after", failure.retry_after.encode())] if failure.retry_after else []
+            await _respond(send, failure.status,
+                           _error_body(wire, failure.message, _error_type(failure.status)), extra)
+            return
+        if self.api_key is not None and self.api_key not in (
+                headers.get("x-api-key"), headers.get("authorization", "")[7:]):
+            await _respond(send, 401, _error_body(wire, "bad api key", "authentication_error"))
+            return
+        await self._complete(wire, body, send)
+
+    async def _complete(self, wire: str, raw: bytes, send: Send) -> None:
+        try:
+            body = orjson.loads(raw)
+            codec = openai_wire if wire == "openai" else anthropic_wire
+            req = codec.decode_request(body)
+        except (orjson.JSONDecodeError, WireFormatError) as exc:
+            await _respond(send, 400, _error_body(wire, str(exc), "invalid_request_error"))
+            return
+        resp = self._reply(wire, body, req)
+        if req.stream:
+            await self._stream(wire, body, resp, send)
+        elif wire == "openai":
+            await _respond(send, 200, orjson.dumps(openai_wire.encode_response(resp)))
+        else:
+            await _respond(send, 200, orjson.dumps(anthropic_wire.encode_response(resp)))
+
+    def _reply(self, wire: str, body: dict[str, Any], req: ChatRequest) -> ChatResponse:
+        prompt = self.counter.count_request(req)
+        uncached, read, write = (prompt, 0, 0) if self.cache is None else self.cache.account(
+            wire, body, prompt)
+        if uncached + read + write != prompt:
+            raise AssertionError("PromptCacheModel.account must split prompt_tokens exactly")
+        n = next(self._ids)
+        reply = plan_reply(req, self.counter, self.reply_words, n)
+        prefix = "chatcmpl-fake-" if wire == "openai" else "msg_fake_"
+        return ChatResponse(f"{prefix}{n:06d}", req.model, reply.content, reply.stop_reason,
+                            Usage(uncached, reply.output_tokens, read, write),
+                            reply.stop_sequence)
+
+    async def _stream(self, wire: str, body: dict[str, Any], resp: ChatResponse,
+                      send: Send) -> None:
+        encoder: OpenAIStreamEncoder | AnthropicStreamEncoder
+        if wire == "openai":
+            encoder = OpenAIStreamEncoder(include_usage=openai_wire.include_usage(body))
+        else:
+            encoder = AnthropicStreamEncoder(start_usage=Usage(
+                resp.usage.input_tokens, 0, resp.usage.cache_read_tokens,
+                resp.usage.cache_write_tokens))
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream"),
+                                (b"cache-control", b"no-cache")]})
+        for event in stream_events(resp, self.counter):
+            await send({"type": "http.response.body", "body": encoder.encode(event),
+                        "more_body": True})
+            if self.chunk_delay_s:
+                await asyncio.sleep(self.chunk_delay_s)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def stream_events(resp: ChatResponse, counter: TokenCounter) -> list[StreamEvent]:
+    """The reply as canonical events: one text delta per token, tool arguments in two halves."""
+    events: list[StreamEvent] = [StreamStart(resp.id, resp.model)]
+    enc = counter.encoding(resp.model)
+    for index, part in enumerate(resp.content):
+        if isinstance(part, ToolUsePart):
+            half = len(part.arguments_json) // 2
+            events += [ToolCallStart(index, part.id, part.name),
+                       ToolCallDelta(index, part.arguments_json[:half]),
+                       ToolCallDelta(index, part.arguments_json[half:])]
+        else:
+            events += [TextDelta(index, enc.decode([t])) for t in enc.encode_ordinary(part.text)]
+    events.append(StreamEnd(resp.stop_reason, resp.usage, resp.stop_sequence))
+    return events
+
+
+async def _read_body(receive: Receive) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+async def _respond(send: Send, status: int, body: bytes,
+                   headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), *(headers or [])]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _error_type(status: int) -> str:
+    return {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+            429: "rate_limit_error", 529: "overloaded_error"}.get(status, "api_error")
+
+
+def _error_body(wire: str, message: str, type_: str) -> bytes:
+    if wire == "anthropic":
+        return anthropic_wire.encode_error(message, type_)
+    return openai_wire.encode_error(message, type_)
+
+
+class FakeUpstream:
+    """Runs a FakeUpstreamApp on 127.0.0.1 (random port by default) in a background thread."""
+
+    def __init__(self, cache: PromptCacheModel | None = None, *, port: int = 0,
+                 reply_words: int = 9, api_key: str | None = None) -> None:
+        self.app = FakeUpstreamApp(cache=cache, reply_words=reply_words, api_key=api_key)
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._socket.bind(("127.0.0.1", port))
+        self.port: int = self._socket.getsockname()[1]
+        config = uvicorn.Config(self.app, lifespan="off", log_level="warning",
+                                access_log=False, timeout_graceful_shutdown=1)
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run,
+                                        kwargs={"sockets": [self._socket]}, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        """Anthropic-style base (the SDK appends /v1/messages)."""
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def openai_base_url(self) -> str:
+        """OpenAI-style base (the SDK appends /chat/completions)."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        return self.app.requests
+
+    def fail_next(self, status: int = 500, count: int = 1, retry_after: str | None = None) -> None:
+        self.app.fail_next(status, count, retry_after)
+
+    def start(self) -> FakeUpstream:
+        self._thread.start()
+        for _ in range(500):
+            if self._server.started:
+                return self
+            threading.Event().wait(0.01)
+        raise RuntimeError("fake upstream did not start")
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=5)
+        self._socket.close()
+
+    def __enter__(self) -> FakeUpstream:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Lantern's fake OpenAI/Anthropic upstream")
+    parser.add_argument("--port", type=int, default=18000)
+    parser.add_argument("--reply-words", type=int, default=9)
+    parser.add_argument("--delay-s", type=float, default=0.0, help="before each response")
+    parser.add_argument("--chunk-delay-s", type=float, default=0.0, help="between SSE chunks")
+    args = parser.parse_args()
+    app = FakeUpstreamApp(reply_words=args.reply_words, delay_s=args.delay_s,
+                          chunk_delay_s=args.chunk_delay_s)
+    uvicorn.run(app, host="127.0.0.1", port=args.port, lifespan="off", log_level="warning",
+                access_log=False)
+
+
+if __name__ == "__main__":
+    main()
+
