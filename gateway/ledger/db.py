@@ -1,0 +1,94 @@
+"""Engines for the ledger database and its schema, which only ever comes from Alembic migrations.
+
+SQLite (WAL, parent directory created) by default; PostgreSQL through psycopg 3. Sync API: async
+callers run these in a thread.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+SQLITE_BUSY_TIMEOUT_MS = 5000
+POSTGRES_CONNECT_TIMEOUT_S = 5
+POSTGRES_STATEMENT_TIMEOUT_MS = 30000
+
+
+def create_ledger_engine(database_url: str) -> Engine:
+    """An engine for `database_url`; `postgresql://` URLs are served by psycopg 3."""
+    url = make_url(database_url)
+    if url.get_backend_name() == "sqlite":
+        return _sqlite_engine(url)
+    if url.get_backend_name() == "postgresql":
+        return _postgres_engine(url)
+    raise ValueError(f"unsupported ledger database: {url.get_backend_name()}")
+
+
+def session_factory(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+def migrate(database_url: str, revision: str = "head") -> None:
+    """Bring the ledger schema to `revision` (idempotent; safe at every start-up)."""
+    engine = create_ledger_engine(database_url)
+    try:
+        migrate_engine(engine, revision)
+    finally:
+        engine.dispose()
+
+
+def migrate_engine(engine: Engine, revision: str = "head") -> None:
+    config = alembic_config()
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, revision)
+
+
+def alembic_config() -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    return config
+
+
+def _sqlite_engine(url: sa.URL) -> Engine:
+    database = url.database or ""
+    if database and database != ":memory:" and not database.startswith("file:"):
+        Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    engine = sa.create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+
+    @sa.event.listens_for(engine, "connect")
+    def _pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.close()
+
+    return engine
+
+
+def _postgres_engine(url: sa.URL) -> Engine:
+    if url.drivername in {"postgresql", "postgres"}:
+        url = url.set(drivername="postgresql+psycopg")
+    engine = sa.create_engine(
+        url,
+        pool_pre_ping=True,  # a connection that died in an outage is replaced, not reused
+        pool_size=2,
+        max_overflow=2,
+        pool_timeout=POSTGRES_CONNECT_TIMEOUT_S,
+        connect_args={"connect_timeout": POSTGRES_CONNECT_TIMEOUT_S},
+    )
+
+    @sa.event.listens_for(engine, "connect")
+    def _timeouts(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+        with dbapi_connection.cursor() as cursor:
+            cursor.execute(f"SET statement_timeout = {POSTGRES_STATEMENT_TIMEOUT_MS}")
+        dbapi_connection.commit()
+
+    return engine

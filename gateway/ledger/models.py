@@ -1,0 +1,162 @@
+"""The `usage` table (one row per backend call) and `UsageRow`, the frozen record of one call.
+
+Counts, money and timings only: no column may hold prompt or completion text.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Literal
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+CallStatus = Literal["ok", "error", "client_disconnect", "rejected"]
+CALL_STATUSES: tuple[str, ...] = ("ok", "error", "client_disconnect", "rejected")
+MONEY_QUANTUM = Decimal("0.00000001")  # Numeric(18, 8)
+MAX_DIAGNOSIS_BYTES = 8192  # a diagnosis is a few hashes and counts, never prompt text
+
+
+class UtcDateTime(sa.types.TypeDecorator[datetime]):
+    """Stores naive UTC on every dialect and hands back aware UTC datetimes."""
+
+    impl = sa.DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("usage timestamps must be timezone-aware")
+        return value.astimezone(UTC).replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        return None if value is None else value.replace(tzinfo=UTC)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class UsageRecord(Base):
+    __tablename__ = "usage"
+
+    id: Mapped[str] = mapped_column(sa.String(36), primary_key=True)
+    ts: Mapped[datetime] = mapped_column(UtcDateTime(), index=True)
+    tenant: Mapped[str] = mapped_column(sa.String(128))
+    key_id: Mapped[str] = mapped_column(sa.String(128))
+    session_id: Mapped[str | None] = mapped_column(sa.String(256))
+    model: Mapped[str] = mapped_column(sa.String(256))
+    backend: Mapped[str | None] = mapped_column(sa.String(128))
+    replica: Mapped[str | None] = mapped_column(sa.String(512))
+    attempt: Mapped[int] = mapped_column(sa.Integer)
+    status: Mapped[str] = mapped_column(sa.String(32))
+    error_kind: Mapped[str | None] = mapped_column(sa.String(64))
+    input_tokens: Mapped[int] = mapped_column(sa.BigInteger)
+    cache_read_tokens: Mapped[int] = mapped_column(sa.BigInteger)
+    cache_write_tokens: Mapped[int] = mapped_column(sa.BigInteger)
+    output_tokens: Mapped[int] = mapped_column(sa.BigInteger)
+    cost_usd: Mapped[Decimal] = mapped_column(sa.Numeric(18, 8))
+    uncached_cost_usd: Mapped[Decimal] = mapped_column(sa.Numeric(18, 8))
+    ttft_ms: Mapped[float | None] = mapped_column(sa.Float)
+    latency_ms: Mapped[float] = mapped_column(sa.Float)
+    cache_diagnosis: Mapped[str | None] = mapped_column(sa.Text)
+    request_id: Mapped[str] = mapped_column(sa.String(128))
+
+    __table_args__ = (sa.Index("ix_usage_tenant_ts", "tenant", "ts"),)
+
+
+def to_money(value: Decimal | float | int | str) -> Decimal:
+    """Exact decimal dollars at the ledger's precision; floats go through their shortest repr."""
+    exact = value if isinstance(value, Decimal) else Decimal(str(value))
+    return exact.quantize(MONEY_QUANTUM) if exact.is_finite() else exact
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UsageRow:
+    """One backend call as the ledger stores it. `id` makes a retried insert idempotent."""
+
+    id: str
+    ts: datetime
+    tenant: str
+    key_id: str
+    model: str
+    request_id: str
+    status: CallStatus
+    session_id: str | None = None
+    backend: str | None = None
+    replica: str | None = None
+    attempt: int = 0
+    error_kind: str | None = None
+    input_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: Decimal = Decimal(0)
+    uncached_cost_usd: Decimal = Decimal(0)
+    ttft_ms: float | None = None
+    latency_ms: float = 0.0
+    cache_diagnosis: str | None = None  # small JSON text from the cache-break diagnosis
+
+    def __post_init__(self) -> None:
+        if self.ts.tzinfo is None:
+            raise ValueError("UsageRow.ts must be timezone-aware")
+        if self.status not in CALL_STATUSES:
+            raise ValueError(f"UsageRow.status must be one of {CALL_STATUSES}")
+        counts = (self.input_tokens, self.cache_read_tokens, self.cache_write_tokens)
+        if min(*counts, self.output_tokens) < 0:
+            raise ValueError("UsageRow token counts must be >= 0")
+        for name in ("cost_usd", "uncached_cost_usd"):
+            money = to_money(getattr(self, name))
+            if not money.is_finite() or money < 0:
+                raise ValueError(f"UsageRow.{name} must be a finite amount >= 0")
+            object.__setattr__(self, name, money)
+        for name, max_length in _STRING_LIMITS.items():
+            value = getattr(self, name)
+            if value is not None and len(value) > max_length:
+                raise ValueError(f"UsageRow.{name} is longer than {max_length} characters")
+        if self.cache_diagnosis is not None:
+            _check_diagnosis(self.cache_diagnosis)
+
+    def to_json(self) -> str:
+        """One spool line; money as decimal strings so nothing is rounded through floats."""
+        return json.dumps(
+            {
+                **{name: getattr(self, name) for name in _PLAIN_FIELDS},
+                "ts": self.ts.isoformat(),
+                "cost_usd": str(self.cost_usd),
+                "uncached_cost_usd": str(self.uncached_cost_usd),
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, line: str) -> UsageRow:
+        data = json.loads(line)
+        data["ts"] = datetime.fromisoformat(data["ts"])
+        data["cost_usd"] = Decimal(data["cost_usd"])
+        data["uncached_cost_usd"] = Decimal(data["uncached_cost_usd"])
+        return cls(**data)
+
+    def to_values(self) -> dict[str, object]:
+        """Column values for an INSERT into `usage`."""
+        return {name: getattr(self, name) for name in USAGE_COLUMNS}
+
+
+USAGE_COLUMNS: tuple[str, ...] = tuple(c.name for c in UsageRecord.__table__.columns)
+_STRING_LIMITS = {
+    c.name: c.type.length
+    for c in UsageRecord.__table__.columns
+    if isinstance(c.type, sa.String) and c.type.length is not None
+}
+_PLAIN_FIELDS = tuple(n for n in USAGE_COLUMNS if n not in {"ts", "cost_usd", "uncached_cost_usd"})
+
+
+def _check_diagnosis(text: str) -> None:
+    if len(text.encode()) > MAX_DIAGNOSIS_BYTES:
+        raise ValueError(f"cache_diagnosis is over {MAX_DIAGNOSIS_BYTES} bytes")
+    json.loads(text)  # ValueError when it is not JSON

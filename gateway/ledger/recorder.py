@@ -1,0 +1,205 @@
+"""`UsageRecorder`: takes usage rows without blocking and gets every one into the database.
+
+`record()` only appends to memory; one writer thread batches inserts (idempotent by row id). While
+the database is unreachable rows go to the fsynced on-disk spool and are retried with backoff; the
+spool is drained at start-up. A full spool is the one loss path: each overflow row is logged whole
+at ERROR (it holds no prompt text, so it can be re-imported from the log) and counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Engine
+
+from gateway.ledger.models import UsageRecord, UsageRow
+from gateway.ledger.spool import Spool
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RecorderConfig:
+    spool_dir: Path
+    spool_max_bytes: int = 256 * 1024 * 1024
+    batch_size: int = 500
+    retry_initial_s: float = 0.5
+    retry_max_s: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class RecorderStats:
+    """Counters since start; `num_overflowed` > 0 means rows exist only in the ERROR log."""
+
+    num_recorded: int
+    num_written: int
+    num_spooled: int
+    num_overflowed: int
+    num_pending: int
+    spool_bytes: int
+    is_database_up: bool
+
+
+def insert_rows(engine: Engine, rows: Sequence[UsageRow]) -> None:
+    """INSERT ... ON CONFLICT (id) DO NOTHING: writing a row twice leaves one row."""
+    dialect = postgresql if engine.dialect.name == "postgresql" else sqlite
+    statement = dialect.insert(UsageRecord.__table__).on_conflict_do_nothing(index_elements=["id"])
+    with engine.begin() as connection:
+        connection.execute(statement, [row.to_values() for row in rows])
+
+
+class UsageRecorder:
+    """Call `start()` once, `record()` from anywhere (never blocks), `aclose()`/`close()` at exit."""
+
+    def __init__(
+        self, engine: Engine, config: RecorderConfig,
+        *, monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._engine = engine
+        self._config = config
+        self._monotonic = monotonic
+        self._spool = Spool(config.spool_dir, config.spool_max_bytes)
+        self._pending: deque[UsageRow] = deque()
+        self._wakeup = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._is_stopping = False
+        self._is_closed = False
+        self._is_db_up = True
+        self._retry_delay_s = config.retry_initial_s
+        self._retry_at = 0.0
+        self._counts = {"recorded": 0, "written": 0, "spooled": 0, "overflowed": 0}
+
+    def start(self) -> None:
+        """Opens the spool and starts the writer, which first drains what earlier runs spooled."""
+        if self._thread is not None:
+            raise RuntimeError("UsageRecorder already started")
+        self._spool.open()
+        self._thread = threading.Thread(target=self._run, name="usage-recorder", daemon=True)
+        self._thread.start()
+
+    def record(self, row: UsageRow) -> None:
+        """Queues `row` in memory and returns; no I/O happens on the caller's thread."""
+        with self._wakeup:
+            if self._is_closed:
+                raise RuntimeError("UsageRecorder is closed")
+            self._pending.append(row)
+            self._counts["recorded"] += 1
+            self._wakeup.notify()
+
+    def stats(self) -> RecorderStats:
+        with self._wakeup:
+            return RecorderStats(
+                num_recorded=self._counts["recorded"], num_written=self._counts["written"],
+                num_spooled=self._counts["spooled"], num_overflowed=self._counts["overflowed"],
+                num_pending=len(self._pending), spool_bytes=self._spool.num_bytes,
+                is_database_up=self._is_db_up,
+            )
+
+    def close(self) -> None:
+        """Writes everything queued (to the database, else the spool), then stops the writer."""
+        with self._wakeup:
+            self._is_closed = True
+            self._is_stopping = True
+            self._wakeup.notify()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self._spool.close()
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.close)
+
+    # --- the writer thread ---------------------------------------------------------------
+
+    def _run(self) -> None:
+        self._drain_spool()
+        while True:
+            batch, is_stopping = self._take_batch()
+            if batch:
+                self._write(batch)
+            if not self._spool.is_empty and self._monotonic() >= self._retry_at:
+                self._drain_spool()
+            if is_stopping and not batch:
+                if not self._spool.is_empty:
+                    self._drain_spool()  # one last try, whatever the backoff says
+                return
+
+    def _take_batch(self) -> tuple[list[UsageRow], bool]:
+        with self._wakeup:
+            if not self._pending and not self._is_stopping:
+                self._wakeup.wait(timeout=self._idle_wait_s())
+            size = min(len(self._pending), self._config.batch_size)
+            return [self._pending.popleft() for _ in range(size)], self._is_stopping
+
+    def _idle_wait_s(self) -> float | None:
+        if self._spool.is_empty:
+            return None
+        return max(0.0, self._retry_at - self._monotonic())
+
+    def _write(self, batch: list[UsageRow]) -> None:
+        if not self._is_db_up or not self._spool.is_empty:
+            self._to_spool(batch)  # keep the outage's rows together; the drain writes them
+            return
+        try:
+            insert_rows(self._engine, batch)
+        except Exception as error:  # noqa: BLE001 - any failure: keep the rows, retry later
+            self._mark_down(error)
+            self._to_spool(batch)
+            return
+        self._count("written", len(batch))
+
+    def _drain_spool(self) -> None:
+        num_rows = 0
+        try:
+            for batch in self._spool.read_all(self._config.batch_size):
+                insert_rows(self._engine, batch)
+                num_rows += len(batch)
+            self._spool.clear()
+        except Exception as error:  # noqa: BLE001 - the spool keeps them; retry with backoff
+            self._spool.release()
+            self._mark_down(error)
+            return
+        if num_rows:
+            log.warning("usage ledger: wrote %d spooled rows", num_rows)
+        self._count("written", num_rows)
+        with self._wakeup:
+            self._is_db_up = True
+        self._retry_delay_s = self._config.retry_initial_s
+
+    def _mark_down(self, error: Exception) -> None:
+        log.warning(
+            "usage ledger: database unavailable (%s); spooling, retry in %.1fs",
+            type(error).__name__, self._retry_delay_s,
+        )
+        with self._wakeup:
+            self._is_db_up = False
+        self._retry_at = self._monotonic() + self._retry_delay_s
+        self._retry_delay_s = min(self._retry_delay_s * 2, self._config.retry_max_s)
+
+    def _to_spool(self, batch: list[UsageRow]) -> None:
+        try:
+            result = self._spool.append(batch)
+        except OSError:
+            log.exception("usage ledger: spool write failed")
+            self._overflow(batch)
+            return
+        self._count("spooled", result.num_written)
+        if result.overflow:
+            self._overflow(list(result.overflow))
+
+    def _overflow(self, rows: list[UsageRow]) -> None:
+        for row in rows:
+            log.error("usage ledger: spool full, row kept only in this log: %s", row.to_json())
+        self._count("overflowed", len(rows))
+
+    def _count(self, name: str, n: int) -> None:
+        with self._wakeup:
+            self._counts[name] += n
