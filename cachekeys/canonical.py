@@ -1,0 +1,185 @@
+"""Canonical order: tools sorted by name (declared-public tools first), JSON keys sorted.
+
+Pure functions over canonical types and raw wire dicts; returns new values, never mutates
+its inputs, and never changes what a JSON value means (object key order and the order of a
+schema's `required` names carry no meaning; every other array keeps its order).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+
+from adapters.types import JSON, ChatRequest, Message, ToolSpec, ToolUsePart
+
+IsPublicTool = Callable[[str, bytes], bool]  # (tool name, canonical digest) -> declared public
+
+
+def sort_json(value: JSON) -> JSON:
+    """The same JSON value with every object's keys in sorted order."""
+    if isinstance(value, Mapping):
+        return {key: sort_json(value[key]) for key in sorted(value)}
+    if isinstance(value, list | tuple):
+        return [sort_json(item) for item in value]
+    return value
+
+
+def canonical_schema(schema: JSON) -> JSON:
+    """A JSON schema with sorted keys and sorted `required` name lists (a set in meaning)."""
+    if isinstance(schema, Mapping):
+        out: dict[str, JSON] = {}
+        for key in sorted(schema):
+            item = schema[key]
+            is_name_list = isinstance(item, list) and all(isinstance(x, str) for x in item)
+            out[key] = (
+                sorted(item) if key == "required" and is_name_list else canonical_schema(item)
+            )
+        return out
+    if isinstance(schema, list | tuple):
+        return [canonical_schema(item) for item in schema]
+    return schema
+
+
+def canonical_arguments(arguments_json: str) -> str:
+    """Tool-call arguments with sorted keys; text that is not JSON is returned unchanged."""
+    try:
+        value = json.loads(arguments_json)
+    except ValueError:
+        return arguments_json
+    return json.dumps(sort_json(value), ensure_ascii=False, separators=(",", ":"))
+
+
+def json_bytes(value: JSON) -> bytes:
+    """The canonical bytes of a JSON value: sorted keys, no spaces, UTF-8."""
+    return json.dumps(sort_json(value), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def tool_digest(tool: ToolSpec) -> bytes:
+    """SHA-256 of a tool's canonical definition, the same for either wire format."""
+    body = {"name": tool.name, "description": tool.description, "input_schema": tool.input_schema}
+    return hashlib.sha256(json_bytes(body)).digest()
+
+
+def raw_tool_digest(wire: str, tool: Mapping[str, JSON]) -> bytes:
+    """`tool_digest` of a raw OpenAI or Anthropic tool definition (cache markers ignored)."""
+    function = tool.get("function") if wire == "openai" else None
+    if isinstance(function, Mapping):
+        body: JSON = {
+            "name": function.get("name", ""),
+            "description": function.get("description", ""),
+            "input_schema": function.get("parameters", {}),
+        }
+    elif wire == "anthropic" and "input_schema" in tool:
+        body = {k: tool.get(k, "") for k in ("name", "description", "input_schema")}
+    else:
+        body = {k: v for k, v in tool.items() if k != "cache_control"}
+    return hashlib.sha256(json_bytes(body)).digest()
+
+
+def tool_order_key(name: str, is_public: bool) -> tuple[int, str]:
+    """Declared-public tools first (so the shareable prefix is one run), then by name."""
+    return (0 if is_public else 1, name)
+
+
+# --- canonical types ---------------------------------------------------------------------
+
+
+def order_tools(tools: tuple[ToolSpec, ...], is_public: IsPublicTool) -> tuple[ToolSpec, ...]:
+    keyed = [
+        (tool_order_key(t.name, is_public(t.name, tool_digest(t))), i, t)
+        for i, t in enumerate(tools)
+    ]
+    ordered = tuple(t for _, _, t in sorted(keyed))
+    return _move_tool_markers(tools, ordered)
+
+
+def _move_tool_markers(
+    before: tuple[ToolSpec, ...], after: tuple[ToolSpec, ...]
+) -> tuple[ToolSpec, ...]:
+    """A client marker on the tools level means "cache the tools": keep it on the last tool."""
+    marked = [t.cache_control for t in before if t.cache_control is not None]
+    if not marked or after == before:
+        return after
+    ttl = "1h" if any(c.ttl == "1h" for c in marked) else "5m"
+    cleared = [replace(t, cache_control=None) for t in after]
+    cleared[-1] = replace(cleared[-1], cache_control=replace(marked[0], ttl=ttl))
+    return tuple(cleared)
+
+
+def canonical_tool_schemas(tools: tuple[ToolSpec, ...]) -> tuple[ToolSpec, ...]:
+    return tuple(replace(t, input_schema=canonical_schema(t.input_schema)) for t in tools)
+
+
+def canonical_history_arguments(request: ChatRequest) -> ChatRequest:
+    """Sorted keys in every tool call's arguments (opt-in: edits the bytes, not the meaning)."""
+
+    def fix(message: Message) -> Message:
+        parts = tuple(
+            replace(p, arguments_json=canonical_arguments(p.arguments_json))
+            if isinstance(p, ToolUsePart)
+            else p
+            for p in message.content
+        )
+        return message if parts == message.content else replace(message, content=parts)
+
+    return replace(request, messages=tuple(fix(m) for m in request.messages))
+
+
+# --- raw wire dicts ------------------------------------------------------------------------
+
+
+def raw_tool_name(wire: str, tool: Mapping[str, JSON]) -> str:
+    if wire == "openai":
+        function = tool.get("function")
+        return (
+            str(function.get("name", ""))
+            if isinstance(function, Mapping)
+            else str(tool.get("type", ""))
+        )
+    return str(tool.get("name", ""))
+
+
+def raw_tool_schema_key(wire: str) -> str:
+    return "parameters" if wire == "openai" else "input_schema"
+
+
+def order_raw_tools(wire: str, tools: list[JSON], is_public: IsPublicTool) -> list[JSON]:
+    keyed = [
+        (
+            tool_order_key(
+                raw_tool_name(wire, t), is_public(raw_tool_name(wire, t), raw_tool_digest(wire, t))
+            ),
+            i,
+            t,
+        )
+        for i, t in enumerate(tools)
+    ]
+    ordered = [t for _, _, t in sorted(keyed, key=lambda k: (k[0], k[1]))]
+    if wire != "anthropic" or ordered == list(tools):
+        return ordered
+    marks = [t["cache_control"] for t in tools if isinstance(t, Mapping) and "cache_control" in t]
+    if not marks:
+        return ordered
+    ttl = "1h" if any(isinstance(m, Mapping) and m.get("ttl") == "1h" for m in marks) else None
+    out = [{k: v for k, v in t.items() if k != "cache_control"} for t in ordered]
+    marker = dict(marks[0]) if isinstance(marks[0], Mapping) else {"type": "ephemeral"}
+    if ttl:
+        marker["ttl"] = ttl
+    out[-1]["cache_control"] = marker
+    return out
+
+
+def canonical_raw_tool(wire: str, tool: Mapping[str, JSON]) -> dict[str, JSON]:
+    """One raw tool with its schema canonical; other keys keep their order and values."""
+    out = dict(tool)
+    key = raw_tool_schema_key(wire)
+    if wire == "openai" and isinstance(tool.get("function"), Mapping):
+        function = dict(tool["function"])
+        if key in function:
+            function[key] = canonical_schema(function[key])
+        out["function"] = function
+    elif key in tool:
+        out[key] = canonical_schema(tool[key])
+    return out

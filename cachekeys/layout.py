@@ -1,0 +1,284 @@
+"""The flattened prompt: blocks in cache order (tools, system, messages) with digests and counts.
+
+Pure. A block is one tool, one system text block, or one message content block: the unit at
+which providers place cache breakpoints. Digests ignore cache markers, so a marker never
+changes what a block is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from adapters.types import (
+    JSON,
+    ChatRequest,
+    ContentPart,
+    ImagePart,
+    TextPart,
+    ToolUsePart,
+)
+from cachekeys.canonical import json_bytes, raw_tool_digest, raw_tool_name, tool_digest
+from cachekeys.normalise import PublicPrefix
+from cachekeys.volatile import is_volatile_block
+
+Level = Literal["tools", "system", "messages"]
+Locator = tuple[str | int | None, ...]  # ("tools", 2), ("system", 0), ("messages", 3, 1)
+
+
+@dataclass(frozen=True, slots=True)
+class PromptBlock:
+    level: Level
+    locator: Locator
+    text: str  # what the token counter reads
+    digest: bytes  # identity of the block's content (markers excluded)
+    marker_ttl: str | None = None  # a cache marker the client set on this block
+    is_public: bool = False  # declared shareable across tenants
+    is_volatile: bool = False  # Lantern's relocated trailing block: never part of the stable prefix
+    is_markable: bool = True  # providers reject markers on empty text and thinking blocks
+
+    @property
+    def name(self) -> str:
+        head, *rest = self.locator
+        return str(head) + "".join(f"[{r}]" for r in rest if r is not None)
+
+
+def _digest(*fields: str) -> bytes:
+    return hashlib.sha256("\0".join(fields).encode("utf-8")).digest()
+
+
+def system_digest_hex(text: str) -> str:
+    """What an admin writes in `public_prefixes` to declare a system text block public."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# --- canonical types ---------------------------------------------------------------------
+
+
+def request_blocks(
+    request: ChatRequest, public: PublicPrefix = PublicPrefix()
+) -> tuple[PromptBlock, ...]:
+    blocks: list[PromptBlock] = []
+    for i, tool in enumerate(request.tools):
+        digest = tool_digest(tool)
+        text = json_bytes(
+            {"name": tool.name, "description": tool.description, "input_schema": tool.input_schema}
+        )
+        ttl = tool.cache_control.ttl if tool.cache_control else None
+        blocks.append(
+            PromptBlock(
+                "tools",
+                ("tools", i),
+                text.decode("utf-8"),
+                digest,
+                ttl,
+                public.is_public_tool(tool.name, digest),
+            )
+        )
+    for j, part in enumerate(request.system):
+        ttl = part.cache_control.ttl if part.cache_control else None
+        public_system = public.is_public_system(system_digest_hex(part.text))
+        blocks.append(
+            PromptBlock(
+                "system",
+                ("system", j),
+                part.text,
+                _digest("system", part.text),
+                ttl,
+                public_system,
+                False,
+                bool(part.text),
+            )
+        )
+    for m, message in enumerate(request.messages):
+        for k, part in enumerate(message.content):
+            blocks.append(_part_block(("messages", m, k), message.role, k == 0, part))
+    return _mark_public_run(blocks)
+
+
+def _part_block(
+    locator: Locator, role: str, starts_message: bool, part: ContentPart
+) -> PromptBlock:
+    head = (role, "start" if starts_message else "next")
+    ttl = part.cache_control.ttl if part.cache_control else None
+    if isinstance(part, TextPart):
+        return PromptBlock(
+            "messages",
+            locator,
+            part.text,
+            _digest(*head, "text", part.text),
+            ttl,
+            is_volatile=is_volatile_block(part.text),
+            is_markable=bool(part.text),
+        )
+    if isinstance(part, ImagePart):
+        source = part.url or f"{part.media_type}:{part.data_b64}"
+        return PromptBlock("messages", locator, "", _digest(*head, "image", source), ttl)
+    if isinstance(part, ToolUsePart):
+        payload = (part.id, part.name, part.arguments_json)
+        return PromptBlock(
+            "messages",
+            locator,
+            part.name + part.arguments_json,
+            _digest(*head, "tool_use", *payload),
+            ttl,
+        )
+    texts = "".join(p.text for p in part.content if isinstance(p, TextPart))
+    images = "".join(p.url or p.data_b64 or "" for p in part.content if isinstance(p, ImagePart))
+    fields = ("tool_result", part.tool_use_id, str(part.is_error), texts, images)
+    return PromptBlock("messages", locator, texts, _digest(*head, *fields), ttl)
+
+
+def _mark_public_run(blocks: list[PromptBlock]) -> tuple[PromptBlock, ...]:
+    """Only the leading run of declared-public blocks is public: sharing stops at the first
+    private block, because every later block's key depends on it."""
+    out: list[PromptBlock] = []
+    in_run = True
+    for block in blocks:
+        in_run = in_run and block.is_public
+        out.append(block if in_run or not block.is_public else _private(block))
+    return tuple(out)
+
+
+def _private(block: PromptBlock) -> PromptBlock:
+    return PromptBlock(
+        block.level,
+        block.locator,
+        block.text,
+        block.digest,
+        block.marker_ttl,
+        False,
+        block.is_volatile,
+        block.is_markable,
+    )
+
+
+# --- raw Anthropic bodies ----------------------------------------------------------------------
+
+
+def anthropic_blocks(
+    body: Mapping[str, JSON], public: PublicPrefix = PublicPrefix()
+) -> tuple[PromptBlock, ...]:
+    """The blocks of a raw Anthropic Messages body, addressed so a marker can be put back."""
+    blocks: list[PromptBlock] = []
+    for i, tool in enumerate(body.get("tools") or []):
+        digest = raw_tool_digest("anthropic", tool)
+        text = json_bytes({k: v for k, v in tool.items() if k != "cache_control"}).decode("utf-8")
+        is_public = public.is_public_tool(raw_tool_name("anthropic", tool), digest)
+        blocks.append(PromptBlock("tools", ("tools", i), text, digest, _raw_ttl(tool), is_public))
+    system = body.get("system")
+    if isinstance(system, str):
+        blocks.append(_raw_text("system", ("system", None), system, None, public))
+    elif isinstance(system, list):
+        for j, part in enumerate(system):
+            blocks.append(
+                _raw_text(
+                    "system", ("system", j), str(part.get("text", "")), _raw_ttl(part), public
+                )
+            )
+    for m, message in enumerate(body.get("messages") or []):
+        content = message.get("content")
+        role = str(message.get("role"))
+        if isinstance(content, str):
+            blocks.append(
+                _raw_message_block(
+                    ("messages", m, None), role, True, {"type": "text", "text": content}
+                )
+            )
+            continue
+        for k, part in enumerate(content or []):
+            blocks.append(_raw_message_block(("messages", m, k), role, k == 0, part))
+    return _mark_public_run(blocks)
+
+
+def _raw_ttl(part: Mapping[str, JSON]) -> str | None:
+    marker = part.get("cache_control")
+    if not isinstance(marker, Mapping):
+        return None
+    return str(marker.get("ttl", "5m"))
+
+
+def _raw_text(
+    level: Level, locator: Locator, text: str, ttl: str | None, public: PublicPrefix
+) -> PromptBlock:
+    is_public = public.is_public_system(system_digest_hex(text))
+    return PromptBlock(
+        level, locator, text, _digest("system", text), ttl, is_public, False, bool(text)
+    )
+
+
+def _raw_message_block(
+    locator: Locator, role: str, starts: bool, part: Mapping[str, JSON]
+) -> PromptBlock:
+    kind = str(part.get("type", "text"))
+    head = (role, "start" if starts else "next")
+    ttl = _raw_ttl(part)
+    if kind == "text":
+        text = str(part.get("text", ""))
+        return PromptBlock(
+            "messages",
+            locator,
+            text,
+            _digest(*head, "text", text),
+            ttl,
+            is_volatile=is_volatile_block(text),
+            is_markable=bool(text),
+        )
+    payload = json.dumps(
+        {k: v for k, v in part.items() if k != "cache_control"}, ensure_ascii=False, sort_keys=False
+    )
+    text = (
+        str(part.get("thinking") or part.get("text") or "")
+        if kind in ("thinking", "redacted_thinking")
+        else payload
+    )
+    markable = kind not in ("thinking", "redacted_thinking")
+    return PromptBlock(
+        "messages", locator, text, _digest(*head, kind, payload), ttl, is_markable=markable
+    )
+
+
+# --- counted layout ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PromptLayout:
+    """Blocks with their token counts; positions are cumulative token ends."""
+
+    blocks: tuple[PromptBlock, ...]
+    tokens: tuple[int, ...]
+
+    @classmethod
+    def count(
+        cls, blocks: Sequence[PromptBlock], count_tokens: Callable[[str], int]
+    ) -> PromptLayout:
+        return cls(tuple(blocks), tuple(count_tokens(b.text) for b in blocks))
+
+    def end(self, index: int) -> int:
+        """Tokens from the start of the prompt to the end of block `index` (-1: 0)."""
+        return sum(self.tokens[: index + 1])
+
+    def last_stable(self) -> int:
+        """Index of the last block before Lantern's volatile tail (-1 if none)."""
+        for i in range(len(self.blocks) - 1, -1, -1):
+            if not self.blocks[i].is_volatile:
+                return i
+        return -1
+
+    def stable_tokens(self) -> int:
+        return self.end(self.last_stable())
+
+    def public_tokens(self) -> int:
+        n = 0
+        for block, tokens in zip(self.blocks, self.tokens, strict=True):
+            if not block.is_public:
+                break
+            n += tokens
+        return n
+
+    def last_of(self, level: Level) -> int:
+        indices = [i for i, b in enumerate(self.blocks) if b.level == level]
+        return indices[-1] if indices else -1

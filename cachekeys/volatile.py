@@ -1,0 +1,123 @@
+"""Volatile-text relocation: dates, times, ids moved out of tools and system into a trailing block.
+
+Pure: the stable prefix keeps a numbered placeholder, and the values travel in one text block
+appended to the newest user turn. Conversation history is never rewritten.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+
+from adapters.types import JSON, ChatRequest, Message, TextPart, ToolSpec
+
+DEFAULT_VOLATILE_PATTERNS: tuple[str, ...] = (
+    # ISO-8601 date-times (2026-11-30T09:18:42Z, 2026-11-30 09:18:42.123+01:00)
+    r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?",
+    r"\b\d{4}-\d{2}-\d{2}\b",  # dates
+    r"\b\d{1,2}:\d{2}(?::\d{2})?(?:\s?[AaPp]\.?[Mm]\.?)?",  # clock times (15:07, 3:07 PM)
+    r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b",  # UUIDs
+    r"\b(?:req|request|msg|call|run|trace|span)[_-][A-Za-z0-9]{8,}\b",  # request and trace ids
+    r"\b1[6-9]\d{8}(?:\d{3})?\b",  # Unix epoch seconds or milliseconds (2020s-2030s)
+)
+PLACEHOLDER = "{{volatile:%d}}"
+BLOCK_OPEN = "<volatile-context>"
+BLOCK_CLOSE = "</volatile-context>"
+
+
+@dataclass(frozen=True, slots=True)
+class VolatileMatcher:
+    """One compiled alternation of the tenant's patterns (first) and the defaults."""
+
+    pattern: re.Pattern[str]
+
+    @classmethod
+    def build(
+        cls, tenant_patterns: Iterable[str] = (), use_defaults: bool = True
+    ) -> VolatileMatcher:
+        patterns = tuple(tenant_patterns) + (DEFAULT_VOLATILE_PATTERNS if use_defaults else ())
+        if not patterns:
+            return cls(re.compile(r"(?!)"))  # matches nothing
+        return cls(re.compile("|".join(f"(?:{p})" for p in patterns)))
+
+
+class Relocator:
+    """Replaces volatile values by placeholders, numbering distinct values in order of appearance.
+
+    One instance serves one request: the same value always gets the same placeholder.
+    """
+
+    def __init__(self, matcher: VolatileMatcher) -> None:
+        self._matcher = matcher
+        self._values: dict[str, int] = {}
+
+    def text(self, text: str) -> str:
+        return self._matcher.pattern.sub(self._placeholder, text)
+
+    def _placeholder(self, match: re.Match[str]) -> str:
+        value = match.group(0)
+        if not value:
+            return value
+        number = self._values.setdefault(value, len(self._values) + 1)
+        return PLACEHOLDER % number
+
+    def schema(self, schema: JSON) -> JSON:
+        """Relocate inside `description` strings of a JSON schema only."""
+        if isinstance(schema, Mapping):
+            return {
+                k: self.text(v) if k == "description" and isinstance(v, str) else self.schema(v)
+                for k, v in schema.items()
+            }
+        if isinstance(schema, list):
+            return [self.schema(item) for item in schema]
+        return schema
+
+    def block_text(self) -> str | None:
+        """The trailing block with every relocated value, or None when nothing moved."""
+        if not self._values:
+            return None
+        lines = [f"{PLACEHOLDER % n} = {value}" for value, n in self._values.items()]
+        return "\n".join([BLOCK_OPEN, *lines, BLOCK_CLOSE])
+
+
+def is_volatile_block(text: str) -> bool:
+    return text.startswith(BLOCK_OPEN) and text.endswith(BLOCK_CLOSE)
+
+
+# --- canonical types ---------------------------------------------------------------------
+
+
+def relocate_request(request: ChatRequest, matcher: VolatileMatcher) -> ChatRequest:
+    """Move volatile values out of tools and system into a block on the newest user turn."""
+    relocator = Relocator(matcher)
+    tools = tuple(
+        replace(
+            t,
+            description=relocator.text(t.description),
+            input_schema=relocator.schema(t.input_schema),
+        )
+        for t in request.tools
+    )
+    system = tuple(replace(p, text=relocator.text(p.text)) for p in request.system)
+    block = relocator.block_text()
+    if block is None:
+        return request
+    messages = _append_block(request.messages, TextPart(block))
+    return replace(request, tools=_same_or(tools, request.tools), system=system, messages=messages)
+
+
+def _same_or(new: tuple[ToolSpec, ...], old: tuple[ToolSpec, ...]) -> tuple[ToolSpec, ...]:
+    return old if new == old else new
+
+
+def _append_block(messages: tuple[Message, ...], block: TextPart) -> tuple[Message, ...]:
+    """Append to the last message when it is the user's; after a tool answer, add a user turn;
+    before an assistant prefill, append to the user turn that precedes it."""
+    if not messages or messages[-1].role == "tool":
+        return (*messages, Message(role="user", content=(block,)))
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].role == "user":
+            updated = replace(messages[i], content=(*messages[i].content, block))
+            return (*messages[:i], updated, *messages[i + 1 :])
+    return (*messages, Message(role="user", content=(block,)))
