@@ -13,7 +13,7 @@ DOCUMENT_FIELD = "(document)"  # the field name of an issue that belongs to no s
 
 @dataclass(frozen=True, slots=True, order=True)
 class PolicyIssue:
-    """One problem in one policy file; `line` is 1-based, `field` a dotted path (`limits.x`)."""
+    """One problem in one file; `line` is 1-based (0: no line), `field` a dotted path (`limits.x`)."""
 
     file: str
     line: int
@@ -21,7 +21,8 @@ class PolicyIssue:
     reason: str
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}: {self.field}: {self.reason}"
+        where = f"{self.file}:{self.line}" if self.line else self.file
+        return f"{where}: {self.field}: {self.reason}"
 
 
 class PolicyError(Exception):

@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from policies.errors import DOCUMENT_FIELD, PolicyFileError, PolicyIssue
 from policies.model import TenantPolicy
@@ -129,59 +130,83 @@ def issues_from_validation(
     exc: ValidationError, doc: YamlDocument, file: str, model: type[BaseModel]
 ) -> list[PolicyIssue]:
     """One issue per pydantic error, placed on the line of the key (or item) it concerns."""
+    return issues_from_errors(exc.errors(), doc, file, model)
+
+
+def issues_from_errors(
+    errors: Iterable[ErrorDetails], doc: YamlDocument, file: str, model: type[BaseModel]
+) -> list[PolicyIssue]:
+    errors = list(errors)
+    deeper = {e["loc"][:n] for e in errors for n in range(len(e["loc"]))}
     issues = []
-    for error in exc.errors():
+    for error in errors:
         loc, kind = error["loc"], error["type"]
+        if kind == "too_short" and loc in deeper:
+            continue  # pydantic counts only the valid items; the invalid ones are reported
+
         names_key = kind in ("missing", "extra_forbidden") and bool(loc)
         path = doc.resolve(loc[:-1] if names_key else loc)
         field_path: Path_ = (*path, str(loc[-1])) if names_key else path
         line = doc.line_of(field_path if kind == "extra_forbidden" else path)
-        reason = _reason(kind, error["msg"], model, path, str(loc[-1]) if loc else "")
+        reason = _reason(error, model)
         issues.append(PolicyIssue(file, line, _dotted(field_path), reason))
     return issues
 
 
-def _reason(kind: str, message: str, model: type[BaseModel], path: Path_, name: str) -> str:
+def _reason(error: ErrorDetails, model: type[BaseModel]) -> str:
+    kind, loc = error["type"], error["loc"]
+    if kind == "value_error" and "error" in error.get("ctx", {}):
+        return str(error["ctx"]["error"])  # our own validators' text, without pydantic's prefix
     if kind == "missing":
         return "missing required key"
     if kind == "tuple_type":
         return "Input should be a valid list"
-    if kind in ("model_type", "dict_type"):
+    if kind in ("model_type", "dict_type", "model_attributes_type"):
         return "Input should be a mapping"
     if kind != "extra_forbidden":
-        return message
-    allowed = _keys_at(model, path)
-    close = difflib.get_close_matches(name, allowed, n=1)
+        return error["msg"]
+    allowed = _keys_at(model, loc[:-1])
+    close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
     hint = f"did you mean '{close[0]}'? " if close else ""
     return f"unknown key ({hint}allowed: {', '.join(allowed)})"
 
 
-def _keys_at(model: type[BaseModel], path: Path_) -> list[str]:
-    """The keys the model accepts at `path` (list indices and `X | None` unwrapped)."""
-    current: Any = model
-    for part in path:
-        if isinstance(part, int) or not _is_model(current):
+def _keys_at(model: type[BaseModel], loc: tuple[str | int, ...]) -> list[str]:
+    """The keys accepted at pydantic location `loc`; a union's tag picks its member model."""
+    candidates: list[type[BaseModel]] = [model]
+    for part in loc:
+        if isinstance(part, int):
             continue
-        field = current.model_fields.get(part)
-        if field is None:
+        owners = [m for m in candidates if part in m.model_fields]
+        if owners:
+            candidates = _models_in(owners[0].model_fields[part].annotation)
+        else:
+            candidates = [m for m in candidates if _has_literal(m, part)]
+        if not candidates:
             return []
-        current = _element_model(field.annotation)
-    return sorted(current.model_fields) if _is_model(current) else []
+    return sorted(candidates[0].model_fields) if len(candidates) == 1 else []
 
 
-def _is_model(value: Any) -> bool:
-    return isinstance(value, type) and issubclass(value, BaseModel)
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """Models inside an annotation: `X`, `tuple[X, ...]`, `X | None`, `Annotated[A | B, ...]`."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    if typing.get_origin(annotation) not in _CONTAINERS:
+        return []
+    found: list[type[BaseModel]] = []
+    for arg in typing.get_args(annotation):
+        found.extend(m for m in _models_in(arg) if m not in found)
+    return found
 
 
-def _element_model(annotation: Any) -> Any:
-    if _is_model(annotation):
-        return annotation
-    if typing.get_origin(annotation) in (tuple, list, dict, types.UnionType, typing.Union):
-        for arg in typing.get_args(annotation):
-            found = _element_model(arg)
-            if found is not None:
-                return found
-    return None
+_CONTAINERS = (tuple, list, dict, types.UnionType, typing.Union, typing.Annotated)
+
+
+def _has_literal(model: type[BaseModel], value: str) -> bool:
+    return any(
+        typing.get_origin(f.annotation) is typing.Literal and value in typing.get_args(f.annotation)
+        for f in model.model_fields.values()
+    )
 
 
 def load_policy_text(text: str, file: str, *, expected_tenant: str | None = None) -> LoadedPolicy:

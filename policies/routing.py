@@ -1,11 +1,36 @@
-"""The `routing:` section of a tenant policy (read by `adapters/router.py`)."""
+"""The `routing:` section of a tenant policy (read by `adapters/router.py`).
+
+Venue pinning, the routing strategy and the knobs of session affinity and break-even venue
+choice. Pure data: the decision itself lives in the router.
+"""
 
 from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import Field
+
 from policies.base import PolicyModel
+
+Venue = Literal["cheapest", "selfhost_only", "api_only"]
+Strategy = Literal["lantern", "round_robin", "least_loaded", "session_hash", "prefix_only"]
 
 
 class RoutingPolicy(PolicyModel):
-    venue: Literal["cheapest", "selfhost_only", "api_only"] = "cheapest"
+    # cheapest: fill self-hosted replicas up to their headroom, overflow to APIs;
+    # selfhost_only: data residency, never an API; api_only: never a self-hosted replica
+    venue: Venue = "cheapest"
+    strategy: Strategy = "lantern"
+    # a session leaves its replica when staying predicts this much more TTFT than the best other
+    stickiness_gate_s: float = Field(default=5.0, ge=0)
+    # a new session goes to a replica only below this utilisation and predicted TTFT
+    headroom_util: float = Field(default=0.65, gt=0, le=1)
+    ttft_slo_s: float = Field(default=2.0, gt=0)
+    # a session on an API comes back to the fleet only below headroom_util - venue_hysteresis
+    venue_hysteresis: float = Field(default=0.15, ge=0, le=1)
+    # across APIs, leave the provider holding the warm cache only for this relative saving
+    provider_margin: float = Field(default=0.10, ge=0, le=1)
+    # a session entry (and the API prompt cache it stands for) is cold after this long idle
+    session_ttl_s: float = Field(default=300.0, gt=0)
+    # probability of routing a session-less request to a random eligible replica (exploration)
+    exploration: float = Field(default=0.0, ge=0, le=1)
