@@ -1,0 +1,191 @@
+"""The routing decision: which replica or provider API serves one call, and why.
+
+`choose` is pure (no I/O, no clock, no global state): the fleet snapshot, session table,
+prices, tenant knobs, time and randomness all come in as arguments, so every decision can be
+replayed and tested. The stateful fleet that feeds it lives in `gateway/fleet.py`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from adapters import routing_baselines as baselines
+from adapters.routing_types import (
+    ApiState,
+    CandidateScore,
+    Decision,
+    FleetSnapshot,
+    NoRouteAvailable,
+    Prices,
+    ReplicaState,
+    RequestFeatures,
+    RoutingKnobs,
+    SessionEntry,
+    SessionTable,
+    VenueKind,
+    replica_key,
+)
+
+__all__ = ["choose", "session_after", "replica_key"]
+
+
+def _replica_score(r: ReplicaState, f: RequestFeatures, snap: FleetSnapshot) -> CandidateScore:
+    """Predicted cached tokens and TTFT: queued prefill work plus our own uncached prefill."""
+    matched = snap.prefixes.matched_blocks(r.key, f.prefix_hashes)
+    cached = min(matched * f.block_tokens, max(f.prompt_tokens - 1, 0))
+    uncached = f.prompt_tokens - cached
+    ttft = r.base_ttft_s * (1 + r.queue_depth) + (r.inflight_tokens + uncached) / r.prefill_tok_s
+    return CandidateScore(r.backend, r.key, "selfhost", True, cached, ttft, 0.0)
+
+
+def _api_score(a: ApiState, f: RequestFeatures, prices: Prices, entry: SessionEntry | None) -> CandidateScore:
+    warm = entry is not None and entry.venue == "api" and entry.backend == a.backend
+    cached = min(entry.cached_tokens, f.prompt_tokens) if warm and entry is not None else 0
+    price = prices.api.get(a.backend)
+    usd = price.request_usd(f.prompt_tokens, cached, f.max_tokens) if price else 0.0
+    return CandidateScore(a.backend, None, "api", True, cached, 0.0, usd, "warm" if warm else "")
+
+
+def _lantern_pick(
+    subset: Sequence[int], scores: Sequence[CandidateScore], sticky: int | None,
+    knobs: RoutingKnobs, rng: random.Random,
+) -> tuple[int, str]:
+    """Least predicted TTFT (ties: longest match, then order); a session stays on its replica
+    until staying costs more than the gate in predicted TTFT."""
+    best = min(subset, key=lambda i: (scores[i].predicted_ttft_s, -scores[i].predicted_cached_tokens, i))
+    if sticky is not None and sticky in subset:
+        penalty = scores[sticky].predicted_ttft_s - scores[best].predicted_ttft_s
+        if penalty <= knobs.stickiness_gate_s:
+            return sticky, "sticky"
+        return best, "sticky_broken_gate"
+    if sticky is None and knobs.exploration > 0 and rng.random() < knobs.exploration:
+        return rng.choice(list(subset)), "explore"
+    return best, "prefix_match" if scores[best].predicted_cached_tokens > 0 else "least_ttft"
+
+
+def _pick_replica(
+    subset: Sequence[int], replicas: Sequence[ReplicaState], scores: Sequence[CandidateScore],
+    f: RequestFeatures, sticky: int | None, snap: FleetSnapshot, knobs: RoutingKnobs,
+    rng: random.Random,
+) -> tuple[int, str]:
+    strategy = knobs.strategy
+    if strategy == "lantern":
+        return _lantern_pick(subset, scores, sticky, knobs, rng)
+    sub_r = [replicas[i] for i in subset]
+    if strategy == "round_robin":
+        j = baselines.round_robin(sub_r, snap.seq)
+    elif strategy == "least_loaded":
+        j = baselines.least_loaded(sub_r)
+    elif strategy == "session_hash":
+        j = baselines.session_hash(sub_r, f)
+    elif strategy == "prefix_only":
+        j = baselines.prefix_only(sub_r, [scores[i] for i in subset])
+    else:
+        raise ValueError(f"unknown routing strategy {strategy!r}")
+    return subset[j], strategy
+
+
+def _pick_api(scores: Sequence[CandidateScore], knobs: RoutingKnobs) -> tuple[int, str]:
+    """Stay on the provider holding the warm cache unless another is cheaper by the margin."""
+    cheapest = min(range(len(scores)), key=lambda i: (scores[i].predicted_usd, i))
+    warm = next((i for i, s in enumerate(scores) if s.note == "warm"), None)
+    if warm is None:
+        return cheapest, "api_cheapest"
+    if scores[cheapest].predicted_usd < scores[warm].predicted_usd * (1 - knobs.provider_margin):
+        return cheapest, "provider_cheaper"
+    return warm, "provider_warm"
+
+
+def _has_room(s: CandidateScore, r: ReplicaState, util_limit: float, knobs: RoutingKnobs) -> bool:
+    return r.utilisation < util_limit and s.predicted_ttft_s <= knobs.ttft_slo_s
+
+
+def _venue(
+    replicas: Sequence[ReplicaState], rscores: Sequence[CandidateScore], entry: SessionEntry | None,
+    sticky: int | None, knobs: RoutingKnobs, have_api: bool,
+) -> tuple[VenueKind, list[int], str]:
+    """Which venue, and which replicas may take the call if it is the fleet (hysteresis)."""
+    everyone = list(range(len(replicas)))
+    if not have_api:
+        return "selfhost", everyone, ""
+    if not replicas:
+        return "api", [], ""
+    if knobs.venue == "cheapest" and entry is not None and entry.venue == "selfhost":
+        # an affine fleet session keeps the fleet while its pick meets the TTFT bound
+        return "selfhost", everyone, "overflow_ttft_slo"
+    if entry is not None and entry.venue == "api":
+        limit, note = knobs.headroom_util - knobs.venue_hysteresis, "return_to_fleet"
+    else:
+        limit, note = knobs.headroom_util, ""
+    room = [i for i in everyone if _has_room(rscores[i], replicas[i], limit, knobs)]
+    if room:
+        return "selfhost", room, note
+    return "api", [], "overflow_headroom" if entry is None or entry.venue != "api" else ""
+
+
+def _excluded(r: ReplicaState, now: float) -> CandidateScore:
+    note = "unhealthy" if not r.healthy else f"drained until {r.drained_until:g}"
+    return CandidateScore(r.backend, r.key, "selfhost", False, note=note)
+
+
+def choose(
+    features: RequestFeatures, fleet: FleetSnapshot, sessions: SessionTable, prices: Prices,
+    policy: RoutingKnobs, now: float, rng: random.Random,
+) -> Decision:
+    """Pick the venue, replica or provider for one call; raise NoRouteAvailable if none may."""
+    pool = [r for r in fleet.replicas if r.model == features.model]
+    replicas = [r for r in pool if r.is_available(now)] if policy.venue != "api_only" else []
+    apis = [a for a in fleet.apis if a.model == features.model and a.is_available(now)]
+    if policy.venue == "selfhost_only":
+        apis = []
+    if not replicas and not apis:
+        raise NoRouteAvailable(features.model, policy.venue)
+    entry = sessions.fresh(features.session_id, now, policy.session_ttl_s)
+    rscores = [_replica_score(r, features, fleet) for r in replicas]
+    ascores = [_api_score(a, features, prices, entry) for a in apis]
+    keys = [r.key for r in replicas]
+    sticky = keys.index(entry.replica) if entry and entry.replica in keys else None
+    venue, subset, note = _venue(replicas, rscores, entry, sticky, policy, bool(apis))
+    chosen: CandidateScore
+    if venue == "selfhost":
+        i, reason = _pick_replica(subset, replicas, rscores, features, sticky, fleet, policy, rng)
+        chosen = rscores[i]
+        if note == "overflow_ttft_slo" and chosen.predicted_ttft_s > policy.ttft_slo_s:
+            j, api_reason = _pick_api(ascores, policy)
+            chosen, reason = ascores[j], f"{note}:{api_reason}"
+        elif note and note != "overflow_ttft_slo":
+            reason = f"{note}:{reason}"
+    else:
+        j, reason = _pick_api(ascores, policy)
+        chosen = ascores[j]
+        reason = f"{note}:{reason}" if note else reason
+    excluded = [_excluded(r, now) for r in pool if r.key not in keys]
+    return Decision(
+        backend=chosen.backend,
+        replica=chosen.replica,
+        venue=chosen.venue,
+        reason=reason,
+        predicted_cached_tokens=chosen.predicted_cached_tokens,
+        predicted_ttft_s=chosen.predicted_ttft_s,
+        scores=tuple(rscores) + tuple(ascores) + tuple(excluded),
+        fallbacks=_fallbacks(chosen, rscores, ascores),
+    )
+
+
+def _fallbacks(
+    chosen: CandidateScore, rscores: Sequence[CandidateScore], ascores: Sequence[CandidateScore],
+) -> tuple[CandidateScore, ...]:
+    """The rest of the chain: same venue first (fastest replicas / cheapest APIs), then the other."""
+    fleet = sorted((s for s in rscores if s is not chosen), key=lambda s: s.predicted_ttft_s)
+    api = sorted((s for s in ascores if s is not chosen), key=lambda s: s.predicted_usd)
+    order = fleet + api if chosen.venue == "selfhost" else api + fleet
+    return tuple(order)
+
+
+def session_after(
+    session_id: str, venue: VenueKind, backend: str, replica: str | None, now: float,
+    prompt_tokens: int, output_tokens: int,
+) -> SessionEntry:
+    """The session's entry once a call succeeded: the venue now holds prompt and answer."""
+    return SessionEntry(session_id, venue, backend, replica, now, prompt_tokens + output_tokens)

@@ -1,0 +1,81 @@
+"""The approximate prefix index: per replica, an LRU set of chained block hashes, fed by the
+router's own dispatches (and answers), bounded by the replica's KV capacity in blocks.
+
+In-memory data structure only; the fleet owns one instance and injects nothing global.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+
+
+class PrefixIndex:
+    """Which block hashes each replica probably holds. A match is the longest leading run of a
+    request's chained hashes present on the replica (a gap ends it, as in the engine)."""
+
+    def __init__(self, min_capacity_blocks: int = 64) -> None:
+        self._blocks: dict[str, OrderedDict[Hashable, None]] = {}
+        self._capacity: dict[str, int] = {}
+        self._nominal: dict[str, int] = {}
+        self._min_capacity = min_capacity_blocks
+
+    def add_replica(self, replica: str, capacity_blocks: int) -> None:
+        self._blocks.setdefault(replica, OrderedDict())
+        self._capacity[replica] = capacity_blocks
+        self._nominal[replica] = capacity_blocks
+
+    def remove_replica(self, replica: str) -> None:
+        self._blocks.pop(replica, None)
+        self._capacity.pop(replica, None)
+        self._nominal.pop(replica, None)
+
+    def clear(self, replica: str) -> None:
+        """The replica lost its cache (restart, failed health check)."""
+        if replica in self._blocks:
+            self._blocks[replica].clear()
+
+    def capacity(self, replica: str) -> int:
+        return self._capacity.get(replica, 0)
+
+    def size(self, replica: str) -> int:
+        return len(self._blocks.get(replica, ()))
+
+    def matched_blocks(self, replica: str, hashes: Sequence[Hashable]) -> int:
+        blocks = self._blocks.get(replica)
+        if not blocks:
+            return 0
+        count = 0
+        for h in hashes:
+            if h not in blocks:
+                break
+            count += 1
+        return count
+
+    def insert(self, replica: str, hashes: Sequence[Hashable]) -> None:
+        """Record that `replica` now holds `hashes` (most recently used), evicting the LRU."""
+        blocks = self._blocks.get(replica)
+        if blocks is None:
+            return
+        # newest-first, so the shared prefix ends most recent and the tail is evicted first
+        for h in reversed(hashes):
+            if h in blocks:
+                blocks.move_to_end(h)
+            else:
+                blocks[h] = None
+        limit = self._capacity[replica]
+        while len(blocks) > limit:
+            blocks.popitem(last=False)
+
+    def correct(self, replica: str, predicted_blocks: int, reported_blocks: int) -> None:
+        """Fold an engine-reported hit into the capacity estimate: a shortfall means the
+        engine evicts earlier than the index assumed, so shrink; a full hit lets it regrow."""
+        if replica not in self._capacity:
+            return
+        nominal = self._nominal[replica]
+        current = self._capacity[replica]
+        if reported_blocks < predicted_blocks:
+            current = max(self._min_capacity, int(current * 0.9))
+        elif predicted_blocks > 0:
+            current = min(nominal, current + max(1, nominal // 100))
+        self._capacity[replica] = current
