@@ -39,11 +39,17 @@ class OpenAIStreamDecoder:
         self._tool_index: dict[int, int] = {}  # OpenAI tool_calls[].index -> block index
         self._num_blocks = 0
         self._stop: StopReason = "stop"
+        self._saw_finish = False
         self._usage = Usage()
 
     @property
     def ended(self) -> bool:
         return self._ended
+
+    @property
+    def saw_finish_reason(self) -> bool:
+        """False means the upstream stopped mid-answer (no choice ever finished)."""
+        return self._saw_finish
 
     def feed(self, data: str) -> list[StreamEvent]:
         if data == "[DONE]":
@@ -52,6 +58,10 @@ class OpenAIStreamDecoder:
             chunk = orjson.loads(data)
         except orjson.JSONDecodeError as exc:
             raise WireFormatError("stream", "chunk is not JSON") from exc
+        return self.feed_chunk(chunk)
+
+    def feed_chunk(self, chunk: dict[str, Any]) -> list[StreamEvent]:
+        """One already-parsed chunk (LiteLLM hands out objects, not SSE text)."""
         if "error" in chunk and "choices" not in chunk:
             error = chunk["error"] if isinstance(chunk["error"], dict) else {}
             raise ProviderUnavailable(self._backend, str(error.get("message", "stream error")))
@@ -75,6 +85,7 @@ class OpenAIStreamDecoder:
         for call in delta.get("tool_calls") or ():
             self._tool_call(call, events)
         if choice.get("finish_reason"):
+            self._saw_finish = True
             self._stop = FINISH_TO_STOP.get(choice["finish_reason"], "stop")
 
     def _tool_call(self, call: dict[str, Any], events: list[StreamEvent]) -> None:

@@ -1,0 +1,90 @@
+"""Backend for Anthropic's Messages API over httpx (`x-api-key`, `anthropic-version`).
+
+Forwards the client's own JSON when it spoke Anthropic (edits: model, stream flag), else
+encodes the canonical request. Holds no tenant or routing logic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import orjson
+
+from adapters import anthropic_wire
+from adapters.anthropic_wire_stream import AnthropicStreamDecoder
+from adapters.backend import BackendCall
+from adapters.backends.http_upstream import HTTPUpstream
+from adapters.backends.spec import BackendSpec
+from adapters.errors import ProviderUnavailable
+from adapters.types import ChatResponse, StreamEvent, WireFormat
+
+DEFAULT_VERSION = "2023-06-01"
+
+
+def build_body(call: BackendCall, *, model: str | None, stream: bool) -> dict[str, Any]:
+    """The client's raw Anthropic body (shallow copy) or the canonical encoding, with `model`
+    replaced when the backend names one and `stream` set or removed."""
+    if call.raw_body is not None and call.client_wire == "anthropic":
+        body = dict(call.raw_body)
+    else:
+        body = anthropic_wire.encode_request(call.request)
+    if model is not None:
+        body["model"] = model
+    if stream:
+        body["stream"] = True
+    else:
+        body.pop("stream", None)
+    return body
+
+
+def messages_url(base_url: str) -> str:
+    """`https://api.anthropic.com` and `.../v1` both lead to `.../v1/messages`."""
+    base = base_url.rstrip("/")
+    return base + ("/messages" if base.endswith("/v1") else "/v1/messages")
+
+
+class AnthropicBackend:
+    wire: WireFormat | None = "anthropic"
+
+    def __init__(self, spec: BackendSpec, *, http: httpx.AsyncClient) -> None:
+        self.name = spec.name
+        self.kind = spec.kind
+        self._model = spec.model
+        self._timeout_s = spec.timeout_s
+        headers = {
+            "content-type": "application/json",
+            "anthropic-version": str(spec.extra.get("anthropic_version", DEFAULT_VERSION)),
+        }
+        if spec.api_key:
+            headers["x-api-key"] = spec.api_key
+        if "anthropic_beta" in spec.extra:
+            headers["anthropic-beta"] = str(spec.extra["anthropic_beta"])
+        url = messages_url(spec.base_url or "https://api.anthropic.com")
+        self._upstream = HTTPUpstream(spec.name, http, url, headers)
+
+    def _prepare(self, call: BackendCall, stream: bool) -> tuple[bytes, float]:
+        body = build_body(call, model=self._model, stream=stream)
+        return orjson.dumps(body), min(call.timeout_s, self._timeout_s)
+
+    async def complete(self, call: BackendCall) -> ChatResponse:
+        body, timeout_s = self._prepare(call, stream=False)
+        reply = await self._upstream.post_json(body, timeout_s=timeout_s,
+                                               headers=call.extra_headers)
+        return anthropic_wire.decode_response(reply)
+
+    async def stream(self, call: BackendCall) -> AsyncIterator[StreamEvent]:
+        body, timeout_s = self._prepare(call, stream=True)
+        decoder = AnthropicStreamDecoder(self.name)
+        async for event in self._upstream.post_sse(body, timeout_s=timeout_s,
+                                                   headers=call.extra_headers):
+            if decoder.ended:
+                continue
+            for out in decoder.feed(event.data):
+                yield out
+        if not decoder.ended:
+            raise ProviderUnavailable(self.name, "stream ended before message_stop")
+
+    async def aclose(self) -> None:
+        """The connection pool belongs to whoever built it (the gateway's lifespan)."""

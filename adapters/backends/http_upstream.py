@@ -1,0 +1,128 @@
+"""One JSON-over-HTTP upstream endpoint: POST a body, get JSON or SSE data back, and map every
+transport failure and HTTP status to the typed errors of `adapters.errors`.
+
+Shared by the OpenAI-compatible and Anthropic backends; knows no wire schema.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import httpx
+import orjson
+
+from adapters.errors import (
+    ProviderRateLimited,
+    ProviderRejected,
+    ProviderTimeout,
+    ProviderUnavailable,
+    UpstreamError,
+)
+from adapters.sse import SSEParser, SSEvent
+
+
+def parse_retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds to wait from `retry-after-ms`, `retry-after` (seconds or an HTTP date)."""
+    millis = headers.get("retry-after-ms")
+    if millis is not None:
+        try:
+            return max(float(millis) / 1000.0, 0.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(when.timestamp() - time.time(), 0.0)
+
+
+def _detail(status: int, body: bytes) -> str:
+    try:
+        error = orjson.loads(body).get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return f"HTTP {status}: {error['message']}"
+    except (orjson.JSONDecodeError, AttributeError):
+        pass
+    return f"HTTP {status}: {body[:200].decode('utf-8', 'replace')}"
+
+
+def status_error(backend: str, status: int, headers: Mapping[str, str],
+                 body: bytes) -> UpstreamError:
+    """429 -> rate limited, 408 -> timeout, 5xx (and Anthropic's 529) -> unavailable,
+    any other 4xx -> rejected (never retried)."""
+    detail = _detail(status, body)
+    if status == 429:
+        return ProviderRateLimited(backend, detail, status, parse_retry_after(headers))
+    if status == 408:
+        return ProviderTimeout(backend, detail, status)
+    if status >= 500:
+        return ProviderUnavailable(backend, detail, status)
+    return ProviderRejected(backend, detail, status)
+
+
+def transport_error(backend: str, exc: Exception) -> UpstreamError:
+    if isinstance(exc, httpx.TimeoutException | TimeoutError):
+        return ProviderTimeout(backend, f"timed out ({type(exc).__name__})")
+    return ProviderUnavailable(backend, f"{type(exc).__name__}: {exc}")
+
+
+class HTTPUpstream:
+    """POSTs to one URL through the shared connection pool, with a per-call timeout."""
+
+    def __init__(self, backend: str, http: httpx.AsyncClient, url: str,
+                 headers: Mapping[str, str]) -> None:
+        self._backend = backend
+        self._http = http
+        self._url = url
+        self._headers = dict(headers)
+
+    def _merged(self, headers: Mapping[str, str] | None) -> dict[str, str]:
+        return {**self._headers, **headers} if headers else self._headers
+
+    async def post_json(self, body: bytes, *, timeout_s: float,
+                        headers: Mapping[str, str] | None = None) -> Any:
+        """The decoded JSON reply; the whole exchange must finish within `timeout_s`."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                resp = await self._http.post(self._url, content=body,
+                                             headers=self._merged(headers),
+                                             timeout=httpx.Timeout(timeout_s))
+        except (httpx.HTTPError, TimeoutError) as exc:
+            raise transport_error(self._backend, exc) from exc
+        if resp.status_code >= 400:
+            raise status_error(self._backend, resp.status_code, resp.headers, resp.content)
+        try:
+            return orjson.loads(resp.content)
+        except orjson.JSONDecodeError as exc:
+            raise ProviderUnavailable(self._backend, "reply is not JSON",
+                                      resp.status_code) from exc
+
+    async def post_sse(self, body: bytes, *, timeout_s: float,
+                       headers: Mapping[str, str] | None = None) -> AsyncIterator[SSEvent]:
+        """SSE events as they arrive; `timeout_s` bounds the wait for each read."""
+        parser = SSEParser()
+        try:
+            async with self._http.stream("POST", self._url, content=body,
+                                         headers=self._merged(headers),
+                                         timeout=httpx.Timeout(timeout_s)) as resp:
+                if resp.status_code >= 400:
+                    content = await resp.aread()
+                    raise status_error(self._backend, resp.status_code, resp.headers, content)
+                async for chunk in resp.aiter_bytes():
+                    for event in parser.feed(chunk):
+                        yield event
+            for event in parser.close():
+                yield event
+        except httpx.HTTPError as exc:
+            raise transport_error(self._backend, exc) from exc

@@ -1,0 +1,108 @@
+"""Backend for providers reached through LiteLLM's SDK (`litellm.acompletion`).
+
+The slow path by design (LiteLLM costs ~15-40 ms CPU per call): used for providers Lantern has
+no native codec for. Retries are off; fallback is the router's job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from types import ModuleType
+from typing import Any
+
+from adapters import openai_wire
+from adapters.backend import BackendCall
+from adapters.backends.http_upstream import parse_retry_after
+from adapters.backends.spec import BackendSpec
+from adapters.errors import (
+    ProviderRateLimited,
+    ProviderRejected,
+    ProviderTimeout,
+    ProviderUnavailable,
+    UpstreamError,
+)
+from adapters.openai_wire_stream import OpenAIStreamDecoder
+from adapters.pricing import import_litellm_offline
+from adapters.types import ChatResponse, StreamEvent, WireFormat
+
+
+def _headers_of(exc: Exception) -> Mapping[str, str]:
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    return headers if headers is not None else {}
+
+
+def map_litellm_error(litellm: ModuleType, backend: str, exc: Exception) -> UpstreamError:
+    """LiteLLM's exception classes (and their status codes) -> our typed errors."""
+    detail = f"{type(exc).__name__}: {getattr(exc, 'message', exc)}"
+    status = getattr(exc, "status_code", None)
+    if isinstance(exc, litellm.Timeout):
+        return ProviderTimeout(backend, detail, status)
+    if isinstance(exc, litellm.RateLimitError):
+        return ProviderRateLimited(backend, detail, 429, parse_retry_after(_headers_of(exc)))
+    if isinstance(exc, litellm.APIConnectionError | litellm.ServiceUnavailableError
+                  | litellm.InternalServerError | litellm.BadGatewayError):
+        return ProviderUnavailable(backend, detail, status)
+    if isinstance(exc, litellm.BadRequestError | litellm.AuthenticationError
+                  | litellm.PermissionDeniedError | litellm.NotFoundError
+                  | litellm.UnprocessableEntityError):
+        return ProviderRejected(backend, detail, status)
+    if isinstance(status, int) and 400 <= status < 500 and status not in (408, 429):
+        return ProviderRejected(backend, detail, status)
+    return ProviderUnavailable(backend, detail, status if isinstance(status, int) else None)
+
+
+class LiteLLMBackend:
+    wire: WireFormat | None = None
+
+    def __init__(self, spec: BackendSpec) -> None:
+        self.name = spec.name
+        self.kind = spec.kind
+        self._spec = spec
+        self._litellm = import_litellm_offline()
+
+    def _kwargs(self, call: BackendCall, stream: bool) -> dict[str, Any]:
+        """OpenAI-format kwargs: the client's raw OpenAI body, or the canonical request encoded
+        with cache markers kept (LiteLLM maps them to providers that cache)."""
+        if call.raw_body is not None and call.client_wire == "openai":
+            kwargs = dict(call.raw_body)
+        else:
+            kwargs = openai_wire.encode_request(call.request, cache_control=True)
+        kwargs.pop("stream", None)
+        kwargs.pop("stream_options", None)
+        spec = self._spec
+        kwargs.update(model=spec.model or kwargs["model"], num_retries=0, max_retries=0,
+                      timeout=min(call.timeout_s, spec.timeout_s), drop_params=True)
+        if spec.base_url:
+            kwargs["api_base"] = spec.base_url
+        if spec.api_key:
+            kwargs["api_key"] = spec.api_key
+        if call.extra_headers:
+            kwargs["extra_headers"] = dict(call.extra_headers)
+        if stream:
+            kwargs.update(stream=True, stream_options={"include_usage": True})
+        return kwargs
+
+    async def complete(self, call: BackendCall) -> ChatResponse:
+        try:
+            resp = await self._litellm.acompletion(**self._kwargs(call, stream=False))
+        except Exception as exc:
+            raise map_litellm_error(self._litellm, self.name, exc) from exc
+        return openai_wire.decode_response(resp.model_dump())
+
+    async def stream(self, call: BackendCall) -> AsyncIterator[StreamEvent]:
+        decoder = OpenAIStreamDecoder(self.name)
+        try:
+            chunks = await self._litellm.acompletion(**self._kwargs(call, stream=True))
+            async for chunk in chunks:
+                for event in decoder.feed_chunk(chunk.model_dump()):
+                    yield event
+        except UpstreamError:
+            raise
+        except Exception as exc:
+            raise map_litellm_error(self._litellm, self.name, exc) from exc
+        for event in decoder.finish():
+            yield event
+
+    async def aclose(self) -> None:
+        """LiteLLM keeps its own client cache; nothing of ours to close."""

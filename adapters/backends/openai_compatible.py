@@ -1,0 +1,99 @@
+"""Backend for OpenAI-compatible chat endpoints (the bundled engine, vLLM, SGLang, OpenAI).
+
+Forwards the client's own JSON when it spoke OpenAI (edits: model, streaming usage, cache
+salt), else encodes the canonical request. Holds no tenant or routing logic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import orjson
+
+from adapters import openai_wire
+from adapters.backend import BackendCall
+from adapters.backends.http_upstream import HTTPUpstream
+from adapters.backends.spec import BackendSpec
+from adapters.errors import ProviderUnavailable
+from adapters.openai_wire_stream import OpenAIStreamDecoder
+from adapters.types import ChatResponse, StreamEvent, WireFormat
+
+SESSION_HEADER = "x-session-id"
+
+
+def build_body(call: BackendCall, *, model: str | None, stream: bool,
+               send_cache_salt: bool) -> dict[str, Any]:
+    """The OpenAI JSON to send: the client's raw body (shallow copy) or the canonical encoding.
+
+    Deterministic edits only: `model` when the backend names one; `stream` set or removed;
+    `stream_options.include_usage` forced on when streaming (usage settles quotas; the client's
+    own choice is honoured by the gateway's stream encoder); `cache_salt` when the request has
+    one and the backend accepts it.
+    """
+    if call.raw_body is not None and call.client_wire == "openai":
+        body = dict(call.raw_body)
+    else:
+        body = openai_wire.encode_request(call.request)
+    if model is not None:
+        body["model"] = model
+    if stream:
+        body["stream"] = True
+        options = body.get("stream_options")
+        if not (isinstance(options, dict) and options.get("include_usage") is True):
+            body["stream_options"] = {**(options or {}), "include_usage": True}
+    else:
+        body.pop("stream", None)
+        body.pop("stream_options", None)
+    if send_cache_salt and call.request.cache_salt is not None:
+        body["cache_salt"] = call.request.cache_salt
+    return body
+
+
+class OpenAICompatibleBackend:
+    wire: WireFormat | None = "openai"
+
+    def __init__(self, spec: BackendSpec, *, http: httpx.AsyncClient) -> None:
+        if not spec.base_url:
+            raise ValueError(f"backend {spec.name}: base_url is required")
+        self.name = spec.name
+        self.kind = spec.kind
+        self._model = spec.model
+        self._timeout_s = spec.timeout_s
+        self._send_cache_salt = bool(spec.extra.get("send_cache_salt", True))
+        headers = {"content-type": "application/json"}
+        if spec.api_key:
+            headers["authorization"] = f"Bearer {spec.api_key}"
+        url = spec.base_url.rstrip("/") + "/chat/completions"
+        self._upstream = HTTPUpstream(spec.name, http, url, headers)
+
+    def _prepare(self, call: BackendCall, stream: bool) -> tuple[bytes, dict[str, str], float]:
+        body = build_body(call, model=self._model, stream=stream,
+                          send_cache_salt=self._send_cache_salt)
+        headers = dict(call.extra_headers or {})
+        if call.request.session_id is not None:
+            headers[SESSION_HEADER] = call.request.session_id
+        return orjson.dumps(body), headers, min(call.timeout_s, self._timeout_s)
+
+    async def complete(self, call: BackendCall) -> ChatResponse:
+        body, headers, timeout_s = self._prepare(call, stream=False)
+        reply = await self._upstream.post_json(body, timeout_s=timeout_s, headers=headers)
+        return openai_wire.decode_response(reply)
+
+    async def stream(self, call: BackendCall) -> AsyncIterator[StreamEvent]:
+        body, headers, timeout_s = self._prepare(call, stream=True)
+        decoder = OpenAIStreamDecoder(self.name)
+        async for event in self._upstream.post_sse(body, timeout_s=timeout_s, headers=headers):
+            if decoder.ended:
+                continue
+            for out in decoder.feed(event.data):
+                yield out
+        if not decoder.ended:
+            if not decoder.saw_finish_reason:
+                raise ProviderUnavailable(self.name, "stream ended before a finish_reason")
+            for out in decoder.finish():
+                yield out
+
+    async def aclose(self) -> None:
+        """The connection pool belongs to whoever built it (the gateway's lifespan)."""

@@ -1,0 +1,135 @@
+"""Per-token prices from LiteLLM's bundled cost map plus operator overrides, and the cost of a
+call's usage in exact decimal arithmetic.
+
+Never prices an unknown model at $0: `price_for` raises UnknownPrice (checked at startup).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from types import ModuleType
+from typing import Any
+
+from adapters.errors import AdapterError
+from adapters.tokens import use_bundled_tiktoken_files
+from adapters.types import Usage
+
+CACHE_READ_FACTOR = Decimal("0.1")  # provider norm (note C2): a cache read costs 0.1 x input
+CACHE_WRITE_FACTOR = Decimal("1.25")  # a 5-minute cache write costs 1.25 x input
+
+
+class UnknownPrice(AdapterError):
+    """No price is known for a model: configure an override or pick a priced model."""
+
+    def __init__(self, model: str) -> None:
+        super().__init__(f"no price known for model {model!r}")
+        self.model = model
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    """USD per token, by token kind."""
+
+    input: Decimal
+    output: Decimal
+    cache_read: Decimal
+    cache_write: Decimal
+
+
+def import_litellm_offline() -> ModuleType:
+    """Import LiteLLM with its bundled cost map and tokenizers (no network at import)."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    os.environ.setdefault("LITELLM_TELEMETRY_DISABLED", "true")
+    use_bundled_tiktoken_files()
+    import litellm
+
+    return litellm
+
+
+def _decimal(value: Any) -> Decimal | None:
+    if value is None or isinstance(value, bool):
+        return None
+    return Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
+
+
+def price_from_entry(entry: Mapping[str, Any]) -> Price | None:
+    """A Price from one LiteLLM cost-map entry.
+
+    When the entry lacks cache prices they are derived from the input price: read = 0.1 x
+    input, write = 1.25 x input (the 5-minute write premium). None when no input/output price.
+    """
+    input_price = _decimal(entry.get("input_cost_per_token"))
+    output_price = _decimal(entry.get("output_cost_per_token"))
+    if input_price is None or output_price is None:
+        return None
+    read = _decimal(entry.get("cache_read_input_token_cost"))
+    write = _decimal(entry.get("cache_creation_input_token_cost"))
+    return Price(
+        input=input_price,
+        output=output_price,
+        cache_read=read if read is not None else input_price * CACHE_READ_FACTOR,
+        cache_write=write if write is not None else input_price * CACHE_WRITE_FACTOR,
+    )
+
+
+class PriceBook:
+    """Overrides first, then the cost map under the model's name, then with provider prefixes
+    (`anthropic/`, `bedrock/`, ...) stripped one at a time."""
+
+    def __init__(self, model_cost: Mapping[str, Mapping[str, Any]],
+                 overrides: Mapping[str, Price] | None = None) -> None:
+        self._model_cost = model_cost
+        self._overrides = dict(overrides or {})
+        self._resolved: dict[str, Price] = {}
+
+    @classmethod
+    def from_litellm(cls, overrides: Mapping[str, Price] | None = None) -> PriceBook:
+        return cls(import_litellm_offline().model_cost, overrides)
+
+    def price_for(self, model: str) -> Price:
+        found = self._resolved.get(model)
+        if found is not None:
+            return found
+        name = model
+        while True:
+            price = self._overrides.get(name)
+            if price is None and name in self._model_cost:
+                price = price_from_entry(self._model_cost[name])
+            if price is not None:
+                self._resolved[model] = price
+                return price
+            if "/" not in name:
+                raise UnknownPrice(model)
+            name = name.split("/", 1)[1]
+
+    def has_price(self, model: str) -> bool:
+        try:
+            self.price_for(model)
+        except UnknownPrice:
+            return False
+        return True
+
+
+def cost_decimal(usage: Usage, price: Price) -> Decimal:
+    return (usage.input_tokens * price.input + usage.output_tokens * price.output
+            + usage.cache_read_tokens * price.cache_read
+            + usage.cache_write_tokens * price.cache_write)
+
+
+def cost(usage: Usage, price: Price) -> float:
+    """USD for this usage (exact decimal sum, converted once)."""
+    return float(cost_decimal(usage, price))
+
+
+def uncached_cost_decimal(usage: Usage, price: Price) -> Decimal:
+    return usage.prompt_tokens * price.input + usage.output_tokens * price.output
+
+
+def uncached_cost(usage: Usage, price: Price) -> float:
+    """What the same tokens would have cost with no prompt cache: every prompt token at the
+    input price. `uncached_cost - cost` is the money caching saved (negative when writes
+    outweighed reads)."""
+    return float(uncached_cost_decimal(usage, price))
