@@ -1,0 +1,92 @@
+"""Paged attention: write K/V through the slot mapping, read them back through block tables.
+
+Device-neutral torch path (gather + scaled_dot_product_attention). Decodes (one query token)
+are batched in one call; prefill chunks go one call each, causal with a cached-prefix offset.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass(frozen=True)
+class PrefillSpan:
+    """One prefill chunk: q rows [q_start, q_start + q_len) attend to `context_len` cached slots."""
+
+    q_start: int
+    q_len: int
+    context_len: int
+    block_ids: torch.Tensor  # [num_blocks] long
+    mask: torch.Tensor | None  # [q_len, context_len] bool, None when plain causal (no prefix)
+
+
+@dataclass(frozen=True)
+class AttentionMetadata:
+    slot_mapping: torch.Tensor  # [T] long: flat slot (block * block_size + offset) of each token
+    num_decodes: int  # the first num_decodes rows are single-token sequences
+    decode_block_tables: torch.Tensor  # [num_decodes, max_blocks] long, padded with block 0
+    decode_mask: torch.Tensor  # [num_decodes, 1, 1, max_blocks * block_size] bool
+    prefills: tuple[PrefillSpan, ...]
+
+
+def write_kv(cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor) -> None:
+    """cache: [2, num_blocks, block_size, KV, D]; k, v: [T, KV, D]."""
+    num_kv_heads, head_dim = k.shape[1], k.shape[2]
+    cache[0].view(-1, num_kv_heads, head_dim).index_copy_(0, slots, k)
+    cache[1].view(-1, num_kv_heads, head_dim).index_copy_(0, slots, v)
+
+
+def paged_attention(
+    q: torch.Tensor, cache: torch.Tensor, meta: AttentionMetadata, scale: float
+) -> torch.Tensor:
+    """q: [T, H, D]; cache: [2, num_blocks, block_size, KV, D] already holding this step's K/V."""
+    out = torch.empty_like(q)
+    if meta.num_decodes:
+        out[: meta.num_decodes] = _decode(q[: meta.num_decodes], cache, meta, scale)
+    for span in meta.prefills:
+        rows = slice(span.q_start, span.q_start + span.q_len)
+        out[rows] = _prefill(q[rows], cache, span, scale)
+    return out
+
+
+def _decode(q: torch.Tensor, cache: torch.Tensor, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    batch, num_heads, head_dim = q.shape
+    num_kv_heads = cache.shape[3]
+    # The G query heads sharing a KV head act as G query rows, so K/V are never repeated.
+    q = q.view(batch, num_kv_heads, num_heads // num_kv_heads, head_dim)
+    k = cache[0][meta.decode_block_tables].flatten(1, 2).transpose(1, 2)  # [B, KV, S, D]
+    v = cache[1][meta.decode_block_tables].flatten(1, 2).transpose(1, 2)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=meta.decode_mask, scale=scale)
+    return out.reshape(batch, num_heads, head_dim)
+
+
+def _prefill(q: torch.Tensor, cache: torch.Tensor, span: PrefillSpan, scale: float) -> torch.Tensor:
+    num_kv_heads, head_dim = cache.shape[3], cache.shape[4]
+    k = cache[0][span.block_ids].view(-1, num_kv_heads, head_dim)[: span.context_len]
+    v = cache[1][span.block_ids].view(-1, num_kv_heads, head_dim)[: span.context_len]
+    out = F.scaled_dot_product_attention(
+        q.transpose(0, 1).unsqueeze(0),  # [1, H, n, D]
+        k.transpose(0, 1).unsqueeze(0),  # [1, KV, ctx, D]
+        v.transpose(0, 1).unsqueeze(0),
+        attn_mask=span.mask,
+        is_causal=span.mask is None,
+        scale=scale,
+        enable_gqa=True,
+    )
+    return out.squeeze(0).transpose(0, 1)
+
+
+def causal_mask(q_len: int, context_len: int, device: torch.device) -> torch.Tensor:
+    """[q_len, context_len] bool: query i (at position context_len - q_len + i) sees keys <= it."""
+    offset = context_len - q_len
+    rows = torch.arange(q_len, device=device).unsqueeze(1) + offset
+    return torch.arange(context_len, device=device).unsqueeze(0) <= rows
+
+
+def decode_mask(context_lens: torch.Tensor, num_slots: int) -> torch.Tensor:
+    """[B, 1, 1, num_slots] bool: slot j is valid for sequence b when j < context_lens[b]."""
+    slots = torch.arange(num_slots, device=context_lens.device)
+    return (slots.unsqueeze(0) < context_lens.unsqueeze(1)).view(-1, 1, 1, num_slots)

@@ -1,0 +1,63 @@
+"""Builds a ready LLMEngine from an EngineConfig: weights, tokenizer, model, KV cache, scheduler.
+
+The only place that decides devices, dtypes and thread counts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from selfhost.block_manager import BlockManager
+from selfhost.config import EngineConfig
+from selfhost.engine import LLMEngine
+from selfhost.loader import LoadedWeights, load_gguf, load_safetensors_dir, resolve_model_path
+from selfhost.model import LlamaModel
+from selfhost.model_runner import ModelRunner
+from selfhost.sampler import Sampler
+from selfhost.scheduler import Scheduler, SchedulerConfig
+from selfhost.tokenizer import TextTokenizer, tokenizer_from_dir, tokenizer_from_gguf
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def load_model_files(path: Path) -> tuple[LoadedWeights, TextTokenizer]:
+    if path.suffix == ".gguf":
+        from gguf import GGUFReader
+
+        reader = GGUFReader(str(path))
+        return load_gguf(reader, path.stem), tokenizer_from_gguf(reader)
+    weights = load_safetensors_dir(path)
+    return weights, tokenizer_from_dir(path, weights.config.eos_token_ids)
+
+
+def build_model(weights: LoadedWeights, max_positions: int, device: str, dtype: str) -> LlamaModel:
+    model = LlamaModel(weights.config, max_positions)
+    model.load(weights.state_dict)
+    return model.to(device=torch.device(device), dtype=DTYPES[dtype]).eval()
+
+
+def build_engine(
+    config: EngineConfig, files: tuple[LoadedWeights, TextTokenizer] | None = None
+) -> LLMEngine:
+    """`files` lets tests reuse weights already loaded; otherwise they are read from config.model."""
+    if config.num_threads:
+        torch.set_num_threads(config.num_threads)
+    weights, tokenizer = files or load_model_files(resolve_model_path(config.model))
+    max_model_len = min(config.max_model_len, weights.config.max_position_embeddings)
+    model = build_model(weights, max_model_len, config.device, config.dtype)
+    block_manager = BlockManager(config.num_blocks, config.block_size)
+    scheduler_config = SchedulerConfig(
+        max_num_batched_tokens=config.max_num_batched_tokens,
+        chunk_size=config.chunk_size,
+        max_num_seqs=config.max_num_seqs,
+        watermark_blocks=config.num_blocks // 100,
+    )
+    return LLMEngine(
+        runner=ModelRunner(model, config.num_blocks, config.block_size),
+        tokenizer=tokenizer,
+        scheduler=Scheduler(scheduler_config, block_manager),
+        sampler=Sampler(config.seed),
+        max_model_len=max_model_len,
+    )

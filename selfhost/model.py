@@ -1,0 +1,113 @@
+"""Llama-family decoder over a packed (varlen) token batch with a paged KV cache.
+
+Weights arrive in HF names and are fused once at load (QKV, gate+up); no per-step copies.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from selfhost.attention import AttentionMetadata, paged_attention, write_kv
+from selfhost.config import ModelConfig
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        hidden, head_dim = config.hidden_size, config.head_dim
+        qkv_rows = (config.num_heads + 2 * config.num_kv_heads) * head_dim
+        self.input_norm = nn.Parameter(torch.ones(hidden), requires_grad=False)
+        self.qkv = nn.Parameter(torch.empty(qkv_rows, hidden), requires_grad=False)
+        self.o_proj = nn.Parameter(torch.empty(hidden, config.num_heads * head_dim), requires_grad=False)
+        self.post_norm = nn.Parameter(torch.ones(hidden), requires_grad=False)
+        self.gate_up = nn.Parameter(torch.empty(2 * config.intermediate_size, hidden), requires_grad=False)
+        self.down = nn.Parameter(torch.empty(hidden, config.intermediate_size), requires_grad=False)
+
+    def load(self, state: dict[str, torch.Tensor], prefix: str) -> None:
+        attn, mlp = f"{prefix}.self_attn", f"{prefix}.mlp"
+        self.input_norm.copy_(state[f"{prefix}.input_layernorm.weight"])
+        qkv = [state[f"{attn}.{name}_proj.weight"] for name in ("q", "k", "v")]
+        self.qkv.copy_(torch.cat(qkv))
+        self.o_proj.copy_(state[f"{attn}.o_proj.weight"])
+        self.post_norm.copy_(state[f"{prefix}.post_attention_layernorm.weight"])
+        self.gate_up.copy_(torch.cat([state[f"{mlp}.gate_proj.weight"], state[f"{mlp}.up_proj.weight"]]))
+        self.down.copy_(state[f"{mlp}.down_proj.weight"])
+
+    def forward(
+        self,
+        x: torch.Tensor,  # [T, hidden] residual stream
+        cos: torch.Tensor,  # [T, 1, D]
+        sin: torch.Tensor,
+        cache: torch.Tensor,  # [2, num_blocks, block_size, KV, D]
+        meta: AttentionMetadata,
+    ) -> torch.Tensor:
+        cfg = self.config
+        num_tokens, head_dim = x.shape[0], cfg.head_dim
+        h = F.rms_norm(x, (cfg.hidden_size,), self.input_norm, cfg.rms_norm_eps)
+        qkv = F.linear(h, self.qkv).view(num_tokens, -1, head_dim)  # [T, H + 2 KV, D]
+        qk = _rotate(qkv[:, : cfg.num_heads + cfg.num_kv_heads], cos, sin)
+        q, k = qk[:, : cfg.num_heads], qk[:, cfg.num_heads :]
+        v = qkv[:, cfg.num_heads + cfg.num_kv_heads :]
+        write_kv(cache, k, v, meta.slot_mapping)
+        attn = paged_attention(q, cache, meta, head_dim**-0.5)
+        x = x + F.linear(attn.view(num_tokens, -1), self.o_proj)
+        h = F.rms_norm(x, (cfg.hidden_size,), self.post_norm, cfg.rms_norm_eps)
+        gate, up = F.linear(h, self.gate_up).chunk(2, dim=-1)
+        return x + F.linear(F.silu(gate) * up, self.down)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate-half RoPE (HF layout): x [T, heads, D]."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, config: ModelConfig, max_positions: int) -> None:
+        super().__init__()
+        self.config = config
+        self.embed = nn.Parameter(torch.empty(config.vocab_size, config.hidden_size), requires_grad=False)
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_layers))
+        self.norm = nn.Parameter(torch.ones(config.hidden_size), requires_grad=False)
+        head_rows = 0 if config.tie_word_embeddings else config.vocab_size
+        self.lm_head = nn.Parameter(torch.empty(head_rows, config.hidden_size), requires_grad=False)
+        cos, sin = rope_tables(config, max_positions)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+
+    @torch.inference_mode()
+    def load(self, state: dict[str, torch.Tensor]) -> None:
+        self.embed.copy_(state["model.embed_tokens.weight"])
+        self.norm.copy_(state["model.norm.weight"])
+        if not self.config.tie_word_embeddings:
+            self.lm_head.copy_(state["lm_head.weight"])
+        for index, layer in enumerate(self.layers):
+            layer.load(state, f"model.layers.{index}")
+
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMetadata
+    ) -> torch.Tensor:
+        """input_ids, positions: [T]; kv_cache: [L, 2, num_blocks, block_size, KV, D] -> [T, hidden]."""
+        x = F.embedding(input_ids, self.embed)
+        cos = self.rope_cos[positions].unsqueeze(1).to(x.dtype)
+        sin = self.rope_sin[positions].unsqueeze(1).to(x.dtype)
+        for index, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, kv_cache[index], meta)
+        return F.rms_norm(x, (self.config.hidden_size,), self.norm, self.config.rms_norm_eps)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        head = self.embed if self.config.tie_word_embeddings else self.lm_head
+        return F.linear(hidden, head).float()
+
+
+def rope_tables(config: ModelConfig, max_positions: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin [max_positions, D] in fp32, computed as HF's default Llama rotary embedding."""
+    exponents = torch.arange(0, config.head_dim, 2, dtype=torch.int64).float() / config.head_dim
+    inv_freq = 1.0 / (config.rope_theta**exponents)
+    freqs = torch.arange(max_positions, dtype=torch.int64).float()[:, None] * inv_freq[None, :]
+    angles = torch.cat((freqs, freqs), dim=-1)
+    return angles.cos(), angles.sin()
