@@ -72,7 +72,7 @@ def parse_yaml(text: str, file: str) -> YamlDocument:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else 1
         raise PolicyFileError(
-            [PolicyIssue(file, line, DOCUMENT_FIELD, f"invalid YAML: {exc.problem or exc}")]
+            [PolicyIssue(file, line, DOCUMENT_FIELD, f"invalid YAML: {_yaml_problem(exc)}")]
         ) from exc
     except yaml.YAMLError as exc:
         raise PolicyFileError(
@@ -86,6 +86,11 @@ def parse_yaml(text: str, file: str) -> YamlDocument:
     if node is not None:
         _walk(node, (), key_lines, value_lines, issues, file, set())
     return YamlDocument(data, key_lines, value_lines, tuple(issues))
+
+
+def _yaml_problem(exc: yaml.MarkedYAMLError) -> str:
+    parts = [part for part in (exc.context, exc.problem) if part]
+    return ", ".join(parts) if parts else str(exc)
 
 
 def _walk(
@@ -311,9 +316,10 @@ def check_paths(paths: Iterable[Path]) -> tuple[list[LoadedPolicy], list[PolicyI
     issues: list[PolicyIssue] = []
     owners: dict[str, LoadedPolicy] = {}
     for path in paths:
-        files = policy_files(path) if path.is_dir() else [path]
         if not path.exists():
             issues.append(PolicyIssue(str(path), 1, DOCUMENT_FIELD, "no such file or directory"))
+            continue
+        files = policy_files(path) if path.is_dir() else [path]
         for file in files:
             try:
                 candidate = load_policy_file(file)
