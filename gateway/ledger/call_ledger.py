@@ -1,0 +1,75 @@
+"""`CallLedger`: the pipeline's `LedgerPort`, turning a `CallRecord` into a `UsageRow`.
+
+The row id is derived from (request id, attempt), so recording the same attempt twice stores it
+once. Never blocks: it only hands the row to the recorder.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime
+from typing import Protocol
+
+from gateway.ledger.models import CALL_STATUSES, CallStatus, UsageRow
+from gateway.ports import CallRecord
+
+log = logging.getLogger(__name__)
+ROW_ID_NAMESPACE = uuid.UUID("6d1c4a52-3f0e-4b8e-9a57-0c1f2e9b7d41")
+
+
+class RowSink(Protocol):
+    def record(self, row: UsageRow) -> None: ...
+
+
+def usage_row_id(request_id: str, attempt: int) -> str:
+    return str(uuid.uuid5(ROW_ID_NAMESPACE, f"{request_id}/{attempt}"))
+
+
+def usage_row(call: CallRecord, ts: datetime) -> UsageRow:
+    if call.status not in CALL_STATUSES:
+        raise ValueError(f"CallRecord.status {call.status!r} is not one of {CALL_STATUSES}")
+    status: CallStatus = call.status  # type: ignore[assignment]
+    return UsageRow(
+        id=usage_row_id(call.request_id, call.attempt), ts=ts, tenant=call.tenant,
+        key_id=call.key_id, session_id=call.session_id, model=call.model,
+        backend=call.backend or None, replica=call.replica, attempt=call.attempt,
+        status=status, error_kind=call.error_kind, request_id=call.request_id,
+        input_tokens=call.usage.input_tokens, cache_read_tokens=call.usage.cache_read_tokens,
+        cache_write_tokens=call.usage.cache_write_tokens, output_tokens=call.usage.output_tokens,
+        cost_usd=call.cost_usd, uncached_cost_usd=call.uncached_cost_usd,
+        ttft_ms=call.ttft_ms, latency_ms=call.latency_ms, cache_diagnosis=call.cache_diagnosis,
+    )
+
+
+class CallLedger:
+    """`LedgerPort` over a `UsageRecorder`; `now` is the wall clock (aware UTC datetimes)."""
+
+    def __init__(self, sink: RowSink, now: Callable[[], datetime]) -> None:
+        self._sink = sink
+        self._now = now
+
+    def record(self, row: CallRecord) -> None:
+        """Never raises into the pipeline: a row the ledger cannot take is logged whole instead."""
+        ts = self._now()
+        try:
+            usage = usage_row(row, ts)
+        except ValueError:
+            usage = self._without_diagnosis(row, ts)
+            if usage is None:
+                return
+        self._sink.record(usage)
+
+    def _without_diagnosis(self, row: CallRecord, ts: datetime) -> UsageRow | None:
+        if row.cache_diagnosis is not None:
+            try:
+                fixed = usage_row(replace(row, cache_diagnosis=None), ts)
+            except ValueError:
+                pass
+            else:
+                log.warning("usage ledger: dropped the invalid cache diagnosis of %s", row.request_id)
+                return fixed
+        log.exception("usage ledger: unusable call record, kept only in this log: %r", row)
+        return None

@@ -1,0 +1,168 @@
+"""Read-side aggregations over `usage`: cost totals by group, month-to-date spend, hourly tokens per
+model and venue, a session's cache diagnoses. All windows are [since, until) in UTC.
+
+Sync database I/O: async callers run these in a thread; never on the request path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Literal
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session, sessionmaker
+
+from gateway.ledger.models import UsageRecord, to_money
+
+GroupKey = Literal["tenant", "model", "backend", "day"]
+GROUP_KEYS: tuple[str, ...] = ("tenant", "model", "backend", "day")
+Venue = Literal["fleet", "api"]
+NO_BACKEND = "(none)"  # rows rejected before routing have no backend
+
+
+@dataclass(frozen=True, slots=True)
+class UsageTotals:
+    """Sums over the rows of one group; `group` holds the values of the group-by keys, in order."""
+
+    group: tuple[str, ...]
+    num_calls: int
+    input_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    output_tokens: int
+    cost_usd: Decimal
+    uncached_cost_usd: Decimal
+
+
+@dataclass(frozen=True, slots=True)
+class HourlyModelTokens:
+    """One model's traffic in one UTC hour on one venue (fleet: rows served by a replica)."""
+
+    model: str
+    venue: Venue
+    hour: datetime
+    num_calls: int
+    input_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    output_tokens: int
+    cost_usd: Decimal
+
+
+class LedgerQueries:
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self._sessions = sessions
+
+    def usage_totals(
+        self, since: datetime, until: datetime, group_by: Sequence[str]
+    ) -> list[UsageTotals]:
+        """Totals per group, sorted by the group values; one row overall when `group_by` is empty."""
+        unknown = [key for key in group_by if key not in GROUP_KEYS]
+        if unknown:
+            raise ValueError(f"unknown group-by key(s) {unknown}; use {GROUP_KEYS}")
+        with self._sessions() as session:
+            keys = [_group_column(key) for key in group_by]
+            query = (
+                sa.select(*keys, *_sums())
+                .where(UsageRecord.ts >= since, UsageRecord.ts < until)
+                .group_by(*keys)
+                .order_by(*keys)
+            )
+            rows = session.execute(query).all()
+        width = len(keys)
+        return [
+            UsageTotals(tuple(_text(v) for v in row[:width]), *_totals(row[width:]))
+            for row in rows
+            if row[width]  # an empty window still returns one all-NULL row without groups
+        ]
+
+    def month_spend_by_tenant(self, now: datetime) -> dict[str, float]:
+        """Dollars each tenant spent from the first of `now`'s UTC month up to `now` (budgets)."""
+        start = now.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        query = (
+            sa.select(UsageRecord.tenant, sa.func.sum(UsageRecord.cost_usd))
+            .where(UsageRecord.ts >= start, UsageRecord.ts < now)
+            .group_by(UsageRecord.tenant)
+        )
+        with self._sessions() as session:
+            return {tenant: float(to_money(cost)) for tenant, cost in session.execute(query)}
+
+    def hourly_model_tokens(self, since: datetime, until: datetime) -> list[HourlyModelTokens]:
+        """Per model, venue and UTC hour: what the break-even report (F2) is computed from."""
+        venue = sa.case((UsageRecord.replica.is_not(None), "fleet"), else_="api")
+        with self._sessions() as session:
+            hour = _hour_bucket(session)
+            query = (
+                sa.select(UsageRecord.model, venue, hour, *_sums()[:-1])
+                .where(UsageRecord.ts >= since, UsageRecord.ts < until)
+                .group_by(UsageRecord.model, venue, hour)
+                .order_by(UsageRecord.model, venue, hour)
+            )
+            rows = session.execute(query).all()
+        return [
+            HourlyModelTokens(
+                model, venue_name, _parse_hour(bucket), *(int(n) for n in counts[:5]),
+                to_money(counts[5] or 0),
+            )
+            for model, venue_name, bucket, *counts in rows
+        ]
+
+    def session_diagnoses(self, tenant: str, session_id: str) -> list[tuple[datetime, str]]:
+        """(ts, diagnosis JSON) of one session's calls that carry a cache diagnosis, oldest first."""
+        query = (
+            sa.select(UsageRecord.ts, UsageRecord.cache_diagnosis)
+            .where(
+                UsageRecord.tenant == tenant,
+                UsageRecord.session_id == session_id,
+                UsageRecord.cache_diagnosis.is_not(None),
+            )
+            .order_by(UsageRecord.ts, UsageRecord.attempt)
+        )
+        with self._sessions() as session:
+            return [(ts, diagnosis) for ts, diagnosis in session.execute(query)]
+
+
+def _sums() -> list[sa.ColumnElement[object]]:
+    u = UsageRecord
+    return [
+        sa.func.count(u.id),
+        sa.func.sum(u.input_tokens),
+        sa.func.sum(u.cache_read_tokens),
+        sa.func.sum(u.cache_write_tokens),
+        sa.func.sum(u.output_tokens),
+        sa.func.sum(u.cost_usd),
+        sa.func.sum(u.uncached_cost_usd),
+    ]
+
+
+def _totals(values: Sequence[object]) -> tuple[int, int, int, int, int, Decimal, Decimal]:
+    calls, inp, read, write, out, cost, uncached = values
+    return (
+        int(calls), int(inp or 0), int(read or 0), int(write or 0), int(out or 0),  # type: ignore[call-overload]
+        to_money(cost or 0), to_money(uncached or 0),  # type: ignore[arg-type]
+    )
+
+
+def _group_column(key: str) -> sa.ColumnElement[object]:
+    if key == "day":
+        return sa.func.date(UsageRecord.ts).label("day")  # SQLite: text, PostgreSQL: date
+    if key == "backend":
+        return sa.func.coalesce(UsageRecord.backend, NO_BACKEND).label("backend")
+    return getattr(UsageRecord, key).label(key)  # type: ignore[no-any-return]
+
+
+def _hour_bucket(session: Session) -> sa.ColumnElement[object]:
+    if session.get_bind().dialect.name == "postgresql":
+        return sa.func.to_char(sa.func.date_trunc("hour", UsageRecord.ts), "YYYY-MM-DD HH24:00")
+    return sa.func.strftime("%Y-%m-%d %H:00", UsageRecord.ts)
+
+
+def _parse_hour(bucket: str) -> datetime:
+    return datetime.strptime(bucket, "%Y-%m-%d %H:%M").replace(tzinfo=UTC)
+
+
+def _text(value: object) -> str:
+    return value.isoformat() if hasattr(value, "isoformat") else str(value)

@@ -1,0 +1,96 @@
+"""The schema comes from Alembic on both dialects, matches the models, and holds no text."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+from decimal import Decimal
+
+import pytest
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy.orm import Session
+
+from gateway.ledger.db import migrate
+from gateway.ledger.models import Base, UsageRecord, UsageRow
+from gateway.ledger.recorder import insert_rows
+
+EXPECTED_COLUMNS = {
+    "id", "ts", "tenant", "key_id", "session_id", "model", "backend", "replica", "attempt",
+    "status", "error_kind", "input_tokens", "cache_read_tokens", "cache_write_tokens",
+    "output_tokens", "cost_usd", "uncached_cost_usd", "ttft_ms", "latency_ms",
+    "cache_diagnosis", "request_id",
+}
+
+
+def test_migration_creates_exactly_the_usage_columns(engine):
+    inspector = sa.inspect(engine)
+    columns = {c["name"]: c for c in inspector.get_columns("usage")}
+    assert set(columns) == EXPECTED_COLUMNS
+    # No column can hold prompt or completion text: the one unbounded text column is the
+    # cache diagnosis (small JSON of hashes and counts, size-checked by UsageRow).
+    unbounded = {n for n, c in columns.items() if isinstance(c["type"], sa.Text)}
+    assert unbounded == {"cache_diagnosis"}
+    assert {ix["name"] for ix in inspector.get_indexes("usage")} == {"ix_usage_ts", "ix_usage_tenant_ts"}
+    assert inspector.get_pk_constraint("usage")["constrained_columns"] == ["id"]
+    with engine.connect() as connection:
+        assert connection.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one() == "0001"
+
+
+def test_models_match_the_migration(engine):
+    with engine.connect() as connection:
+        diff = compare_metadata(MigrationContext.configure(connection), Base.metadata)
+    assert diff == []
+
+
+def test_migrate_is_idempotent(database_url, engine, make_row, count_rows):
+    insert_rows(engine, [make_row()])
+    migrate(database_url)
+    assert count_rows(engine) == 1
+
+
+def test_insert_twice_keeps_one_row_and_exact_values(engine, make_row, count_rows):
+    row = make_row(cost_usd=Decimal("0.12345678"), uncached_cost_usd=0.3, cache_diagnosis='{"miss": 1}')
+    insert_rows(engine, [row])
+    insert_rows(engine, [row, make_row()])
+    assert count_rows(engine) == 2
+    with engine.connect() as connection:
+        stored = connection.execute(
+            sa.text("SELECT ts, cost_usd, uncached_cost_usd, cache_diagnosis FROM usage WHERE id = :id"),
+            {"id": row.id},
+        ).one()
+    assert Decimal(str(stored.cost_usd)).quantize(Decimal("1e-8")) == Decimal("0.12345678")
+    assert Decimal(str(stored.uncached_cost_usd)).quantize(Decimal("1e-8")) == Decimal("0.3")
+    assert stored.cache_diagnosis == '{"miss": 1}'
+
+
+def test_usage_row_round_trips_through_json(make_row):
+    row = make_row(cost_usd=0.1, replica="http://r1", attempt=2, cache_diagnosis='{"a":1}', ttft_ms=None)
+    assert UsageRow.from_json(row.to_json()) == row
+    assert row.cost_usd == Decimal("0.10000000")
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("status", "weird"),
+        ("input_tokens", -1),
+        ("cost_usd", -0.01),
+        ("cost_usd", float("nan")),
+        ("tenant", "t" * 129),
+        ("cache_diagnosis", "not json"),
+        ("cache_diagnosis", '"' + "x" * 9000 + '"'),
+        ("ts", datetime(2026, 11, 1)),
+    ],
+)
+def test_usage_row_rejects_what_the_table_cannot_take(make_row, field, value):
+    with pytest.raises(ValueError):
+        make_row(**{field: value})
+
+
+def test_timestamps_come_back_as_utc(engine, make_row):
+    local = datetime(2026, 11, 3, 11, 30, tzinfo=timezone(timedelta(hours=2)))
+    insert_rows(engine, [make_row(ts=local)])
+    with Session(engine) as session:
+        record = session.scalars(sa.select(UsageRecord)).one()
+    assert record.ts == datetime(2026, 11, 3, 9, 30, tzinfo=UTC)
