@@ -1,0 +1,194 @@
+"""ToolRunService: one tool call, at most once, in a box, behind an idempotency key.
+
+Orchestrates policy lookup, fingerprint, store claim, runner and replay. It owns the order
+of durable writes (started before spawn, result before reply); it never runs a tool whose
+earlier attempt may have started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Protocol
+
+from sandbox.errors import (
+    IdempotencyKeyInUse,
+    IdempotencyKeyReused,
+    InvalidToolRequest,
+    LeaseLost,
+    RunNotFound,
+    RunnerFailed,
+    SandboxUnavailable,
+    ToolNotAllowed,
+)
+from sandbox.fargate import FargateRunner
+from sandbox.fingerprint import client_token, fingerprint
+from sandbox.idempotency import IdempotencyStore, RunRecord
+from sandbox.inflight import InflightGate
+from sandbox.limits import fill_command, resolve_limits
+from sandbox.replies import HTTP_FOR_STATUS, pending_object, post_body, run_object
+from sandbox.types import RunOutput, RunStatus, SandboxJob, ToolRunReply, ToolRunRequest, ToolSpec
+
+
+class ProcessRunner(Protocol):
+    def backend(self) -> str:
+        """Which isolation will be used; raises SandboxUnavailable when there is none."""
+        ...
+
+    async def run(self, job: SandboxJob) -> RunOutput: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class _Prepared:
+    spec: ToolSpec
+    job: SandboxJob
+    fingerprint: str
+
+
+class ToolRunService:
+    def __init__(
+        self,
+        store: IdempotencyStore,
+        local: ProcessRunner,
+        clock: Callable[[], float],
+        logger: logging.Logger,
+        fargate: FargateRunner | None = None,
+        gate: InflightGate | None = None,
+    ) -> None:
+        self._store = store
+        self._local = local
+        self._fargate = fargate
+        self._clock = clock
+        self._log = logger
+        self._gate = gate
+
+    async def submit(self, tools: tuple[ToolSpec, ...], request: ToolRunRequest) -> ToolRunReply:
+        prepared = self._prepare(tools, request)
+        token = uuid.uuid4().hex
+        scope = f"{request.tenant}:{request.idempotency_key}"
+        if self._gate is not None and not await self._gate.acquire(scope, token, self._store.lease_s):
+            return await self._answer_busy(request, prepared)
+        try:
+            return await self._submit(request, prepared)
+        finally:
+            if self._gate is not None:
+                await self._gate.release(scope, token)
+
+    async def get(self, tenant: str, run_id: str) -> ToolRunReply:
+        record = await asyncio.to_thread(self._store.get, tenant, run_id)
+        if record is None:
+            raise RunNotFound(f"no tool run {run_id!r}")
+        body = record.response if record.state == "done" and record.response else pending_object(record)
+        return ToolRunReply(record.id, 200, body.encode(), replayed=False)
+
+    def _prepare(self, tools: tuple[ToolSpec, ...], request: ToolRunRequest) -> _Prepared:
+        spec = next((tool for tool in tools if tool.name == request.tool), None)
+        if spec is None:
+            raise ToolNotAllowed(f"tool {request.tool!r} is not in this tenant's policy")
+        if spec.runner == "fargate" and (spec.fargate is None or self._fargate is None):
+            raise InvalidToolRequest("tool", "fargate runner is not configured for this tool")
+        limits = resolve_limits(spec.limits, request.limits)
+        argv = fill_command(spec.command, dict(request.arguments))
+        env = (("LANTERN_IDEMPOTENCY_KEY", client_token(request.tenant, request.idempotency_key)),)
+        job = SandboxJob("", spec.name, argv, limits, spec.egress, env)
+        target = dataclasses.asdict(spec.fargate) if spec.fargate else None
+        effective = {"tool": spec.name, "runner": spec.runner, "argv": list(argv),
+                     "egress": list(spec.egress), "limits": dataclasses.asdict(limits),
+                     "fargate": target}
+        return _Prepared(spec, job, fingerprint(effective))
+
+    async def _answer_busy(self, request: ToolRunRequest, prepared: _Prepared) -> ToolRunReply:
+        record = await asyncio.to_thread(self._store.find, request.tenant, request.idempotency_key)
+        if record is not None and record.fingerprint != prepared.fingerprint:
+            raise IdempotencyKeyReused("this Idempotency-Key was used with a different request")
+        if record is not None and record.state == "done":
+            return _replay(record)
+        raise IdempotencyKeyInUse("a request with this Idempotency-Key is still running")
+
+    async def _submit(self, request: ToolRunRequest, prepared: _Prepared) -> ToolRunReply:
+        claim = await asyncio.to_thread(
+            self._store.claim, request.tenant, request.idempotency_key, prepared.fingerprint,
+            prepared.spec.name, prepared.spec.runner,
+        )
+        if claim.kind == "mismatch":
+            raise IdempotencyKeyReused("this Idempotency-Key was used with a different request")
+        if claim.kind == "replay":
+            return _replay(claim.record)
+        if claim.kind == "in_use":
+            raise IdempotencyKeyInUse("a request with this Idempotency-Key is still running")
+        record = claim.record
+        if claim.kind == "stale":
+            record = await self._recover(claim.record)
+            if record.state == "done":
+                return _replay(record)
+        job = dataclasses.replace(prepared.job, run_id=record.id)
+        return await self._execute(record, prepared.spec, job)
+
+    async def _recover(self, stale: RunRecord) -> RunRecord:
+        """A lease ran out. Unstarted: take it over and run. Started locally: the outcome is
+        unknown and stays so. Started on Fargate: take over and reattach to the task."""
+        won = await asyncio.to_thread(self._store.take_over, stale)
+        if won is None:
+            raise IdempotencyKeyInUse("another worker is recovering this run")
+        if won.state == "started" and won.runner == "local":
+            now = self._clock()
+            output = RunOutput(RunStatus.OUTCOME_UNKNOWN, None, "", "", False, False, now, now,
+                               "started, but its gateway stopped before recording the result; "
+                               "not run again")
+            await self._finish(won, output)
+            done = await asyncio.to_thread(self._store.get, won.tenant, won.id)
+            assert done is not None
+            return done
+        return won
+
+    async def _execute(self, record: RunRecord, spec: ToolSpec, job: SandboxJob) -> ToolRunReply:
+        heartbeat = asyncio.create_task(self._heartbeat(record))
+        try:
+            output = await self._run(record, spec, job)
+        except (SandboxUnavailable, RunnerFailed, InvalidToolRequest):
+            # Raised only when nothing was started (no process, no ECS task): forget the claim.
+            await asyncio.to_thread(self._store.release, record.id, record.fence)
+            raise
+        finally:
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
+        stored = await self._finish(record, output)
+        return _replay(stored, replayed=False)
+
+    async def _run(self, record: RunRecord, spec: ToolSpec, job: SandboxJob) -> RunOutput:
+        if spec.runner == "fargate":
+            assert self._fargate is not None and spec.fargate is not None
+            return await self._fargate.run_recorded(self._store, record, job, spec.fargate)
+        if record.state == "started":
+            raise LeaseLost("a started local run is never re-run")
+        await asyncio.to_thread(self._local.backend)
+        if not await asyncio.to_thread(self._store.mark_started, record.id, record.fence, "local"):
+            raise LeaseLost(f"lost the lease on run {record.id} before it started")
+        return await self._local.run(job)
+
+    async def _finish(self, record: RunRecord, output: RunOutput) -> RunRecord:
+        body = run_object(record, output)
+        status = HTTP_FOR_STATUS[output.status]
+        await asyncio.to_thread(self._store.complete, record.id, record.fence, status, body)
+        stored = await asyncio.to_thread(self._store.get, record.tenant, record.id)
+        if stored is None or stored.state != "done":
+            raise LeaseLost(f"run {record.id} finished but its result could not be stored")
+        return stored
+
+    async def _heartbeat(self, record: RunRecord) -> None:
+        while True:
+            await asyncio.sleep(self._store.lease_s / 3)
+            if not await asyncio.to_thread(self._store.renew, record.id, record.fence):
+                self._log.warning("tool run %s lost its lease (fence %d)", record.id, record.fence)
+                return
+
+
+def _replay(record: RunRecord, replayed: bool = True) -> ToolRunReply:
+    assert record.http_status is not None and record.response is not None
+    return ToolRunReply(record.id, record.http_status, post_body(record.http_status,
+                                                                 record.response), replayed)
