@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from adapters.types import (
@@ -39,6 +39,7 @@ class PromptBlock:
     is_public: bool = False  # declared shareable across tenants
     is_volatile: bool = False  # Lantern's relocated trailing block: never part of the stable prefix
     is_markable: bool = True  # providers reject markers on empty text and thinking blocks
+    role: str = ""  # the message's role (messages level only)
 
     @property
     def name(self) -> str:
@@ -95,7 +96,11 @@ def request_blocks(
         )
     for m, message in enumerate(request.messages):
         for k, part in enumerate(message.content):
-            blocks.append(_part_block(("messages", m, k), message.role, k == 0, part))
+            blocks.append(
+                replace(
+                    _part_block(("messages", m, k), message.role, k == 0, part), role=message.role
+                )
+            )
     return _mark_public_run(blocks)
 
 
@@ -144,16 +149,7 @@ def _mark_public_run(blocks: list[PromptBlock]) -> tuple[PromptBlock, ...]:
 
 
 def _private(block: PromptBlock) -> PromptBlock:
-    return PromptBlock(
-        block.level,
-        block.locator,
-        block.text,
-        block.digest,
-        block.marker_ttl,
-        False,
-        block.is_volatile,
-        block.is_markable,
-    )
+    return replace(block, is_public=False)
 
 
 # --- raw Anthropic bodies ----------------------------------------------------------------------
@@ -183,11 +179,8 @@ def anthropic_blocks(
         content = message.get("content")
         role = str(message.get("role"))
         if isinstance(content, str):
-            blocks.append(
-                _raw_message_block(
-                    ("messages", m, None), role, True, {"type": "text", "text": content}
-                )
-            )
+            text_part = {"type": "text", "text": content}
+            blocks.append(_raw_message_block(("messages", m, None), role, True, text_part))
             continue
         for k, part in enumerate(content or []):
             blocks.append(_raw_message_block(("messages", m, k), role, k == 0, part))
@@ -216,6 +209,12 @@ def _raw_message_block(
     kind = str(part.get("type", "text"))
     head = (role, "start" if starts else "next")
     ttl = _raw_ttl(part)
+    return replace(_raw_part_block(locator, head, ttl, kind, part), role=role)
+
+
+def _raw_part_block(
+    locator: Locator, head: tuple[str, str], ttl: str | None, kind: str, part: Mapping[str, JSON]
+) -> PromptBlock:
     if kind == "text":
         text = str(part.get("text", ""))
         return PromptBlock(

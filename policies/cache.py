@@ -1,13 +1,68 @@
-"""The `cache:` section of a tenant policy (applied by `cachekeys/` via the gateway)."""
+"""The `cache:` section of a tenant policy (applied by `cachekeys/` via gateway/prompt_cache.py).
+
+Validation only: patterns must compile, public prefixes name exactly one thing. Every switch
+that could change what a prompt means is off by default (see docs/cache.md).
+"""
 
 from __future__ import annotations
 
+import re
 from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
 
 from policies.base import PolicyModel
 
 
+class NormalisePolicy(PolicyModel):
+    order_tools: bool = True  # tools sorted by name (declared-public tools first)
+    canonical_json: bool = True  # JSON schema keys sorted, `required` lists sorted
+    canonical_tool_args: bool = False  # opt-in: sort keys of tool-call arguments in history
+    relocate_volatile: bool = False  # opt-in: dates, times, ids out of tools/system to the tail
+    default_patterns: bool = True  # use Lantern's built-in volatile patterns when relocating
+    volatile_patterns: tuple[str, ...] = ()  # the tenant's own regular expressions
+
+    @field_validator("volatile_patterns")
+    @classmethod
+    def _compiles(cls, patterns: tuple[str, ...]) -> tuple[str, ...]:
+        for pattern in patterns:
+            try:
+                compiled = re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"pattern {pattern!r} does not compile: {exc}") from exc
+            if compiled.match(""):
+                raise ValueError(f"pattern {pattern!r} matches the empty string")
+        return patterns
+
+
+class PublicPrefix(PolicyModel):
+    """One segment an admin declares shareable across tenants (hashed without the tenant salt)."""
+
+    tool: str | None = None  # a tool by name
+    tool_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")  # canonical tool
+    system_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")  # a system block
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> PublicPrefix:
+        named = [v for v in (self.tool, self.tool_sha256, self.system_sha256) if v is not None]
+        if len(named) != 1:
+            raise ValueError("name exactly one of tool, tool_sha256, system_sha256")
+        return self
+
+
+class MinimumCacheable(PolicyModel):
+    """A model family's minimum cacheable prefix, overriding Lantern's built-in table."""
+
+    family: str = Field(min_length=1)  # matched as a substring of the model id
+    tokens: int = Field(ge=1)
+
+
 class CachePolicy(PolicyModel):
-    # tenant: keys salted per tenant (default); none: no prompt caching for this tenant
-    scope: Literal["tenant", "none"] = "tenant"
+    # tenant: keys salted per tenant (default); shared: no salt (tenants share keys and caches);
+    # none: no prompt caching for this tenant (no markers, no prompt_cache_key)
+    scope: Literal["tenant", "shared", "none"] = "tenant"
     ttl: Literal["5m", "1h"] = "5m"
+    markers: Literal["auto", "off"] = "auto"  # Lantern places provider cache breakpoints
+    normalise: NormalisePolicy = NormalisePolicy()
+    public_prefixes: tuple[PublicPrefix, ...] = ()
+    min_cacheable_tokens: tuple[MinimumCacheable, ...] = ()

@@ -1,0 +1,157 @@
+"""Cache-break explanations: compare one call's prompt with the previous call of its session.
+
+Pure: fingerprints in, a diagnosis out; time is passed in. Says whether the prefix the previous
+call left in the cache is intact, and if not the first block that changed and why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from typing import Literal
+
+from cachekeys.layout import PromptLayout
+
+CacheMode = Literal["breakpoints", "automatic"]  # Anthropic/Bedrock markers, OpenAI implicit
+LEVEL_ORDER = {"tools": 0, "system": 1, "messages": 2}
+AUTOMATIC_MIN_TOKENS = 1024
+AUTOMATIC_INCREMENT = 128
+
+
+class Reason(StrEnum):
+    FIRST_CALL = "first_call"
+    KEPT = "kept"
+    TOOLS_CHANGED = "tools_changed"
+    SYSTEM_CHANGED = "system_changed"
+    HISTORY_REWRITTEN = "history_rewritten"
+    TENANT_CHANGED = "tenant_changed"
+    MODEL_CHANGED = "model_changed"
+    TTL_EXPIRED = "ttl_expired"
+
+
+@dataclass(frozen=True, slots=True)
+class PromptFingerprint:
+    """What diagnosis needs of a call: stable block identities, their ends in tokens, breakpoints."""
+
+    tenant: str
+    model: str
+    digests: tuple[bytes, ...]
+    levels: tuple[str, ...]
+    names: tuple[str, ...]
+    ends: tuple[int, ...]  # cumulative token end of each block
+    breakpoints: tuple[int, ...]  # block indices where this call leaves a cache entry
+    mode: CacheMode
+    ttl_s: float
+
+    @classmethod
+    def of(
+        cls,
+        layout: PromptLayout,
+        tenant: str,
+        model: str,
+        marked: tuple[int, ...],
+        mode: CacheMode,
+        ttl_s: float,
+    ) -> PromptFingerprint:
+        n = layout.last_stable() + 1
+        blocks = layout.blocks[:n]
+        ends, total = [], 0
+        for tokens in layout.tokens[:n]:
+            total += tokens
+            ends.append(total)
+        client = tuple(i for i, b in enumerate(blocks) if b.marker_ttl is not None)
+        return cls(
+            tenant,
+            model,
+            tuple(b.digest for b in blocks),
+            tuple(b.level for b in blocks),
+            tuple(b.name for b in blocks),
+            tuple(ends),
+            tuple(sorted(set(marked) | set(client))),
+            mode,
+            ttl_s,
+        )
+
+    @property
+    def stable_tokens(self) -> int:
+        return self.ends[-1] if self.ends else 0
+
+    def cached_end(self, upto: int) -> int:
+        """Tokens this call left cached within its first `upto` blocks."""
+        if self.mode == "automatic":
+            return _automatic_tokens(self.ends[upto - 1] if upto else 0)
+        points = [self.ends[b] for b in self.breakpoints if b < upto]
+        return max(points, default=0)
+
+
+def _automatic_tokens(common: int) -> int:
+    if common < AUTOMATIC_MIN_TOKENS:
+        return 0
+    return (
+        AUTOMATIC_MIN_TOKENS
+        + (common - AUTOMATIC_MIN_TOKENS) // AUTOMATIC_INCREMENT * AUTOMATIC_INCREMENT
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CacheDiagnosis:
+    reason: Reason
+    kept: bool  # the whole prefix the previous call left cached is intact and alive
+    stable_prefix_tokens: int  # this call's stable prefix
+    expected_prefix_tokens: int  # what the previous call left cached
+    predicted_read_tokens: int  # what the provider should report as cache reads
+    first_changed: str | None = None  # e.g. "system[0]", "messages[3][1]"
+    gap_s: float | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        out = asdict(self)
+        out["reason"] = self.reason.value
+        return out
+
+
+def diagnose(
+    previous: PromptFingerprint | None,
+    previous_at_s: float | None,
+    current: PromptFingerprint,
+    now_s: float,
+) -> CacheDiagnosis:
+    stable = current.stable_tokens
+    if previous is None or previous_at_s is None:
+        return CacheDiagnosis(Reason.FIRST_CALL, False, stable, 0, 0)
+    gap_s = now_s - previous_at_s
+    expected = previous.cached_end(len(previous.digests))
+    if previous.tenant != current.tenant or previous.model != current.model:
+        reason = (
+            Reason.TENANT_CHANGED if previous.tenant != current.tenant else Reason.MODEL_CHANGED
+        )
+        return CacheDiagnosis(reason, False, stable, expected, 0, None, gap_s)
+    changed = _first_difference(previous, current)
+    if changed is not None:
+        reason, name = _explain(previous, current, changed)
+        read = 0 if gap_s > previous.ttl_s else previous.cached_end(changed)
+        return CacheDiagnosis(reason, False, stable, expected, read, name, gap_s)
+    if gap_s > previous.ttl_s:
+        return CacheDiagnosis(Reason.TTL_EXPIRED, False, stable, expected, 0, None, gap_s)
+    return CacheDiagnosis(Reason.KEPT, True, stable, expected, expected, None, gap_s)
+
+
+def _first_difference(previous: PromptFingerprint, current: PromptFingerprint) -> int | None:
+    for i, digest in enumerate(previous.digests):
+        if i >= len(current.digests) or current.digests[i] != digest:
+            return i
+    return None
+
+
+def _explain(
+    previous: PromptFingerprint, current: PromptFingerprint, index: int
+) -> tuple[Reason, str]:
+    """The earlier level of the two blocks at `index` names the change (an added tool shifts a
+    system block into its place, and the change is still a tools change)."""
+    candidates = [(previous.levels[index], previous.names[index])]
+    if index < len(current.levels):
+        candidates.append((current.levels[index], current.names[index]))
+    level, name = min(candidates, key=lambda c: LEVEL_ORDER[c[0]])
+    reason = {"tools": Reason.TOOLS_CHANGED, "system": Reason.SYSTEM_CHANGED}.get(
+        level, Reason.HISTORY_REWRITTEN
+    )
+    return reason, name

@@ -1,0 +1,194 @@
+"""Provider cache breakpoints: where Lantern puts Anthropic `cache_control` and Bedrock `cachePoint`.
+
+Pure. One plan over the prompt layout (at most 4 breakpoints, the client's kept, the model's
+minimum cacheable length and the 20-block look-back respected), applied to canonical requests,
+to raw Anthropic bodies, or handed to the Bedrock backend as a plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from adapters.types import JSON, CacheControl, ChatRequest, Message
+from cachekeys.layout import Locator, PromptLayout
+
+Ttl = Literal["5m", "1h"]
+MAX_BREAKPOINTS = 4
+LOOKBACK_BLOCKS = 20
+# Minimum cacheable prefix by model family, most specific first (Anthropic docs, late 2025).
+MIN_CACHEABLE_TOKENS: tuple[tuple[str, int], ...] = (
+    ("haiku-4-5", 4096),
+    ("opus-4-5", 4096),
+    ("opus-4-6", 4096),
+    ("haiku", 2048),
+    ("sonnet", 1024),
+    ("opus", 1024),
+)
+DEFAULT_MIN_CACHEABLE_TOKENS = 1024
+
+
+def min_cacheable_tokens(model: str, overrides: Mapping[str, int] | None = None) -> int:
+    """The first family whose name is in the model id: policy overrides first, then the table."""
+    for family, tokens in (*(overrides or {}).items(), *MIN_CACHEABLE_TOKENS):
+        if family in model:
+            return tokens
+    return DEFAULT_MIN_CACHEABLE_TOKENS
+
+
+@dataclass(frozen=True, slots=True)
+class BreakpointPlan:
+    """Block indices (into the layout) that get a Lantern marker, all with `ttl`."""
+
+    indices: tuple[int, ...]
+    ttl: Ttl
+    min_tokens: int
+
+
+def plan_breakpoints(layout: PromptLayout, model: str, ttl: Ttl, min_tokens: int) -> BreakpointPlan:
+    """Candidates by priority: the last stable block of the conversation, the last tool, the last
+    system block, then a bridge to the previous call's end when more than 20 blocks lie between."""
+    blocks = layout.blocks
+    client = {i: b.marker_ttl for i, b in enumerate(blocks) if b.marker_ttl is not None}
+    budget = MAX_BREAKPOINTS - len(client)
+    last_message = _markable_at_or_before(layout, layout.last_stable(), "messages")
+    candidates = [
+        last_message,
+        _markable_at_or_before(layout, layout.last_of("tools"), "tools"),
+        _markable_at_or_before(layout, layout.last_of("system"), "system"),
+        _bridge(layout, last_message),
+    ]
+    chosen: list[int] = []
+    for index in candidates:
+        if budget <= len(chosen) or index < 0 or index in client or index in chosen:
+            continue
+        if layout.end(index) < min_tokens or _breaks_ttl_order(client, index, ttl):
+            continue
+        chosen.append(index)
+    return BreakpointPlan(tuple(sorted(chosen)), ttl, min_tokens)
+
+
+def _markable_at_or_before(layout: PromptLayout, index: int, level: str) -> int:
+    for i in range(index, -1, -1):
+        block = layout.blocks[i]
+        if block.level != level:
+            return -1
+        if block.is_markable and not block.is_volatile:
+            return i
+    return -1
+
+
+def _bridge(layout: PromptLayout, last_message: int) -> int:
+    """The end of the previous call (the turn before the newest assistant message), if the
+    look-back from `last_message` cannot reach it."""
+    if last_message < 0:
+        return -1
+    previous_end = _previous_call_end(layout, last_message)
+    if previous_end < 0 or last_message - previous_end < LOOKBACK_BLOCKS:
+        return -1
+    return _markable_at_or_before(layout, previous_end, "messages")
+
+
+def _previous_call_end(layout: PromptLayout, last_message: int) -> int:
+    """Index of the last block before the newest assistant turn (-1 when there is none)."""
+    assistant_starts = [
+        i
+        for i, b in enumerate(layout.blocks[: last_message + 1])
+        if b.level == "messages" and b.role == "assistant"
+    ]
+    if not assistant_starts:
+        return -1
+    first_of_turn = assistant_starts[-1]
+    while first_of_turn > 0 and layout.blocks[first_of_turn - 1].role == "assistant":
+        first_of_turn -= 1
+    return first_of_turn - 1
+
+
+def _breaks_ttl_order(client: Mapping[int, str | None], index: int, ttl: Ttl) -> bool:
+    """Longer TTLs must come first: no 5m marker before a client 1h, no 1h after a client 5m."""
+    if ttl == "5m":
+        return any(t == "1h" and i > index for i, t in client.items())
+    return any(t == "5m" and i < index for i, t in client.items())
+
+
+# --- applying a plan -----------------------------------------------------------------------------
+
+
+def apply_to_request(
+    request: ChatRequest, layout: PromptLayout, plan: BreakpointPlan
+) -> ChatRequest:
+    marker = CacheControl(ttl=plan.ttl)
+    out = request
+    for index in plan.indices:
+        out = _mark_canonical(out, layout.blocks[index].locator, marker)
+    return out
+
+
+def _mark_canonical(request: ChatRequest, locator: Locator, marker: CacheControl) -> ChatRequest:
+    level, i, *rest = locator
+    if level == "tools":
+        tools = list(request.tools)
+        tools[i] = replace(tools[i], cache_control=marker)  # type: ignore[index]
+        return replace(request, tools=tuple(tools))
+    if level == "system":
+        system = list(request.system)
+        system[i] = replace(system[i], cache_control=marker)  # type: ignore[index]
+        return replace(request, system=tuple(system))
+    messages = list(request.messages)
+    message: Message = messages[i]  # type: ignore[index]
+    parts = list(message.content)
+    k = rest[0]
+    parts[k] = replace(parts[k], cache_control=marker)  # type: ignore[index]
+    messages[i] = replace(message, content=tuple(parts))  # type: ignore[index]
+    return replace(request, messages=tuple(messages))
+
+
+def apply_to_anthropic(
+    body: Mapping[str, JSON], layout: PromptLayout, plan: BreakpointPlan
+) -> dict[str, Any]:
+    """Put `cache_control` on the planned blocks of a raw body, copying only what it edits."""
+    out = dict(body)
+    marker = {"type": "ephemeral", "ttl": plan.ttl}
+    for index in plan.indices:
+        level, i, *rest = layout.blocks[index].locator
+        if level == "tools":
+            tools = list(out["tools"])
+            tools[i] = {**tools[i], "cache_control": marker}  # type: ignore[index]
+            out["tools"] = tools
+        elif level == "system":
+            out["system"] = _mark_content(out["system"], i, marker)  # type: ignore[arg-type]
+        else:
+            messages = list(out["messages"])
+            message = messages[i]  # type: ignore[index]
+            messages[i] = {**message, "content": _mark_content(message["content"], rest[0], marker)}  # type: ignore[index,arg-type]
+            out["messages"] = messages
+    return out
+
+
+def _mark_content(content: JSON, index: int | None, marker: Mapping[str, str]) -> JSON:
+    if index is None:  # a plain string becomes one text block so it can carry the marker
+        return [{"type": "text", "text": content, "cache_control": dict(marker)}]
+    parts = list(content)
+    parts[index] = {**parts[index], "cache_control": dict(marker)}
+    return parts
+
+
+@dataclass(frozen=True, slots=True)
+class BedrockCachePlan:
+    """Where the Bedrock backend inserts `{"cachePoint": {"type": "default", "ttl": ttl}}`."""
+
+    after_tools: bool
+    after_system: bool
+    after_block: tuple[int, int] | None  # (message index, content index) to insert after
+    ttl: Ttl
+
+
+def bedrock_plan(layout: PromptLayout, plan: BreakpointPlan) -> BedrockCachePlan:
+    levels = {layout.blocks[i].level: i for i in plan.indices}
+    message_indices = [i for i in plan.indices if layout.blocks[i].level == "messages"]
+    after_block = None
+    if message_indices:
+        _, m, k = layout.blocks[message_indices[-1]].locator
+        after_block = (int(m or 0), int(k or 0))
+    return BedrockCachePlan("tools" in levels, "system" in levels, after_block, plan.ttl)

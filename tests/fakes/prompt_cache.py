@@ -1,0 +1,280 @@
+"""A provider-faithful prompt cache for the fake upstream: exact-prefix matching, TTLs, prices.
+
+Implements `PromptCacheModel` of tests/fakes/upstream.py. Anthropic: entries only at
+`cache_control` breakpoints (at most 4), prefix order tools → system → messages, 20-block
+look-back, per-model minimum length, 5m/1h TTL refreshed on read. OpenAI: automatic caching of
+prompts of 1024+ tokens in 128-token steps, keyed by model and `prompt_cache_key`. Tokens per
+block follow adapters.tokens.TokenCounter, so the split sums to the upstream's prompt_tokens.
+Independent of cachekeys on purpose: it is the referee of Lantern's cache edits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from adapters.tokens import IMAGE_TOKENS, TOKENS_PER_MESSAGE, TOKENS_PER_NAME, TokenCounter
+
+TTL_S = {"5m": 300.0, "1h": 3600.0}
+LOOKBACK_BLOCKS = 20
+MAX_BREAKPOINTS = 4
+OPENAI_MIN_TOKENS = 1024
+OPENAI_INCREMENT = 128
+PRICE_READ = 0.1
+PRICE_WRITE = {"5m": 1.25, "1h": 2.0}
+
+
+class CacheMarkerError(ValueError):
+    """The request breaks the provider's marker rules (the real API answers 400)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    digest: bytes  # chained: identifies the whole prefix up to and including this block
+    end: int  # cumulative tokens up to and including this block
+    ttl: str | None  # cache_control ttl on this block, if marked
+
+
+@dataclass(slots=True)
+class Entry:
+    expires_s: float
+    tokens: int
+    ttl_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Accounting:
+    """One call as the provider saw it (kept for tests and the bench)."""
+
+    wire: str
+    prompt_tokens: int
+    uncached: int
+    read: int
+    write: int
+    write_ttl: str | None
+
+    def cost(self) -> float:
+        """In input-token units: uncached 1, read 0.1, write 1.25 (5m) or 2.0 (1h)."""
+        write_price = PRICE_WRITE.get(self.write_ttl or "5m", 1.25)
+        return self.uncached + PRICE_READ * self.read + write_price * self.write
+
+
+def min_tokens_for(model: str) -> int:
+    for family, tokens in (("haiku-4-5", 4096), ("opus-4-5", 4096), ("haiku", 2048)):
+        if family in model:
+            return tokens
+    return 1024
+
+
+@dataclass
+class PromptCacheFake:
+    """The provider's cache; `clock` returns seconds and is the only notion of time."""
+
+    clock: Callable[[], float]
+    counter: TokenCounter = field(default_factory=TokenCounter)
+    openai_ttl_s: float = 1800.0
+    entries: dict[bytes, Entry] = field(default_factory=dict)
+    calls: list[Accounting] = field(default_factory=list)
+
+    def account(self, wire: str, body: dict[str, Any], prompt_tokens: int) -> tuple[int, int, int]:
+        model = str(body.get("model", ""))
+        if wire == "anthropic":
+            blocks = anthropic_blocks(body, lambda text: self.counter.count_text(model, text))
+            read, write, ttl = self._anthropic(model, blocks)
+        else:
+            blocks = openai_blocks(body, lambda text: self.counter.count_text(model, text))
+            read, write, ttl = self._openai(model, body, blocks)
+        read, write = min(read, prompt_tokens), min(write, prompt_tokens - min(read, prompt_tokens))
+        uncached = prompt_tokens - read - write
+        self.calls.append(Accounting(wire, prompt_tokens, uncached, read, write, ttl))
+        return uncached, read, write
+
+    def _alive(self, key: bytes, now: float) -> Entry | None:
+        entry = self.entries.get(key)
+        if entry is None or entry.expires_s <= now:
+            return None
+        return entry
+
+    def _anthropic(self, model: str, blocks: list[Block]) -> tuple[int, int, str | None]:
+        marked = [i for i, b in enumerate(blocks) if b.ttl is not None]
+        _check_markers(blocks, marked)
+        now = self.clock()
+        hit = -1
+        for point in marked:  # each breakpoint looks back up to 20 blocks for a live entry
+            for i in range(point, max(point - LOOKBACK_BLOCKS, -1), -1):
+                entry = self._alive(_key(model, blocks[i].digest), now)
+                if entry is not None:
+                    entry.expires_s = now + entry.ttl_s  # reads refresh the lifetime for free
+                    hit = max(hit, i)
+                    break
+        read = blocks[hit].end if hit >= 0 else 0
+        minimum = min_tokens_for(model)
+        written = [p for p in marked if p > hit and blocks[p].end >= minimum]
+        for point in written:
+            ttl_s = TTL_S[blocks[point].ttl or "5m"]
+            self.entries[_key(model, blocks[point].digest)] = Entry(
+                now + ttl_s, blocks[point].end, ttl_s
+            )
+        if not written:
+            return read, 0, None
+        return read, blocks[written[-1]].end - read, blocks[written[-1]].ttl
+
+    def _openai(
+        self, model: str, body: Mapping[str, Any], blocks: list[Block]
+    ) -> tuple[int, int, str | None]:
+        now = self.clock()
+        scope = f"{model}\0{body.get('prompt_cache_key') or ''}".encode()
+        common = 0
+        for block in blocks:
+            entry = self._alive(_key(scope.decode(), block.digest), now)
+            if entry is None:
+                break
+            entry.expires_s = now + entry.ttl_s
+            common = block.end
+        read = _rounded(common)
+        total = _rounded(blocks[-1].end if blocks else 0)
+        for block in blocks:
+            key = _key(scope.decode(), block.digest)
+            self.entries[key] = Entry(now + self.openai_ttl_s, block.end, self.openai_ttl_s)
+        return read, max(total - read, 0), "5m"
+
+
+def _check_markers(blocks: list[Block], marked: list[int]) -> None:
+    if len(marked) > MAX_BREAKPOINTS:
+        raise CacheMarkerError(f"{len(marked)} cache_control blocks; at most {MAX_BREAKPOINTS}")
+    ttls = [TTL_S[blocks[i].ttl or "5m"] for i in marked]
+    if any(later > earlier for earlier, later in zip(ttls, ttls[1:], strict=False)):
+        raise CacheMarkerError("a longer cache TTL must not follow a shorter one")
+
+
+def _rounded(tokens: int) -> int:
+    if tokens < OPENAI_MIN_TOKENS:
+        return 0
+    return OPENAI_MIN_TOKENS + (tokens - OPENAI_MIN_TOKENS) // OPENAI_INCREMENT * OPENAI_INCREMENT
+
+
+def _key(scope: str, digest: bytes) -> bytes:
+    return hashlib.sha256(scope.encode() + b"\0" + digest).digest()
+
+
+class _Chain:
+    """Builds chained block digests and cumulative token ends."""
+
+    def __init__(self) -> None:
+        self.blocks: list[Block] = []
+        self._digest = bytes(32)
+        self._end = 0
+
+    def add(self, identity: Any, tokens: int, ttl: str | None) -> None:
+        self._digest = hashlib.sha256(
+            self._digest + orjson.dumps(identity, option=orjson.OPT_SORT_KEYS)
+        ).digest()
+        self._end += tokens
+        self.blocks.append(Block(self._digest, self._end, ttl))
+
+
+def _ttl(part: Any) -> str | None:
+    marker = part.get("cache_control") if isinstance(part, Mapping) else None
+    return str(marker.get("ttl", "5m")) if isinstance(marker, Mapping) else None
+
+
+def _strip(part: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in part.items() if k != "cache_control"}
+
+
+def _text_parts(content: Any) -> list[Any]:
+    return [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
+
+
+def _part_tokens(part: Mapping[str, Any], count: Callable[[str], int]) -> int:
+    kind = part.get("type", "text")
+    if kind == "text":
+        return count(str(part.get("text", "")))
+    if kind in ("image", "image_url"):
+        return IMAGE_TOKENS
+    if kind == "tool_use":
+        return count(str(part.get("name", ""))) + count(
+            orjson.dumps(part.get("input", {})).decode()
+        )
+    if kind == "tool_result":
+        return sum(_part_tokens(p, count) for p in _text_parts(part.get("content")))
+    return count(orjson.dumps(_strip(part)).decode())
+
+
+def anthropic_blocks(body: Mapping[str, Any], count: Callable[[str], int]) -> list[Block]:
+    """Blocks in cache order; message and system overheads ride on their first block."""
+    chain = _Chain()
+    tools = list(body.get("tools") or [])
+    schemas = [
+        {
+            "name": t.get("name"),
+            "description": t.get("description", ""),
+            "parameters": t.get("input_schema", {}),
+        }
+        for t in tools
+    ]
+    whole = count(orjson.dumps(schemas).decode()) if tools else 0
+    each = [count(orjson.dumps(s).decode()) for s in schemas]
+    for i, tool in enumerate(tools):
+        # the upstream counts the tools as one JSON array: its punctuation rides on the last tool
+        tokens = each[i] if i < len(tools) - 1 else whole - sum(each[:-1])
+        chain.add(["tool", _strip(tool)], tokens, _ttl(tool))
+    system = body.get("system")
+    for j, part in enumerate(_text_parts(system) if system else []):
+        overhead = TOKENS_PER_MESSAGE + count("system") if j == 0 else 0
+        chain.add(
+            ["system", str(part.get("text", ""))],
+            overhead + count(str(part.get("text", ""))),
+            _ttl(part),
+        )
+    for message in body.get("messages") or []:
+        role = str(message.get("role"))
+        for k, part in enumerate(_text_parts(message.get("content"))):
+            overhead = TOKENS_PER_MESSAGE + count(role) if k == 0 else 0
+            chain.add(
+                [role, k == 0, _strip(part)], overhead + _part_tokens(part, count), _ttl(part)
+            )
+    return chain.blocks
+
+
+def openai_blocks(body: Mapping[str, Any], count: Callable[[str], int]) -> list[Block]:
+    chain = _Chain()
+    tools = [t.get("function", t) for t in body.get("tools") or []]
+    if tools:
+        schemas = [
+            {
+                "name": t.get("name"),
+                "description": t.get("description", ""),
+                "parameters": t.get("parameters", {}),
+            }
+            for t in tools
+        ]
+        chain.add(["tools", schemas], count(orjson.dumps(schemas).decode()), None)
+    for message in body.get("messages") or []:
+        role = str(message.get("role"))
+        overhead = TOKENS_PER_MESSAGE + count(role)
+        if message.get("name"):
+            overhead += TOKENS_PER_NAME + count(str(message["name"]))
+        parts = _text_parts(message.get("content"))
+        calls = list(message.get("tool_calls") or [])
+        if not parts and not calls:
+            chain.add([role, True, None], overhead, None)
+        for k, part in enumerate(parts):
+            chain.add(
+                [role, k == 0, _strip(part)],
+                (overhead if k == 0 else 0) + _part_tokens(part, count),
+                None,
+            )
+        for k, call in enumerate(calls):
+            function = call.get("function", {})
+            tokens = count(str(function.get("name", ""))) + count(
+                str(function.get("arguments", ""))
+            )
+            chain.add(
+                [role, "call", call], tokens + (overhead if not parts and k == 0 else 0), None
+            )
+    return chain.blocks
