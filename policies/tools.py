@@ -1,22 +1,68 @@
-"""The `tools:` section of a tenant policy (run by `sandbox/` via the gateway)."""
+"""The `tools:` section of a tenant policy (run by `sandbox/` via the gateway).
+
+Validates the declaration only (names, argv, egress syntax, Fargate fields); it decides
+nothing about running. An egress entry is `host[:port]` (default port 443) or `*.suffix[:port]`.
+"""
 
 from __future__ import annotations
 
+import re
 from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
 
 from policies.base import PolicyModel
 
+_HOST = re.compile(r"^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+_NUMERIC_LABEL = re.compile(r"^(0x[0-9a-f]*|[0-9]+)$")  # inet_aton spellings end so
+_FARGATE_REQUIRED = ("cluster", "task_definition", "subnets", "security_groups",
+                     "task_role_arn", "log_group")
+
 
 class ToolLimits(PolicyModel):
-    wall_s: float = 30
-    memory_mb: int = 256
-    cpu_s: float = 10
-    output_kb: int = 64
+    wall_s: float = Field(default=30, gt=0, le=24 * 3600)
+    memory_mb: int = Field(default=256, gt=0)
+    cpu_s: float = Field(default=10, gt=0)
+    output_kb: int = Field(default=64, gt=0, le=16 * 1024)
+    max_procs: int = Field(default=64, gt=0)
+    file_mb: int = Field(default=64, gt=0)
 
 
 class ToolPolicy(PolicyModel):
-    name: str
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,128}$")
     runner: Literal["local", "fargate"] = "local"
-    command: tuple[str, ...]
+    command: tuple[str, ...] = Field(min_length=1)
     egress: tuple[str, ...] = ()
     limits: ToolLimits = ToolLimits()
+    # Fargate only (runner: fargate). The image is pinned by the task definition; `image`
+    # records the digest it should have, and enters the idempotency fingerprint.
+    image: str = ""
+    cluster: str = ""
+    task_definition: str = ""
+    container_name: str = "tool"
+    subnets: tuple[str, ...] = ()
+    security_groups: tuple[str, ...] = ()
+    task_role_arn: str = ""
+    log_group: str = ""
+    log_stream_prefix: str = "tool"
+    proxy_url: str = ""  # the egress proxy as the task reaches it, e.g. http://10.0.9.5:3128
+
+    @field_validator("egress")
+    @classmethod
+    def _egress_entries(cls, entries: tuple[str, ...]) -> tuple[str, ...]:
+        for entry in entries:
+            host, sep, port = entry.rpartition(":")
+            host = host if sep else entry
+            if sep and not (port.isdigit() and 0 < int(port) < 65536):
+                raise ValueError(f"{entry!r}: port must be 1-65535")
+            if not _HOST.match(host.lower()) or _NUMERIC_LABEL.match(host.lower().rsplit(".", 1)[-1]):
+                raise ValueError(f"{entry!r}: a host name or '*.suffix' (IP addresses not allowed)")
+        return entries
+
+    @model_validator(mode="after")
+    def _runner_fields(self) -> ToolPolicy:
+        if self.runner == "fargate":
+            missing = [name for name in _FARGATE_REQUIRED if not getattr(self, name)]
+            if missing:
+                raise ValueError(f"runner fargate needs {', '.join(missing)}")
+        return self

@@ -82,12 +82,13 @@ def parse_port(text: str) -> int:
 
 
 def parse_rules(entries: Sequence[str]) -> tuple[EgressRule, ...]:
-    """Policy entries `host:port` or `*.suffix:port`; IP literals are refused."""
+    """Policy entries `host[:port]` or `*.suffix[:port]` (port 443 when absent); IP
+    literals are refused."""
     rules = []
     for entry in entries:
         host, sep, port = entry.rpartition(":")
         if not sep:
-            raise ValueError(f"egress entry {entry!r} needs a port")
+            host, port = entry, "443"
         wildcard = host.startswith("*.")
         name = normalize_host(host[2:] if wildcard else host)
         if "*" in name or parse_ip_literal(name) is not None:

@@ -1,0 +1,122 @@
+"""HTTP for sandboxed tool runs: POST /v1/tools/runs and GET /v1/tools/runs/{id}.
+
+Parses, authenticates (via the injected dependency), converts policy to `sandbox` types,
+calls ToolRunService, and shapes replies; every sandbox error becomes the OpenAI error shape.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from policies.model import TenantPolicy
+from policies.tools import ToolPolicy
+from sandbox.errors import IdempotencyKeyInUse, InvalidToolRequest, SandboxError
+from sandbox.fingerprint import derive_key, parse_idempotency_key
+from sandbox.service import ToolRunService
+from sandbox.types import FargateTarget, ToolLimits, ToolRunReply, ToolRunRequest, ToolSpec
+
+Authenticate = Callable[[Request], Awaitable[tuple[TenantPolicy, str]]]
+
+
+class _RequestedLimits(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    wall_s: float | None = None
+    memory_mb: int | None = None
+    cpu_s: float | None = None
+    output_kb: int | None = None
+    max_procs: int | None = None
+    file_mb: int | None = None
+
+
+class ToolRunBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    tool: str = Field(min_length=1)
+    arguments: dict[str, str | int | float] = {}
+    limits: _RequestedLimits | None = None
+    tool_call_id: str | None = None
+
+
+def tool_spec(policy: ToolPolicy) -> ToolSpec:
+    """The sandbox's view of one declared tool."""
+    limits = ToolLimits(**policy.limits.model_dump())
+    fargate = None
+    if policy.runner == "fargate":
+        fargate = FargateTarget(
+            cluster=policy.cluster, task_definition=policy.task_definition,
+            subnets=policy.subnets, security_groups=policy.security_groups,
+            task_role_arn=policy.task_role_arn, log_group=policy.log_group,
+            container_name=policy.container_name, log_stream_prefix=policy.log_stream_prefix,
+            image=policy.image, proxy_url=policy.proxy_url,
+        )
+    return ToolSpec(policy.name, policy.command, policy.runner, policy.egress, limits, fargate)
+
+
+def _error(exc: SandboxError) -> JSONResponse:
+    body = {"error": {"message": str(exc), "type": exc.error_type, "param": exc.param,
+                      "code": exc.code}}
+    headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, IdempotencyKeyInUse) else {}
+    return JSONResponse(body, status_code=exc.status_code, headers=headers)
+
+
+def _reply(reply: ToolRunReply) -> Response:
+    headers = {"Idempotent-Replayed": "true"} if reply.replayed else {}
+    return Response(reply.body, status_code=reply.http_status, media_type="application/json",
+                    headers=headers)
+
+
+async def _parse(request: Request, policy: TenantPolicy, key_id: str) -> tuple[ToolRunRequest, tuple[ToolSpec, ...]]:
+    try:
+        body = ToolRunBody.model_validate(await request.json())
+    except ValidationError as exc:
+        where = ".".join(str(part) for part in exc.errors()[0]["loc"]) or "body"
+        raise InvalidToolRequest(where, exc.errors()[0]["msg"]) from exc
+    except ValueError as exc:
+        raise InvalidToolRequest("body", "not valid JSON") from exc
+    header = request.headers.get("idempotency-key")
+    session = request.headers.get("x-session-id")
+    if header is None and session and body.tool_call_id:
+        key = derive_key(session, body.tool_call_id)
+    else:
+        key = parse_idempotency_key(header)
+    specs = tuple(tool_spec(tool) for tool in policy.tools)
+    limits = None
+    if body.limits is not None:
+        declared = next((s.limits for s in specs if s.name == body.tool), ToolLimits())
+        asked = {k: v for k, v in body.limits.model_dump().items() if v is not None}
+        limits = dataclasses.replace(declared, **asked)
+    arguments = tuple(sorted((k, str(v)) for k, v in body.arguments.items()))
+    run = ToolRunRequest(policy.tenant, key_id, key, body.tool, arguments, limits)
+    return run, specs
+
+
+def build_tools_router(service: ToolRunService, authenticate: Authenticate) -> APIRouter:
+    router = APIRouter()
+
+    @router.post("/v1/tools/runs")
+    async def create_run(
+        request: Request, auth: tuple[TenantPolicy, str] = Depends(authenticate)
+    ) -> Response:
+        try:
+            run, specs = await _parse(request, *auth)
+            return _reply(await service.submit(specs, run))
+        except SandboxError as exc:
+            return _error(exc)
+
+    @router.get("/v1/tools/runs/{run_id}")
+    async def read_run(
+        run_id: str, auth: tuple[TenantPolicy, str] = Depends(authenticate)
+    ) -> Response:
+        try:
+            return _reply(await service.get(auth[0].tenant, run_id))
+        except SandboxError as exc:
+            return _error(exc)
+
+    return router
+
+
+__all__ = ["build_tools_router", "tool_spec", "ToolRunBody"]
