@@ -1,0 +1,52 @@
+"""The FastAPI application: `create_app(settings)` builds it, `serve(settings)` runs it.
+
+Everything long-lived is built by `gateway.wiring.build_components`; the lifespan only starts
+and stops it. No module globals.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from gateway.routes_admin import build_admin_router, build_ops_router
+from gateway.routes_chat import ChatRoutes, build_chat_router
+from gateway.settings import Settings
+from gateway.wiring import Components, build_components
+
+log = logging.getLogger("lantern.app")
+
+
+def create_app(settings: Settings, components: Components | None = None) -> FastAPI:
+    parts = components or build_components(settings)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await parts.start()
+        try:
+            yield
+        finally:
+            await parts.stop()
+
+    app = FastAPI(title="Lantern", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.components = parts
+    app.include_router(build_chat_router(ChatRoutes(parts.pipeline, parts.keys)))
+    app.include_router(build_ops_router(parts.models, parts.keys, parts.metrics))
+    app.include_router(build_admin_router(settings.admin_token, parts.admin_views))
+    if parts.tools_router is not None:
+        app.include_router(parts.tools_router)
+    return app
+
+
+def serve(settings: Settings) -> int:
+    """Run the gateway in the foreground (the `lantern serve` command)."""
+    import uvicorn
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    app = create_app(settings)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info",
+                access_log=False, timeout_graceful_shutdown=5)
+    return 0

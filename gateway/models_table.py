@@ -1,0 +1,131 @@
+"""Client model names → candidates (backends, one per self-hosted replica), and their prices.
+
+Built once from settings; an unknown price is an error at start-up, never $0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+
+import httpx
+
+from adapters.backends.factory import build_backend
+from adapters.backends.spec import BackendSpec
+from adapters.pricing import Price, PriceBook, UnknownPrice, cost, uncached_cost
+from adapters.types import Usage
+from gateway.engine_child import EngineChild
+from gateway.ports import Candidate, ModelRoute
+from gateway.settings import (
+    AnthropicBackend,
+    BackendSettings,
+    LiteLLMBackend,
+    OpenAICompatibleBackend,
+    PriceOverride,
+    SelfhostBackend,
+    Settings,
+)
+
+_PER_MTOK = Decimal(1_000_000)
+
+
+class ModelTableImpl:
+    def __init__(self, routes: Sequence[ModelRoute]) -> None:
+        self._routes = {r.name: r for r in routes}
+
+    def get(self, name: str) -> ModelRoute | None:
+        return self._routes.get(name)
+
+    def names(self) -> Sequence[str]:
+        return list(self._routes)
+
+    def candidates(self) -> list[Candidate]:
+        return [c for r in self._routes.values() for c in r.candidates]
+
+
+def _specs(b: BackendSettings, children: list[EngineChild]) -> list[tuple[BackendSpec, str | None]]:
+    """One spec per replica; a `selfhost` backend with model_path becomes a child engine."""
+    def spec(**kw: object) -> BackendSpec:
+        return BackendSpec(name=b.name, kind=b.kind, timeout_s=b.timeout_s, **kw)  # type: ignore[arg-type]
+
+    if isinstance(b, SelfhostBackend) and b.model_path is not None:
+        child = EngineChild(b.name, b.model_path, b.host, b.port, b.device, b.dtype)
+        children.append(child)
+        return [(spec(base_url=child.base_url, model=b.model), child.base_url)]
+    if isinstance(b, SelfhostBackend):
+        return [(spec(base_url=url, model=b.model), url) for url in b.base_urls()]
+    if isinstance(b, OpenAICompatibleBackend):
+        key = b.api_key()
+        return [(spec(base_url=url, model=b.model, api_key=key), url) for url in b.base_urls()]
+    if isinstance(b, AnthropicBackend):
+        return [(spec(base_url=b.base_url, model=b.model, api_key=b.api_key()), None)]
+    if isinstance(b, LiteLLMBackend):
+        return [(spec(base_url=b.api_base, model=b.model, api_key=b.api_key()), None)]
+    extra: dict[str, str] = {"region": b.region or "us-east-1"}
+    if b.endpoint_url:
+        extra["endpoint_url"] = b.endpoint_url
+    return [(spec(model=b.model, extra=extra), None)]
+
+
+def build_model_table(settings: Settings, http: httpx.AsyncClient) -> tuple[ModelTableImpl, list[EngineChild]]:
+    children: list[EngineChild] = []
+    routes = []
+    for route in settings.models:
+        candidates = []
+        for backend in route.backends:
+            venue = "selfhost" if backend.kind in ("selfhost", "openai_compatible") else "api"
+            for spec, replica in _specs(backend, children):
+                candidates.append(Candidate(build_backend(spec, http=http), spec.name, venue, replica))
+        routes.append(ModelRoute(route.name, tuple(candidates)))
+    return ModelTableImpl(routes), children
+
+
+def _override(o: PriceOverride, base: Price | None, model: str) -> Price:
+    def per_token(value: float | None, fallback: Decimal | None) -> Decimal:
+        if value is not None:
+            return Decimal(repr(value)) / _PER_MTOK
+        if fallback is None:
+            raise UnknownPrice(model)
+        return fallback
+
+    inp = per_token(o.input, base.input if base else None)
+    return Price(
+        input=inp,
+        output=per_token(o.output, base.output if base else None),
+        cache_read=per_token(o.cache_read, base.cache_read if base else inp * Decimal("0.1")),
+        cache_write=per_token(o.cache_write, base.cache_write if base else inp * Decimal("1.25")),
+    )
+
+
+class RoutePricing:
+    """`Pricing` port: the price of a client model name (config override, else LiteLLM's map)."""
+
+    def __init__(self, prices: Mapping[str, Price]) -> None:
+        self._prices = dict(prices)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RoutePricing:
+        book = PriceBook.from_litellm()
+        prices: dict[str, Price] = {}
+        for route in settings.models:
+            base = book.price_for(route.name) if book.has_price(route.name) else None
+            if base is None:  # the first backend's upstream model name may be priced
+                upstream = getattr(route.backends[0], "model", None)
+                base = book.price_for(upstream) if upstream and book.has_price(upstream) else None
+            override = settings.prices.get(route.name)
+            if override is not None:
+                prices[route.name] = _override(override, base, route.name)
+            elif base is not None:
+                prices[route.name] = base
+            else:
+                raise UnknownPrice(route.name)
+        return cls(prices)
+
+    def price(self, model: str) -> Price:
+        return self._prices[model]
+
+    def cost_usd(self, model: str, usage: Usage) -> float:
+        return cost(usage, self._prices[model])
+
+    def uncached_cost_usd(self, model: str, usage: Usage) -> float:
+        return uncached_cost(usage, self._prices[model])

@@ -1,0 +1,127 @@
+"""Builds every long-lived part of one gateway process from its settings, and starts/stops them.
+
+The only place that knows concrete classes; the pipeline sees ports (gateway/ports.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+from fastapi import APIRouter, Request
+
+from gateway.admission import Admission
+from gateway.engine_child import EngineChild
+from gateway.fleet import Fleet
+from gateway.ledger.call_ledger import CallLedger
+from gateway.ledger.db import create_ledger_engine, migrate_engine, session_factory
+from gateway.ledger.recorder import RecorderConfig, UsageRecorder
+from gateway.models_table import ModelTableImpl, RoutePricing, build_model_table
+from gateway.pipeline import Pipeline, Services
+from gateway.prompt_cache import PromptCachePort
+from gateway.settings import Settings
+from gateway.telemetry import Metrics, Telemetry, build_tracer_provider
+from gateway.token_count import TiktokenCounting
+from policies.store import PolicyStore
+
+log = logging.getLogger("lantern.wiring")
+JsonView = Callable[[Request], Awaitable[Any]]
+
+
+@dataclass
+class Components:
+    pipeline: Pipeline
+    keys: PolicyStore
+    models: ModelTableImpl
+    metrics: Metrics
+    admin_views: dict[str, JsonView]
+    tools_router: APIRouter | None = None
+    on_start: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    async def start(self) -> None:
+        for step in self.on_start:
+            await step()
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        for step in reversed(self.on_stop):
+            try:
+                await step()
+            except Exception:  # keep stopping the rest; say what failed
+                log.exception("shutdown step failed")
+
+
+def build_components(settings: Settings, *, clock: Callable[[], float] = time.monotonic) -> Components:
+    settings.var_dir.mkdir(parents=True, exist_ok=True)
+    metrics = Metrics()
+    telemetry = Telemetry(
+        build_tracer_provider(settings.telemetry.exporter, settings.telemetry.otlp_endpoint), metrics
+    )
+    http = httpx.AsyncClient(limits=httpx.Limits(max_connections=1000, max_keepalive_connections=200))
+    models, children = build_model_table(settings, http)
+    pricing = RoutePricing.from_settings(settings)
+    keys = PolicyStore(settings.policy_dir, poll_interval_s=settings.policy_poll_interval_s)
+
+    engine = create_ledger_engine(settings.database_url)
+    recorder = UsageRecorder(engine, RecorderConfig(spool_dir=settings.var_dir / "spool"))
+    ledger = CallLedger(recorder, lambda: datetime.now(UTC))
+    admission = Admission.from_settings(settings, registry=metrics.registry)
+    prompts = PromptCachePort(settings.resolve_server_secret(), registry=metrics.registry)
+    fleet = Fleet([models.get(n) for n in models.names()], clock=clock, rng=random.Random())
+
+    pipeline = Pipeline(Services(
+        models=models, counter=TiktokenCounting(), pricing=pricing, admission=admission,
+        prompts=prompts, routing=fleet, ledger=ledger, telemetry=telemetry, clock=clock,
+    ))
+    parts = Components(pipeline, keys, models, metrics, _admin_views(settings, keys, engine))
+
+    async def start() -> None:
+        keys.reload_now()
+        keys.start()
+        await asyncio.to_thread(migrate_engine, engine)
+        recorder.start()
+        await admission.start(engine)
+        for child in children:
+            await child.start()
+        parts.tasks.append(asyncio.create_task(fleet.run_health_checks()))
+
+    async def stop() -> None:
+        for child in children:
+            await child.stop()
+        await admission.aclose()
+        await recorder.aclose()
+        keys.stop()
+        await http.aclose()
+        telemetry.shutdown()
+        engine.dispose()
+
+    parts.on_start.append(start)
+    parts.on_stop.append(stop)
+    return parts
+
+
+def _admin_views(settings: Settings, keys: PolicyStore, engine: Any) -> dict[str, JsonView]:
+    from gateway.reports import cost_report, parse_group_by, parse_period
+
+    sessions = session_factory(engine)
+
+    async def policy(_: Request) -> Any:
+        return keys.snapshot()
+
+    async def cost(request: Request) -> Any:
+        q = request.query_params
+        since, until = parse_period(q.get("since"), q.get("until"), datetime.now(UTC))
+        group_by = parse_group_by(q.getlist("group_by") or ["tenant"])
+        return await asyncio.to_thread(cost_report, sessions, since, until, group_by)
+
+    return {"policy": policy, "reports/cost": cost}
