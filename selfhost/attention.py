@@ -52,7 +52,9 @@ def paged_attention(
     return out
 
 
-def _decode(q: torch.Tensor, cache: torch.Tensor, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+def _decode(
+    q: torch.Tensor, cache: torch.Tensor, meta: AttentionMetadata, scale: float
+) -> torch.Tensor:
     batch, num_heads, head_dim = q.shape
     num_kv_heads = cache.shape[3]
     # The G query heads sharing a KV head act as G query rows, so K/V are never repeated.

@@ -56,7 +56,9 @@ class BlockManager:
             if block_id is None:
                 break
             start = index * self.block_size
-            if self.blocks[block_id].token_ids != tuple(seq.token_ids[start : start + self.block_size]):
+            if self.blocks[block_id].token_ids != tuple(
+                seq.token_ids[start : start + self.block_size]
+            ):
                 break
             hits.append(block_id)
         return hits

@@ -61,3 +61,17 @@ def build_engine(
         sampler=Sampler(config.seed),
         max_model_len=max_model_len,
     )
+
+
+def default_dtype(device: str) -> str:
+    """bf16 on CUDA; on CPU the measured faster exact-enough choice (see docs/engine.md)."""
+    return "bfloat16" if device == "cuda" else "float32"
+
+
+def served_name(config: EngineConfig) -> str:
+    if config.served_model_name:
+        return config.served_model_name
+    if config.model == "default":
+        return "SmolLM2-135M-Instruct"
+    path = Path(config.model)
+    return path.name.split(".")[0] if path.suffix == ".gguf" else path.name

@@ -51,7 +51,9 @@ class EngineStats:
 
     @property
     def prefix_hit_rate(self) -> float:
-        return self.prefix_hit_tokens / self.prefix_query_tokens if self.prefix_query_tokens else 0.0
+        return (
+            self.prefix_hit_tokens / self.prefix_query_tokens if self.prefix_query_tokens else 0.0
+        )
 
 
 class LLMEngine:
@@ -77,7 +79,11 @@ class LLMEngine:
         self._generation_tokens_total = 0
 
     def add_request(
-        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, cache_salt: str = ""
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        cache_salt: str = "",
     ) -> None:
         self._validate(prompt_token_ids, params)
         seq = Sequence(request_id, list(prompt_token_ids), params, cache_salt)
@@ -90,10 +96,14 @@ class LLMEngine:
         if not prompt_token_ids:
             raise RequestRejected("the prompt is empty")
         if total > self.max_model_len:
-            raise RequestRejected(f"prompt + max_tokens = {total} > max_model_len {self.max_model_len}")
+            raise RequestRejected(
+                f"prompt + max_tokens = {total} > max_model_len {self.max_model_len}"
+            )
         manager = self.scheduler.block_manager
         if manager.num_blocks_for(total) > manager.num_blocks:
-            raise RequestRejected(f"{total} tokens exceed the KV cache ({manager.num_blocks} blocks)")
+            raise RequestRejected(
+                f"{total} tokens exceed the KV cache ({manager.num_blocks} blocks)"
+            )
 
     def abort(self, request_id: str) -> None:
         if self.scheduler.abort(request_id) is not None:
@@ -111,9 +121,14 @@ class LLMEngine:
         seqs = [item.seq for item in sampled]
         tokens = self.sampler.sample(logits, [s.request_id for s in seqs], [s.params for s in seqs])
         self._count(output.num_batched_tokens, len(seqs))
-        return [self._append(seq, token.token_id, token.logprobs) for seq, token in zip(seqs, tokens, strict=True)]
+        return [
+            self._append(seq, token.token_id, token.logprobs)
+            for seq, token in zip(seqs, tokens, strict=True)
+        ]
 
-    def _append(self, seq: Sequence, token_id: int, logprobs: TokenLogprobs | None) -> RequestOutput:
+    def _append(
+        self, seq: Sequence, token_id: int, logprobs: TokenLogprobs | None
+    ) -> RequestOutput:
         seq.token_ids.append(token_id)
         detokenizer = self._detokenizers[seq.request_id]
         text = detokenizer.add(token_id)

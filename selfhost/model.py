@@ -21,9 +21,13 @@ class DecoderLayer(nn.Module):
         qkv_rows = (config.num_heads + 2 * config.num_kv_heads) * head_dim
         self.input_norm = nn.Parameter(torch.ones(hidden), requires_grad=False)
         self.qkv = nn.Parameter(torch.empty(qkv_rows, hidden), requires_grad=False)
-        self.o_proj = nn.Parameter(torch.empty(hidden, config.num_heads * head_dim), requires_grad=False)
+        self.o_proj = nn.Parameter(
+            torch.empty(hidden, config.num_heads * head_dim), requires_grad=False
+        )
         self.post_norm = nn.Parameter(torch.ones(hidden), requires_grad=False)
-        self.gate_up = nn.Parameter(torch.empty(2 * config.intermediate_size, hidden), requires_grad=False)
+        self.gate_up = nn.Parameter(
+            torch.empty(2 * config.intermediate_size, hidden), requires_grad=False
+        )
         self.down = nn.Parameter(torch.empty(hidden, config.intermediate_size), requires_grad=False)
 
     def load(self, state: dict[str, torch.Tensor], prefix: str) -> None:
@@ -33,7 +37,9 @@ class DecoderLayer(nn.Module):
         self.qkv.copy_(torch.cat(qkv))
         self.o_proj.copy_(state[f"{attn}.o_proj.weight"])
         self.post_norm.copy_(state[f"{prefix}.post_attention_layernorm.weight"])
-        self.gate_up.copy_(torch.cat([state[f"{mlp}.gate_proj.weight"], state[f"{mlp}.up_proj.weight"]]))
+        self.gate_up.copy_(
+            torch.cat([state[f"{mlp}.gate_proj.weight"], state[f"{mlp}.up_proj.weight"]])
+        )
         self.down.copy_(state[f"{mlp}.down_proj.weight"])
 
     def forward(
@@ -70,7 +76,9 @@ class LlamaModel(nn.Module):
     def __init__(self, config: ModelConfig, max_positions: int) -> None:
         super().__init__()
         self.config = config
-        self.embed = nn.Parameter(torch.empty(config.vocab_size, config.hidden_size), requires_grad=False)
+        self.embed = nn.Parameter(
+            torch.empty(config.vocab_size, config.hidden_size), requires_grad=False
+        )
         self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_layers))
         self.norm = nn.Parameter(torch.ones(config.hidden_size), requires_grad=False)
         head_rows = 0 if config.tie_word_embeddings else config.vocab_size
@@ -89,7 +97,11 @@ class LlamaModel(nn.Module):
             layer.load(state, f"model.layers.{index}")
 
     def forward(
-        self, input_ids: torch.Tensor, positions: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMetadata
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        kv_cache: torch.Tensor,
+        meta: AttentionMetadata,
     ) -> torch.Tensor:
         """input_ids, positions: [T]; kv_cache: [L, 2, num_blocks, block_size, KV, D] -> [T, hidden]."""
         x = F.embedding(input_ids, self.embed)

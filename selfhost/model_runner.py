@@ -33,7 +33,9 @@ class ModelRunner:
         self.kv_cache = torch.zeros(shape, dtype=model.embed.dtype, device=self.device)
 
     @torch.inference_mode()
-    def execute(self, output: SchedulerOutput) -> tuple[torch.Tensor, tuple[ScheduledSequence, ...]]:
+    def execute(
+        self, output: SchedulerOutput
+    ) -> tuple[torch.Tensor, tuple[ScheduledSequence, ...]]:
         """Run the step; return logits [S, V] for the sequences that reached their last token."""
         inputs = self.prepare(output)
         hidden = self.model(inputs.input_ids, inputs.positions, self.kv_cache, inputs.meta)
@@ -64,7 +66,11 @@ class ModelRunner:
             prefills=self._prefill_spans(prefills, start=len(decodes)),
         )
         return StepInputs(
-            self._tensor(input_ids), self._tensor(positions), meta, self._tensor(sample_rows), tuple(sampled)
+            self._tensor(input_ids),
+            self._tensor(positions),
+            meta,
+            self._tensor(sample_rows),
+            tuple(sampled),
         )
 
     def _decode_meta(self, decodes: list[ScheduledSequence]) -> dict[str, torch.Tensor]:
@@ -77,11 +83,15 @@ class ModelRunner:
             "decode_mask": decode_mask(context_lens, num_blocks * self.block_size),
         }
 
-    def _prefill_spans(self, prefills: list[ScheduledSequence], start: int) -> tuple[PrefillSpan, ...]:
+    def _prefill_spans(
+        self, prefills: list[ScheduledSequence], start: int
+    ) -> tuple[PrefillSpan, ...]:
         spans = []
         for item in prefills:
             num_blocks = -(-item.end // self.block_size)
-            mask = None if item.start == 0 else causal_mask(item.num_new_tokens, item.end, self.device)
+            mask = (
+                None if item.start == 0 else causal_mask(item.num_new_tokens, item.end, self.device)
+            )
             block_ids = self._tensor(item.seq.block_table[:num_blocks])
             spans.append(PrefillSpan(start, item.num_new_tokens, item.end, block_ids, mask))
             start += item.num_new_tokens

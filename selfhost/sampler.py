@@ -57,7 +57,9 @@ class Sampler:
         return self._generators[request_id]
 
 
-def filtered_probs(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
+def filtered_probs(
+    logits: torch.Tensor, temperature: float, top_k: int, top_p: float
+) -> torch.Tensor:
     """[V] probabilities after temperature, top-k and nucleus (top-p) filtering."""
     logits = logits / temperature
     if 0 < top_k < logits.shape[-1]:
@@ -79,5 +81,7 @@ def _logprobs(logits: torch.Tensor, token_id: int, num_top: int | None) -> Token
         return None
     logprobs = torch.log_softmax(logits, dim=-1)
     top = torch.topk(logprobs, num_top) if num_top > 0 else None
-    pairs = () if top is None else tuple(zip(top.indices.tolist(), top.values.tolist(), strict=True))
+    pairs = (
+        () if top is None else tuple(zip(top.indices.tolist(), top.values.tolist(), strict=True))
+    )
     return TokenLogprobs(token_id, float(logprobs[token_id]), pairs)

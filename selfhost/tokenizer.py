@@ -112,7 +112,10 @@ def tokenizer_from_dir(path: Path, eos_token_ids: tuple[int, ...]) -> TextTokeni
     config = json.loads(config_path.read_text()) if config_path.exists() else {}
     eos = _token_text(config.get("eos_token"))
     if eos and tokenizer.token_to_id(eos) is not None:
-        eos_token_ids = (tokenizer.token_to_id(eos), *[i for i in eos_token_ids if i != tokenizer.token_to_id(eos)])
+        eos_token_ids = (
+            tokenizer.token_to_id(eos),
+            *[i for i in eos_token_ids if i != tokenizer.token_to_id(eos)],
+        )
     template = config.get("chat_template")
     return TextTokenizer(
         tokenizer=tokenizer,

@@ -1,0 +1,200 @@
+"""OpenAI-compatible HTTP server over the AsyncEngine (FastAPI): chat, completions, models,
+health (a real one-token generation) and Prometheus metrics. `main(argv)` is the CLI entry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+
+from selfhost.async_engine import AsyncEngine, EngineFailed
+from selfhost.chat_template import TemplateError
+from selfhost.engine import RequestOutput, RequestRejected
+from selfhost.metrics import render_metrics
+from selfhost.protocol import (
+    ChatRequest,
+    CompletionRequest,
+    GenerationRequest,
+    chat_logprobs,
+    completion_logprobs,
+)
+from selfhost.responses import ResponseShape, chat_shape, completion_shape
+from selfhost.sequence import SamplingParams
+
+HEALTH_TIMEOUT_S = 60.0
+DISCONNECT_POLL_S = 0.5
+
+
+def create_app(engine: AsyncEngine, model_name: str, default_max_tokens: int = 256) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        engine.start()
+        yield
+        await asyncio.to_thread(engine.stop)
+
+    app = FastAPI(title="lantern selfhost engine", lifespan=lifespan)
+    tokenizer = engine.tokenizer
+
+    @app.exception_handler(RequestRejected)
+    @app.exception_handler(TemplateError)
+    async def rejected(_: Request, exc: Exception) -> JSONResponse:
+        return _error(400, "invalid_request_error", str(exc))
+
+    @app.exception_handler(EngineFailed)
+    async def failed(_: Request, exc: Exception) -> JSONResponse:
+        return _error(500, "server_error", str(exc))
+
+    @app.post("/v1/chat/completions")
+    async def chat(body: ChatRequest, request: Request) -> Any:
+        text = tokenizer.render_chat(body.text_messages())
+        prompt = await asyncio.to_thread(tokenizer.encode, text)
+        shape = chat_shape(model_name, lambda items: chat_logprobs(items, _token_text))
+        return await _serve(request, body, prompt, body.num_logprobs(), shape)
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest, request: Request) -> Any:
+        prompt = body.prompt
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
+            prompt = "".join(prompt)  # type: ignore[arg-type]
+        ids = (
+            await asyncio.to_thread(tokenizer.encode, prompt) if isinstance(prompt, str) else prompt
+        )
+        shape = completion_shape(model_name, lambda items: completion_logprobs(items, _token_text))
+        return await _serve(request, body, list(ids), body.num_logprobs(), shape)  # type: ignore[arg-type]
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        card = {"id": model_name, "object": "model", "created": 0, "owned_by": "lantern"}
+        return {"object": "list", "data": [card]}
+
+    @app.get("/health")
+    async def health() -> Any:
+        params = SamplingParams(temperature=0.0, max_tokens=1)
+        stream = engine.generate(f"health-{uuid.uuid4().hex}", tokenizer.encode("ping"), params)
+        try:
+            async with asyncio.timeout(HEALTH_TIMEOUT_S):
+                outputs = [out async for out in stream]
+        except (TimeoutError, EngineFailed) as exc:
+            return _error(503, "server_error", f"health generation failed: {exc!r}")
+        return {"status": "ok", "generated_tokens": sum(len(o.new_token_ids) for o in outputs)}
+
+    @app.get("/metrics")
+    async def metrics() -> PlainTextResponse:
+        return PlainTextResponse(render_metrics(engine.stats(), model_name))
+
+    def _token_text(token_id: int) -> str:
+        return tokenizer.decode([token_id])
+
+    async def _serve(
+        request: Request,
+        body: GenerationRequest,
+        prompt: list[int],
+        num_logprobs: int | None,
+        shape: ResponseShape,
+    ) -> Any:
+        params = body.sampling_params(default_max_tokens, num_logprobs)
+        request_id = f"{shape.id_prefix}-{uuid.uuid4().hex}"
+        outputs = engine.generate(request_id, prompt, params, body.cache_salt)
+        first = await anext(
+            outputs
+        )  # errors (e.g. too long) surface here as a 4xx, before any byte
+        headers = {"x-session-id": body.session_id or request.headers.get("x-session-id", "")}
+        if body.stream:
+            events = shape.sse(request_id, _chain(first, outputs), body.include_usage)
+            return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+        collected = await _collect_unless_disconnected(request, _chain(first, outputs))
+        return JSONResponse(shape.full(request_id, collected), headers=headers)
+
+    return app
+
+
+async def _chain(
+    first: RequestOutput, rest: AsyncIterator[RequestOutput]
+) -> AsyncIterator[RequestOutput]:
+    yield first
+    if not first.finished:
+        async for output in rest:
+            yield output
+
+
+async def _collect_unless_disconnected(
+    request: Request, outputs: AsyncIterator[RequestOutput]
+) -> list[RequestOutput]:
+    """Collect every output; if the client goes away first, cancel (which aborts the request)."""
+
+    async def collect() -> list[RequestOutput]:
+        return [output async for output in outputs]
+
+    task = asyncio.create_task(collect())
+    while not task.done():
+        await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+        if not task.done() and await request.is_disconnected():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await outputs.aclose()  # type: ignore[attr-defined]
+            return []
+    return task.result()
+
+
+def _error(status: int, kind: str, message: str) -> JSONResponse:
+    return JSONResponse(
+        {"error": {"message": message, "type": kind, "code": status}}, status_code=status
+    )
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="lantern engine serve", description="Bundled paged-attention engine"
+    )
+    parser.add_argument(
+        "--model", default="default", help="GGUF file, HF safetensors dir, or 'default'"
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default=None)
+    parser.add_argument("--num-blocks", type=int, default=1024)
+    parser.add_argument("--max-num-batched-tokens", type=int, default=512)
+    parser.add_argument("--chunk-size", type=int, default=512)
+    parser.add_argument("--max-num-seqs", type=int, default=64)
+    parser.add_argument("--max-model-len", type=int, default=8192)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = all cores)")
+    parser.add_argument("--served-model-name", default="")
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    import uvicorn
+
+    from selfhost.builder import build_engine, default_dtype, served_name
+    from selfhost.config import EngineConfig
+
+    args = parse_args(argv)
+    config = EngineConfig(
+        model=args.model,
+        device=args.device,
+        dtype=args.dtype or default_dtype(args.device),
+        num_blocks=args.num_blocks,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        chunk_size=args.chunk_size,
+        max_num_seqs=args.max_num_seqs,
+        max_model_len=args.max_model_len,
+        num_threads=args.threads,
+        seed=args.seed,
+        served_model_name=args.served_model_name,
+    )
+    started = time.monotonic()
+    engine = build_engine(config)
+    print(f"selfhost: {config} loaded in {time.monotonic() - started:.1f} s", flush=True)
+    app = create_app(AsyncEngine(engine), served_name(config))
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0
