@@ -202,14 +202,27 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _announce_demo_key(settings: Settings) -> None:
-    key = seed_demo_tenant(settings.policy_dir)
-    policy_file = settings.policy_dir / "demo.yaml"
-    if key is None:
-        print(f"demo tenant: {policy_file} exists (its key was printed when it was created;")
-        print("  make another with `lantern keys create --tenant demo`)")
+    """Seed the demo tenant once; keep its key in var_dir/demo.key (0600) so every demo run
+    can print how to call the gateway."""
+    key_file = settings.var_dir / "demo.key"
+    created = seed_demo_tenant(settings.policy_dir)
+    if created is not None:
+        settings.var_dir.mkdir(parents=True, exist_ok=True)
+        key_file.write_text(created.key + "\n", encoding="ascii")
+        key_file.chmod(0o600)
+    if not key_file.exists():
+        print(f"demo tenant: {settings.policy_dir / 'demo.yaml'} exists but {key_file} is gone;")
+        print("  make a key with `lantern keys create --tenant demo` and add it to that file")
         return
-    print(f"demo tenant created in {policy_file}; its API key (shown once):")
-    print(f"  {key.key}")
+    key = key_file.read_text(encoding="ascii").strip()
+    url = f"http://{settings.host}:{settings.port}"
+    print(f"Lantern (demo) will listen on {url} once the bundled engine has loaded SmolLM2.")
+    print(f"demo API key: {key}   (stored in {key_file})")
+    print("try it:")
+    print(f"  curl -s {url}/v1/chat/completions -H 'authorization: Bearer {key}' \\")
+    print("    -H 'content-type: application/json' \\")
+    print("    -d '{\"model\": \"smollm2\", \"max_tokens\": 40, "
+          "\"messages\": [{\"role\": \"user\", \"content\": \"What is a lantern?\"}]}'")
 
 
 def _policy_check(args: argparse.Namespace) -> int:
