@@ -1,0 +1,309 @@
+"""Prompt-cache glue for the pipeline: policy → cachekeys options, `prepare`, session diagnosis.
+
+Owns the per-process session table (bounded LRU, injected clock) and the cache metrics; all
+prompt logic lives in cachekeys. Never stores prompt text: only digests and token counts.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry, Counter
+
+from adapters.tokens import TokenCounter
+from adapters.types import JSON, ChatRequest, Usage, WireFormat
+from cachekeys.blockhash import tenant_salt
+from cachekeys.diagnosis import CacheDiagnosis, PromptFingerprint, diagnose
+from cachekeys.keys import prefix_hashes, prompt_cache_key, session_root
+from cachekeys.layout import PromptLayout, anthropic_blocks, request_blocks
+from cachekeys.markers import (
+    apply_to_anthropic,
+    apply_to_request,
+    min_cacheable_tokens,
+    plan_breakpoints,
+)
+from cachekeys.normalise import NormaliseOptions, PublicPrefix, normalise_request
+from cachekeys.raw import normalise_raw
+from cachekeys.volatile import VolatileMatcher
+from gateway.ports import CacheVerdict, PreparedPrompt
+from policies.cache import CachePolicy
+from policies.model import TenantPolicy
+
+TTL_S = {"5m": 300.0, "1h": 3600.0}
+MAX_SESSIONS = 100_000
+
+
+class Encoder(Protocol):
+    """Token ids of a text for a model (adapters.tokens.TokenCounter fits via `TiktokenEncoder`)."""
+
+    def encode(self, model: str, text: str) -> Sequence[int]: ...
+
+
+class TiktokenEncoder:
+    def __init__(self) -> None:
+        self._counter = TokenCounter()
+
+    def encode(self, model: str, text: str) -> Sequence[int]:
+        return self._counter.encoding(model).encode_ordinary(text)
+
+
+def normalise_options(
+    policy: CachePolicy, matchers: dict[tuple[str, ...], VolatileMatcher] | None = None
+) -> NormaliseOptions:
+    """The tenant's `cache:` section as cachekeys options (compiled patterns memoised in `matchers`)."""
+    n = policy.normalise
+    key = (str(n.default_patterns), *n.volatile_patterns)
+    matcher = (matchers or {}).get(key) or VolatileMatcher.build(
+        n.volatile_patterns, n.default_patterns
+    )
+    if matchers is not None:
+        matchers[key] = matcher
+    public = PublicPrefix(
+        tool_names=frozenset(p.tool for p in policy.public_prefixes if p.tool),
+        tool_sha256=frozenset(p.tool_sha256 for p in policy.public_prefixes if p.tool_sha256),
+        system_sha256=frozenset(p.system_sha256 for p in policy.public_prefixes if p.system_sha256),
+    )
+    return NormaliseOptions(
+        n.order_tools, n.canonical_json, n.canonical_tool_args, n.relocate_volatile, matcher, public
+    )
+
+
+def salt_for(policy: CachePolicy, secret: bytes, tenant_id: str) -> str:
+    return "" if policy.scope == "shared" else tenant_salt(secret, tenant_id)
+
+
+@dataclass(frozen=True, slots=True)
+class PromptFacts:
+    """What `prepare` learnt that `observe` needs (travels in PreparedPrompt.diagnosis)."""
+
+    tenant: str
+    fingerprint: PromptFingerprint
+    prompt_cache_key: str
+
+
+def prepare(
+    wire: WireFormat,
+    body: Mapping[str, JSON],
+    request: ChatRequest,
+    policy: CachePolicy,
+    tenant_id: str,
+    secret: bytes,
+    encoder: Encoder,
+) -> PreparedPrompt:
+    """Normalise, place markers, key and hash one call. Pure apart from the encoder."""
+    options = normalise_options(policy)
+    return _prepare(wire, body, request, policy, tenant_id, secret, encoder, options)
+
+
+def _prepare(
+    wire: WireFormat,
+    body: Mapping[str, JSON],
+    request: ChatRequest,
+    policy: CachePolicy,
+    tenant_id: str,
+    secret: bytes,
+    encoder: Encoder,
+    options: NormaliseOptions,
+) -> PreparedPrompt:
+    salt = salt_for(policy, secret, tenant_id)
+    edited = normalise_request(request, options)
+    new_body = normalise_raw(wire, body, options)
+    blocks = request_blocks(edited, options.public)
+    ids = [encoder.encode(request.model, b.text) for b in blocks]
+    layout = PromptLayout(blocks, tuple(len(i) for i in ids))
+    caching = policy.scope != "none"
+    marked: tuple[int, ...] = ()
+    if caching and policy.markers == "auto":
+        minimum = min_cacheable_tokens(
+            request.model, {m.family: m.tokens for m in policy.min_cacheable_tokens}
+        )
+        plan = plan_breakpoints(layout, request.model, policy.ttl, minimum)
+        edited, marked = apply_to_request(edited, layout, plan), plan.indices
+        if wire == "anthropic":
+            new_body = _mark_raw(new_body, layout, request.model, policy, minimum, options, encoder)
+    key = prompt_cache_key(layout, salt, request.prompt_cache_key)
+    if caching and wire == "openai":
+        new_body["prompt_cache_key"] = key
+        edited = replace(edited, prompt_cache_key=key)
+    mode = "automatic" if wire == "openai" else "breakpoints"
+    fingerprint = PromptFingerprint.of(
+        layout, tenant_id, request.model, marked, mode, TTL_S[policy.ttl]
+    )
+    return PreparedPrompt(
+        body=new_body,
+        request=edited,
+        session_root=session_root(layout, salt),
+        cache_salt=salt,
+        prefix_hashes=prefix_hashes(layout, ids, salt),
+        stable_prefix_tokens=layout.stable_tokens(),
+        diagnosis=PromptFacts(tenant_id, fingerprint, key),
+    )
+
+
+def _mark_raw(
+    body: dict[str, JSON],
+    canonical: PromptLayout,
+    model: str,
+    policy: CachePolicy,
+    minimum: int,
+    options: NormaliseOptions,
+    encoder: Encoder,
+) -> dict[str, JSON]:
+    blocks = anthropic_blocks(body, options.public)
+    same_shape = [b.level for b in blocks] == [b.level for b in canonical.blocks]
+    tokens = (
+        canonical.tokens
+        if same_shape
+        else tuple(len(encoder.encode(model, b.text)) for b in blocks)
+    )
+    layout = PromptLayout(blocks, tokens)
+    return apply_to_anthropic(body, layout, plan_breakpoints(layout, model, policy.ttl, minimum))
+
+
+# --- session diagnosis ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CacheReport:
+    """One call's diagnosis, as the header, the ledger JSON and the metrics see it."""
+
+    tenant: str
+    session_id: str
+    call_index: int  # 0 for the first call Lantern saw in this session
+    diagnosis: CacheDiagnosis
+
+    def header_value(self) -> str:
+        d = self.diagnosis
+        parts = [d.reason.value]
+        if d.first_changed:
+            parts.append(f"block={d.first_changed}")
+        parts += [
+            f"prefix={d.stable_prefix_tokens}",
+            f"expected={d.expected_prefix_tokens}",
+            f"read={d.predicted_read_tokens}",
+        ]
+        return "; ".join(parts)
+
+    def to_json(self) -> str:
+        body = {"call": self.call_index, "tenant": self.tenant, **self.diagnosis.as_dict()}
+        if body["gap_s"] is not None:
+            body["gap_s"] = round(float(body["gap_s"]), 3)
+        return json.dumps(body, separators=(",", ":"))
+
+
+class SessionCacheTracker:
+    """The previous call of each session (bounded LRU), compared with each new call."""
+
+    def __init__(self, max_sessions: int = MAX_SESSIONS) -> None:
+        self._sessions: OrderedDict[str, tuple[PromptFingerprint, float, int]] = OrderedDict()
+        self._max = max_sessions
+
+    def observe(
+        self, tenant: str, session_id: str, fingerprint: PromptFingerprint, now_s: float
+    ) -> CacheReport:
+        previous = self._sessions.pop(session_id, None)
+        if previous is None:
+            diagnosis, index = diagnose(None, None, fingerprint, now_s), 0
+        else:
+            diagnosis, index = (
+                diagnose(previous[0], previous[1], fingerprint, now_s),
+                previous[2] + 1,
+            )
+        self._sessions[session_id] = (fingerprint, now_s, index)
+        while len(self._sessions) > self._max:
+            self._sessions.popitem(last=False)
+        return CacheReport(tenant, session_id, index, diagnosis)
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+
+class CacheMetrics:
+    """Prefix stability and predicted-vs-reported cache reads, per tenant."""
+
+    def __init__(self, registry: CollectorRegistry | None) -> None:
+        r = registry or CollectorRegistry()
+        self.calls = Counter(
+            "lantern_cache_calls", "Calls by cache diagnosis", ["tenant", "reason"], registry=r
+        )
+        self.predicted = Counter(
+            "lantern_cache_predicted_read_tokens",
+            "Cache reads Lantern predicted",
+            ["tenant"],
+            registry=r,
+        )
+        self.reported = Counter(
+            "lantern_cache_reported_read_tokens",
+            "Cache reads the provider reported",
+            ["tenant"],
+            registry=r,
+        )
+        self.surprises = Counter(
+            "lantern_cache_prediction_misses",
+            "Calls whose reported reads differ from the prediction",
+            ["tenant", "direction"],
+            registry=r,
+        )
+
+
+def reconcile(report_json: str, reported_cache_read_tokens: int, metrics: CacheMetrics) -> int:
+    """Record predicted vs reported reads; returns reported − predicted (0: as predicted)."""
+    body = json.loads(report_json)
+    tenant, predicted = str(body["tenant"]), int(body["predicted_read_tokens"])
+    metrics.predicted.labels(tenant).inc(predicted)
+    metrics.reported.labels(tenant).inc(reported_cache_read_tokens)
+    delta = reported_cache_read_tokens - predicted
+    if delta:
+        metrics.surprises.labels(tenant, "more" if delta > 0 else "less").inc()
+    return delta
+
+
+class PromptCachePort:
+    """The pipeline's `PromptPort`: prepare, observe, reconcile."""
+
+    def __init__(
+        self,
+        secret: bytes,
+        *,
+        registry: CollectorRegistry | None = None,
+        encoder: Encoder | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        max_sessions: int = MAX_SESSIONS,
+    ) -> None:
+        self._secret = secret
+        self._encoder = encoder or TiktokenEncoder()
+        self._clock = clock
+        self._matchers: dict[tuple[str, ...], VolatileMatcher] = {}
+        self.tracker = SessionCacheTracker(max_sessions)
+        self.metrics = CacheMetrics(registry)
+
+    def prepare(
+        self,
+        wire: WireFormat,
+        body: Mapping[str, JSON],
+        request: ChatRequest,
+        tenant: TenantPolicy,
+        model: str,
+    ) -> PreparedPrompt:
+        options = normalise_options(tenant.cache, self._matchers)
+        return _prepare(
+            wire, body, request, tenant.cache, tenant.tenant, self._secret, self._encoder, options
+        )
+
+    def observe(
+        self, tenant: TenantPolicy, session_id: str, prepared: PreparedPrompt
+    ) -> CacheVerdict:
+        facts = prepared.diagnosis
+        if not isinstance(facts, PromptFacts):
+            raise TypeError("observe() needs a PreparedPrompt made by this port's prepare()")
+        report = self.tracker.observe(tenant.tenant, session_id, facts.fingerprint, self._clock())
+        self.metrics.calls.labels(tenant.tenant, report.diagnosis.reason.value).inc()
+        return CacheVerdict(header=report.header_value(), diagnosis_json=report.to_json())
+
+    def reconcile(self, verdict: CacheVerdict, usage: Usage) -> None:
+        reconcile(verdict.diagnosis_json, usage.cache_read_tokens, self.metrics)
