@@ -31,7 +31,9 @@ def create_app(settings: Settings, components: Components | None = None) -> Fast
         finally:
             await parts.stop()
 
-    app = FastAPI(title="Lantern", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app = FastAPI(
+        title="Lantern", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None
+    )
     app.state.components = parts
     app.include_router(build_chat_router(ChatRoutes(parts.pipeline, parts.keys)))
     app.include_router(build_ops_router(parts.models, parts.keys, parts.metrics))
@@ -47,6 +49,12 @@ def serve(settings: Settings) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     app = create_app(settings)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info",
-                access_log=False, timeout_graceful_shutdown=5)
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level="info",
+        access_log=False,
+        timeout_graceful_shutdown=5,
+    )
     return 0

@@ -21,11 +21,30 @@ class EngineStartFailed(Exception):
 
 
 class EngineChild:
-    def __init__(self, name: str, model_path: str, host: str, port: int, device: str,
-                 dtype: str | None, start_timeout_s: float = 600.0) -> None:
+    def __init__(
+        self,
+        name: str,
+        model_path: str,
+        host: str,
+        port: int,
+        device: str,
+        dtype: str | None,
+        start_timeout_s: float = 600.0,
+    ) -> None:
         self.name = name
-        self.argv = [sys.executable, "-m", "selfhost", "--model", model_path, "--host", host,
-                     "--port", str(port), "--device", device]
+        self.argv = [
+            sys.executable,
+            "-m",
+            "selfhost",
+            "--model",
+            model_path,
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--device",
+            device,
+        ]
         if dtype:
             self.argv += ["--dtype", dtype]
         self.base_url = f"http://{host}:{port}/v1"
@@ -41,7 +60,8 @@ class EngineChild:
             while time.monotonic() < deadline:
                 if self.process.poll() is not None:
                     raise EngineStartFailed(
-                        f"engine {self.name} exited with code {self.process.returncode}")
+                        f"engine {self.name} exited with code {self.process.returncode}"
+                    )
                 try:
                     if (await client.get(self.health_url)).status_code == 200:
                         log.info("engine %s ready at %s", self.name, self.base_url)

@@ -64,8 +64,15 @@ class HttpError:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-def _shape(wire: WireFormat, status: int, kind_openai: str, kind_anthropic: str, message: str,
-           rule: str | None, param: str | None) -> dict[str, object]:
+def _shape(
+    wire: WireFormat,
+    status: int,
+    kind_openai: str,
+    kind_anthropic: str,
+    message: str,
+    rule: str | None,
+    param: str | None,
+) -> dict[str, object]:
     if wire == "anthropic":
         return {"type": "error", "error": {"type": kind_anthropic, "message": message}}
     return {"error": {"message": message, "type": kind_openai, "param": param, "code": rule}}
@@ -89,12 +96,26 @@ def to_http(exc: Exception, wire: WireFormat) -> HttpError:
     if quota is not None:
         return quota
     if isinstance(exc, GatewayError):
-        body = _shape(wire, exc.status_code, exc.openai_type, exc.anthropic_type, exc.message,
-                      exc.rule, exc.field)
+        body = _shape(
+            wire,
+            exc.status_code,
+            exc.openai_type,
+            exc.anthropic_type,
+            exc.message,
+            exc.rule,
+            exc.field,
+        )
         return HttpError(exc.status_code, body)
     if isinstance(exc, WireFormatError):
-        body = _shape(wire, 400, "invalid_request_error", "invalid_request_error",
-                      f"invalid request: {exc.field}: {exc.reason}", "invalid_request", exc.field)
+        body = _shape(
+            wire,
+            400,
+            "invalid_request_error",
+            "invalid_request_error",
+            f"invalid request: {exc.field}: {exc.reason}",
+            "invalid_request",
+            exc.field,
+        )
         return HttpError(400, body)
     if isinstance(exc, UpstreamError):
         kind_o, kind_a = _upstream_kind(exc)

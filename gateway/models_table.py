@@ -45,6 +45,7 @@ class ModelTableImpl:
 
 def _specs(b: BackendSettings, children: list[EngineChild]) -> list[tuple[BackendSpec, str | None]]:
     """One spec per replica; a `selfhost` backend with model_path becomes a child engine."""
+
     def spec(**kw: object) -> BackendSpec:
         return BackendSpec(name=b.name, kind=b.kind, timeout_s=b.timeout_s, **kw)  # type: ignore[arg-type]
 
@@ -67,7 +68,9 @@ def _specs(b: BackendSettings, children: list[EngineChild]) -> list[tuple[Backen
     return [(spec(model=b.model, extra=extra), None)]
 
 
-def build_model_table(settings: Settings, http: httpx.AsyncClient) -> tuple[ModelTableImpl, list[EngineChild]]:
+def build_model_table(
+    settings: Settings, http: httpx.AsyncClient
+) -> tuple[ModelTableImpl, list[EngineChild]]:
     children: list[EngineChild] = []
     routes = []
     for route in settings.models:
@@ -75,7 +78,9 @@ def build_model_table(settings: Settings, http: httpx.AsyncClient) -> tuple[Mode
         for backend in route.backends:
             venue = "selfhost" if backend.kind in ("selfhost", "openai_compatible") else "api"
             for spec, replica in _specs(backend, children):
-                candidates.append(Candidate(build_backend(spec, http=http), spec.name, venue, replica))
+                candidates.append(
+                    Candidate(build_backend(spec, http=http), spec.name, venue, replica)
+                )
         routes.append(ModelRoute(route.name, tuple(candidates)))
     return ModelTableImpl(routes), children
 

@@ -113,19 +113,34 @@ class Pipeline:
         if cap is not None and prompt_tokens > cap:
             raise RequestRejected(
                 f"prompt has {prompt_tokens} tokens; tenant limit max_prompt_tokens is {cap}",
-                rule="max_prompt_tokens", field="messages",
+                rule="max_prompt_tokens",
+                field="messages",
             )
         session_id = self._session_id(call, prepared)
         worst = self.s.pricing.cost_usd(route.name, Usage(prompt_tokens, max_tokens))
         ticket = await self.s.admission.reserve(
-            call.tenant, session_id=session_id, prompt_tokens=prompt_tokens,
-            max_output_tokens=max_tokens, worst_case_usd=worst,
+            call.tenant,
+            session_id=session_id,
+            prompt_tokens=prompt_tokens,
+            max_output_tokens=max_tokens,
+            worst_case_usd=worst,
         )
-        plan = self.s.routing.plan(route, call.tenant, session_id, prepared, prompt_tokens, max_tokens)
+        plan = self.s.routing.plan(
+            route, call.tenant, session_id, prepared, prompt_tokens, max_tokens
+        )
         verdict = self.s.prompts.observe(call.tenant, session_id, prepared)
         return Admitted(
-            call, uuid.uuid4().hex, route, prepared, session_id, prompt_tokens, max_tokens,
-            ticket, plan, verdict, started,
+            call,
+            uuid.uuid4().hex,
+            route,
+            prepared,
+            session_id,
+            prompt_tokens,
+            max_tokens,
+            ticket,
+            plan,
+            verdict,
+            started,
         )
 
     def _route_for(self, call: IncomingCall) -> ModelRoute:
@@ -136,13 +151,15 @@ class Pipeline:
         if call.tenant.models and model not in call.tenant.models:
             raise PermissionDenied(
                 f"model '{model}' is not allowed for tenant '{call.tenant.tenant}'",
-                rule="models", field="model",
+                rule="models",
+                field="model",
             )
         allowed = call.tenant.backends
         if allowed is not None and not any(c.backend_name in allowed for c in route.candidates):
             raise PermissionDenied(
                 f"no backend of model '{model}' is allowed for tenant '{call.tenant.tenant}'",
-                rule="backends", field="model",
+                rule="backends",
+                field="model",
             )
         return route
 
@@ -154,13 +171,16 @@ class Pipeline:
         if asked is None:
             return cap if cap is not None else DEFAULT_MAX_TOKENS
         if asked < 1:
-            raise RequestRejected("max_tokens must be at least 1", rule="max_tokens", field="max_tokens")
+            raise RequestRejected(
+                "max_tokens must be at least 1", rule="max_tokens", field="max_tokens"
+            )
         if cap is not None and asked > cap:
             if limits.on_max_tokens_over == "clamp":
                 return cap
             raise RequestRejected(
                 f"max_tokens {asked} exceeds tenant limit max_output_tokens {cap}",
-                rule="max_output_tokens", field="max_tokens",
+                rule="max_output_tokens",
+                field="max_tokens",
             )
         return asked
 
@@ -178,7 +198,9 @@ class Pipeline:
 
     def _backend_call(self, adm: Admitted, attempt: Attempt) -> BackendCall:
         request = dataclasses.replace(
-            adm.prepared.request, max_tokens=adm.max_tokens, cache_salt=adm.prepared.cache_salt,
+            adm.prepared.request,
+            max_tokens=adm.max_tokens,
+            cache_salt=adm.prepared.cache_salt,
             session_id=adm.session_id,
         )
         same_wire = attempt.candidate.backend.wire == adm.call.wire
@@ -193,17 +215,23 @@ class Pipeline:
             self.s.routing.on_dispatch(attempt, adm.session_id, adm.prepared)
             began = self.s.clock()
             try:
-                response = await attempt.candidate.backend.complete(self._backend_call(adm, attempt))
+                response = await attempt.candidate.backend.complete(
+                    self._backend_call(adm, attempt)
+                )
             except UpstreamError as exc:
                 self.s.routing.on_complete(attempt, Usage(), ok=False)
-                self._record(adm, number, attempt, "error", type(exc).__name__, Usage(), None, began)
+                self._record(
+                    adm, number, attempt, "error", type(exc).__name__, Usage(), None, began
+                )
                 last_error = exc
                 if not exc.retryable:
                     break
                 continue
             except BaseException:
                 self.s.routing.on_complete(attempt, Usage(), ok=False)
-                await self._finish(adm, number, attempt, "client_disconnect", None, Usage(), None, began)
+                await self._finish(
+                    adm, number, attempt, "client_disconnect", None, Usage(), None, began
+                )
                 raise
             await self._finish(adm, number, attempt, "ok", None, response.usage, None, began)
             return response
@@ -220,25 +248,56 @@ class Pipeline:
             began = self.s.clock()
             status, error_kind = "ok", None
             try:
-                async for event in attempt.candidate.backend.stream(self._backend_call(adm, attempt)):
+                async for event in attempt.candidate.backend.stream(
+                    self._backend_call(adm, attempt)
+                ):
                     tally.see(event, self.s.clock() - began)
                     yield event
             except UpstreamError as exc:
                 if tally.started:
                     status, error_kind = "error", type(exc).__name__
-                    await self._finish(adm, number, attempt, status, error_kind, tally.usage(adm.prompt_tokens), tally.ttft_s, began)
+                    await self._finish(
+                        adm,
+                        number,
+                        attempt,
+                        status,
+                        error_kind,
+                        tally.usage(adm.prompt_tokens),
+                        tally.ttft_s,
+                        began,
+                    )
                     raise
                 self.s.routing.on_complete(attempt, Usage(), ok=False)
-                self._record(adm, number, attempt, "error", type(exc).__name__, Usage(), None, began)
+                self._record(
+                    adm, number, attempt, "error", type(exc).__name__, Usage(), None, began
+                )
                 last_error = exc
                 if not exc.retryable:
                     break
                 continue
             except BaseException:
                 # client went away (cancellation) or the generator was closed mid-stream
-                await self._finish(adm, number, attempt, "client_disconnect", None, tally.usage(adm.prompt_tokens), tally.ttft_s, began)
+                await self._finish(
+                    adm,
+                    number,
+                    attempt,
+                    "client_disconnect",
+                    None,
+                    tally.usage(adm.prompt_tokens),
+                    tally.ttft_s,
+                    began,
+                )
                 raise
-            await self._finish(adm, number, attempt, status, error_kind, tally.usage(adm.prompt_tokens), tally.ttft_s, began)
+            await self._finish(
+                adm,
+                number,
+                attempt,
+                status,
+                error_kind,
+                tally.usage(adm.prompt_tokens),
+                tally.ttft_s,
+                began,
+            )
             return
         await self._settle_failed(adm)
         assert last_error is not None
@@ -246,8 +305,17 @@ class Pipeline:
 
     # --- settle and record ------------------------------------------------------------------
 
-    async def _finish(self, adm: Admitted, number: int, attempt: Attempt, status: str,
-                      error_kind: str | None, usage: Usage, ttft_s: float | None, began: float) -> None:
+    async def _finish(
+        self,
+        adm: Admitted,
+        number: int,
+        attempt: Attempt,
+        status: str,
+        error_kind: str | None,
+        usage: Usage,
+        ttft_s: float | None,
+        began: float,
+    ) -> None:
         self.s.routing.on_complete(attempt, usage, ok=status == "ok")
         cost = self.s.pricing.cost_usd(adm.route.name, usage)
         await self.s.admission.settle(adm.ticket, usage=usage, cost_usd=cost)
@@ -257,19 +325,37 @@ class Pipeline:
     async def _settle_failed(self, adm: Admitted) -> None:
         await self.s.admission.settle(adm.ticket, usage=Usage(), cost_usd=0.0)
 
-    def _record(self, adm: Admitted, number: int, attempt: Attempt, status: str,
-                error_kind: str | None, usage: Usage, ttft_s: float | None, began: float) -> None:
+    def _record(
+        self,
+        adm: Admitted,
+        number: int,
+        attempt: Attempt,
+        status: str,
+        error_kind: str | None,
+        usage: Usage,
+        ttft_s: float | None,
+        began: float,
+    ) -> None:
         now = self.s.clock()
         model = adm.route.name
         cost = self.s.pricing.cost_usd(model, usage)
         row = CallRecord(
-            request_id=adm.request_id, attempt=number, tenant=adm.call.tenant.tenant,
-            key_id=adm.call.key_id, session_id=adm.session_id, model=model,
-            backend=attempt.candidate.backend_name, replica=attempt.candidate.replica,
-            status=status, error_kind=error_kind, usage=usage, cost_usd=cost,
+            request_id=adm.request_id,
+            attempt=number,
+            tenant=adm.call.tenant.tenant,
+            key_id=adm.call.key_id,
+            session_id=adm.session_id,
+            model=model,
+            backend=attempt.candidate.backend_name,
+            replica=attempt.candidate.replica,
+            status=status,
+            error_kind=error_kind,
+            usage=usage,
+            cost_usd=cost,
             uncached_cost_usd=self.s.pricing.uncached_cost_usd(model, usage),
             ttft_ms=None if ttft_s is None else ttft_s * 1000.0,
-            latency_ms=(now - began) * 1000.0, cache_diagnosis=adm.verdict.diagnosis_json,
+            latency_ms=(now - began) * 1000.0,
+            cache_diagnosis=adm.verdict.diagnosis_json,
         )
         self.s.ledger.record(row)
         labels = CallLabels(adm.call.tenant.tenant, model, attempt.candidate.backend_name)

@@ -51,8 +51,13 @@ class Ticket(Protocol):
 
 class AdmissionPort(Protocol):
     async def reserve(
-        self, tenant: TenantPolicy, *, session_id: str | None, prompt_tokens: int,
-        max_output_tokens: int, worst_case_usd: float,
+        self,
+        tenant: TenantPolicy,
+        *,
+        session_id: str | None,
+        prompt_tokens: int,
+        max_output_tokens: int,
+        worst_case_usd: float,
     ) -> Ticket: ...
 
     async def settle(self, ticket: Ticket, *, usage: Usage, cost_usd: float) -> None: ...
@@ -73,11 +78,17 @@ class PreparedPrompt:
 
 class PromptPort(Protocol):
     def prepare(
-        self, wire: WireFormat, body: Mapping[str, JSON], request: ChatRequest,
-        tenant: TenantPolicy, model: str,
+        self,
+        wire: WireFormat,
+        body: Mapping[str, JSON],
+        request: ChatRequest,
+        tenant: TenantPolicy,
+        model: str,
     ) -> PreparedPrompt: ...
 
-    def observe(self, tenant: TenantPolicy, session_id: str, prepared: PreparedPrompt) -> CacheVerdict: ...
+    def observe(
+        self, tenant: TenantPolicy, session_id: str, prepared: PreparedPrompt
+    ) -> CacheVerdict: ...
 
     def reconcile(self, verdict: CacheVerdict, usage: Usage) -> None: ...
 
@@ -102,8 +113,13 @@ class RoutePlan:
 
 class RoutingPort(Protocol):
     def plan(
-        self, route: ModelRoute, tenant: TenantPolicy, session_id: str,
-        prepared: PreparedPrompt, prompt_tokens: int, max_tokens: int,
+        self,
+        route: ModelRoute,
+        tenant: TenantPolicy,
+        session_id: str,
+        prepared: PreparedPrompt,
+        prompt_tokens: int,
+        max_tokens: int,
     ) -> RoutePlan: ...
 
     def on_dispatch(self, attempt: Attempt, session_id: str, prepared: PreparedPrompt) -> None: ...

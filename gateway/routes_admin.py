@@ -40,7 +40,9 @@ def _jsonable(value: Any) -> Any:
 
 
 def json_response(value: Any, status: int = 200) -> Response:
-    body = orjson.dumps(_jsonable(value), option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY)
+    body = orjson.dumps(
+        _jsonable(value), option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
+    )
     return Response(body, status, media_type="application/json")
 
 
@@ -80,9 +82,16 @@ def build_admin_router(admin_token: str | None, views: dict[str, JsonView]) -> A
             try:
                 return json_response(await view(request))
             except ValueError as exc:
-                body = {"error": {"message": str(exc), "type": "invalid_request_error",
-                                  "param": None, "code": "bad_query"}}
+                body = {
+                    "error": {
+                        "message": str(exc),
+                        "type": "invalid_request_error",
+                        "param": None,
+                        "code": "bad_query",
+                    }
+                }
                 return json_response(body, 400)
+
         return handler
 
     for path, view in views.items():

@@ -25,7 +25,9 @@ from gateway.pipeline import Admitted, IncomingCall, Pipeline
 _DECODERS = {"openai": openai_wire.decode_request, "anthropic": anthropic_wire.decode_request}
 
 
-def error_response(exc: Exception, wire: WireFormat, extra_headers: dict[str, str] | None = None) -> Response:
+def error_response(
+    exc: Exception, wire: WireFormat, extra_headers: dict[str, str] | None = None
+) -> Response:
     err = to_http(exc, wire)
     headers = {**(extra_headers or {}), **err.headers}
     return Response(orjson.dumps(err.body), err.status_code, headers, "application/json")
@@ -51,8 +53,9 @@ class ChatRoutes:
             body = _parse(await http.body())
             caller = authenticate(http.headers, self.keys)
             request = _DECODERS[wire](body)
-            call = IncomingCall(wire, caller.tenant, caller.key_id, request, body,
-                                http.headers.get("x-session-id"))
+            call = IncomingCall(
+                wire, caller.tenant, caller.key_id, request, body, http.headers.get("x-session-id")
+            )
             admitted = await self.pipeline.admit(call)
         except Exception as exc:  # every rejection becomes the client's own error shape
             return error_response(exc, wire)
@@ -63,12 +66,16 @@ class ChatRoutes:
             response = await self.pipeline.complete(admitted)
         except Exception as exc:
             return error_response(exc, wire, headers)
-        encoded = (openai_wire.encode_response(response) if wire == "openai"
-                   else anthropic_wire.encode_response(response))
+        encoded = (
+            openai_wire.encode_response(response)
+            if wire == "openai"
+            else anthropic_wire.encode_response(response)
+        )
         return Response(orjson.dumps(encoded), 200, headers, "application/json")
 
-    async def _stream(self, adm: Admitted, wire: WireFormat, body: dict[str, Any],
-                      headers: dict[str, str]) -> Response:
+    async def _stream(
+        self, adm: Admitted, wire: WireFormat, body: dict[str, Any], headers: dict[str, str]
+    ) -> Response:
         events = self.pipeline.stream(adm)
         try:  # the first event decides between an HTTP error and a 200 stream
             first = await events.__anext__()
@@ -80,7 +87,9 @@ class ChatRoutes:
         )
 
 
-def _stream_encoder(wire: WireFormat, body: dict[str, Any], adm: Admitted) -> Callable[[StreamEvent], bytes]:
+def _stream_encoder(
+    wire: WireFormat, body: dict[str, Any], adm: Admitted
+) -> Callable[[StreamEvent], bytes]:
     if wire == "openai":
         return OpenAIStreamEncoder(
             include_usage=openai_wire.include_usage(body), model=adm.call.request.model
@@ -90,8 +99,12 @@ def _stream_encoder(wire: WireFormat, body: dict[str, Any], adm: Admitted) -> Ca
     ).encode
 
 
-async def _sse(first: StreamEvent, rest: AsyncIterator[StreamEvent],
-               encode: Callable[[StreamEvent], bytes], wire: WireFormat) -> AsyncIterator[bytes]:
+async def _sse(
+    first: StreamEvent,
+    rest: AsyncIterator[StreamEvent],
+    encode: Callable[[StreamEvent], bytes],
+    wire: WireFormat,
+) -> AsyncIterator[bytes]:
     try:
         yield encode(first)
         async for event in rest:
@@ -101,8 +114,11 @@ async def _sse(first: StreamEvent, rest: AsyncIterator[StreamEvent],
     except Exception as exc:  # the stream already started: report in-band, as providers do
         err = to_http(exc, wire)
         payload = orjson.dumps(err.body)
-        yield (b"event: error\ndata: " + payload + b"\n\n") if wire == "anthropic" else (
-            b"data: " + payload + b"\n\n")
+        yield (
+            (b"event: error\ndata: " + payload + b"\n\n")
+            if wire == "anthropic"
+            else (b"data: " + payload + b"\n\n")
+        )
     finally:
         await rest.aclose()  # type: ignore[attr-defined]
 

@@ -40,7 +40,10 @@ class Metrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter(
-            "lantern_requests", "Calls by outcome", ["tenant", "model", "backend", "status"], registry=r
+            "lantern_requests",
+            "Calls by outcome",
+            ["tenant", "model", "backend", "status"],
+            registry=r,
         )
         self.tokens = Counter(
             "lantern_tokens", "Tokens by kind", ["tenant", "model", "kind"], registry=r
@@ -48,12 +51,18 @@ class Metrics:
         self.cost = Counter("lantern_cost_usd", "Cost in USD", ["tenant", "model"], registry=r)
         self.errors = Counter("lantern_errors", "Errors by kind", ["kind"], registry=r)
         self.ttft = Histogram(
-            "lantern_ttft_seconds", "Time to first token", ["model", "backend"],
-            buckets=_LATENCY_BUCKETS_S, registry=r,
+            "lantern_ttft_seconds",
+            "Time to first token",
+            ["model", "backend"],
+            buckets=_LATENCY_BUCKETS_S,
+            registry=r,
         )
         self.latency = Histogram(
-            "lantern_latency_seconds", "Whole-call latency", ["model", "backend"],
-            buckets=_LATENCY_BUCKETS_S, registry=r,
+            "lantern_latency_seconds",
+            "Whole-call latency",
+            ["model", "backend"],
+            buckets=_LATENCY_BUCKETS_S,
+            registry=r,
         )
         self.inflight = Gauge("lantern_inflight_requests", "Calls in flight", registry=r)
         self.policy_errors = Gauge(
@@ -85,7 +94,9 @@ def build_tracer_provider(exporter: Exporter, otlp_endpoint: str | None = None) 
     elif exporter == "otlp":
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        span_exporter = OTLPSpanExporter(endpoint=otlp_endpoint) if otlp_endpoint else OTLPSpanExporter()
+        span_exporter = (
+            OTLPSpanExporter(endpoint=otlp_endpoint) if otlp_endpoint else OTLPSpanExporter()
+        )
         provider.add_span_processor(BatchSpanProcessor(span_exporter))
     return provider
 

@@ -18,7 +18,6 @@ import httpx
 from fastapi import APIRouter, Request
 
 from gateway.admission import Admission
-from gateway.engine_child import EngineChild
 from gateway.fleet import Fleet
 from gateway.ledger.call_ledger import CallLedger
 from gateway.ledger.db import create_ledger_engine, migrate_engine, session_factory
@@ -61,13 +60,18 @@ class Components:
                 log.exception("shutdown step failed")
 
 
-def build_components(settings: Settings, *, clock: Callable[[], float] = time.monotonic) -> Components:
+def build_components(
+    settings: Settings, *, clock: Callable[[], float] = time.monotonic
+) -> Components:
     settings.var_dir.mkdir(parents=True, exist_ok=True)
     metrics = Metrics()
     telemetry = Telemetry(
-        build_tracer_provider(settings.telemetry.exporter, settings.telemetry.otlp_endpoint), metrics
+        build_tracer_provider(settings.telemetry.exporter, settings.telemetry.otlp_endpoint),
+        metrics,
     )
-    http = httpx.AsyncClient(limits=httpx.Limits(max_connections=1000, max_keepalive_connections=200))
+    http = httpx.AsyncClient(
+        limits=httpx.Limits(max_connections=1000, max_keepalive_connections=200)
+    )
     models, children = build_model_table(settings, http)
     pricing = RoutePricing.from_settings(settings)
     keys = PolicyStore(settings.policy_dir, poll_interval_s=settings.policy_poll_interval_s)
@@ -79,10 +83,19 @@ def build_components(settings: Settings, *, clock: Callable[[], float] = time.mo
     prompts = PromptCachePort(settings.resolve_server_secret(), registry=metrics.registry)
     fleet = Fleet([models.get(n) for n in models.names()], clock=clock, rng=random.Random())
 
-    pipeline = Pipeline(Services(
-        models=models, counter=TiktokenCounting(), pricing=pricing, admission=admission,
-        prompts=prompts, routing=fleet, ledger=ledger, telemetry=telemetry, clock=clock,
-    ))
+    pipeline = Pipeline(
+        Services(
+            models=models,
+            counter=TiktokenCounting(),
+            pricing=pricing,
+            admission=admission,
+            prompts=prompts,
+            routing=fleet,
+            ledger=ledger,
+            telemetry=telemetry,
+            clock=clock,
+        )
+    )
     parts = Components(pipeline, keys, models, metrics, _admin_views(settings, keys, engine))
 
     async def start() -> None:

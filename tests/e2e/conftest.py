@@ -28,26 +28,62 @@ def var_dir(tmp_path: Path) -> Path:
 
 def models_for(fake: FakeUpstream) -> list[dict[str, object]]:
     return [
-        {"name": "gpt-4o-mini", "backends": [{
-            "kind": "openai_compatible", "name": "fake-openai",
-            "base_url": fake.openai_base_url, "model": "gpt-4o-mini", "timeout_s": 2}]},
-        {"name": "claude-sonnet-4-5", "backends": [{
-            "kind": "anthropic", "name": "fake-anthropic", "base_url": fake.base_url,
-            "model": "claude-sonnet-4-5", "api_key_env": None, "timeout_s": 2}]},
-        {"name": "claude-via-litellm", "backends": [{
-            "kind": "litellm", "name": "litellm-anthropic", "model": "anthropic/claude-sonnet-4-5",
-            "api_base": fake.base_url, "timeout_s": 5}]},
+        {
+            "name": "gpt-4o-mini",
+            "backends": [
+                {
+                    "kind": "openai_compatible",
+                    "name": "fake-openai",
+                    "base_url": fake.openai_base_url,
+                    "model": "gpt-4o-mini",
+                    "timeout_s": 2,
+                }
+            ],
+        },
+        {
+            "name": "claude-sonnet-4-5",
+            "backends": [
+                {
+                    "kind": "anthropic",
+                    "name": "fake-anthropic",
+                    "base_url": fake.base_url,
+                    "model": "claude-sonnet-4-5",
+                    "api_key_env": None,
+                    "timeout_s": 2,
+                }
+            ],
+        },
+        {
+            "name": "claude-via-litellm",
+            "backends": [
+                {
+                    "kind": "litellm",
+                    "name": "litellm-anthropic",
+                    "model": "anthropic/claude-sonnet-4-5",
+                    "api_base": fake.base_url,
+                    "timeout_s": 5,
+                }
+            ],
+        },
     ]
 
 
 @pytest.fixture
 def gateway(upstream: FakeUpstream, var_dir: Path) -> Iterator[RunningGateway]:
-    write_policy(var_dir / "policies", "acme", ACME_KEY,
-                 models=["gpt-4o-mini", "claude-sonnet-4-5", "claude-via-litellm"],
-                 limits={"max_prompt_tokens": 2000, "max_output_tokens": 256})
+    write_policy(
+        var_dir / "policies",
+        "acme",
+        ACME_KEY,
+        models=["gpt-4o-mini", "claude-sonnet-4-5", "claude-via-litellm"],
+        limits={"max_prompt_tokens": 2000, "max_output_tokens": 256},
+    )
     write_policy(var_dir / "policies", "other", OTHER_KEY, models=["claude-sonnet-4-5"])
-    config = write_config(var_dir / "lantern.yaml", var_dir, models_for(upstream),
-                          prices={"claude-via-litellm": {"input": 3.0, "output": 15.0}})
+    config = write_config(
+        var_dir / "lantern.yaml",
+        var_dir,
+        models_for(upstream),
+        prices={"claude-via-litellm": {"input": 3.0, "output": 15.0}},
+    )
     running = start_gateway(config)
     try:
         yield running

@@ -55,8 +55,9 @@ class RunningGateway:
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._socket.bind(("127.0.0.1", 0))
         self.port = self._socket.getsockname()[1]
-        config = uvicorn.Config(self.app, log_level="warning", access_log=False,
-                                timeout_graceful_shutdown=2)
+        config = uvicorn.Config(
+            self.app, log_level="warning", access_log=False, timeout_graceful_shutdown=2
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [self._socket]}, daemon=True

@@ -1,0 +1,61 @@
+"""Process plumbing shared by the benchmarks: free ports, starting servers, CPU time of a pid."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process and its reaped children, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = sum(int(fields[i]) for i in (11, 12, 13, 14))
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def start(
+    argv: list[str],
+    health_url: str,
+    env: dict[str, str] | None = None,
+    timeout_s: float = 120.0,
+    log: Path | None = None,
+) -> subprocess.Popen[bytes]:
+    out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115 - lives with the process
+    proc = subprocess.Popen(
+        argv, cwd=ROOT, env={**os.environ, **(env or {})}, stdout=out, stderr=subprocess.STDOUT
+    )
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{argv[:4]} exited with {proc.returncode} (log: {log})")
+        try:
+            if httpx.get(health_url, timeout=2).status_code < 500:
+                return proc
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.25)
+    proc.kill()
+    raise RuntimeError(f"{argv[:4]} not healthy at {health_url}")
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
