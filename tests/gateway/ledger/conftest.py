@@ -103,7 +103,7 @@ class TcpCut:
             listener, self._listener = self._listener, None
             live, self._sockets = self._sockets, set()
         if listener is not None:
-            listener.close()
+            _hard_close(listener)
         for sock in live:
             _hard_close(sock)
         for thread in self._threads:
