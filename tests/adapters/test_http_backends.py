@@ -1,0 +1,205 @@
+"""OpenAI-compatible and Anthropic backends against the wire-level fake upstream (real HTTP)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import socket
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import httpx
+import orjson
+import pytest
+
+from adapters import openai_wire
+from adapters.backend import Backend, BackendCall
+from adapters.backends import BackendSpec, build_backend
+from adapters.backends.anthropic_native import messages_url
+from adapters.backends.http_upstream import parse_retry_after
+from adapters.errors import ProviderRateLimited, ProviderRejected, ProviderTimeout, ProviderUnavailable
+from adapters.types import (
+    ChatResponse,
+    StreamEnd,
+    StreamEvent,
+    StreamStart,
+    TextDelta,
+    TextPart,
+    ToolCallDelta,
+    ToolCallStart,
+    ToolUsePart,
+    Usage,
+)
+from tests.fakes.upstream import FakeUpstream
+
+T = TypeVar("T")
+HI = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
+SEARCH_TOOL = {"type": "function", "function": {
+    "name": "search", "description": "Search", "parameters": {"type": "object"}}}
+FOX = "The quick brown fox jumps over the lazy dog"
+
+
+def run(spec: BackendSpec, use: Callable[[Backend], Awaitable[T]]) -> T:
+    async def main() -> T:
+        async with httpx.AsyncClient() as http:
+            return await use(build_backend(spec, http=http))
+    return asyncio.run(main())
+
+
+def openai_call(body: dict[str, Any], **kw: Any) -> BackendCall:
+    return BackendCall(openai_wire.decode_request(body), "openai", body, **kw)
+
+
+async def collect(backend: Backend, call: BackendCall) -> list[StreamEvent]:
+    return [event async for event in backend.stream(call)]
+
+
+def local(up: FakeUpstream, **kw: Any) -> BackendSpec:
+    return BackendSpec("local", "openai_compatible", up.openai_base_url, **kw)
+
+
+def anthropic(up: FakeUpstream, **kw: Any) -> BackendSpec:
+    return BackendSpec("claude", "anthropic", up.base_url, api_key="sk-ant-test", **kw)
+
+
+def test_openai_complete_and_stream(upstream: FakeUpstream) -> None:
+    spec = local(upstream)
+    resp = run(spec, lambda b: b.complete(openai_call(HI)))
+    assert resp == ChatResponse("chatcmpl-fake-000001", "gpt-4o-mini", (TextPart(FOX),), "stop",
+                                Usage(input_tokens=8, output_tokens=9))
+    events = run(spec, lambda b: collect(b, openai_call(dict(HI, stream=True))))
+    words = FOX.split(" ")
+    assert events == [StreamStart("chatcmpl-fake-000002", "gpt-4o-mini"),
+                      TextDelta(0, words[0]), *[TextDelta(0, " " + w) for w in words[1:]],
+                      StreamEnd("stop", Usage(8, 9))]
+
+
+def test_raw_body_is_forwarded_exactly(upstream: FakeUpstream) -> None:
+    raw = {"messages": [{"role": "user", "content": "hi", "name": "x"}], "model": "gpt-4o-mini",
+           "top_k": 4, "seed": 1, "logit_bias": {"50256": -100}, "max_tokens": 3}
+    run(local(upstream), lambda b: b.complete(openai_call(raw)))
+    assert upstream.requests[0].body == orjson.dumps(raw)
+    run(local(upstream, model="smollm2"), lambda b: collect(b, openai_call(dict(raw, stream=True))))
+    assert upstream.requests[1].json() == dict(raw, model="smollm2", stream=True,
+                                               stream_options={"include_usage": True})
+
+
+def test_cache_salt_and_session_header(upstream: FakeUpstream) -> None:
+    request = openai_wire.decode_request(dict(HI, cache_salt="tenant-a"))
+    call = BackendCall(dataclasses.replace(request, session_id="sess-1"), "anthropic")
+    run(local(upstream), lambda b: b.complete(call))
+    sent = upstream.requests[0]
+    assert sent.json()["cache_salt"] == "tenant-a"
+    assert sent.headers["x-session-id"] == "sess-1"
+    run(local(upstream, extra={"send_cache_salt": False}), lambda b: b.complete(call))
+    assert "cache_salt" not in upstream.requests[1].json()
+
+
+def test_prompt_cache_usage_passes_through(
+        cached_upstream: tuple[FakeUpstream, Any]) -> None:
+    up, cache = cached_upstream
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": FOX * 20}]}
+    resp = run(local(up), lambda b: b.complete(openai_call(body)))
+    assert cache.calls == [("openai", 187)]
+    assert resp.usage == Usage(input_tokens=91, output_tokens=9, cache_read_tokens=93,
+                               cache_write_tokens=3)
+    events = run(anthropic(up), lambda b: collect(b, openai_call(dict(body, stream=True))))
+    assert cache.calls[1] == ("anthropic", 187)  # same canonical request, same count
+    assert events[-1] == StreamEnd("stop", Usage(91, 9, 93, 3))
+
+
+def test_upstream_5xx_is_unavailable(upstream: FakeUpstream) -> None:
+    upstream.fail_next(status=503, count=2)
+    with pytest.raises(ProviderUnavailable) as info:
+        run(local(upstream), lambda b: b.complete(openai_call(HI)))
+    assert info.value.upstream_status == 503
+    assert info.value.detail == "HTTP 503: injected failure"
+    with pytest.raises(ProviderUnavailable):
+        run(local(upstream), lambda b: collect(b, openai_call(dict(HI, stream=True))))
+    assert run(local(upstream), lambda b: b.complete(openai_call(HI))).stop_reason == "stop"
+
+
+def test_slow_upstream_times_out(upstream: FakeUpstream) -> None:
+    upstream.app.delay_s = 1.5
+    with pytest.raises(ProviderTimeout):
+        run(local(upstream), lambda b: b.complete(openai_call(HI, timeout_s=0.2)))
+    with pytest.raises(ProviderTimeout):
+        run(anthropic(upstream, timeout_s=0.2),
+            lambda b: collect(b, openai_call(dict(HI, stream=True))))
+
+
+def test_rate_limit_carries_retry_after(upstream: FakeUpstream) -> None:
+    upstream.fail_next(status=429, retry_after="7")
+    with pytest.raises(ProviderRateLimited) as info:
+        run(local(upstream), lambda b: b.complete(openai_call(HI)))
+    assert info.value.retry_after_s == 7.0
+    upstream.fail_next(status=429, retry_after="2")
+    with pytest.raises(ProviderRateLimited) as info:
+        run(anthropic(upstream), lambda b: collect(b, openai_call(dict(HI, stream=True))))
+    assert info.value.retry_after_s == 2.0
+    assert parse_retry_after({"retry-after-ms": "1500"}) == 1.5
+    assert parse_retry_after({"retry-after": "soon"}) is None
+
+
+def test_client_errors_are_rejected_and_not_retryable(upstream: FakeUpstream) -> None:
+    bad = {"model": "gpt-4o-mini", "messages": "not a list"}
+    call = BackendCall(openai_wire.decode_request(HI), "openai", bad)
+    with pytest.raises(ProviderRejected) as info:
+        run(local(upstream), lambda b: b.complete(call))
+    assert (info.value.upstream_status, info.value.retryable) == (400, False)
+    assert info.value.detail == "HTTP 400: messages: expected list"
+
+
+def test_connection_refused_is_unavailable() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    spec = BackendSpec("gone", "openai_compatible", f"http://127.0.0.1:{port}/v1")
+    with pytest.raises(ProviderUnavailable):
+        run(spec, lambda b: b.complete(openai_call(HI)))
+
+
+def test_api_keys_and_anthropic_headers() -> None:
+    with FakeUpstream(api_key="sk-ant-test") as up:
+        run(anthropic(up), lambda b: b.complete(openai_call(HI)))
+        headers = up.requests[0].headers
+        assert (headers["x-api-key"], headers["anthropic-version"]) == ("sk-ant-test", "2023-06-01")
+        with pytest.raises(ProviderRejected) as info:
+            run(local(up, api_key="wrong"), lambda b: b.complete(openai_call(HI)))
+        assert info.value.upstream_status == 401
+        run(local(up, api_key="sk-ant-test"), lambda b: b.complete(openai_call(HI)))
+        assert up.requests[2].headers["authorization"] == "Bearer sk-ant-test"
+    assert messages_url("https://api.anthropic.com/") == "https://api.anthropic.com/v1/messages"
+    assert messages_url("http://h:1/v1") == "http://h:1/v1/messages"
+
+
+def test_openai_client_with_tools_through_anthropic_backend(upstream: FakeUpstream) -> None:
+    body = {"model": "claude-sonnet-4-5", "tools": [SEARCH_TOOL], "max_tokens": 64,
+            "messages": [{"role": "user", "content": "please call:search now"}]}
+    resp = run(anthropic(upstream), lambda b: b.complete(openai_call(body)))
+    args = '{"text":"please call:search now"}'
+    assert resp.content == (ToolUsePart("call_fake_000001", "search", args),)
+    assert resp.stop_reason == "tool_use"
+    sent = upstream.requests[0].json()
+    assert sent["tools"] == [{"name": "search", "description": "Search",
+                              "input_schema": {"type": "object"}}]
+    assert sent["messages"] == [{"role": "user", "content": [
+        {"type": "text", "text": "please call:search now"}]}]
+    events = run(anthropic(upstream), lambda b: collect(b, openai_call(dict(body, stream=True))))
+    assert events[1:4] == [ToolCallStart(0, "call_fake_000002", "search"),
+                           ToolCallDelta(0, args[:16]), ToolCallDelta(0, args[16:])]
+    assert events[-1].stop_reason == "tool_use"  # type: ignore[union-attr]
+
+
+def test_anthropic_raw_body_is_forwarded(upstream: FakeUpstream) -> None:
+    from adapters import anthropic_wire
+
+    raw = {"model": "claude-haiku-4-5", "max_tokens": 4,
+           "system": [{"type": "text", "text": "S", "cache_control": {"type": "ephemeral"}}],
+           "messages": [{"role": "user", "content": [
+               {"type": "thinking", "thinking": "t", "signature": "sig"},
+               {"type": "text", "text": "hi"}]}]}
+    call = BackendCall(anthropic_wire.decode_request(raw), "anthropic", raw)
+    resp = run(anthropic(upstream), lambda b: b.complete(call))
+    assert upstream.requests[0].body == orjson.dumps(raw)
+    assert (resp.content, resp.stop_reason) == ((TextPart("The quick brown fox"),), "length")
