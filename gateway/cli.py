@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -208,8 +209,10 @@ def _announce_demo_key(settings: Settings) -> None:
     created = seed_demo_tenant(settings.policy_dir)
     if created is not None:
         settings.var_dir.mkdir(parents=True, exist_ok=True)
-        key_file.write_text(created.key + "\n", encoding="ascii")
-        key_file.chmod(0o600)
+        # created 0600 from the start: never readable by others, not even for a moment
+        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="ascii") as handle:
+            handle.write(created.key + "\n")
     if not key_file.exists():
         print(f"demo tenant: {settings.policy_dir / 'demo.yaml'} exists but {key_file} is gone;")
         print("  make a key with `lantern keys create --tenant demo` and add it to that file")
@@ -221,8 +224,10 @@ def _announce_demo_key(settings: Settings) -> None:
     print("try it:")
     print(f"  curl -s {url}/v1/chat/completions -H 'authorization: Bearer {key}' \\")
     print("    -H 'content-type: application/json' \\")
-    print("    -d '{\"model\": \"smollm2\", \"max_tokens\": 40, "
-          "\"messages\": [{\"role\": \"user\", \"content\": \"What is a lantern?\"}]}'")
+    print(
+        '    -d \'{"model": "smollm2", "max_tokens": 40, '
+        '"messages": [{"role": "user", "content": "What is a lantern?"}]}\''
+    )
 
 
 def _policy_check(args: argparse.Namespace) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import stat
 import subprocess
 import sys
 import types
@@ -13,6 +14,7 @@ import pytest
 
 from gateway.cli import main
 from gateway.settings import Settings
+from policies.limits import LimitsPolicy
 from policies.model import hash_api_key
 from policies.store import PolicyStore
 
@@ -43,9 +45,9 @@ def broken(folder: Path) -> None:
 EXPECTED_ERRORS = [
     "{d}/acme.yaml:3: limits.tokens_per_minute: "
     "Input should be a valid integer, unable to parse string as an integer",
-    "{d}/acme.yaml:4: limits.rpm: unknown key (allowed: calls_per_session, concurrent_requests, "
-    "max_output_tokens, max_prompt_tokens, monthly_budget_usd, on_max_tokens_over, "
-    "requests_per_minute, tokens_per_minute)",
+    "{d}/acme.yaml:4: limits.rpm: unknown key (allowed: "
+    + ", ".join(sorted(LimitsPolicy.model_fields))
+    + ")",
     "{d}/beta.yaml:1: tenant: tenant 'gamma' does not match the file name (expected 'beta')",
     "{d}/beta.yaml:2: models: Input should be a valid list",
 ]
@@ -211,14 +213,29 @@ def test_serve_demo_seeds_a_tenant_once(
     (settings,) = served
     assert (settings.port, settings.models[0].name) == (8181, "smollm2")
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "demo tenant created in var/policies/demo.yaml; its API key (shown once):"
+    assert lines[0] == (
+        "Lantern (demo) will listen on http://127.0.0.1:8181 once the bundled engine has loaded "
+        "SmolLM2."
+    )
+    match = re.fullmatch(
+        r"demo API key: (lt-[A-Za-z0-9_-]{40})   \(stored in var/demo.key\)", lines[1]
+    )
+    assert match is not None
+    key = match.group(1)
+    key_file = tmp_path / "var" / "demo.key"
+    assert key_file.read_text() == key + "\n"
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
     store = PolicyStore(tmp_path / "var" / "policies")
     store.reload_now()
-    found = store.tenant_for_key(lines[1].strip())
+    found = store.tenant_for_key(key)
     assert found is not None and (found[0].tenant, found[1]) == ("demo", "demo")
     assert store.snapshot().errors == ()
-    assert main(["serve", "--demo"]) == 0
-    assert capsys.readouterr().out.startswith("demo tenant: var/policies/demo.yaml exists")
+    policy_bytes = (tmp_path / "var" / "policies" / "demo.yaml").read_bytes()
+    assert main(["serve", "--demo"]) == 0  # a second run reuses the tenant and its key
+    assert (
+        capsys.readouterr().out.splitlines()[1] == f"demo API key: {key}   (stored in var/demo.key)"
+    )
+    assert (tmp_path / "var" / "policies" / "demo.yaml").read_bytes() == policy_bytes
 
 
 def test_serve_with_an_invalid_config_exits_2(
