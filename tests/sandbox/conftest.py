@@ -1,0 +1,67 @@
+"""Fixtures for the sandbox tests: a probed local runner, SQL engines, a settable clock."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from sandbox.errors import SandboxUnavailable
+from sandbox.idempotency import create_tables
+from sandbox.local_runner import LocalRunner
+
+
+class ManualClock:
+    def __init__(self, now: float = 1_800_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def log() -> logging.Logger:
+    return logging.getLogger("lantern.test.sandbox")
+
+
+@pytest.fixture(scope="session")
+def sandbox_backend() -> str:
+    """The namespace backend this machine offers; CI=true turns 'none' into a failure."""
+    try:
+        return LocalRunner(logging.getLogger("probe")).backend()
+    except SandboxUnavailable as exc:
+        if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
+            pytest.fail(f"user namespaces are required in CI: {exc}")
+        pytest.skip(str(exc))
+
+
+@pytest.fixture
+def sqlite_engine(tmp_path: Path) -> Iterator[sa.Engine]:
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'runs.db'}", connect_args={"timeout": 30})
+    create_tables(engine)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[sa.Engine]:
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'runs.db'}"
+        built = sa.create_engine(url, connect_args={"timeout": 30})
+    else:
+        built = sa.create_engine(request.getfixturevalue("postgres_url"))
+    create_tables(built)
+    yield built
+    built.dispose()

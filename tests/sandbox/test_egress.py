@@ -1,0 +1,109 @@
+"""The egress proxy in-process over TCP, with a table resolver and a real origin server."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from sandbox.addresses import parse_cidrs
+from sandbox.egress import EgressPolicy, EgressProxy, parse_rules
+from tests.sandbox.origin import MapResolver, origin_server
+
+
+async def _ask(proxy_port: int, head: bytes) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", proxy_port)
+    writer.write(head)
+    await writer.drain()
+    reply = await asyncio.wait_for(reader.read(), 5)  # until the proxy closes
+    writer.close()
+    return reply
+
+
+async def _with_proxy(rules: list[str], resolver: MapResolver, heads: list[bytes]) -> list[bytes]:
+    policy = EgressPolicy("t", parse_rules(rules), parse_cidrs(["127.0.0.2/32"]))
+    proxy = EgressProxy(policy, resolver, logging.getLogger("lantern.test.egress"))
+    server = await proxy.serve_tcp("127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        return [await _ask(port, head) for head in heads]
+    finally:
+        server.close()
+
+
+def test_connect_to_allowed_name_reaches_the_checked_address() -> None:
+    async def scenario() -> list[bytes]:
+        async with origin_server() as origin:
+            resolver = MapResolver()
+            head = f"CONNECT allowed.test:{origin} HTTP/1.1\r\n\r\nGET /x HTTP/1.1\r\nHost: a\r\n\r\n"
+            replies = await _with_proxy([f"allowed.test:{origin}"], resolver, [head.encode()])
+            assert resolver.asked == ["allowed.test"]
+            return replies
+
+    reply = asyncio.run(scenario())[0]
+    assert reply.startswith(b"HTTP/1.1 200 Connection Established\r\n\r\nHTTP/1.1 200 OK")
+    assert reply.endswith(b"origin saw GET /x HTTP/1.1 host=a")
+
+
+def test_plain_http_is_rewritten_to_origin_form() -> None:
+    async def scenario() -> bytes:
+        async with origin_server() as origin:
+            head = (f"GET http://allowed.test:{origin}/p?q=1 HTTP/1.1\r\nHost: evil.example\r\n"
+                    "Proxy-Authorization: x\r\n\r\n").encode()
+            return (await _with_proxy([f"allowed.test:{origin}"], MapResolver(), [head]))[0]
+
+    reply = asyncio.run(scenario())
+    assert reply.startswith(b"HTTP/1.1 200 OK")
+    assert b"origin saw GET /p?q=1 HTTP/1.1 host=allowed.test:" in reply
+
+
+@pytest.mark.parametrize(
+    ("target", "reason"),
+    [("127.0.0.2:{p}", "ip-literal"), ("2130706433:{p}", "ip-literal"),
+     ("0x7f000002:{p}", "ip-literal"), ("0177.0.0.2:{p}", "ip-literal"), ("127.2:{p}", "ip-literal"),
+     ("0:{p}", "ip-literal"), ("[::1]:{p}", "ip-literal"), ("[::ffff:127.0.0.2]:{p}", "ip-literal"),
+     ("169.254.169.254:80", "ip-literal"), ("loopback.test:{p}", "address-loopback"),
+     ("private.test:{p}", "address-private"), ("metadata.test:{p}", "address-metadata"),
+     ("ecs-creds.test:{p}", "address-metadata"), ("cgnat.test:{p}", "address-cgnat"),
+     ("mapped.test:{p}", "address-embedded-ipv4:loopback"), ("mixed.test:{p}", "address-private"),
+     ("allowed.test:22", "port-not-allowed"), ("evil.test:{p}", "host-not-allowed"),
+     ("xallowed.test:{p}", "host-not-allowed"), ("allowed.test.evil:{p}", "host-not-allowed")],
+)
+def test_connect_refusals(target: str, reason: str, caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario() -> bytes:
+        async with origin_server() as origin:
+            rules = [f"{name}:{origin}" for name in ("allowed.test", "loopback.test", "private.test",
+                     "metadata.test", "ecs-creds.test", "cgnat.test", "mapped.test", "mixed.test")]
+            head = f"CONNECT {target.format(p=origin)} HTTP/1.1\r\n\r\n".encode()
+            return (await _with_proxy(rules, MapResolver(), [head]))[0]
+
+    with caplog.at_level(logging.INFO, logger="lantern.test.egress"):
+        reply = asyncio.run(scenario())
+    assert reply.startswith(b"HTTP/1.1 403 Forbidden")
+    assert reply.endswith(reason.encode())
+    decisions = [r.getMessage() for r in caplog.records if r.getMessage().startswith("egress ")]
+    assert len(decisions) == 1 and "decision=deny" in decisions[0] and f"reason={reason} " in decisions[0]
+
+
+@pytest.mark.parametrize(
+    "head",
+    [b"GET http://user@allowed.test/ HTTP/1.1\r\n\r\n", b"GET /relative HTTP/1.1\r\n\r\n",
+     b"CONNECT allowed.test:443abc HTTP/1.1\r\n\r\n", b"CONNECT allowed.test:0 HTTP/1.1\r\n\r\n",
+     b"CONNECT allowed.test:65536 HTTP/1.1\r\n\r\n", b"GET https://allowed.test/ HTTP/1.1\r\n\r\n"],
+)
+def test_malformed_requests_are_refused(head: bytes) -> None:
+    reply = asyncio.run(_with_proxy(["allowed.test:443"], MapResolver(), [head]))[0]
+    assert reply.startswith(b"HTTP/1.1 400 Bad Request")
+
+
+def test_wildcard_rules_match_strict_subdomains_only() -> None:
+    (rule,) = parse_rules(["*.pypi.org:443"])
+    assert rule.matches("files.pypi.org", 443)
+    assert not rule.matches("pypi.org", 443)
+    assert not rule.matches("evilpypi.org", 443)
+    assert not rule.matches("files.pypi.org", 80)
+    assert parse_rules(["API.Example.com."]) == parse_rules(["api.example.com:443"])
+    for bad in ["10.0.0.1:443", "0x7f000001:80", "*evil.com:443", "a.*.com:443", "host:0"]:
+        with pytest.raises(ValueError):
+            parse_rules([bad])
