@@ -59,7 +59,7 @@ class LedgerQueries:
     def usage_totals(
         self, since: datetime, until: datetime, group_by: Sequence[str]
     ) -> list[UsageTotals]:
-        """Totals per group, sorted by the group values; one row overall when `group_by` is empty."""
+        """Totals per group, sorted by group values; one row overall (none if no calls) without keys."""
         unknown = [key for key in group_by if key not in GROUP_KEYS]
         if unknown:
             raise ValueError(f"unknown group-by key(s) {unknown}; use {GROUP_KEYS}")
@@ -69,15 +69,15 @@ class LedgerQueries:
                 sa.select(*keys, *_sums())
                 .where(UsageRecord.ts >= since, UsageRecord.ts < until)
                 .group_by(*keys)
-                .order_by(*keys)
             )
             rows = session.execute(query).all()
         width = len(keys)
-        return [
+        totals = [
             UsageTotals(tuple(_text(v) for v in row[:width]), *_totals(row[width:]))
             for row in rows
             if row[width]  # an empty window still returns one all-NULL row without groups
         ]
+        return sorted(totals, key=lambda t: t.group)  # code-point order on every dialect
 
     def month_spend_by_tenant(self, now: datetime) -> dict[str, float]:
         """Dollars each tenant spent from the first of `now`'s UTC month up to `now` (budgets)."""
@@ -99,16 +99,16 @@ class LedgerQueries:
                 sa.select(UsageRecord.model, venue, hour, *_sums()[:-1])
                 .where(UsageRecord.ts >= since, UsageRecord.ts < until)
                 .group_by(UsageRecord.model, venue, hour)
-                .order_by(UsageRecord.model, venue, hour)
             )
             rows = session.execute(query).all()
-        return [
+        hourly = [
             HourlyModelTokens(
                 model, venue_name, _parse_hour(bucket), *(int(n) for n in counts[:5]),
                 to_money(counts[5] or 0),
             )
             for model, venue_name, bucket, *counts in rows
         ]
+        return sorted(hourly, key=lambda h: (h.model, h.venue, h.hour))
 
     def session_diagnoses(self, tenant: str, session_id: str) -> list[tuple[datetime, str]]:
         """(ts, diagnosis JSON) of one session's calls that carry a cache diagnosis, oldest first."""
