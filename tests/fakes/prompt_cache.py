@@ -170,9 +170,7 @@ class _Chain:
         self._end = 0
 
     def add(self, identity: Any, tokens: int, ttl: str | None) -> None:
-        self._digest = hashlib.sha256(
-            self._digest + orjson.dumps(identity, option=orjson.OPT_SORT_KEYS)
-        ).digest()
+        self._digest = hashlib.sha256(self._digest + orjson.dumps(identity)).digest()
         self._end += tokens
         self.blocks.append(Block(self._digest, self._end, ttl))
 
