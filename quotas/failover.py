@@ -1,0 +1,159 @@
+"""A shared store with a per-process fallback for when it is down, as each tenant's policy says.
+
+Owns the fail-open/fail-closed decision and the replay of settles that could not reach the shared
+store. Reservations stay in the store that admitted them, so nothing is counted twice.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from quotas.errors import QuotaStoreUnavailable
+from quotas.limits import Actual, Ask, Limits, Reservation, Settlement, UsageSnapshot
+from quotas.store import QuotaStore
+
+
+@dataclass(frozen=True, slots=True)
+class _PendingSettle:
+    reservation: Reservation
+    actual: Actual
+    now_ms: int
+
+
+class FailoverQuotaStore:
+    """`primary` (Redis) while it answers; `fallback` (memory) for tenants whose policy fails open.
+
+    After a failure the primary is skipped for `probe_interval_ms` (of the callers' clock), so an
+    outage costs one timeout per interval, not one per call. `on_change(is_down, reason)` is
+    called when the primary goes down or comes back.
+    """
+
+    def __init__(
+        self,
+        primary: QuotaStore,
+        fallback: QuotaStore,
+        *,
+        probe_interval_ms: int = 1_000,
+        max_pending_settles: int = 100_000,
+        replay_batch: int = 100,
+        on_change: Callable[[bool, str], None] | None = None,
+    ) -> None:
+        if primary.name == fallback.name:
+            raise ValueError("primary and fallback must be distinguishable by store name")
+        self._primary = primary
+        self._fallback = fallback
+        self._probe_interval_ms = probe_interval_ms
+        self._pending: deque[_PendingSettle] = deque(maxlen=max_pending_settles)
+        self._replay_batch = replay_batch
+        self._on_change = on_change
+        self._down_since_ms: int | None = None
+        self._last_try_ms = 0
+
+    @property
+    def name(self) -> str:
+        return self._primary.name
+
+    @property
+    def is_primary_down(self) -> bool:
+        return self._down_since_ms is not None
+
+    @property
+    def num_pending_settles(self) -> int:
+        return len(self._pending)
+
+    async def reserve(
+        self, tenant: str, limits: Limits, ask: Ask, *, reservation_id: str, now_ms: int
+    ) -> Reservation:
+        if self._should_try_primary(now_ms):
+            try:
+                reservation = await self._primary.reserve(
+                    tenant, limits, ask, reservation_id=reservation_id, now_ms=now_ms
+                )
+            except QuotaStoreUnavailable as exc:
+                self._mark_down(now_ms, exc)
+            else:
+                await self._mark_up(now_ms)
+                return reservation
+        if must_fail_closed(limits):
+            raise QuotaStoreUnavailable("redis", "down; tenant policy fails closed")
+        return await self._fallback.reserve(
+            tenant, limits, ask, reservation_id=reservation_id, now_ms=now_ms
+        )
+
+    async def settle(self, reservation: Reservation, actual: Actual, *, now_ms: int) -> Settlement:
+        if reservation.store == self._fallback.name:
+            return await self._fallback.settle(reservation, actual, now_ms=now_ms)
+        if self._should_try_primary(now_ms):
+            try:
+                settlement = await self._primary.settle(reservation, actual, now_ms=now_ms)
+            except QuotaStoreUnavailable as exc:
+                self._mark_down(now_ms, exc)
+            else:
+                await self._mark_up(now_ms)
+                return settlement
+        self._pending.append(_PendingSettle(reservation, actual, now_ms))
+        return Settlement("deferred", max(0, actual.tokens - reservation.tokens), None)
+
+    async def seed_spend(
+        self, tenant: str, period: str, spend_micro_usd: int, *, now_ms: int
+    ) -> None:
+        """Seed both stores; raise `QuotaStoreUnavailable` if the primary could not be seeded."""
+        await self._fallback.seed_spend(tenant, period, spend_micro_usd, now_ms=now_ms)
+        await self._primary.seed_spend(tenant, period, spend_micro_usd, now_ms=now_ms)
+
+    async def usage(
+        self, tenant: str, limits: Limits, *, now_ms: int, session_id: str | None = None
+    ) -> UsageSnapshot:
+        if self._should_try_primary(now_ms):
+            try:
+                return await self._primary.usage(
+                    tenant, limits, now_ms=now_ms, session_id=session_id
+                )
+            except QuotaStoreUnavailable as exc:
+                self._mark_down(now_ms, exc)
+        return await self._fallback.usage(tenant, limits, now_ms=now_ms, session_id=session_id)
+
+    async def close(self) -> None:
+        await self._primary.close()
+        await self._fallback.close()
+
+    def _should_try_primary(self, now_ms: int) -> bool:
+        if self._down_since_ms is None:
+            return True
+        return now_ms - self._last_try_ms >= self._probe_interval_ms
+
+    def _mark_down(self, now_ms: int, exc: QuotaStoreUnavailable) -> None:
+        self._last_try_ms = now_ms
+        if self._down_since_ms is None:
+            self._down_since_ms = now_ms
+            if self._on_change is not None:
+                self._on_change(True, exc.reason)
+
+    async def _mark_up(self, now_ms: int) -> None:
+        if self._down_since_ms is not None:
+            self._down_since_ms = None
+            if self._on_change is not None:
+                self._on_change(False, "answering again")
+        await self._replay(now_ms)
+
+    async def _replay(self, now_ms: int) -> None:
+        """Replay a batch of deferred settles; settle is idempotent, so a replay never double-counts."""
+        for _ in range(min(self._replay_batch, len(self._pending))):
+            if not self._pending:
+                return
+            pending = self._pending.popleft()
+            try:
+                await self._primary.settle(pending.reservation, pending.actual, now_ms=now_ms)
+            except QuotaStoreUnavailable as exc:
+                self._pending.appendleft(pending)
+                self._mark_down(now_ms, exc)
+                return
+
+
+def must_fail_closed(limits: Limits) -> bool:
+    """Whether a tenant's limits forbid admitting on a per-process store while the shared one is down."""
+    if limits.monthly_budget_usd is not None and limits.on_store_down_budget == "fail_closed":
+        return True
+    return limits.has_rate_limits and limits.on_store_down_rates == "fail_closed"

@@ -1,0 +1,217 @@
+"""The Lua scripts of the Redis quota store: one atomic script per operation.
+
+Mirrors `quotas.memory` step for step. Scripts never read Redis' clock: `now` comes in ARGV, and
+TTLs only collect garbage (decisions use the stored logical times). Keys of one tenant share a
+`{tenant}` hash tag, so a cluster keeps them in one slot. A limit of -1 means "no limit".
+"""
+
+from __future__ import annotations
+
+# KEYS: 1 meta (clock, tok), 2 win (zset id -> admitted ms), 3 wtok (hash id -> counted tokens),
+# 4 active (zset id -> lease expiry ms), 5 res (hash id -> record), 6 budget (hash), 7 session.
+_PRELUDE = """
+local meta, win, wtok, active, res, budget = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+
+local function int(x) return string.format('%d', x) end
+local function num(x) if x then return tonumber(x) end return 0 end
+
+local function parse(rec)
+  local tokens, cost, period, state = string.match(rec, '^(%d+)|(%d+)|([^|]*)|(%a+)$')
+  return tonumber(tokens), tonumber(cost), period, state
+end
+
+local function pack(tokens, cost, period, state)
+  return int(tokens) .. '|' .. int(cost) .. '|' .. period .. '|' .. state
+end
+
+local function touch(gc_ms)
+  for i = 1, 6 do redis.call('PEXPIRE', KEYS[i], gc_ms) end
+end
+
+-- the tenant clock never goes back; drop window entries; expire leases (charge their hold)
+local function advance(now, window)
+  local clock = num(redis.call('HGET', meta, 'clock'))
+  if clock > now then now = clock end
+  redis.call('HSET', meta, 'clock', int(now))
+  local cutoff = int(now - window)
+  local old = redis.call('ZRANGEBYSCORE', win, '-inf', cutoff)
+  if #old > 0 then
+    local freed = 0
+    for _, id in ipairs(old) do
+      freed = freed + num(redis.call('HGET', wtok, id))
+      redis.call('HDEL', wtok, id)
+      if not redis.call('ZSCORE', active, id) then redis.call('HDEL', res, id) end
+    end
+    redis.call('ZREMRANGEBYSCORE', win, '-inf', cutoff)
+    redis.call('HINCRBY', meta, 'tok', int(-freed))
+  end
+  local dead = redis.call('ZRANGEBYSCORE', active, '-inf', int(now))
+  for _, id in ipairs(dead) do
+    local rec = redis.call('HGET', res, id)
+    if rec then
+      local tokens, cost, period = parse(rec)
+      redis.call('HINCRBY', budget, 'held:' .. period, int(-cost))
+      redis.call('HINCRBY', budget, 'spend:' .. period, int(cost))
+      if redis.call('ZSCORE', win, id) then
+        redis.call('HSET', res, id, pack(tokens, cost, period, 'expired'))
+      else
+        redis.call('HDEL', res, id)
+      end
+    end
+  end
+  if #dead > 0 then redis.call('ZREMRANGEBYSCORE', active, '-inf', int(now)) end
+  return now
+end
+
+local function window_use(now, window)
+  local tok = num(redis.call('HGET', meta, 'tok'))
+  local count = redis.call('ZCARD', win)
+  local reset = 0
+  if count > 0 then
+    local newest = redis.call('ZRANGE', win, -1, -1, 'WITHSCORES')
+    reset = tonumber(newest[2]) + window - now
+  end
+  return tok, count, reset
+end
+
+local function session_calls(sess, now)
+  local state = redis.call('HMGET', sess, 'calls', 'expiry')
+  local expiry = num(state[2])
+  if expiry > now then return num(state[1]), expiry end
+  return 0, expiry
+end
+"""
+
+# ARGV: id, now, tokens, cost, period, period_end, window, lease, tpm, rpm, conc, cps, budget,
+#       session_ttl, has_session, gc_ms, session_gc_ms, concurrency_retry_ms
+RESERVE = (
+    _PRELUDE
+    + """
+local id = ARGV[1]
+local tokens, cost, period = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
+local period_end, window, lease = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local tpm, rpm, conc = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
+local cps, cap, session_ttl = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
+local has_session = ARGV[15] == '1' and cps >= 0
+local gc_ms, session_gc_ms, conc_retry = ARGV[16], ARGV[17], tonumber(ARGV[18])
+local sess = KEYS[7]
+
+local now = advance(tonumber(ARGV[2]), window)
+touch(gc_ms)
+if redis.call('HEXISTS', res, id) == 1 then return {'dup'} end
+local tok, count = window_use(now, window)
+
+local best = nil
+local function consider(name, value, current, retry)
+  if best == nil or retry > best[5] then best = {'over', name, value, current, retry} end
+end
+
+if tpm >= 0 and tok + tokens > tpm then
+  local need = tok + tokens - tpm
+  local entries = redis.call('ZRANGE', win, 0, -1, 'WITHSCORES')
+  local freed, retry = 0, 0
+  for i = 1, #entries, 2 do
+    freed = freed + num(redis.call('HGET', wtok, entries[i]))
+    if freed >= need then retry = tonumber(entries[i + 1]) + window - now break end
+  end
+  consider('tokens_per_minute', tpm, tok, retry)
+end
+if rpm >= 0 and count + 1 > rpm then
+  local need = count + 1 - rpm
+  local entry = redis.call('ZRANGE', win, need - 1, need - 1, 'WITHSCORES')
+  consider('requests_per_minute', rpm, count, tonumber(entry[2]) + window - now)
+end
+local live = redis.call('ZCARD', active)
+if conc >= 0 and live + 1 > conc then
+  consider('concurrent_requests', conc, live, conc_retry)
+end
+local calls = 0
+if has_session then
+  local expiry
+  calls, expiry = session_calls(sess, now)
+  if calls + 1 > cps then consider('calls_per_session', cps, calls, expiry - now) end
+end
+if cap >= 0 then
+  local current = num(redis.call('HGET', budget, 'spend:' .. period))
+    + num(redis.call('HGET', budget, 'held:' .. period))
+  if current + cost > cap then consider('monthly_budget_usd', cap, current, period_end - now) end
+end
+if best then
+  local t, c, r = window_use(now, window)
+  table.insert(best, t) table.insert(best, c) table.insert(best, r)
+  return best
+end
+
+redis.call('ZADD', win, int(now), id)
+redis.call('HSET', wtok, id, int(tokens))
+redis.call('HINCRBY', meta, 'tok', int(tokens))
+redis.call('ZADD', active, int(now + lease), id)
+redis.call('HSET', res, id, pack(tokens, cost, period, 'active'))
+redis.call('HINCRBY', budget, 'held:' .. period, int(cost))
+if has_session then
+  redis.call('HSET', sess, 'calls', int(calls + 1), 'expiry', int(now + session_ttl))
+  redis.call('PEXPIRE', sess, session_gc_ms)
+end
+touch(gc_ms)
+local t, c, r = window_use(now, window)
+return {'ok', now, t, c, r}
+"""
+)
+
+# ARGV: id, actual_tokens, actual_cost, period, gc_ms
+SETTLE = (
+    _PRELUDE
+    + """
+local id, actual_tokens, actual_cost = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local rec = redis.call('HGET', res, id)
+if not rec then return {'unknown', 0, num(redis.call('HGET', budget, 'spend:' .. ARGV[4]))} end
+local tokens, cost, period, state = parse(rec)
+local spend_key = 'spend:' .. period
+if state == 'settled' then return {'duplicate', 0, num(redis.call('HGET', budget, spend_key))} end
+local status = 'settled'
+if redis.call('ZREM', active, id) == 1 then
+  redis.call('HINCRBY', budget, 'held:' .. period, int(-cost))
+  redis.call('HINCRBY', budget, spend_key, int(actual_cost))
+else
+  status = 'late'
+  redis.call('HINCRBY', budget, spend_key, int(actual_cost - cost))
+end
+if redis.call('ZSCORE', win, id) then
+  local counted = num(redis.call('HGET', wtok, id))
+  redis.call('HINCRBY', meta, 'tok', int(actual_tokens - counted))
+  redis.call('HSET', wtok, id, int(actual_tokens))
+  redis.call('HSET', res, id, pack(tokens, cost, period, 'settled'))
+else
+  redis.call('HDEL', res, id)
+end
+touch(ARGV[5])
+local overrun = actual_tokens - tokens
+if overrun < 0 then overrun = 0 end
+return {status, overrun, num(redis.call('HGET', budget, spend_key))}
+"""
+)
+
+# ARGV: now, window, period, has_session, gc_ms
+USAGE = (
+    _PRELUDE
+    + """
+local window = tonumber(ARGV[2])
+local now = advance(tonumber(ARGV[1]), window)
+touch(ARGV[5])
+local tok, count, reset = window_use(now, window)
+local calls = 0
+if ARGV[4] == '1' then calls = session_calls(KEYS[7], now) end
+return {now, tok, count, redis.call('ZCARD', active), reset,
+        num(redis.call('HGET', budget, 'spend:' .. ARGV[3])),
+        num(redis.call('HGET', budget, 'held:' .. ARGV[3])), calls}
+"""
+)
+
+# KEYS: 1 budget. ARGV: period, spend_micro_usd, gc_ms
+SEED_SPEND = """
+local key = 'spend:' .. ARGV[1]
+local current = tonumber(redis.call('HGET', KEYS[1], key) or '0')
+if tonumber(ARGV[2]) > current then redis.call('HSET', KEYS[1], key, ARGV[2]) end
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+"""

@@ -1,0 +1,264 @@
+"""The in-process quota store: the default, and the reference the Redis store is tested against.
+
+Implements `quotas.store.QuotaStore` step for step like the Lua scripts in `quotas.lua`; it
+must not read the clock (time comes in as `now_ms`) and holds no state beyond this process.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from itertools import islice
+from typing import Literal
+
+from quotas.errors import QuotaExceeded, ReservationConflict
+from quotas.limits import (
+    CONCURRENCY_RETRY_MS,
+    Actual,
+    Ask,
+    LimitName,
+    Limits,
+    Reservation,
+    Settlement,
+    SettleStatus,
+    UsageSnapshot,
+    WindowUse,
+    budget_period,
+    check_never_fits,
+    micro_to_usd,
+)
+
+_SESSION_SWEEP_MIN = 1024
+
+
+@dataclass(slots=True)
+class _Record:
+    tokens: int
+    cost_micro_usd: int
+    period: str
+    state: Literal["active", "expired", "settled"] = "active"
+
+
+@dataclass(slots=True)
+class _Book:
+    """One tenant's state. `window` is ordered by admission time (the clock never goes back)."""
+
+    clock_ms: int = 0
+    tokens_used: int = 0
+    window: OrderedDict[str, tuple[int, int]] = field(default_factory=OrderedDict)
+    active: dict[str, int] = field(default_factory=dict)
+    records: dict[str, _Record] = field(default_factory=dict)
+    budget: dict[str, int] = field(default_factory=dict)
+    sessions: dict[str, tuple[int, int]] = field(default_factory=dict)
+    sessions_swept_at: int = 0
+
+    def add_budget(self, kind: str, period: str, delta: int) -> None:
+        key = f"{kind}:{period}"
+        self.budget[key] = self.budget.get(key, 0) + delta
+
+    def budget_of(self, kind: str, period: str) -> int:
+        return self.budget.get(f"{kind}:{period}", 0)
+
+
+class MemoryQuotaStore:
+    """Quotas for one process. Every method runs without awaiting, so each is atomic."""
+
+    name: Literal["memory"] = "memory"
+
+    def __init__(self) -> None:
+        self._books: dict[str, _Book] = {}
+
+    async def reserve(
+        self, tenant: str, limits: Limits, ask: Ask, *, reservation_id: str, now_ms: int
+    ) -> Reservation:
+        check_never_fits(limits, ask)
+        book = self._books.setdefault(tenant, _Book())
+        now = self._advance(book, limits, now_ms)
+        if reservation_id in book.records:
+            raise ReservationConflict(reservation_id)
+        period, period_end_ms = budget_period(now_ms)
+        failure = self._first_failure(book, limits, ask, now, period, period_end_ms)
+        window = self._window_use(book, limits, now)
+        if failure is not None:
+            name, value, current, retry_ms = failure
+            raise QuotaExceeded(name, value, current, retry_ms, window)
+        cost = ask.cost_micro_usd
+        book.window[reservation_id] = (now, ask.tokens)
+        book.tokens_used += ask.tokens
+        book.active[reservation_id] = now + limits.lease_ms
+        book.records[reservation_id] = _Record(ask.tokens, cost, period)
+        book.add_budget("held", period, cost)
+        if limits.calls_per_session is not None and ask.session_id is not None:
+            calls = self._session_calls(book, ask.session_id, now)
+            book.sessions[ask.session_id] = (calls + 1, now + limits.session_ttl_ms)
+        return Reservation(
+            id=reservation_id,
+            tenant=tenant,
+            tokens=ask.tokens,
+            cost_micro_usd=cost,
+            period=period,
+            admitted_ms=now,
+            lease_expiry_ms=now + limits.lease_ms,
+            store=self.name,
+            window=self._window_use(book, limits, now),
+        )
+
+    async def settle(self, reservation: Reservation, actual: Actual, *, now_ms: int) -> Settlement:
+        book = self._books.get(reservation.tenant)
+        record = book.records.get(reservation.id) if book is not None else None
+        if book is None or record is None:
+            spend = book.budget_of("spend", reservation.period) if book is not None else 0
+            return Settlement("unknown", 0, micro_to_usd(spend))
+        if record.state == "settled":
+            spend = book.budget_of("spend", record.period)
+            return Settlement("duplicate", 0, micro_to_usd(spend))
+        status: SettleStatus = "settled"
+        if book.active.pop(reservation.id, None) is not None:
+            book.add_budget("held", record.period, -record.cost_micro_usd)
+            book.add_budget("spend", record.period, actual.cost_micro_usd)
+        else:
+            status = "late"
+            book.add_budget("spend", record.period, actual.cost_micro_usd - record.cost_micro_usd)
+        entry = book.window.get(reservation.id)
+        if entry is not None:
+            book.tokens_used += actual.tokens - entry[1]
+            book.window[reservation.id] = (entry[0], actual.tokens)
+            record.state = "settled"
+        else:
+            del book.records[reservation.id]
+        overrun = max(0, actual.tokens - record.tokens)
+        return Settlement(status, overrun, micro_to_usd(book.budget_of("spend", record.period)))
+
+    async def seed_spend(
+        self, tenant: str, period: str, spend_micro_usd: int, *, now_ms: int
+    ) -> None:
+        book = self._books.setdefault(tenant, _Book())
+        key = f"spend:{period}"
+        book.budget[key] = max(book.budget.get(key, 0), spend_micro_usd)
+
+    async def usage(
+        self, tenant: str, limits: Limits, *, now_ms: int, session_id: str | None = None
+    ) -> UsageSnapshot:
+        book = self._books.setdefault(tenant, _Book())
+        now = self._advance(book, limits, now_ms)
+        period, _ = budget_period(now_ms)
+        window = self._window_use(book, limits, now)
+        session_calls = self._session_calls(book, session_id, now) if session_id else 0
+        return UsageSnapshot(
+            now_ms=now,
+            tokens_used=window.tokens_used,
+            requests_used=window.requests_used,
+            concurrent=len(book.active),
+            reset_ms=window.reset_ms,
+            period=period,
+            spend_micro_usd=book.budget_of("spend", period),
+            held_micro_usd=book.budget_of("held", period),
+            session_calls=session_calls,
+        )
+
+    async def close(self) -> None:
+        self._books.clear()
+
+    # --- the steps every operation shares (mirrored by the Lua prelude) -----------------------
+
+    def _advance(self, book: _Book, limits: Limits, now_ms: int) -> int:
+        """Move the tenant's clock to `now_ms` (never back), drop old window entries, reap leases."""
+        now = max(now_ms, book.clock_ms)
+        book.clock_ms = now
+        cutoff = now - limits.window_ms
+        while book.window:
+            reservation_id, (admitted_ms, tokens) = next(iter(book.window.items()))
+            if admitted_ms > cutoff:
+                break
+            book.window.popitem(last=False)
+            book.tokens_used -= tokens
+            if reservation_id not in book.active:
+                book.records.pop(reservation_id, None)
+        for reservation_id, expiry_ms in list(book.active.items()):
+            if expiry_ms > now:
+                continue
+            del book.active[reservation_id]
+            record = book.records[reservation_id]
+            book.add_budget("held", record.period, -record.cost_micro_usd)
+            book.add_budget("spend", record.period, record.cost_micro_usd)
+            if reservation_id in book.window:
+                record.state = "expired"
+            else:
+                del book.records[reservation_id]
+        self._sweep_sessions(book, now)
+        return now
+
+    def _first_failure(
+        self, book: _Book, limits: Limits, ask: Ask, now: int, period: str, period_end_ms: int
+    ) -> tuple[LimitName, float, float, int] | None:
+        """The failing limit with the longest wait (ties: the order below), or None."""
+        failures: list[tuple[LimitName, float, float, int]] = []
+        tpm = limits.tokens_per_minute
+        if tpm is not None and book.tokens_used + ask.tokens > tpm:
+            need = book.tokens_used + ask.tokens - tpm
+            retry = self._wait_for_tokens(book, limits, now, need)
+            failures.append(("tokens_per_minute", tpm, book.tokens_used, retry))
+        rpm = limits.requests_per_minute
+        if rpm is not None and len(book.window) + 1 > rpm:
+            need = len(book.window) + 1 - rpm
+            retry = self._wait_for_requests(book, limits, now, need)
+            failures.append(("requests_per_minute", rpm, len(book.window), retry))
+        conc = limits.concurrent_requests
+        if conc is not None and len(book.active) + 1 > conc:
+            failures.append(("concurrent_requests", conc, len(book.active), CONCURRENCY_RETRY_MS))
+        cps = limits.calls_per_session
+        if cps is not None and ask.session_id is not None:
+            calls = self._session_calls(book, ask.session_id, now)
+            if calls + 1 > cps:
+                retry = book.sessions[ask.session_id][1] - now
+                failures.append(("calls_per_session", cps, calls, retry))
+        budget = limits.budget_micro_usd
+        if budget is not None:
+            current = book.budget_of("spend", period) + book.budget_of("held", period)
+            if current + ask.cost_micro_usd > budget:
+                retry = period_end_ms - now
+                failures.append(
+                    ("monthly_budget_usd", micro_to_usd(budget), micro_to_usd(current), retry)
+                )
+        best = None
+        for failure in failures:
+            if best is None or failure[3] > best[3]:
+                best = failure
+        return best
+
+    @staticmethod
+    def _wait_for_tokens(book: _Book, limits: Limits, now: int, need: int) -> int:
+        """Ms until the oldest window entries have left with at least `need` tokens."""
+        freed = 0
+        for admitted_ms, tokens in book.window.values():
+            freed += tokens
+            if freed >= need:
+                return admitted_ms + limits.window_ms - now
+        raise AssertionError("the window holds fewer tokens than it counts")
+
+    @staticmethod
+    def _wait_for_requests(book: _Book, limits: Limits, now: int, need: int) -> int:
+        """Ms until the `need` oldest window entries have left."""
+        admitted_ms, _ = next(islice(book.window.values(), need - 1, None))
+        return admitted_ms + limits.window_ms - now
+
+    @staticmethod
+    def _window_use(book: _Book, limits: Limits, now: int) -> WindowUse:
+        reset_ms = 0
+        if book.window:
+            newest = next(reversed(book.window.values()))[0]
+            reset_ms = newest + limits.window_ms - now
+        return WindowUse(book.tokens_used, len(book.window), reset_ms)
+
+    @staticmethod
+    def _session_calls(book: _Book, session_id: str, now: int) -> int:
+        calls, expiry_ms = book.sessions.get(session_id, (0, 0))
+        return calls if expiry_ms > now else 0
+
+    @staticmethod
+    def _sweep_sessions(book: _Book, now: int) -> None:
+        """Forget expired sessions once the table doubles, so memory stays bounded."""
+        if len(book.sessions) < max(_SESSION_SWEEP_MIN, 2 * book.sessions_swept_at):
+            return
+        book.sessions = {sid: v for sid, v in book.sessions.items() if v[1] > now}
+        book.sessions_swept_at = len(book.sessions)

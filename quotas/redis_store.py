@@ -1,0 +1,207 @@
+"""The Redis quota store: the same semantics as `quotas.memory`, shared by many gateway processes.
+
+Owns key naming, argument encoding and the mapping of Redis failures to `QuotaStoreUnavailable`.
+Each operation is one atomic Lua script (`quotas.lua`); it must not read time on its own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Awaitable
+from typing import Literal, TypeVar
+
+from redis import exceptions as redis_errors
+from redis.asyncio import Redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from quotas import lua
+from quotas.errors import QuotaExceeded, QuotaStoreUnavailable, ReservationConflict
+from quotas.limits import (
+    CONCURRENCY_RETRY_MS,
+    Actual,
+    Ask,
+    LimitName,
+    Limits,
+    Reservation,
+    Settlement,
+    SettleStatus,
+    UsageSnapshot,
+    WindowUse,
+    budget_period,
+    check_never_fits,
+    micro_to_usd,
+)
+
+T = TypeVar("T")
+_DOWN = (
+    redis_errors.ConnectionError,
+    redis_errors.TimeoutError,
+    redis_errors.ReadOnlyError,
+    OSError,
+)
+# Tenant keys live while the tenant's month matters; their content is pruned by the scripts.
+_KEEP_AFTER_PERIOD_MS = 35 * 86_400_000
+_SESSION_KEEP_MS = 60_000
+_MAX_SESSION_KEY_CHARS = 128
+
+
+class RedisQuotaStore:
+    """Quotas in one Redis (or one cluster slot per tenant), atomic across processes."""
+
+    name: Literal["redis"] = "redis"
+
+    def __init__(self, client: Redis, *, key_prefix: str = "lantern:quota:") -> None:
+        self._client = client
+        self._prefix = key_prefix
+        self._reserve = client.register_script(lua.RESERVE)
+        self._settle = client.register_script(lua.SETTLE)
+        self._usage = client.register_script(lua.USAGE)
+        self._seed = client.register_script(lua.SEED_SPEND)
+
+    @classmethod
+    def from_url(
+        cls, url: str, *, key_prefix: str = "lantern:quota:", timeout_s: float = 1.0
+    ) -> RedisQuotaStore:
+        """A client that fails fast: no silent retries (a retried reserve could apply twice)."""
+        client = Redis.from_url(
+            url,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+            retry=Retry(NoBackoff(), 0),
+            retry_on_error=[],
+            decode_responses=True,
+        )
+        return cls(client, key_prefix=key_prefix)
+
+    async def reserve(
+        self, tenant: str, limits: Limits, ask: Ask, *, reservation_id: str, now_ms: int
+    ) -> Reservation:
+        check_never_fits(limits, ask)
+        period, period_end_ms = budget_period(now_ms)
+        has_session = limits.calls_per_session is not None and ask.session_id is not None
+        args: list[str | int] = [
+            reservation_id,
+            now_ms,
+            ask.tokens,
+            ask.cost_micro_usd,
+            period,
+            period_end_ms,
+            limits.window_ms,
+            limits.lease_ms,
+            _or_none(limits.tokens_per_minute),
+            _or_none(limits.requests_per_minute),
+            _or_none(limits.concurrent_requests),
+            _or_none(limits.calls_per_session),
+            _or_none(limits.budget_micro_usd),
+            limits.session_ttl_ms,
+            1 if has_session else 0,
+            _gc_ms(now_ms, period_end_ms),
+            limits.session_ttl_ms + _SESSION_KEEP_MS,
+            CONCURRENCY_RETRY_MS,
+        ]
+        keys = [*self._tenant_keys(tenant), self._session_key(tenant, ask.session_id)]
+        reply = await self._call(self._reserve(keys=keys, args=args))
+        if reply[0] == "dup":
+            raise ReservationConflict(reservation_id)
+        if reply[0] == "over":
+            raise _exceeded(reply)
+        now, tokens_used, requests_used, reset_ms = (int(x) for x in reply[1:5])
+        return Reservation(
+            id=reservation_id,
+            tenant=tenant,
+            tokens=ask.tokens,
+            cost_micro_usd=ask.cost_micro_usd,
+            period=period,
+            admitted_ms=now,
+            lease_expiry_ms=now + limits.lease_ms,
+            store=self.name,
+            window=WindowUse(tokens_used, requests_used, reset_ms),
+        )
+
+    async def settle(self, reservation: Reservation, actual: Actual, *, now_ms: int) -> Settlement:
+        _, period_end_ms = budget_period(now_ms)
+        args: list[str | int] = [
+            reservation.id,
+            actual.tokens,
+            actual.cost_micro_usd,
+            reservation.period,
+            _gc_ms(now_ms, max(period_end_ms, budget_period(reservation.admitted_ms)[1])),
+        ]
+        reply = await self._call(
+            self._settle(keys=self._tenant_keys(reservation.tenant), args=args)
+        )
+        status: SettleStatus = reply[0]
+        return Settlement(status, int(reply[1]), micro_to_usd(int(reply[2])))
+
+    async def seed_spend(
+        self, tenant: str, period: str, spend_micro_usd: int, *, now_ms: int
+    ) -> None:
+        _, period_end_ms = budget_period(now_ms)
+        budget_key = self._tenant_keys(tenant)[5]
+        args: list[str | int] = [period, spend_micro_usd, _gc_ms(now_ms, period_end_ms)]
+        await self._call(self._seed(keys=[budget_key], args=args))
+
+    async def usage(
+        self, tenant: str, limits: Limits, *, now_ms: int, session_id: str | None = None
+    ) -> UsageSnapshot:
+        period, period_end_ms = budget_period(now_ms)
+        keys = [*self._tenant_keys(tenant), self._session_key(tenant, session_id)]
+        args: list[str | int] = [
+            now_ms,
+            limits.window_ms,
+            period,
+            1 if session_id else 0,
+            _gc_ms(now_ms, period_end_ms),
+        ]
+        reply = [int(x) for x in await self._call(self._usage(keys=keys, args=args))]
+        return UsageSnapshot(
+            now_ms=reply[0],
+            tokens_used=reply[1],
+            requests_used=reply[2],
+            concurrent=reply[3],
+            reset_ms=reply[4],
+            period=period,
+            spend_micro_usd=reply[5],
+            held_micro_usd=reply[6],
+            session_calls=reply[7],
+        )
+
+    async def ping(self) -> None:
+        await self._call(self._client.ping())
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+    def _tenant_keys(self, tenant: str) -> list[str]:
+        base = f"{self._prefix}{{{tenant}}}:"
+        return [base + part for part in ("meta", "win", "wtok", "active", "res", "budget")]
+
+    def _session_key(self, tenant: str, session_id: str | None) -> str:
+        sid = session_id or ""
+        if len(sid) > _MAX_SESSION_KEY_CHARS:
+            sid = "sha256:" + hashlib.sha256(sid.encode()).hexdigest()
+        return f"{self._prefix}{{{tenant}}}:sess:{sid}"
+
+    async def _call(self, pending: Awaitable[T]) -> T:
+        try:
+            return await pending
+        except _DOWN as exc:
+            raise QuotaStoreUnavailable("redis", type(exc).__name__) from exc
+
+
+def _or_none(value: int | None) -> int:
+    return -1 if value is None else value
+
+
+def _gc_ms(now_ms: int, period_end_ms: int) -> int:
+    return max(period_end_ms - now_ms, 0) + _KEEP_AFTER_PERIOD_MS
+
+
+def _exceeded(reply: list[str | int]) -> QuotaExceeded:
+    limit: LimitName = reply[1]  # type: ignore[assignment]
+    value, current, retry_ms = int(reply[2]), int(reply[3]), int(reply[4])
+    window = WindowUse(int(reply[5]), int(reply[6]), int(reply[7]))
+    if limit == "monthly_budget_usd":
+        return QuotaExceeded(limit, micro_to_usd(value), micro_to_usd(current), retry_ms, window)
+    return QuotaExceeded(limit, value, current, retry_ms, window)

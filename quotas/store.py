@@ -1,0 +1,52 @@
+"""The `QuotaStore` protocol: one semantics, implemented in process and in Redis.
+
+The contract (both stores, identical decisions):
+- Time is the caller's `now_ms`; each tenant keeps a high-water clock, so a caller whose clock
+  lags is treated as if it were at the latest time seen (the window never moves backwards).
+- Tokens and requests: a sliding-window log of reservations keyed by admission time. A call is
+  admitted only if `used_in_window + asked <= limit`, so for any window the sum admitted within
+  it is at most the limit (settling only lowers amounts unless an upstream reports more than
+  was reserved; then the actual is counted and reported as overrun).
+- Concurrency: live leases. A lease that expires (its process died) frees its slot; its tokens
+  stay counted at the reserved amount and its dollars move from held to spent (conservative).
+- Budget: per UTC month, `spent + held + asked <= budget`, in integer micro-dollars.
+- Calls per session: a counter that expires `session_ttl_ms` after the session's last call.
+- Settle is idempotent; a settle for a record no longer kept changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from quotas.limits import Actual, Ask, Limits, Reservation, Settlement, UsageSnapshot
+
+
+class QuotaStore(Protocol):
+    @property
+    def name(self) -> str:
+        """The store's kind; a `Reservation` names the store that holds it."""
+        ...
+
+    async def reserve(
+        self, tenant: str, limits: Limits, ask: Ask, *, reservation_id: str, now_ms: int
+    ) -> Reservation:
+        """Check every limit and hold all or nothing; raise `QuotaExceeded`/`LimitNeverFits`."""
+        ...
+
+    async def settle(self, reservation: Reservation, actual: Actual, *, now_ms: int) -> Settlement:
+        """Replace the held amounts by the actual ones and free the concurrency slot."""
+        ...
+
+    async def seed_spend(
+        self, tenant: str, period: str, spend_micro_usd: int, *, now_ms: int
+    ) -> None:
+        """Raise the recorded spend of `period` to at least `spend_micro_usd` (never lowers it)."""
+        ...
+
+    async def usage(
+        self, tenant: str, limits: Limits, *, now_ms: int, session_id: str | None = None
+    ) -> UsageSnapshot:
+        """Current use after expiring what is due at `now_ms`."""
+        ...
+
+    async def close(self) -> None: ...
