@@ -46,6 +46,7 @@ def import_litellm_offline() -> ModuleType:
     use_bundled_tiktoken_files()
     import litellm
 
+    litellm.suppress_debug_info = True  # no "Give Feedback" banners on every provider error
     return litellm
 
 

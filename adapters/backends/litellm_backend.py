@@ -27,9 +27,12 @@ from adapters.types import ChatResponse, StreamEvent, WireFormat
 
 
 def _headers_of(exc: Exception) -> Mapping[str, str]:
-    response = getattr(exc, "response", None)
-    headers = getattr(response, "headers", None)
-    return headers if headers is not None else {}
+    """The upstream's response headers: LiteLLM keeps them in `litellm_response_headers`."""
+    for headers in (getattr(exc, "litellm_response_headers", None),
+                    getattr(getattr(exc, "response", None), "headers", None)):
+        if headers:
+            return headers
+    return {}
 
 
 def map_litellm_error(litellm: ModuleType, backend: str, exc: Exception) -> UpstreamError:
