@@ -71,4 +71,4 @@ def normalise_request(request: ChatRequest, options: NormaliseOptions) -> ChatRe
         out = canonical_history_arguments(out)
     if options.relocate_volatile:
         out = relocate_request(out, options.volatile)
-    return request if out == request else out
+    return out

@@ -32,7 +32,7 @@ def normalise_raw(wire: WireFormat, body: Mapping[str, JSON], options: Normalise
         out["messages"] = [_canonical_args(wire, m) for m in out["messages"]]
     if options.relocate_volatile:
         out = _relocate(wire, out, Relocator(options.volatile))
-    return dict(body) if out == body else out
+    return out
 
 
 def _canonical_args(wire: str, message: JSON) -> JSON:
@@ -51,7 +51,7 @@ def _canonical_args(wire: str, message: JSON) -> JSON:
             else p
             for p in content
         ]
-        return message if parts == content else {**message, "content": parts}
+        return {**message, "content": parts}
     return message
 
 

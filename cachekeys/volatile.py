@@ -108,7 +108,7 @@ def relocate_request(request: ChatRequest, matcher: VolatileMatcher) -> ChatRequ
 
 
 def _same_or(new: tuple[ToolSpec, ...], old: tuple[ToolSpec, ...]) -> tuple[ToolSpec, ...]:
-    return old if new == old else new
+    return new
 
 
 def _append_block(messages: tuple[Message, ...], block: TextPart) -> tuple[Message, ...]:
