@@ -17,8 +17,17 @@ if TYPE_CHECKING:
 
 _COUNTS = ("num_calls", "input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")
 _MONEY = ("cost_usd", "uncached_cost_usd", "saved_usd")
-_TABLE_HEADERS = ("calls", "input", "cache read", "cache write", "output", "hit %",
-                  "cost $", "uncached $", "saved $")
+_TABLE_HEADERS = (
+    "calls",
+    "input",
+    "cache read",
+    "cache write",
+    "output",
+    "hit %",
+    "cost $",
+    "uncached $",
+    "saved $",
+)
 
 
 def render(report: CostReport, fmt: str) -> str:
@@ -34,12 +43,14 @@ def to_csv(report: CostReport) -> str:
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow([*report.group_by, *_COUNTS, "cache_hit_ratio", *_MONEY])
     for row in report.rows:
-        writer.writerow([
-            *row.group,
-            *(getattr(row, name) for name in _COUNTS),
-            f"{row.cache_hit_ratio:.4f}",
-            *(f"{getattr(row, name):.8f}" for name in _MONEY),
-        ])
+        writer.writerow(
+            [
+                *row.group,
+                *(getattr(row, name) for name in _COUNTS),
+                f"{row.cache_hit_ratio:.4f}",
+                *(f"{getattr(row, name):.8f}" for name in _MONEY),
+            ]
+        )
     return out.getvalue()
 
 
@@ -74,7 +85,10 @@ def to_table(report: CostReport) -> str:
 
     rule = "  ".join("-" * w for w in widths)
     title = f"cost report {report.since.isoformat()} .. {report.until.isoformat()} (UTC, until exclusive)"
-    return "\n".join([title, line(header), rule, *(line(c) for c in body), rule, line(total)]) + "\n"
+    groups = (
+        [*(line(c) for c in body), rule] if report.group_by else []
+    )  # else: one line, the total
+    return "\n".join([title, line(header), rule, *groups, line(total)]) + "\n"
 
 
 def _table_cells(row: CostRow) -> list[str]:

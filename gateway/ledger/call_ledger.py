@@ -13,7 +13,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Protocol
 
-from gateway.ledger.models import CALL_STATUSES, CallStatus, UsageRow
+from gateway.ledger.models import CALL_STATUSES, CallStatus, UsageRow, to_money
 from gateway.ports import CallRecord
 
 log = logging.getLogger(__name__)
@@ -33,14 +33,27 @@ def usage_row(call: CallRecord, ts: datetime) -> UsageRow:
         raise ValueError(f"CallRecord.status {call.status!r} is not one of {CALL_STATUSES}")
     status: CallStatus = call.status  # type: ignore[assignment]
     return UsageRow(
-        id=usage_row_id(call.request_id, call.attempt), ts=ts, tenant=call.tenant,
-        key_id=call.key_id, session_id=call.session_id, model=call.model,
-        backend=call.backend or None, replica=call.replica, attempt=call.attempt,
-        status=status, error_kind=call.error_kind, request_id=call.request_id,
-        input_tokens=call.usage.input_tokens, cache_read_tokens=call.usage.cache_read_tokens,
-        cache_write_tokens=call.usage.cache_write_tokens, output_tokens=call.usage.output_tokens,
-        cost_usd=call.cost_usd, uncached_cost_usd=call.uncached_cost_usd,
-        ttft_ms=call.ttft_ms, latency_ms=call.latency_ms, cache_diagnosis=call.cache_diagnosis,
+        id=usage_row_id(call.request_id, call.attempt),
+        ts=ts,
+        tenant=call.tenant,
+        key_id=call.key_id,
+        session_id=call.session_id,
+        model=call.model,
+        backend=call.backend or None,
+        replica=call.replica,
+        attempt=call.attempt,
+        status=status,
+        error_kind=call.error_kind,
+        request_id=call.request_id,
+        input_tokens=call.usage.input_tokens,
+        cache_read_tokens=call.usage.cache_read_tokens,
+        cache_write_tokens=call.usage.cache_write_tokens,
+        output_tokens=call.usage.output_tokens,
+        cost_usd=to_money(call.cost_usd),
+        uncached_cost_usd=to_money(call.uncached_cost_usd),
+        ttft_ms=call.ttft_ms,
+        latency_ms=call.latency_ms,
+        cache_diagnosis=call.cache_diagnosis,
     )
 
 
@@ -54,13 +67,13 @@ class CallLedger:
     def record(self, row: CallRecord) -> None:
         """Never raises into the pipeline: a row the ledger cannot take is logged whole instead."""
         ts = self._now()
+        usage: UsageRow | None
         try:
             usage = usage_row(row, ts)
         except ValueError:
             usage = self._without_diagnosis(row, ts)
-            if usage is None:
-                return
-        self._sink.record(usage)
+        if usage is not None:
+            self._sink.record(usage)
 
     def _without_diagnosis(self, row: CallRecord, ts: datetime) -> UsageRow | None:
         if row.cache_diagnosis is not None:
@@ -69,7 +82,9 @@ class CallLedger:
             except ValueError:
                 pass
             else:
-                log.warning("usage ledger: dropped the invalid cache diagnosis of %s", row.request_id)
+                log.warning(
+                    "usage ledger: dropped the invalid cache diagnosis of %s", row.request_id
+                )
                 return fixed
         log.exception("usage ledger: unusable call record, kept only in this log: %r", row)
         return None

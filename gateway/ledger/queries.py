@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Literal
+from typing import Any, Literal
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
@@ -103,10 +103,17 @@ class LedgerQueries:
             rows = session.execute(query).all()
         hourly = [
             HourlyModelTokens(
-                model, venue_name, _parse_hour(bucket), *(int(n) for n in counts[:5]),
-                to_money(counts[5] or 0),
+                model=model,
+                venue=venue_name,
+                hour=_parse_hour(bucket),
+                num_calls=int(calls),
+                input_tokens=int(inp or 0),
+                cache_read_tokens=int(read or 0),
+                cache_write_tokens=int(write or 0),
+                output_tokens=int(out or 0),
+                cost_usd=to_money(cost or 0),
             )
-            for model, venue_name, bucket, *counts in rows
+            for model, venue_name, bucket, calls, inp, read, write, out, cost in rows
         ]
         return sorted(hourly, key=lambda h: (h.model, h.venue, h.hour))
 
@@ -122,10 +129,10 @@ class LedgerQueries:
             .order_by(UsageRecord.ts, UsageRecord.attempt)
         )
         with self._sessions() as session:
-            return [(ts, diagnosis) for ts, diagnosis in session.execute(query)]
+            return [(ts, diagnosis or "") for ts, diagnosis in session.execute(query)]
 
 
-def _sums() -> list[sa.ColumnElement[object]]:
+def _sums() -> list[sa.ColumnElement[Any]]:
     u = UsageRecord
     return [
         sa.func.count(u.id),
@@ -138,23 +145,30 @@ def _sums() -> list[sa.ColumnElement[object]]:
     ]
 
 
-def _totals(values: Sequence[object]) -> tuple[int, int, int, int, int, Decimal, Decimal]:
+def _totals(values: Sequence[Any]) -> tuple[int, int, int, int, int, Decimal, Decimal]:
+    """Sums as the driver returns them (NULL for no rows; floats on SQLite, Decimal on PG)."""
     calls, inp, read, write, out, cost, uncached = values
     return (
-        int(calls), int(inp or 0), int(read or 0), int(write or 0), int(out or 0),  # type: ignore[call-overload]
-        to_money(cost or 0), to_money(uncached or 0),  # type: ignore[arg-type]
+        int(calls),
+        int(inp or 0),
+        int(read or 0),
+        int(write or 0),
+        int(out or 0),
+        to_money(cost or 0),
+        to_money(uncached or 0),
     )
 
 
-def _group_column(key: str) -> sa.ColumnElement[object]:
+def _group_column(key: str) -> sa.ColumnElement[Any]:
     if key == "day":
         return sa.func.date(UsageRecord.ts).label("day")  # SQLite: text, PostgreSQL: date
     if key == "backend":
         return sa.func.coalesce(UsageRecord.backend, NO_BACKEND).label("backend")
-    return getattr(UsageRecord, key).label(key)  # type: ignore[no-any-return]
+    column: sa.ColumnElement[Any] = getattr(UsageRecord, key)
+    return column.label(key)
 
 
-def _hour_bucket(session: Session) -> sa.ColumnElement[object]:
+def _hour_bucket(session: Session) -> sa.ColumnElement[Any]:
     if session.get_bind().dialect.name == "postgresql":
         return sa.func.to_char(sa.func.date_trunc("hour", UsageRecord.ts), "YYYY-MM-DD HH24:00")
     return sa.func.strftime("%Y-%m-%d %H:00", UsageRecord.ts)

@@ -60,8 +60,11 @@ class UsageRecorder:
     """Call `start()` once, `record()` from anywhere (never blocks), `aclose()`/`close()` at exit."""
 
     def __init__(
-        self, engine: Engine, config: RecorderConfig,
-        *, monotonic: Callable[[], float] = time.monotonic,
+        self,
+        engine: Engine,
+        config: RecorderConfig,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._engine = engine
         self._config = config
@@ -97,9 +100,12 @@ class UsageRecorder:
     def stats(self) -> RecorderStats:
         with self._wakeup:
             return RecorderStats(
-                num_recorded=self._counts["recorded"], num_written=self._counts["written"],
-                num_spooled=self._counts["spooled"], num_overflowed=self._counts["overflowed"],
-                num_pending=len(self._pending), spool_bytes=self._spool.num_bytes,
+                num_recorded=self._counts["recorded"],
+                num_written=self._counts["written"],
+                num_spooled=self._counts["spooled"],
+                num_overflowed=self._counts["overflowed"],
+                num_pending=len(self._pending),
+                spool_bytes=self._spool.num_bytes,
                 is_database_up=self._is_db_up,
             )
 
@@ -177,7 +183,8 @@ class UsageRecorder:
     def _mark_down(self, error: Exception) -> None:
         log.warning(
             "usage ledger: database unavailable (%s); spooling, retry in %.1fs",
-            type(error).__name__, self._retry_delay_s,
+            type(error).__name__,
+            self._retry_delay_s,
         )
         with self._wakeup:
             self._is_db_up = False

@@ -51,12 +51,23 @@ def make_row() -> RowFactory:
     def make(**fields: object) -> UsageRow:
         n = next(counter)
         values: dict[str, object] = {
-            "id": f"row-{n:06d}", "ts": T0, "tenant": "acme", "key_id": "key-1",
-            "session_id": "s-1", "model": "claude-sonnet", "backend": "anthropic",
-            "request_id": f"req-{n:06d}", "status": "ok", "input_tokens": 100,
-            "cache_read_tokens": 0, "cache_write_tokens": 0, "output_tokens": 10,
-            "cost_usd": Decimal("0.00045"), "uncached_cost_usd": Decimal("0.00045"),
-            "ttft_ms": 120.0, "latency_ms": 900.0,
+            "id": f"row-{n:06d}",
+            "ts": T0,
+            "tenant": "acme",
+            "key_id": "key-1",
+            "session_id": "s-1",
+            "model": "claude-sonnet",
+            "backend": "anthropic",
+            "request_id": f"req-{n:06d}",
+            "status": "ok",
+            "input_tokens": 100,
+            "cache_read_tokens": 0,
+            "cache_write_tokens": 0,
+            "output_tokens": 10,
+            "cost_usd": Decimal("0.00045"),
+            "uncached_cost_usd": Decimal("0.00045"),
+            "ttft_ms": 120.0,
+            "latency_ms": 900.0,
         }
         values.update(fields)
         return UsageRow(**values)  # type: ignore[arg-type]

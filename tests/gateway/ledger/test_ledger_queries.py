@@ -32,15 +32,30 @@ def test_totals_by_tenant(queries):
 
 def test_totals_by_model_and_day_use_utc_days(queries):
     assert queries.usage_totals(NOV_1, DEC_1, ["model", "day"]) == [
-        UsageTotals(("claude-sonnet", "2026-11-01"), 2, 350_000, 600_000, 600_000, 90_000, D("4.83"), D("6.00")),
-        UsageTotals(("claude-sonnet", "2026-11-02"), 2, 100_000, 900_000, 0, 100_000, D("2.07"), D("4.50")),
-        UsageTotals(("gpt-4o-mini", "2026-11-02"), 1, 1_000_000, 0, 0, 100_000, D("0.21"), D("0.21")),
+        UsageTotals(
+            ("claude-sonnet", "2026-11-01"),
+            2,
+            350_000,
+            600_000,
+            600_000,
+            90_000,
+            D("4.83"),
+            D("6.00"),
+        ),
+        UsageTotals(
+            ("claude-sonnet", "2026-11-02"), 2, 100_000, 900_000, 0, 100_000, D("2.07"), D("4.50")
+        ),
+        UsageTotals(
+            ("gpt-4o-mini", "2026-11-02"), 1, 1_000_000, 0, 0, 100_000, D("0.21"), D("0.21")
+        ),
         UsageTotals(("gpt-4o-mini", "2026-11-03"), 1, 400_000, 0, 0, 200_000, D("0"), D("0")),
     ]
 
 
 def test_totals_by_backend_name_rows_without_one(queries):
-    groups = [(t.group, t.num_calls, t.cost_usd) for t in queries.usage_totals(NOV_1, DEC_1, ["backend"])]
+    groups = [
+        (t.group, t.num_calls, t.cost_usd) for t in queries.usage_totals(NOV_1, DEC_1, ["backend"])
+    ]
     assert groups == [
         (("(none)",), 1, D("0")),
         (("anthropic",), 2, D("4.83")),
@@ -54,9 +69,14 @@ def test_window_is_half_open_and_ungrouped_totals_are_one_row(queries):
     assert queries.usage_totals(NOV_1, DEC_1, []) == [
         UsageTotals((), 6, 1_850_000, 1_500_000, 600_000, 490_000, D("7.11"), D("10.71")),
     ]
-    with_edges = queries.usage_totals(datetime(2026, 10, 1, tzinfo=UTC), datetime(2027, 1, 1, tzinfo=UTC), [])
+    with_edges = queries.usage_totals(
+        datetime(2026, 10, 1, tzinfo=UTC), datetime(2027, 1, 1, tzinfo=UTC), []
+    )
     assert with_edges[0].cost_usd == D("307.11")
-    assert queries.usage_totals(datetime(2025, 1, 1, tzinfo=UTC), datetime(2025, 2, 1, tzinfo=UTC), []) == []
+    assert (
+        queries.usage_totals(datetime(2025, 1, 1, tzinfo=UTC), datetime(2025, 2, 1, tzinfo=UTC), [])
+        == []
+    )
 
 
 def test_unknown_group_key_is_refused(queries):
@@ -66,7 +86,8 @@ def test_unknown_group_key_is_refused(queries):
 
 def test_month_spend_by_tenant(queries):
     assert queries.month_spend_by_tenant(datetime(2026, 11, 3, 0, 0, 1, tzinfo=UTC)) == {
-        "acme": 5.04, "globex": 2.07,
+        "acme": 5.04,
+        "globex": 2.07,
     }
     assert queries.month_spend_by_tenant(datetime(2026, 11, 2, tzinfo=UTC)) == {"acme": 4.83}
     # December has only the row stamped exactly at its first instant.
@@ -78,9 +99,13 @@ def test_hourly_model_tokens_split_fleet_from_api(queries):
         return datetime(2026, 11, day, hour, tzinfo=UTC)
 
     assert queries.hourly_model_tokens(NOV_1, DEC_1) == [
-        HourlyModelTokens("claude-sonnet", "api", at(1, 10), 2, 350_000, 600_000, 600_000, 90_000, D("4.83")),
+        HourlyModelTokens(
+            "claude-sonnet", "api", at(1, 10), 2, 350_000, 600_000, 600_000, 90_000, D("4.83")
+        ),
         HourlyModelTokens("claude-sonnet", "api", at(2, 12), 1, 0, 0, 0, 0, D("0")),
-        HourlyModelTokens("claude-sonnet", "api", at(2, 23), 1, 100_000, 900_000, 0, 100_000, D("2.07")),
+        HourlyModelTokens(
+            "claude-sonnet", "api", at(2, 23), 1, 100_000, 900_000, 0, 100_000, D("2.07")
+        ),
         HourlyModelTokens("gpt-4o-mini", "api", at(2, 8), 1, 1_000_000, 0, 0, 100_000, D("0.21")),
         HourlyModelTokens("gpt-4o-mini", "fleet", at(3, 0), 1, 400_000, 0, 0, 200_000, D("0")),
     ]
@@ -88,7 +113,10 @@ def test_hourly_model_tokens_split_fleet_from_api(queries):
 
 def test_session_diagnoses_are_scoped_to_the_tenant(queries):
     assert queries.session_diagnoses("acme", "s-1") == [
-        (datetime(2026, 11, 1, 10, 0, tzinfo=UTC), '{"verdict":"write","stable_prefix_tokens":600000}'),
+        (
+            datetime(2026, 11, 1, 10, 0, tzinfo=UTC),
+            '{"verdict":"write","stable_prefix_tokens":600000}',
+        ),
         (datetime(2026, 11, 1, 10, 5, tzinfo=UTC), '{"verdict":"hit"}'),
     ]
     assert queries.session_diagnoses("globex", "s-1") == [

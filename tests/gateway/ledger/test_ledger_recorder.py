@@ -32,7 +32,11 @@ def wait_until(predicate: Callable[[], bool], what: str, limit_s: float = 60.0) 
 
 
 def fast_retry(spool_dir: Path, **overrides: object) -> RecorderConfig:
-    values: dict[str, object] = {"spool_dir": spool_dir, "retry_initial_s": 0.05, "retry_max_s": 0.2}
+    values: dict[str, object] = {
+        "spool_dir": spool_dir,
+        "retry_initial_s": 0.05,
+        "retry_max_s": 0.2,
+    }
     values.update(overrides)
     return RecorderConfig(**values)  # type: ignore[arg-type]
 
@@ -53,7 +57,12 @@ def test_every_row_reaches_the_database(engine, make_row, tmp_path, count_rows):
     recorder.close()
     assert stored(engine) == (sorted(r.id for r in rows), Decimal("4.50"))
     stats = recorder.stats()
-    assert (stats.num_recorded, stats.num_written, stats.num_spooled, stats.num_pending) == (300, 300, 0, 0)
+    assert (stats.num_recorded, stats.num_written, stats.num_spooled, stats.num_pending) == (
+        300,
+        300,
+        0,
+        0,
+    )
     assert list((tmp_path / "spool").iterdir()) == []
 
 
@@ -126,7 +135,9 @@ def test_record_returns_while_the_writer_is_stuck_in_database_io(make_row, tmp_p
 
 
 @pytest.mark.postgres
-def test_outage_mid_traffic_loses_and_duplicates_nothing(pg_proxy, postgres_url, make_row, tmp_path, count_rows):
+def test_outage_mid_traffic_loses_and_duplicates_nothing(
+    pg_proxy, postgres_url, make_row, tmp_path, count_rows
+):
     proxy, proxied_url = pg_proxy
     migrate(postgres_url)
     direct = create_ledger_engine(postgres_url)
@@ -151,10 +162,14 @@ def test_outage_mid_traffic_loses_and_duplicates_nothing(pg_proxy, postgres_url,
     assert not recorder.stats().is_database_up
     in_db_during_outage = count_rows(direct)
     proxy.restore()
-    wait_until(lambda: recorder.stats().is_database_up and recorder.stats().spool_bytes == 0,
-               "the spool drained after the database returned")
+    wait_until(
+        lambda: recorder.stats().is_database_up and recorder.stats().spool_bytes == 0,
+        "the spool drained after the database returned",
+    )
     num_at_recovery = recorder.stats().num_recorded
-    wait_until(lambda: recorder.stats().num_recorded >= num_at_recovery + 50, "traffic after recovery")
+    wait_until(
+        lambda: recorder.stats().num_recorded >= num_at_recovery + 50, "traffic after recovery"
+    )
     stop.set()
     producer.join()
     recorder.close()
@@ -198,7 +213,9 @@ def test_spool_survives_a_killed_process(pg_proxy, postgres_url, tmp_path):
     spool_dir = tmp_path / "spool"
     process = subprocess.Popen(
         [sys.executable, "-c", _CRASHING_WRITER, proxied_url, str(spool_dir), "40"],
-        cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True,
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert process.stdout is not None
@@ -234,7 +251,9 @@ def test_rows_wait_in_the_spool_until_the_schema_exists(sqlite_url, make_row, tm
     engine.dispose()
 
 
-def test_a_full_spool_logs_each_overflow_row_whole_and_counts_it(sqlite_url, make_row, tmp_path, caplog):
+def test_a_full_spool_logs_each_overflow_row_whole_and_counts_it(
+    sqlite_url, make_row, tmp_path, caplog
+):
     engine = create_ledger_engine(sqlite_url)  # not migrated: the database refuses every row
     line_bytes = len(make_row().to_json()) + 1
     recorder = UsageRecorder(engine, fast_retry(tmp_path / "spool", spool_max_bytes=3 * line_bytes))
@@ -246,6 +265,10 @@ def test_a_full_spool_logs_each_overflow_row_whole_and_counts_it(sqlite_url, mak
         recorder.close()
     stats = recorder.stats()
     assert (stats.num_spooled, stats.num_overflowed) == (3, 2)
-    logged = [r.getMessage().split("log: ", 1)[1] for r in caplog.records if "spool full" in r.getMessage()]
+    logged = [
+        r.getMessage().split("log: ", 1)[1]
+        for r in caplog.records
+        if "spool full" in r.getMessage()
+    ]
     assert [UsageRow.from_json(text) for text in logged] == rows[3:]
     engine.dispose()

@@ -16,10 +16,27 @@ from gateway.ledger.models import Base, UsageRecord, UsageRow
 from gateway.ledger.recorder import insert_rows
 
 EXPECTED_COLUMNS = {
-    "id", "ts", "tenant", "key_id", "session_id", "model", "backend", "replica", "attempt",
-    "status", "error_kind", "input_tokens", "cache_read_tokens", "cache_write_tokens",
-    "output_tokens", "cost_usd", "uncached_cost_usd", "ttft_ms", "latency_ms",
-    "cache_diagnosis", "request_id",
+    "id",
+    "ts",
+    "tenant",
+    "key_id",
+    "session_id",
+    "model",
+    "backend",
+    "replica",
+    "attempt",
+    "status",
+    "error_kind",
+    "input_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "output_tokens",
+    "cost_usd",
+    "uncached_cost_usd",
+    "ttft_ms",
+    "latency_ms",
+    "cache_diagnosis",
+    "request_id",
 }
 
 
@@ -31,10 +48,16 @@ def test_migration_creates_exactly_the_usage_columns(engine):
     # cache diagnosis (small JSON of hashes and counts, size-checked by UsageRow).
     unbounded = {n for n, c in columns.items() if isinstance(c["type"], sa.Text)}
     assert unbounded == {"cache_diagnosis"}
-    assert {ix["name"] for ix in inspector.get_indexes("usage")} == {"ix_usage_ts", "ix_usage_tenant_ts"}
+    assert {ix["name"] for ix in inspector.get_indexes("usage")} == {
+        "ix_usage_ts",
+        "ix_usage_tenant_ts",
+    }
     assert inspector.get_pk_constraint("usage")["constrained_columns"] == ["id"]
     with engine.connect() as connection:
-        assert connection.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one() == "0001"
+        assert (
+            connection.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one()
+            == "0001"
+        )
 
 
 def test_models_match_the_migration(engine):
@@ -50,13 +73,17 @@ def test_migrate_is_idempotent(database_url, engine, make_row, count_rows):
 
 
 def test_insert_twice_keeps_one_row_and_exact_values(engine, make_row, count_rows):
-    row = make_row(cost_usd=Decimal("0.12345678"), uncached_cost_usd=0.3, cache_diagnosis='{"miss": 1}')
+    row = make_row(
+        cost_usd=Decimal("0.12345678"), uncached_cost_usd=0.3, cache_diagnosis='{"miss": 1}'
+    )
     insert_rows(engine, [row])
     insert_rows(engine, [row, make_row()])
     assert count_rows(engine) == 2
     with engine.connect() as connection:
         stored = connection.execute(
-            sa.text("SELECT ts, cost_usd, uncached_cost_usd, cache_diagnosis FROM usage WHERE id = :id"),
+            sa.text(
+                "SELECT ts, cost_usd, uncached_cost_usd, cache_diagnosis FROM usage WHERE id = :id"
+            ),
             {"id": row.id},
         ).one()
     assert Decimal(str(stored.cost_usd)).quantize(Decimal("1e-8")) == Decimal("0.12345678")
@@ -65,7 +92,9 @@ def test_insert_twice_keeps_one_row_and_exact_values(engine, make_row, count_row
 
 
 def test_usage_row_round_trips_through_json(make_row):
-    row = make_row(cost_usd=0.1, replica="http://r1", attempt=2, cache_diagnosis='{"a":1}', ttft_ms=None)
+    row = make_row(
+        cost_usd=0.1, replica="http://r1", attempt=2, cache_diagnosis='{"a":1}', ttft_ms=None
+    )
     assert UsageRow.from_json(row.to_json()) == row
     assert row.cost_usd == Decimal("0.10000000")
 

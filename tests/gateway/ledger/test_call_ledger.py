@@ -1,0 +1,102 @@
+"""CallLedger: the pipeline's CallRecord becomes one idempotent usage row, and never raises."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+from decimal import Decimal
+
+import sqlalchemy as sa
+
+from adapters.types import Usage
+from gateway.ledger.call_ledger import CallLedger, usage_row_id
+from gateway.ledger.models import UsageRow
+from gateway.ledger.recorder import RecorderConfig, UsageRecorder
+from gateway.ports import CallRecord
+
+NOW = datetime(2026, 11, 3, 9, 30, tzinfo=UTC)
+
+CALL = CallRecord(
+    request_id="req-42",
+    attempt=1,
+    tenant="acme",
+    key_id="key-7",
+    session_id="s-1",
+    model="claude-sonnet",
+    backend="anthropic",
+    replica=None,
+    status="client_disconnect",
+    error_kind=None,
+    usage=Usage(input_tokens=120, output_tokens=37, cache_read_tokens=6000),
+    cost_usd=0.002715,
+    uncached_cost_usd=0.018915,
+    ttft_ms=210.5,
+    latency_ms=1830.0,
+    cache_diagnosis='{"verdict":"hit"}',
+)
+
+
+class ListSink:
+    def __init__(self) -> None:
+        self.rows: list[UsageRow] = []
+
+    def record(self, row: UsageRow) -> None:
+        self.rows.append(row)
+
+
+def test_call_record_maps_to_a_usage_row():
+    sink = ListSink()
+    CallLedger(sink, lambda: NOW).record(CALL)
+    assert sink.rows == [
+        UsageRow(
+            id=usage_row_id("req-42", 1),
+            ts=NOW,
+            tenant="acme",
+            key_id="key-7",
+            session_id="s-1",
+            model="claude-sonnet",
+            backend="anthropic",
+            replica=None,
+            attempt=1,
+            status="client_disconnect",
+            error_kind=None,
+            request_id="req-42",
+            input_tokens=120,
+            cache_read_tokens=6000,
+            cache_write_tokens=0,
+            output_tokens=37,
+            cost_usd=Decimal("0.002715"),
+            uncached_cost_usd=Decimal("0.018915"),
+            ttft_ms=210.5,
+            latency_ms=1830.0,
+            cache_diagnosis='{"verdict":"hit"}',
+        )
+    ]
+    assert usage_row_id("req-42", 1) != usage_row_id("req-42", 2)
+
+
+def test_recording_the_same_attempt_twice_stores_one_row(engine, tmp_path, count_rows):
+    recorder = UsageRecorder(engine, RecorderConfig(spool_dir=tmp_path / "spool"))
+    recorder.start()
+    ledger = CallLedger(recorder, lambda: NOW)
+    ledger.record(CALL)
+    ledger.record(CALL)
+    ledger.record(replace(CALL, attempt=2, status="ok"))
+    recorder.close()
+    assert count_rows(engine) == 2
+    with engine.connect() as connection:
+        tokens = connection.execute(sa.text("SELECT sum(output_tokens) FROM usage")).scalar_one()
+    assert tokens == 74
+
+
+def test_an_invalid_diagnosis_is_dropped_not_the_row():
+    sink = ListSink()
+    CallLedger(sink, lambda: NOW).record(replace(CALL, cache_diagnosis="not json"))
+    assert [(r.request_id, r.cache_diagnosis) for r in sink.rows] == [("req-42", None)]
+
+
+def test_an_unusable_record_is_logged_and_never_raises(caplog):
+    sink = ListSink()
+    CallLedger(sink, lambda: NOW).record(replace(CALL, status="exploded"))
+    assert sink.rows == []
+    assert "kept only in this log" in caplog.text and "req-42" in caplog.text

@@ -1,0 +1,203 @@
+"""Cost reports: grouping by several keys on SQLite and PostgreSQL, and golden table/CSV/JSON."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from decimal import Decimal
+
+import pytest
+
+from gateway.ledger.db import create_ledger_engine, migrate, session_factory
+from gateway.ledger.recorder import insert_rows
+from gateway.reports import (
+    CostReport,
+    CostRow,
+    InvalidReportQuery,
+    cost_report,
+    parse_group_by,
+    parse_period,
+    report_document,
+    to_csv,
+    to_json,
+    to_table,
+)
+from tests.gateway.ledger.ledger_dataset import DEC_1, NOV_1, edge_rows, november_rows
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def sessions(request, tmp_path):
+    if request.param == "postgres":
+        url = request.getfixturevalue("postgres_url")
+    else:
+        url = f"sqlite:///{tmp_path}/ledger.db"
+    migrate(url)
+    engine = create_ledger_engine(url)
+    insert_rows(engine, [*november_rows(), *edge_rows()])
+    yield session_factory(engine)
+    engine.dispose()
+
+
+def money(text: str) -> Decimal:
+    return Decimal(text).quantize(Decimal("1e-8"))
+
+
+def test_report_by_tenant_and_model(sessions):
+    report = cost_report(sessions, NOV_1, DEC_1, ["tenant", "model"])
+    assert report.group_by == ("tenant", "model")
+    assert [(r.group, r.num_calls, r.cost_usd, r.saved_usd) for r in report.rows] == [
+        (("acme", "claude-sonnet"), 2, money("4.83"), money("1.17")),
+        (("acme", "gpt-4o-mini"), 1, money("0.21"), money("0")),
+        (("globex", "claude-sonnet"), 2, money("2.07"), money("2.43")),
+        (("globex", "gpt-4o-mini"), 1, money("0"), money("0")),
+    ]
+    totals = report.totals
+    assert (totals.num_calls, totals.cost_usd, totals.uncached_cost_usd, totals.saved_usd) == (
+        6,
+        money("7.11"),
+        money("10.71"),
+        money("3.60"),
+    )
+    assert totals.prompt_tokens == 3_950_000
+    assert totals.cache_hit_ratio == 1_500_000 / 3_950_000
+
+
+def test_report_by_tenant_and_day(sessions):
+    report = cost_report(sessions, NOV_1, DEC_1, ["tenant", "day"])
+    assert [(r.group, r.cost_usd, r.cache_read_tokens) for r in report.rows] == [
+        (("acme", "2026-11-01"), money("4.83"), 600_000),
+        (("acme", "2026-11-02"), money("0.21"), 0),
+        (("globex", "2026-11-02"), money("2.07"), 900_000),
+        (("globex", "2026-11-03"), money("0"), 0),
+    ]
+
+
+def test_report_by_backend_counts_rejected_calls_under_none(sessions):
+    report = cost_report(sessions, NOV_1, DEC_1, ["backend"])
+    assert [(r.group[0], r.num_calls) for r in report.rows] == [
+        ("(none)", 1),
+        ("anthropic", 2),
+        ("bedrock", 1),
+        ("openai", 1),
+        ("selfhost", 1),
+    ]
+
+
+def _golden_report() -> CostReport:
+    def row(group, calls, inp, read, write, out, cost, uncached):
+        return CostRow(group, calls, inp, read, write, out, money(cost), money(uncached))
+
+    rows = (
+        row(("acme", "2026-11-01"), 2, 350_000, 600_000, 600_000, 90_000, "4.83", "6.00"),
+        row(("globex", "2026-11-02"), 1, 100_000, 0, 300_000, 100_000, "2.625", "1.80"),
+    )
+    totals = row((), 3, 450_000, 600_000, 900_000, 190_000, "7.455", "7.80")
+    return CostReport(
+        NOV_1, datetime(2026, 11, 3, 12, 0, tzinfo=UTC), ("tenant", "day"), rows, totals
+    )
+
+
+GOLDEN_TABLE = """\
+cost report 2026-11-01T00:00:00+00:00 .. 2026-11-03T12:00:00+00:00 (UTC, until exclusive)
+tenant  day         calls    input  cache read  cache write   output  hit %  cost $  uncached $  saved $
+------  ----------  -----  -------  ----------  -----------  -------  -----  ------  ----------  -------
+acme    2026-11-01      2  350,000     600,000      600,000   90,000   38.7  4.8300      6.0000   1.1700
+globex  2026-11-02      1  100,000           0      300,000  100,000    0.0  2.6250      1.8000  -0.8250
+------  ----------  -----  -------  ----------  -----------  -------  -----  ------  ----------  -------
+TOTAL                   3  450,000     600,000      900,000  190,000   30.8  7.4550      7.8000   0.3450
+"""
+
+GOLDEN_CSV = """\
+tenant,day,num_calls,input_tokens,cache_read_tokens,cache_write_tokens,output_tokens,cache_hit_ratio,cost_usd,uncached_cost_usd,saved_usd
+acme,2026-11-01,2,350000,600000,600000,90000,0.3871,4.83000000,6.00000000,1.17000000
+globex,2026-11-02,1,100000,0,300000,100000,0.0000,2.62500000,1.80000000,-0.82500000
+"""
+
+
+def test_table_golden():
+    assert to_table(_golden_report()) == GOLDEN_TABLE
+
+
+def test_csv_golden():
+    assert to_csv(_golden_report()) == GOLDEN_CSV
+
+
+def test_json_golden():
+    document = json.loads(to_json(_golden_report()))
+    assert document == {
+        "since": "2026-11-01T00:00:00+00:00",
+        "until": "2026-11-03T12:00:00+00:00",
+        "group_by": ["tenant", "day"],
+        "rows": [
+            {
+                "tenant": "acme",
+                "day": "2026-11-01",
+                "num_calls": 2,
+                "input_tokens": 350000,
+                "cache_read_tokens": 600000,
+                "cache_write_tokens": 600000,
+                "output_tokens": 90000,
+                "prompt_tokens": 1550000,
+                "cache_hit_ratio": 0.387097,
+                "cost_usd": 4.83,
+                "uncached_cost_usd": 6.0,
+                "saved_usd": 1.17,
+            },
+            {
+                "tenant": "globex",
+                "day": "2026-11-02",
+                "num_calls": 1,
+                "input_tokens": 100000,
+                "cache_read_tokens": 0,
+                "cache_write_tokens": 300000,
+                "output_tokens": 100000,
+                "prompt_tokens": 400000,
+                "cache_hit_ratio": 0.0,
+                "cost_usd": 2.625,
+                "uncached_cost_usd": 1.8,
+                "saved_usd": -0.825,
+            },
+        ],
+        "totals": {
+            "num_calls": 3,
+            "input_tokens": 450000,
+            "cache_read_tokens": 600000,
+            "cache_write_tokens": 900000,
+            "output_tokens": 190000,
+            "prompt_tokens": 1950000,
+            "cache_hit_ratio": 0.307692,
+            "cost_usd": 7.455,
+            "uncached_cost_usd": 7.8,
+            "saved_usd": 0.345,
+        },
+    }
+    assert report_document(_golden_report()) == document
+
+
+def test_ungrouped_table_is_one_total_line(sessions):
+    text = to_table(cost_report(sessions, NOV_1, DEC_1, []))
+    assert text.splitlines()[1:] == [
+        "calls      input  cache read  cache write   output  hit %  cost $  uncached $  saved $",
+        "-----  ---------  ----------  -----------  -------  -----  ------  ----------  -------",
+        "    6  1,850,000   1,500,000      600,000  490,000   38.0  7.1100     10.7100   3.6000",
+    ]
+
+
+def test_group_by_accepts_repeats_and_commas():
+    assert parse_group_by(["tenant,day", "model", "tenant"]) == ("tenant", "day", "model")
+    assert parse_group_by(None) == ()
+    with pytest.raises(InvalidReportQuery):
+        parse_group_by(["tenant,prompt"])
+
+
+def test_period_defaults_and_inclusive_until_date():
+    now = datetime(2026, 11, 17, 15, 4, 5, tzinfo=UTC)
+    assert parse_period(None, None, now) == (NOV_1, now)
+    assert parse_period("2026-11-01", "2026-11-30", now) == (NOV_1, DEC_1)
+    assert parse_period("2026-11-01T06:00:00+02:00", "2026-11-02T00:00", now) == (
+        datetime(2026, 11, 1, 4, 0, tzinfo=UTC),
+        datetime(2026, 11, 2, tzinfo=UTC),
+    )
+    for since, until in (("2026-11-05", "2026-11-04"), ("yesterday", None), (None, "soon")):
+        with pytest.raises(InvalidReportQuery):
+            parse_period(since, until, now)
