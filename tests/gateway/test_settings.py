@@ -222,3 +222,14 @@ def test_server_secret_is_generated_once_by_an_explicit_call(tmp_path: Path) -> 
         settings.resolve_server_secret(lambda n: b"\xff" * n) == secret
     )  # read back, not regenerated
     assert load_settings(server_secret="given").resolve_server_secret() == b"given"
+
+
+def test_reference_config_loads() -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "lantern.yaml"
+    settings = load_settings(example)
+    assert [(r.name, [b.kind for b in r.backends]) for r in settings.models] == [
+        ("smollm2", ["selfhost"]),
+        ("gpt-4o-mini", ["openai_compatible", "litellm"]),
+        ("claude-sonnet", ["anthropic", "bedrock"]),
+    ]
+    assert settings.prices["gpt-4o-mini"].cache_read == 0.075
