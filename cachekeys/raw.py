@@ -124,19 +124,18 @@ def _relocate_content(content: JSON, relocator: Relocator) -> JSON:
 
 
 def _append_block(messages: list[JSON], block: str) -> list[JSON]:
-    """Same placement as the canonical form: the newest user turn, or a new user turn after a
-    tool answer (OpenAI), or the user turn before an assistant prefill (Anthropic)."""
+    """Same placement as the canonical form (`volatile._append_block`)."""
     part = {"type": "text", "text": block}
-    if not messages or (isinstance(messages[-1], Mapping) and messages[-1].get("role") == "tool"):
+    target = len(messages) - 1
+    if messages and _role(messages[-1]) == "assistant" and len(messages) > 1:
+        target -= 1
+    if target < 0 or _role(messages[target]) != "user":
         return [*messages, {"role": "user", "content": [part]}]
-    for i in range(len(messages) - 1, -1, -1):
-        message = messages[i]
-        if isinstance(message, Mapping) and message.get("role") == "user":
-            content = message.get("content")
-            parts = (
-                [{"type": "text", "text": content}]
-                if isinstance(content, str)
-                else list(content or [])
-            )
-            return [*messages[:i], {**message, "content": [*parts, part]}, *messages[i + 1 :]]
-    return [*messages, {"role": "user", "content": [part]}]
+    message = messages[target]
+    content = message.get("content")
+    parts = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
+    return [*messages[:target], {**message, "content": [*parts, part]}, *messages[target + 1 :]]
+
+
+def _role(message: JSON) -> str | None:
+    return message.get("role") if isinstance(message, Mapping) else None

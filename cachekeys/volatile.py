@@ -16,7 +16,7 @@ DEFAULT_VOLATILE_PATTERNS: tuple[str, ...] = (
     # ISO-8601 date-times (2026-11-30T09:18:42Z, 2026-11-30 09:18:42.123+01:00)
     r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?",
     r"\b\d{4}-\d{2}-\d{2}\b",  # dates
-    r"\b\d{1,2}:\d{2}(?::\d{2})?(?:\s?[AaPp]\.?[Mm]\.?)?",  # clock times (15:07, 3:07 PM)
+    r"\b\d{1,2}:\d{2}(?::\d{2})?(?:\s?(?:[AaPp][Mm]\b|[AaPp]\.[Mm]\.))?",  # 15:07, 3:07 PM
     r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b",  # UUIDs
     r"\b(?:req|request|msg|call|run|trace|span)[_-][A-Za-z0-9]{8,}\b",  # request and trace ids
     r"\b1[6-9]\d{8}(?:\d{3})?\b",  # Unix epoch seconds or milliseconds (2020s-2030s)
@@ -112,12 +112,12 @@ def _same_or(new: tuple[ToolSpec, ...], old: tuple[ToolSpec, ...]) -> tuple[Tool
 
 
 def _append_block(messages: tuple[Message, ...], block: TextPart) -> tuple[Message, ...]:
-    """Append to the last message when it is the user's; after a tool answer, add a user turn;
-    before an assistant prefill, append to the user turn that precedes it."""
-    if not messages or messages[-1].role == "tool":
+    """The newest turn if it is the user's; the user turn before an assistant prefill; else a
+    new user turn at the end (after a tool answer or a system note)."""
+    target = len(messages) - 1
+    if messages and messages[-1].role == "assistant" and len(messages) > 1:
+        target -= 1
+    if target < 0 or messages[target].role != "user":
         return (*messages, Message(role="user", content=(block,)))
-    for i in range(len(messages) - 1, -1, -1):
-        if messages[i].role == "user":
-            updated = replace(messages[i], content=(*messages[i].content, block))
-            return (*messages[:i], updated, *messages[i + 1 :])
-    return (*messages, Message(role="user", content=(block,)))
+    updated = replace(messages[target], content=(*messages[target].content, block))
+    return (*messages[:target], updated, *messages[target + 1 :])

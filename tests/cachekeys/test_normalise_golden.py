@@ -1,0 +1,283 @@
+"""Golden tests: each normalisation switch on canonical requests and on raw wire dicts."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from adapters.types import CacheControl, TextPart, ToolSpec
+from cachekeys.canonical import canonical_arguments, canonical_schema, tool_digest
+from cachekeys.normalise import NormaliseOptions, PublicPrefix, normalise_request
+from cachekeys.raw import normalise_raw
+from cachekeys.volatile import VolatileMatcher
+from tests.cachekeys.conftest import agent_request
+
+ORDER_ONLY = NormaliseOptions()
+RELOCATE = NormaliseOptions(relocate_volatile=True)
+
+
+def test_canonical_schema_sorts_keys_and_required_but_keeps_other_arrays() -> None:
+    schema = {
+        "type": "object",
+        "required": ["z", "a"],
+        "properties": {"z": {"enum": ["b", "a"]}, "a": {"type": "string"}},
+    }
+    assert json.dumps(canonical_schema(schema)) == (
+        '{"properties": {"a": {"type": "string"}, "z": {"enum": ["b", "a"]}}, '
+        '"required": ["a", "z"], "type": "object"}'
+    )
+
+
+def test_canonical_arguments() -> None:
+    assert (
+        canonical_arguments('{"b": 1, "a": {"d": 2, "c": [3, {"f": 4, "e": 5}]}}')
+        == '{"a":{"c":[3,{"e":5,"f":4}],"d":2},"b":1}'
+    )
+    assert canonical_arguments("not json") == "not json"
+
+
+def test_tools_sorted_by_name_with_schema_keys_sorted() -> None:
+    out = normalise_request(agent_request(tools=("search", "edit", "ask")), ORDER_ONLY)
+    assert [t.name for t in out.tools] == ["ask", "edit", "search"]
+    assert list(out.tools[0].input_schema) == ["properties", "required", "type"]
+    assert out.tools[0].input_schema["required"] == ["a", "b"]
+
+
+def test_public_tools_come_first() -> None:
+    options = NormaliseOptions(public=PublicPrefix(tool_names=frozenset({"search"})))
+    out = normalise_request(agent_request(tools=("search", "edit", "ask")), options)
+    assert [t.name for t in out.tools] == ["search", "ask", "edit"]
+
+
+def test_client_tool_marker_moves_to_the_new_last_tool() -> None:
+    request = agent_request(tools=("b", "a"))
+    marked = replace(
+        request,
+        tools=(request.tools[0], replace(request.tools[1], cache_control=CacheControl("1h"))),
+    )
+    out = normalise_request(marked, ORDER_ONLY)
+    assert [(t.name, t.cache_control) for t in out.tools] == [
+        ("a", None),
+        ("b", CacheControl("1h")),
+    ]
+
+
+def test_switches_off_leave_the_request_alone() -> None:
+    request = agent_request(tools=("search", "edit"))
+    off = NormaliseOptions(order_tools=False, canonical_json=False)
+    assert normalise_request(request, off) == request
+    assert [t.name for t in normalise_request(request, off).tools] == ["search", "edit"]
+
+
+def test_relocation_moves_volatile_values_to_the_newest_user_turn() -> None:
+    system = "Today is 2026-11-30T09:18:42Z. Request req_8f3k2m9x1q. Session 123e4567-e89b-12d3-a456-426614174000 at 3:07 PM."
+    out = normalise_request(agent_request(system=system), RELOCATE)
+    assert out.system == (
+        TextPart(
+            "Today is {{volatile:1}}. Request {{volatile:2}}. Session {{volatile:3}} at {{volatile:4}}."
+        ),
+    )
+    assert out.messages[-1].content[-1] == TextPart(
+        "<volatile-context>\n{{volatile:1}} = 2026-11-30T09:18:42Z\n{{volatile:2}} = req_8f3k2m9x1q\n"
+        "{{volatile:3}} = 123e4567-e89b-12d3-a456-426614174000\n{{volatile:4}} = 3:07 PM\n</volatile-context>"
+    )
+    assert out.messages[0].content[0] == TextPart(
+        "Fix the bug."
+    )  # the user's own text is untouched
+
+
+def test_relocation_gives_identical_prefixes_a_second_apart() -> None:
+    a = normalise_request(agent_request(system="Now: 2026-11-30T09:18:42Z."), RELOCATE)
+    b = normalise_request(agent_request(system="Now: 2026-11-30T09:18:43Z."), RELOCATE)
+    assert a.system == b.system and a.tools == b.tools
+    assert a.messages[-1] != b.messages[-1]
+
+
+def test_relocation_in_tool_descriptions_and_tenant_patterns() -> None:
+    matcher = VolatileMatcher.build([r"ticket-\d+"], use_defaults=False)
+    request = agent_request()
+    request = replace(
+        request,
+        tools=(
+            ToolSpec(
+                "search",
+                "Search (ticket-4411)",
+                {"type": "object", "description": "for ticket-4411"},
+            ),
+        ),
+    )
+    out = normalise_request(request, NormaliseOptions(relocate_volatile=True, volatile=matcher))
+    assert out.tools[0].description == "Search ({{volatile:1}})"
+    assert out.tools[0].input_schema == {"type": "object", "description": "for {{volatile:1}}"}
+    assert (
+        out.messages[-1].content[-1].text
+        == "<volatile-context>\n{{volatile:1}} = ticket-4411\n</volatile-context>"
+    )
+
+
+def test_relocation_never_touches_history() -> None:
+    request = agent_request(system="plain", turns=3)
+    history = replace(request, messages=(*request.messages[:-1], request.messages[-1]))
+    assert normalise_request(history, RELOCATE) == normalise_request(request, ORDER_ONLY)
+
+
+def test_relocation_after_a_tool_turn_adds_a_user_turn() -> None:
+    from adapters.types import Message, ToolResultPart
+
+    request = agent_request(system="at 10:15")
+    request = replace(
+        request,
+        messages=(*request.messages, Message("tool", (ToolResultPart("c1", (TextPart("ok"),)),))),
+    )
+    out = normalise_request(request, RELOCATE)
+    assert out.messages[-2] == request.messages[-1]
+    assert out.messages[-1].role == "user" and out.messages[-1].content[0].text.startswith(
+        "<volatile-context>"
+    )
+
+
+def test_tool_digest_ignores_markers_and_key_order() -> None:
+    a = ToolSpec("s", "d", {"b": 1, "a": 2})
+    b = ToolSpec("s", "d", {"a": 2, "b": 1}, CacheControl("1h"))
+    assert tool_digest(a) == tool_digest(b)
+
+
+# --- raw wire dicts -----------------------------------------------------------------------------
+
+ANTHROPIC_BODY = {
+    "model": "claude-sonnet-4-5",
+    "max_tokens": 100,
+    "system": "Time: 2026-11-30T09:18:42Z. Be brief.",
+    "tools": [
+        {
+            "name": "search",
+            "description": "s",
+            "input_schema": {"type": "object", "properties": {"q": {}, "a": {}}},
+        },
+        {
+            "name": "edit",
+            "description": "e",
+            "input_schema": {"properties": {}, "type": "object"},
+            "cache_control": {"type": "ephemeral"},
+        },
+    ],
+    "messages": [
+        {"role": "user", "content": "Fix it."},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "hm", "signature": "sig=="},
+                {"type": "tool_use", "id": "t1", "name": "search", "input": {"z": 1, "a": 2}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "found"}],
+        },
+    ],
+    "metadata": {"user_id": "u1"},
+}
+
+
+def test_raw_anthropic_golden_default_switches() -> None:
+    out = normalise_raw("anthropic", ANTHROPIC_BODY, ORDER_ONLY)
+    assert out["tools"] == [
+        {"name": "edit", "description": "e", "input_schema": {"properties": {}, "type": "object"}},
+        {
+            "name": "search",
+            "description": "s",
+            "input_schema": {"properties": {"a": {}, "q": {}}, "type": "object"},
+            "cache_control": {"type": "ephemeral"},
+        },
+    ]
+    assert (
+        json.dumps(out["tools"][1]["input_schema"])
+        == '{"properties": {"a": {}, "q": {}}, "type": "object"}'
+    )
+    assert out["messages"] is ANTHROPIC_BODY["messages"]  # history untouched, not even copied
+    assert (
+        out["system"] == ANTHROPIC_BODY["system"] and out["metadata"] is ANTHROPIC_BODY["metadata"]
+    )
+    assert ANTHROPIC_BODY["tools"][0]["name"] == "search"  # the input was not mutated
+
+
+def test_raw_anthropic_golden_relocation_and_tool_args() -> None:
+    options = NormaliseOptions(relocate_volatile=True, canonical_tool_args=True)
+    out = normalise_raw("anthropic", ANTHROPIC_BODY, options)
+    assert out["system"] == "Time: {{volatile:1}}. Be brief."
+    assert out["messages"][1]["content"][0] == {
+        "type": "thinking",
+        "thinking": "hm",
+        "signature": "sig==",
+    }
+    assert json.dumps(out["messages"][1]["content"][1]["input"]) == '{"a": 2, "z": 1}'
+    assert out["messages"][2]["content"] == [
+        {"type": "tool_result", "tool_use_id": "t1", "content": "found"},
+        {
+            "type": "text",
+            "text": "<volatile-context>\n{{volatile:1}} = 2026-11-30T09:18:42Z\n</volatile-context>",
+        },
+    ]
+
+
+OPENAI_BODY = {
+    "model": "gpt-4o",
+    "messages": [
+        {"role": "system", "content": "Session 123e4567-e89b-12d3-a456-426614174000."},
+        {"role": "user", "content": "Hi"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "b", "arguments": '{"y": 1, "x": 2}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+        {"role": "system", "content": "Mid-conversation note at 2026-11-30."},
+    ],
+    "tools": [
+        {
+            "type": "function",
+            "function": {"name": "b", "parameters": {"type": "object", "properties": {}}},
+        },
+        {
+            "type": "function",
+            "function": {"name": "a", "description": "A", "parameters": {"type": "object"}},
+        },
+    ],
+}
+
+
+def test_raw_openai_golden() -> None:
+    options = NormaliseOptions(relocate_volatile=True, canonical_tool_args=True)
+    out = normalise_raw("openai", OPENAI_BODY, options)
+    assert [t["function"]["name"] for t in out["tools"]] == ["a", "b"]
+    assert list(out["tools"][1]["function"]["parameters"]) == ["properties", "type"]
+    assert out["messages"][0] == {"role": "system", "content": "Session {{volatile:1}}."}
+    assert out["messages"][2]["tool_calls"][0]["function"]["arguments"] == '{"x":2,"y":1}'
+    assert out["messages"][4] == OPENAI_BODY["messages"][4]  # a later system turn is history
+    assert out["messages"][5] == {
+        "role": "user",
+        "content": [
+            {
+                "type": "text",
+                "text": "<volatile-context>\n{{volatile:1}} = 123e4567-e89b-12d3-a456-426614174000\n</volatile-context>",
+            }
+        ],
+    }
+
+
+def test_raw_and_canonical_agree_on_the_tool_order() -> None:
+    from adapters import anthropic_wire
+
+    request = anthropic_wire.decode_request(ANTHROPIC_BODY)
+    raw = normalise_raw("anthropic", ANTHROPIC_BODY, ORDER_ONLY)
+    canonical = normalise_request(request, ORDER_ONLY)
+    assert [t["name"] for t in raw["tools"]] == [t.name for t in canonical.tools]
+    assert [dict(t.input_schema) for t in canonical.tools] == [
+        t["input_schema"] for t in raw["tools"]
+    ]
