@@ -1,0 +1,249 @@
+"""A wire-level fake of Bedrock runtime's Converse and ConverseStream HTTP API.
+
+A real local HTTP server that boto3 reaches through `endpoint_url`: it checks the SigV4
+credential scope (region, service), keeps an exact-prefix prompt cache at `cachePoint` blocks
+with a TTL, answers with usage incl. cache read/write tokens, streams AWS event-stream frames
+(prelude and message CRC32s, typed headers) and fails on demand (HTTP errors or mid-stream).
+Tokens are whitespace-separated words, so tests can assert exact counts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+import threading
+import time
+import zlib
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+LOOKBACK_BLOCKS = 20
+
+
+def encode_event(headers: dict[str, str], payload: bytes) -> bytes:
+    """One AWS event-stream message: prelude (lengths + CRC), string headers, payload, CRC."""
+    raw = b""
+    for name, value in headers.items():
+        n, v = name.encode(), value.encode()
+        raw += struct.pack(">B", len(n)) + n + struct.pack(">BH", 7, len(v)) + v
+    total = 12 + len(raw) + len(payload) + 4
+    prelude = struct.pack(">II", total, len(raw))
+    prelude += struct.pack(">I", zlib.crc32(prelude))
+    message = prelude + raw + payload
+    return message + struct.pack(">I", zlib.crc32(message))
+
+
+def _event(kind: str, body: dict[str, Any]) -> bytes:
+    headers = {":event-type": kind, ":content-type": "application/json", ":message-type": "event"}
+    return encode_event(headers, json.dumps(body).encode())
+
+
+def _exception(code: str, message: str) -> bytes:
+    headers = {":exception-type": code, ":content-type": "application/json",
+               ":message-type": "exception"}
+    return encode_event(headers, json.dumps({"message": message}).encode())
+
+
+@dataclass
+class Reply:
+    text: str = "hello from the fake"
+    tool_use: tuple[str, str, dict[str, Any]] | None = None  # (id, name, input)
+    stop_reason: str = "end_turn"
+
+
+@dataclass
+class Failure:
+    status: int  # HTTP status; with mid_stream, the stream fails after its first text delta
+    code: str  # ThrottlingException, ServiceUnavailableException, ValidationException, ...
+    mid_stream: bool = False
+
+
+def _words(value: Any) -> int:
+    if isinstance(value, str):
+        return len(value.split())
+    return len(json.dumps(value, sort_keys=True).split())
+
+
+def _block_tokens(block: dict[str, Any]) -> int:
+    if "text" in block:
+        return _words(block["text"])
+    if "toolSpec" in block:
+        spec = block["toolSpec"]
+        return _words(spec["name"]) + _words(spec.get("description", "")) + _words(spec["inputSchema"])
+    if "toolUse" in block:
+        return _words(block["toolUse"]["name"]) + _words(block["toolUse"]["input"])
+    if "toolResult" in block:
+        return sum(_block_tokens(c) if "json" not in c else _words(c["json"])
+                   for c in block["toolResult"]["content"])
+    if "image" in block:
+        return 100
+    return 0
+
+
+def _blocks_in_order(body: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The cache's prefix order: tools, then system, then messages (role marks each turn)."""
+    yield from body.get("toolConfig", {}).get("tools", [])
+    yield from body.get("system", [])
+    for message in body.get("messages", []):
+        yield {"role": message["role"]}
+        yield from message["content"]
+
+
+@dataclass
+class FakeBedrock:
+    region: str = "us-east-1"
+    ttl_s: float = 300.0
+    min_cache_tokens: int = 0
+    clock: Callable[[], float] = time.monotonic
+    replies: deque[Reply] = field(default_factory=deque)
+    failures: deque[Failure] = field(default_factory=deque)
+    requests: list[dict[str, Any]] = field(default_factory=list)  # path, body, auth
+    cache: dict[str, float] = field(default_factory=dict)  # prefix key -> expiry
+    _server: ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> FakeBedrock:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                return None
+
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+                fake.handle(self)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+    # --- the prompt cache -----------------------------------------------------------------
+
+    def usage_for(self, body: dict[str, Any]) -> dict[str, int]:
+        """Exact-prefix cache: writes at cache points; a read finds the longest live prefix at a
+        block boundary up to LOOKBACK_BLOCKS before a cache point (Anthropic-style look-back)."""
+        now = self.clock()
+        digest, tokens = hashlib.sha256(), 0
+        boundaries: list[tuple[str, int]] = []  # after each content block: (prefix key, tokens)
+        points: list[int] = []  # indices into boundaries
+        for block in _blocks_in_order(body):
+            if "cachePoint" in block:
+                if boundaries and tokens >= self.min_cache_tokens:
+                    points.append(len(boundaries) - 1)
+                continue
+            digest.update(json.dumps(block, sort_keys=True).encode())
+            if "role" in block:
+                continue
+            tokens += _block_tokens(block)
+            boundaries.append((digest.copy().hexdigest(), tokens))
+        read = 0
+        for p in points:
+            for key, at in boundaries[max(0, p - LOOKBACK_BLOCKS): p + 1]:
+                if self.cache.get(key, -1.0) > now:
+                    read = max(read, at)
+        write = max(boundaries[points[-1]][1] - read, 0) if points else 0
+        for p in points:
+            self.cache[boundaries[p][0]] = now + self.ttl_s  # written or refreshed
+        return {"inputTokens": tokens - read - write, "cacheReadInputTokens": read,
+                "cacheWriteInputTokens": write}
+
+    # --- HTTP -------------------------------------------------------------------------------
+
+    def handle(self, h: BaseHTTPRequestHandler) -> None:
+        length = int(h.headers.get("content-length", "0"))
+        body = json.loads(h.rfile.read(length) or b"{}")
+        auth = h.headers.get("authorization", "")
+        self.requests.append({"path": h.path, "body": body, "auth": auth})
+        scope = f"/{self.region}/bedrock/aws4_request"
+        if not auth.startswith("AWS4-HMAC-SHA256 Credential=") or scope not in auth:
+            self._error(h, 403, "UnrecognizedClientException", "missing or wrong SigV4 scope")
+            return
+        failure = self.failures.popleft() if self.failures else None
+        if failure is not None and not failure.mid_stream:
+            self._error(h, failure.status, failure.code, f"injected {failure.code}")
+            return
+        if not body.get("messages"):
+            self._error(h, 400, "ValidationException", "messages must not be empty")
+            return
+        reply = self.replies.popleft() if self.replies else Reply()
+        usage = self.usage_for(body)
+        usage["outputTokens"] = _words(reply.text) + (_words(reply.tool_use[2]) if reply.tool_use else 0)
+        usage["totalTokens"] = sum(usage.values())
+        if h.path.endswith("/converse-stream"):
+            self._stream(h, reply, usage, failure)
+        else:
+            self._converse(h, reply, usage)
+
+    def _send(self, h: BaseHTTPRequestHandler, status: int, headers: dict[str, str], data: bytes) -> None:
+        h.send_response(status)
+        for k, v in {**headers, "content-length": str(len(data)),
+                     "x-amzn-requestid": f"req-{len(self.requests)}"}.items():
+            h.send_header(k, v)
+        h.end_headers()
+        h.wfile.write(data)
+
+    def _error(self, h: BaseHTTPRequestHandler, status: int, code: str, message: str) -> None:
+        headers = {"content-type": "application/json", "x-amzn-errortype": f"{code}:"}
+        self._send(h, status, headers, json.dumps({"message": message}).encode())
+
+    def _converse(self, h: BaseHTTPRequestHandler, reply: Reply, usage: dict[str, int]) -> None:
+        content: list[dict[str, Any]] = [{"text": reply.text}] if reply.text else []
+        if reply.tool_use:
+            tid, name, args = reply.tool_use
+            content.append({"toolUse": {"toolUseId": tid, "name": name, "input": args}})
+        out = {"output": {"message": {"role": "assistant", "content": content}},
+               "stopReason": reply.stop_reason, "usage": usage, "metrics": {"latencyMs": 1}}
+        self._send(h, 200, {"content-type": "application/json"}, json.dumps(out).encode())
+
+    def _stream(self, h: BaseHTTPRequestHandler, reply: Reply, usage: dict[str, int],
+                failure: Failure | None) -> None:
+        h.send_response(200)
+        h.send_header("content-type", "application/vnd.amazon.eventstream")
+        h.send_header("transfer-encoding", "chunked")
+        h.send_header("x-amzn-requestid", f"req-{len(self.requests)}")
+        h.end_headers()
+
+        def chunk(data: bytes) -> None:
+            h.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            h.wfile.flush()
+
+        chunk(_event("messageStart", {"role": "assistant"}))
+        words = reply.text.split(" ") if reply.text else []
+        for i, word in enumerate(words):
+            chunk(_event("contentBlockDelta", {"contentBlockIndex": 0,
+                                               "delta": {"text": word if i == 0 else " " + word}}))
+            if failure is not None:
+                code = failure.code[:1].lower() + failure.code[1:]
+                chunk(_exception(code, f"injected {failure.code}"))
+                h.wfile.write(b"0\r\n\r\n")
+                return
+        if words:
+            chunk(_event("contentBlockStop", {"contentBlockIndex": 0}))
+        if reply.tool_use:
+            tid, name, args = reply.tool_use
+            index = 1 if words else 0
+            chunk(_event("contentBlockStart", {"contentBlockIndex": index,
+                                               "start": {"toolUse": {"toolUseId": tid, "name": name}}}))
+            text = json.dumps(args)
+            for part in (text[: len(text) // 2], text[len(text) // 2:]):
+                chunk(_event("contentBlockDelta", {"contentBlockIndex": index,
+                                                   "delta": {"toolUse": {"input": part}}}))
+            chunk(_event("contentBlockStop", {"contentBlockIndex": index}))
+        chunk(_event("messageStop", {"stopReason": reply.stop_reason}))
+        chunk(_event("metadata", {"usage": usage, "metrics": {"latencyMs": 1}}))
+        h.wfile.write(b"0\r\n\r\n")
