@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import resource
 import selectors
+import signal
 import socket
 import sys
 
@@ -79,9 +80,13 @@ def main(args: list[str]) -> None:
             _start_forwarder(value)
         elif flag == "--rlimit":
             name, _, number = value.partition("=")
-            limits.append((getattr(resource, name), int(number)))
-    for which, number in limits:
-        resource.setrlimit(which, (number, number))
+            # CPU: SIGXCPU at the soft limit (reported as such), SIGKILL one second later.
+            hard = int(number) + 1 if name == "RLIMIT_CPU" else int(number)
+            limits.append((getattr(resource, name), int(number), hard))
+    for which, soft, hard in limits:
+        resource.setrlimit(which, (soft, hard))
+    for ignored_by_python in (signal.SIGPIPE, signal.SIGXFSZ):  # exec keeps SIG_IGN: undo it
+        signal.signal(ignored_by_python, signal.SIG_DFL)
     try:
         os.execvp(argv[0], argv)
     except OSError as exc:

@@ -147,6 +147,8 @@ class LocalRunner:
             await proc.wait()
         (out, out_cut), (err, err_cut) = await readers
         code = proc.returncode
+        if code is not None and code < 0:  # unshare re-raises the child's signal on itself
+            code = 128 - code
         if timed_out:
             status, reason, code = RunStatus.TIMED_OUT, f"wall time limit {job.limits.wall_s}s", None
         else:

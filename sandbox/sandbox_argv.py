@@ -60,16 +60,14 @@ def bwrap_argv(layout: SandboxLayout, inner: list[str], proxy_dir: str | None, s
              "--ro-bind", layout.launcher_host, layout.launcher_target]
     if proxy_dir is not None:
         argv += ["--bind", proxy_dir, layout.proxy_dir_target]
-    return [*argv, "--chdir", "/work", "--", *inner]
+    return [*argv, "--remount-ro", "/", "--chdir", "/work", "--", *inner]
 
 
 _UNSHARE_SCRIPT = r"""
 set -eu
 TOOL_PATH=$PATH
 PATH=/usr/sbin:/usr/bin:/sbin:/bin
-R=/tmp/.lantern-root
-mount -t tmpfs -o size=1m,mode=755 none /tmp
-mkdir -p "$R"
+R=/mnt  # FHS: always there; the new root is a tmpfs over it, in this mount namespace only
 mount -t tmpfs -o size=1m,mode=755 none "$R"
 mkdir -p "$R/usr" "$R/proc" "$R/dev" "$R/tmp" "$R/work" "$R/.old"
 mount --rbind /usr "$R/usr"
@@ -91,11 +89,14 @@ cd "$R"
 pivot_root . .old
 umount -l /.old
 rmdir /.old
+mount -o remount,ro,bind /
 LO_UP
 cd /work
 PATH=$TOOL_PATH
 unset OLDPWD
-exec /usr/bin/setpriv --inh-caps=-all --bounding-set=-all --no-new-privs -- "$@"
+set +e
+/usr/bin/setpriv --inh-caps=-all --bounding-set=-all --no-new-privs -- "$@"
+exit $?
 """
 _LO_UP = ("import fcntl,socket,struct;fcntl.ioctl(socket.socket(),0x8914,"
           "struct.pack('16sH14x',b'lo',0x49))")
@@ -103,18 +104,18 @@ _LO_UP = ("import fcntl,socket,struct;fcntl.ioctl(socket.socket(),0x8914,"
 
 def unshare_argv(layout: SandboxLayout, inner: list[str], proxy_dir: str | None, scratch_mb: int) -> list[str]:
     """Fallback without bwrap: util-linux `unshare` plus a mount script run as the
-    namespace's root, which drops every capability before the launcher runs."""
+    namespace's root, which drops every capability before the launcher runs. The script
+    stays as the namespace's pid 1 and turns a signal death into 128+n (unshare 2.38
+    cannot re-raise signals)."""
     binds: list[str] = []
     for path, target in layout.links:
         binds += ["link", target, path]
     for path in (*layout.dirs, *layout.extra_ro, *layout.etc):
         binds += ["ro", path, path]
     binds += ["ro", layout.launcher_host, layout.launcher_target]
-    lo_up = ""
     if proxy_dir is not None:
         binds += ["rw", proxy_dir, layout.proxy_dir_target]
-        lo_up = f'{layout.python} -I -S -c "{_LO_UP}"'
-    script = _UNSHARE_SCRIPT.replace("LO_UP", lo_up)
+    script = _UNSHARE_SCRIPT.replace("LO_UP", f'{layout.python} -I -S -c "{_LO_UP}"')
     return ["unshare", "--user", "--map-root-user", "--mount", "--pid", "--fork", "--net",
             "--ipc", "--uts", "--kill-child", "--", "/bin/sh", "-c", script, "sandbox",
             str(scratch_mb), *binds, "--", *inner]
