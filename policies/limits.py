@@ -1,4 +1,7 @@
-"""The `limits:` section of a tenant policy (enforced by `quotas/` via the gateway)."""
+"""The `limits:` section of a tenant policy (enforced by `quotas/` via the gateway).
+
+Pure, validated values; the gateway maps them onto `quotas.Limits` (gateway/admission.py).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +10,23 @@ from typing import Literal
 from pydantic import Field
 
 from policies.base import PolicyModel
+
+StoreDownMode = Literal["fail_open", "fail_closed"]
+
+
+class TokenWeights(PolicyModel):
+    """How cache reads and writes count toward `tokens_per_minute` (1.0: like any input token)."""
+
+    cache_read: float = Field(default=1.0, ge=0, le=10)
+    cache_write: float = Field(default=1.0, ge=0, le=10)
+
+
+class StoreDownPolicy(PolicyModel):
+    """When the shared quota store (Redis) is down: `fail_open` admits on a per-process store
+    (logged, metric raised), `fail_closed` answers 503."""
+
+    rates: StoreDownMode = "fail_open"
+    budget: StoreDownMode = "fail_closed"
 
 
 class LimitsPolicy(PolicyModel):
@@ -19,3 +39,12 @@ class LimitsPolicy(PolicyModel):
     monthly_budget_usd: float | None = Field(default=None, ge=0)
     # what to do when a client asks for more output than max_output_tokens
     on_max_tokens_over: Literal["reject", "clamp"] = "reject"
+    token_weights: TokenWeights = TokenWeights()
+    # spend / monthly_budget_usd at which the alarm fires (log, metric, optional webhook)
+    budget_alarm_ratio: float = Field(default=0.8, gt=0, le=1)
+    budget_alarm_webhook: str | None = Field(default=None, pattern=r"^https?://\S+$")
+    on_store_down: StoreDownPolicy = StoreDownPolicy()
+    # a reservation whose gateway process died is released after this long
+    lease_s: float = Field(default=900.0, gt=0, le=86_400)
+    # calls_per_session counts the calls of a session until it has been idle this long
+    session_ttl_s: float = Field(default=86_400.0, gt=0, le=30 * 86_400)
