@@ -54,7 +54,7 @@ class YamlDocument:
 
 @dataclass(frozen=True, slots=True)
 class LoadedPolicy:
-    """A valid policy and where it came from; `key_lines[i]` is the line of `api_keys[i]`."""
+    """A valid policy and where it came from; `key_lines[i]` is the line of `api_keys[i].sha256`."""
 
     policy: TenantPolicy
     file: str
@@ -148,7 +148,6 @@ def issues_from_errors(
         loc, kind = error["loc"], error["type"]
         if kind == "too_short" and loc in deeper:
             continue  # pydantic counts only the valid items; the invalid ones are reported
-
         names_key = kind in ("missing", "extra_forbidden") and bool(loc)
         path = doc.resolve(loc[:-1] if names_key else loc)
         field_path: Path_ = (*path, str(loc[-1])) if names_key else path
@@ -217,9 +216,9 @@ def _has_literal(model: type[BaseModel], value: str) -> bool:
 def load_policy_text(text: str, file: str, *, expected_tenant: str | None = None) -> LoadedPolicy:
     """Validate one policy document; raise `PolicyFileError` listing every issue found."""
     doc = parse_yaml(text, file)
-    if not isinstance(doc.data, dict) and doc.duplicates:
-        raise PolicyFileError(doc.duplicates)
     if not isinstance(doc.data, dict):
+        if doc.duplicates:
+            raise PolicyFileError(doc.duplicates)
         got = "an empty file" if doc.data is None else type(doc.data).__name__
         reason = f"expected a mapping with at least `tenant:`, got {got}"
         raise PolicyFileError([PolicyIssue(file, 1, DOCUMENT_FIELD, reason)])
@@ -237,7 +236,7 @@ def load_policy_text(text: str, file: str, *, expected_tenant: str | None = None
         issues.extend(_duplicates(policy, doc, file))
     if issues or policy is None:
         raise PolicyFileError(issues)
-    key_lines = tuple(doc.line_of(("api_keys", i)) for i in range(len(policy.api_keys)))
+    key_lines = tuple(doc.line_of(("api_keys", i, "sha256")) for i in range(len(policy.api_keys)))
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
     return LoadedPolicy(policy, file, digest, key_lines)
 

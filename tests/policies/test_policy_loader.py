@@ -222,13 +222,13 @@ def test_load_policy_file_checks_the_name(tmp_path: Path) -> None:
 
 def test_check_paths_rejects_a_key_hash_shared_across_tenants(tmp_path: Path) -> None:
     write(tmp_path, "acme.yaml", VALID)
-    beta = f'tenant: beta\napi_keys:\n  - {{id: b1, sha256: "{KEY_HASH}"}}\n'
+    beta = f'tenant: beta\napi_keys:\n  - id: b1\n    sha256: "{KEY_HASH}"\n'
     write(tmp_path, "beta.yaml", beta)
     write(tmp_path, "notes.txt", "ignored")
     loaded, issues = check_paths([tmp_path])
     assert [item.policy.tenant for item in loaded] == ["acme"]
     assert [str(issue) for issue in issues] == [
-        f"{tmp_path}/beta.yaml:3: api_keys[0].sha256: key hash already used by tenant 'acme' "
+        f"{tmp_path}/beta.yaml:4: api_keys[0].sha256: key hash already used by tenant 'acme' "
         f"({tmp_path}/acme.yaml:5)"
     ]
 
