@@ -37,7 +37,8 @@ def create_app(settings: Settings, components: Components | None = None) -> Fast
     app.state.components = parts
     app.include_router(build_chat_router(ChatRoutes(parts.pipeline, parts.keys)))
     app.include_router(build_ops_router(parts.models, parts.keys, parts.metrics))
-    app.include_router(build_admin_router(settings.admin_token, parts.admin_views))
+    admin_token = settings.admin_token.get_secret_value() if settings.admin_token else None
+    app.include_router(build_admin_router(admin_token, parts.admin_views))
     if parts.tools_router is not None:
         app.include_router(parts.tools_router)
     return app

@@ -17,7 +17,7 @@ from adapters import anthropic_wire, openai_wire
 from adapters.anthropic_wire_stream import AnthropicStreamEncoder
 from adapters.errors import WireFormatError
 from adapters.openai_wire_stream import OpenAIStreamEncoder
-from adapters.types import StreamEvent, WireFormat
+from adapters.types import StreamEvent, Usage, WireFormat
 from gateway.auth import KeyLookup, authenticate
 from gateway.errors import to_http
 from gateway.pipeline import Admitted, IncomingCall, Pipeline
@@ -76,12 +76,13 @@ class ChatRoutes:
     async def _stream(
         self, adm: Admitted, wire: WireFormat, body: dict[str, Any], headers: dict[str, str]
     ) -> Response:
+        encode = _stream_encoder(wire, body, adm)
         events = self.pipeline.stream(adm)
         try:  # the first event decides between an HTTP error and a 200 stream
             first = await events.__anext__()
         except Exception as exc:
+            await events.aclose()
             return error_response(exc, wire, headers)
-        encode = _stream_encoder(wire, body, adm)
         return StreamingResponse(
             _sse(first, events, encode, wire), 200, headers, media_type="text/event-stream"
         )
@@ -95,7 +96,7 @@ def _stream_encoder(
             include_usage=openai_wire.include_usage(body), model=adm.call.request.model
         ).encode
     return AnthropicStreamEncoder(
-        model=adm.call.request.model, input_tokens_hint=adm.prompt_tokens
+        model=adm.call.request.model, start_usage=Usage(input_tokens=adm.prompt_tokens)
     ).encode
 
 

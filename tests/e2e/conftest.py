@@ -61,6 +61,7 @@ def models_for(fake: FakeUpstream) -> list[dict[str, object]]:
                     "name": "litellm-anthropic",
                     "model": "anthropic/claude-sonnet-4-5",
                     "api_base": fake.base_url,
+                    "api_key_env": "FAKE_ANTHROPIC_API_KEY",
                     "timeout_s": 5,
                 }
             ],
@@ -69,7 +70,10 @@ def models_for(fake: FakeUpstream) -> list[dict[str, object]]:
 
 
 @pytest.fixture
-def gateway(upstream: FakeUpstream, var_dir: Path) -> Iterator[RunningGateway]:
+def gateway(
+    upstream: FakeUpstream, var_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[RunningGateway]:
+    monkeypatch.setenv("FAKE_ANTHROPIC_API_KEY", "sk-ant-fake")
     write_policy(
         var_dir / "policies",
         "acme",
