@@ -6,10 +6,11 @@ Counts, money and timings only: no column may hold prompt or completion text.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Literal
+from typing import Any, Literal, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
@@ -18,6 +19,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 CallStatus = Literal["ok", "error", "client_disconnect", "rejected"]
 CALL_STATUSES: tuple[str, ...] = ("ok", "error", "client_disconnect", "rejected")
 MONEY_QUANTUM = Decimal("0.00000001")  # Numeric(18, 8)
+MAX_MONEY = Decimal(10) ** 10  # Numeric(18, 8) holds 10 digits before the point
 MAX_DIAGNOSIS_BYTES = 8192  # a diagnosis is a few hashes and counts, never prompt text
 
 
@@ -72,8 +74,13 @@ class UsageRecord(Base):
 
 def to_money(value: Decimal | float | int | str) -> Decimal:
     """Exact decimal dollars at the ledger's precision; floats go through their shortest repr."""
-    exact = value if isinstance(value, Decimal) else Decimal(str(value))
-    return exact.quantize(MONEY_QUANTUM) if exact.is_finite() else exact
+    try:
+        exact = value if isinstance(value, Decimal) else Decimal(str(value))
+    except ArithmeticError as error:
+        raise ValueError(f"{value!r} is not an amount of money") from error
+    if not exact.is_finite() or not 0 <= exact < MAX_MONEY:
+        raise ValueError(f"{value!r} is not an amount between 0 and {MAX_MONEY}")
+    return exact.quantize(MONEY_QUANTUM)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -103,22 +110,16 @@ class UsageRow:
     cache_diagnosis: str | None = None  # small JSON text from the cache-break diagnosis
 
     def __post_init__(self) -> None:
-        if self.ts.tzinfo is None:
-            raise ValueError("UsageRow.ts must be timezone-aware")
+        """Refuses here, at the caller, any row the database would refuse later: a row that
+        cannot be inserted would otherwise block the spool behind it."""
+        if not isinstance(self.ts, datetime) or self.ts.tzinfo is None:
+            raise ValueError("UsageRow.ts must be a timezone-aware datetime")
         if self.status not in CALL_STATUSES:
             raise ValueError(f"UsageRow.status must be one of {CALL_STATUSES}")
-        counts = (self.input_tokens, self.cache_read_tokens, self.cache_write_tokens)
-        if min(*counts, self.output_tokens) < 0:
-            raise ValueError("UsageRow token counts must be >= 0")
         for name in ("cost_usd", "uncached_cost_usd"):
-            money = to_money(getattr(self, name))
-            if not money.is_finite() or money < 0:
-                raise ValueError(f"UsageRow.{name} must be a finite amount >= 0")
-            object.__setattr__(self, name, money)
-        for name, max_length in _STRING_LIMITS.items():
-            value = getattr(self, name)
-            if value is not None and len(value) > max_length:
-                raise ValueError(f"UsageRow.{name} is longer than {max_length} characters")
+            object.__setattr__(self, name, to_money(getattr(self, name)))
+        for column in USAGE_TABLE.columns:
+            _check_value(column, getattr(self, column.name))
         if self.cache_diagnosis is not None:
             _check_diagnosis(self.cache_diagnosis)
 
@@ -147,13 +148,30 @@ class UsageRow:
         return {name: getattr(self, name) for name in USAGE_COLUMNS}
 
 
-USAGE_COLUMNS: tuple[str, ...] = tuple(c.name for c in UsageRecord.__table__.columns)
-_STRING_LIMITS = {
-    c.name: c.type.length
-    for c in UsageRecord.__table__.columns
-    if isinstance(c.type, sa.String) and c.type.length is not None
-}
+USAGE_TABLE = cast(sa.Table, UsageRecord.__table__)
+USAGE_COLUMNS: tuple[str, ...] = tuple(c.name for c in USAGE_TABLE.columns)
 _PLAIN_FIELDS = tuple(n for n in USAGE_COLUMNS if n not in {"ts", "cost_usd", "uncached_cost_usd"})
+
+
+def _check_value(column: sa.Column[Any], value: object) -> None:
+    """`value` fits `column` on every dialect (SQLite stores NaN as NULL; PostgreSQL refuses NUL)."""
+    kind = column.type
+    if value is None:
+        if not column.nullable:
+            raise ValueError(f"UsageRow.{column.name} is required")
+    elif isinstance(kind, sa.String):
+        if not isinstance(value, str) or "\x00" in value:
+            raise ValueError(f"UsageRow.{column.name} must be text without NUL characters")
+        if kind.length is not None and len(value) > kind.length:
+            raise ValueError(f"UsageRow.{column.name} is longer than {kind.length} characters")
+    elif isinstance(kind, sa.Integer):
+        bound = 2**63 if isinstance(kind, sa.BigInteger) else 2**31
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < bound:
+            raise ValueError(f"UsageRow.{column.name} must be an integer in [0, {bound})")
+    elif isinstance(kind, sa.Float) and (
+        not isinstance(value, int | float) or not math.isfinite(value) or value < 0
+    ):
+        raise ValueError(f"UsageRow.{column.name} must be a finite number >= 0")
 
 
 def _check_diagnosis(text: str) -> None:

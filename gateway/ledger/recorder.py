@@ -19,6 +19,7 @@ from pathlib import Path
 
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 
 from gateway.ledger.models import UsageRecord, UsageRow
 from gateway.ledger.spool import Spool
@@ -37,12 +38,15 @@ class RecorderConfig:
 
 @dataclass(frozen=True, slots=True)
 class RecorderStats:
-    """Counters since start; `num_overflowed` > 0 means rows exist only in the ERROR log."""
+    """Counters since start. `num_written` counts rows sent to the database (a row re-sent
+    after a lost acknowledgement counts twice, is stored once). `num_overflowed` (spool full)
+    and `num_rejected` (refused by the database) rows exist only in the ERROR log."""
 
     num_recorded: int
     num_written: int
     num_spooled: int
     num_overflowed: int
+    num_rejected: int
     num_pending: int
     spool_bytes: int
     is_database_up: bool
@@ -54,6 +58,13 @@ def insert_rows(engine: Engine, rows: Sequence[UsageRow]) -> None:
     statement = dialect.insert(UsageRecord.__table__).on_conflict_do_nothing(index_elements=["id"])
     with engine.begin() as connection:
         connection.execute(statement, [row.to_values() for row in rows])
+
+
+def _is_row_error(error: Exception) -> bool:
+    """The database (or the statement's parameter handling) refused the data, not the call."""
+    if isinstance(error, DataError | IntegrityError):
+        return True
+    return isinstance(error, StatementError) and not isinstance(error, DBAPIError)
 
 
 class UsageRecorder:
@@ -78,7 +89,7 @@ class UsageRecorder:
         self._is_db_up = True
         self._retry_delay_s = config.retry_initial_s
         self._retry_at = 0.0
-        self._counts = {"recorded": 0, "written": 0, "spooled": 0, "overflowed": 0}
+        self._counts = {"recorded": 0, "written": 0, "spooled": 0, "overflowed": 0, "rejected": 0}
 
     def start(self) -> None:
         """Opens the spool and starts the writer, which first drains what earlier runs spooled."""
@@ -104,6 +115,7 @@ class UsageRecorder:
                 num_written=self._counts["written"],
                 num_spooled=self._counts["spooled"],
                 num_overflowed=self._counts["overflowed"],
+                num_rejected=self._counts["rejected"],
                 num_pending=len(self._pending),
                 spool_bytes=self._spool.num_bytes,
                 is_database_up=self._is_db_up,
@@ -155,18 +167,16 @@ class UsageRecorder:
             self._to_spool(batch)  # keep the outage's rows together; the drain writes them
             return
         try:
-            insert_rows(self._engine, batch)
+            self._insert(batch)
         except Exception as error:  # noqa: BLE001 - any failure: keep the rows, retry later
             self._mark_down(error)
             self._to_spool(batch)
-            return
-        self._count("written", len(batch))
 
     def _drain_spool(self) -> None:
         num_rows = 0
         try:
             for batch in self._spool.read_all(self._config.batch_size):
-                insert_rows(self._engine, batch)
+                self._insert(batch)
                 num_rows += len(batch)
             self._spool.clear()
         except Exception as error:  # noqa: BLE001 - the spool keeps them; retry with backoff
@@ -175,10 +185,34 @@ class UsageRecorder:
             return
         if num_rows:
             log.warning("usage ledger: wrote %d spooled rows", num_rows)
-        self._count("written", num_rows)
         with self._wakeup:
             self._is_db_up = True
         self._retry_delay_s = self._config.retry_initial_s
+
+    def _insert(self, batch: list[UsageRow]) -> None:
+        """Inserts `batch`; if the database refuses a row (not the connection), the batch is
+        retried row by row so one bad row cannot hold the others back."""
+        try:
+            insert_rows(self._engine, batch)
+        except Exception as error:
+            if not _is_row_error(error):
+                raise
+            for row in batch:
+                try:
+                    insert_rows(self._engine, [row])
+                except Exception as row_error:
+                    if not _is_row_error(row_error):
+                        raise
+                    log.error(
+                        "usage ledger: database refused a row (%s), kept only in this log: %s",
+                        type(row_error).__name__,
+                        row.to_json(),
+                    )
+                    self._count("rejected", 1)
+                else:
+                    self._count("written", 1)
+            return
+        self._count("written", len(batch))
 
     def _mark_down(self, error: Exception) -> None:
         log.warning(

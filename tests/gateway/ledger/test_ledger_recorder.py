@@ -272,3 +272,21 @@ def test_a_full_spool_logs_each_overflow_row_whole_and_counts_it(
     ]
     assert [UsageRow.from_json(text) for text in logged] == rows[3:]
     engine.dispose()
+
+
+def test_a_row_the_database_refuses_does_not_hold_back_the_others(
+    engine, make_row, tmp_path, caplog
+):
+    good = [make_row() for _ in range(3)]
+    bad = make_row()
+    object.__setattr__(bad, "key_id", None)  # slips past UsageRow's checks; NOT NULL refuses it
+    recorder = UsageRecorder(engine, fast_retry(tmp_path / "spool"))
+    for row in (good[0], bad, good[1], good[2]):
+        recorder.record(row)  # queued before start: the writer takes them as one batch
+    with caplog.at_level(logging.ERROR, logger="gateway.ledger.recorder"):
+        recorder.start()
+        recorder.close()
+    assert stored(engine)[0] == sorted(r.id for r in good)
+    stats = recorder.stats()
+    assert (stats.num_written, stats.num_rejected, stats.num_spooled) == (3, 1, 0)
+    assert [r.getMessage().split("log: ", 1)[1] for r in caplog.records] == [bad.to_json()]

@@ -110,6 +110,16 @@ def test_usage_row_round_trips_through_json(make_row):
         ("cache_diagnosis", "not json"),
         ("cache_diagnosis", '"' + "x" * 9000 + '"'),
         ("ts", datetime(2026, 11, 1)),
+        ("tenant", "ac\x00me"),
+        ("key_id", None),
+        ("model", 7),
+        ("latency_ms", float("nan")),
+        ("ttft_ms", float("inf")),
+        ("output_tokens", 2**63),
+        ("attempt", True),
+        ("attempt", 2**31),
+        ("cost_usd", "ten dollars"),
+        ("cost_usd", Decimal("1e10")),
     ],
 )
 def test_usage_row_rejects_what_the_table_cannot_take(make_row, field, value):
@@ -123,3 +133,32 @@ def test_timestamps_come_back_as_utc(engine, make_row):
     with Session(engine) as session:
         record = session.scalars(sa.select(UsageRecord)).one()
     assert record.ts == datetime(2026, 11, 3, 9, 30, tzinfo=UTC)
+
+
+def test_the_largest_valid_row_is_stored(engine, make_row):
+    row = make_row(
+        id="f" * 36,
+        tenant="t" * 128,
+        key_id="k" * 128,
+        session_id="s" * 256,
+        model="m" * 256,
+        backend="b" * 128,
+        replica="r" * 512,
+        error_kind="e" * 64,
+        request_id="q" * 128,
+        input_tokens=2**63 - 1,
+        output_tokens=2**63 - 1,
+        attempt=2**31 - 1,
+        cost_usd=Decimal("9999999999.99999999"),
+        cache_diagnosis='{"x":"' + "y" * 8000 + '"}',
+    )
+    insert_rows(engine, [row])
+    with Session(engine) as session:
+        record = session.scalars(sa.select(UsageRecord)).one()
+    assert (record.tenant, record.replica, record.input_tokens, record.attempt) == (
+        "t" * 128,
+        "r" * 512,
+        2**63 - 1,
+        2**31 - 1,
+    )
+    assert record.cache_diagnosis == row.cache_diagnosis
