@@ -134,26 +134,27 @@ class IdempotencyStore:
     def take_over(self, record: RunRecord) -> RunRecord | None:
         """Win a stale run with the next fence; None when another worker won it first."""
         values = {"fence": record.fence + 1, "lease_expires_at": self._clock() + self.lease_s}
-        if not self._fenced(record.id, record.fence, **values):
+        if not self._fenced(record.id, record.fence, values):
             return None
         return self.get(record.tenant, record.id)
 
     def mark_started(self, run_id: str, fence: int, backend_ref: str | None) -> bool:
         """Durably record that the side effect may begin (before spawning or RunTask)."""
         lease = self._clock() + self.lease_s
-        return self._fenced(run_id, fence, state="started", backend_ref=backend_ref,
-                            lease_expires_at=lease)
+        return self._fenced(run_id, fence, {"state": "started", "backend_ref": backend_ref,
+                                            "lease_expires_at": lease})
 
     def set_ref(self, run_id: str, fence: int, backend_ref: str) -> bool:
-        return self._fenced(run_id, fence, backend_ref=backend_ref)
+        return self._fenced(run_id, fence, {"backend_ref": backend_ref})
 
     def renew(self, run_id: str, fence: int) -> bool:
-        return self._fenced(run_id, fence, lease_expires_at=self._clock() + self.lease_s)
+        return self._fenced(run_id, fence, {"lease_expires_at": self._clock() + self.lease_s})
 
     def complete(self, run_id: str, fence: int, http_status: int, response: str) -> bool:
         now = self._clock()
-        return self._fenced(run_id, fence, state="done", http_status=http_status,
-                            response=response, expires_at=now + self.retention_s)
+        values = {"state": "done", "http_status": http_status, "response": response,
+                  "expires_at": now + self.retention_s}
+        return self._fenced(run_id, fence, values)
 
     def release(self, run_id: str, fence: int) -> bool:
         """Forget a claim whose run never began (validation or launch refused)."""
@@ -178,12 +179,12 @@ class IdempotencyStore:
         with self._engine.begin() as conn:
             conn.execute(statement)
 
-    def _fenced(self, run_id: str, fence: int, **values: object) -> bool:
+    def _fenced(self, run_id: str, fence: int, values: dict[str, object]) -> bool:
         statement = (
             tool_runs.update()
             .where(tool_runs.c.id == run_id, tool_runs.c.fence == fence,
                    tool_runs.c.state != "done")
-            .values(**values)
+            .values(values)
         )
         with self._engine.begin() as conn:
             return conn.execute(statement).rowcount == 1

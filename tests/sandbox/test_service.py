@@ -1,0 +1,230 @@
+"""ToolRunService semantics: replay, 422, 409, release, outcome unknown, retention, Redis gate."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+import pytest
+import sqlalchemy as sa
+
+from sandbox.errors import (
+    IdempotencyKeyInUse,
+    IdempotencyKeyReused,
+    InvalidToolRequest,
+    RunNotFound,
+    SandboxUnavailable,
+    ToolNotAllowed,
+)
+from sandbox.idempotency import IdempotencyStore
+from sandbox.service import ToolRunService
+from sandbox.types import RunOutput, RunStatus, SandboxJob, ToolLimits, ToolRunRequest, ToolSpec
+from tests.sandbox.conftest import ManualClock
+
+TOOLS = (ToolSpec("echo", ("echo", "{word}"), limits=ToolLimits(wall_s=5)),)
+
+
+class FakeRunner:
+    """A ProcessRunner that counts runs and can be held open by the test."""
+
+    def __init__(self, clock: ManualClock, exit_code: int = 0) -> None:
+        self.jobs: list[SandboxJob] = []
+        self.release = asyncio.Event()
+        self.release.set()
+        self.clock = clock
+        self.exit_code = exit_code
+        self.available = True
+
+    def backend(self) -> str:
+        if not self.available:
+            raise SandboxUnavailable("no namespaces in this test")
+        return "fake"
+
+    async def run(self, job: SandboxJob) -> RunOutput:
+        self.jobs.append(job)
+        await self.release.wait()
+        status = RunStatus.SUCCEEDED if self.exit_code == 0 else RunStatus.FAILED
+        return RunOutput(status, self.exit_code, " ".join(job.argv[1:]) + "\n", "", False, False,
+                         self.clock(), self.clock() + 0.25)
+
+
+def _service(sqlite_engine: sa.Engine, clock: ManualClock, runner: FakeRunner,
+             gate: object = None) -> tuple[ToolRunService, IdempotencyStore]:
+    store = IdempotencyStore(sqlite_engine, clock, lease_s=10, retention_s=3600)
+    return ToolRunService(store, runner, clock, logging.getLogger("t"), gate=gate), store  # type: ignore[arg-type]
+
+
+def _req(key: str, word: str = "hi", tenant: str = "acme", tool: str = "echo") -> ToolRunRequest:
+    return ToolRunRequest(tenant, "k1", key, tool, (("word", word),))
+
+
+def test_replay_is_byte_identical_and_runs_once(sqlite_engine: sa.Engine, clock: ManualClock) -> None:
+    runner = FakeRunner(clock, exit_code=3)
+    service, _ = _service(sqlite_engine, clock, runner)
+
+    async def scenario() -> None:
+        first = await service.submit(TOOLS, _req("key-1"))
+        clock.advance(5)
+        again = await service.submit(TOOLS, _req("key-1"))
+        assert (first.http_status, first.replayed, again.replayed) == (200, False, True)
+        assert again.body == first.body and again.run_id == first.run_id
+        body = json.loads(first.body)
+        assert (body["status"], body["exit_code"], body["stdout"], body["duration_ms"]) == (
+            "failed", 3, "hi\n", 250)
+        assert (await service.get("acme", first.run_id)).body == first.body
+
+    asyncio.run(scenario())
+    assert [job.argv for job in runner.jobs] == [("echo", "hi")]
+    assert runner.jobs[0].env[0][0] == "LANTERN_IDEMPOTENCY_KEY"
+
+
+def test_same_key_other_request_is_422_and_other_tenant_is_separate(
+    sqlite_engine: sa.Engine, clock: ManualClock
+) -> None:
+    runner = FakeRunner(clock)
+    service, _ = _service(sqlite_engine, clock, runner)
+
+    async def scenario() -> None:
+        await service.submit(TOOLS, _req("key-1"))
+        with pytest.raises(IdempotencyKeyReused):
+            await service.submit(TOOLS, _req("key-1", word="bye"))
+        other = await service.submit(TOOLS, _req("key-1", tenant="globex"))
+        assert other.replayed is False
+        with pytest.raises(RunNotFound):
+            await service.get("globex", (await service.submit(TOOLS, _req("key-1"))).run_id)
+
+    asyncio.run(scenario())
+    assert len(runner.jobs) == 2
+
+
+def test_while_running_the_same_key_is_409(sqlite_engine: sa.Engine, clock: ManualClock) -> None:
+    runner = FakeRunner(clock)
+    runner.release.clear()
+    service, _ = _service(sqlite_engine, clock, runner)
+
+    async def scenario() -> None:
+        first = asyncio.create_task(service.submit(TOOLS, _req("key-1")))
+        while not runner.jobs:
+            await asyncio.sleep(0.01)
+        with pytest.raises(IdempotencyKeyInUse):
+            await service.submit(TOOLS, _req("key-1"))
+        row = service._store.find("acme", "key-1")
+        assert row is not None
+        running = json.loads((await service.get("acme", row.id)).body)
+        assert running["status"] == "running"
+        runner.release.set()
+        assert (await first).http_status == 200
+
+    asyncio.run(scenario())
+    assert len(runner.jobs) == 1
+
+
+def test_validation_failures_are_not_stored(sqlite_engine: sa.Engine, clock: ManualClock) -> None:
+    runner = FakeRunner(clock)
+    service, store = _service(sqlite_engine, clock, runner)
+
+    async def scenario() -> None:
+        with pytest.raises(ToolNotAllowed):
+            await service.submit(TOOLS, _req("key-1", tool="rm"))
+        bad = ToolRunRequest("acme", "k1", "key-1", "echo", (("wrong", "x"),))
+        with pytest.raises(InvalidToolRequest):
+            await service.submit(TOOLS, bad)
+        too_big = ToolRunRequest("acme", "k1", "key-1", "echo", (("word", "x"),), ToolLimits(wall_s=99))
+        with pytest.raises(InvalidToolRequest):
+            await service.submit(TOOLS, too_big)
+        runner.available = False
+        with pytest.raises(SandboxUnavailable):
+            await service.submit(TOOLS, _req("key-1"))
+        assert store.find("acme", "key-1") is None
+        runner.available = True
+        assert (await service.submit(TOOLS, _req("key-1"))).http_status == 200
+
+    asyncio.run(scenario())
+    assert len(runner.jobs) == 1
+
+
+def test_started_run_whose_owner_vanished_is_outcome_unknown(
+    sqlite_engine: sa.Engine, clock: ManualClock
+) -> None:
+    runner = FakeRunner(clock)
+    service, store = _service(sqlite_engine, clock, runner)
+    prepared = service._prepare(TOOLS, _req("key-1"))
+    claim = store.claim("acme", "key-1", prepared.fingerprint, "echo", "local")
+    store.mark_started(claim.record.id, claim.record.fence, "local")  # then the gateway died
+
+    async def scenario() -> None:
+        with pytest.raises(IdempotencyKeyInUse):
+            await service.submit(TOOLS, _req("key-1"))
+        clock.advance(11)
+        unknown = await service.submit(TOOLS, _req("key-1"))
+        assert unknown.http_status == 500
+        assert json.loads(unknown.body)["error"]["code"] == "tool_run_outcome_unknown"
+        again = await service.submit(TOOLS, _req("key-1"))
+        assert (again.body, again.replayed) == (unknown.body, True)
+        assert json.loads((await service.get("acme", claim.record.id)).body)["status"] == (
+            "outcome_unknown")
+
+    asyncio.run(scenario())
+    assert runner.jobs == []
+    assert not store.complete(claim.record.id, claim.record.fence, 200, "late")
+
+
+def test_claimed_but_never_started_is_taken_over_and_run(
+    sqlite_engine: sa.Engine, clock: ManualClock
+) -> None:
+    runner = FakeRunner(clock)
+    service, store = _service(sqlite_engine, clock, runner)
+    prepared = service._prepare(TOOLS, _req("key-1"))
+    store.claim("acme", "key-1", prepared.fingerprint, "echo", "local")  # died before starting
+    clock.advance(11)
+    reply = asyncio.run(service.submit(TOOLS, _req("key-1")))
+    assert json.loads(reply.body)["status"] == "succeeded"
+    assert len(runner.jobs) == 1
+
+
+def test_after_retention_the_key_runs_again(sqlite_engine: sa.Engine, clock: ManualClock) -> None:
+    runner = FakeRunner(clock)
+    service, _ = _service(sqlite_engine, clock, runner)
+
+    async def scenario() -> None:
+        first = await service.submit(TOOLS, _req("key-1"))
+        clock.advance(3601)
+        second = await service.submit(TOOLS, _req("key-1"))
+        assert second.run_id != first.run_id and second.replayed is False
+
+    asyncio.run(scenario())
+    assert len(runner.jobs) == 2
+
+
+@pytest.mark.redis
+def test_redis_gate_answers_duplicates_without_running(
+    sqlite_engine: sa.Engine, clock: ManualClock, redis_url: str, redis_prefix: str
+) -> None:
+    import redis.asyncio as aioredis
+
+    from sandbox.inflight import RedisInflightGate
+
+    runner = FakeRunner(clock)
+    runner.release.clear()
+
+    async def scenario() -> None:
+        client = aioredis.from_url(redis_url)
+        gate = RedisInflightGate(client, prefix=redis_prefix)
+        service, _ = _service(sqlite_engine, clock, runner, gate)
+        first = asyncio.create_task(service.submit(TOOLS, _req("key-1")))
+        while not runner.jobs:
+            await asyncio.sleep(0.01)
+        assert await client.exists(f"{redis_prefix}acme:key-1") == 1
+        with pytest.raises(IdempotencyKeyInUse):
+            await service.submit(TOOLS, _req("key-1"))
+        with pytest.raises(IdempotencyKeyReused):
+            await service.submit(TOOLS, _req("key-1", word="other"))
+        runner.release.set()
+        done = await first
+        assert await client.exists(f"{redis_prefix}acme:key-1") == 0
+        assert (await service.submit(TOOLS, _req("key-1"))).body == done.body
+        await client.aclose()
+
+    asyncio.run(scenario())
+    assert len(runner.jobs) == 1
