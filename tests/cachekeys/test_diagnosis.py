@@ -1,0 +1,126 @@
+"""Cache-break diagnosis: each reason, the first changed block, and the predicted cache read."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from adapters.types import ChatRequest, Message, TextPart
+from cachekeys.diagnosis import PromptFingerprint, Reason, diagnose
+from cachekeys.layout import PromptLayout, request_blocks
+from cachekeys.markers import plan_breakpoints
+from tests.cachekeys.conftest import agent_request, tool
+
+
+def fingerprint(
+    request: ChatRequest, tenant: str = "acme", mode: str = "breakpoints", ttl_s: float = 300.0
+) -> PromptFingerprint:
+    layout = PromptLayout(request_blocks(request), tuple(600 for _ in request_blocks(request)))
+    plan = plan_breakpoints(layout, request.model, "5m", 1024)
+    return PromptFingerprint.of(layout, tenant, request.model, plan.indices, mode, ttl_s)  # type: ignore[arg-type]
+
+
+FIRST = agent_request(turns=1)  # tools 0-1 (end 1200), system 2 (1800), message 3 (2400)
+SECOND = agent_request(turns=2)  # ... + assistant 4, user 5 (3600)
+
+
+def test_first_call() -> None:
+    d = diagnose(None, None, fingerprint(FIRST), 0.0)
+    assert (d.reason, d.kept, d.stable_prefix_tokens, d.predicted_read_tokens) == (
+        Reason.FIRST_CALL,
+        False,
+        2400,
+        0,
+    )
+
+
+def test_append_only_keeps_the_prefix() -> None:
+    d = diagnose(fingerprint(FIRST), 0.0, fingerprint(SECOND), 30.0)
+    assert (
+        d.reason,
+        d.kept,
+        d.expected_prefix_tokens,
+        d.predicted_read_tokens,
+        d.stable_prefix_tokens,
+    ) == (
+        Reason.KEPT,
+        True,
+        2400,
+        2400,
+        3600,
+    )
+    assert d.gap_s == 30.0
+
+
+def test_ttl_expired() -> None:
+    d = diagnose(fingerprint(FIRST), 0.0, fingerprint(SECOND), 301.0)
+    assert (d.reason, d.kept, d.predicted_read_tokens) == (Reason.TTL_EXPIRED, False, 0)
+
+
+def test_tools_changed() -> None:
+    more_tools = replace(SECOND, tools=(*SECOND.tools, tool("zeta")))
+    d = diagnose(fingerprint(FIRST), 0.0, fingerprint(more_tools), 10.0)
+    assert (d.reason, d.first_changed, d.predicted_read_tokens) == (
+        Reason.TOOLS_CHANGED,
+        "tools[2]",
+        1200,
+    )
+    changed_first = replace(SECOND, tools=(tool("edit", "new text"), SECOND.tools[1]))
+    d = diagnose(fingerprint(FIRST), 0.0, fingerprint(changed_first), 10.0)
+    assert (d.reason, d.first_changed, d.predicted_read_tokens) == (
+        Reason.TOOLS_CHANGED,
+        "tools[0]",
+        0,
+    )
+
+
+def test_system_changed() -> None:
+    d = diagnose(
+        fingerprint(FIRST), 0.0, fingerprint(replace(SECOND, system=(TextPart("Now 10:15"),))), 10.0
+    )
+    assert (d.reason, d.first_changed, d.predicted_read_tokens) == (
+        Reason.SYSTEM_CHANGED,
+        "system[0]",
+        1200,
+    )
+
+
+def test_history_rewritten() -> None:
+    rewritten = replace(
+        SECOND,
+        messages=(Message("user", (TextPart("Summary of the task."),)), *SECOND.messages[1:]),
+    )
+    d = diagnose(fingerprint(FIRST), 0.0, fingerprint(rewritten), 10.0)
+    assert (d.reason, d.first_changed, d.predicted_read_tokens) == (
+        Reason.HISTORY_REWRITTEN,
+        "messages[0][0]",
+        1800,
+    )
+    truncated = replace(SECOND, messages=())
+    d = diagnose(fingerprint(FIRST), 0.0, fingerprint(truncated), 10.0)
+    assert (d.reason, d.first_changed) == (Reason.HISTORY_REWRITTEN, "messages[0][0]")
+
+
+def test_tenant_and_model_changed() -> None:
+    d = diagnose(fingerprint(FIRST, "acme"), 0.0, fingerprint(SECOND, "globex"), 10.0)
+    assert (d.reason, d.predicted_read_tokens) == (Reason.TENANT_CHANGED, 0)
+    d = diagnose(
+        fingerprint(FIRST), 0.0, fingerprint(replace(SECOND, model="claude-opus-4-1")), 10.0
+    )
+    assert d.reason == Reason.MODEL_CHANGED
+
+
+def test_automatic_mode_predicts_128_token_steps() -> None:
+    d = diagnose(
+        fingerprint(FIRST, mode="automatic"), 0.0, fingerprint(SECOND, mode="automatic"), 10.0
+    )
+    assert (d.reason, d.predicted_read_tokens) == (Reason.KEPT, 2304)  # 1024 + 10 * 128 <= 2400
+    d = diagnose(
+        fingerprint(FIRST, mode="automatic"),
+        0.0,
+        fingerprint(replace(SECOND, system=(TextPart("x"),)), mode="automatic"),
+        10.0,
+    )
+    assert (d.reason, d.predicted_read_tokens) == (
+        Reason.SYSTEM_CHANGED,
+        1152,
+    )  # tools: 1200 -> 1152
