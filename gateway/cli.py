@@ -17,7 +17,7 @@ from typing import Any
 
 from gateway.keys import new_key, seed_demo_tenant
 from gateway.settings import Settings, SettingsError, demo_settings, load_settings
-from policies.loader import check_paths
+from policies.loader import check_paths, reference_issues
 
 EXIT_OK, EXIT_INVALID, EXIT_UNAVAILABLE = 0, 1, 2
 GROUP_BY_CHOICES = ("tenant", "model", "backend", "day")
@@ -75,6 +75,11 @@ def _add_policy(commands: Any) -> None:
         "for every error (exit 1), or one OK line (exit 0).",
     )
     check.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="file or directory")
+    check.add_argument(
+        "--config",
+        type=Path,
+        help="also check that `models` and `backends` name entries of this lantern.yaml",
+    )
     check.set_defaults(handler=_policy_check)
 
 
@@ -232,6 +237,14 @@ def _announce_demo_key(settings: Settings) -> None:
 
 def _policy_check(args: argparse.Namespace) -> int:
     loaded, issues = check_paths(args.paths)
+    if args.config is not None:
+        settings = _settings(args.config)
+        if settings is None:
+            return EXIT_UNAVAILABLE
+        models = {route.name for route in settings.models}
+        backends = {b.name for route in settings.models for b in route.backends}
+        for item in loaded:
+            issues.extend(reference_issues(item, models, backends))
     for issue in sorted(issues):
         print(issue)
     if issues:

@@ -10,9 +10,10 @@ import difflib
 import hashlib
 import types
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -54,12 +55,15 @@ class YamlDocument:
 
 @dataclass(frozen=True, slots=True)
 class LoadedPolicy:
-    """A valid policy and where it came from; `key_lines[i]` is the line of `api_keys[i].sha256`."""
+    """A valid policy, where it came from, and the line of each field (`api_keys[0].sha256`)."""
 
     policy: TenantPolicy
     file: str
     content_sha256: str
-    key_lines: tuple[int, ...]
+    lines: Mapping[str, int]
+
+    def line_of(self, field: str) -> int:
+        return self.lines.get(field, 1)
 
 
 def parse_yaml(text: str, file: str) -> YamlDocument:
@@ -236,9 +240,9 @@ def load_policy_text(text: str, file: str, *, expected_tenant: str | None = None
         issues.extend(_duplicates(policy, doc, file))
     if issues or policy is None:
         raise PolicyFileError(issues)
-    key_lines = tuple(doc.line_of(("api_keys", i, "sha256")) for i in range(len(policy.api_keys)))
+    lines = {_dotted(path): doc.line_of(path) for path in doc.value_lines if path}
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    return LoadedPolicy(policy, file, digest, key_lines)
+    return LoadedPolicy(policy, file, digest, MappingProxyType(lines))
 
 
 def _duplicates(policy: TenantPolicy, doc: YamlDocument, file: str) -> list[PolicyIssue]:
@@ -293,12 +297,31 @@ def key_conflicts(candidate: LoadedPolicy, owners: Mapping[str, LoadedPolicy]) -
         owner = owners.get(entry.sha256)
         if owner is None or owner.policy.tenant == candidate.policy.tenant:
             continue
-        owner_line = owner.key_lines[[k.sha256 for k in owner.policy.api_keys].index(entry.sha256)]
+        owner_index = [k.sha256 for k in owner.policy.api_keys].index(entry.sha256)
+        owner_line = owner.line_of(f"api_keys[{owner_index}].sha256")
         reason = (
             f"key hash already used by tenant '{owner.policy.tenant}' ({owner.file}:{owner_line})"
         )
         field = f"api_keys[{index}].sha256"
-        issues.append(PolicyIssue(candidate.file, candidate.key_lines[index], field, reason))
+        issues.append(PolicyIssue(candidate.file, candidate.line_of(field), field, reason))
+    return issues
+
+
+def reference_issues(
+    loaded: LoadedPolicy, model_names: Collection[str], backend_names: Collection[str]
+) -> list[PolicyIssue]:
+    """Issues for `models` / `backends` entries that name nothing in the server config."""
+    issues = []
+    lists = (
+        ("models", loaded.policy.models, model_names, "model"),
+        ("backends", loaded.policy.backends or (), backend_names, "backend"),
+    )
+    for section, names, known, what in lists:
+        for index, name in enumerate(names):
+            if name not in known:
+                field = f"{section}[{index}]"
+                reason = f"no {what} named '{name}' in the server config"
+                issues.append(PolicyIssue(loaded.file, loaded.line_of(field), field, reason))
     return issues
 
 

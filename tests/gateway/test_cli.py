@@ -245,3 +245,23 @@ def test_serve_with_an_invalid_config_exits_2(
     config.write_text("port: 80\nlisten: all\n")
     assert main(["serve", "--config", str(config)]) == 2
     assert capsys.readouterr().err.startswith(f"{config}:2: listen: unknown key (allowed: ")
+
+
+def test_policy_check_against_the_server_config(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = policies(tmp_path)
+    (folder / "beta.yaml").write_text(
+        "tenant: beta\nmodels: [smollm2, gpt-5]\nbackends:\n  - smollm2-local\n  - gone\n"
+    )
+    config = tmp_path / "lantern.yaml"
+    config.write_text(
+        "models:\n  - name: smollm2\n    backends:\n"
+        "      - {kind: selfhost, name: smollm2-local, model_path: default}\n"
+    )
+    assert main(["policy", "check", str(folder), "--config", str(config)]) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        f"{folder}/beta.yaml:2: models[1]: no model named 'gpt-5' in the server config",
+        f"{folder}/beta.yaml:5: backends[1]: no backend named 'gone' in the server config",
+    ]
+    assert main(["policy", "check", str(folder / "acme.yaml"), "--config", str(config)]) == 0

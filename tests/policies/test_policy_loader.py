@@ -61,7 +61,11 @@ def test_valid_policy_loads_every_section() -> None:
     assert policy.routing.venue == "selfhost_only"
     assert policy.tools[0].command == ("python", "-m", "search")
     assert policy.tools[0].limits.wall_s == 30
-    assert loaded.key_lines == (5,)
+    assert (loaded.line_of("api_keys[0].sha256"), loaded.line_of("limits.max_output_tokens")) == (
+        5,
+        9,
+    )
+    assert loaded.line_of("tools[0].egress[0]") == 16
 
 
 def test_unknown_key_names_line_field_and_suggestion() -> None:
