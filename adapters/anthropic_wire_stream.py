@@ -117,33 +117,57 @@ class AnthropicStreamEncoder:
     def encode(self, event: StreamEvent) -> bytes:
         if isinstance(event, TextDelta):
             out = self._ensure_block(event.index, "text", {"type": "text", "text": ""})
-            return out + self._event("content_block_delta", {
-                "type": "content_block_delta", "index": self._next_index - 1,
-                "delta": {"type": "text_delta", "text": event.text}})
+            return out + self._event(
+                "content_block_delta",
+                {
+                    "type": "content_block_delta",
+                    "index": self._next_index - 1,
+                    "delta": {"type": "text_delta", "text": event.text},
+                },
+            )
         if isinstance(event, ToolCallDelta):
             out = self._ensure_block(event.index, "tool_use", None)
-            return out + self._event("content_block_delta", {
-                "type": "content_block_delta", "index": self._next_index - 1,
-                "delta": {"type": "input_json_delta", "partial_json": event.arguments_json}})
+            return out + self._event(
+                "content_block_delta",
+                {
+                    "type": "content_block_delta",
+                    "index": self._next_index - 1,
+                    "delta": {"type": "input_json_delta", "partial_json": event.arguments_json},
+                },
+            )
         if isinstance(event, ToolCallStart):
             out = self._close()
-            return out + self._start_block(event.index, "tool_use", {
-                "type": "tool_use", "id": event.id, "name": event.name, "input": {}})
+            return out + self._start_block(
+                event.index,
+                "tool_use",
+                {"type": "tool_use", "id": event.id, "name": event.name, "input": {}},
+            )
         if isinstance(event, StreamStart):
             return self._message_start(event)
         return self._end(event)
 
     def _message_start(self, event: StreamStart) -> bytes:
         model = self._model if self._model is not None else event.model
-        message = {
-            "id": event.id, "type": "message", "role": "assistant", "model": model,
-            "content": [], "stop_reason": None, "stop_sequence": None,
-            "usage": encode_usage(Usage(
-                self._start_usage.input_tokens, 1, self._start_usage.cache_read_tokens,
-                self._start_usage.cache_write_tokens)),
+        message: dict[str, Any] = {
+            "id": event.id,
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": encode_usage(
+                Usage(
+                    self._start_usage.input_tokens,
+                    1,
+                    self._start_usage.cache_read_tokens,
+                    self._start_usage.cache_write_tokens,
+                )
+            ),
         }
-        return (self._event("message_start", {"type": "message_start", "message": message})
-                + self._event("ping", {"type": "ping"}))
+        return self._event(
+            "message_start", {"type": "message_start", "message": message}
+        ) + self._event("ping", {"type": "ping"})
 
     def _ensure_block(self, index: int, kind: str, start: dict[str, Any] | None) -> bytes:
         if self._open is not None and self._open == (index, kind):
@@ -156,24 +180,35 @@ class AnthropicStreamEncoder:
     def _start_block(self, index: int, kind: str, block: dict[str, Any]) -> bytes:
         self._open = (index, kind)
         self._next_index += 1
-        return self._event("content_block_start", {
-            "type": "content_block_start", "index": self._next_index - 1, "content_block": block})
+        return self._event(
+            "content_block_start",
+            {"type": "content_block_start", "index": self._next_index - 1, "content_block": block},
+        )
 
     def _close(self) -> bytes:
         if self._open is None:
             return b""
         self._open = None
-        return self._event("content_block_stop",
-                           {"type": "content_block_stop", "index": self._next_index - 1})
+        return self._event(
+            "content_block_stop", {"type": "content_block_stop", "index": self._next_index - 1}
+        )
 
     def _end(self, event: StreamEnd) -> bytes:
-        return (self._close()
-                + self._event("message_delta", {
+        return (
+            self._close()
+            + self._event(
+                "message_delta",
+                {
                     "type": "message_delta",
-                    "delta": {"stop_reason": STOP_TO_WIRE[event.stop_reason],
-                              "stop_sequence": event.stop_sequence},
-                    "usage": encode_usage(event.usage)})
-                + self._event("message_stop", {"type": "message_stop"}))
+                    "delta": {
+                        "stop_reason": STOP_TO_WIRE[event.stop_reason],
+                        "stop_sequence": event.stop_sequence,
+                    },
+                    "usage": encode_usage(event.usage),
+                },
+            )
+            + self._event("message_stop", {"type": "message_stop"})
+        )
 
     @staticmethod
     def _event(name: str, data: dict[str, Any]) -> bytes:

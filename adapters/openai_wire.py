@@ -1,78 +1,106 @@
-"""OpenAI chat-completions JSON <-> canonical types (requests, responses, usage, errors).
+"""OpenAI chat-completions request JSON <-> canonical ChatRequest; the one import for the format.
 
-Pure functions at the JSON edge; no I/O. Streaming lives in `openai_wire_stream.py`.
+Pure functions at the JSON edge; no I/O. Responses live in `openai_wire_response.py` (re-exported
+here), streaming in `openai_wire_stream.py`.
 Canonical `tool_choice` is None | "auto" | "none" | "required" | {"name": <tool>}.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import Any
 
-import orjson
-
 from adapters.errors import WireFormatError
+from adapters.openai_wire_response import (
+    FINISH_TO_STOP,
+    STOP_TO_FINISH,
+    decode_response,
+    decode_tool_calls,
+    decode_usage,
+    encode_error,
+    encode_response,
+    encode_tool_calls,
+    encode_usage,
+)
 from adapters.types import (
     JSON,
     CacheControl,
     ChatRequest,
-    ChatResponse,
     ContentPart,
     ImagePart,
     Message,
-    StopReason,
+    Role,
     TextPart,
     ToolResultPart,
     ToolSpec,
     ToolUsePart,
-    Usage,
+)
+from adapters.wire_json import cache_control_at, expect, optional, with_cache_control
+
+__all__ = [
+    "FINISH_TO_STOP",
+    "OPENAI_EXTRA_FIELDS",
+    "STOP_TO_FINISH",
+    "decode_request",
+    "decode_response",
+    "decode_usage",
+    "encode_error",
+    "encode_request",
+    "encode_response",
+    "encode_usage",
+    "include_usage",
+]
+
+
+OPENAI_EXTRA_FIELDS = frozenset(
+    {
+        "seed",
+        "response_format",
+        "n",
+        "presence_penalty",
+        "frequency_penalty",
+        "logprobs",
+        "top_logprobs",
+        "logit_bias",
+        "parallel_tool_calls",
+        "reasoning_effort",
+        "service_tier",
+        "stream_options",
+        "metadata",
+        "store",
+        "modalities",
+        "prediction",
+        "verbosity",
+        "safety_identifier",
+        "prompt_cache_retention",
+        "web_search_options",
+    }
 )
 
-# Top-level request fields OpenAI-compatible servers accept that the canonical model keeps in
-# `extra` (re-emitted by `encode_request`); anything else is dropped when re-encoding.
-OPENAI_EXTRA_FIELDS = frozenset({
-    "seed", "response_format", "n", "presence_penalty", "frequency_penalty", "logprobs",
-    "top_logprobs", "logit_bias", "parallel_tool_calls", "reasoning_effort", "service_tier",
-    "stream_options", "metadata", "store", "modalities", "prediction", "verbosity",
-    "safety_identifier", "prompt_cache_retention", "web_search_options",
-})
-_KNOWN = frozenset({
-    "model", "messages", "tools", "tool_choice", "max_tokens", "max_completion_tokens",
-    "temperature", "top_p", "stop", "stream", "user", "prompt_cache_key", "cache_salt",
-})
-FINISH_TO_STOP: dict[str, StopReason] = {
-    "stop": "stop", "length": "length", "tool_calls": "tool_use", "function_call": "tool_use",
-    "content_filter": "error",
-}
-STOP_TO_FINISH: dict[StopReason, str] = {
-    "stop": "stop", "length": "length", "tool_use": "tool_calls", "stop_sequence": "stop",
-    "error": "content_filter",
-}
 
-
-def _expect(value: Any, kind: type | tuple[type, ...], path: str) -> Any:
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise WireFormatError(path, f"expected {names}")
-    return value
-
-
-def _cache_control(part: Mapping[str, Any], path: str) -> CacheControl | None:
-    cc = part.get("cache_control")
-    if cc is None:
-        return None
-    _expect(cc, dict, f"{path}.cache_control")
-    ttl = cc.get("ttl", "5m")
-    if ttl not in ("5m", "1h"):
-        raise WireFormatError(f"{path}.cache_control.ttl", "expected '5m' or '1h'")
-    return CacheControl(ttl=ttl)
+_KNOWN = frozenset(
+    {
+        "model",
+        "messages",
+        "tools",
+        "tool_choice",
+        "max_tokens",
+        "max_completion_tokens",
+        "temperature",
+        "top_p",
+        "stop",
+        "stream",
+        "user",
+        "prompt_cache_key",
+        "cache_salt",
+    }
+)
 
 
 def _image_part(part: Mapping[str, Any], path: str) -> ImagePart:
-    image = _expect(part.get("image_url"), dict, f"{path}.image_url")
-    url = _expect(image.get("url"), str, f"{path}.image_url.url")
-    cc = _cache_control(part, path)
+    image = expect(part.get("image_url"), dict, f"{path}.image_url")
+    url = expect(image.get("url"), str, f"{path}.image_url.url")
+    cc = cache_control_at(part, path)
     if url.startswith("data:") and ";base64," in url:
         head, _, data = url.partition(";base64,")
         return ImagePart(media_type=head[5:], data_b64=data, cache_control=cc)
@@ -85,13 +113,13 @@ def _content(value: Any, path: str) -> tuple[TextPart | ImagePart, ...]:
     if isinstance(value, str):
         return (TextPart(value),) if value else ()
     parts: list[TextPart | ImagePart] = []
-    for i, part in enumerate(_expect(value, list, path)):
+    for i, part in enumerate(expect(value, list, path)):
         p = f"{path}[{i}]"
-        _expect(part, dict, p)
+        expect(part, dict, p)
         kind = part.get("type")
         if kind == "text":
-            text = _expect(part.get("text"), str, f"{p}.text")
-            parts.append(TextPart(text, _cache_control(part, p)))
+            text = expect(part.get("text"), str, f"{p}.text")
+            parts.append(TextPart(text, cache_control_at(part, p)))
         elif kind == "image_url":
             parts.append(_image_part(part, p))
         else:
@@ -99,33 +127,20 @@ def _content(value: Any, path: str) -> tuple[TextPart | ImagePart, ...]:
     return tuple(parts)
 
 
-def _tool_calls(value: Any, path: str) -> list[ToolUsePart]:
-    calls = []
-    for i, call in enumerate(_expect(value, list, path)):
-        p = f"{path}[{i}]"
-        fn = _expect(_expect(call, dict, p).get("function"), dict, f"{p}.function")
-        calls.append(ToolUsePart(
-            id=_expect(call.get("id"), str, f"{p}.id"),
-            name=_expect(fn.get("name"), str, f"{p}.function.name"),
-            arguments_json=_expect(fn.get("arguments", ""), str, f"{p}.function.arguments"),
-        ))
-    return calls
-
-
 def _message(msg: Any, path: str) -> Message:
-    _expect(msg, dict, path)
+    expect(msg, dict, path)
     role = msg.get("role")
     name = msg.get("name")
     if role in ("system", "developer", "user"):
-        canonical_role = "user" if role == "user" else "system"
+        canonical_role: Role = "user" if role == "user" else "system"
         return Message(canonical_role, _content(msg.get("content"), f"{path}.content"), name)
     if role == "assistant":
         parts: list[ContentPart] = list(_content(msg.get("content"), f"{path}.content"))
         if msg.get("tool_calls") is not None:
-            parts.extend(_tool_calls(msg["tool_calls"], f"{path}.tool_calls"))
+            parts.extend(decode_tool_calls(msg["tool_calls"], f"{path}.tool_calls"))
         return Message("assistant", tuple(parts), name)
     if role == "tool":
-        tool_use_id = _expect(msg.get("tool_call_id"), str, f"{path}.tool_call_id")
+        tool_use_id = expect(msg.get("tool_call_id"), str, f"{path}.tool_call_id")
         result = ToolResultPart(tool_use_id, _content(msg.get("content"), f"{path}.content"))
         return Message("tool", (result,), name)
     raise WireFormatError(f"{path}.role", f"unsupported role {role!r}")
@@ -133,15 +148,17 @@ def _message(msg: Any, path: str) -> Message:
 
 def _tools(value: Any) -> tuple[ToolSpec, ...]:
     tools = []
-    for i, tool in enumerate(_expect(value, list, "tools")):
+    for i, tool in enumerate(expect(value, list, "tools")):
         p = f"tools[{i}]"
-        fn = _expect(_expect(tool, dict, p).get("function"), dict, f"{p}.function")
-        tools.append(ToolSpec(
-            name=_expect(fn.get("name"), str, f"{p}.function.name"),
-            description=_expect(fn.get("description", ""), str, f"{p}.function.description"),
-            input_schema=_expect(fn.get("parameters", {}), dict, f"{p}.function.parameters"),
-            cache_control=_cache_control(tool, p),
-        ))
+        fn = expect(expect(tool, dict, p).get("function"), dict, f"{p}.function")
+        tools.append(
+            ToolSpec(
+                name=expect(fn.get("name"), str, f"{p}.function.name"),
+                description=expect(fn.get("description", ""), str, f"{p}.function.description"),
+                input_schema=expect(fn.get("parameters", {}), dict, f"{p}.function.parameters"),
+                cache_control=cache_control_at(tool, p),
+            )
+        )
     return tuple(tools)
 
 
@@ -149,7 +166,7 @@ def _tool_choice(value: Any) -> JSON:
     if value is None or value in ("auto", "none", "required"):
         return value
     if isinstance(value, dict) and isinstance(value.get("function"), dict):
-        return {"name": _expect(value["function"].get("name"), str, "tool_choice.function.name")}
+        return {"name": expect(value["function"].get("name"), str, "tool_choice.function.name")}
     raise WireFormatError("tool_choice", "expected 'auto', 'none', 'required' or a function")
 
 
@@ -168,36 +185,33 @@ def _stop(value: Any) -> tuple[str, ...]:
         return ()
     if isinstance(value, str):
         return (value,)
-    return tuple(_expect(s, str, f"stop[{i}]") for i, s in enumerate(_expect(value, list, "stop")))
-
-
-def _optional(body: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
-    value = body.get(key)
-    return None if value is None else _expect(value, kind, key)
+    return tuple(expect(s, str, f"stop[{i}]") for i, s in enumerate(expect(value, list, "stop")))
 
 
 def decode_request(body: Mapping[str, Any]) -> ChatRequest:
     """Canonical form of an OpenAI `/v1/chat/completions` body; raises WireFormatError(path)."""
-    _expect(body, dict, "$")
-    model = _expect(body.get("model"), str, "model")
-    raw_messages = _expect(body.get("messages"), list, "messages")
+    expect(body, dict, "$")
+    model = expect(body.get("model"), str, "model")
+    raw_messages = expect(body.get("messages"), list, "messages")
     messages = [_message(m, f"messages[{i}]") for i, m in enumerate(raw_messages)]
     system, rest = _split_system(messages)
-    max_tokens = _optional(body, "max_completion_tokens", int)
+    max_tokens = optional(body, "max_completion_tokens", int)
     if max_tokens is None:
-        max_tokens = _optional(body, "max_tokens", int)
+        max_tokens = optional(body, "max_tokens", int)
     return ChatRequest(
-        model=model, messages=rest, system=system,
+        model=model,
+        messages=rest,
+        system=system,
         tools=_tools(body["tools"]) if body.get("tools") else (),
         tool_choice=_tool_choice(body.get("tool_choice")),
         max_tokens=max_tokens,
-        temperature=_optional(body, "temperature", (int, float)),
-        top_p=_optional(body, "top_p", (int, float)),
+        temperature=optional(body, "temperature", (int, float)),
+        top_p=optional(body, "top_p", (int, float)),
         stop=_stop(body.get("stop")),
-        stream=bool(_optional(body, "stream", bool)),
-        prompt_cache_key=_optional(body, "prompt_cache_key", str),
-        cache_salt=_optional(body, "cache_salt", str),
-        user=_optional(body, "user", str),
+        stream=bool(optional(body, "stream", bool)),
+        prompt_cache_key=optional(body, "prompt_cache_key", str),
+        cache_salt=optional(body, "cache_salt", str),
+        user=optional(body, "user", str),
         extra={k: v for k, v in body.items() if k not in _KNOWN},
     )
 
@@ -208,28 +222,29 @@ def include_usage(body: Mapping[str, Any]) -> bool:
     return isinstance(options, dict) and options.get("include_usage") is True
 
 
-# --- encoding -------------------------------------------------------------------------------
+# --- encoding ------------------------------------------------------------------------------------
 
 
 def _encode_cc(out: dict[str, Any], cc: CacheControl | None, with_cache: bool) -> dict[str, Any]:
-    if with_cache and cc is not None:
-        out["cache_control"] = {"type": "ephemeral"} if cc.ttl == "5m" else {
-            "type": "ephemeral", "ttl": cc.ttl}
-    return out
+    return with_cache_control(out, cc) if with_cache else out
 
 
 def _encode_part(part: TextPart | ImagePart, with_cache: bool) -> dict[str, Any]:
     if isinstance(part, TextPart):
         return _encode_cc({"type": "text", "text": part.text}, part.cache_control, with_cache)
     url = part.url if part.url is not None else f"data:{part.media_type};base64,{part.data_b64}"
-    return _encode_cc({"type": "image_url", "image_url": {"url": url}}, part.cache_control,
-                      with_cache)
+    return _encode_cc(
+        {"type": "image_url", "image_url": {"url": url}}, part.cache_control, with_cache
+    )
 
 
 def _encode_content(parts: tuple[Any, ...], with_cache: bool) -> str | list[dict[str, Any]]:
     plain = [p for p in parts if isinstance(p, TextPart | ImagePart)]
-    if len(plain) == 1 and isinstance(plain[0], TextPart) and (
-            not with_cache or plain[0].cache_control is None):
+    if (
+        len(plain) == 1
+        and isinstance(plain[0], TextPart)
+        and (not with_cache or plain[0].cache_control is None)
+    ):
         return plain[0].text
     return [_encode_part(p, with_cache) for p in plain]
 
@@ -240,8 +255,13 @@ def _encode_message(msg: Message, with_cache: bool) -> list[dict[str, Any]]:
     for part in msg.content:
         if isinstance(part, ToolResultPart):
             content = _encode_content(part.content, with_cache)
-            out.append({"role": "tool", "tool_call_id": part.tool_use_id,
-                        "content": content if content != [] else ""})
+            out.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": part.tool_use_id,
+                    "content": content if content != [] else "",
+                }
+            )
     rest = tuple(p for p in msg.content if not isinstance(p, ToolResultPart))
     if msg.role == "tool" or (not rest and out):
         return out
@@ -251,9 +271,7 @@ def _encode_message(msg: Message, with_cache: bool) -> list[dict[str, Any]]:
         text = "".join(p.text for p in rest if isinstance(p, TextPart))
         encoded["content"] = text if text or not calls else None
         if calls:
-            encoded["tool_calls"] = [
-                {"id": c.id, "type": "function",
-                 "function": {"name": c.name, "arguments": c.arguments_json}} for c in calls]
+            encoded["tool_calls"] = encode_tool_calls(calls)
     else:
         encoded["content"] = _encode_content(rest, with_cache)
     if msg.name is not None:
@@ -278,96 +296,32 @@ def encode_request(req: ChatRequest, *, cache_control: bool = False) -> dict[str
         messages.extend(_encode_message(msg, cache_control))
     body: dict[str, Any] = {"model": req.model, "messages": messages}
     if req.tools:
-        body["tools"] = [_encode_cc({"type": "function", "function": {
-            "name": t.name, "description": t.description, "parameters": dict(t.input_schema)}},
-            t.cache_control, cache_control) for t in req.tools]
+        body["tools"] = [
+            _encode_cc(
+                {
+                    "type": "function",
+                    "function": {
+                        "name": t.name,
+                        "description": t.description,
+                        "parameters": dict(t.input_schema),
+                    },
+                },
+                t.cache_control,
+                cache_control,
+            )
+            for t in req.tools
+        ]
     optional = {
-        "tool_choice": _encode_tool_choice(req.tool_choice), "max_tokens": req.max_tokens,
-        "temperature": req.temperature, "top_p": req.top_p, "user": req.user,
-        "stop": list(req.stop) or None, "prompt_cache_key": req.prompt_cache_key,
+        "tool_choice": _encode_tool_choice(req.tool_choice),
+        "max_tokens": req.max_tokens,
+        "temperature": req.temperature,
+        "top_p": req.top_p,
+        "user": req.user,
+        "stop": list(req.stop) or None,
+        "prompt_cache_key": req.prompt_cache_key,
     }
     body.update((k, v) for k, v in optional.items() if v is not None)
     if req.stream:
         body["stream"] = True
     body.update((k, v) for k, v in req.extra.items() if k in OPENAI_EXTRA_FIELDS)
     return body
-
-
-# --- responses ------------------------------------------------------------------------------
-
-
-def decode_usage(usage: Mapping[str, Any] | None) -> Usage:
-    """OpenAI usage -> canonical. Cache writes come from `prompt_tokens_details.
-    cache_write_tokens` or LiteLLM's `cache_creation_input_tokens`; both are inside
-    `prompt_tokens`, like `cached_tokens`."""
-    if not usage:
-        return Usage()
-    details = usage.get("prompt_tokens_details") or {}
-    cache_read = details.get("cached_tokens") or usage.get("cache_read_input_tokens") or 0
-    cache_write = (details.get("cache_write_tokens")
-                   or usage.get("cache_creation_input_tokens") or 0)
-    prompt = usage.get("prompt_tokens") or 0
-    return Usage(
-        input_tokens=max(prompt - cache_read - cache_write, 0),
-        output_tokens=usage.get("completion_tokens") or 0,
-        cache_read_tokens=cache_read,
-        cache_write_tokens=cache_write,
-    )
-
-
-def encode_usage(usage: Usage) -> dict[str, Any]:
-    details = {"cached_tokens": usage.cache_read_tokens}
-    if usage.cache_write_tokens:
-        details["cache_write_tokens"] = usage.cache_write_tokens
-    return {
-        "prompt_tokens": usage.prompt_tokens,
-        "completion_tokens": usage.output_tokens,
-        "total_tokens": usage.total_tokens,
-        "prompt_tokens_details": details,
-    }
-
-
-def decode_response(body: Mapping[str, Any]) -> ChatResponse:
-    choices = _expect(body.get("choices"), list, "choices")
-    if not choices:
-        raise WireFormatError("choices", "expected at least one choice")
-    choice = _expect(choices[0], dict, "choices[0]")
-    msg = _expect(choice.get("message"), dict, "choices[0].message")
-    content: list[TextPart | ToolUsePart] = []
-    if msg.get("content"):
-        content.append(TextPart(_expect(msg["content"], str, "choices[0].message.content")))
-    if msg.get("tool_calls"):
-        content.extend(_tool_calls(msg["tool_calls"], "choices[0].message.tool_calls"))
-    return ChatResponse(
-        id=str(body.get("id", "")),
-        model=str(body.get("model", "")),
-        content=tuple(content),
-        stop_reason=FINISH_TO_STOP.get(choice.get("finish_reason") or "stop", "stop"),
-        usage=decode_usage(body.get("usage")),
-    )
-
-
-def encode_response(resp: ChatResponse, *, created: int | None = None) -> dict[str, Any]:
-    text = "".join(p.text for p in resp.content if isinstance(p, TextPart))
-    calls = [p for p in resp.content if isinstance(p, ToolUsePart)]
-    message: dict[str, Any] = {"role": "assistant", "content": text if text or not calls else None}
-    if calls:
-        message["tool_calls"] = [
-            {"id": c.id, "type": "function",
-             "function": {"name": c.name, "arguments": c.arguments_json}} for c in calls]
-    return {
-        "id": resp.id,
-        "object": "chat.completion",
-        "created": int(time.time()) if created is None else created,
-        "model": resp.model,
-        "choices": [{"index": 0, "message": message, "logprobs": None,
-                     "finish_reason": STOP_TO_FINISH[resp.stop_reason]}],
-        "usage": encode_usage(resp.usage),
-    }
-
-
-def encode_error(message: str, type_: str, *, param: str | None = None,
-                 code: str | None = None) -> bytes:
-    """The error body OpenAI clients parse: {"error": {"message","type","param","code"}}."""
-    return orjson.dumps({"error": {"message": message, "type": type_, "param": param,
-                                   "code": code}})

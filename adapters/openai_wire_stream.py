@@ -68,7 +68,9 @@ class OpenAIStreamDecoder:
         events: list[StreamEvent] = []
         if not self._started:
             self._started = True
-            events.append(StreamStart(id=str(chunk.get("id", "")), model=str(chunk.get("model", ""))))
+            events.append(
+                StreamStart(id=str(chunk.get("id", "")), model=str(chunk.get("model", "")))
+            )
         for choice in chunk.get("choices") or ():
             self._choice(choice, events)
         if chunk.get("usage"):
@@ -115,8 +117,9 @@ class OpenAIStreamDecoder:
 class OpenAIStreamEncoder:
     """Canonical events -> OpenAI SSE bytes for the client; honours `include_usage`."""
 
-    def __init__(self, *, include_usage: bool, created: int | None = None,
-                 model: str | None = None) -> None:
+    def __init__(
+        self, *, include_usage: bool, created: int | None = None, model: str | None = None
+    ) -> None:
         self._include_usage = include_usage
         self._created = int(time.time()) if created is None else created
         self._model = model
@@ -125,7 +128,9 @@ class OpenAIStreamEncoder:
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
         chunk: dict[str, Any] = {
-            "id": self._id, "object": "chat.completion.chunk", "created": self._created,
+            "id": self._id,
+            "object": "chat.completion.chunk",
+            "created": self._created,
             "model": self._model,
             "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
         }
@@ -138,13 +143,27 @@ class OpenAIStreamEncoder:
             return self._chunk({"content": event.text})
         if isinstance(event, ToolCallDelta):
             position = self._tool_position.get(event.index, 0)
-            return self._chunk({"tool_calls": [
-                {"index": position, "function": {"arguments": event.arguments_json}}]})
+            return self._chunk(
+                {
+                    "tool_calls": [
+                        {"index": position, "function": {"arguments": event.arguments_json}}
+                    ]
+                }
+            )
         if isinstance(event, ToolCallStart):
             position = self._tool_position[event.index] = len(self._tool_position)
-            return self._chunk({"tool_calls": [{
-                "index": position, "id": event.id, "type": "function",
-                "function": {"name": event.name, "arguments": ""}}]})
+            return self._chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": position,
+                            "id": event.id,
+                            "type": "function",
+                            "function": {"name": event.name, "arguments": ""},
+                        }
+                    ]
+                }
+            )
         if isinstance(event, StreamStart):
             self._id = event.id
             if self._model is None:
@@ -155,7 +174,16 @@ class OpenAIStreamEncoder:
     def _end(self, event: StreamEnd) -> bytes:
         out = self._chunk({}, STOP_TO_FINISH[event.stop_reason])
         if self._include_usage:
-            out += frame(orjson.dumps({
-                "id": self._id, "object": "chat.completion.chunk", "created": self._created,
-                "model": self._model, "choices": [], "usage": encode_usage(event.usage)}))
+            out += frame(
+                orjson.dumps(
+                    {
+                        "id": self._id,
+                        "object": "chat.completion.chunk",
+                        "created": self._created,
+                        "model": self._model,
+                        "choices": [],
+                        "usage": encode_usage(event.usage),
+                    }
+                )
+            )
         return out + DONE

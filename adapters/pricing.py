@@ -80,8 +80,11 @@ class PriceBook:
     """Overrides first, then the cost map under the model's name, then with provider prefixes
     (`anthropic/`, `bedrock/`, ...) stripped one at a time."""
 
-    def __init__(self, model_cost: Mapping[str, Mapping[str, Any]],
-                 overrides: Mapping[str, Price] | None = None) -> None:
+    def __init__(
+        self,
+        model_cost: Mapping[str, Mapping[str, Any]],
+        overrides: Mapping[str, Price] | None = None,
+    ) -> None:
         self._model_cost = model_cost
         self._overrides = dict(overrides or {})
         self._resolved: dict[str, Price] = {}
@@ -115,9 +118,12 @@ class PriceBook:
 
 
 def cost_decimal(usage: Usage, price: Price) -> Decimal:
-    return (usage.input_tokens * price.input + usage.output_tokens * price.output
-            + usage.cache_read_tokens * price.cache_read
-            + usage.cache_write_tokens * price.cache_write)
+    return (
+        usage.input_tokens * price.input
+        + usage.output_tokens * price.output
+        + usage.cache_read_tokens * price.cache_read
+        + usage.cache_write_tokens * price.cache_write
+    )
 
 
 def cost(usage: Usage, price: Price) -> float:

@@ -73,8 +73,10 @@ class TokenCounter:
         for msg in req.messages:
             total += self._count_message(enc, msg)
         if req.tools:
-            schemas = [{"name": t.name, "description": t.description,
-                        "parameters": dict(t.input_schema)} for t in req.tools]
+            schemas = [
+                {"name": t.name, "description": t.description, "parameters": dict(t.input_schema)}
+                for t in req.tools
+            ]
             total += len(enc.encode_ordinary(orjson.dumps(schemas).decode()))
         return total
 
@@ -93,6 +95,9 @@ class TokenCounter:
                 total += len(enc.encode_ordinary(part.arguments_json))
             elif isinstance(part, ToolResultPart):
                 for inner in part.content:
-                    total += (len(enc.encode_ordinary(inner.text))
-                              if isinstance(inner, TextPart) else IMAGE_TOKENS)
+                    total += (
+                        len(enc.encode_ordinary(inner.text))
+                        if isinstance(inner, TextPart)
+                        else IMAGE_TOKENS
+                    )
         return total

@@ -49,8 +49,8 @@ class AnthropicBackend:
     wire: WireFormat | None = "anthropic"
 
     def __init__(self, spec: BackendSpec, *, http: httpx.AsyncClient) -> None:
-        self.name = spec.name
-        self.kind = spec.kind
+        self.name: str = spec.name
+        self.kind: str = spec.kind
         self._model = spec.model
         self._timeout_s = spec.timeout_s
         headers = {
@@ -70,15 +70,17 @@ class AnthropicBackend:
 
     async def complete(self, call: BackendCall) -> ChatResponse:
         body, timeout_s = self._prepare(call, stream=False)
-        reply = await self._upstream.post_json(body, timeout_s=timeout_s,
-                                               headers=call.extra_headers)
+        reply = await self._upstream.post_json(
+            body, timeout_s=timeout_s, headers=call.extra_headers
+        )
         return anthropic_wire.decode_response(reply)
 
     async def stream(self, call: BackendCall) -> AsyncIterator[StreamEvent]:
         body, timeout_s = self._prepare(call, stream=True)
         decoder = AnthropicStreamDecoder(self.name)
-        async for event in self._upstream.post_sse(body, timeout_s=timeout_s,
-                                                   headers=call.extra_headers):
+        async for event in self._upstream.post_sse(
+            body, timeout_s=timeout_s, headers=call.extra_headers
+        ):
             if decoder.ended:
                 continue
             for out in decoder.feed(event.data):

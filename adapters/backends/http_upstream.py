@@ -57,8 +57,9 @@ def _detail(status: int, body: bytes) -> str:
     return f"HTTP {status}: {body[:200].decode('utf-8', 'replace')}"
 
 
-def status_error(backend: str, status: int, headers: Mapping[str, str],
-                 body: bytes) -> UpstreamError:
+def status_error(
+    backend: str, status: int, headers: Mapping[str, str], body: bytes
+) -> UpstreamError:
     """429 -> rate limited, 408 -> timeout, 5xx (and Anthropic's 529) -> unavailable,
     any other 4xx -> rejected (never retried)."""
     detail = _detail(status, body)
@@ -80,8 +81,9 @@ def transport_error(backend: str, exc: Exception) -> UpstreamError:
 class HTTPUpstream:
     """POSTs to one URL through the shared connection pool, with a per-call timeout."""
 
-    def __init__(self, backend: str, http: httpx.AsyncClient, url: str,
-                 headers: Mapping[str, str]) -> None:
+    def __init__(
+        self, backend: str, http: httpx.AsyncClient, url: str, headers: Mapping[str, str]
+    ) -> None:
         self._backend = backend
         self._http = http
         self._url = url
@@ -90,14 +92,18 @@ class HTTPUpstream:
     def _merged(self, headers: Mapping[str, str] | None) -> dict[str, str]:
         return {**self._headers, **headers} if headers else self._headers
 
-    async def post_json(self, body: bytes, *, timeout_s: float,
-                        headers: Mapping[str, str] | None = None) -> Any:
+    async def post_json(
+        self, body: bytes, *, timeout_s: float, headers: Mapping[str, str] | None = None
+    ) -> Any:
         """The decoded JSON reply; the whole exchange must finish within `timeout_s`."""
         try:
             async with asyncio.timeout(timeout_s):
-                resp = await self._http.post(self._url, content=body,
-                                             headers=self._merged(headers),
-                                             timeout=httpx.Timeout(timeout_s))
+                resp = await self._http.post(
+                    self._url,
+                    content=body,
+                    headers=self._merged(headers),
+                    timeout=httpx.Timeout(timeout_s),
+                )
         except (httpx.HTTPError, TimeoutError) as exc:
             raise transport_error(self._backend, exc) from exc
         if resp.status_code >= 400:
@@ -105,17 +111,21 @@ class HTTPUpstream:
         try:
             return orjson.loads(resp.content)
         except orjson.JSONDecodeError as exc:
-            raise ProviderUnavailable(self._backend, "reply is not JSON",
-                                      resp.status_code) from exc
+            raise ProviderUnavailable(self._backend, "reply is not JSON", resp.status_code) from exc
 
-    async def post_sse(self, body: bytes, *, timeout_s: float,
-                       headers: Mapping[str, str] | None = None) -> AsyncIterator[SSEvent]:
+    async def post_sse(
+        self, body: bytes, *, timeout_s: float, headers: Mapping[str, str] | None = None
+    ) -> AsyncIterator[SSEvent]:
         """SSE events as they arrive; `timeout_s` bounds the wait for each read."""
         parser = SSEParser()
         try:
-            async with self._http.stream("POST", self._url, content=body,
-                                         headers=self._merged(headers),
-                                         timeout=httpx.Timeout(timeout_s)) as resp:
+            async with self._http.stream(
+                "POST",
+                self._url,
+                content=body,
+                headers=self._merged(headers),
+                timeout=httpx.Timeout(timeout_s),
+            ) as resp:
                 if resp.status_code >= 400:
                     content = await resp.aread()
                     raise status_error(self._backend, resp.status_code, resp.headers, content)

@@ -28,8 +28,10 @@ from adapters.types import ChatResponse, StreamEvent, WireFormat
 
 def _headers_of(exc: Exception) -> Mapping[str, str]:
     """The upstream's response headers: LiteLLM keeps them in `litellm_response_headers`."""
-    for headers in (getattr(exc, "litellm_response_headers", None),
-                    getattr(getattr(exc, "response", None), "headers", None)):
+    for headers in (
+        getattr(exc, "litellm_response_headers", None),
+        getattr(getattr(exc, "response", None), "headers", None),
+    ):
         if headers:
             return headers
     return {}
@@ -43,12 +45,22 @@ def map_litellm_error(litellm: ModuleType, backend: str, exc: Exception) -> Upst
         return ProviderTimeout(backend, detail, status)
     if isinstance(exc, litellm.RateLimitError):
         return ProviderRateLimited(backend, detail, 429, parse_retry_after(_headers_of(exc)))
-    if isinstance(exc, litellm.APIConnectionError | litellm.ServiceUnavailableError
-                  | litellm.InternalServerError | litellm.BadGatewayError):
+    if isinstance(
+        exc,
+        litellm.APIConnectionError
+        | litellm.ServiceUnavailableError
+        | litellm.InternalServerError
+        | litellm.BadGatewayError,
+    ):
         return ProviderUnavailable(backend, detail, status)
-    if isinstance(exc, litellm.BadRequestError | litellm.AuthenticationError
-                  | litellm.PermissionDeniedError | litellm.NotFoundError
-                  | litellm.UnprocessableEntityError):
+    if isinstance(
+        exc,
+        litellm.BadRequestError
+        | litellm.AuthenticationError
+        | litellm.PermissionDeniedError
+        | litellm.NotFoundError
+        | litellm.UnprocessableEntityError,
+    ):
         return ProviderRejected(backend, detail, status)
     if isinstance(status, int) and 400 <= status < 500 and status not in (408, 429):
         return ProviderRejected(backend, detail, status)
@@ -59,8 +71,8 @@ class LiteLLMBackend:
     wire: WireFormat | None = None
 
     def __init__(self, spec: BackendSpec) -> None:
-        self.name = spec.name
-        self.kind = spec.kind
+        self.name: str = spec.name
+        self.kind: str = spec.kind
         self._spec = spec
         self._litellm = import_litellm_offline()
 
@@ -74,8 +86,13 @@ class LiteLLMBackend:
         kwargs.pop("stream", None)
         kwargs.pop("stream_options", None)
         spec = self._spec
-        kwargs.update(model=spec.model or kwargs["model"], num_retries=0, max_retries=0,
-                      timeout=min(call.timeout_s, spec.timeout_s), drop_params=True)
+        kwargs.update(
+            model=spec.model or kwargs["model"],
+            num_retries=0,
+            max_retries=0,
+            timeout=min(call.timeout_s, spec.timeout_s),
+            drop_params=True,
+        )
         if spec.base_url:
             kwargs["api_base"] = spec.base_url
         if spec.api_key:

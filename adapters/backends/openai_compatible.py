@@ -23,8 +23,9 @@ from adapters.types import ChatResponse, StreamEvent, WireFormat
 SESSION_HEADER = "x-session-id"
 
 
-def build_body(call: BackendCall, *, model: str | None, stream: bool,
-               send_cache_salt: bool) -> dict[str, Any]:
+def build_body(
+    call: BackendCall, *, model: str | None, stream: bool, send_cache_salt: bool
+) -> dict[str, Any]:
     """The OpenAI JSON to send: the client's raw body (shallow copy) or the canonical encoding.
 
     Deterministic edits only: `model` when the backend names one; `stream` set or removed;
@@ -57,8 +58,8 @@ class OpenAICompatibleBackend:
     def __init__(self, spec: BackendSpec, *, http: httpx.AsyncClient) -> None:
         if not spec.base_url:
             raise ValueError(f"backend {spec.name}: base_url is required")
-        self.name = spec.name
-        self.kind = spec.kind
+        self.name: str = spec.name
+        self.kind: str = spec.kind
         self._model = spec.model
         self._timeout_s = spec.timeout_s
         self._send_cache_salt = bool(spec.extra.get("send_cache_salt", True))
@@ -69,8 +70,9 @@ class OpenAICompatibleBackend:
         self._upstream = HTTPUpstream(spec.name, http, url, headers)
 
     def _prepare(self, call: BackendCall, stream: bool) -> tuple[bytes, dict[str, str], float]:
-        body = build_body(call, model=self._model, stream=stream,
-                          send_cache_salt=self._send_cache_salt)
+        body = build_body(
+            call, model=self._model, stream=stream, send_cache_salt=self._send_cache_salt
+        )
         headers = dict(call.extra_headers or {})
         if call.request.session_id is not None:
             headers[SESSION_HEADER] = call.request.session_id

@@ -26,21 +26,52 @@ AGENT_BODY = {
     "model": "claude-sonnet-4-5",
     "max_tokens": 1024,
     "messages": [
-        {"role": "user", "content": [
-            {"type": "text", "text": "Read main.py", "cache_control": {"type": "ephemeral"}},
-            {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}]},
-        {"role": "assistant", "content": [
-            {"type": "text", "text": "Reading."},
-            {"type": "tool_use", "id": "toolu_1", "name": "read_file",
-             "input": {"path": "main.py"}}]},
-        {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": "toolu_1",
-             "content": [{"type": "text", "text": "print('hi')"}], "is_error": True}]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Read main.py", "cache_control": {"type": "ephemeral"}},
+                {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}},
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "Reading."},
+                {
+                    "type": "tool_use",
+                    "id": "toolu_1",
+                    "name": "read_file",
+                    "input": {"path": "main.py"},
+                },
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_1",
+                    "content": [{"type": "text", "text": "print('hi')"}],
+                    "is_error": True,
+                }
+            ],
+        },
     ],
-    "system": [{"type": "text", "text": "You are a coder.",
-                "cache_control": {"type": "ephemeral", "ttl": "1h"}}],
-    "tools": [{"name": "read_file", "description": "Read a file", "input_schema": SCHEMA,
-               "cache_control": {"type": "ephemeral"}}],
+    "system": [
+        {
+            "type": "text",
+            "text": "You are a coder.",
+            "cache_control": {"type": "ephemeral", "ttl": "1h"},
+        }
+    ],
+    "tools": [
+        {
+            "name": "read_file",
+            "description": "Read a file",
+            "input_schema": SCHEMA,
+            "cache_control": {"type": "ephemeral"},
+        }
+    ],
     "tool_choice": {"type": "any"},
     "temperature": 0.5,
     "stop_sequences": ["END"],
@@ -55,16 +86,28 @@ def test_decode_agent_body_golden() -> None:
         model="claude-sonnet-4-5",
         system=(TextPart("You are a coder.", CacheControl("1h")),),
         messages=(
-            Message("user", (TextPart("Read main.py", CacheControl()),
-                             ImagePart(url="https://example.com/a.png"))),
-            Message("assistant", (TextPart("Reading."),
-                                  ToolUsePart("toolu_1", "read_file", '{"path":"main.py"}'))),
-            Message("user", (ToolResultPart("toolu_1", (TextPart("print('hi')"),),
-                                            is_error=True),)),
+            Message(
+                "user",
+                (
+                    TextPart("Read main.py", CacheControl()),
+                    ImagePart(url="https://example.com/a.png"),
+                ),
+            ),
+            Message(
+                "assistant",
+                (TextPart("Reading."), ToolUsePart("toolu_1", "read_file", '{"path":"main.py"}')),
+            ),
+            Message(
+                "user", (ToolResultPart("toolu_1", (TextPart("print('hi')"),), is_error=True),)
+            ),
         ),
         tools=(ToolSpec("read_file", "Read a file", SCHEMA, CacheControl()),),
-        tool_choice="required", max_tokens=1024, temperature=0.5, stop=("END",),
-        user="user-9", extra={"top_k": 5},
+        tool_choice="required",
+        max_tokens=1024,
+        temperature=0.5,
+        stop=("END",),
+        user="user-9",
+        extra={"top_k": 5},
     )
 
 
@@ -73,42 +116,96 @@ def test_round_trip_preserves_the_body() -> None:
 
 
 def test_string_system_and_content() -> None:
-    req = anthropic_wire.decode_request({
-        "model": "claude-haiku-4-5", "max_tokens": 5, "system": "Be brief.",
-        "messages": [{"role": "user", "content": "hello"}], "stream": True})
+    req = anthropic_wire.decode_request(
+        {
+            "model": "claude-haiku-4-5",
+            "max_tokens": 5,
+            "system": "Be brief.",
+            "messages": [{"role": "user", "content": "hello"}],
+            "stream": True,
+        }
+    )
     assert req.system == (TextPart("Be brief."),)
     assert req.messages == (Message("user", (TextPart("hello"),)),)
     assert req.stream is True
 
 
 def test_thinking_blocks_and_server_tools_are_skipped() -> None:
-    req = anthropic_wire.decode_request({
-        "model": "m", "max_tokens": 5,
-        "messages": [{"role": "assistant", "content": [
-            {"type": "thinking", "thinking": "hmm", "signature": "sig"},
-            {"type": "text", "text": "ok"}]}],
-        "tools": [{"type": "web_search_20250305", "name": "web_search"}]})
+    req = anthropic_wire.decode_request(
+        {
+            "model": "m",
+            "max_tokens": 5,
+            "messages": [
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "thinking", "thinking": "hmm", "signature": "sig"},
+                        {"type": "text", "text": "ok"},
+                    ],
+                }
+            ],
+            "tools": [{"type": "web_search_20250305", "name": "web_search"}],
+        }
+    )
     assert req.messages == (Message("assistant", (TextPart("ok"),)),)
     assert req.tools == ()
 
 
-@pytest.mark.parametrize(("body", "field"), [
-    ({"max_tokens": 1, "messages": []}, "model"),
-    ({"model": "m", "messages": [{"role": "system", "content": "x"}]}, "messages[0].role"),
-    ({"model": "m", "messages": [{"role": "user", "content": [{"type": "video"}]}]},
-     "messages[0].content[0].type"),
-    ({"model": "m", "messages": [{"role": "user", "content": [
-        {"type": "tool_use", "id": "a", "name": "n", "input": "notadict"}]}]},
-     "messages[0].content[0].input"),
-    ({"model": "m", "messages": [{"role": "user", "content": [
-        {"type": "tool_result", "content": "x"}]}]}, "messages[0].content[0].tool_use_id"),
-    ({"model": "m", "messages": [{"role": "user", "content": [
-        {"type": "text", "text": "x", "cache_control": {"type": "ephemeral", "ttl": "9h"}}]}]},
-     "messages[0].content[0].cache_control.ttl"),
-    ({"model": "m", "messages": [], "metadata": {"user_id": 7}}, "metadata.user_id"),
-    ({"model": "m", "messages": [], "tool_choice": {"type": "sometimes"}}, "tool_choice.type"),
-    ({"model": "m", "messages": [], "stop_sequences": ["a", 2]}, "stop_sequences[1]"),
-])
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"max_tokens": 1, "messages": []}, "model"),
+        ({"model": "m", "messages": [{"role": "system", "content": "x"}]}, "messages[0].role"),
+        (
+            {"model": "m", "messages": [{"role": "user", "content": [{"type": "video"}]}]},
+            "messages[0].content[0].type",
+        ),
+        (
+            {
+                "model": "m",
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "tool_use", "id": "a", "name": "n", "input": "notadict"}
+                        ],
+                    }
+                ],
+            },
+            "messages[0].content[0].input",
+        ),
+        (
+            {
+                "model": "m",
+                "messages": [
+                    {"role": "user", "content": [{"type": "tool_result", "content": "x"}]}
+                ],
+            },
+            "messages[0].content[0].tool_use_id",
+        ),
+        (
+            {
+                "model": "m",
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {
+                                "type": "text",
+                                "text": "x",
+                                "cache_control": {"type": "ephemeral", "ttl": "9h"},
+                            }
+                        ],
+                    }
+                ],
+            },
+            "messages[0].content[0].cache_control.ttl",
+        ),
+        ({"model": "m", "messages": [], "metadata": {"user_id": 7}}, "metadata.user_id"),
+        ({"model": "m", "messages": [], "tool_choice": {"type": "sometimes"}}, "tool_choice.type"),
+        ({"model": "m", "messages": [], "stop_sequences": ["a", 2]}, "stop_sequences[1]"),
+    ],
+)
 def test_errors_name_the_json_path(body: dict, field: str) -> None:
     with pytest.raises(WireFormatError) as info:
         anthropic_wire.decode_request(body)
@@ -118,33 +215,53 @@ def test_errors_name_the_json_path(body: dict, field: str) -> None:
 def test_usage_mapping_keeps_kinds_apart() -> None:
     usage = Usage(input_tokens=12, output_tokens=30, cache_read_tokens=5000, cache_write_tokens=800)
     wire = anthropic_wire.encode_usage(usage)
-    assert wire == {"input_tokens": 12, "cache_creation_input_tokens": 800,
-                    "cache_read_input_tokens": 5000, "output_tokens": 30}
+    assert wire == {
+        "input_tokens": 12,
+        "cache_creation_input_tokens": 800,
+        "cache_read_input_tokens": 5000,
+        "output_tokens": 30,
+    }
     assert anthropic_wire.decode_usage(wire) == usage
 
 
 def test_response_round_trip_and_stop_reasons() -> None:
     resp = ChatResponse(
-        id="msg_1", model="claude-sonnet-4-5",
+        id="msg_1",
+        model="claude-sonnet-4-5",
         content=(TextPart("Let me look."), ToolUsePart("toolu_2", "read_file", '{"path":"a"}')),
-        stop_reason="tool_use", usage=Usage(3, 4, 5, 6))
+        stop_reason="tool_use",
+        usage=Usage(3, 4, 5, 6),
+    )
     wire = anthropic_wire.encode_response(resp)
     assert wire == {
-        "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
-        "content": [{"type": "text", "text": "Let me look."},
-                    {"type": "tool_use", "id": "toolu_2", "name": "read_file",
-                     "input": {"path": "a"}}],
-        "stop_reason": "tool_use", "stop_sequence": None,
-        "usage": {"input_tokens": 3, "cache_creation_input_tokens": 6,
-                  "cache_read_input_tokens": 5, "output_tokens": 4}}
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-5",
+        "content": [
+            {"type": "text", "text": "Let me look."},
+            {"type": "tool_use", "id": "toolu_2", "name": "read_file", "input": {"path": "a"}},
+        ],
+        "stop_reason": "tool_use",
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": 3,
+            "cache_creation_input_tokens": 6,
+            "cache_read_input_tokens": 5,
+            "output_tokens": 4,
+        },
+    }
     assert anthropic_wire.decode_response(wire) == resp
     stopped = dict(wire, stop_reason="stop_sequence", stop_sequence="END")
     decoded = anthropic_wire.decode_response(stopped)
     assert (decoded.stop_reason, decoded.stop_sequence) == ("stop_sequence", "END")
     assert anthropic_wire.decode_response(dict(wire, stop_reason="max_tokens")).stop_reason == (
-        "length")
+        "length"
+    )
 
 
 def test_error_body_shape() -> None:
     assert orjson.loads(anthropic_wire.encode_error("slow down", "rate_limit_error")) == {
-        "type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}
+        "type": "error",
+        "error": {"type": "rate_limit_error", "message": "slow down"},
+    }

@@ -17,7 +17,12 @@ from adapters.backend import Backend, BackendCall
 from adapters.backends import BackendSpec, build_backend
 from adapters.backends.anthropic_native import messages_url
 from adapters.backends.http_upstream import parse_retry_after
-from adapters.errors import ProviderRateLimited, ProviderRejected, ProviderTimeout, ProviderUnavailable
+from adapters.errors import (
+    ProviderRateLimited,
+    ProviderRejected,
+    ProviderTimeout,
+    ProviderUnavailable,
+)
 from adapters.types import (
     ChatResponse,
     StreamEnd,
@@ -34,8 +39,10 @@ from tests.fakes.upstream import FakeUpstream
 
 T = TypeVar("T")
 HI = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
-SEARCH_TOOL = {"type": "function", "function": {
-    "name": "search", "description": "Search", "parameters": {"type": "object"}}}
+SEARCH_TOOL = {
+    "type": "function",
+    "function": {"name": "search", "description": "Search", "parameters": {"type": "object"}},
+}
 FOX = "The quick brown fox jumps over the lazy dog"
 
 
@@ -43,6 +50,7 @@ def run(spec: BackendSpec, use: Callable[[Backend], Awaitable[T]]) -> T:
     async def main() -> T:
         async with httpx.AsyncClient() as http:
             return await use(build_backend(spec, http=http))
+
     return asyncio.run(main())
 
 
@@ -65,23 +73,38 @@ def anthropic(up: FakeUpstream, **kw: Any) -> BackendSpec:
 def test_openai_complete_and_stream(upstream: FakeUpstream) -> None:
     spec = local(upstream)
     resp = run(spec, lambda b: b.complete(openai_call(HI)))
-    assert resp == ChatResponse("chatcmpl-fake-000001", "gpt-4o-mini", (TextPart(FOX),), "stop",
-                                Usage(input_tokens=8, output_tokens=9))
+    assert resp == ChatResponse(
+        "chatcmpl-fake-000001",
+        "gpt-4o-mini",
+        (TextPart(FOX),),
+        "stop",
+        Usage(input_tokens=8, output_tokens=9),
+    )
     events = run(spec, lambda b: collect(b, openai_call(dict(HI, stream=True))))
     words = FOX.split(" ")
-    assert events == [StreamStart("chatcmpl-fake-000002", "gpt-4o-mini"),
-                      TextDelta(0, words[0]), *[TextDelta(0, " " + w) for w in words[1:]],
-                      StreamEnd("stop", Usage(8, 9))]
+    assert events == [
+        StreamStart("chatcmpl-fake-000002", "gpt-4o-mini"),
+        TextDelta(0, words[0]),
+        *[TextDelta(0, " " + w) for w in words[1:]],
+        StreamEnd("stop", Usage(8, 9)),
+    ]
 
 
 def test_raw_body_is_forwarded_exactly(upstream: FakeUpstream) -> None:
-    raw = {"messages": [{"role": "user", "content": "hi", "name": "x"}], "model": "gpt-4o-mini",
-           "top_k": 4, "seed": 1, "logit_bias": {"50256": -100}, "max_tokens": 3}
+    raw = {
+        "messages": [{"role": "user", "content": "hi", "name": "x"}],
+        "model": "gpt-4o-mini",
+        "top_k": 4,
+        "seed": 1,
+        "logit_bias": {"50256": -100},
+        "max_tokens": 3,
+    }
     run(local(upstream), lambda b: b.complete(openai_call(raw)))
     assert upstream.requests[0].body == orjson.dumps(raw)
     run(local(upstream, model="smollm2"), lambda b: collect(b, openai_call(dict(raw, stream=True))))
-    assert upstream.requests[1].json() == dict(raw, model="smollm2", stream=True,
-                                               stream_options={"include_usage": True})
+    assert upstream.requests[1].json() == dict(
+        raw, model="smollm2", stream=True, stream_options={"include_usage": True}
+    )
 
 
 def test_cache_salt_and_session_header(upstream: FakeUpstream) -> None:
@@ -95,14 +118,14 @@ def test_cache_salt_and_session_header(upstream: FakeUpstream) -> None:
     assert "cache_salt" not in upstream.requests[1].json()
 
 
-def test_prompt_cache_usage_passes_through(
-        cached_upstream: tuple[FakeUpstream, Any]) -> None:
+def test_prompt_cache_usage_passes_through(cached_upstream: tuple[FakeUpstream, Any]) -> None:
     up, cache = cached_upstream
     body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": FOX * 20}]}
     resp = run(local(up), lambda b: b.complete(openai_call(body)))
     assert cache.calls == [("openai", 187)]
-    assert resp.usage == Usage(input_tokens=91, output_tokens=9, cache_read_tokens=93,
-                               cache_write_tokens=3)
+    assert resp.usage == Usage(
+        input_tokens=91, output_tokens=9, cache_read_tokens=93, cache_write_tokens=3
+    )
     events = run(anthropic(up), lambda b: collect(b, openai_call(dict(body, stream=True))))
     assert cache.calls[1] == ("anthropic", 187)  # same canonical request, same count
     assert events[-1] == StreamEnd("stop", Usage(91, 9, 93, 3))
@@ -124,8 +147,10 @@ def test_slow_upstream_times_out(upstream: FakeUpstream) -> None:
     with pytest.raises(ProviderTimeout):
         run(local(upstream), lambda b: b.complete(openai_call(HI, timeout_s=0.2)))
     with pytest.raises(ProviderTimeout):
-        run(anthropic(upstream, timeout_s=0.2),
-            lambda b: collect(b, openai_call(dict(HI, stream=True))))
+        run(
+            anthropic(upstream, timeout_s=0.2),
+            lambda b: collect(b, openai_call(dict(HI, stream=True))),
+        )
 
 
 def test_rate_limit_carries_retry_after(upstream: FakeUpstream) -> None:
@@ -174,31 +199,49 @@ def test_api_keys_and_anthropic_headers() -> None:
 
 
 def test_openai_client_with_tools_through_anthropic_backend(upstream: FakeUpstream) -> None:
-    body = {"model": "claude-sonnet-4-5", "tools": [SEARCH_TOOL], "max_tokens": 64,
-            "messages": [{"role": "user", "content": "please call:search now"}]}
+    body = {
+        "model": "claude-sonnet-4-5",
+        "tools": [SEARCH_TOOL],
+        "max_tokens": 64,
+        "messages": [{"role": "user", "content": "please call:search now"}],
+    }
     resp = run(anthropic(upstream), lambda b: b.complete(openai_call(body)))
     args = '{"text":"please call:search now"}'
     assert resp.content == (ToolUsePart("call_fake_000001", "search", args),)
     assert resp.stop_reason == "tool_use"
     sent = upstream.requests[0].json()
-    assert sent["tools"] == [{"name": "search", "description": "Search",
-                              "input_schema": {"type": "object"}}]
-    assert sent["messages"] == [{"role": "user", "content": [
-        {"type": "text", "text": "please call:search now"}]}]
+    assert sent["tools"] == [
+        {"name": "search", "description": "Search", "input_schema": {"type": "object"}}
+    ]
+    assert sent["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "please call:search now"}]}
+    ]
     events = run(anthropic(upstream), lambda b: collect(b, openai_call(dict(body, stream=True))))
-    assert events[1:4] == [ToolCallStart(0, "call_fake_000002", "search"),
-                           ToolCallDelta(0, args[:16]), ToolCallDelta(0, args[16:])]
+    assert events[1:4] == [
+        ToolCallStart(0, "call_fake_000002", "search"),
+        ToolCallDelta(0, args[:16]),
+        ToolCallDelta(0, args[16:]),
+    ]
     assert events[-1].stop_reason == "tool_use"  # type: ignore[union-attr]
 
 
 def test_anthropic_raw_body_is_forwarded(upstream: FakeUpstream) -> None:
     from adapters import anthropic_wire
 
-    raw = {"model": "claude-haiku-4-5", "max_tokens": 4,
-           "system": [{"type": "text", "text": "S", "cache_control": {"type": "ephemeral"}}],
-           "messages": [{"role": "user", "content": [
-               {"type": "thinking", "thinking": "t", "signature": "sig"},
-               {"type": "text", "text": "hi"}]}]}
+    raw = {
+        "model": "claude-haiku-4-5",
+        "max_tokens": 4,
+        "system": [{"type": "text", "text": "S", "cache_control": {"type": "ephemeral"}}],
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "thinking", "thinking": "t", "signature": "sig"},
+                    {"type": "text", "text": "hi"},
+                ],
+            }
+        ],
+    }
     call = BackendCall(anthropic_wire.decode_request(raw), "anthropic", raw)
     resp = run(anthropic(upstream), lambda b: b.complete(call))
     assert upstream.requests[0].body == orjson.dumps(raw)

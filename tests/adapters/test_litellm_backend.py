@@ -13,7 +13,12 @@ import pytest
 from adapters import anthropic_wire, openai_wire
 from adapters.backend import Backend, BackendCall
 from adapters.backends import BackendSpec, build_backend
-from adapters.errors import ProviderRateLimited, ProviderRejected, ProviderTimeout, ProviderUnavailable
+from adapters.errors import (
+    ProviderRateLimited,
+    ProviderRejected,
+    ProviderTimeout,
+    ProviderUnavailable,
+)
 from adapters.types import StreamEnd, TextDelta, TextPart, ToolCallStart, ToolUsePart, Usage
 from tests.fakes.upstream import FakeUpstream
 
@@ -26,6 +31,7 @@ def run(spec: BackendSpec, use: Callable[[Backend], Awaitable[T]]) -> T:
     async def main() -> T:
         async with httpx.AsyncClient() as http:
             return await use(build_backend(spec, http=http))
+
     return asyncio.run(main())
 
 
@@ -34,13 +40,25 @@ async def collect(backend: Backend, call: BackendCall) -> list[Any]:
 
 
 def via_openai(up: FakeUpstream, **kw: Any) -> BackendSpec:
-    return BackendSpec("ll-openai", "litellm", up.openai_base_url, model="openai/gpt-4o-mini",
-                       api_key="sk-test", **kw)
+    return BackendSpec(
+        "ll-openai",
+        "litellm",
+        up.openai_base_url,
+        model="openai/gpt-4o-mini",
+        api_key="sk-test",
+        **kw,
+    )
 
 
 def via_anthropic(up: FakeUpstream, **kw: Any) -> BackendSpec:
-    return BackendSpec("ll-claude", "litellm", up.base_url,
-                       model="anthropic/claude-sonnet-4-5", api_key="sk-ant", **kw)
+    return BackendSpec(
+        "ll-claude",
+        "litellm",
+        up.base_url,
+        model="anthropic/claude-sonnet-4-5",
+        api_key="sk-ant",
+        **kw,
+    )
 
 
 def call_of(body: dict[str, Any], **kw: Any) -> BackendCall:
@@ -57,13 +75,21 @@ def test_openai_provider_complete_and_stream(upstream: FakeUpstream) -> None:
     assert sent["model"] == "gpt-4o-mini" and sent["stream"] is True
 
 
-def test_anthropic_provider_maps_cache_usage(
-        cached_upstream: tuple[FakeUpstream, Any]) -> None:
+def test_anthropic_provider_maps_cache_usage(cached_upstream: tuple[FakeUpstream, Any]) -> None:
     up, cache = cached_upstream
-    body = {"model": "claude", "max_tokens": 100, "messages": [
-        {"role": "system", "content": [{"type": "text", "text": FOX * 10,
-                                        "cache_control": {"type": "ephemeral"}}]},
-        {"role": "user", "content": "hello"}]}
+    body = {
+        "model": "claude",
+        "max_tokens": 100,
+        "messages": [
+            {
+                "role": "system",
+                "content": [
+                    {"type": "text", "text": FOX * 10, "cache_control": {"type": "ephemeral"}}
+                ],
+            },
+            {"role": "user", "content": "hello"},
+        ],
+    }
     resp = run(via_anthropic(up), lambda b: b.complete(call_of(body)))
     ((wire, prompt),) = cache.calls
     assert wire == "anthropic"
@@ -71,22 +97,32 @@ def test_anthropic_provider_maps_cache_usage(
     assert resp.usage == Usage(prompt - read - 3, 9, read, 3)
     assert resp.content == (TextPart(FOX),)
     sent = up.requests[0].json()
-    assert sent["system"] == [{"type": "text", "text": FOX * 10,
-                               "cache_control": {"type": "ephemeral"}}]
+    assert sent["system"] == [
+        {"type": "text", "text": FOX * 10, "cache_control": {"type": "ephemeral"}}
+    ]
     events = run(via_anthropic(up), lambda b: collect(b, call_of(dict(body, stream=True))))
     assert events[-1] == StreamEnd("stop", Usage(prompt - read - 3, 9, read, 3))
 
 
 def test_anthropic_client_tool_call_through_litellm(upstream: FakeUpstream) -> None:
-    raw = {"model": "claude", "max_tokens": 50,
-           "tools": [{"name": "lookup", "description": "Look up", "input_schema": {
-               "type": "object", "properties": {"text": {"type": "string"}}}}],
-           "messages": [{"role": "user", "content": "call:lookup please"}]}
+    raw = {
+        "model": "claude",
+        "max_tokens": 50,
+        "tools": [
+            {
+                "name": "lookup",
+                "description": "Look up",
+                "input_schema": {"type": "object", "properties": {"text": {"type": "string"}}},
+            }
+        ],
+        "messages": [{"role": "user", "content": "call:lookup please"}],
+    }
     call = BackendCall(anthropic_wire.decode_request(raw), "anthropic", raw)
     resp = run(via_anthropic(upstream), lambda b: b.complete(call))
     assert resp.stop_reason == "tool_use"
-    assert resp.content == (ToolUsePart("call_fake_000001", "lookup",
-                                        '{"text": "call:lookup please"}'),)
+    assert resp.content == (
+        ToolUsePart("call_fake_000001", "lookup", '{"text": "call:lookup please"}'),
+    )
     events = run(via_anthropic(upstream), lambda b: collect(b, call))
     starts = [e for e in events if isinstance(e, ToolCallStart)]
     assert [(s.id, s.name) for s in starts] == [("call_fake_000002", "lookup")]

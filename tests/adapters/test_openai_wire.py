@@ -19,22 +19,41 @@ from adapters.types import (
     Usage,
 )
 
-WEATHER_TOOL = {"type": "function", "function": {
-    "name": "get_weather", "description": "Weather for a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                   "required": ["city"]}}}
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather for a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
 
 AGENT_BODY = {
     "model": "gpt-4o-mini",
     "messages": [
         {"role": "system", "content": "You are terse."},
-        {"role": "user", "content": [
-            {"type": "text", "text": "Weather in Paris?"},
-            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0K"}},
-        ]},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_1", "type": "function",
-             "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Weather in Paris?"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0K"}},
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_1", "content": "18C, cloudy"},
         {"role": "user", "content": "Thanks", "name": "ann"},
     ],
@@ -55,16 +74,27 @@ def test_decode_agent_body_golden() -> None:
         model="gpt-4o-mini",
         system=(TextPart("You are terse."),),
         messages=(
-            Message("user", (TextPart("Weather in Paris?"),
-                             ImagePart(media_type="image/png", data_b64="iVBORw0K"))),
-            Message("assistant", (ToolUsePart("call_1", "get_weather", "{\"city\":\"Paris\"}"),)),
+            Message(
+                "user",
+                (
+                    TextPart("Weather in Paris?"),
+                    ImagePart(media_type="image/png", data_b64="iVBORw0K"),
+                ),
+            ),
+            Message("assistant", (ToolUsePart("call_1", "get_weather", '{"city":"Paris"}'),)),
             Message("tool", (ToolResultPart("call_1", (TextPart("18C, cloudy"),)),)),
             Message("user", (TextPart("Thanks"),), name="ann"),
         ),
-        tools=(ToolSpec("get_weather", "Weather for a city",
-                        WEATHER_TOOL["function"]["parameters"]),),
-        tool_choice="auto", max_tokens=50, temperature=0.2, stop=("\n\n",),
-        user="u-42", prompt_cache_key="session-7", extra={"seed": 3},
+        tools=(
+            ToolSpec("get_weather", "Weather for a city", WEATHER_TOOL["function"]["parameters"]),
+        ),
+        tool_choice="auto",
+        max_tokens=50,
+        temperature=0.2,
+        stop=("\n\n",),
+        user="u-42",
+        prompt_cache_key="session-7",
+        extra={"seed": 3},
     )
 
 
@@ -73,9 +103,15 @@ def test_round_trip_preserves_the_body() -> None:
 
 
 def test_max_completion_tokens_wins_and_stream_options_kept() -> None:
-    body = {"model": "o3", "messages": [{"role": "user", "content": "hi"}],
-            "max_tokens": 10, "max_completion_tokens": 99, "stream": True,
-            "stream_options": {"include_usage": True}, "cache_salt": "tenant-a"}
+    body = {
+        "model": "o3",
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 10,
+        "max_completion_tokens": 99,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "cache_salt": "tenant-a",
+    }
     req = openai_wire.decode_request(body)
     assert (req.max_tokens, req.stream, req.cache_salt) == (99, True, "tenant-a")
     assert openai_wire.include_usage(body) is True
@@ -84,43 +120,81 @@ def test_max_completion_tokens_wins_and_stream_options_kept() -> None:
 
 
 def test_developer_role_and_named_tool_choice() -> None:
-    req = openai_wire.decode_request({
-        "model": "gpt-4o", "messages": [{"role": "developer", "content": "rules"},
-                                        {"role": "user", "content": "go"}],
-        "tools": [WEATHER_TOOL],
-        "tool_choice": {"type": "function", "function": {"name": "get_weather"}}})
+    req = openai_wire.decode_request(
+        {
+            "model": "gpt-4o",
+            "messages": [
+                {"role": "developer", "content": "rules"},
+                {"role": "user", "content": "go"},
+            ],
+            "tools": [WEATHER_TOOL],
+            "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+        }
+    )
     assert req.system == (TextPart("rules"),)
     assert req.tool_choice == {"name": "get_weather"}
     assert openai_wire.encode_request(req)["tool_choice"] == {
-        "type": "function", "function": {"name": "get_weather"}}
+        "type": "function",
+        "function": {"name": "get_weather"},
+    }
 
 
 def test_cache_control_on_parts_is_decoded_and_only_emitted_on_request() -> None:
-    body = {"model": "m", "messages": [{"role": "user", "content": [
-        {"type": "text", "text": "big doc", "cache_control": {"type": "ephemeral", "ttl": "1h"}}]}]}
+    body = {
+        "model": "m",
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "text",
+                        "text": "big doc",
+                        "cache_control": {"type": "ephemeral", "ttl": "1h"},
+                    }
+                ],
+            }
+        ],
+    }
     req = openai_wire.decode_request(body)
     assert req.messages[0].content == (TextPart("big doc", CacheControl("1h")),)
     assert openai_wire.encode_request(req)["messages"] == [{"role": "user", "content": "big doc"}]
     assert openai_wire.encode_request(req, cache_control=True)["messages"] == body["messages"]
 
 
-@pytest.mark.parametrize(("body", "field"), [
-    ({"messages": []}, "model"),
-    ({"model": "m", "messages": "hi"}, "messages"),
-    ({"model": "m", "messages": [{"role": "user", "content": "a"}, {"role": "wizard"}]},
-     "messages[1].role"),
-    ({"model": "m", "messages": [{"role": "user", "content": [{"type": "audio"}]}]},
-     "messages[0].content[0].type"),
-    ({"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]},
-     "messages[0].content[0].text"),
-    ({"model": "m", "messages": [{"role": "assistant", "tool_calls": [{"id": "x"}]}]},
-     "messages[0].tool_calls[0].function"),
-    ({"model": "m", "messages": [{"role": "tool", "content": "r"}]}, "messages[0].tool_call_id"),
-    ({"model": "m", "messages": [], "max_tokens": "10"}, "max_tokens"),
-    ({"model": "m", "messages": [], "max_tokens": True}, "max_tokens"),
-    ({"model": "m", "messages": [], "tools": [{"type": "function"}]}, "tools[0].function"),
-    ({"model": "m", "messages": [], "stop": [1]}, "stop[0]"),
-])
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"messages": []}, "model"),
+        ({"model": "m", "messages": "hi"}, "messages"),
+        (
+            {"model": "m", "messages": [{"role": "user", "content": "a"}, {"role": "wizard"}]},
+            "messages[1].role",
+        ),
+        (
+            {"model": "m", "messages": [{"role": "user", "content": [{"type": "audio"}]}]},
+            "messages[0].content[0].type",
+        ),
+        (
+            {
+                "model": "m",
+                "messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}],
+            },
+            "messages[0].content[0].text",
+        ),
+        (
+            {"model": "m", "messages": [{"role": "assistant", "tool_calls": [{"id": "x"}]}]},
+            "messages[0].tool_calls[0].function",
+        ),
+        (
+            {"model": "m", "messages": [{"role": "tool", "content": "r"}]},
+            "messages[0].tool_call_id",
+        ),
+        ({"model": "m", "messages": [], "max_tokens": "10"}, "max_tokens"),
+        ({"model": "m", "messages": [], "max_tokens": True}, "max_tokens"),
+        ({"model": "m", "messages": [], "tools": [{"type": "function"}]}, "tools[0].function"),
+        ({"model": "m", "messages": [], "stop": [1]}, "stop[0]"),
+    ],
+)
 def test_errors_name_the_json_path(body: dict, field: str) -> None:
     with pytest.raises(WireFormatError) as info:
         openai_wire.decode_request(body)
@@ -130,47 +204,96 @@ def test_errors_name_the_json_path(body: dict, field: str) -> None:
 def test_usage_mapping_counts_cache_inside_prompt_tokens() -> None:
     usage = Usage(input_tokens=100, output_tokens=20, cache_read_tokens=900, cache_write_tokens=50)
     wire = openai_wire.encode_usage(usage)
-    assert wire == {"prompt_tokens": 1050, "completion_tokens": 20, "total_tokens": 1070,
-                    "prompt_tokens_details": {"cached_tokens": 900, "cache_write_tokens": 50}}
+    assert wire == {
+        "prompt_tokens": 1050,
+        "completion_tokens": 20,
+        "total_tokens": 1070,
+        "prompt_tokens_details": {"cached_tokens": 900, "cache_write_tokens": 50},
+    }
     assert openai_wire.decode_usage(wire) == usage
-    assert openai_wire.decode_usage({"prompt_tokens": 1000, "completion_tokens": 7,
-                                     "prompt_tokens_details": {"cached_tokens": 640}}) == Usage(
-        input_tokens=360, output_tokens=7, cache_read_tokens=640)
+    assert openai_wire.decode_usage(
+        {
+            "prompt_tokens": 1000,
+            "completion_tokens": 7,
+            "prompt_tokens_details": {"cached_tokens": 640},
+        }
+    ) == Usage(input_tokens=360, output_tokens=7, cache_read_tokens=640)
     # LiteLLM's spelling of the same facts
-    assert openai_wire.decode_usage({"prompt_tokens": 1050, "completion_tokens": 20,
-                                     "cache_creation_input_tokens": 50,
-                                     "cache_read_input_tokens": 900}) == usage
+    assert (
+        openai_wire.decode_usage(
+            {
+                "prompt_tokens": 1050,
+                "completion_tokens": 20,
+                "cache_creation_input_tokens": 50,
+                "cache_read_input_tokens": 900,
+            }
+        )
+        == usage
+    )
 
 
 def test_response_round_trip_with_tool_calls() -> None:
     resp = ChatResponse(
-        id="chatcmpl-1", model="gpt-4o-mini",
-        content=(TextPart("Checking."), ToolUsePart("call_9", "get_weather", "{\"city\":\"Oslo\"}")),
-        stop_reason="tool_use", usage=Usage(10, 5, 2, 0))
+        id="chatcmpl-1",
+        model="gpt-4o-mini",
+        content=(TextPart("Checking."), ToolUsePart("call_9", "get_weather", '{"city":"Oslo"}')),
+        stop_reason="tool_use",
+        usage=Usage(10, 5, 2, 0),
+    )
     wire = openai_wire.encode_response(resp, created=1700000000)
-    assert wire["choices"] == [{"index": 0, "logprobs": None, "finish_reason": "tool_calls",
-                                "message": {"role": "assistant", "content": "Checking.",
-                                            "tool_calls": [{"id": "call_9", "type": "function",
-                                                            "function": {
-                                                                "name": "get_weather",
-                                                                "arguments": "{\"city\":\"Oslo\"}"}}]}}]
+    assert wire["choices"] == [
+        {
+            "index": 0,
+            "logprobs": None,
+            "finish_reason": "tool_calls",
+            "message": {
+                "role": "assistant",
+                "content": "Checking.",
+                "tool_calls": [
+                    {
+                        "id": "call_9",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city":"Oslo"}'},
+                    }
+                ],
+            },
+        }
+    ]
     assert wire["created"] == 1700000000 and wire["object"] == "chat.completion"
     assert openai_wire.decode_response(wire) == resp
 
 
-@pytest.mark.parametrize(("finish", "stop"), [
-    ("stop", "stop"), ("length", "length"), ("tool_calls", "tool_use"),
-    ("function_call", "tool_use"), ("content_filter", "error")])
+@pytest.mark.parametrize(
+    ("finish", "stop"),
+    [
+        ("stop", "stop"),
+        ("length", "length"),
+        ("tool_calls", "tool_use"),
+        ("function_call", "tool_use"),
+        ("content_filter", "error"),
+    ],
+)
 def test_finish_reason_mapping(finish: str, stop: str) -> None:
-    body = {"id": "x", "model": "m", "choices": [
-        {"index": 0, "message": {"role": "assistant", "content": "a"}, "finish_reason": finish}]}
+    body = {
+        "id": "x",
+        "model": "m",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "a"}, "finish_reason": finish}
+        ],
+    }
     assert openai_wire.decode_response(body).stop_reason == stop
 
 
 def test_error_body_shape() -> None:
     import orjson
 
-    assert orjson.loads(openai_wire.encode_error("bad", "invalid_request_error",
-                                                 param="messages[0]")) == {
-        "error": {"message": "bad", "type": "invalid_request_error", "param": "messages[0]",
-                  "code": None}}
+    assert orjson.loads(
+        openai_wire.encode_error("bad", "invalid_request_error", param="messages[0]")
+    ) == {
+        "error": {
+            "message": "bad",
+            "type": "invalid_request_error",
+            "param": "messages[0]",
+            "code": None,
+        }
+    }

@@ -15,11 +15,23 @@ import pytest
 from tests.fakes.upstream import FakeUpstream
 
 FOX = "The quick brown fox jumps over the lazy dog"
-TOOLS = [{"type": "function", "function": {
-    "name": "get_weather", "description": "Weather",
-    "parameters": {"type": "object", "properties": {"text": {"type": "string"}}}}}]
-CLAUDE_TOOLS = [{"name": "get_weather", "description": "Weather",
-                 "input_schema": {"type": "object", "properties": {"text": {"type": "string"}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather",
+            "parameters": {"type": "object", "properties": {"text": {"type": "string"}}},
+        },
+    }
+]
+CLAUDE_TOOLS = [
+    {
+        "name": "get_weather",
+        "description": "Weather",
+        "input_schema": {"type": "object", "properties": {"text": {"type": "string"}}},
+    }
+]
 
 
 def oai(up: FakeUpstream) -> openai.OpenAI:
@@ -31,10 +43,12 @@ def claude(up: FakeUpstream) -> anthropic.Anthropic:
 
 
 def test_openai_sdk_non_stream_with_cached_tokens(
-        cached_upstream: tuple[FakeUpstream, Any]) -> None:
+    cached_upstream: tuple[FakeUpstream, Any],
+) -> None:
     up, _ = cached_upstream
     resp = oai(up).chat.completions.create(
-        model="gpt-4o-mini", messages=[{"role": "user", "content": FOX * 4}])
+        model="gpt-4o-mini", messages=[{"role": "user", "content": FOX * 4}]
+    )
     assert resp.choices[0].message.content == FOX
     assert resp.choices[0].finish_reason == "stop"
     assert resp.usage is not None and resp.usage.prompt_tokens_details is not None
@@ -45,36 +59,55 @@ def test_openai_sdk_non_stream_with_cached_tokens(
 
 
 def test_openai_sdk_stream_include_usage_and_tool_calls(upstream: FakeUpstream) -> None:
-    chunks = list(oai(upstream).chat.completions.create(
-        model="gpt-4o-mini", messages=[{"role": "user", "content": "hi words:3"}], stream=True,
-        stream_options={"include_usage": True}))
+    chunks = list(
+        oai(upstream).chat.completions.create(
+            model="gpt-4o-mini",
+            messages=[{"role": "user", "content": "hi words:3"}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == (
-        "The quick brown")
+        "The quick brown"
+    )
     assert chunks[-1].choices == [] and chunks[-1].usage is not None
     assert (chunks[-1].usage.prompt_tokens, chunks[-1].usage.completion_tokens) == (11, 3)
     assert chunks[-2].choices[0].finish_reason == "stop"
-    plain = list(oai(upstream).chat.completions.create(
-        model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}], stream=True))
+    plain = list(
+        oai(upstream).chat.completions.create(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+    )
     assert all(c.usage is None and c.choices for c in plain)
     with oai(upstream).chat.completions.stream(
-            model="gpt-4o-mini", tools=TOOLS,  # type: ignore[arg-type]
-            messages=[{"role": "user", "content": "call:get_weather in Oslo"}]) as stream:
+        model="gpt-4o-mini",
+        tools=TOOLS,  # type: ignore[arg-type]
+        messages=[{"role": "user", "content": "call:get_weather in Oslo"}],
+    ) as stream:
         final = stream.get_final_completion()
     call = final.choices[0].message.tool_calls[0]  # type: ignore[index]
     assert (call.function.name, call.function.arguments) == (  # type: ignore[union-attr]
-        "get_weather", '{"text":"call:get_weather in Oslo"}')
+        "get_weather",
+        '{"text":"call:get_weather in Oslo"}',
+    )
     assert final.choices[0].finish_reason == "tool_calls"
 
 
 def test_openai_sdk_parses_error_bodies(upstream: FakeUpstream) -> None:
     upstream.fail_next(status=500)
     with pytest.raises(openai.InternalServerError) as info:
-        oai(upstream).chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
-    assert (info.value.type, info.value.body) == ("api_error", {
-        "message": "injected failure", "type": "api_error", "param": None, "code": None})
+        oai(upstream).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "x"}]
+        )
+    assert (info.value.type, info.value.body) == (
+        "api_error",
+        {"message": "injected failure", "type": "api_error", "param": None, "code": None},
+    )
     upstream.fail_next(status=429, retry_after="1")
     with pytest.raises(openai.RateLimitError) as limited:
-        oai(upstream).chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+        oai(upstream).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "x"}]
+        )
     assert limited.value.type == "rate_limit_error"
     with pytest.raises(openai.BadRequestError) as bad:
         oai(upstream).chat.completions.create(model="m", messages=[{"role": "wizard"}])  # type: ignore[list-item]
@@ -82,12 +115,17 @@ def test_openai_sdk_parses_error_bodies(upstream: FakeUpstream) -> None:
 
 
 def test_anthropic_sdk_non_stream_with_cache_fields(
-        cached_upstream: tuple[FakeUpstream, Any]) -> None:
+    cached_upstream: tuple[FakeUpstream, Any],
+) -> None:
     up, _ = cached_upstream
     msg = claude(up).messages.create(
-        model="claude-sonnet-4-5", max_tokens=4, stop_sequences=["never"],
+        model="claude-sonnet-4-5",
+        max_tokens=4,
+        stop_sequences=["never"],
         system=[{"type": "text", "text": FOX * 4, "cache_control": {"type": "ephemeral"}}],
-        messages=[{"role": "user", "content": "hi"}], metadata={"user_id": "u-1"})
+        messages=[{"role": "user", "content": "hi"}],
+        metadata={"user_id": "u-1"},
+    )
     assert [b.text for b in msg.content if b.type == "text"] == ["The quick brown fox"]
     assert msg.stop_reason == "max_tokens"
     usage = msg.usage
@@ -99,14 +137,20 @@ def test_anthropic_sdk_non_stream_with_cache_fields(
 def test_anthropic_sdk_stream_with_tool_use(cached_upstream: tuple[FakeUpstream, Any]) -> None:
     up, _ = cached_upstream
     with claude(up).messages.stream(
-            model="claude-sonnet-4-5", max_tokens=100, tools=CLAUDE_TOOLS,  # type: ignore[arg-type]
-            messages=[{"role": "user", "content": "call:get_weather"}]) as stream:
+        model="claude-sonnet-4-5",
+        max_tokens=100,
+        tools=CLAUDE_TOOLS,  # type: ignore[arg-type]
+        messages=[{"role": "user", "content": "call:get_weather"}],
+    ) as stream:
         kinds = [event.type for event in stream]
         final = stream.get_final_message()
     assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
     tool = final.content[0]
     assert (tool.type, tool.name, tool.input) == (  # type: ignore[union-attr]
-        "tool_use", "get_weather", {"text": "call:get_weather"})
+        "tool_use",
+        "get_weather",
+        {"text": "call:get_weather"},
+    )
     assert final.stop_reason == "tool_use"
     assert final.usage.cache_creation_input_tokens == 3
     assert final.usage.output_tokens == 9
@@ -114,21 +158,27 @@ def test_anthropic_sdk_stream_with_tool_use(cached_upstream: tuple[FakeUpstream,
 
 def test_anthropic_sdk_text_stream_and_errors(upstream: FakeUpstream) -> None:
     with claude(upstream).messages.stream(
-            model="claude-haiku-4-5", max_tokens=50,
-            messages=[{"role": "user", "content": "stop here words:9"}],
-            stop_sequences=[" jumps"]) as stream:
+        model="claude-haiku-4-5",
+        max_tokens=50,
+        messages=[{"role": "user", "content": "stop here words:9"}],
+        stop_sequences=[" jumps"],
+    ) as stream:
         text = "".join(stream.text_stream)
         final = stream.get_final_message()
     assert text == "The quick brown fox"
     assert (final.stop_reason, final.stop_sequence) == ("stop_sequence", " jumps")
     upstream.fail_next(status=429)
     with pytest.raises(anthropic.RateLimitError) as info:
-        claude(upstream).messages.create(model="m", max_tokens=5,
-                                         messages=[{"role": "user", "content": "x"}])
-    assert info.value.body == {"type": "error", "error": {"type": "rate_limit_error",
-                                                          "message": "injected failure"}}
+        claude(upstream).messages.create(
+            model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}]
+        )
+    assert info.value.body == {
+        "type": "error",
+        "error": {"type": "rate_limit_error", "message": "injected failure"},
+    }
     upstream.fail_next(status=529)
     with pytest.raises(anthropic.APIStatusError) as overloaded:
-        claude(upstream).messages.create(model="m", max_tokens=5,
-                                         messages=[{"role": "user", "content": "x"}])
+        claude(upstream).messages.create(
+            model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}]
+        )
     assert overloaded.value.status_code == 529

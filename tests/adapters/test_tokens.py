@@ -17,20 +17,43 @@ BODY = {
     "messages": [
         {"role": "system", "content": "be nice"},
         {"role": "user", "content": "hi"},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "c", "type": "function",
-             "function": {"name": "search", "arguments": "{\"q\":\"x\"}"}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c",
+                    "type": "function",
+                    "function": {"name": "search", "arguments": '{"q":"x"}'},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "c", "content": "found it"},
     ],
-    "tools": [{"type": "function", "function": {
-        "name": "search", "description": "Search", "parameters": {"type": "object"}}}],
+    "tools": [
+        {
+            "type": "function",
+            "function": {
+                "name": "search",
+                "description": "Search",
+                "parameters": {"type": "object"},
+            },
+        }
+    ],
 }
 
 
-@pytest.mark.parametrize(("model", "name"), [
-    ("gpt-4o-mini", "o200k_base"), ("openai/o3-mini", "o200k_base"), ("gpt-4.1", "o200k_base"),
-    ("gpt-4", "cl100k_base"), ("gpt-3.5-turbo", "cl100k_base"), ("claude-sonnet-4-5", "cl100k_base"),
-])
+@pytest.mark.parametrize(
+    ("model", "name"),
+    [
+        ("gpt-4o-mini", "o200k_base"),
+        ("openai/o3-mini", "o200k_base"),
+        ("gpt-4.1", "o200k_base"),
+        ("gpt-4", "cl100k_base"),
+        ("gpt-3.5-turbo", "cl100k_base"),
+        ("claude-sonnet-4-5", "cl100k_base"),
+    ],
+)
 def test_encoding_choice(model: str, name: str) -> None:
     assert encoding_name_for(model) == name
 
@@ -47,8 +70,9 @@ def test_exact_text_counts() -> None:
 def test_request_count_follows_the_per_message_rule() -> None:
     counter = TokenCounter()
     req = openai_wire.decode_request(BODY)
-    tools_json = orjson.dumps([{"name": "search", "description": "Search",
-                                "parameters": {"type": "object"}}]).decode()
+    tools_json = orjson.dumps(
+        [{"name": "search", "description": "Search", "parameters": {"type": "object"}}]
+    ).decode()
     assert counter.count_text("gpt-4o-mini", tools_json) == 17
     # priming 3 + system (3+1+2) + user (3+1+1) + assistant (3+1+1+5) + tool (3+1+2) + tools 17
     assert counter.count_request(req) == 47
@@ -61,9 +85,17 @@ def test_bundled_files_work_without_a_cache_dir_set() -> None:
     assert (folder / "9b5ad71b2ce5302211f9c61530b329a4922fc6a4").is_file()
     assert (folder / "fb374d419588a4632f3f557e76b4b70aebbca790").is_file()
     env = {k: v for k, v in os.environ.items() if k != "TIKTOKEN_CACHE_DIR"}
-    script = ("import os; from adapters.tokens import TokenCounter; "
-              "print(TokenCounter().count_text('gpt-4o', 'hello world'), "
-              "os.environ['TIKTOKEN_CACHE_DIR'])")
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                         text=True, check=True, timeout=120)
+    script = (
+        "import os; from adapters.tokens import TokenCounter; "
+        "print(TokenCounter().count_text('gpt-4o', 'hello world'), "
+        "os.environ['TIKTOKEN_CACHE_DIR'])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
     assert out.stdout.split() == ["2", str(folder)]

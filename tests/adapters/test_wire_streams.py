@@ -33,11 +33,11 @@ EVENTS: list[StreamEvent] = [
 
 
 def test_sse_parser_handles_split_chunks_crlf_comments_and_multiline() -> None:
-    raw = b": keep-alive\r\nevent: a\r\ndata: {\"x\":1}\r\n\r\ndata: line1\ndata: line2\n\ndata: tail"
+    raw = b': keep-alive\r\nevent: a\r\ndata: {"x":1}\r\n\r\ndata: line1\ndata: line2\n\ndata: tail'
     parser = SSEParser()
     events = []
     for i in range(0, len(raw), 3):
-        events += parser.feed(raw[i:i + 3])
+        events += parser.feed(raw[i : i + 3])
     events += parser.close()
     assert events == [SSEvent("a", '{"x":1}'), SSEvent("", "line1\nline2"), SSEvent("", "tail")]
     assert frame(b"{}") == b"data: {}\n\n"
@@ -56,13 +56,24 @@ def test_openai_round_trip_with_usage() -> None:
     assert frames[-1].data == "[DONE]"
     usage_chunk = orjson.loads(frames[-2].data)
     assert usage_chunk["choices"] == []
-    assert usage_chunk["usage"] == {"prompt_tokens": 105, "completion_tokens": 7,
-                                    "total_tokens": 112, "prompt_tokens_details": {
-                                        "cached_tokens": 90, "cache_write_tokens": 5}}
+    assert usage_chunk["usage"] == {
+        "prompt_tokens": 105,
+        "completion_tokens": 7,
+        "total_tokens": 112,
+        "prompt_tokens_details": {"cached_tokens": 90, "cache_write_tokens": 5},
+    }
     assert all(orjson.loads(f.data)["usage"] is None for f in frames[:-2])
     tool_chunk = orjson.loads(frames[3].data)["choices"][0]["delta"]
-    assert tool_chunk == {"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
-                                          "function": {"name": "search", "arguments": ""}}]}
+    assert tool_chunk == {
+        "tool_calls": [
+            {
+                "index": 0,
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "search", "arguments": ""},
+            }
+        ]
+    }
     decoder = OpenAIStreamDecoder()
     decoded = [e for f in frames for e in decoder.feed(f.data)]
     assert decoded == EVENTS
@@ -89,16 +100,42 @@ def test_anthropic_round_trip_and_event_sequence() -> None:
     encoder = AnthropicStreamEncoder(start_usage=Usage(10, 0, 90, 5))
     frames = _parse(b"".join(encoder.encode(e) for e in EVENTS))
     assert [f.event for f in frames] == [
-        "message_start", "ping",
-        "content_block_start", "content_block_delta", "content_block_delta", "content_block_stop",
-        "content_block_start", "content_block_delta", "content_block_delta", "content_block_stop",
-        "content_block_start", "content_block_delta", "content_block_stop",
-        "message_delta", "message_stop"]
+        "message_start",
+        "ping",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_delta",
+        "content_block_stop",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_delta",
+        "content_block_stop",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
     start = orjson.loads(frames[0].data)["message"]
-    assert start["usage"] == {"input_tokens": 10, "cache_creation_input_tokens": 5,
-                              "cache_read_input_tokens": 90, "output_tokens": 1}
+    assert start["usage"] == {
+        "input_tokens": 10,
+        "cache_creation_input_tokens": 5,
+        "cache_read_input_tokens": 90,
+        "output_tokens": 1,
+    }
     assert [orjson.loads(f.data).get("index") for f in frames[2:13]] == [
-        0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2]
+        0,
+        0,
+        0,
+        0,
+        1,
+        1,
+        1,
+        1,
+        2,
+        2,
+        2,
+    ]
     delta = orjson.loads(frames[-2].data)
     assert delta["delta"] == {"stop_reason": "tool_use", "stop_sequence": None}
     assert delta["usage"]["output_tokens"] == 7
@@ -113,8 +150,9 @@ def test_openai_stream_translates_into_anthropic_events() -> None:
     openai_bytes = b"".join(upstream.encode(e) for e in EVENTS)
     decoder = OpenAIStreamDecoder()
     encoder = AnthropicStreamEncoder()
-    anthropic_bytes = b"".join(encoder.encode(e) for f in _parse(openai_bytes)
-                               for e in decoder.feed(f.data))
+    anthropic_bytes = b"".join(
+        encoder.encode(e) for f in _parse(openai_bytes) for e in decoder.feed(f.data)
+    )
     back = AnthropicStreamDecoder()
     assert [e for f in _parse(anthropic_bytes) for e in back.feed(f.data)] == EVENTS
 
@@ -122,17 +160,22 @@ def test_openai_stream_translates_into_anthropic_events() -> None:
 def test_anthropic_decoder_error_events_are_typed() -> None:
     with pytest.raises(ProviderRateLimited):
         AnthropicStreamDecoder().feed(
-            '{"type":"error","error":{"type":"rate_limit_error","message":"slow"}}')
+            '{"type":"error","error":{"type":"rate_limit_error","message":"slow"}}'
+        )
     with pytest.raises(ProviderUnavailable):
         AnthropicStreamDecoder().feed(
-            '{"type":"error","error":{"type":"overloaded_error","message":"busy"}}')
+            '{"type":"error","error":{"type":"overloaded_error","message":"busy"}}'
+        )
 
 
 def test_anthropic_decoder_takes_late_usage_fields() -> None:
     decoder = AnthropicStreamDecoder()
-    decoder.feed('{"type":"message_start","message":{"id":"m","model":"c","usage":'
-                 '{"input_tokens":3,"cache_read_input_tokens":50,"output_tokens":1}}}')
-    decoder.feed('{"type":"message_delta","delta":{"stop_reason":"max_tokens",'
-                 '"stop_sequence":null},"usage":{"output_tokens":12}}')
-    assert decoder.feed('{"type":"message_stop"}') == [
-        StreamEnd("length", Usage(3, 12, 50, 0))]
+    decoder.feed(
+        '{"type":"message_start","message":{"id":"m","model":"c","usage":'
+        '{"input_tokens":3,"cache_read_input_tokens":50,"output_tokens":1}}}'
+    )
+    decoder.feed(
+        '{"type":"message_delta","delta":{"stop_reason":"max_tokens",'
+        '"stop_sequence":null},"usage":{"output_tokens":12}}'
+    )
+    assert decoder.feed('{"type":"message_stop"}') == [StreamEnd("length", Usage(3, 12, 50, 0))]

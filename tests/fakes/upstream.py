@@ -34,9 +34,9 @@ from adapters.types import (
     StreamEvent,
     StreamStart,
     TextDelta,
+    TextPart,
     ToolCallDelta,
     ToolCallStart,
-    TextPart,
     ToolUsePart,
     Usage,
 )
@@ -52,7 +52,8 @@ class PromptCacheModel(Protocol):
         ...
 
 
-VOCAB = ("The quick brown fox jumps over the lazy dog").split()  # one token each, both encodings
+# one token each in both cl100k_base and o200k_base
+VOCAB = ("The", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog")
 _CALL = re.compile(r"call:([A-Za-z0-9_-]+)")
 _WORDS = re.compile(r"words:(\d+)")
 
@@ -128,8 +129,13 @@ class FakeUpstreamApp:
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def fail_next(self, status: int = 500, count: int = 1, retry_after: str | None = None,
-                  message: str = "injected failure") -> None:
+    def fail_next(
+        self,
+        status: int = 500,
+        count: int = 1,
+        retry_after: str | None = None,
+        message: str = "injected failure",
+    ) -> None:
         with self._lock:
             self._failures.extend([InjectedFailure(status, retry_after, message)] * count)
 
@@ -154,11 +160,17 @@ class FakeUpstreamApp:
         failure = self._next_failure()
         if failure is not None:
             extra = [(b"retry-after", failure.retry_after.encode())] if failure.retry_after else []
-            await _respond(send, failure.status,
-                           _error_body(wire, failure.message, _error_type(failure.status)), extra)
+            await _respond(
+                send,
+                failure.status,
+                _error_body(wire, failure.message, _error_type(failure.status)),
+                extra,
+            )
             return
         if self.api_key is not None and self.api_key not in (
-                headers.get("x-api-key"), headers.get("authorization", "")[7:]):
+            headers.get("x-api-key"),
+            headers.get("authorization", "")[7:],
+        ):
             await _respond(send, 401, _error_body(wire, "bad api key", "authentication_error"))
             return
         await self._complete(wire, body, send)
@@ -181,32 +193,52 @@ class FakeUpstreamApp:
 
     def _reply(self, wire: str, body: dict[str, Any], req: ChatRequest) -> ChatResponse:
         prompt = self.counter.count_request(req)
-        uncached, read, write = (prompt, 0, 0) if self.cache is None else self.cache.account(
-            wire, body, prompt)
+        uncached, read, write = (
+            (prompt, 0, 0) if self.cache is None else self.cache.account(wire, body, prompt)
+        )
         if uncached + read + write != prompt:
             raise AssertionError("PromptCacheModel.account must split prompt_tokens exactly")
         n = next(self._ids)
         reply = plan_reply(req, self.counter, self.reply_words, n)
         prefix = "chatcmpl-fake-" if wire == "openai" else "msg_fake_"
-        return ChatResponse(f"{prefix}{n:06d}", req.model, reply.content, reply.stop_reason,
-                            Usage(uncached, reply.output_tokens, read, write),
-                            reply.stop_sequence)
+        return ChatResponse(
+            f"{prefix}{n:06d}",
+            req.model,
+            reply.content,
+            reply.stop_reason,
+            Usage(uncached, reply.output_tokens, read, write),
+            reply.stop_sequence,
+        )
 
-    async def _stream(self, wire: str, body: dict[str, Any], resp: ChatResponse,
-                      send: Send) -> None:
+    async def _stream(
+        self, wire: str, body: dict[str, Any], resp: ChatResponse, send: Send
+    ) -> None:
         encoder: OpenAIStreamEncoder | AnthropicStreamEncoder
         if wire == "openai":
             encoder = OpenAIStreamEncoder(include_usage=openai_wire.include_usage(body))
         else:
-            encoder = AnthropicStreamEncoder(start_usage=Usage(
-                resp.usage.input_tokens, 0, resp.usage.cache_read_tokens,
-                resp.usage.cache_write_tokens))
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"text/event-stream"),
-                                (b"cache-control", b"no-cache")]})
+            encoder = AnthropicStreamEncoder(
+                start_usage=Usage(
+                    resp.usage.input_tokens,
+                    0,
+                    resp.usage.cache_read_tokens,
+                    resp.usage.cache_write_tokens,
+                )
+            )
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"text/event-stream"),
+                    (b"cache-control", b"no-cache"),
+                ],
+            }
+        )
         for event in stream_events(resp, self.counter):
-            await send({"type": "http.response.body", "body": encoder.encode(event),
-                        "more_body": True})
+            await send(
+                {"type": "http.response.body", "body": encoder.encode(event), "more_body": True}
+            )
             if self.chunk_delay_s:
                 await asyncio.sleep(self.chunk_delay_s)
         await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -219,9 +251,11 @@ def stream_events(resp: ChatResponse, counter: TokenCounter) -> list[StreamEvent
     for index, part in enumerate(resp.content):
         if isinstance(part, ToolUsePart):
             half = len(part.arguments_json) // 2
-            events += [ToolCallStart(index, part.id, part.name),
-                       ToolCallDelta(index, part.arguments_json[:half]),
-                       ToolCallDelta(index, part.arguments_json[half:])]
+            events += [
+                ToolCallStart(index, part.id, part.name),
+                ToolCallDelta(index, part.arguments_json[:half]),
+                ToolCallDelta(index, part.arguments_json[half:]),
+            ]
         else:
             events += [TextDelta(index, enc.decode([t])) for t in enc.encode_ordinary(part.text)]
     events.append(StreamEnd(resp.stop_reason, resp.usage, resp.stop_sequence))
@@ -237,16 +271,27 @@ async def _read_body(receive: Receive) -> bytes:
             return b"".join(chunks)
 
 
-async def _respond(send: Send, status: int, body: bytes,
-                   headers: list[tuple[bytes, bytes]] | None = None) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), *(headers or [])]})
+async def _respond(
+    send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), *(headers or [])],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
 def _error_type(status: int) -> str:
-    return {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-            429: "rate_limit_error", 529: "overloaded_error"}.get(status, "api_error")
+    return {
+        400: "invalid_request_error",
+        401: "authentication_error",
+        404: "not_found_error",
+        429: "rate_limit_error",
+        529: "overloaded_error",
+    }.get(status, "api_error")
 
 
 def _error_body(wire: str, message: str, type_: str) -> bytes:
@@ -258,18 +303,30 @@ def _error_body(wire: str, message: str, type_: str) -> bytes:
 class FakeUpstream:
     """Runs a FakeUpstreamApp on 127.0.0.1 (random port by default) in a background thread."""
 
-    def __init__(self, cache: PromptCacheModel | None = None, *, port: int = 0,
-                 reply_words: int = 9, api_key: str | None = None) -> None:
+    def __init__(
+        self,
+        cache: PromptCacheModel | None = None,
+        *,
+        port: int = 0,
+        reply_words: int = 9,
+        api_key: str | None = None,
+    ) -> None:
         self.app = FakeUpstreamApp(cache=cache, reply_words=reply_words, api_key=api_key)
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._socket.bind(("127.0.0.1", port))
         self.port: int = self._socket.getsockname()[1]
-        config = uvicorn.Config(self.app, lifespan="off", log_level="warning",
-                                access_log=False, timeout_graceful_shutdown=1)
+        config = uvicorn.Config(
+            self.app,
+            lifespan="off",
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=1,
+        )
         self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run,
-                                        kwargs={"sockets": [self._socket]}, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._socket]}, daemon=True
+        )
 
     @property
     def base_url(self) -> str:
@@ -315,12 +372,13 @@ def main() -> None:
     parser.add_argument("--delay-s", type=float, default=0.0, help="before each response")
     parser.add_argument("--chunk-delay-s", type=float, default=0.0, help="between SSE chunks")
     args = parser.parse_args()
-    app = FakeUpstreamApp(reply_words=args.reply_words, delay_s=args.delay_s,
-                          chunk_delay_s=args.chunk_delay_s)
-    uvicorn.run(app, host="127.0.0.1", port=args.port, lifespan="off", log_level="warning",
-                access_log=False)
+    app = FakeUpstreamApp(
+        reply_words=args.reply_words, delay_s=args.delay_s, chunk_delay_s=args.chunk_delay_s
+    )
+    uvicorn.run(
+        app, host="127.0.0.1", port=args.port, lifespan="off", log_level="warning", access_log=False
+    )
 
 
 if __name__ == "__main__":
     main()
-

@@ -1,0 +1,44 @@
+"""Checked reads of client JSON that name the JSON path on error, and the cache-marker JSON
+both wire formats share. Pure; no schema of its own."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from adapters.errors import WireFormatError
+from adapters.types import CacheControl
+
+
+def expect(value: Any, kind: type | tuple[type, ...], path: str) -> Any:
+    """`value` if it has the JSON type `kind` (bool is never an int), else WireFormatError."""
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise WireFormatError(path, f"expected {names}")
+    return value
+
+
+def optional(body: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
+    value = body.get(key)
+    return None if value is None else expect(value, kind, key)
+
+
+def cache_control_at(part: Mapping[str, Any], path: str) -> CacheControl | None:
+    """The `cache_control` marker of a block or content part, if any."""
+    cc = part.get("cache_control")
+    if cc is None:
+        return None
+    expect(cc, dict, f"{path}.cache_control")
+    ttl = cc.get("ttl", "5m")
+    if ttl not in ("5m", "1h"):
+        raise WireFormatError(f"{path}.cache_control.ttl", "expected '5m' or '1h'")
+    return CacheControl(ttl=ttl)
+
+
+def with_cache_control(out: dict[str, Any], cc: CacheControl | None) -> dict[str, Any]:
+    """`out` with Anthropic's `cache_control` JSON added when `cc` is set (5m is the default)."""
+    if cc is not None:
+        out["cache_control"] = (
+            {"type": "ephemeral"} if cc.ttl == "5m" else {"type": "ephemeral", "ttl": cc.ttl}
+        )
+    return out
