@@ -36,7 +36,8 @@ class Spool:
         self.max_bytes = max_bytes
         self._own: IO[bytes] | None = None
         self._own_path: Path | None = None
-        self._other_bytes = 0
+        self._other_bytes = 0  # other segments, live or orphaned: they count against max_bytes
+        self._orphan_bytes = 0  # segments no live writer holds: this spool's to drain
         self._held: dict[Path, IO[bytes]] = {}
 
     def open(self) -> None:
@@ -49,18 +50,19 @@ class Spool:
         self._own_path = self.directory / name
         staging.rename(self._own_path)
         self._fsync_directory()
-        self._other_bytes = sum(p.stat().st_size for p in self._segments() if p != self._own_path)
+        self._rescan()
 
     def close(self) -> None:
         """Releases the segment; an empty one is removed, a full one waits for the next drain."""
         self.release()
         if self._own is None or self._own_path is None:
             return
-        is_empty = self._own.tell() == 0
-        if is_empty:
+        if self._own.tell() == 0:
             self._own_path.unlink(missing_ok=True)
         self._own.close()
         self._own = None
+        self._own_path = None
+        self._rescan()
 
     @property
     def num_bytes(self) -> int:
@@ -68,7 +70,9 @@ class Spool:
 
     @property
     def is_empty(self) -> bool:
-        return self.num_bytes == 0
+        """Nothing for this spool to drain (live writers' segments are theirs)."""
+        own_bytes = self._own.tell() if self._own is not None else 0
+        return own_bytes == 0 and self._orphan_bytes == 0
 
     def append(self, rows: list[UsageRow]) -> SpoolAppend:
         own = self._require_open()
@@ -120,7 +124,23 @@ class Spool:
         for handle in self._held.values():
             handle.close()
         self._held = {}
-        self._other_bytes = sum(p.stat().st_size for p in self._segments() if p != self._own_path)
+        self._rescan()
+
+    def _rescan(self) -> None:
+        self._other_bytes = self._orphan_bytes = 0
+        for path in self._segments():
+            if path == self._own_path:
+                continue
+            try:
+                size = path.stat().st_size
+            except FileNotFoundError:
+                continue
+            self._other_bytes += size
+            handle = self._held.get(path) or _lock_if_orphan(path)
+            if handle is not None:
+                self._orphan_bytes += size
+                if path not in self._held:
+                    handle.close()
 
     def _hold_orphans(self) -> None:
         for path in self._segments():

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from prometheus_client import CollectorRegistry, generate_latest
 
 from gateway.ledger.db import create_ledger_engine, migrate
+from gateway.ledger.metrics import RecorderCollector
 from gateway.ledger.models import UsageRow
 from gateway.ledger.recorder import RecorderConfig, UsageRecorder
 
@@ -290,3 +292,29 @@ def test_a_row_the_database_refuses_does_not_hold_back_the_others(
     stats = recorder.stats()
     assert (stats.num_written, stats.num_rejected, stats.num_spooled) == (3, 1, 0)
     assert [r.getMessage().split("log: ", 1)[1] for r in caplog.records] == [bad.to_json()]
+
+
+def test_prometheus_collector_reports_the_recorder(sqlite_url, make_row, tmp_path):
+    engine = create_ledger_engine(sqlite_url)  # not migrated: rows go to the spool
+    line_bytes = len(make_row().to_json()) + 1
+    recorder = UsageRecorder(engine, fast_retry(tmp_path / "spool", spool_max_bytes=2 * line_bytes))
+    registry = CollectorRegistry()
+    registry.register(RecorderCollector(recorder))
+    recorder.start()
+    for _ in range(3):
+        recorder.record(make_row())
+    recorder.close()
+    lines = [
+        line for line in generate_latest(registry).decode().splitlines() if not line.startswith("#")
+    ]
+    assert lines == [
+        "lantern_ledger_rows_recorded_total 3.0",
+        "lantern_ledger_rows_written_total 0.0",
+        "lantern_ledger_rows_spooled_total 2.0",
+        "lantern_ledger_rows_overflowed_total 1.0",
+        "lantern_ledger_rows_rejected_total 0.0",
+        "lantern_ledger_rows_pending 0.0",
+        f"lantern_ledger_spool_bytes {2.0 * line_bytes}",
+        "lantern_ledger_database_up 0.0",
+    ]
+    engine.dispose()

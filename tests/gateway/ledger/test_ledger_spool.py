@@ -1,0 +1,58 @@
+"""The on-disk spool: per-process segments under locks, orphans drained, bounded by bytes."""
+
+from __future__ import annotations
+
+import logging
+
+from gateway.ledger.spool import Spool
+
+
+def read_ids(spool: Spool) -> list[str]:
+    return [row.id for batch in spool.read_all(batch_size=2) for row in batch]
+
+
+def test_a_live_writers_segment_is_left_alone_until_it_closes(tmp_path, make_row):
+    a, b = Spool(tmp_path, 1 << 20), Spool(tmp_path, 1 << 20)
+    a.open()
+    b.open()
+    a_rows = [make_row(), make_row(), make_row()]
+    assert a.append(a_rows).num_written == 3
+    b.append([make_row()])
+    assert read_ids(b) == ["row-000003"]
+    b.clear()
+    assert b.is_empty and not a.is_empty
+    a.close()  # a's process is gone: its segment is now an orphan
+    b.release()  # re-scan the directory
+    assert read_ids(b) == ["row-000000", "row-000001", "row-000002"]
+    b.clear()
+    b.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_byte_bound_covers_every_segment_in_the_directory(tmp_path, make_row):
+    rows = [make_row() for _ in range(4)]
+    line_bytes = len(rows[0].to_json()) + 1
+    first = Spool(tmp_path, 10 * line_bytes)
+    first.open()
+    first.append(rows[:2])
+    first.close()
+    second = Spool(tmp_path, 3 * line_bytes)
+    second.open()
+    result = second.append(rows[2:])
+    assert (result.num_written, result.overflow) == (1, (rows[3],))
+    assert second.num_bytes == 3 * line_bytes
+    second.close()
+
+
+def test_a_torn_last_line_is_skipped_and_logged(tmp_path, make_row, caplog):
+    rows = [make_row(), make_row()]
+    text = "".join(row.to_json() + "\n" for row in rows) + make_row().to_json()[:40]
+    (tmp_path / "usage-1-deadbeef.jsonl").write_text(text)
+    spool = Spool(tmp_path, 1 << 20)
+    spool.open()
+    with caplog.at_level(logging.ERROR, logger="gateway.ledger.spool"):
+        assert read_ids(spool) == ["row-000000", "row-000001"]
+    assert "usage-1-deadbeef.jsonl line 3 is torn" in caplog.text
+    spool.clear()
+    spool.close()
+    assert list(tmp_path.iterdir()) == []
