@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 import pytest
 import redis
 
+from quotas.errors import QuotaStoreUnavailable
+from quotas.limits import Actual, Ask, Limits, Reservation, Settlement, UsageSnapshot
 from quotas.memory import MemoryQuotaStore
 from quotas.redis_store import RedisQuotaStore
 from quotas.store import QuotaStore
@@ -38,3 +41,50 @@ def store_factory(request: pytest.FixtureRequest) -> StoreFactory:
         return MemoryQuotaStore
     factory: StoreFactory = request.getfixturevalue("redis_store_factory")
     return factory
+
+
+class SwitchableStore:
+    """A shared store that can be taken down: a `MemoryQuotaStore` behind a switch.
+
+    Stands in for Redis where a test needs an outage at an exact step; `calls` counts attempts.
+    """
+
+    name = "redis"
+
+    def __init__(self) -> None:
+        self.inner = MemoryQuotaStore()
+        self.is_down = False
+        self.calls = 0
+
+    def _check(self) -> None:
+        self.calls += 1
+        if self.is_down:
+            raise QuotaStoreUnavailable("redis", "ConnectionError")
+
+    async def reserve(
+        self, tenant: str, limits: Limits, ask: Ask, *, reservation_id: str, now_ms: int
+    ) -> Reservation:
+        self._check()
+        held = await self.inner.reserve(
+            tenant, limits, ask, reservation_id=reservation_id, now_ms=now_ms
+        )
+        return replace(held, store="redis")
+
+    async def settle(self, reservation: Reservation, actual: Actual, *, now_ms: int) -> Settlement:
+        self._check()
+        return await self.inner.settle(reservation, actual, now_ms=now_ms)
+
+    async def seed_spend(
+        self, tenant: str, period: str, spend_micro_usd: int, *, now_ms: int
+    ) -> None:
+        self._check()
+        await self.inner.seed_spend(tenant, period, spend_micro_usd, now_ms=now_ms)
+
+    async def usage(
+        self, tenant: str, limits: Limits, *, now_ms: int, session_id: str | None = None
+    ) -> UsageSnapshot:
+        self._check()
+        return await self.inner.usage(tenant, limits, now_ms=now_ms, session_id=session_id)
+
+    async def close(self) -> None:
+        return None

@@ -41,17 +41,17 @@ def test_tokens_per_minute(store_factory: StoreFactory) -> None:
 
     async def body(store: QuotaStore) -> None:
         first = await store.reserve("acme", limits, Ask(600), reservation_id="a", now_ms=T0)
-        assert first.window == WindowUse(600, 1, 60_000)
+        assert first.window == WindowUse(600, 1, 60_000, 1000)
         err = await exceeded(store, limits, Ask(500), "b", T0 + 10_000)
         assert (err.limit, err.limit_value, err.current) == ("tokens_per_minute", 1000, 600)
         assert (err.retry_after_ms, err.retry_after_s) == (50_000, 50)
-        assert err.window == WindowUse(600, 1, 50_000)
+        assert err.window == WindowUse(600, 1, 50_000, 1000)
         settled = await store.settle(first, Actual(300), now_ms=T0 + 10_000)
         assert settled == Settlement("settled", 0, 0.0)
         second = await store.reserve(
             "acme", limits, Ask(500), reservation_id="b", now_ms=T0 + 10_000
         )
-        assert second.window == WindowUse(800, 2, 60_000)
+        assert second.window == WindowUse(800, 2, 60_000, 1000)
         # the first call leaves the window exactly 60 s after its admission
         usage = await store.usage("acme", limits, now_ms=T0 + 60_000)
         assert (usage.tokens_used, usage.requests_used, usage.reset_ms) == (500, 1, 10_000)
@@ -202,7 +202,7 @@ def test_longest_wait_names_the_limit(store_factory: StoreFactory) -> None:
         await store.reserve("acme", limits, Ask(80, 0.8), reservation_id="a", now_ms=T0)
         err = await exceeded(store, limits, Ask(30, 0.3), "b", T0)
         assert (err.limit, err.current) == ("monthly_budget_usd", 0.8)
-        assert err.window == WindowUse(80, 1, 60_000)
+        assert err.window == WindowUse(80, 1, 60_000, 100)
 
     run(store_factory, body)
 

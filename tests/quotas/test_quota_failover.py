@@ -1,0 +1,113 @@
+"""Redis down: fail open to the process store for rates, fail closed for budgets, deferred
+settles replayed once it answers again, and nothing counted twice."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+
+import pytest
+
+from quotas.errors import QuotaStoreUnavailable
+from quotas.failover import FailoverQuotaStore, must_fail_closed
+from quotas.limits import Actual, Ask, Limits, Settlement
+from quotas.memory import MemoryQuotaStore
+from tests.quotas.conftest import SwitchableStore
+
+T0 = int(datetime(2026, 11, 10, 12, 0, tzinfo=UTC).timestamp() * 1000)
+RATES = Limits(tokens_per_minute=1000)
+BUDGET = Limits(tokens_per_minute=1000, monthly_budget_usd=5.0)
+CLOSED_RATES = Limits(tokens_per_minute=1000, on_store_down_rates="fail_closed")
+OPEN_BUDGET = Limits(monthly_budget_usd=5.0, on_store_down_budget="fail_open")
+
+
+def build() -> tuple[FailoverQuotaStore, SwitchableStore, MemoryQuotaStore, list[tuple[bool, str]]]:
+    shared, local = SwitchableStore(), MemoryQuotaStore()
+    changes: list[tuple[bool, str]] = []
+    store = FailoverQuotaStore(
+        shared, local, probe_interval_ms=1_000, on_change=lambda d, r: changes.append((d, r))
+    )
+    return store, shared, local, changes
+
+
+def test_which_policies_fail_closed() -> None:
+    assert must_fail_closed(BUDGET)
+    assert must_fail_closed(CLOSED_RATES)
+    assert not must_fail_closed(RATES)
+    assert not must_fail_closed(OPEN_BUDGET)
+    assert not must_fail_closed(Limits(on_store_down_rates="fail_closed"))
+
+
+def test_rates_fail_open_and_budgets_fail_closed() -> None:
+    async def main() -> None:
+        store, shared, local, changes = build()
+        before = await store.reserve("acme", RATES, Ask(400), reservation_id="a", now_ms=T0)
+        assert before.store == "redis"
+        shared.is_down = True
+        during = await store.reserve("acme", RATES, Ask(300), reservation_id="b", now_ms=T0 + 10)
+        assert during.store == "memory"
+        assert changes == [(True, "ConnectionError")]
+        assert await store.settle(during, Actual(100), now_ms=T0 + 20) == Settlement(
+            "settled", 0, 0.0
+        )
+        assert (await local.usage("acme", RATES, now_ms=T0 + 20)).tokens_used == 100
+        assert (await shared.inner.usage("acme", RATES, now_ms=T0 + 20)).tokens_used == 400
+        for limits in (BUDGET, CLOSED_RATES):
+            with pytest.raises(QuotaStoreUnavailable):
+                await store.reserve("zeta", limits, Ask(1), reservation_id="c", now_ms=T0 + 30)
+        opened = await store.reserve(
+            "zeta", OPEN_BUDGET, Ask(1, 1.0), reservation_id="d", now_ms=T0 + 30
+        )
+        assert opened.store == "memory"
+
+    asyncio.run(main())
+
+
+def test_an_outage_costs_one_try_per_probe_interval() -> None:
+    async def main() -> None:
+        store, shared, _, changes = build()
+        shared.is_down = True
+        stores = []
+        for i, now in enumerate((T0, T0 + 500, T0 + 1_000, T0 + 1_500, T0 + 2_000)):
+            if now == T0 + 1_500:
+                shared.is_down = False
+            held = await store.reserve("acme", RATES, Ask(1), reservation_id=f"r{i}", now_ms=now)
+            stores.append((held.store, shared.calls))
+        assert stores == [
+            ("memory", 1),
+            ("memory", 1),
+            ("memory", 2),
+            ("memory", 2),
+            ("redis", 3),
+        ]
+        assert changes == [(True, "ConnectionError"), (False, "answering again")]
+        assert not store.is_primary_down
+
+    asyncio.run(main())
+
+
+def test_deferred_settles_replay_once() -> None:
+    async def main() -> None:
+        store, shared, _, _ = build()
+        limits = Limits(tokens_per_minute=1000, monthly_budget_usd=5.0)
+        held = await store.reserve("acme", limits, Ask(500, 1.0), reservation_id="a", now_ms=T0)
+        shared.is_down = True
+        deferred = await store.settle(held, Actual(200, 0.4), now_ms=T0 + 10)
+        assert deferred == Settlement("deferred", 0, None)
+        assert store.num_pending_settles == 1
+        shared.is_down = False
+        # the next call after the probe interval reaches Redis and replays the settle first
+        await store.reserve("acme", limits, Ask(100, 0.5), reservation_id="b", now_ms=T0 + 1_010)
+        assert store.num_pending_settles == 0
+        usage = await shared.inner.usage("acme", limits, now_ms=T0 + 1_010)
+        assert (usage.tokens_used, usage.spend_micro_usd, usage.held_micro_usd) == (
+            300,
+            400_000,
+            500_000,
+        )
+        # a second delivery of the same settle changes nothing
+        assert await store.settle(held, Actual(200, 0.4), now_ms=T0 + 1_020) == Settlement(
+            "duplicate", 0, 0.4
+        )
+
+    asyncio.run(main())
