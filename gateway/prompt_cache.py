@@ -251,14 +251,20 @@ class CacheMetrics:
         )
 
 
+RECONCILE_SLACK_TOKENS = 64  # our tokenizer is not the provider's: small deltas are expected
+RECONCILE_SLACK_RATIO = 0.05
+
+
 def reconcile(report_json: str, reported_cache_read_tokens: int, metrics: CacheMetrics) -> int:
-    """Record predicted vs reported reads; returns reported − predicted (0: as predicted)."""
+    """Record predicted vs reported reads; returns reported - predicted. A delta beyond the
+    tokenizer slack counts as a prediction miss ("less": a break Lantern did not foresee)."""
     body = json.loads(report_json)
     tenant, predicted = str(body["tenant"]), int(body["predicted_read_tokens"])
     metrics.predicted.labels(tenant).inc(predicted)
     metrics.reported.labels(tenant).inc(reported_cache_read_tokens)
     delta = reported_cache_read_tokens - predicted
-    if delta:
+    slack = RECONCILE_SLACK_TOKENS + RECONCILE_SLACK_RATIO * max(predicted, reported_cache_read_tokens)
+    if abs(delta) > slack:
         metrics.surprises.labels(tenant, "more" if delta > 0 else "less").inc()
     return delta
 
