@@ -101,6 +101,10 @@ def _wait_until(predicate, what: str, limit_s: float = 60.0) -> None:  # type: i
         time.sleep(0.01)
 
 
+def _wait_for_count(recorder: UsageRecorder, counter: str, at_least: int) -> None:
+    _wait_until(lambda: getattr(recorder.stats(), counter) >= at_least, f"{counter} >= {at_least}")
+
+
 def test_server_stopped_and_restarted_mid_traffic_loses_nothing(own_postgres, make_row, tmp_path):
     migrate(own_postgres.url)
     engine = create_ledger_engine(own_postgres.url)
@@ -123,11 +127,10 @@ def test_server_stopped_and_restarted_mid_traffic_loses_nothing(own_postgres, ma
     producer.start()
     try:
         for outage in (1, 2):  # the recorder must survive more than one outage
-            written_target = 50 * outage
-            _wait_until(lambda: recorder.stats().num_written >= written_target, "rows written")
+            _wait_for_count(recorder, "num_written", 50 * outage)
             spooled_target = recorder.stats().num_spooled + 50
             own_postgres.stop()
-            _wait_until(lambda: recorder.stats().num_spooled >= spooled_target, "rows spooled")
+            _wait_for_count(recorder, "num_spooled", spooled_target)
             assert not recorder.stats().is_database_up
             own_postgres.start()
             _wait_until(
