@@ -1,0 +1,126 @@
+"""`lantern cache explain --session ID`: where and why a session's prompt prefix changed.
+
+Reads the per-call cache diagnoses the ledger recorded (JSON written by gateway/prompt_cache);
+`explain_rows` is pure so the text can be tested without a database. Never sees prompt text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Protocol
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from gateway.ledger.db import create_ledger_engine, session_factory
+from gateway.ledger.queries import LedgerQueries
+
+ADVICE = {
+    "tools_changed": "the tool list or a tool definition changed: keep tools fixed for a session "
+    "(cache.normalise.order_tools and canonical_json fix order-only changes)",
+    "system_changed": "the system prompt changed: move dates and ids out of it "
+    "(cache.normalise.relocate_volatile) or send updates as messages",
+    "history_rewritten": "an earlier message was edited or removed (compaction, re-serialised "
+    "tool calls): keep the conversation append-only",
+    "tenant_changed": "the session id was used by another tenant: caches are per tenant",
+    "model_changed": "the model changed: caches are per model",
+    "ttl_expired": "the gap exceeded the cache lifetime: a slow tool outlived it (cache.ttl: 1h "
+    "pays when gaps are long)",
+}
+
+
+class LedgerSettings(Protocol):
+    database_url: str
+
+
+@dataclass(frozen=True, slots=True)
+class ExplainedCall:
+    at: datetime
+    call: int
+    reason: str
+    first_changed: str | None
+    stable_prefix_tokens: int
+    expected_prefix_tokens: int
+    predicted_read_tokens: int
+    gap_s: float | None
+
+
+def explain_rows(rows: Iterable[tuple[datetime | float, str]]) -> list[ExplainedCall]:
+    """Parse (timestamp, diagnosis JSON) rows; rows that are not diagnoses are skipped."""
+    calls = []
+    for ts, text in rows:
+        try:
+            d = json.loads(text)
+            at = ts if isinstance(ts, datetime) else datetime.fromtimestamp(ts, UTC)
+            calls.append(
+                ExplainedCall(
+                    at,
+                    int(d.get("call", len(calls))),
+                    str(d["reason"]),
+                    d.get("first_changed"),
+                    int(d["stable_prefix_tokens"]),
+                    int(d["expected_prefix_tokens"]),
+                    int(d["predicted_read_tokens"]),
+                    d.get("gap_s"),
+                )
+            )
+        except (ValueError, KeyError, TypeError):
+            continue
+    return calls
+
+
+def render_explanation(session_id: str, calls: list[ExplainedCall]) -> str:
+    if not calls:
+        return f"No cache diagnoses recorded for session {session_id}.\n"
+    follow_ups = [c for c in calls if c.reason != "first_call"]
+    kept = sum(c.reason == "kept" for c in follow_ups)
+    share = f" ({100.0 * kept / len(follow_ups):.1f} %)" if follow_ups else ""
+    lines = [
+        f"Session {session_id}: {len(calls)} calls; prefix kept on {kept} of {len(follow_ups)} "
+        f"follow-up calls{share}",
+        "",
+        f"{'call':>4}  {'time (UTC)':<19}  {'reason':<17}  {'first change':<14}  {'prefix':>7}  "
+        f"{'expected':>8}  {'read':>7}  {'gap s':>7}",
+    ]
+    for c in calls:
+        gap = f"{c.gap_s:.1f}" if c.gap_s is not None else "-"
+        lines.append(
+            f"{c.call:>4}  {c.at.astimezone(UTC):%Y-%m-%d %H:%M:%S}  {c.reason:<17}  "
+            f"{c.first_changed or '-':<14}  {c.stable_prefix_tokens:>7}  "
+            f"{c.expected_prefix_tokens:>8}  {c.predicted_read_tokens:>7}  {gap:>7}"
+        )
+    breaks = [c for c in follow_ups if c.reason != "kept"]
+    if breaks:
+        lines += ["", "Breaks:"]
+    for c in breaks:
+        where = f" at {c.first_changed}" if c.first_changed else ""
+        lines.append(
+            f"  call {c.call}{where}: {c.reason.replace('_', ' ')}; {c.predicted_read_tokens} of "
+            f"{c.expected_prefix_tokens} cached tokens still usable. {ADVICE.get(c.reason, '')}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def cli_explain(args: argparse.Namespace, settings: LedgerSettings) -> int:
+    """args.session (required), args.tenant (required: the ledger is read per tenant)."""
+    if not getattr(args, "tenant", None):
+        print("lantern cache explain: --tenant is required", file=sys.stderr)
+        return 2
+    engine = create_ledger_engine(settings.database_url)
+    try:
+        rows = LedgerQueries(session_factory(engine)).session_diagnoses(args.tenant, args.session)
+    except SQLAlchemyError as error:
+        print(
+            f"lantern cache explain: cannot read the ledger ({type(error).__name__}): "
+            "is the database up and migrated?",
+            file=sys.stderr,
+        )
+        return 1
+    finally:
+        engine.dispose()
+    sys.stdout.write(render_explanation(args.session, explain_rows(rows)))
+    return 0

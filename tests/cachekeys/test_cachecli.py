@@ -1,0 +1,134 @@
+"""`lantern cache explain`: the text from recorded diagnoses, and the command over a real SQLite ledger."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from gateway.cachecli import cli_explain, explain_rows, render_explanation
+from gateway.ledger.db import create_ledger_engine, migrate_engine, session_factory
+from gateway.ledger.models import UsageRecord
+
+
+def diag(
+    call: int,
+    reason: str,
+    prefix: int,
+    expected: int,
+    read: int,
+    changed: str | None = None,
+    gap: float | None = 20.0,
+) -> str:
+    return json.dumps(
+        {
+            "call": call,
+            "tenant": "acme",
+            "reason": reason,
+            "kept": reason == "kept",
+            "stable_prefix_tokens": prefix,
+            "expected_prefix_tokens": expected,
+            "predicted_read_tokens": read,
+            "first_changed": changed,
+            "gap_s": gap,
+        }
+    )
+
+
+ROWS = [
+    (datetime(2026, 11, 30, 10, 0, 0, tzinfo=UTC), diag(0, "first_call", 6000, 0, 0, gap=None)),
+    (datetime(2026, 11, 30, 10, 0, 20, tzinfo=UTC), diag(1, "kept", 7500, 6000, 6000)),
+    (
+        datetime(2026, 11, 30, 10, 0, 40, tzinfo=UTC),
+        diag(2, "system_changed", 9000, 7500, 1200, "system[0]"),
+    ),
+    (
+        datetime(2026, 11, 30, 10, 6, 0, tzinfo=UTC),
+        diag(3, "ttl_expired", 10500, 9000, 0, gap=320.0),
+    ),
+    (datetime(2026, 11, 30, 10, 6, 1, tzinfo=UTC), "not json"),
+]
+
+EXPECTED = """Session s1: 4 calls; prefix kept on 1 of 3 follow-up calls (33.3 %)
+
+call  time (UTC)           reason             first change     prefix  expected     read    gap s
+   0  2026-11-30 10:00:00  first_call         -                  6000         0        0        -
+   1  2026-11-30 10:00:20  kept               -                  7500      6000     6000     20.0
+   2  2026-11-30 10:00:40  system_changed     system[0]          9000      7500     1200     20.0
+   3  2026-11-30 10:06:00  ttl_expired        -                 10500      9000        0    320.0
+
+Breaks:
+  call 2 at system[0]: system changed; 1200 of 7500 cached tokens still usable. the system prompt changed: move dates and ids out of it (cache.normalise.relocate_volatile) or send updates as messages
+  call 3: ttl expired; 0 of 9000 cached tokens still usable. the gap exceeded the cache lifetime: a slow tool outlived it (cache.ttl: 1h pays when gaps are long)
+"""
+
+
+def test_render_golden() -> None:
+    assert render_explanation("s1", explain_rows(ROWS)) == EXPECTED
+
+
+def test_empty_session() -> None:
+    assert render_explanation("nope", []) == "No cache diagnoses recorded for session nope.\n"
+
+
+ZEROS = {
+    "input_tokens": 0,
+    "cache_read_tokens": 0,
+    "cache_write_tokens": 0,
+    "output_tokens": 0,
+    "cost_usd": 0,
+    "uncached_cost_usd": 0,
+    "latency_ms": 0.0,
+}
+
+
+@dataclass(frozen=True)
+class LedgerSettings:
+    database_url: str
+
+
+def test_cli_explain_reads_the_ledger(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    engine = create_ledger_engine(url)
+    migrate_engine(engine)
+    with session_factory(engine).begin() as session:
+        for i, (ts, text) in enumerate(ROWS[:4]):
+            session.add(
+                UsageRecord(
+                    id=f"r{i}",
+                    ts=ts,
+                    tenant="acme",
+                    key_id="k",
+                    model="m",
+                    request_id=f"q{i}",
+                    status="ok",
+                    session_id="s1",
+                    attempt=0,
+                    cache_diagnosis=text,
+                    **ZEROS,
+                )
+            )
+        session.add(
+            UsageRecord(
+                id="other",
+                ts=ROWS[0][0],
+                tenant="globex",
+                key_id="k",
+                model="m",
+                request_id="x",
+                status="ok",
+                session_id="s1",
+                attempt=0,
+                cache_diagnosis=diag(0, "first_call", 1, 0, 0),
+                **ZEROS,
+            )
+        )
+    engine.dispose()
+    args = argparse.Namespace(session="s1", tenant="acme", config=None)
+    assert cli_explain(args, LedgerSettings(url)) == 0
+    assert capsys.readouterr().out == EXPECTED
+    assert cli_explain(argparse.Namespace(session="s1", tenant=None), LedgerSettings(url)) == 2
