@@ -39,8 +39,9 @@ class RecorderConfig:
 @dataclass(frozen=True, slots=True)
 class RecorderStats:
     """Counters since start. `num_written` counts rows sent to the database (a row re-sent
-    after a lost acknowledgement counts twice, is stored once). `num_overflowed` (spool full)
-    and `num_rejected` (refused by the database) rows exist only in the ERROR log."""
+    after a lost acknowledgement counts twice, is stored once). `num_overflowed` (spool full or
+    unwritable, or recorded after close) and `num_rejected` (refused by the database) rows exist
+    only in the ERROR log."""
 
     num_recorded: int
     num_written: int
@@ -89,6 +90,7 @@ class UsageRecorder:
         self._is_db_up = True
         self._retry_delay_s = config.retry_initial_s
         self._retry_at = 0.0
+        self._spool_bytes = 0  # the writer thread's last look at the spool (stats() reads it)
         self._counts = {"recorded": 0, "written": 0, "spooled": 0, "overflowed": 0, "rejected": 0}
 
     def start(self) -> None:
@@ -96,17 +98,20 @@ class UsageRecorder:
         if self._thread is not None:
             raise RuntimeError("UsageRecorder already started")
         self._spool.open()
+        self._spool_bytes = self._spool.num_bytes
         self._thread = threading.Thread(target=self._run, name="usage-recorder", daemon=True)
         self._thread.start()
 
     def record(self, row: UsageRow) -> None:
-        """Queues `row` in memory and returns; no I/O happens on the caller's thread."""
+        """Queues `row` in memory and returns; no I/O happens on the caller's thread (except
+        for a row recorded after `close()`, which is logged whole since nothing can store it)."""
         with self._wakeup:
-            if self._is_closed:
-                raise RuntimeError("UsageRecorder is closed")
-            self._pending.append(row)
             self._counts["recorded"] += 1
-            self._wakeup.notify()
+            if not self._is_closed:
+                self._pending.append(row)
+                self._wakeup.notify()
+                return
+        self._overflow([row], "recorder already closed")
 
     def stats(self) -> RecorderStats:
         with self._wakeup:
@@ -117,7 +122,7 @@ class UsageRecorder:
                 num_overflowed=self._counts["overflowed"],
                 num_rejected=self._counts["rejected"],
                 num_pending=len(self._pending),
-                spool_bytes=self._spool.num_bytes,
+                spool_bytes=self._spool_bytes,
                 is_database_up=self._is_db_up,
             )
 
@@ -131,6 +136,8 @@ class UsageRecorder:
             self._thread.join()
             self._thread = None
         self._spool.close()
+        with self._wakeup:
+            self._spool_bytes = self._spool.num_bytes
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.close)
@@ -140,15 +147,25 @@ class UsageRecorder:
     def _run(self) -> None:
         self._drain_spool()
         while True:
-            batch, is_stopping = self._take_batch()
-            if batch:
-                self._write(batch)
-            if not self._spool.is_empty and self._monotonic() >= self._retry_at:
-                self._drain_spool()
-            if is_stopping and not batch:
-                if not self._spool.is_empty:
-                    self._drain_spool()  # one last try, whatever the backoff says
-                return
+            try:
+                if self._step():
+                    return
+            except Exception:  # a bug must not silence the ledger: log it and keep going
+                log.exception("usage ledger: writer error")
+                time.sleep(self._config.retry_initial_s)
+
+    def _step(self) -> bool:
+        """One batch and, when due, one drain; True once stopping with nothing left to write."""
+        batch, is_stopping = self._take_batch()
+        if batch:
+            self._write(batch)
+        if not self._spool.is_empty and self._monotonic() >= self._retry_at:
+            self._drain_spool()
+        if is_stopping and not batch:
+            if not self._spool.is_empty:
+                self._drain_spool()  # one last try, whatever the backoff says
+            return True
+        return False
 
     def _take_batch(self) -> tuple[list[UsageRow], bool]:
         with self._wakeup:
@@ -181,8 +198,10 @@ class UsageRecorder:
             self._spool.clear()
         except Exception as error:  # noqa: BLE001 - the spool keeps them; retry with backoff
             self._spool.release()
+            self._note_spool()
             self._mark_down(error)
             return
+        self._note_spool()
         if num_rows:
             log.warning("usage ledger: wrote %d spooled rows", num_rows)
         with self._wakeup:
@@ -230,17 +249,23 @@ class UsageRecorder:
             result = self._spool.append(batch)
         except OSError:
             log.exception("usage ledger: spool write failed")
-            self._overflow(batch)
+            self._overflow(batch, "spool write failed")
             return
         self._count("spooled", result.num_written)
         if result.overflow:
-            self._overflow(list(result.overflow))
+            self._overflow(list(result.overflow), "spool full")
 
-    def _overflow(self, rows: list[UsageRow]) -> None:
+    def _overflow(self, rows: list[UsageRow], reason: str) -> None:
         for row in rows:
-            log.error("usage ledger: spool full, row kept only in this log: %s", row.to_json())
+            log.error("usage ledger: %s, row kept only in this log: %s", reason, row.to_json())
         self._count("overflowed", len(rows))
 
     def _count(self, name: str, n: int) -> None:
         with self._wakeup:
             self._counts[name] += n
+        self._note_spool()
+
+    def _note_spool(self) -> None:
+        with self._wakeup:
+            if self._spool.is_open:
+                self._spool_bytes = self._spool.num_bytes

@@ -65,6 +65,10 @@ class Spool:
         self._rescan()
 
     @property
+    def is_open(self) -> bool:
+        return self._own is not None
+
+    @property
     def num_bytes(self) -> int:
         return self._other_bytes + (self._own.tell() if self._own is not None else 0)
 

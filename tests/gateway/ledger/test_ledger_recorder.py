@@ -68,12 +68,17 @@ def test_every_row_reaches_the_database(engine, make_row, tmp_path, count_rows):
     assert list((tmp_path / "spool").iterdir()) == []
 
 
-def test_record_after_close_is_an_error(engine, make_row, tmp_path):
+def test_a_row_recorded_after_close_is_logged_whole_not_raised(engine, make_row, tmp_path, caplog):
     recorder = UsageRecorder(engine, RecorderConfig(spool_dir=tmp_path / "spool"))
     recorder.start()
     recorder.close()
-    with pytest.raises(RuntimeError):
-        recorder.record(make_row())
+    late = make_row()
+    with caplog.at_level(logging.ERROR, logger="gateway.ledger.recorder"):
+        recorder.record(late)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"usage ledger: recorder already closed, row kept only in this log: {late.to_json()}"
+    ]
+    assert (recorder.stats().num_recorded, recorder.stats().num_overflowed) == (1, 1)
 
 
 class Blackhole:
