@@ -97,6 +97,11 @@ _KNOWN = frozenset(
 )
 
 
+# Parts the canonical model cannot hold; skipped when decoding (they survive only on the
+# same-wire path, where the client's raw JSON is forwarded).
+_SKIPPED_PARTS = frozenset({"input_audio", "file", "refusal"})
+
+
 def _image_part(part: Mapping[str, Any], path: str) -> ImagePart:
     image = expect(part.get("image_url"), dict, f"{path}.image_url")
     url = expect(image.get("url"), str, f"{path}.image_url.url")
@@ -122,7 +127,7 @@ def _content(value: Any, path: str) -> tuple[TextPart | ImagePart, ...]:
             parts.append(TextPart(text, cache_control_at(part, p)))
         elif kind == "image_url":
             parts.append(_image_part(part, p))
-        else:
+        elif kind not in _SKIPPED_PARTS:
             raise WireFormatError(f"{p}.type", f"unsupported content part type {kind!r}")
     return tuple(parts)
 
@@ -150,7 +155,9 @@ def _tools(value: Any) -> tuple[ToolSpec, ...]:
     tools = []
     for i, tool in enumerate(expect(value, list, "tools")):
         p = f"tools[{i}]"
-        fn = expect(expect(tool, dict, p).get("function"), dict, f"{p}.function")
+        if expect(tool, dict, p).get("type", "function") != "function":
+            continue  # custom / hosted tools: same-wire passthrough only
+        fn = expect(tool.get("function"), dict, f"{p}.function")
         tools.append(
             ToolSpec(
                 name=expect(fn.get("name"), str, f"{p}.function.name"),

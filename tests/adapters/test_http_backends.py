@@ -246,3 +246,19 @@ def test_anthropic_raw_body_is_forwarded(upstream: FakeUpstream) -> None:
     resp = run(anthropic(upstream), lambda b: b.complete(call))
     assert upstream.requests[0].body == orjson.dumps(raw)
     assert (resp.content, resp.stop_reason) == ((TextPart("The quick brown fox"),), "length")
+
+
+def test_stream_cut_short_is_unavailable(upstream: FakeUpstream) -> None:
+    upstream.app.drop_stream_after = 3
+    seen: list[StreamEvent] = []
+
+    async def drain(backend: Backend) -> None:
+        async for event in backend.stream(openai_call(dict(HI, stream=True))):
+            seen.append(event)
+
+    for spec in (local(upstream), anthropic(upstream)):
+        seen.clear()
+        with pytest.raises(ProviderUnavailable) as info:
+            run(spec, drain)
+        assert "stream ended before" in info.value.detail
+        assert seen[1:] == [TextDelta(0, "The"), TextDelta(0, " quick")]

@@ -139,6 +139,27 @@ def test_developer_role_and_named_tool_choice() -> None:
     }
 
 
+def test_unrepresentable_parts_and_custom_tools_are_skipped() -> None:
+    req = openai_wire.decode_request(
+        {
+            "model": "gpt-5",
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "listen"},
+                        {"type": "input_audio", "input_audio": {"data": "AAA", "format": "wav"}},
+                        {"type": "file", "file": {"file_id": "file-1"}},
+                    ],
+                }
+            ],
+            "tools": [{"type": "custom", "custom": {"name": "grammar_tool"}}, WEATHER_TOOL],
+        }
+    )
+    assert req.messages == (Message("user", (TextPart("listen"),)),)
+    assert [t.name for t in req.tools] == ["get_weather"]
+
+
 def test_cache_control_on_parts_is_decoded_and_only_emitted_on_request() -> None:
     body = {
         "model": "m",

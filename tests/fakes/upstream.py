@@ -123,6 +123,7 @@ class FakeUpstreamApp:
     api_key: str | None = None  # when set, requests must carry it (Bearer or x-api-key)
     delay_s: float = 0.0  # before the response starts: drives client timeouts
     chunk_delay_s: float = 0.0  # between stream chunks
+    drop_stream_after: int | None = None  # end streams cleanly after N events, unfinished
     counter: TokenCounter = field(default_factory=TokenCounter)
     requests: list[RecordedRequest] = field(default_factory=list)
     _failures: deque[InjectedFailure] = field(default_factory=deque)
@@ -235,7 +236,10 @@ class FakeUpstreamApp:
                 ],
             }
         )
-        for event in stream_events(resp, self.counter):
+        events = stream_events(resp, self.counter)
+        if self.drop_stream_after is not None:  # the upstream dies mid-answer
+            events = events[: self.drop_stream_after]
+        for event in events:
             await send(
                 {"type": "http.response.body", "body": encoder.encode(event), "more_body": True}
             )
