@@ -48,6 +48,17 @@ def sandbox_backend(request: pytest.FixtureRequest) -> str:
         pytest.skip(f"{request.param}: {exc}")
 
 
+@pytest.fixture(scope="session")
+def default_backend() -> str:
+    """The backend LocalRunner picks by itself ('auto'); CI=true requires one."""
+    try:
+        return LocalRunner(logging.getLogger("probe")).backend()
+    except SandboxUnavailable as exc:
+        if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
+            pytest.fail(f"user namespaces are required in CI: {exc}")
+        pytest.skip(str(exc))
+
+
 @pytest.fixture
 def sqlite_engine(tmp_path: Path) -> Iterator[sa.Engine]:
     engine = sa.create_engine(f"sqlite:///{tmp_path / 'runs.db'}", connect_args={"timeout": 30})
