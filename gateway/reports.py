@@ -8,35 +8,24 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from adapters.breakeven import (
-    ApiPrices,
-    BreakevenReport,
-    ModelAggregates,
-    TokenCounts,
-    breakeven_report,
-    format_breakeven,
-)
 from gateway.ledger.db import create_ledger_engine, session_factory
-from gateway.ledger.queries import GROUP_KEYS, HourlyModelTokens, LedgerQueries, UsageTotals
+from gateway.ledger.queries import GROUP_KEYS, LedgerQueries, UsageTotals
 from gateway.report_format import render, report_document, to_csv, to_json, to_table
 
 __all__ = [
     "CostReport",
     "CostRow",
-    "FleetSpec",
     "InvalidReportQuery",
-    "add_breakeven_arguments",
     "add_cost_arguments",
-    "breakeven_reports",
     "cli_breakeven",
     "cli_cost",
     "cost_report",
@@ -49,7 +38,11 @@ __all__ = [
     "to_table",
 ]
 
+if TYPE_CHECKING:
+    from gateway.settings import Settings
+
 REPORT_FORMATS = ("table", "csv", "json")
+DEFAULT_GROUP_BY = ("tenant",)
 
 
 class InvalidReportQuery(ValueError):
@@ -137,10 +130,11 @@ def parse_period(since: str | None, until: str | None, now: datetime) -> tuple[d
 
 
 def cli_cost(args: argparse.Namespace, settings: LedgerSettings) -> int:
-    """`lantern report cost`: args.since, args.until, args.group_by (list), args.format."""
+    """`lantern report cost`: args.since, args.until, args.group_by (list; default by tenant),
+    args.format."""
     try:
         since, until = parse_period(args.since, args.until, datetime.now(UTC))
-        group_by = parse_group_by(args.group_by)
+        group_by = parse_group_by(args.group_by) if args.group_by else DEFAULT_GROUP_BY
         if args.format not in REPORT_FORMATS:
             raise InvalidReportQuery(
                 f"unknown format {args.format!r}; use {'|'.join(REPORT_FORMATS)}"
@@ -173,109 +167,17 @@ def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
         dest="group_by",
         action="append",
         default=None,
-        help="tenant|model|backend|day; repeat or comma-separate for several",
+        help="tenant|model|backend|day; repeat or comma-separate for several (default: tenant)",
     )
     parser.add_argument("--format", choices=REPORT_FORMATS, default="table")
 
 
-@dataclass(frozen=True, slots=True)
-class FleetSpec:
-    """What the configuration (not the ledger) knows about a model's self-hosted fleet."""
+def cli_breakeven(args: argparse.Namespace, settings: Settings) -> int:
+    """`lantern report breakeven` (gateway/report_breakeven.py; imported on use because it loads
+    LiteLLM's price map, which takes seconds)."""
+    from gateway.report_breakeven import run_breakeven
 
-    replicas: int
-    replica_usd_per_h: float
-    mtok_per_h_full: float  # work tokens one replica serves per hour at full use
-    headroom_util: float = 0.65
-
-
-def breakeven_reports(
-    sessions: sessionmaker[Session],
-    since: datetime,
-    until: datetime,
-    fleets: Mapping[str, FleetSpec],
-    prices: Mapping[str, ApiPrices],
-) -> list[BreakevenReport]:
-    """F2 per model in `fleets`, from the ledger's fleet (rows with a replica) and API traffic."""
-    hourly = LedgerQueries(sessions).hourly_model_tokens(since, until)
-    hours = (until - since).total_seconds() / 3600
-    reports = []
-    for model, fleet in sorted(fleets.items()):
-        rows = [h for h in hourly if h.model == model]
-        reports.append(
-            breakeven_report(
-                ModelAggregates(
-                    model=model,
-                    hours=hours,
-                    replicas=fleet.replicas,
-                    replica_usd_per_h=fleet.replica_usd_per_h,
-                    mtok_per_h_full=fleet.mtok_per_h_full,
-                    fleet=_token_counts(r for r in rows if r.venue == "fleet"),
-                    api=_token_counts(r for r in rows if r.venue == "api"),
-                    api_prices=prices[model],
-                    headroom_util=fleet.headroom_util,
-                )
-            )
-        )
-    return reports
-
-
-def cli_breakeven(args: argparse.Namespace, settings: LedgerSettings) -> int:
-    """`lantern report breakeven`: one model's fleet and API prices come from the flags."""
-    try:
-        since, until = parse_period(args.since, args.until, datetime.now(UTC))
-    except InvalidReportQuery as error:
-        print(f"lantern report breakeven: {error}", file=sys.stderr)
-        return 2
-    fleet = FleetSpec(args.replicas, args.replica_usd_per_h, args.mtok_per_h, args.headroom)
-    prices = ApiPrices(args.api_input, args.api_output, args.api_cache_read, args.api_cache_write)
-    engine = create_ledger_engine(settings.database_url)
-    try:
-        reports = breakeven_reports(
-            session_factory(engine), since, until, {args.model: fleet}, {args.model: prices}
-        )
-    except SQLAlchemyError as error:
-        print(
-            f"lantern report breakeven: cannot read the ledger ({type(error).__name__})",
-            file=sys.stderr,
-        )
-        return 1
-    except ValueError as error:
-        print(f"lantern report breakeven: {error}", file=sys.stderr)
-        return 2
-    finally:
-        engine.dispose()
-    sys.stdout.write(format_breakeven(reports) + "\n")
-    return 0
-
-
-def add_breakeven_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags `cli_breakeven` reads (prices in USD per million tokens)."""
-    parser.add_argument("--since", help="ISO date or datetime (default: first of this month, UTC)")
-    parser.add_argument("--until", help="ISO date (inclusive) or datetime (exclusive); default now")
-    parser.add_argument("--model", required=True, help="the model name clients send")
-    parser.add_argument("--replicas", type=int, required=True)
-    parser.add_argument("--replica-usd-per-h", dest="replica_usd_per_h", type=float, required=True)
-    parser.add_argument(
-        "--mtok-per-h",
-        dest="mtok_per_h",
-        type=float,
-        required=True,
-        help="million work tokens one replica serves per hour at full use",
-    )
-    parser.add_argument("--headroom", type=float, default=0.65)
-    parser.add_argument("--api-input", dest="api_input", type=float, required=True)
-    parser.add_argument("--api-output", dest="api_output", type=float, required=True)
-    parser.add_argument("--api-cache-read", dest="api_cache_read", type=float, default=0.0)
-    parser.add_argument("--api-cache-write", dest="api_cache_write", type=float, default=0.0)
-
-
-def _token_counts(rows: Iterable[HourlyModelTokens]) -> TokenCounts:
-    total = TokenCounts()
-    for r in rows:
-        total += TokenCounts(
-            r.input_tokens, r.output_tokens, r.cache_read_tokens, r.cache_write_tokens
-        )
-    return total
+    return run_breakeven(args, settings)
 
 
 def _cost_row(t: UsageTotals) -> CostRow:

@@ -17,7 +17,9 @@ from adapters.breakeven import (
 )
 from gateway.ledger.db import create_ledger_engine, migrate
 from gateway.ledger.recorder import insert_rows
-from gateway.reports import add_breakeven_arguments, add_cost_arguments, cli_breakeven, cli_cost
+from gateway.report_breakeven import add_breakeven_arguments
+from gateway.reports import add_cost_arguments, cli_breakeven, cli_cost
+from gateway.settings import Settings
 from tests.gateway.ledger.ledger_dataset import edge_rows, november_rows
 
 
@@ -66,6 +68,19 @@ def test_cost_csv_by_tenant_and_model(settings, capsys):
     )
 
 
+def test_cost_groups_by_tenant_by_default(settings, capsys):
+    assert cli_cost(cost_args("--since", "2026-11-01", "--until", "2026-11-30"), settings) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[:2] for line in lines[1:]] == [
+        ["tenant", "calls"],
+        ["------", "-----"],
+        ["acme", "3"],
+        ["globex", "3"],
+        ["------", "-----"],
+        ["TOTAL", "6"],
+    ]
+
+
 def test_cost_json_with_comma_separated_keys(settings, capsys):
     args = cost_args(
         "--since",
@@ -102,42 +117,82 @@ def test_cost_on_a_ledger_without_schema_exits_1(tmp_path, capsys):
     assert "cannot read the ledger" in capsys.readouterr().err
 
 
-def test_breakeven_splits_fleet_and_api_traffic(settings, capsys):
+def breakeven_settings(database_url: str) -> Settings:
+    return Settings(
+        database_url=database_url,
+        models=[
+            {
+                "name": "gpt-4o-mini",
+                "backends": [
+                    {
+                        "kind": "selfhost",
+                        "name": "local",
+                        "base_url": "http://10.0.0.7:8091",
+                        "price_per_hour_usd": 0.5,
+                    },
+                    {"kind": "litellm", "name": "oai", "model": "openai/gpt-4o-mini"},
+                ],
+            }
+        ],
+        prices={"gpt-4o-mini": {"input": 0.15, "output": 0.60}},
+    )
+
+
+def breakeven_args(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     add_breakeven_arguments(parser)
-    args = parser.parse_args(
-        [
-            "--since",
-            "2026-11-01",
-            "--until",
-            "2026-11-30",
-            "--model",
-            "gpt-4o-mini",
-            "--replicas",
-            "1",
-            "--replica-usd-per-h",
-            "0.5",
-            "--mtok-per-h",
-            "1.0",
-            "--api-input",
-            "0.15",
-            "--api-output",
-            "0.60",
-        ]
-    )
-    assert cli_breakeven(args, settings) == 0
-    expected = breakeven_report(
+    return parser.parse_args(["--since", "2026-11-01", "--until", "2026-11-30", *argv])
+
+
+def expected_report(mtok_per_h: float):
+    return breakeven_report(
         ModelAggregates(
             model="gpt-4o-mini",
             hours=720.0,
             replicas=1,
             replica_usd_per_h=0.5,
-            mtok_per_h_full=1.0,
+            mtok_per_h_full=mtok_per_h,
             fleet=TokenCounts(input_tokens=400_000, output_tokens=200_000),  # the replica's row
             api=TokenCounts(input_tokens=1_000_000, output_tokens=100_000),  # the OpenAI row
             api_prices=ApiPrices(0.15, 0.60),
         )
     )
+
+
+def test_breakeven_splits_fleet_and_api_traffic(settings, capsys):
+    args = breakeven_args("--mtok-per-h", "1.0")
+    assert cli_breakeven(args, breakeven_settings(settings.database_url)) == 0
+    expected = expected_report(1.0)
     assert expected.utilisation == pytest.approx(0.6 / 720)
     assert expected.all_api_cost_usd == pytest.approx(0.39)
-    assert capsys.readouterr().out == format_breakeven([expected]) + "\n"
+    captured = capsys.readouterr()
+    assert captured.out == format_breakeven([expected]) + "\n"
+    assert captured.err == ""
+
+
+def test_breakeven_without_capacity_uses_the_busiest_hour_and_says_so(settings, capsys):
+    assert (
+        cli_breakeven(breakeven_args("--format", "json"), breakeven_settings(settings.database_url))
+        == 0
+    )
+    captured = capsys.readouterr()
+    [document] = json.loads(captured.out)
+    expected = expected_report(0.6)  # the replica's one hour: 400k + 200k work tokens
+    assert document["u_star"] == pytest.approx(expected.u_star)
+    assert document["formula"] == expected.formula
+    assert "busiest hour served (a lower bound)" in captured.err
+
+
+def test_breakeven_with_the_parser_of_the_lantern_cli(settings, capsys):
+    """gateway/cli.py's parser passes only since, until, format and config."""
+    args = argparse.Namespace(since="2026-11-01", until="2026-11-30", format="csv", config=None)
+    assert cli_breakeven(args, breakeven_settings(settings.database_url)) == 0
+    header, row = capsys.readouterr().out.splitlines()
+    assert header.split(",")[:4] == ["model", "hours", "replicas", "utilisation"]
+    assert row.split(",")[:3] == ["gpt-4o-mini", "720.0", "1"]
+
+
+def test_breakeven_needs_a_priced_fleet(settings, capsys):
+    plain = Settings(database_url=settings.database_url)
+    assert cli_breakeven(breakeven_args(), plain) == 2
+    assert "price_per_hour_usd" in capsys.readouterr().err
