@@ -12,9 +12,13 @@ import argparse
 import copy
 import math
 import random
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, Protocol
+
+import httpx
 
 from adapters import anthropic_wire
 from adapters.tokens import TokenCounter
@@ -257,23 +261,100 @@ def messy_table(passthrough: HopFactory, lantern: HopFactory) -> list[tuple[str,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--via", choices=("inprocess", "gateway"), default="inprocess")
+    parser.add_argument("--via", choices=("inprocess", "gateway"), default="gateway")
     args = parser.parse_args()
-    lantern = InProcessLantern.factory(NORMALISED) if args.via == "inprocess" else gateway_factory()
-    print(f"Lantern hop: {args.via}; model {MODEL}; prices read 0.1, write 1.25, uncached 1")
+    if args.via == "inprocess":
+        report(args.via, InProcessLantern.factory(NORMALISED), lambda fake, clock: Direct(fake))
+        return
+    with tempfile.TemporaryDirectory() as var_dir:
+        bench = GatewayBench(Path(var_dir))
+        try:
+            report(args.via, bench.factory("lantern"), bench.factory("raw"))
+        finally:
+            bench.close()
+
+
+def report(via: str, lantern: HopFactory, passthrough: HopFactory) -> None:
+    print(f"Lantern hop: {via}; model {MODEL}; prices read 0.1, write 1.25, uncached 1")
     print(
         "\nForced misses (clean session through Lantern)\n| misses | measured | note |\n| --- | --- | --- |"
     )
     for m, measured, note in miss_table(lantern):
         print(f"| {m} | {measured:.1f} % | {note:.1f} % |")
     print("\nMessy clients\n| client | passed through | with Lantern |\n| --- | --- | --- |")
-    for messy, plain, normalised in messy_table(lambda fake, clock: Direct(fake), lantern):
+    for messy, plain, normalised in messy_table(passthrough, lantern):
         print(f"| {messy} | {plain:.1f} % | {normalised:.1f} % |")
+
+
+@dataclass
+class GatewayHop:
+    """Through a real Lantern gateway (uvicorn, real settings and policy files) to the HTTP fake."""
+
+    gateway: Any
+    upstream: Any
+    api_key: str
+    session_id: str
+    headers_seen: list[str] = field(default_factory=list)
+
+    def send(self, body: Body, prompt_tokens: int) -> tuple[int, int, int]:
+        headers = {"x-api-key": self.api_key, "x-session-id": self.session_id}
+        reply = httpx.post(
+            f"{self.gateway.url}/v1/messages", json=body, headers=headers, timeout=60.0
+        )
+        reply.raise_for_status()
+        self.headers_seen.append(reply.headers.get("x-lantern-cache", ""))
+        usage = reply.json()["usage"]
+        return (
+            usage["input_tokens"],
+            usage["cache_read_input_tokens"],
+            usage["cache_creation_input_tokens"],
+        )
+
+
+class GatewayBench:
+    """One gateway with two tenants in front of one fake upstream; each run gets a fresh cache."""
+
+    KEYS = {"lantern": "lt-bench-lantern-key", "raw": "lt-bench-passthrough-key"}
+
+    def __init__(self, var_dir: Path) -> None:
+        from tests.e2e.harness import start_gateway, write_config, write_policy
+        from tests.fakes.upstream import FakeUpstream
+
+        self.upstream = FakeUpstream().start()
+        policies = var_dir / "policies"
+        policies.mkdir(parents=True, exist_ok=True)
+        lantern_cache = {"normalise": {"relocate_volatile": True, "canonical_tool_args": True}}
+        raw_cache = {"markers": "off", "normalise": {"order_tools": False, "canonical_json": False}}
+        write_policy(policies, "lantern", self.KEYS["lantern"], models=[MODEL], cache=lantern_cache)
+        write_policy(policies, "raw", self.KEYS["raw"], models=[MODEL], cache=raw_cache)
+        backend = {
+            "kind": "anthropic",
+            "name": "fake-anthropic",
+            "base_url": self.upstream.base_url,
+            "model": MODEL,
+            "api_key_env": None,
+            "timeout_s": 60,
+        }
+        config = write_config(
+            var_dir / "lantern.yaml", var_dir, [{"name": MODEL, "backends": [backend]}]
+        )
+        self.gateway = start_gateway(config)
+        self.runs = 0
+
+    def factory(self, tenant: str) -> HopFactory:
+        def make(fake: PromptCacheFake, clock: Clock) -> Hop:
+            self.upstream.app.cache = fake
+            self.runs += 1
+            return GatewayHop(
+                self.gateway, self.upstream, self.KEYS[tenant], f"bench-{tenant}-{self.runs}"
+            )
+
+        return make
+
+    def close(self) -> None:
+        self.gateway.stop()
+        self.upstream.stop()
 
 
 if __name__ == "__main__":
     main()
-
-
-def gateway_factory() -> HopFactory:
-    raise SystemExit("the gateway hop is not wired yet; use --via inprocess")
