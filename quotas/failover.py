@@ -108,11 +108,16 @@ class FailoverQuotaStore:
     ) -> UsageSnapshot:
         if self._should_try_primary(now_ms):
             try:
-                return await self._primary.usage(
+                snapshot = await self._primary.usage(
                     tenant, limits, now_ms=now_ms, session_id=session_id
                 )
             except QuotaStoreUnavailable as exc:
                 self._mark_down(now_ms, exc)
+            else:
+                if self._down_since_ms is None and not self._pending:
+                    return snapshot
+                await self._mark_up(now_ms)  # replays deferred settles: look again after it
+                return await self.usage(tenant, limits, now_ms=now_ms, session_id=session_id)
         return await self._fallback.usage(tenant, limits, now_ms=now_ms, session_id=session_id)
 
     async def close(self) -> None:

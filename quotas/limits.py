@@ -109,11 +109,14 @@ class Actual:
 
 @dataclass(frozen=True, slots=True)
 class WindowUse:
-    """The per-minute window as the store saw it: used amounts and ms until it is empty again."""
+    """The per-minute window as the store saw it: used amounts, ms until it is empty again, and
+    the limits it was checked against (for `x-ratelimit-*` headers)."""
 
     tokens_used: int
     requests_used: int
     reset_ms: int
+    tokens_limit: int | None = None
+    requests_limit: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -248,7 +248,13 @@ class MemoryQuotaStore:
         if book.window:
             newest = next(reversed(book.window.values()))[0]
             reset_ms = newest + limits.window_ms - now
-        return WindowUse(book.tokens_used, len(book.window), reset_ms)
+        return WindowUse(
+            book.tokens_used,
+            len(book.window),
+            reset_ms,
+            limits.tokens_per_minute,
+            limits.requests_per_minute,
+        )
 
     @staticmethod
     def _session_calls(book: _Book, session_id: str, now: int) -> int:

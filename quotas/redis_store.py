@@ -105,7 +105,7 @@ class RedisQuotaStore:
         if reply[0] == "dup":
             raise ReservationConflict(reservation_id)
         if reply[0] == "over":
-            raise _exceeded(reply)
+            raise _exceeded(reply, limits)
         now, tokens_used, requests_used, reset_ms = (int(x) for x in reply[1:5])
         return Reservation(
             id=reservation_id,
@@ -116,7 +116,7 @@ class RedisQuotaStore:
             admitted_ms=now,
             lease_expiry_ms=now + limits.lease_ms,
             store=self.name,
-            window=WindowUse(tokens_used, requests_used, reset_ms),
+            window=_window(limits, tokens_used, requests_used, reset_ms),
         )
 
     async def settle(self, reservation: Reservation, actual: Actual, *, now_ms: int) -> Settlement:
@@ -198,10 +198,20 @@ def _gc_ms(now_ms: int, period_end_ms: int) -> int:
     return max(period_end_ms - now_ms, 0) + _KEEP_AFTER_PERIOD_MS
 
 
-def _exceeded(reply: list[str | int]) -> QuotaExceeded:
+def _window(limits: Limits, tokens_used: int, requests_used: int, reset_ms: int) -> WindowUse:
+    return WindowUse(
+        tokens_used,
+        requests_used,
+        reset_ms,
+        limits.tokens_per_minute,
+        limits.requests_per_minute,
+    )
+
+
+def _exceeded(reply: list[str | int], limits: Limits) -> QuotaExceeded:
     limit: LimitName = reply[1]  # type: ignore[assignment]
     value, current, retry_ms = int(reply[2]), int(reply[3]), int(reply[4])
-    window = WindowUse(int(reply[5]), int(reply[6]), int(reply[7]))
+    window = _window(limits, int(reply[5]), int(reply[6]), int(reply[7]))
     if limit == "monthly_budget_usd":
         return QuotaExceeded(limit, micro_to_usd(value), micro_to_usd(current), retry_ms, window)
     return QuotaExceeded(limit, value, current, retry_ms, window)

@@ -167,7 +167,7 @@ async def both(
 
 @pytest.mark.redis
 @settings(
-    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(limits=limits_strategy, ops=st.lists(op_strategy, min_size=10, max_size=80))
 def test_memory_and_redis_decide_identically(
