@@ -9,6 +9,7 @@ through unchanged and with Lantern's normalisation. Run: python -m bench.agent_s
 from __future__ import annotations
 
 import argparse
+import collections
 import copy
 import math
 import random
@@ -250,12 +251,32 @@ def miss_table(factory: HopFactory) -> list[tuple[int, float, float]]:
     return rows
 
 
-def messy_table(passthrough: HopFactory, lantern: HopFactory) -> list[tuple[str, float, float]]:
+@dataclass(frozen=True, slots=True)
+class MessyRow:
+    client: Messy
+    passed_through: RunResult
+    with_lantern: RunResult
+    passthrough_diagnoses: str
+    lantern_diagnoses: str
+
+
+def diagnoses(hop: Hop) -> str:
+    """Lantern's x-lantern-cache verdicts over calls 1..19 (gateway hop only), e.g. "kept x19"."""
+    seen = getattr(hop, "headers_seen", [])[1:]
+    counts = collections.Counter(h.split(";")[0] for h in seen)
+    return ", ".join(f"{reason} x{n}" for reason, n in counts.most_common()) or "-"
+
+
+def messy_table(passthrough: HopFactory, lantern: HopFactory) -> list[MessyRow]:
     rows = []
     for messy in ("clean", "timestamp", "shuffled_tools", "json_keys"):
-        plain = run_session(messy, messy, *fresh(passthrough))
-        normalised = run_session(messy, messy, *fresh(lantern))
-        rows.append((messy, plain.percent, normalised.percent))
+        plain_hop, plain_clock = fresh(passthrough)
+        plain = run_session(messy, messy, plain_hop, plain_clock)
+        lantern_hop, lantern_clock = fresh(lantern)
+        normalised = run_session(messy, messy, lantern_hop, lantern_clock)
+        rows.append(
+            MessyRow(messy, plain, normalised, diagnoses(plain_hop), diagnoses(lantern_hop))
+        )
     return rows
 
 
@@ -275,15 +296,25 @@ def main() -> None:
 
 
 def report(via: str, lantern: HopFactory, passthrough: HopFactory) -> None:
-    print(f"Lantern hop: {via}; model {MODEL}; prices read 0.1, write 1.25, uncached 1")
+    print(f"Lantern hop: {via}; model {MODEL}; prices: uncached 1, read 0.1, write 1.25 (5 min)")
     print(
-        "\nForced misses (clean session through Lantern)\n| misses | measured | note |\n| --- | --- | --- |"
+        "\nForced misses (clean session through Lantern; a miss = the 5-minute lifetime ran out)\n"
     )
+    print("| misses | miss calls | measured | note | difference |\n| --- | --- | --- | --- | --- |")
     for m, measured, note in miss_table(lantern):
-        print(f"| {m} | {measured:.1f} % | {note:.1f} % |")
-    print("\nMessy clients\n| client | passed through | with Lantern |\n| --- | --- | --- |")
-    for messy, plain, normalised in messy_table(passthrough, lantern):
-        print(f"| {messy} | {plain:.1f} % | {normalised:.1f} % |")
+        calls = ", ".join(str(c) for c in sorted(miss_calls(m))) or "-"
+        print(f"| {m} | {calls} | {measured:.2f} % | {note:.1f} % | {measured - note:+.2f} |")
+    print(
+        "\nMessy clients (cost relative to no caching; Lantern's x-lantern-cache verdicts for calls 1-19)\n"
+    )
+    print(
+        "| client | passed through | verdicts | with Lantern | verdicts |\n| --- | --- | --- | --- | --- |"
+    )
+    for row in messy_table(passthrough, lantern):
+        print(
+            f"| {row.client} | {row.passed_through.percent:.2f} % | {row.passthrough_diagnoses} "
+            f"| {row.with_lantern.percent:.2f} % | {row.lantern_diagnoses} |"
+        )
 
 
 @dataclass
