@@ -6,6 +6,9 @@ callers run these in a thread.
 
 from __future__ import annotations
 
+import fcntl
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -18,6 +21,7 @@ MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 SQLITE_BUSY_TIMEOUT_MS = 5000
 POSTGRES_CONNECT_TIMEOUT_S = 5
 POSTGRES_STATEMENT_TIMEOUT_MS = 30000
+MIGRATION_LOCK_KEY = 0x4C414E5445524E  # "LANTERN": one advisory lock for ledger migrations
 
 
 def create_ledger_engine(database_url: str) -> Engine:
@@ -44,10 +48,33 @@ def migrate(database_url: str, revision: str = "head") -> None:
 
 
 def migrate_engine(engine: Engine, revision: str = "head") -> None:
+    """Upgrade under a lock, so gateway processes starting together migrate one at a time."""
     config = alembic_config()
-    with engine.begin() as connection:
+    with _sqlite_file_lock(engine), engine.begin() as connection:
+        if engine.dialect.name == "postgresql":
+            connection.execute(
+                sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY}
+            )
         config.attributes["connection"] = connection
         command.upgrade(config, revision)
+
+
+@contextmanager
+def _sqlite_file_lock(engine: Engine) -> Iterator[None]:
+    database = engine.url.database or ""
+    if (
+        engine.dialect.name != "sqlite"
+        or database in ("", ":memory:")
+        or database.startswith("file:")
+    ):
+        yield
+        return
+    with open(f"{database}.migrate-lock", "a") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
 def alembic_config() -> Config:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 
@@ -11,7 +12,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy.orm import Session
 
-from gateway.ledger.db import migrate
+from gateway.ledger.db import create_ledger_engine, migrate
 from gateway.ledger.models import Base, UsageRecord, UsageRow
 from gateway.ledger.recorder import insert_rows
 
@@ -162,3 +163,26 @@ def test_the_largest_valid_row_is_stored(engine, make_row):
         2**31 - 1,
     )
     assert record.cache_diagnosis == row.cache_diagnosis
+
+
+def test_processes_starting_together_migrate_one_at_a_time(database_url):
+    errors: list[BaseException] = []
+
+    def start_up() -> None:
+        try:
+            migrate(database_url)
+        except BaseException as error:  # noqa: BLE001 - reported by the assertion below
+            errors.append(error)
+
+    threads = [threading.Thread(target=start_up) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    engine = create_ledger_engine(database_url)
+    with engine.connect() as connection:
+        assert connection.execute(
+            sa.text("SELECT version_num FROM alembic_version")
+        ).scalars().all() == ["0001"]
+    engine.dispose()
