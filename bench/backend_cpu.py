@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import aiohttp
 import httpx
 
 from adapters import anthropic_wire, openai_wire
@@ -90,10 +91,12 @@ async def backend_cpu_ms(backend: Backend, call: BackendCall, n: int, stream: bo
     return (time.process_time() - started) * 1000 / n
 
 
-async def backends(base: str, n: int) -> list[tuple[str, float, float]]:
+async def backends(base: str, n: int) -> list[tuple[str, float, float, float]]:
     rows = []
-    async with httpx.AsyncClient() as http:
-        ours = build_backend(BackendSpec("ours", "openai_compatible", f"{base}/v1"), http=http)
+    spec = BackendSpec("ours", "openai_compatible", f"{base}/v1")
+    async with httpx.AsyncClient() as http, aiohttp.ClientSession() as session:
+        on_httpx = build_backend(spec, http=http)
+        on_aiohttp = build_backend(spec, http=session)
         theirs = build_backend(
             BackendSpec(
                 "litellm", "litellm", f"{base}/v1", model="openai/gpt-4o-mini", api_key="sk-bench"
@@ -103,9 +106,10 @@ async def backends(base: str, n: int) -> list[tuple[str, float, float]]:
         for stream in (False, True):
             body = agent_body(stream)
             call = BackendCall(openai_wire.decode_request(body), "openai", body)
-            lantern = await backend_cpu_ms(ours, call, n, stream)
-            litellm = await backend_cpu_ms(theirs, call, n, stream)
-            rows.append(("stream" if stream else "non-stream", lantern, litellm))
+            cells = [
+                await backend_cpu_ms(b, call, n, stream) for b in (on_httpx, on_aiohttp, theirs)
+            ]
+            rows.append(("stream" if stream else "non-stream", *cells))
     return rows
 
 
@@ -148,10 +152,15 @@ def main() -> None:
     finally:
         stop(fake)
     print(f"body: {len(str(agent_body(False)))} chars, {args.calls} sequential calls per cell")
-    print("| call | Lantern CPU ms/call | LiteLLM SDK CPU ms/call | ratio |")
-    print("|---|---|---|---|")
-    for name, ours, theirs in rows:
-        print(f"| {name} | {ours:.3f} | {theirs:.3f} | {theirs / ours:.1f}x |")
+    print(
+        "| call | Lantern on httpx | Lantern on aiohttp | LiteLLM SDK | LiteLLM / httpx | LiteLLM / aiohttp |"
+    )
+    print("|---|---|---|---|---|---|")
+    for name, on_httpx, on_aiohttp, theirs in rows:
+        print(
+            f"| {name} | {on_httpx:.3f} | {on_aiohttp:.3f} | {theirs:.3f} "
+            f"| {theirs / on_httpx:.1f}x | {theirs / on_aiohttp:.1f}x |"
+        )
     print()
     print("| codec step | CPU ms |")
     print("|---|---|")

@@ -9,13 +9,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
 import orjson
 
 from adapters import anthropic_wire
 from adapters.anthropic_wire_stream import AnthropicStreamDecoder
 from adapters.backend import BackendCall
-from adapters.backends.http_upstream import HTTPUpstream
+from adapters.backends.http_upstream import HTTPClient, make_upstream
 from adapters.backends.spec import BackendSpec
 from adapters.errors import ProviderUnavailable
 from adapters.types import ChatResponse, StreamEvent, WireFormat
@@ -48,7 +47,7 @@ def messages_url(base_url: str) -> str:
 class AnthropicBackend:
     wire: WireFormat | None = "anthropic"
 
-    def __init__(self, spec: BackendSpec, *, http: httpx.AsyncClient) -> None:
+    def __init__(self, spec: BackendSpec, *, http: HTTPClient) -> None:
         self.name: str = spec.name
         self.kind: str = spec.kind
         self._model = spec.model
@@ -62,7 +61,7 @@ class AnthropicBackend:
         if "anthropic_beta" in spec.extra:
             headers["anthropic-beta"] = str(spec.extra["anthropic_beta"])
         url = messages_url(spec.base_url or "https://api.anthropic.com")
-        self._upstream = HTTPUpstream(spec.name, http, url, headers)
+        self._upstream = make_upstream(spec.name, http, url, headers)
 
     def _prepare(self, call: BackendCall, stream: bool) -> tuple[bytes, float]:
         body = build_body(call, model=self._model, stream=stream)

@@ -46,14 +46,23 @@ from adapters.types import (
 
 MAX_CACHE_POINTS = 4
 _STOP: Mapping[str, StopReason] = {
-    "end_turn": "stop", "tool_use": "tool_use", "max_tokens": "length",
-    "stop_sequence": "stop_sequence", "guardrail_intervened": "stop", "content_filtered": "stop",
+    "end_turn": "stop",
+    "tool_use": "tool_use",
+    "max_tokens": "length",
+    "stop_sequence": "stop_sequence",
+    "guardrail_intervened": "stop",
+    "content_filtered": "stop",
     "model_context_window_exceeded": "length",
 }
 _RATE = {"ThrottlingException"}
 _TIMEOUT = {"ModelTimeoutException"}
-_UNAVAILABLE = {"ServiceUnavailableException", "InternalServerException", "ModelNotReadyException",
-                "ModelErrorException", "ModelStreamErrorException"}
+_UNAVAILABLE = {
+    "ServiceUnavailableException",
+    "InternalServerException",
+    "ModelNotReadyException",
+    "ModelErrorException",
+    "ModelStreamErrorException",
+}
 
 
 def usage_from_converse(u: Mapping[str, Any]) -> Usage:
@@ -96,11 +105,13 @@ def _block(backend: str, part: ContentPart) -> dict[str, Any] | None:
         args = json.loads(part.arguments_json) if part.arguments_json.strip() else {}
         return {"toolUse": {"toolUseId": part.id, "name": part.name, "input": args}}
     content = [_block(backend, c) for c in part.content]
-    return {"toolResult": {
-        "toolUseId": part.tool_use_id,
-        "content": [c for c in content if c is not None] or [{"text": ""}],
-        "status": "error" if part.is_error else "success",
-    }}
+    return {
+        "toolResult": {
+            "toolUseId": part.tool_use_id,
+            "content": [c for c in content if c is not None] or [{"text": ""}],
+            "status": "error" if part.is_error else "success",
+        }
+    }
 
 
 class _Points:
@@ -155,8 +166,9 @@ def _tool_choice(choice: JSON) -> dict[str, Any] | None:
     return None  # "none": Converse has no such choice; the tools stay declared
 
 
-def encode_converse(backend: str, model_id: str, request: ChatRequest,
-                    cache_points: bool) -> dict[str, Any]:
+def encode_converse(
+    backend: str, model_id: str, request: ChatRequest, cache_points: bool
+) -> dict[str, Any]:
     """The keyword arguments of `client.converse` / `client.converse_stream`."""
     points = _Points(cache_points, request)
     kwargs: dict[str, Any] = {"modelId": model_id}
@@ -186,8 +198,11 @@ def encode_converse(backend: str, model_id: str, request: ChatRequest,
         kwargs["system"] = system
     kwargs["messages"] = _messages(backend, request, points)
     inference: dict[str, Any] = {}
-    for key, value in (("maxTokens", request.max_tokens), ("temperature", request.temperature),
-                       ("topP", request.top_p)):
+    for key, value in (
+        ("maxTokens", request.max_tokens),
+        ("temperature", request.temperature),
+        ("topP", request.top_p),
+    ):
         if value is not None:
             inference[key] = value
     if request.stop:
@@ -208,7 +223,9 @@ def decode_converse(model_id: str, reply: Mapping[str, Any]) -> ChatResponse:
             content.append(ToolUsePart(use["toolUseId"], use["name"], args))
     request_id = reply.get("ResponseMetadata", {}).get("RequestId", "")
     return ChatResponse(
-        id=f"bedrock-{request_id}", model=model_id, content=tuple(content),
+        id=f"bedrock-{request_id}",
+        model=model_id,
+        content=tuple(content),
         stop_reason=stop_reason_from_converse(reply.get("stopReason")),
         usage=usage_from_converse(reply.get("usage", {})),
     )
@@ -281,8 +298,15 @@ class BedrockBackend:
     kind = "bedrock"
     wire: WireFormat | None = None
 
-    def __init__(self, name: str, model_id: str, region: str, endpoint_url: str | None = None,
-                 timeout_s: float = 120, cache_points: bool = True) -> None:
+    def __init__(
+        self,
+        name: str,
+        model_id: str,
+        region: str,
+        endpoint_url: str | None = None,
+        timeout_s: float = 120,
+        cache_points: bool = True,
+    ) -> None:
         self.name = name
         self.model_id = model_id
         self.region = region
@@ -300,13 +324,17 @@ class BedrockBackend:
                 from botocore.config import Config
 
                 config = Config(
-                    region_name=self.region or None, connect_timeout=min(10.0, self.timeout_s),
+                    region_name=self.region or None,
+                    connect_timeout=min(10.0, self.timeout_s),
                     read_timeout=self.timeout_s,
                     retries={"total_max_attempts": 1, "mode": "standard"},  # fallback is ours
                 )
                 self._client_obj = boto3.session.Session().client(
-                    "bedrock-runtime", region_name=self.region or None, endpoint_url=self.endpoint_url,
-                    config=config)
+                    "bedrock-runtime",
+                    region_name=self.region or None,
+                    endpoint_url=self.endpoint_url,
+                    config=config,
+                )
             return self._client_obj
 
     def _kwargs(self, call: BackendCall) -> dict[str, Any]:
@@ -320,7 +348,9 @@ class BedrockBackend:
             return reply
 
         try:
-            reply = await asyncio.wait_for(asyncio.to_thread(run), min(call.timeout_s, self.timeout_s))
+            reply = await asyncio.wait_for(
+                asyncio.to_thread(run), min(call.timeout_s, self.timeout_s)
+            )
         except Exception as exc:
             raise map_error(self.name, exc) from exc
         return decode_converse(self.model_id, reply)
@@ -330,8 +360,12 @@ class BedrockBackend:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         stop = threading.Event()
-        thread = threading.Thread(target=self._pump, args=(kwargs, _put(loop, queue), stop),
-                                  name=f"bedrock-stream-{self.name}", daemon=True)
+        thread = threading.Thread(
+            target=self._pump,
+            args=(kwargs, _put(loop, queue), stop),
+            name=f"bedrock-stream-{self.name}",
+            daemon=True,
+        )
         thread.start()
         decoder = _StreamDecoder(self.model_id)
         request_id = ""
@@ -356,8 +390,9 @@ class BedrockBackend:
         finally:
             stop.set()  # the pump closes the HTTP stream at its next event
 
-    def _pump(self, kwargs: dict[str, Any], put: Callable[[tuple[str, Any]], None],
-              stop: threading.Event) -> None:
+    def _pump(
+        self, kwargs: dict[str, Any], put: Callable[[tuple[str, Any]], None], stop: threading.Event
+    ) -> None:
         try:
             reply = self._client().converse_stream(**kwargs)
             put(("request_id", reply.get("ResponseMetadata", {}).get("RequestId", "")))
@@ -380,8 +415,9 @@ class BedrockBackend:
             await asyncio.to_thread(client.close)
 
 
-def _put(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[tuple[str, Any]]
-         ) -> Callable[[tuple[str, Any]], None]:
+def _put(
+    loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[tuple[str, Any]]
+) -> Callable[[tuple[str, Any]], None]:
     def put(item: tuple[str, Any]) -> None:
         with contextlib.suppress(RuntimeError):  # a closed loop: nobody is listening any more
             loop.call_soon_threadsafe(queue.put_nowait, item)
@@ -395,5 +431,11 @@ def build_bedrock_backend(spec: BackendSpec) -> BedrockBackend:
     if not spec.model:
         raise ValueError(f"backend {spec.name}: model (the Bedrock modelId) is required")
     region = str(spec.extra.get("region", ""))  # empty: the AWS chain (AWS_REGION, config)
-    return BedrockBackend(spec.name, spec.model, region, spec.base_url, spec.timeout_s,
-                          bool(spec.extra.get("cache_points", True)))
+    return BedrockBackend(
+        spec.name,
+        spec.model,
+        region,
+        spec.base_url,
+        spec.timeout_s,
+        bool(spec.extra.get("cache_points", True)),
+    )

@@ -10,7 +10,7 @@ import asyncio
 import email.utils
 import time
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, Union
 
 import httpx
 import orjson
@@ -23,6 +23,9 @@ from adapters.errors import (
     UpstreamError,
 )
 from adapters.sse import SSEParser, SSEvent
+
+if TYPE_CHECKING:
+    import aiohttp
 
 
 def parse_retry_after(headers: Mapping[str, str]) -> float | None:
@@ -76,6 +79,30 @@ def transport_error(backend: str, exc: Exception) -> UpstreamError:
     if isinstance(exc, httpx.TimeoutException | TimeoutError):
         return ProviderTimeout(backend, f"timed out ({type(exc).__name__})")
     return ProviderUnavailable(backend, f"{type(exc).__name__}: {exc}")
+
+
+class Upstream(Protocol):
+    """One upstream endpoint: POST a JSON body, get JSON back or a stream of SSE events."""
+
+    async def post_json(
+        self, body: bytes, *, timeout_s: float, headers: Mapping[str, str] | None = None
+    ) -> Any: ...
+
+    def post_sse(
+        self, body: bytes, *, timeout_s: float, headers: Mapping[str, str] | None = None
+    ) -> AsyncIterator[SSEvent]: ...
+
+
+HTTPClient = Union[httpx.AsyncClient, "aiohttp.ClientSession"]
+
+
+def make_upstream(backend: str, http: HTTPClient, url: str, headers: Mapping[str, str]) -> Upstream:
+    """httpx clients get HTTPUpstream; an aiohttp session gets the leaner AiohttpUpstream."""
+    if isinstance(http, httpx.AsyncClient):
+        return HTTPUpstream(backend, http, url, headers)
+    from adapters.backends.aiohttp_upstream import AiohttpUpstream
+
+    return AiohttpUpstream(backend, http, url, headers)
 
 
 class HTTPUpstream:

@@ -9,12 +9,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
 import orjson
 
 from adapters import openai_wire
 from adapters.backend import BackendCall
-from adapters.backends.http_upstream import HTTPUpstream
+from adapters.backends.http_upstream import HTTPClient, make_upstream
 from adapters.backends.spec import BackendSpec
 from adapters.errors import ProviderUnavailable
 from adapters.openai_wire_stream import OpenAIStreamDecoder
@@ -55,7 +54,7 @@ def build_body(
 class OpenAICompatibleBackend:
     wire: WireFormat | None = "openai"
 
-    def __init__(self, spec: BackendSpec, *, http: httpx.AsyncClient) -> None:
+    def __init__(self, spec: BackendSpec, *, http: HTTPClient) -> None:
         if not spec.base_url:
             raise ValueError(f"backend {spec.name}: base_url is required")
         self.name: str = spec.name
@@ -67,7 +66,7 @@ class OpenAICompatibleBackend:
         if spec.api_key:
             headers["authorization"] = f"Bearer {spec.api_key}"
         url = spec.base_url.rstrip("/") + "/chat/completions"
-        self._upstream = HTTPUpstream(spec.name, http, url, headers)
+        self._upstream = make_upstream(spec.name, http, url, headers)
 
     def _prepare(self, call: BackendCall, stream: bool) -> tuple[bytes, dict[str, str], float]:
         body = build_body(

@@ -8,6 +8,7 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+import aiohttp
 import httpx
 import orjson
 import pytest
@@ -46,12 +47,24 @@ SEARCH_TOOL = {
 FOX = "The quick brown fox jumps over the lazy dog"
 
 
-def run(spec: BackendSpec, use: Callable[[Backend], Awaitable[T]]) -> T:
-    async def main() -> T:
-        async with httpx.AsyncClient() as http:
-            return await use(build_backend(spec, http=http))
+Runner = Callable[[BackendSpec, Callable[[Backend], Awaitable[Any]]], Any]
 
-    return asyncio.run(main())
+
+@pytest.fixture(params=["httpx", "aiohttp"])
+def run(request: pytest.FixtureRequest) -> Runner:
+    """Builds the backend on a fresh pool of the given client library and runs `use` on it."""
+
+    def runner(spec: BackendSpec, use: Callable[[Backend], Awaitable[T]]) -> T:
+        async def main() -> T:
+            if request.param == "httpx":
+                async with httpx.AsyncClient() as http:
+                    return await use(build_backend(spec, http=http))
+            async with aiohttp.ClientSession() as session:
+                return await use(build_backend(spec, http=session))
+
+        return asyncio.run(main())
+
+    return runner
 
 
 def openai_call(body: dict[str, Any], **kw: Any) -> BackendCall:
@@ -70,7 +83,7 @@ def anthropic(up: FakeUpstream, **kw: Any) -> BackendSpec:
     return BackendSpec("claude", "anthropic", up.base_url, api_key="sk-ant-test", **kw)
 
 
-def test_openai_complete_and_stream(upstream: FakeUpstream) -> None:
+def test_openai_complete_and_stream(run: Runner, upstream: FakeUpstream) -> None:
     spec = local(upstream)
     resp = run(spec, lambda b: b.complete(openai_call(HI)))
     assert resp == ChatResponse(
@@ -90,7 +103,7 @@ def test_openai_complete_and_stream(upstream: FakeUpstream) -> None:
     ]
 
 
-def test_raw_body_is_forwarded_exactly(upstream: FakeUpstream) -> None:
+def test_raw_body_is_forwarded_exactly(run: Runner, upstream: FakeUpstream) -> None:
     raw = {
         "messages": [{"role": "user", "content": "hi", "name": "x"}],
         "model": "gpt-4o-mini",
@@ -107,7 +120,7 @@ def test_raw_body_is_forwarded_exactly(upstream: FakeUpstream) -> None:
     )
 
 
-def test_cache_salt_and_session_header(upstream: FakeUpstream) -> None:
+def test_cache_salt_and_session_header(run: Runner, upstream: FakeUpstream) -> None:
     request = openai_wire.decode_request(dict(HI, cache_salt="tenant-a"))
     call = BackendCall(dataclasses.replace(request, session_id="sess-1"), "anthropic")
     run(local(upstream), lambda b: b.complete(call))
@@ -118,7 +131,9 @@ def test_cache_salt_and_session_header(upstream: FakeUpstream) -> None:
     assert "cache_salt" not in upstream.requests[1].json()
 
 
-def test_prompt_cache_usage_passes_through(cached_upstream: tuple[FakeUpstream, Any]) -> None:
+def test_prompt_cache_usage_passes_through(
+    run: Runner, cached_upstream: tuple[FakeUpstream, Any]
+) -> None:
     up, cache = cached_upstream
     body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": FOX * 20}]}
     resp = run(local(up), lambda b: b.complete(openai_call(body)))
@@ -131,7 +146,7 @@ def test_prompt_cache_usage_passes_through(cached_upstream: tuple[FakeUpstream, 
     assert events[-1] == StreamEnd("stop", Usage(91, 9, 93, 3))
 
 
-def test_upstream_5xx_is_unavailable(upstream: FakeUpstream) -> None:
+def test_upstream_5xx_is_unavailable(run: Runner, upstream: FakeUpstream) -> None:
     upstream.fail_next(status=503, count=2)
     with pytest.raises(ProviderUnavailable) as info:
         run(local(upstream), lambda b: b.complete(openai_call(HI)))
@@ -142,7 +157,7 @@ def test_upstream_5xx_is_unavailable(upstream: FakeUpstream) -> None:
     assert run(local(upstream), lambda b: b.complete(openai_call(HI))).stop_reason == "stop"
 
 
-def test_slow_upstream_times_out(upstream: FakeUpstream) -> None:
+def test_slow_upstream_times_out(run: Runner, upstream: FakeUpstream) -> None:
     upstream.app.delay_s = 1.5
     with pytest.raises(ProviderTimeout):
         run(local(upstream), lambda b: b.complete(openai_call(HI, timeout_s=0.2)))
@@ -153,7 +168,7 @@ def test_slow_upstream_times_out(upstream: FakeUpstream) -> None:
         )
 
 
-def test_rate_limit_carries_retry_after(upstream: FakeUpstream) -> None:
+def test_rate_limit_carries_retry_after(run: Runner, upstream: FakeUpstream) -> None:
     upstream.fail_next(status=429, retry_after="7")
     with pytest.raises(ProviderRateLimited) as info:
         run(local(upstream), lambda b: b.complete(openai_call(HI)))
@@ -166,7 +181,7 @@ def test_rate_limit_carries_retry_after(upstream: FakeUpstream) -> None:
     assert parse_retry_after({"retry-after": "soon"}) is None
 
 
-def test_client_errors_are_rejected_and_not_retryable(upstream: FakeUpstream) -> None:
+def test_client_errors_are_rejected_and_not_retryable(run: Runner, upstream: FakeUpstream) -> None:
     bad = {"model": "gpt-4o-mini", "messages": "not a list"}
     call = BackendCall(openai_wire.decode_request(HI), "openai", bad)
     with pytest.raises(ProviderRejected) as info:
@@ -175,7 +190,7 @@ def test_client_errors_are_rejected_and_not_retryable(upstream: FakeUpstream) ->
     assert info.value.detail == "HTTP 400: messages: expected list"
 
 
-def test_connection_refused_is_unavailable() -> None:
+def test_connection_refused_is_unavailable(run: Runner) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -184,7 +199,7 @@ def test_connection_refused_is_unavailable() -> None:
         run(spec, lambda b: b.complete(openai_call(HI)))
 
 
-def test_api_keys_and_anthropic_headers() -> None:
+def test_api_keys_and_anthropic_headers(run: Runner) -> None:
     with FakeUpstream(api_key="sk-ant-test") as up:
         run(anthropic(up), lambda b: b.complete(openai_call(HI)))
         headers = up.requests[0].headers
@@ -198,7 +213,9 @@ def test_api_keys_and_anthropic_headers() -> None:
     assert messages_url("http://h:1/v1") == "http://h:1/v1/messages"
 
 
-def test_openai_client_with_tools_through_anthropic_backend(upstream: FakeUpstream) -> None:
+def test_openai_client_with_tools_through_anthropic_backend(
+    run: Runner, upstream: FakeUpstream
+) -> None:
     body = {
         "model": "claude-sonnet-4-5",
         "tools": [SEARCH_TOOL],
@@ -225,7 +242,7 @@ def test_openai_client_with_tools_through_anthropic_backend(upstream: FakeUpstre
     assert events[-1].stop_reason == "tool_use"  # type: ignore[union-attr]
 
 
-def test_anthropic_raw_body_is_forwarded(upstream: FakeUpstream) -> None:
+def test_anthropic_raw_body_is_forwarded(run: Runner, upstream: FakeUpstream) -> None:
     from adapters import anthropic_wire
 
     raw = {
@@ -248,7 +265,7 @@ def test_anthropic_raw_body_is_forwarded(upstream: FakeUpstream) -> None:
     assert (resp.content, resp.stop_reason) == ((TextPart("The quick brown fox"),), "length")
 
 
-def test_stream_cut_short_is_unavailable(upstream: FakeUpstream) -> None:
+def test_stream_cut_short_is_unavailable(run: Runner, upstream: FakeUpstream) -> None:
     upstream.app.drop_stream_after = 3
     seen: list[StreamEvent] = []
 

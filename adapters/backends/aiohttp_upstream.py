@@ -1,0 +1,71 @@
+"""The same upstream endpoint as `HTTPUpstream`, over an `aiohttp.ClientSession`: about a third
+of httpx's CPU per call (docs/bench/wire.md). Same error mapping; knows no wire schema."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import aiohttp
+import orjson
+
+from adapters.backends.http_upstream import status_error, transport_error
+from adapters.errors import ProviderUnavailable
+from adapters.sse import SSEParser, SSEvent
+
+
+class AiohttpUpstream:
+    """POSTs to one URL through a shared aiohttp session, with a per-call timeout."""
+
+    def __init__(
+        self, backend: str, session: aiohttp.ClientSession, url: str, headers: Mapping[str, str]
+    ) -> None:
+        self._backend = backend
+        self._session = session
+        self._url = url
+        self._headers = dict(headers)
+
+    def _merged(self, headers: Mapping[str, str] | None) -> dict[str, str]:
+        return {**self._headers, **headers} if headers else self._headers
+
+    async def post_json(
+        self, body: bytes, *, timeout_s: float, headers: Mapping[str, str] | None = None
+    ) -> Any:
+        """The decoded JSON reply; the whole exchange must finish within `timeout_s`."""
+        try:
+            async with self._session.post(
+                self._url,
+                data=body,
+                headers=self._merged(headers),
+                timeout=aiohttp.ClientTimeout(total=timeout_s),
+            ) as resp:
+                content = await resp.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise transport_error(self._backend, exc) from exc
+        if resp.status >= 400:
+            raise status_error(self._backend, resp.status, resp.headers, content)
+        try:
+            return orjson.loads(content)
+        except orjson.JSONDecodeError as exc:
+            raise ProviderUnavailable(self._backend, "reply is not JSON", resp.status) from exc
+
+    async def post_sse(
+        self, body: bytes, *, timeout_s: float, headers: Mapping[str, str] | None = None
+    ) -> AsyncIterator[SSEvent]:
+        """SSE events as they arrive; `timeout_s` bounds the connect and each read."""
+        parser = SSEParser()
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=timeout_s)
+        try:
+            async with self._session.post(
+                self._url, data=body, headers=self._merged(headers), timeout=timeout
+            ) as resp:
+                if resp.status >= 400:
+                    content = await resp.read()
+                    raise status_error(self._backend, resp.status, resp.headers, content)
+                async for chunk in resp.content.iter_any():
+                    for event in parser.feed(chunk):
+                        yield event
+            for event in parser.close():
+                yield event
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise transport_error(self._backend, exc) from exc
