@@ -31,7 +31,8 @@ __all__ = ["choose", "session_after", "replica_key"]
 
 
 def _replica_score(r: ReplicaState, f: RequestFeatures, snap: FleetSnapshot) -> CandidateScore:
-    """Predicted cached tokens and TTFT: queued prefill work plus our own uncached prefill."""
+    """Predicted cached tokens and TTFT: queued prefill work plus our own uncached prefill.
+    (A KV-overflow term was tried in bench/fleet_sim.py and did not help; see docs/routing.md.)"""
     matched = snap.prefixes.matched_blocks(r.key, f.prefix_hashes)
     cached = min(matched * f.block_tokens, max(f.prompt_tokens - 1, 0))
     uncached = f.prompt_tokens - cached

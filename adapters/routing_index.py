@@ -68,14 +68,15 @@ class PrefixIndex:
             blocks.popitem(last=False)
 
     def correct(self, replica: str, predicted_blocks: int, reported_blocks: int) -> None:
-        """Fold an engine-reported hit into the capacity estimate: a shortfall means the
-        engine evicts earlier than the index assumed, so shrink; a full hit lets it regrow."""
-        if replica not in self._capacity:
+        """Fold an engine-reported hit into the capacity estimate: a clear shortfall means the
+        engine evicts earlier than the index assumed, so shrink a little; a full hit regrows."""
+        if replica not in self._capacity or predicted_blocks == 0:
             return
         nominal = self._nominal[replica]
         current = self._capacity[replica]
-        if reported_blocks < predicted_blocks:
-            current = max(self._min_capacity, int(current * 0.9))
-        elif predicted_blocks > 0:
-            current = min(nominal, current + max(1, nominal // 100))
+        step = max(1, nominal // 100)
+        if reported_blocks < 0.9 * predicted_blocks:
+            current = max(self._min_capacity, current - step)
+        elif reported_blocks >= predicted_blocks:
+            current = min(nominal, current + step)
         self._capacity[replica] = current

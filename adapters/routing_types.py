@@ -40,6 +40,7 @@ class ReplicaState:
     drained_until: float = 0.0  # clock seconds; drained while now < drained_until
     inflight_requests: int = 0
     inflight_tokens: int = 0  # uncached prompt tokens still to prefill, dispatched here
+    inflight_blocks: int = 0  # KV blocks the in-flight requests pin (prompt + max output)
     queue_depth: int = 0  # engine-reported waiting requests, when known
     prefill_tok_s: float = 2000.0  # prefill throughput, for the TTFT prediction
     capacity_tok_s: float = 1000.0  # work tokens/s at full use (break-even capacity)

@@ -95,23 +95,6 @@ class Pool:
                 self.lru[h] = None
 
 
-class OracleIndex(PrefixIndex):
-    """The router's index replaced by the replicas' true cache contents."""
-
-    def __init__(self, pools: dict[str, Pool]) -> None:
-        super().__init__()
-        self.pools = pools
-
-    def matched_blocks(self, replica: str, hashes: Sequence[Hashable]) -> int:
-        return self.pools[replica].match(hashes)
-
-    def insert(self, replica: str, hashes: Sequence[Hashable]) -> None:
-        return None
-
-    def correct(self, replica: str, predicted_blocks: int, reported_blocks: int) -> None:
-        return None
-
-
 @dataclass
 class Session:
     sid: str
@@ -145,6 +128,33 @@ class Replica:
     work_tokens: int = 0
 
 
+class OracleIndex(PrefixIndex):
+    """The router's index replaced by the truth: each replica's cache contents, plus the
+    prompts already queued there (they will be resident by the time a follower is admitted)."""
+
+    def __init__(self, replicas: Sequence[Replica]) -> None:
+        super().__init__()
+        self.replicas = {r.key: r for r in replicas}
+
+    def matched_blocks(self, replica: str, hashes: Sequence[Hashable]) -> int:
+        r = self.replicas[replica]
+        best = r.pool.match(hashes)
+        for q in r.waiting:
+            n = 0
+            for a, b in zip(q.prompt, hashes, strict=False):
+                if a != b:
+                    break
+                n += 1
+            best = max(best, n)
+        return best
+
+    def insert(self, replica: str, hashes: Sequence[Hashable]) -> None:
+        return None
+
+    def correct(self, replica: str, predicted_blocks: int, reported_blocks: int) -> None:
+        return None
+
+
 def _chain(parent: bytes, content: int) -> bytes:
     return hashlib.blake2b(parent + content.to_bytes(8, "little"), digest_size=8).digest()
 
@@ -168,7 +178,7 @@ class Simulation:
         self.fleet = Fleet([self.route], specs={"engine": spec}, clock=lambda: self.now,
                            rng=random.Random(seed), block_tokens=cfg.block_tokens)
         if strategy == "oracle":
-            self.fleet.index = OracleIndex({r.key: r.pool for r in self.replicas})
+            self.fleet.index = OracleIndex(self.replicas)
         name = "lantern" if strategy == "oracle" else strategy
         self.tenant = TenantPolicy(tenant="sim", routing=RoutingPolicy(venue="selfhost_only",
                                                                         strategy=name))  # type: ignore[arg-type]

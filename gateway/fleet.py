@@ -54,6 +54,7 @@ class _Replica:
     failures: int = 0
     inflight_requests: int = 0
     inflight_tokens: int = 0
+    inflight_blocks: int = 0
     done: deque[tuple[float, int]] = field(default_factory=deque)  # (time, work tokens)
 
 
@@ -71,6 +72,7 @@ class _Inflight:
     prompt_tokens: int
     uncached_tokens: int
     predicted_blocks: int
+    blocks: int = 0  # KV blocks pinned while in flight
     prefill_released: bool = False
 
 
@@ -102,7 +104,7 @@ class Fleet:
         self._replicas: dict[str, _Replica] = {}
         self._apis: dict[str, _Api] = {}
         self._sessions: dict[str, SessionEntry] = {}
-        self._prompt_tokens: dict[str, int] = {}  # session -> prompt tokens of its last plan
+        self._planned: dict[str, tuple[int, int]] = {}  # session -> (prompt, max) tokens of its last plan
         self._inflight: dict[int, tuple[Attempt, _Inflight]] = {}
         self._seq = 0
         self._accuracy = [0, 0, 0]
@@ -130,7 +132,7 @@ class Fleet:
         c = r.candidate
         return ReplicaState(
             c.backend_name, c.replica, r.model, r.healthy, r.drained_until, r.inflight_requests,
-            r.inflight_tokens, 0, r.spec.prefill_tok_s, r.spec.capacity_tok_s,
+            r.inflight_tokens, r.inflight_blocks, 0, r.spec.prefill_tok_s, r.spec.capacity_tok_s,
             self.index.capacity(key), min(util, 1.0), r.spec.base_ttft_s,
         )
 
@@ -154,7 +156,7 @@ class Fleet:
                 tuple(r for r in snap.replicas if r.backend in allowed),
                 tuple(a for a in snap.apis if a.backend in allowed), snap.prefixes, snap.seq)
         self._seq += 1
-        self._prompt_tokens[features.session_id] = features.prompt_tokens
+        self._planned[features.session_id] = (features.prompt_tokens, features.max_tokens)
         return choose(features, snap, self.sessions(), self.prices, policy, now, self._rng)
 
     def plan(self, route: ModelRoute, tenant: TenantPolicy, session_id: str,
@@ -179,7 +181,7 @@ class Fleet:
         """Count the load before the call goes out, and record the prompt in the index."""
         c = attempt.candidate
         hashes = prepared.prefix_hashes
-        prompt = self._prompt_tokens.get(session_id, len(hashes) * self.block_tokens)
+        prompt, max_tokens = self._planned.get(session_id, (len(hashes) * self.block_tokens, 0))
         if c.venue != "selfhost":
             self._inflight[id(attempt)] = (attempt, _Inflight(None, session_id, prompt, 0, 0))
             return
@@ -187,9 +189,11 @@ class Fleet:
         r = self._replicas[key]
         matched = self.index.matched_blocks(key, hashes)
         cached = min(matched * self.block_tokens, max(prompt - 1, 0))
-        record = _Inflight(key, session_id, prompt, prompt - cached, matched)
+        blocks = -(-(prompt + max_tokens) // self.block_tokens)
+        record = _Inflight(key, session_id, prompt, prompt - cached, matched, blocks=blocks)
         r.inflight_requests += 1
         r.inflight_tokens += record.uncached_tokens
+        r.inflight_blocks += blocks
         self.index.insert(key, hashes)
         self._inflight[id(attempt)] = (attempt, record)
 
@@ -216,6 +220,7 @@ class Fleet:
         r = self._replicas[rec.key]
         self._release_prefill(rec)
         r.inflight_requests -= 1
+        r.inflight_blocks -= rec.blocks
         if not ok:
             r.failures += 1
             if r.failures >= self._failures_to_drain:
@@ -293,7 +298,7 @@ class Fleet:
         stale = [s for s, e in self._sessions.items() if now - e.last_seen > self._session_max_idle_s]
         for s in stale:
             del self._sessions[s]
-            self._prompt_tokens.pop(s, None)
+            self._planned.pop(s, None)
 
     def stats(self) -> FleetStats:
         snap = self.snapshot(self._clock())
