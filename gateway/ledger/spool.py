@@ -34,8 +34,9 @@ class Spool:
     def __init__(self, directory: Path, max_bytes: int) -> None:
         self.directory = directory
         self.max_bytes = max_bytes
-        self._own: IO[bytes] | None = None
+        self._fd: int | None = None  # own segment, O_APPEND, locked for this spool's life
         self._own_path: Path | None = None
+        self._own_bytes = 0
         self._other_bytes = 0  # other segments, live or orphaned: they count against max_bytes
         self._orphan_bytes = 0  # segments no live writer holds: this spool's to drain
         self._held: dict[Path, IO[bytes]] = {}
@@ -45,8 +46,9 @@ class Spool:
         name = f"usage-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
         # Locked under a name drainers ignore, then renamed: no drainer sees it unlocked.
         staging = self.directory / f".{name}.new"
-        self._own = open(staging, "ab")  # noqa: SIM115 - held for the process's life
-        fcntl.flock(self._own.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self._fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self._own_bytes = 0
         self._own_path = self.directory / name
         staging.rename(self._own_path)
         self._fsync_directory()
@@ -55,31 +57,31 @@ class Spool:
     def close(self) -> None:
         """Releases the segment; an empty one is removed, a full one waits for the next drain."""
         self.release()
-        if self._own is None or self._own_path is None:
+        if self._fd is None or self._own_path is None:
             return
-        if self._own.tell() == 0:
+        if self._own_bytes == 0:
             self._own_path.unlink(missing_ok=True)
-        self._own.close()
-        self._own = None
+        os.close(self._fd)
+        self._fd = None
         self._own_path = None
+        self._own_bytes = 0
         self._rescan()
 
     @property
     def is_open(self) -> bool:
-        return self._own is not None
+        return self._fd is not None
 
     @property
     def num_bytes(self) -> int:
-        return self._other_bytes + (self._own.tell() if self._own is not None else 0)
+        return self._other_bytes + self._own_bytes
 
     @property
     def is_empty(self) -> bool:
         """Nothing for this spool to drain (live writers' segments are theirs)."""
-        own_bytes = self._own.tell() if self._own is not None else 0
-        return own_bytes == 0 and self._orphan_bytes == 0
+        return self._own_bytes == 0 and self._orphan_bytes == 0
 
     def append(self, rows: list[UsageRow]) -> SpoolAppend:
-        own = self._require_open()
+        fd = self._require_open()
         lines = [(row.to_json() + "\n").encode() for row in rows]
         room = self.max_bytes - self.num_bytes
         fitting: list[bytes] = []
@@ -89,10 +91,21 @@ class Spool:
             fitting.append(line)
             room -= len(line)
         if fitting:
-            own.write(b"".join(fitting))
-            own.flush()
-            os.fsync(own.fileno())
+            self._write_durably(fd, b"".join(fitting))
         return SpoolAppend(len(fitting), tuple(rows[len(fitting) :]))
+
+    def _write_durably(self, fd: int, data: bytes) -> None:
+        """All of `data`, fsynced; on failure (disk full) the segment is cut back to where it
+        was, so a half-written line cannot swallow the next one."""
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        except OSError:
+            os.ftruncate(fd, self._own_bytes)
+            raise
+        self._own_bytes += len(data)
 
     def read_all(self, batch_size: int) -> Iterator[list[UsageRow]]:
         """Every spooled row (own segment and orphaned ones), in batches.
@@ -114,12 +127,12 @@ class Spool:
 
     def clear(self) -> None:
         """Forgets what `read_all` returned: call only after every batch is in the database."""
-        own = self._require_open()
+        fd = self._require_open()
         for path in self._held:
             path.unlink(missing_ok=True)
-        own.truncate(0)
-        own.seek(0)
-        os.fsync(own.fileno())
+        os.ftruncate(fd, 0)  # O_APPEND: the next write lands at the new end
+        os.fsync(fd)
+        self._own_bytes = 0
         self._fsync_directory()
         self.release()
 
@@ -157,10 +170,10 @@ class Spool:
     def _segments(self) -> list[Path]:
         return sorted(self.directory.glob(SEGMENT_GLOB))
 
-    def _require_open(self) -> IO[bytes]:
-        if self._own is None:
+    def _require_open(self) -> int:
+        if self._fd is None:
             raise RuntimeError("spool is not open")
-        return self._own
+        return self._fd
 
     def _fsync_directory(self) -> None:
         fd = os.open(self.directory, os.O_RDONLY)
@@ -185,7 +198,7 @@ def _lock_if_orphan(path: Path) -> IO[bytes] | None:
 
 
 def _read_segment(path: Path) -> Iterator[UsageRow]:
-    with open(path, encoding="utf-8") as handle:
+    with open(path, encoding="utf-8", errors="replace") as handle:
         for number, line in enumerate(handle, start=1):
             if not line.endswith("\n"):
                 # A torn last line: the writer died inside write(), before fsync acknowledged it.

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import logging
+import subprocess
+import sys
+from pathlib import Path
 
 from gateway.ledger.spool import Spool
 
@@ -56,3 +60,49 @@ def test_a_torn_last_line_is_skipped_and_logged(tmp_path, make_row, caplog):
     spool.clear()
     spool.close()
     assert list(tmp_path.iterdir()) == []
+
+
+_FILLS_THE_DISK = """
+import resource, signal, sys
+from datetime import UTC, datetime
+from pathlib import Path
+from gateway.ledger.models import UsageRow
+from gateway.ledger.spool import Spool
+
+def row(i):
+    return UsageRow(id=f"row-{i:06d}", ts=datetime(2026, 11, 3, tzinfo=UTC), tenant="acme",
+                    key_id="k", model="m", request_id=f"r{i}", status="ok")
+
+line_bytes = len(row(0).to_json()) + 1
+spool = Spool(Path(sys.argv[1]), 1 << 20)
+spool.open()
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # get EFBIG instead of being killed
+resource.setrlimit(resource.RLIMIT_FSIZE, (int(2.5 * line_bytes), resource.RLIM_INFINITY))
+assert spool.append([row(0), row(1)]).num_written == 2
+try:
+    spool.append([row(2), row(3)])  # half of row 2 fits under the limit, then EFBIG
+except OSError as error:
+    print("failed", error.errno, flush=True)
+resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+assert spool.append([row(4)]).num_written == 1  # the disk has room again
+spool.close()
+"""
+
+
+def test_a_failed_append_leaves_no_half_line_behind(tmp_path):
+    repo_root = Path(__file__).resolve().parents[3]
+    done = subprocess.run(
+        [sys.executable, "-c", _FILLS_THE_DISK, str(tmp_path)],
+        cwd=repo_root,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.split() == ["failed", str(errno.EFBIG)]
+    reader = Spool(tmp_path, 1 << 20)
+    reader.open()
+    # Rows 2 and 3 were refused whole (the recorder logs them); row 4 is not glued to half a row.
+    assert read_ids(reader) == ["row-000000", "row-000001", "row-000004"]
+    reader.clear()
+    reader.close()
