@@ -247,6 +247,8 @@ def _encode_part(part: TextPart | ImagePart, with_cache: bool) -> dict[str, Any]
 
 def _encode_content(parts: tuple[Any, ...], with_cache: bool) -> str | list[dict[str, Any]]:
     plain = [p for p in parts if isinstance(p, TextPart | ImagePart)]
+    if not plain:
+        return ""
     if (
         len(plain) == 1
         and isinstance(plain[0], TextPart)
@@ -262,13 +264,7 @@ def _encode_message(msg: Message, with_cache: bool) -> list[dict[str, Any]]:
     for part in msg.content:
         if isinstance(part, ToolResultPart):
             content = _encode_content(part.content, with_cache)
-            out.append(
-                {
-                    "role": "tool",
-                    "tool_call_id": part.tool_use_id,
-                    "content": content if content != [] else "",
-                }
-            )
+            out.append({"role": "tool", "tool_call_id": part.tool_use_id, "content": content})
     rest = tuple(p for p in msg.content if not isinstance(p, ToolResultPart))
     if msg.role == "tool" or (not rest and out):
         return out

@@ -160,6 +160,17 @@ def test_unrepresentable_parts_and_custom_tools_are_skipped() -> None:
     assert [t.name for t in req.tools] == ["get_weather"]
 
 
+def test_empty_content_encodes_as_empty_string() -> None:
+    body = {
+        "model": "m",
+        "messages": [
+            {"role": "user", "content": ""},
+            {"role": "tool", "tool_call_id": "c", "content": ""},
+        ],
+    }
+    assert openai_wire.encode_request(openai_wire.decode_request(body)) == body
+
+
 def test_cache_control_on_parts_is_decoded_and_only_emitted_on_request() -> None:
     body = {
         "model": "m",
