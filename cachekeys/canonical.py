@@ -11,6 +11,7 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from typing import Literal
 
 from adapters.types import JSON, ChatRequest, Message, ToolSpec, ToolUsePart
 
@@ -102,7 +103,7 @@ def _move_tool_markers(
     marked = [t.cache_control for t in before if t.cache_control is not None]
     if not marked or after == before:
         return after
-    ttl = "1h" if any(c.ttl == "1h" for c in marked) else "5m"
+    ttl: Literal["5m", "1h"] = "1h" if any(c.ttl == "1h" for c in marked) else "5m"
     cleared = [replace(t, cache_control=None) for t in after]
     cleared[-1] = replace(cleared[-1], cache_control=replace(marked[0], ttl=ttl))
     return tuple(cleared)

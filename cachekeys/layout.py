@@ -21,7 +21,7 @@ from adapters.types import (
     TextPart,
     ToolUsePart,
 )
-from cachekeys.canonical import json_bytes, raw_tool_digest, raw_tool_name, tool_digest
+from cachekeys.canonical import raw_tool_digest, raw_tool_name, tool_digest
 from cachekeys.normalise import PublicPrefix
 from cachekeys.volatile import is_volatile_block
 
@@ -51,6 +51,10 @@ def _digest(*fields: str) -> bytes:
     return hashlib.sha256("\0".join(fields).encode("utf-8")).digest()
 
 
+def _as_sent(value: JSON) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
 def system_digest_hex(text: str) -> str:
     """What an admin writes in `public_prefixes` to declare a system text block public."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -64,8 +68,9 @@ def request_blocks(
 ) -> tuple[PromptBlock, ...]:
     blocks: list[PromptBlock] = []
     for i, tool in enumerate(request.tools):
-        digest = tool_digest(tool)
-        text = json_bytes(
+        # identity as sent (key order included: a provider renders schemas in the order given);
+        # the order-free `tool_digest` only decides whether a tool is declared public
+        text = _as_sent(
             {"name": tool.name, "description": tool.description, "input_schema": tool.input_schema}
         )
         ttl = tool.cache_control.ttl if tool.cache_control else None
@@ -73,10 +78,10 @@ def request_blocks(
             PromptBlock(
                 "tools",
                 ("tools", i),
-                text.decode("utf-8"),
-                digest,
+                text,
+                _digest("tool", text),
                 ttl,
-                public.is_public_tool(tool.name, digest),
+                public.is_public_tool(tool.name, tool_digest(tool)),
             )
         )
     for j, part in enumerate(request.system):
@@ -95,10 +100,11 @@ def request_blocks(
             )
         )
     for m, message in enumerate(request.messages):
-        for k, part in enumerate(message.content):
+        for k, content_part in enumerate(message.content):
             blocks.append(
                 replace(
-                    _part_block(("messages", m, k), message.role, k == 0, part), role=message.role
+                    _part_block(("messages", m, k), message.role, k == 0, content_part),
+                    role=message.role,
                 )
             )
     return _mark_public_run(blocks)
@@ -161,10 +167,14 @@ def anthropic_blocks(
     """The blocks of a raw Anthropic Messages body, addressed so a marker can be put back."""
     blocks: list[PromptBlock] = []
     for i, tool in enumerate(body.get("tools") or []):
-        digest = raw_tool_digest("anthropic", tool)
-        text = json_bytes({k: v for k, v in tool.items() if k != "cache_control"}).decode("utf-8")
-        is_public = public.is_public_tool(raw_tool_name("anthropic", tool), digest)
-        blocks.append(PromptBlock("tools", ("tools", i), text, digest, _raw_ttl(tool), is_public))
+        text = _as_sent({k: v for k, v in tool.items() if k != "cache_control"})
+        name, digest = raw_tool_name("anthropic", tool), raw_tool_digest("anthropic", tool)
+        is_public = public.is_public_tool(name, digest)
+        blocks.append(
+            PromptBlock(
+                "tools", ("tools", i), text, _digest("tool", text), _raw_ttl(tool), is_public
+            )
+        )
     system = body.get("system")
     if isinstance(system, str):
         blocks.append(_raw_text("system", ("system", None), system, None, public))

@@ -51,7 +51,7 @@ class ExplainedCall:
 
 def explain_rows(rows: Iterable[tuple[datetime | float, str]]) -> list[ExplainedCall]:
     """Parse (timestamp, diagnosis JSON) rows; rows that are not diagnoses are skipped."""
-    calls = []
+    calls: list[ExplainedCall] = []
     for ts, text in rows:
         try:
             d = json.loads(text)

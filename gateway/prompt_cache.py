@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, Counter
 from adapters.tokens import TokenCounter
 from adapters.types import JSON, ChatRequest, Usage, WireFormat
 from cachekeys.blockhash import tenant_salt
-from cachekeys.diagnosis import CacheDiagnosis, PromptFingerprint, diagnose
+from cachekeys.diagnosis import CacheDiagnosis, CacheMode, PromptFingerprint, diagnose
 from cachekeys.keys import prefix_hashes, prompt_cache_key, session_root
 from cachekeys.layout import PromptLayout, anthropic_blocks, request_blocks
 from cachekeys.markers import (
@@ -130,7 +130,7 @@ def _prepare(
     if caching and wire == "openai":
         new_body["prompt_cache_key"] = key
         edited = replace(edited, prompt_cache_key=key)
-    mode = "automatic" if wire == "openai" else "breakpoints"
+    mode: CacheMode = "automatic" if wire == "openai" else "breakpoints"
     fingerprint = PromptFingerprint.of(
         layout, tenant_id, request.model, marked, mode, TTL_S[policy.ttl]
     )
@@ -191,8 +191,8 @@ class CacheReport:
 
     def to_json(self) -> str:
         body = {"call": self.call_index, "tenant": self.tenant, **self.diagnosis.as_dict()}
-        if body["gap_s"] is not None:
-            body["gap_s"] = round(float(body["gap_s"]), 3)
+        gap_s = self.diagnosis.gap_s
+        body["gap_s"] = None if gap_s is None else round(gap_s, 3)
         return json.dumps(body, separators=(",", ":"))
 
 
@@ -263,7 +263,9 @@ def reconcile(report_json: str, reported_cache_read_tokens: int, metrics: CacheM
     metrics.predicted.labels(tenant).inc(predicted)
     metrics.reported.labels(tenant).inc(reported_cache_read_tokens)
     delta = reported_cache_read_tokens - predicted
-    slack = RECONCILE_SLACK_TOKENS + RECONCILE_SLACK_RATIO * max(predicted, reported_cache_read_tokens)
+    slack = RECONCILE_SLACK_TOKENS + RECONCILE_SLACK_RATIO * max(
+        predicted, reported_cache_read_tokens
+    )
     if abs(delta) > slack:
         metrics.surprises.labels(tenant, "more" if delta > 0 else "less").inc()
     return delta
