@@ -96,7 +96,6 @@ def test_prefix_hashes_are_the_engine_scheme_over_the_stable_tokens() -> None:
         json.dumps(
             {"name": t.name, "description": t.description, "input_schema": dict(t.input_schema)},
             separators=(",", ":"),
-            sort_keys=True,
         )
         for t in request.tools
     ]
