@@ -47,29 +47,40 @@ def tool_spec(policy: ToolPolicy) -> ToolSpec:
     fargate = None
     if policy.runner == "fargate":
         fargate = FargateTarget(
-            cluster=policy.cluster, task_definition=policy.task_definition,
-            subnets=policy.subnets, security_groups=policy.security_groups,
-            task_role_arn=policy.task_role_arn, log_group=policy.log_group,
-            container_name=policy.container_name, log_stream_prefix=policy.log_stream_prefix,
-            image=policy.image, proxy_url=policy.proxy_url,
+            cluster=policy.cluster,
+            task_definition=policy.task_definition,
+            subnets=policy.subnets,
+            security_groups=policy.security_groups,
+            task_role_arn=policy.task_role_arn,
+            log_group=policy.log_group,
+            container_name=policy.container_name,
+            log_stream_prefix=policy.log_stream_prefix,
+            image=policy.image,
+            proxy_url=policy.proxy_url,
         )
     return ToolSpec(policy.name, policy.command, policy.runner, policy.egress, limits, fargate)
 
 
 def _error(exc: SandboxError) -> JSONResponse:
-    body = {"error": {"message": str(exc), "type": exc.error_type, "param": exc.param,
-                      "code": exc.code}}
-    headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, IdempotencyKeyInUse) else {}
+    body = {
+        "error": {"message": str(exc), "type": exc.error_type, "param": exc.param, "code": exc.code}
+    }
+    headers = (
+        {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, IdempotencyKeyInUse) else {}
+    )
     return JSONResponse(body, status_code=exc.status_code, headers=headers)
 
 
 def _reply(reply: ToolRunReply) -> Response:
     headers = {"Idempotent-Replayed": "true"} if reply.replayed else {}
-    return Response(reply.body, status_code=reply.http_status, media_type="application/json",
-                    headers=headers)
+    return Response(
+        reply.body, status_code=reply.http_status, media_type="application/json", headers=headers
+    )
 
 
-async def _parse(request: Request, policy: TenantPolicy, key_id: str) -> tuple[ToolRunRequest, tuple[ToolSpec, ...]]:
+async def _parse(
+    request: Request, policy: TenantPolicy, key_id: str
+) -> tuple[ToolRunRequest, tuple[ToolSpec, ...]]:
     try:
         body = ToolRunBody.model_validate(await request.json())
     except ValidationError as exc:

@@ -13,10 +13,18 @@ from pydantic import Field, field_validator, model_validator
 
 from policies.base import PolicyModel
 
-_HOST = re.compile(r"^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+_HOST = re.compile(
+    r"^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
+)
 _NUMERIC_LABEL = re.compile(r"^(0x[0-9a-f]*|[0-9]+)$")  # inet_aton spellings end so
-_FARGATE_REQUIRED = ("cluster", "task_definition", "subnets", "security_groups",
-                     "task_role_arn", "log_group")
+_FARGATE_REQUIRED = (
+    "cluster",
+    "task_definition",
+    "subnets",
+    "security_groups",
+    "task_role_arn",
+    "log_group",
+)
 
 
 class ToolLimits(PolicyModel):
@@ -55,7 +63,9 @@ class ToolPolicy(PolicyModel):
             host = host if sep else entry
             if sep and not (port.isdigit() and 0 < int(port) < 65536):
                 raise ValueError(f"{entry!r}: port must be 1-65535")
-            if not _HOST.match(host.lower()) or _NUMERIC_LABEL.match(host.lower().rsplit(".", 1)[-1]):
+            if not _HOST.match(host.lower()) or _NUMERIC_LABEL.match(
+                host.lower().rsplit(".", 1)[-1]
+            ):
                 raise ValueError(f"{entry!r}: a host name or '*.suffix' (IP addresses not allowed)")
         return entries
 

@@ -76,7 +76,11 @@ def embedded_ipv4(ip: IPAddress) -> ipaddress.IPv4Address | None:
     if ip.sixtofour is not None:
         return ip.sixtofour
     for network in _EMBEDDING_V4:
-        if ip in network and ip != ipaddress.IPv6Address("::") and ip != ipaddress.IPv6Address("::1"):
+        if (
+            ip in network
+            and ip != ipaddress.IPv6Address("::")
+            and ip != ipaddress.IPv6Address("::1")
+        ):
             return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
     return None
 

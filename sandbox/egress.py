@@ -141,7 +141,9 @@ class EgressProxy:
             return EgressDecision(False, raw_host, port, "malformed-host")
         if not any(rule.matches(host, port) for rule in self._policy.rules):
             named = any(rule.matches(host, rule.port) for rule in self._policy.rules)
-            return EgressDecision(False, host, port, "port-not-allowed" if named else "host-not-allowed")
+            return EgressDecision(
+                False, host, port, "port-not-allowed" if named else "host-not-allowed"
+            )
         try:
             addresses = await self._resolver.resolve(host, port)
         except (OSError, TimeoutError):
@@ -245,7 +247,11 @@ class EgressProxy:
 async def _reply(writer: asyncio.StreamWriter, status: bytes, reason: bytes = b"") -> None:
     with contextlib.suppress(OSError):
         writer.write(
-            b"HTTP/1.1 " + status + b"\r\nContent-Type: text/plain\r\nContent-Length: "
-            + str(len(reason)).encode() + b"\r\nConnection: close\r\n\r\n" + reason
+            b"HTTP/1.1 "
+            + status
+            + b"\r\nContent-Type: text/plain\r\nContent-Length: "
+            + str(len(reason)).encode()
+            + b"\r\nConnection: close\r\n\r\n"
+            + reason
         )
         await writer.drain()

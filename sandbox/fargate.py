@@ -8,6 +8,7 @@ The exact RunTask request is stored before the call and re-sent byte-identical o
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -18,12 +19,18 @@ from botocore.exceptions import ClientError
 
 from sandbox.errors import FargateConflict, InvalidToolRequest, LeaseLost, RunnerFailed
 from sandbox.fingerprint import canonical_json, client_token
+from sandbox.idempotency import RunRecord
 from sandbox.types import FargateTarget, RunOutput, RunStatus, SandboxJob
 
 MAX_OVERRIDES_CHARS = 8192
 ALLOWED_ENV = frozenset({"LANTERN_IDEMPOTENCY_KEY", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY"})
-_INFRA_STOP_CODES = {"TaskFailedToStart", "SpotInterruption", "TerminationNotice",
-                     "InfrastructureHealth", "ServiceSchedulerInitiated"}
+_INFRA_STOP_CODES = {
+    "TaskFailedToStart",
+    "SpotInterruption",
+    "TerminationNotice",
+    "InfrastructureHealth",
+    "ServiceSchedulerInitiated",
+}
 
 
 class RunStore(Protocol):
@@ -32,16 +39,6 @@ class RunStore(Protocol):
     def mark_started(self, run_id: str, fence: int, backend_ref: str | None) -> bool: ...
 
     def set_ref(self, run_id: str, fence: int, backend_ref: str) -> bool: ...
-
-
-class RecordView(Protocol):
-    id: str
-    tenant: str
-    idem_key: str
-    state: str
-    fence: int
-    backend_ref: str | None
-    created_at: float
 
 
 @dataclass(frozen=True)
@@ -71,7 +68,9 @@ class FargateRunner:
         self._sleep = sleep
         self._polling = polling
 
-    def run_task_request(self, job: SandboxJob, target: FargateTarget, token: str) -> dict[str, Any]:
+    def run_task_request(
+        self, job: SandboxJob, target: FargateTarget, token: str
+    ) -> dict[str, Any]:
         """The exact RunTask keyword arguments for this run (no secrets: env is allow-listed)."""
         env = dict(job.env)
         if job.egress and target.proxy_url:
@@ -94,19 +93,23 @@ class FargateRunner:
             "count": 1,
             "clientToken": token,
             "startedBy": job.run_id[:36],
-            "networkConfiguration": {"awsvpcConfiguration": {
-                "subnets": list(target.subnets),
-                "securityGroups": list(target.security_groups),
-                "assignPublicIp": "DISABLED",
-            }},
+            "networkConfiguration": {
+                "awsvpcConfiguration": {
+                    "subnets": list(target.subnets),
+                    "securityGroups": list(target.security_groups),
+                    "assignPublicIp": "DISABLED",
+                }
+            },
             "overrides": overrides,
-            "tags": [{"key": "lantern:run-id", "value": job.run_id},
-                     {"key": "lantern:tool", "value": job.tool}],
+            "tags": [
+                {"key": "lantern:run-id", "value": job.run_id},
+                {"key": "lantern:tool", "value": job.tool},
+            ],
             "enableExecuteCommand": False,
         }
 
     async def run_recorded(
-        self, store: RunStore, record: RecordView, job: SandboxJob, target: FargateTarget
+        self, store: RunStore, record: RunRecord, job: SandboxJob, target: FargateTarget
     ) -> RunOutput:
         """Launch (or reattach to) the task for this record and follow it to the end."""
         if record.state == "started" and record.backend_ref:
@@ -132,7 +135,7 @@ class FargateRunner:
         delay = self._polling.first_delay_s
         for attempt in range(self._polling.throttle_retries + 1):
             try:
-                reply = await asyncio.to_thread(lambda: self._ecs.run_task(**request))
+                reply = await asyncio.to_thread(functools.partial(self._ecs.run_task, **request))
                 break
             except ClientError as exc:
                 code = exc.response.get("Error", {}).get("Code", "")
@@ -150,11 +153,13 @@ class FargateRunner:
 
     async def _find_task(self, request: dict[str, Any]) -> str | None:
         for desired in ("RUNNING", "STOPPED"):
-            reply = await asyncio.to_thread(
-                lambda d=desired: self._ecs.list_tasks(
-                    cluster=request["cluster"], startedBy=request["startedBy"], desiredStatus=d
-                )
+            listing = functools.partial(
+                self._ecs.list_tasks,
+                cluster=request["cluster"],
+                startedBy=request["startedBy"],
+                desiredStatus=desired,
             )
+            reply = await asyncio.to_thread(listing)
             if reply.get("taskArns"):
                 return str(reply["taskArns"][0])
         return None
@@ -166,18 +171,23 @@ class FargateRunner:
         deadline = first + self._polling.start_budget_s + job.limits.wall_s
         delay, stopped_by_us = self._polling.first_delay_s, False
         while True:
-            reply = await asyncio.to_thread(
-                lambda: self._ecs.describe_tasks(cluster=request["cluster"], tasks=[task_arn])
+            describe = functools.partial(
+                self._ecs.describe_tasks, cluster=request["cluster"], tasks=[task_arn]
             )
+            reply = await asyncio.to_thread(describe)
             tasks = reply.get("tasks") or []
             if tasks and tasks[0].get("lastStatus") == "STOPPED":
                 return await self._result(tasks[0], target, job, stopped_by_us)
             if not tasks and self._clock() - first > self._polling.missing_grace_s:
                 return self._infra(first, "task MISSING from DescribeTasks")
             if self._clock() > deadline and not stopped_by_us:
-                await asyncio.to_thread(lambda: self._ecs.stop_task(
-                    cluster=request["cluster"], task=task_arn, reason=f"lantern-timeout:{job.run_id}"
-                ))
+                stop = functools.partial(
+                    self._ecs.stop_task,
+                    cluster=request["cluster"],
+                    task=task_arn,
+                    reason=f"lantern-timeout:{job.run_id}",
+                )
+                await asyncio.to_thread(stop)
                 stopped_by_us = True
                 deadline = self._clock() + self._polling.missing_grace_s
             elif self._clock() > deadline:
@@ -188,8 +198,9 @@ class FargateRunner:
     async def _result(
         self, task: dict[str, Any], target: FargateTarget, job: SandboxJob, stopped_by_us: bool
     ) -> RunOutput:
-        container = next((c for c in task.get("containers", [])
-                          if c.get("name") == target.container_name), {})
+        container: dict[str, Any] = next(
+            (c for c in task.get("containers", []) if c.get("name") == target.container_name), {}
+        )
         exit_code = container.get("exitCode")
         stop_code, reason = task.get("stopCode", ""), task.get("stoppedReason", "")
         if container.get("reason"):
@@ -210,11 +221,16 @@ class FargateRunner:
         """awslogs stream `<prefix>/<container>/<task-id>`; stdout and stderr arrive merged."""
         stream = f"{target.log_stream_prefix}/{target.container_name}/{task_arn.rsplit('/', 1)[-1]}"
         lines: list[str] = []
-        kwargs: dict[str, Any] = {"logGroupName": target.log_group, "logStreamName": stream,
-                                  "startFromHead": True}
+        kwargs: dict[str, Any] = {
+            "logGroupName": target.log_group,
+            "logStreamName": stream,
+            "startFromHead": True,
+        }
         try:
             while True:
-                page = await asyncio.to_thread(lambda k=dict(kwargs): self._logs.get_log_events(**k))
+                page = await asyncio.to_thread(
+                    functools.partial(self._logs.get_log_events, **kwargs)
+                )
                 lines += [event["message"] for event in page.get("events", [])]
                 token = page.get("nextForwardToken")
                 if not page.get("events") or token == kwargs.get("nextToken"):
@@ -226,8 +242,9 @@ class FargateRunner:
         return data[:cap].decode("utf-8", errors="replace"), len(data) > cap
 
     def _infra(self, started: float, reason: str) -> RunOutput:
-        return RunOutput(RunStatus.INFRA_FAILED, None, "", "", False, False, started,
-                         self._clock(), reason)
+        return RunOutput(
+            RunStatus.INFRA_FAILED, None, "", "", False, False, started, self._clock(), reason
+        )
 
     def _unknown(self, reason: str) -> RunOutput:
         now = self._clock()

@@ -7,8 +7,9 @@ takeover, so a worker that lost its lease writes nothing. No HTTP, no runners he
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -88,17 +89,26 @@ class IdempotencyStore:
     def claim(self, tenant: str, key: str, fingerprint: str, tool: str, runner: str) -> Claim:
         for _ in range(3):
             now = self._clock()
-            row = {
-                "id": uuid.uuid4().hex, "tenant": tenant, "idem_key": key,
-                "fingerprint": fingerprint, "tool": tool, "runner": runner, "state": "claimed",
-                "fence": 1, "lease_expires_at": now + self.lease_s, "backend_ref": None,
-                "http_status": None, "response": None, "created_at": now,
-                "expires_at": now + self.retention_s,
-            }
+            record = RunRecord(
+                id=uuid.uuid4().hex,
+                tenant=tenant,
+                idem_key=key,
+                fingerprint=fingerprint,
+                tool=tool,
+                runner=runner,
+                state="claimed",
+                fence=1,
+                lease_expires_at=now + self.lease_s,
+                backend_ref=None,
+                http_status=None,
+                response=None,
+                created_at=now,
+                expires_at=now + self.retention_s,
+            )
             try:
                 with self._engine.begin() as conn:
-                    conn.execute(tool_runs.insert().values(**row))
-                return Claim("new", RunRecord(**row))
+                    conn.execute(tool_runs.insert().values(dataclasses.asdict(record)))
+                return Claim("new", record)
             except sa.exc.IntegrityError:
                 pass
             existing = self.find(tenant, key)
@@ -141,8 +151,11 @@ class IdempotencyStore:
     def mark_started(self, run_id: str, fence: int, backend_ref: str | None) -> bool:
         """Durably record that the side effect may begin (before spawning or RunTask)."""
         lease = self._clock() + self.lease_s
-        return self._fenced(run_id, fence, {"state": "started", "backend_ref": backend_ref,
-                                            "lease_expires_at": lease})
+        return self._fenced(
+            run_id,
+            fence,
+            {"state": "started", "backend_ref": backend_ref, "lease_expires_at": lease},
+        )
 
     def set_ref(self, run_id: str, fence: int, backend_ref: str) -> bool:
         return self._fenced(run_id, fence, {"backend_ref": backend_ref})
@@ -152,8 +165,12 @@ class IdempotencyStore:
 
     def complete(self, run_id: str, fence: int, http_status: int, response: str) -> bool:
         now = self._clock()
-        values = {"state": "done", "http_status": http_status, "response": response,
-                  "expires_at": now + self.retention_s}
+        values = {
+            "state": "done",
+            "http_status": http_status,
+            "response": response,
+            "expires_at": now + self.retention_s,
+        }
         return self._fenced(run_id, fence, values)
 
     def release(self, run_id: str, fence: int) -> bool:
@@ -179,11 +196,12 @@ class IdempotencyStore:
         with self._engine.begin() as conn:
             conn.execute(statement)
 
-    def _fenced(self, run_id: str, fence: int, values: dict[str, object]) -> bool:
+    def _fenced(self, run_id: str, fence: int, values: Mapping[str, object]) -> bool:
         statement = (
             tool_runs.update()
-            .where(tool_runs.c.id == run_id, tool_runs.c.fence == fence,
-                   tool_runs.c.state != "done")
+            .where(
+                tool_runs.c.id == run_id, tool_runs.c.fence == fence, tool_runs.c.state != "done"
+            )
             .values(values)
         )
         with self._engine.begin() as conn:

@@ -26,7 +26,9 @@ def resolve_limits(policy: ToolLimits, requested: ToolLimits | None) -> ToolLimi
         if asked <= 0:
             raise InvalidToolRequest(f"limits.{item.name}", "must be positive")
         if asked > allowed:
-            raise InvalidToolRequest(f"limits.{item.name}", f"{asked} exceeds the policy's {allowed}")
+            raise InvalidToolRequest(
+                f"limits.{item.name}", f"{asked} exceeds the policy's {allowed}"
+            )
     return requested
 
 

@@ -27,8 +27,12 @@ from sandbox.sandbox_argv import SandboxLayout, bwrap_argv, unshare_argv
 from sandbox.types import RunOutput, RunStatus, SandboxJob
 
 PROXY_PORT = 3128
-_SIGNAL_REASONS = {128 + signal.SIGXCPU: "cpu-limit", 128 + signal.SIGKILL: "killed",
-                   128 + signal.SIGXFSZ: "file-size-limit", 128 + signal.SIGSEGV: "segfault"}
+_SIGNAL_REASONS = {
+    128 + signal.SIGXCPU: "cpu-limit",
+    128 + signal.SIGKILL: "killed",
+    128 + signal.SIGXFSZ: "file-size-limit",
+    128 + signal.SIGSEGV: "segfault",
+}
 
 
 class LocalRunner:
@@ -65,7 +69,9 @@ class LocalRunner:
                 )
         return self._backend
 
-    def _argv(self, backend: str, inner: list[str], proxy_dir: str | None, scratch_mb: int) -> list[str]:
+    def _argv(
+        self, backend: str, inner: list[str], proxy_dir: str | None, scratch_mb: int
+    ) -> list[str]:
         build = bwrap_argv if backend == "bwrap" else unshare_argv
         return build(self._layout, inner, proxy_dir, scratch_mb)
 
@@ -74,19 +80,25 @@ class LocalRunner:
             return False
         argv = self._argv(backend, ["/bin/true"], None, 1)
         try:
-            done = subprocess.run(argv, capture_output=True, timeout=20, **self._drop())
+            user = self._drop_to()
+            done = subprocess.run(
+                argv,
+                capture_output=True,
+                timeout=20,
+                user=user,
+                group=user,
+                extra_groups=[] if user is not None else None,
+            )
         except (OSError, subprocess.TimeoutExpired):
             return False
         if done.returncode != 0:
             self._log.warning("sandbox probe %s failed: %s", backend, done.stderr[-300:])
         return done.returncode == 0
 
-    def _drop(self) -> dict[str, object]:
+    def _drop_to(self) -> int | None:
         """As root, run the box as an unprivileged user so rlimits (NPROC) bind and host
         files owned by root stay unreadable even if a path were exposed."""
-        if os.geteuid() != 0:
-            return {}
-        return {"user": self._uid, "group": self._uid, "extra_groups": []}
+        return self._uid if os.geteuid() == 0 else None
 
     async def run(self, job: SandboxJob) -> RunOutput:
         backend = await asyncio.to_thread(self.backend)
@@ -101,8 +113,13 @@ class LocalRunner:
             return await self._execute(argv, env, job)
 
     def _environment(self, job: SandboxJob, has_proxy: bool) -> dict[str, str]:
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/work", "TMPDIR": "/tmp",
-               "LANG": "C.UTF-8", **dict(job.env)}
+        env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": "/work",
+            "TMPDIR": "/tmp",
+            "LANG": "C.UTF-8",
+            **dict(job.env),
+        }
         if has_proxy:
             url = f"http://127.0.0.1:{PROXY_PORT}"
             for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
@@ -131,8 +148,15 @@ class LocalRunner:
         started = self._clock()
         cap = job.limits.output_kb * 1024
         proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, env=env, start_new_session=True, **self._drop(),
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+            start_new_session=True,
+            user=self._drop_to(),
+            group=self._drop_to(),
+            extra_groups=[] if self._drop_to() is not None else None,
         )
         assert proc.stdout is not None and proc.stderr is not None
         readers = asyncio.gather(_read_capped(proc.stdout, cap), _read_capped(proc.stderr, cap))
@@ -150,7 +174,11 @@ class LocalRunner:
         if code is not None and code < 0:  # unshare re-raises the child's signal on itself
             code = 128 - code
         if timed_out:
-            status, reason, code = RunStatus.TIMED_OUT, f"wall time limit {job.limits.wall_s}s", None
+            status, reason, code = (
+                RunStatus.TIMED_OUT,
+                f"wall time limit {job.limits.wall_s}s",
+                None,
+            )
         else:
             status = RunStatus.SUCCEEDED if code == 0 else RunStatus.FAILED
             reason = _SIGNAL_REASONS.get(code or 0, "")

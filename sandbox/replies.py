@@ -38,8 +38,14 @@ def run_object(record: RunRecord, output: RunOutput) -> str:
 
 
 def pending_object(record: RunRecord) -> str:
-    body = {"id": record.id, "object": "tool.run", "tool": record.tool, "runner": record.runner,
-            "status": RunStatus.RUNNING.value, "created_at": round(record.created_at, 3)}
+    body = {
+        "id": record.id,
+        "object": "tool.run",
+        "tool": record.tool,
+        "runner": record.runner,
+        "status": RunStatus.RUNNING.value,
+        "created_at": round(record.created_at, 3),
+    }
     return json.dumps(body, separators=(",", ":"))
 
 

@@ -11,8 +11,14 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-ETC_PATHS = ("/etc/ld.so.cache", "/etc/ssl", "/etc/ca-certificates", "/etc/alternatives",
-             "/etc/localtime", "/etc/mime.types")
+ETC_PATHS = (
+    "/etc/ld.so.cache",
+    "/etc/ssl",
+    "/etc/ca-certificates",
+    "/etc/alternatives",
+    "/etc/localtime",
+    "/etc/mime.types",
+)
 TOP_LINKS = ("/bin", "/lib", "/lib64", "/sbin", "/lib32", "/libx32")
 RUN_DIR = "/run/lantern"
 DEVICES = ("null", "zero", "random", "urandom", "full")
@@ -39,25 +45,50 @@ class SandboxLayout:
                 links.append((path, os.readlink(path)))
             elif os.path.isdir(path):
                 dirs.append(path)
-        python, extra = "/usr/bin/python3", ()
+        python = "/usr/bin/python3"
+        extra_ro: tuple[str, ...] = ()
         if not os.path.exists(python):
             python = getattr(sys, "_base_executable", sys.executable)
-            extra = (sys.base_prefix,)
+            extra_ro = (sys.base_prefix,)
         etc = tuple(p for p in ETC_PATHS if os.path.exists(p))
-        return cls(str(launcher), python, extra, tuple(links), tuple(dirs), etc)
+        return cls(str(launcher), python, extra_ro, tuple(links), tuple(dirs), etc)
 
 
-def bwrap_argv(layout: SandboxLayout, inner: list[str], proxy_dir: str | None, scratch_mb: int) -> list[str]:
-    argv = ["bwrap", "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--disable-userns",
-            "--ro-bind", "/usr", "/usr"]
+def bwrap_argv(
+    layout: SandboxLayout, inner: list[str], proxy_dir: str | None, scratch_mb: int
+) -> list[str]:
+    argv = [
+        "bwrap",
+        "--unshare-all",
+        "--unshare-user",
+        "--die-with-parent",
+        "--new-session",
+        "--disable-userns",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+    ]
     for path, target in layout.links:
         argv += ["--symlink", target, path]
     for path in (*layout.dirs, *layout.extra_ro, *layout.etc):
         argv += ["--ro-bind", path, path]
-    argv += ["--proc", "/proc", "--dev", "/dev",
-             "--size", str(scratch_mb << 20), "--tmpfs", "/tmp",
-             "--size", str(scratch_mb << 20), "--tmpfs", "/work",
-             "--ro-bind", layout.launcher_host, layout.launcher_target]
+    argv += [
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--size",
+        str(scratch_mb << 20),
+        "--tmpfs",
+        "/tmp",
+        "--size",
+        str(scratch_mb << 20),
+        "--tmpfs",
+        "/work",
+        "--ro-bind",
+        layout.launcher_host,
+        layout.launcher_target,
+    ]
     if proxy_dir is not None:
         argv += ["--bind", proxy_dir, layout.proxy_dir_target]
     return [*argv, "--remount-ro", "/", "--chdir", "/work", "--", *inner]
@@ -98,11 +129,15 @@ set +e
 /usr/bin/setpriv --inh-caps=-all --bounding-set=-all --no-new-privs -- "$@"
 exit $?
 """
-_LO_UP = ("import fcntl,socket,struct;fcntl.ioctl(socket.socket(),0x8914,"
-          "struct.pack('16sH14x',b'lo',0x49))")
+_LO_UP = (
+    "import fcntl,socket,struct;fcntl.ioctl(socket.socket(),0x8914,"
+    "struct.pack('16sH14x',b'lo',0x49))"
+)
 
 
-def unshare_argv(layout: SandboxLayout, inner: list[str], proxy_dir: str | None, scratch_mb: int) -> list[str]:
+def unshare_argv(
+    layout: SandboxLayout, inner: list[str], proxy_dir: str | None, scratch_mb: int
+) -> list[str]:
     """Fallback without bwrap: util-linux `unshare` plus a mount script run as the
     namespace's root, which drops every capability before the launcher runs. The script
     stays as the namespace's pid 1 and turns a signal death into 128+n (unshare 2.38
@@ -116,6 +151,24 @@ def unshare_argv(layout: SandboxLayout, inner: list[str], proxy_dir: str | None,
     if proxy_dir is not None:
         binds += ["rw", proxy_dir, layout.proxy_dir_target]
     script = _UNSHARE_SCRIPT.replace("LO_UP", f'{layout.python} -I -S -c "{_LO_UP}"')
-    return ["unshare", "--user", "--map-root-user", "--mount", "--pid", "--fork", "--net",
-            "--ipc", "--uts", "--kill-child", "--", "/bin/sh", "-c", script, "sandbox",
-            str(scratch_mb), *binds, "--", *inner]
+    return [
+        "unshare",
+        "--user",
+        "--map-root-user",
+        "--mount",
+        "--pid",
+        "--fork",
+        "--net",
+        "--ipc",
+        "--uts",
+        "--kill-child",
+        "--",
+        "/bin/sh",
+        "-c",
+        script,
+        "sandbox",
+        str(scratch_mb),
+        *binds,
+        "--",
+        *inner,
+    ]

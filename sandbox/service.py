@@ -20,8 +20,8 @@ from sandbox.errors import (
     IdempotencyKeyReused,
     InvalidToolRequest,
     LeaseLost,
-    RunNotFound,
     RunnerFailed,
+    RunNotFound,
     SandboxUnavailable,
     ToolNotAllowed,
 )
@@ -70,7 +70,9 @@ class ToolRunService:
         prepared = self._prepare(tools, request)
         token = uuid.uuid4().hex
         scope = f"{request.tenant}:{request.idempotency_key}"
-        if self._gate is not None and not await self._gate.acquire(scope, token, self._store.lease_s):
+        if self._gate is not None and not await self._gate.acquire(
+            scope, token, self._store.lease_s
+        ):
             return await self._answer_busy(request, prepared)
         try:
             return await self._submit(request, prepared)
@@ -82,7 +84,11 @@ class ToolRunService:
         record = await asyncio.to_thread(self._store.get, tenant, run_id)
         if record is None:
             raise RunNotFound(f"no tool run {run_id!r}")
-        body = record.response if record.state == "done" and record.response else pending_object(record)
+        body = (
+            record.response
+            if record.state == "done" and record.response
+            else pending_object(record)
+        )
         return ToolRunReply(record.id, 200, body.encode(), replayed=False)
 
     def _prepare(self, tools: tuple[ToolSpec, ...], request: ToolRunRequest) -> _Prepared:
@@ -96,9 +102,14 @@ class ToolRunService:
         env = (("LANTERN_IDEMPOTENCY_KEY", client_token(request.tenant, request.idempotency_key)),)
         job = SandboxJob("", spec.name, argv, limits, spec.egress, env)
         target = dataclasses.asdict(spec.fargate) if spec.fargate else None
-        effective = {"tool": spec.name, "runner": spec.runner, "argv": list(argv),
-                     "egress": list(spec.egress), "limits": dataclasses.asdict(limits),
-                     "fargate": target}
+        effective = {
+            "tool": spec.name,
+            "runner": spec.runner,
+            "argv": list(argv),
+            "egress": list(spec.egress),
+            "limits": dataclasses.asdict(limits),
+            "fargate": target,
+        }
         return _Prepared(spec, job, fingerprint(effective))
 
     async def _answer_busy(self, request: ToolRunRequest, prepared: _Prepared) -> ToolRunReply:
@@ -111,8 +122,12 @@ class ToolRunService:
 
     async def _submit(self, request: ToolRunRequest, prepared: _Prepared) -> ToolRunReply:
         claim = await asyncio.to_thread(
-            self._store.claim, request.tenant, request.idempotency_key, prepared.fingerprint,
-            prepared.spec.name, prepared.spec.runner,
+            self._store.claim,
+            request.tenant,
+            request.idempotency_key,
+            prepared.fingerprint,
+            prepared.spec.name,
+            prepared.spec.runner,
         )
         if claim.kind == "mismatch":
             raise IdempotencyKeyReused("this Idempotency-Key was used with a different request")
@@ -136,9 +151,17 @@ class ToolRunService:
             raise IdempotencyKeyInUse("another worker is recovering this run")
         if won.state == "started" and won.runner == "local":
             now = self._clock()
-            output = RunOutput(RunStatus.OUTCOME_UNKNOWN, None, "", "", False, False, now, now,
-                               "started, but its gateway stopped before recording the result; "
-                               "not run again")
+            output = RunOutput(
+                RunStatus.OUTCOME_UNKNOWN,
+                None,
+                "",
+                "",
+                False,
+                False,
+                now,
+                now,
+                "started, but its gateway stopped before recording the result; not run again",
+            )
             await self._finish(won, output)
             done = await asyncio.to_thread(self._store.get, won.tenant, won.id)
             assert done is not None
@@ -190,5 +213,6 @@ class ToolRunService:
 
 def _replay(record: RunRecord, replayed: bool = True) -> ToolRunReply:
     assert record.http_status is not None and record.response is not None
-    return ToolRunReply(record.id, record.http_status, post_body(record.http_status,
-                                                                 record.response), replayed)
+    return ToolRunReply(
+        record.id, record.http_status, post_body(record.http_status, record.response), replayed
+    )

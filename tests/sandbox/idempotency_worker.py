@@ -52,12 +52,19 @@ async def ask(service: ToolRunService, specs: tuple[ToolSpec, ...], key: str) ->
         reply = await service.submit(specs, request)
     except SandboxError as exc:
         return {"key": key, "status": exc.status_code, "code": exc.code}
-    return {"key": key, "status": reply.http_status, "replayed": reply.replayed,
-            "sha": hashlib.sha256(reply.body).hexdigest(), "body": reply.body.decode()}
+    return {
+        "key": key,
+        "status": reply.http_status,
+        "replayed": reply.replayed,
+        "sha": hashlib.sha256(reply.body).hexdigest(),
+        "body": reply.body.decode(),
+    }
 
 
 async def main(args: argparse.Namespace) -> None:
-    engine = sa.create_engine(args.db, connect_args={"timeout": 60} if args.db.startswith("sqlite") else {})
+    engine = sa.create_engine(
+        args.db, connect_args={"timeout": 60} if args.db.startswith("sqlite") else {}
+    )
     store = IdempotencyStore(engine, time.time, lease_s=args.lease)
     runner = CountingRunner(LocalRunner(logging.getLogger("worker")), args.counter)
     service = ToolRunService(store, runner, time.time, logging.getLogger("worker"))
@@ -76,8 +83,15 @@ async def main(args: argparse.Namespace) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    for name, kind in [("--db", str), ("--counter", str), ("--keys", str), ("--marker", str),
-                       ("--lease", float), ("--sleep", float), ("--start-at", float),
-                       ("--sequential", int)]:
+    for name, kind in [
+        ("--db", str),
+        ("--counter", str),
+        ("--keys", str),
+        ("--marker", str),
+        ("--lease", float),
+        ("--sleep", float),
+        ("--start-at", float),
+        ("--sequential", int),
+    ]:
         parser.add_argument(name, type=kind, required=True)
     asyncio.run(main(parser.parse_args(sys.argv[1:])))

@@ -39,11 +39,21 @@ class MapResolver:
 async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     head = await reader.readuntil(b"\r\n\r\n")
     line = head.split(b"\r\n")[0].decode()
-    host = next((h.split(b":", 1)[1].strip().decode() for h in head.split(b"\r\n")
-                 if h.lower().startswith(b"host:")), "")
+    host = next(
+        (
+            h.split(b":", 1)[1].strip().decode()
+            for h in head.split(b"\r\n")
+            if h.lower().startswith(b"host:")
+        ),
+        "",
+    )
     body = f"origin saw {line} host={host}".encode()
-    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: " + str(len(body)).encode()
-                 + b"\r\nConnection: close\r\n\r\n" + body)
+    writer.write(
+        b"HTTP/1.1 200 OK\r\nContent-Length: "
+        + str(len(body)).encode()
+        + b"\r\nConnection: close\r\n\r\n"
+        + body
+    )
     await writer.drain()
     writer.close()
 

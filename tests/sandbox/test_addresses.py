@@ -9,10 +9,20 @@ from sandbox.addresses import deny_reason, parse_cidrs, parse_ip_literal
 
 @pytest.mark.parametrize(
     ("literal", "address"),
-    [("2130706433", "127.0.0.1"), ("0x7f000001", "127.0.0.1"), ("0177.0.0.1", "127.0.0.1"),
-     ("127.1", "127.0.0.1"), ("0", "0.0.0.0"), ("0x7f.1", "127.0.0.1"), ("127.0.0.1.", "127.0.0.1"),
-     ("[::1]", "::1"), ("[fe80::1%25eth0]", "fe80::1"), ("::ffff:127.0.0.1", "::ffff:7f00:1"),
-     ("169.254.169.254", "169.254.169.254"), ("0xa9fea9fe", "169.254.169.254")],
+    [
+        ("2130706433", "127.0.0.1"),
+        ("0x7f000001", "127.0.0.1"),
+        ("0177.0.0.1", "127.0.0.1"),
+        ("127.1", "127.0.0.1"),
+        ("0", "0.0.0.0"),
+        ("0x7f.1", "127.0.0.1"),
+        ("127.0.0.1.", "127.0.0.1"),
+        ("[::1]", "::1"),
+        ("[fe80::1%25eth0]", "fe80::1"),
+        ("::ffff:127.0.0.1", "::ffff:7f00:1"),
+        ("169.254.169.254", "169.254.169.254"),
+        ("0xa9fea9fe", "169.254.169.254"),
+    ],
 )
 def test_every_spelling_is_a_literal(literal: str, address: str) -> None:
     assert parse_ip_literal(literal) == ipaddress.ip_address(address)
@@ -25,16 +35,33 @@ def test_names_are_not_literals(name: str) -> None:
 
 @pytest.mark.parametrize(
     ("address", "reason"),
-    [("10.0.0.5", "private"), ("172.16.3.4", "private"), ("192.168.1.1", "private"),
-     ("127.0.0.1", "loopback"), ("0.0.0.0", "this-network"), ("100.64.0.1", "cgnat"),
-     ("169.254.169.254", "metadata"), ("169.254.170.2", "metadata"), ("169.254.1.1", "link-local"),
-     ("fd00:ec2::254", "metadata"), ("::1", "loopback"), ("fc00::1", "unique-local"),
-     ("fe80::1", "link-local"), ("198.18.0.1", "benchmarking"), ("240.0.0.1", "reserved"),
-     ("224.0.0.1", "multicast"), ("255.255.255.255", "reserved"), ("192.0.0.8", "ietf-protocol"),
-     ("::ffff:10.0.0.1", "embedded-ipv4:private"), ("64:ff9b::a00:1", "embedded-ipv4:private"),
-     ("2002:a00:1::1", "embedded-ipv4:private"), ("::ffff:169.254.169.254", "metadata"),
-     ("2001:0:4136:e378:8000:63bf:3fff:fdd2", "teredo"), ("93.184.216.34", None),
-     ("2606:4700::1111", None)],
+    [
+        ("10.0.0.5", "private"),
+        ("172.16.3.4", "private"),
+        ("192.168.1.1", "private"),
+        ("127.0.0.1", "loopback"),
+        ("0.0.0.0", "this-network"),
+        ("100.64.0.1", "cgnat"),
+        ("169.254.169.254", "metadata"),
+        ("169.254.170.2", "metadata"),
+        ("169.254.1.1", "link-local"),
+        ("fd00:ec2::254", "metadata"),
+        ("::1", "loopback"),
+        ("fc00::1", "unique-local"),
+        ("fe80::1", "link-local"),
+        ("198.18.0.1", "benchmarking"),
+        ("240.0.0.1", "reserved"),
+        ("224.0.0.1", "multicast"),
+        ("255.255.255.255", "reserved"),
+        ("192.0.0.8", "ietf-protocol"),
+        ("::ffff:10.0.0.1", "embedded-ipv4:private"),
+        ("64:ff9b::a00:1", "embedded-ipv4:private"),
+        ("2002:a00:1::1", "embedded-ipv4:private"),
+        ("::ffff:169.254.169.254", "metadata"),
+        ("2001:0:4136:e378:8000:63bf:3fff:fdd2", "teredo"),
+        ("93.184.216.34", None),
+        ("2606:4700::1111", None),
+    ],
 )
 def test_classification(address: str, reason: str | None) -> None:
     assert deny_reason(ipaddress.ip_address(address)) == reason

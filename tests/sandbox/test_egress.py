@@ -36,7 +36,9 @@ def test_connect_to_allowed_name_reaches_the_checked_address() -> None:
     async def scenario() -> list[bytes]:
         async with origin_server() as origin:
             resolver = MapResolver()
-            head = f"CONNECT allowed.test:{origin} HTTP/1.1\r\n\r\nGET /x HTTP/1.1\r\nHost: a\r\n\r\n"
+            head = (
+                f"CONNECT allowed.test:{origin} HTTP/1.1\r\n\r\nGET /x HTTP/1.1\r\nHost: a\r\n\r\n"
+            )
             replies = await _with_proxy([f"allowed.test:{origin}"], resolver, [head.encode()])
             assert resolver.asked == ["allowed.test"]
             return replies
@@ -49,8 +51,10 @@ def test_connect_to_allowed_name_reaches_the_checked_address() -> None:
 def test_plain_http_is_rewritten_to_origin_form() -> None:
     async def scenario() -> bytes:
         async with origin_server() as origin:
-            head = (f"GET http://allowed.test:{origin}/p?q=1 HTTP/1.1\r\nHost: evil.example\r\n"
-                    "Proxy-Authorization: x\r\n\r\n").encode()
+            head = (
+                f"GET http://allowed.test:{origin}/p?q=1 HTTP/1.1\r\nHost: evil.example\r\n"
+                "Proxy-Authorization: x\r\n\r\n"
+            ).encode()
             return (await _with_proxy([f"allowed.test:{origin}"], MapResolver(), [head]))[0]
 
     reply = asyncio.run(scenario())
@@ -60,21 +64,45 @@ def test_plain_http_is_rewritten_to_origin_form() -> None:
 
 @pytest.mark.parametrize(
     ("target", "reason"),
-    [("127.0.0.2:{p}", "ip-literal"), ("2130706433:{p}", "ip-literal"),
-     ("0x7f000002:{p}", "ip-literal"), ("0177.0.0.2:{p}", "ip-literal"), ("127.2:{p}", "ip-literal"),
-     ("0:{p}", "ip-literal"), ("[::1]:{p}", "ip-literal"), ("[::ffff:127.0.0.2]:{p}", "ip-literal"),
-     ("169.254.169.254:80", "ip-literal"), ("loopback.test:{p}", "address-loopback"),
-     ("private.test:{p}", "address-private"), ("metadata.test:{p}", "address-metadata"),
-     ("ecs-creds.test:{p}", "address-metadata"), ("cgnat.test:{p}", "address-cgnat"),
-     ("mapped.test:{p}", "address-embedded-ipv4:loopback"), ("mixed.test:{p}", "address-private"),
-     ("allowed.test:22", "port-not-allowed"), ("evil.test:{p}", "host-not-allowed"),
-     ("xallowed.test:{p}", "host-not-allowed"), ("allowed.test.evil:{p}", "host-not-allowed")],
+    [
+        ("127.0.0.2:{p}", "ip-literal"),
+        ("2130706433:{p}", "ip-literal"),
+        ("0x7f000002:{p}", "ip-literal"),
+        ("0177.0.0.2:{p}", "ip-literal"),
+        ("127.2:{p}", "ip-literal"),
+        ("0:{p}", "ip-literal"),
+        ("[::1]:{p}", "ip-literal"),
+        ("[::ffff:127.0.0.2]:{p}", "ip-literal"),
+        ("169.254.169.254:80", "ip-literal"),
+        ("loopback.test:{p}", "address-loopback"),
+        ("private.test:{p}", "address-private"),
+        ("metadata.test:{p}", "address-metadata"),
+        ("ecs-creds.test:{p}", "address-metadata"),
+        ("cgnat.test:{p}", "address-cgnat"),
+        ("mapped.test:{p}", "address-embedded-ipv4:loopback"),
+        ("mixed.test:{p}", "address-private"),
+        ("allowed.test:22", "port-not-allowed"),
+        ("evil.test:{p}", "host-not-allowed"),
+        ("xallowed.test:{p}", "host-not-allowed"),
+        ("allowed.test.evil:{p}", "host-not-allowed"),
+    ],
 )
 def test_connect_refusals(target: str, reason: str, caplog: pytest.LogCaptureFixture) -> None:
     async def scenario() -> bytes:
         async with origin_server() as origin:
-            rules = [f"{name}:{origin}" for name in ("allowed.test", "loopback.test", "private.test",
-                     "metadata.test", "ecs-creds.test", "cgnat.test", "mapped.test", "mixed.test")]
+            rules = [
+                f"{name}:{origin}"
+                for name in (
+                    "allowed.test",
+                    "loopback.test",
+                    "private.test",
+                    "metadata.test",
+                    "ecs-creds.test",
+                    "cgnat.test",
+                    "mapped.test",
+                    "mixed.test",
+                )
+            ]
             head = f"CONNECT {target.format(p=origin)} HTTP/1.1\r\n\r\n".encode()
             return (await _with_proxy(rules, MapResolver(), [head]))[0]
 
@@ -83,14 +111,23 @@ def test_connect_refusals(target: str, reason: str, caplog: pytest.LogCaptureFix
     assert reply.startswith(b"HTTP/1.1 403 Forbidden")
     assert reply.endswith(reason.encode())
     decisions = [r.getMessage() for r in caplog.records if r.getMessage().startswith("egress ")]
-    assert len(decisions) == 1 and "decision=deny" in decisions[0] and f"reason={reason} " in decisions[0]
+    assert (
+        len(decisions) == 1
+        and "decision=deny" in decisions[0]
+        and f"reason={reason} " in decisions[0]
+    )
 
 
 @pytest.mark.parametrize(
     "head",
-    [b"GET http://user@allowed.test/ HTTP/1.1\r\n\r\n", b"GET /relative HTTP/1.1\r\n\r\n",
-     b"CONNECT allowed.test:443abc HTTP/1.1\r\n\r\n", b"CONNECT allowed.test:0 HTTP/1.1\r\n\r\n",
-     b"CONNECT allowed.test:65536 HTTP/1.1\r\n\r\n", b"GET https://allowed.test/ HTTP/1.1\r\n\r\n"],
+    [
+        b"GET http://user@allowed.test/ HTTP/1.1\r\n\r\n",
+        b"GET /relative HTTP/1.1\r\n\r\n",
+        b"CONNECT allowed.test:443abc HTTP/1.1\r\n\r\n",
+        b"CONNECT allowed.test:0 HTTP/1.1\r\n\r\n",
+        b"CONNECT allowed.test:65536 HTTP/1.1\r\n\r\n",
+        b"GET https://allowed.test/ HTTP/1.1\r\n\r\n",
+    ],
 )
 def test_malformed_requests_are_refused(head: bytes) -> None:
     reply = asyncio.run(_with_proxy(["allowed.test:443"], MapResolver(), [head]))[0]

@@ -46,15 +46,20 @@ def test_client_token_fits_ecs() -> None:
 
 
 def test_fill_command_never_splits_or_interprets() -> None:
-    argv = fill_command(("python3", "-c", "{code}", "--n={n}", "{{literal}}"),
-                        {"code": "print(1); import os", "n": "$(id)"})
+    argv = fill_command(
+        ("python3", "-c", "{code}", "--n={n}", "{{literal}}"),
+        {"code": "print(1); import os", "n": "$(id)"},
+    )
     assert argv == ("python3", "-c", "print(1); import os", "--n=$(id)", "{literal}")
 
 
 @pytest.mark.parametrize(
     ("arguments", "param"),
-    [({}, "arguments.code"), ({"code": "x", "extra": "y"}, "arguments.extra"),
-     ({"code": "a\x00b"}, "arguments.code")],
+    [
+        ({}, "arguments.code"),
+        ({"code": "x", "extra": "y"}, "arguments.extra"),
+        ({"code": "a\x00b"}, "arguments.code"),
+    ],
 )
 def test_fill_command_rejects(arguments: dict[str, str], param: str) -> None:
     with pytest.raises(InvalidToolRequest) as caught:
@@ -74,5 +79,11 @@ def test_limits_within_policy() -> None:
 
 def test_rlimits_in_bytes_and_seconds() -> None:
     spec = rlimit_spec(ToolLimits(memory_mb=128, cpu_s=2.5, max_procs=16, file_mb=1))
-    assert spec == {"RLIMIT_AS": 128 << 20, "RLIMIT_CPU": 3, "RLIMIT_NPROC": 16,
-                    "RLIMIT_FSIZE": 1 << 20, "RLIMIT_NOFILE": 256, "RLIMIT_CORE": 0}
+    assert spec == {
+        "RLIMIT_AS": 128 << 20,
+        "RLIMIT_CPU": 3,
+        "RLIMIT_NPROC": 16,
+        "RLIMIT_FSIZE": 1 << 20,
+        "RLIMIT_NOFILE": 256,
+        "RLIMIT_CORE": 0,
+    }

@@ -32,14 +32,44 @@ def _url(engine: sa.Engine) -> str:
     return engine.url.render_as_string(hide_password=False)
 
 
-def _worker(db: str, counter: Path, marker: str, lease: float, sleep: float, start_at: float,
-            keys: list[str], sequential: int) -> subprocess.Popen[str]:
-    argv = [sys.executable, "-m", "tests.sandbox.idempotency_worker", "--db", db,
-            "--counter", str(counter), "--keys", ",".join(keys), "--marker", marker,
-            "--lease", str(lease), "--sleep", str(sleep), "--start-at", str(start_at),
-            "--sequential", str(sequential)]
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=Path(__file__).resolve().parents[2])
+def _worker(
+    db: str,
+    counter: Path,
+    marker: str,
+    lease: float,
+    sleep: float,
+    start_at: float,
+    keys: list[str],
+    sequential: int,
+) -> subprocess.Popen[str]:
+    argv = [
+        sys.executable,
+        "-m",
+        "tests.sandbox.idempotency_worker",
+        "--db",
+        db,
+        "--counter",
+        str(counter),
+        "--keys",
+        ",".join(keys),
+        "--marker",
+        marker,
+        "--lease",
+        str(lease),
+        "--sleep",
+        str(sleep),
+        "--start-at",
+        str(start_at),
+        "--sequential",
+        str(sequential),
+    ]
+    return subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
 
 
 def test_200_retries_of_20_keys_from_4_processes_run_each_once(
@@ -47,7 +77,9 @@ def test_200_retries_of_20_keys_from_4_processes_run_each_once(
 ) -> None:
     counter = tmp_path / "executions.log"
     start_at = time.time() + 3
-    workers = [_worker(_url(engine), counter, "fire", 10, 0.5, start_at, KEYS, 10) for _ in range(4)]
+    workers = [
+        _worker(_url(engine), counter, "fire", 10, 0.5, start_at, KEYS, 10) for _ in range(4)
+    ]
     answers = []
     for proc in workers:
         out, err = proc.communicate(timeout=240)
@@ -65,7 +97,10 @@ def test_200_retries_of_20_keys_from_4_processes_run_each_once(
     assert sorted(bodies) == sorted(KEYS)
     assert all(len(variants) == 1 for variants in bodies.values())  # replays are identical
     for key, (body,) in bodies.items():
-        assert (json.loads(body)["stdout"], json.loads(body)["status"]) == (f"ran {key}\n", "succeeded")
+        assert (json.loads(body)["stdout"], json.loads(body)["status"]) == (
+            f"ran {key}\n",
+            "succeeded",
+        )
     with engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(tool_runs)).scalar() == 20
 
@@ -104,7 +139,9 @@ def test_gateway_killed_mid_run_never_runs_the_tool_again(
     runner = CountingRunner(LocalRunner(logging.getLogger("t")), str(counter))
     service = ToolRunService(store, runner, time.time, logging.getLogger("t"))
     request = ToolRunRequest("acme", "key-id", key, "slow_echo", (("word", key),))
-    _wait_for(lambda: (row := store.find("acme", key)) is not None and row.lease_expires_at < time.time())
+    _wait_for(
+        lambda: (row := store.find("acme", key)) is not None and row.lease_expires_at < time.time()
+    )
     reply = asyncio.run(service.submit(tools(30.0, marker), request))
     assert reply.http_status == 500
     assert json.loads(reply.body)["error"]["code"] == "tool_run_outcome_unknown"

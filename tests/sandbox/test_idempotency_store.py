@@ -23,10 +23,16 @@ def test_first_claim_wins_and_the_rest_see_its_state(engine: sa.Engine, clock: M
     assert store.mark_started(first.record.id, 1, "local")
     assert store.complete(first.record.id, 1, 200, '{"ok":1}')
     replay = store.claim("acme", "k1", "fp", "t", "local")
-    assert (replay.kind, replay.record.http_status, replay.record.response) == ("replay", 200, '{"ok":1}')
+    assert (replay.kind, replay.record.http_status, replay.record.response) == (
+        "replay",
+        200,
+        '{"ok":1}',
+    )
 
 
-def test_stale_lease_takeover_fences_out_the_old_owner(engine: sa.Engine, clock: ManualClock) -> None:
+def test_stale_lease_takeover_fences_out_the_old_owner(
+    engine: sa.Engine, clock: ManualClock
+) -> None:
     store = _store(engine, clock)
     old = store.claim("acme", "k", "fp", "t", "local").record
     clock.advance(11)
@@ -66,7 +72,9 @@ def test_retention_expires_finished_rows_only(engine: sa.Engine, clock: ManualCl
     assert again.kind == "new" and again.record.id != done.id
 
 
-def test_expired_row_is_replaced_on_claim_without_sweep(engine: sa.Engine, clock: ManualClock) -> None:
+def test_expired_row_is_replaced_on_claim_without_sweep(
+    engine: sa.Engine, clock: ManualClock
+) -> None:
     store = _store(engine, clock)
     done = store.claim("acme", "k", "fp", "t", "local").record
     store.complete(done.id, done.fence, 200, "x")

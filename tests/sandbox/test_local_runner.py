@@ -20,8 +20,13 @@ pytestmark = pytest.mark.sandbox
 LIMITS = ToolLimits(wall_s=10, memory_mb=256, cpu_s=5, output_kb=64, max_procs=32, file_mb=8)
 
 
-def _run(backend: str, argv: tuple[str, ...], limits: ToolLimits = LIMITS,
-         egress: tuple[str, ...] = (), runner: LocalRunner | None = None) -> RunOutput:
+def _run(
+    backend: str,
+    argv: tuple[str, ...],
+    limits: ToolLimits = LIMITS,
+    egress: tuple[str, ...] = (),
+    runner: LocalRunner | None = None,
+) -> RunOutput:
     runner = runner or LocalRunner(logging.getLogger("lantern.test.egress"), backend=backend)
     return asyncio.run(runner.run(SandboxJob("run1", "t", argv, limits, egress)))
 
@@ -44,8 +49,15 @@ def _leftovers(marker: str) -> list[int]:
 def test_host_files_are_not_there(sandbox_backend: str, tmp_path: Path) -> None:
     secret = tmp_path / "secret.txt"
     secret.write_text("host secret")
-    paths = [str(secret), "/etc/shadow", "/etc/passwd", "/root/.bashrc", str(Path.cwd() / "pyproject.toml"),
-             "/var/run/docker.sock", "/home"]
+    paths = [
+        str(secret),
+        "/etc/shadow",
+        "/etc/passwd",
+        "/root/.bashrc",
+        str(Path.cwd() / "pyproject.toml"),
+        "/var/run/docker.sock",
+        "/home",
+    ]
     code = (
         "import json,sys\nout={}\n"
         f"for p in {paths!r}:\n"
@@ -63,8 +75,11 @@ def test_environment_is_clean(sandbox_backend: str, monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("LANTERN_TEST_SECRET", "host-secret")
     result = _python(sandbox_backend, "import os,json;print(json.dumps(dict(os.environ)))")
     assert json.loads(result.stdout) == {
-        "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/work", "TMPDIR": "/tmp",
-        "LANG": "C.UTF-8", "PWD": "/work",
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": "/work",
+        "TMPDIR": "/tmp",
+        "LANG": "C.UTF-8",
+        "PWD": "/work",
     }
 
 
@@ -85,14 +100,19 @@ def test_fork_bomb_is_contained(sandbox_backend: str) -> None:
     result = _run(sandbox_backend, ("sh", "-c", "b() { b | b & }; b; wait", marker), limits)
     assert result.status in (RunStatus.TIMED_OUT, RunStatus.SUCCEEDED, RunStatus.FAILED)
     assert _leftovers(marker) == []
-    counted = _python(sandbox_backend, (
-        "import os,time\nn=0\n"
-        "while True:\n"
-        "    try: pid=os.fork()\n"
-        "    except BlockingIOError: break\n"
-        "    if pid==0: time.sleep(5); os._exit(0)\n"
-        "    n+=1\n"
-        "print(n)"), limits)
+    counted = _python(
+        sandbox_backend,
+        (
+            "import os,time\nn=0\n"
+            "while True:\n"
+            "    try: pid=os.fork()\n"
+            "    except BlockingIOError: break\n"
+            "    if pid==0: time.sleep(5); os._exit(0)\n"
+            "    n+=1\n"
+            "print(n)"
+        ),
+        limits,
+    )
     assert 10 <= int(counted.stdout) < 16  # RLIMIT_NPROC, counted inside the box's own userns
 
 
@@ -108,7 +128,9 @@ def test_memory_hog_is_contained(sandbox_backend: str) -> None:
 def test_sleep_past_the_wall_limit_is_killed_with_its_group(sandbox_backend: str) -> None:
     marker = f"sleeper-{uuid.uuid4().hex}"
     limits = ToolLimits(wall_s=1, memory_mb=128, cpu_s=5, output_kb=8)
-    result = _run(sandbox_backend, ("sh", "-c", "sleep 300 & sleep 300; echo never", marker), limits)
+    result = _run(
+        sandbox_backend, ("sh", "-c", "sleep 300 & sleep 300; echo never", marker), limits
+    )
     assert (result.status, result.exit_code, result.stdout) == (RunStatus.TIMED_OUT, None, "")
     assert result.reason == "wall time limit 1s"
     assert _leftovers(marker) == []
@@ -123,7 +145,11 @@ def test_cpu_limit_stops_a_spinner(sandbox_backend: str) -> None:
 def test_output_is_capped_and_flagged(sandbox_backend: str) -> None:
     limits = ToolLimits(wall_s=10, memory_mb=128, cpu_s=5, output_kb=1, file_mb=1)
     result = _python(sandbox_backend, "import sys; sys.stdout.write('y' * 200000)", limits)
-    assert (len(result.stdout), result.stdout_truncated, result.stderr_truncated) == (1024, True, False)
+    assert (len(result.stdout), result.stdout_truncated, result.stderr_truncated) == (
+        1024,
+        True,
+        False,
+    )
     big = _run(sandbox_backend, ("sh", "-c", "head -c 2000000 /dev/zero > /work/f"), limits)
     assert (big.status, big.exit_code, big.reason) == (RunStatus.FAILED, 153, "file-size-limit")
     python = _python(sandbox_backend, "open('/work/f','wb').write(b'0' * (2 << 20))", limits)
@@ -165,17 +191,43 @@ print(json.dumps(out))
 
 
 def test_through_the_proxy_only_the_allowed_host_is_reached(sandbox_backend: str) -> None:
-    refused = ["127.0.0.2:PORT", "2130706433:PORT", "0x7f000002:PORT", "0177.0.0.2:PORT",
-               "127.2:PORT", "0:PORT", "[::1]:PORT", "169.254.169.254:80", "loopback.test:PORT",
-               "private.test:PORT", "metadata.test:PORT", "ecs-creds.test:PORT", "allowed.test:22"]
+    refused = [
+        "127.0.0.2:PORT",
+        "2130706433:PORT",
+        "0x7f000002:PORT",
+        "0177.0.0.2:PORT",
+        "127.2:PORT",
+        "0:PORT",
+        "[::1]:PORT",
+        "169.254.169.254:80",
+        "loopback.test:PORT",
+        "private.test:PORT",
+        "metadata.test:PORT",
+        "ecs-creds.test:PORT",
+        "allowed.test:22",
+    ]
 
     async def scenario() -> tuple[RunOutput, int]:
         async with origin_server() as port:
-            runner = LocalRunner(logging.getLogger("lantern.test.egress"), MapResolver(),
-                                 parse_cidrs(["127.0.0.2/32"]), backend=sandbox_backend)
-            egress = tuple(f"{n}:{port}" for n in ("allowed.test", "loopback.test", "private.test",
-                                                   "metadata.test", "ecs-creds.test"))
-            job = SandboxJob("run1", "t", ("python3", "-c", PROBE, str(port), *refused), LIMITS, egress)
+            runner = LocalRunner(
+                logging.getLogger("lantern.test.egress"),
+                MapResolver(),
+                parse_cidrs(["127.0.0.2/32"]),
+                backend=sandbox_backend,
+            )
+            egress = tuple(
+                f"{n}:{port}"
+                for n in (
+                    "allowed.test",
+                    "loopback.test",
+                    "private.test",
+                    "metadata.test",
+                    "ecs-creds.test",
+                )
+            )
+            job = SandboxJob(
+                "run1", "t", ("python3", "-c", PROBE, str(port), *refused), LIMITS, egress
+            )
             return await runner.run(job), port
 
     result, port = asyncio.run(scenario())

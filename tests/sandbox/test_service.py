@@ -45,12 +45,21 @@ class FakeRunner:
         self.jobs.append(job)
         await self.release.wait()
         status = RunStatus.SUCCEEDED if self.exit_code == 0 else RunStatus.FAILED
-        return RunOutput(status, self.exit_code, " ".join(job.argv[1:]) + "\n", "", False, False,
-                         self.clock(), self.clock() + 0.25)
+        return RunOutput(
+            status,
+            self.exit_code,
+            " ".join(job.argv[1:]) + "\n",
+            "",
+            False,
+            False,
+            self.clock(),
+            self.clock() + 0.25,
+        )
 
 
-def _service(sqlite_engine: sa.Engine, clock: ManualClock, runner: FakeRunner,
-             gate: object = None) -> tuple[ToolRunService, IdempotencyStore]:
+def _service(
+    sqlite_engine: sa.Engine, clock: ManualClock, runner: FakeRunner, gate: object = None
+) -> tuple[ToolRunService, IdempotencyStore]:
     store = IdempotencyStore(sqlite_engine, clock, lease_s=10, retention_s=3600)
     return ToolRunService(store, runner, clock, logging.getLogger("t"), gate=gate), store  # type: ignore[arg-type]
 
@@ -59,7 +68,9 @@ def _req(key: str, word: str = "hi", tenant: str = "acme", tool: str = "echo") -
     return ToolRunRequest(tenant, "k1", key, tool, (("word", word),))
 
 
-def test_replay_is_byte_identical_and_runs_once(sqlite_engine: sa.Engine, clock: ManualClock) -> None:
+def test_replay_is_byte_identical_and_runs_once(
+    sqlite_engine: sa.Engine, clock: ManualClock
+) -> None:
     runner = FakeRunner(clock, exit_code=3)
     service, _ = _service(sqlite_engine, clock, runner)
 
@@ -71,7 +82,11 @@ def test_replay_is_byte_identical_and_runs_once(sqlite_engine: sa.Engine, clock:
         assert again.body == first.body and again.run_id == first.run_id
         body = json.loads(first.body)
         assert (body["status"], body["exit_code"], body["stdout"], body["duration_ms"]) == (
-            "failed", 3, "hi\n", 250)
+            "failed",
+            3,
+            "hi\n",
+            250,
+        )
         assert (await service.get("acme", first.run_id)).body == first.body
 
     asyncio.run(scenario())
@@ -130,7 +145,9 @@ def test_validation_failures_are_not_stored(sqlite_engine: sa.Engine, clock: Man
         bad = ToolRunRequest("acme", "k1", "key-1", "echo", (("wrong", "x"),))
         with pytest.raises(InvalidToolRequest):
             await service.submit(TOOLS, bad)
-        too_big = ToolRunRequest("acme", "k1", "key-1", "echo", (("word", "x"),), ToolLimits(wall_s=99))
+        too_big = ToolRunRequest(
+            "acme", "k1", "key-1", "echo", (("word", "x"),), ToolLimits(wall_s=99)
+        )
         with pytest.raises(InvalidToolRequest):
             await service.submit(TOOLS, too_big)
         runner.available = False
@@ -163,7 +180,8 @@ def test_started_run_whose_owner_vanished_is_outcome_unknown(
         again = await service.submit(TOOLS, _req("key-1"))
         assert (again.body, again.replayed) == (unknown.body, True)
         assert json.loads((await service.get("acme", claim.record.id)).body)["status"] == (
-            "outcome_unknown")
+            "outcome_unknown"
+        )
 
     asyncio.run(scenario())
     assert runner.jobs == []
