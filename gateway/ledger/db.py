@@ -106,8 +106,8 @@ def _postgres_engine(url: sa.URL) -> Engine:
     engine = sa.create_engine(
         url,
         pool_pre_ping=True,  # a connection that died in an outage is replaced, not reused
-        pool_size=2,
-        max_overflow=2,
+        pool_size=4,  # the recorder's writer, admin reports, start-up seeding
+        max_overflow=4,
         pool_timeout=POSTGRES_CONNECT_TIMEOUT_S,
         connect_args={"connect_timeout": POSTGRES_CONNECT_TIMEOUT_S},
     )
