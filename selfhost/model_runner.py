@@ -37,65 +37,71 @@ class ModelRunner:
         self, output: SchedulerOutput
     ) -> tuple[torch.Tensor, tuple[ScheduledSequence, ...]]:
         """Run the step; return logits [S, V] for the sequences that reached their last token."""
-        inputs = self.prepare(output)
+        inputs = prepare_step(output, self.block_size, self.device)
         hidden = self.model(inputs.input_ids, inputs.positions, self.kv_cache, inputs.meta)
         return self.model.compute_logits(hidden[inputs.sample_rows]), inputs.sampled
 
-    def prepare(self, output: SchedulerOutput) -> StepInputs:
-        decodes = [item for item in output.scheduled if item.num_new_tokens == 1]
-        prefills = [item for item in output.scheduled if item.num_new_tokens > 1]
-        ordered = decodes + prefills
-        size = self.block_size
-        input_ids: list[int] = []
-        positions: list[int] = []
-        slots: list[int] = []
-        sample_rows: list[int] = []
-        sampled: list[ScheduledSequence] = []
-        for item in ordered:
-            table = item.seq.block_table
-            input_ids += item.seq.token_ids[item.start : item.end]
-            positions += range(item.start, item.end)
-            slots += [table[p // size] * size + p % size for p in range(item.start, item.end)]
-            if item.end == item.seq.num_tokens:
-                sample_rows.append(len(input_ids) - 1)
-                sampled.append(item)
-        meta = AttentionMetadata(
-            slot_mapping=self._tensor(slots),
-            num_decodes=len(decodes),
-            **self._decode_meta(decodes),
-            prefills=self._prefill_spans(prefills, start=len(decodes)),
-        )
-        return StepInputs(
-            self._tensor(input_ids),
-            self._tensor(positions),
-            meta,
-            self._tensor(sample_rows),
-            tuple(sampled),
-        )
 
-    def _decode_meta(self, decodes: list[ScheduledSequence]) -> dict[str, torch.Tensor]:
-        num_blocks = max((-(-item.end // self.block_size) for item in decodes), default=1)
-        tables = [item.seq.block_table[:num_blocks] for item in decodes]
-        padded = [table + [0] * (num_blocks - len(table)) for table in tables]
-        context_lens = self._tensor([item.end for item in decodes])
-        return {
-            "decode_block_tables": self._tensor(padded).view(len(decodes), num_blocks),
-            "decode_mask": decode_mask(context_lens, num_blocks * self.block_size),
-        }
+def prepare_step(output: SchedulerOutput, block_size: int, device: torch.device) -> StepInputs:
+    """Pack the scheduled tokens (single-token sequences first) and build the attention metadata."""
+    decodes = [item for item in output.scheduled if item.num_new_tokens == 1]
+    prefills = [item for item in output.scheduled if item.num_new_tokens > 1]
+    input_ids: list[int] = []
+    positions: list[int] = []
+    slots: list[int] = []
+    sample_rows: list[int] = []
+    sampled: list[ScheduledSequence] = []
+    for item in decodes + prefills:
+        table = item.seq.block_table
+        input_ids += item.seq.token_ids[item.start : item.end]
+        positions += range(item.start, item.end)
+        slots += [
+            table[p // block_size] * block_size + p % block_size
+            for p in range(item.start, item.end)
+        ]
+        if item.end == item.seq.num_tokens:
+            sample_rows.append(len(input_ids) - 1)
+            sampled.append(item)
+    meta = AttentionMetadata(
+        slot_mapping=_tensor(slots, device),
+        num_decodes=len(decodes),
+        **_decode_meta(decodes, block_size, device),
+        prefills=_prefill_spans(prefills, len(decodes), block_size, device),
+    )
+    return StepInputs(
+        _tensor(input_ids, device),
+        _tensor(positions, device),
+        meta,
+        _tensor(sample_rows, device),
+        tuple(sampled),
+    )
 
-    def _prefill_spans(
-        self, prefills: list[ScheduledSequence], start: int
-    ) -> tuple[PrefillSpan, ...]:
-        spans = []
-        for item in prefills:
-            num_blocks = -(-item.end // self.block_size)
-            mask = (
-                None if item.start == 0 else causal_mask(item.num_new_tokens, item.end, self.device)
-            )
-            block_ids = self._tensor(item.seq.block_table[:num_blocks])
-            spans.append(PrefillSpan(start, item.num_new_tokens, item.end, block_ids, mask))
-            start += item.num_new_tokens
-        return tuple(spans)
 
-    def _tensor(self, values: list[int] | list[list[int]]) -> torch.Tensor:
-        return torch.tensor(values, dtype=torch.long).to(self.device, non_blocking=True)
+def _decode_meta(
+    decodes: list[ScheduledSequence], block_size: int, device: torch.device
+) -> dict[str, torch.Tensor]:
+    num_blocks = max((-(-item.end // block_size) for item in decodes), default=1)
+    tables = [item.seq.block_table[:num_blocks] for item in decodes]
+    padded = [table + [0] * (num_blocks - len(table)) for table in tables]
+    context_lens = _tensor([item.end for item in decodes], device)
+    return {
+        "decode_block_tables": _tensor(padded, device).view(len(decodes), num_blocks),
+        "decode_mask": decode_mask(context_lens, num_blocks * block_size),
+    }
+
+
+def _prefill_spans(
+    prefills: list[ScheduledSequence], start: int, block_size: int, device: torch.device
+) -> tuple[PrefillSpan, ...]:
+    spans = []
+    for item in prefills:
+        num_blocks = -(-item.end // block_size)
+        mask = None if item.start == 0 else causal_mask(item.num_new_tokens, item.end, device)
+        block_ids = _tensor(item.seq.block_table[:num_blocks], device)
+        spans.append(PrefillSpan(start, item.num_new_tokens, item.end, block_ids, mask))
+        start += item.num_new_tokens
+    return tuple(spans)
+
+
+def _tensor(values: list[int] | list[list[int]], device: torch.device) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.long).to(device, non_blocking=True)
