@@ -91,6 +91,10 @@ class ToolRunService:
         )
         return ToolRunReply(record.id, 200, body.encode(), replayed=False)
 
+    async def sweep(self) -> int:
+        """Delete finished runs past retention (call periodically); returns how many."""
+        return await asyncio.to_thread(self._store.sweep)
+
     def _prepare(self, tools: tuple[ToolSpec, ...], request: ToolRunRequest) -> _Prepared:
         spec = next((tool for tool in tools if tool.name == request.tool), None)
         if spec is None:

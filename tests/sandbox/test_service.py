@@ -19,42 +19,11 @@ from sandbox.errors import (
 )
 from sandbox.idempotency import IdempotencyStore
 from sandbox.service import ToolRunService
-from sandbox.types import RunOutput, RunStatus, SandboxJob, ToolLimits, ToolRunRequest, ToolSpec
+from sandbox.types import ToolLimits, ToolRunRequest, ToolSpec
 from tests.sandbox.conftest import ManualClock
+from tests.sandbox.fakes import FakeRunner
 
 TOOLS = (ToolSpec("echo", ("echo", "{word}"), limits=ToolLimits(wall_s=5)),)
-
-
-class FakeRunner:
-    """A ProcessRunner that counts runs and can be held open by the test."""
-
-    def __init__(self, clock: ManualClock, exit_code: int = 0) -> None:
-        self.jobs: list[SandboxJob] = []
-        self.release = asyncio.Event()
-        self.release.set()
-        self.clock = clock
-        self.exit_code = exit_code
-        self.available = True
-
-    def backend(self) -> str:
-        if not self.available:
-            raise SandboxUnavailable("no namespaces in this test")
-        return "fake"
-
-    async def run(self, job: SandboxJob) -> RunOutput:
-        self.jobs.append(job)
-        await self.release.wait()
-        status = RunStatus.SUCCEEDED if self.exit_code == 0 else RunStatus.FAILED
-        return RunOutput(
-            status,
-            self.exit_code,
-            " ".join(job.argv[1:]) + "\n",
-            "",
-            False,
-            False,
-            self.clock(),
-            self.clock() + 0.25,
-        )
 
 
 def _service(
