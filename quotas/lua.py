@@ -97,7 +97,6 @@ local gc_ms, session_gc_ms, conc_retry = ARGV[16], ARGV[17], tonumber(ARGV[18])
 local sess = KEYS[7]
 
 local now = advance(tonumber(ARGV[2]), window)
-touch(gc_ms)
 if redis.call('HEXISTS', res, id) == 1 then return {'dup'} end
 local tok, count = window_use(now, window)
 
@@ -137,6 +136,7 @@ if cap >= 0 then
   if current + cost > cap then consider('monthly_budget_usd', cap, current, period_end - now) end
 end
 if best then
+  touch(gc_ms)
   local t, c, r = window_use(now, window)
   table.insert(best, t) table.insert(best, c) table.insert(best, r)
   return best
@@ -153,8 +153,7 @@ if has_session then
   redis.call('PEXPIRE', sess, session_gc_ms)
 end
 touch(gc_ms)
-local t, c, r = window_use(now, window)
-return {'ok', now, t, c, r}
+return {'ok', now, tok + tokens, count + 1, window}
 """
 )
 
