@@ -52,9 +52,12 @@ def _lantern_pick(
     subset: Sequence[int], scores: Sequence[CandidateScore], sticky: int | None,
     knobs: RoutingKnobs, rng: random.Random,
 ) -> tuple[int, str]:
-    """Least predicted TTFT (ties: longest match, then order); a session stays on its replica
-    until staying costs more than the gate in predicted TTFT."""
-    best = min(subset, key=lambda i: (scores[i].predicted_ttft_s, -scores[i].predicted_cached_tokens, i))
+    """The longest match among replicas within `affinity_slack_s` of the least predicted TTFT
+    (ties: least TTFT, then order); a session stays on its replica until staying costs more
+    than the gate in predicted TTFT."""
+    fastest = min(scores[i].predicted_ttft_s for i in subset)
+    near = [i for i in subset if scores[i].predicted_ttft_s <= fastest + knobs.affinity_slack_s]
+    best = min(near, key=lambda i: (-scores[i].predicted_cached_tokens, scores[i].predicted_ttft_s, i))
     if sticky is not None and sticky in subset:
         penalty = scores[sticky].predicted_ttft_s - scores[best].predicted_ttft_s
         if penalty <= knobs.stickiness_gate_s:

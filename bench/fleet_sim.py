@@ -374,10 +374,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--rate", type=float, default=0.5, help="new sessions per second")
     ap.add_argument("--ws-target", type=float, default=0.70)
     ap.add_argument("--kv-blocks", type=int, default=0)
+    ap.add_argument("--agent-types", type=int, default=4, help="distinct system prompts")
     ap.add_argument("--strategies", nargs="+", default=list(STRATEGIES))
     args = ap.parse_args(argv)
     cfg = SimConfig(duration_s=args.duration, session_rate=args.rate, ws_target=args.ws_target,
-                    kv_blocks=args.kv_blocks)
+                    kv_blocks=args.kv_blocks, agent_types=args.agent_types)
     for seed in args.seeds:
         kv, ws = (cfg.kv_blocks, 0.0) if cfg.kv_blocks else size_kv(cfg, seed)
         print(f"\nseed {seed}: {cfg.replicas} replicas x {kv} KV blocks of {cfg.block_tokens} tokens;"

@@ -23,6 +23,9 @@ class RoutingPolicy(PolicyModel):
     strategy: Strategy = "lantern"
     # a session leaves its replica when staying predicts this much more TTFT than the best other
     stickiness_gate_s: float = Field(default=5.0, ge=0)
+    # prefer the longest prefix match among replicas this close to the fastest predicted TTFT
+    # (keeps shared prompts on few replicas instead of copying them everywhere)
+    affinity_slack_s: float = Field(default=0.5, ge=0)
     # a new session goes to a replica only below this utilisation and predicted TTFT
     headroom_util: float = Field(default=0.65, gt=0, le=1)
     ttft_slo_s: float = Field(default=2.0, gt=0)
