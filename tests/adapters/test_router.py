@@ -278,3 +278,18 @@ def test_round_robin_cycles_over_available_replicas() -> None:
     reps = [replica("a"), replica("b", healthy=False), replica("c")]
     policy = RoutingPolicy(venue="selfhost_only", strategy="round_robin")
     assert [decide(reps, policy=policy, seq=i).backend for i in range(4)] == ["a", "c", "a", "c"]
+
+
+def test_affinity_slack_prefers_the_match_among_near_fastest_replicas() -> None:
+    h = chain("sys", 100)
+    idx = index_with({"a": h[:100]})
+    # a holds the whole prompt but has 1800 queued tokens: 0.05 + 1.801 s; b is cold: 1.65 s
+    reps = [replica("a", inflight_tokens=1800), replica("b")]
+    d = decide(reps, f=features(hashes=h), idx=idx)
+    assert (d.backend, d.reason) == ("a", "prefix_match")
+    strict = RoutingPolicy(venue="selfhost_only", affinity_slack_s=0.0)
+    d = decide(reps, f=features(hashes=h), idx=idx, policy=strict)
+    assert (d.backend, d.reason) == ("b", "least_ttft")
+    # beyond the slack, load wins again
+    d = decide([replica("a", inflight_tokens=2500), replica("b")], f=features(hashes=h), idx=idx)
+    assert d.backend == "b"
