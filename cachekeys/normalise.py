@@ -7,7 +7,6 @@ policies). History is only touched by the opt-in `canonical_tool_args` (key orde
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from adapters.types import ChatRequest
@@ -55,9 +54,6 @@ class NormaliseOptions:
             if self.public.tool_names or self.public.tool_sha256
             else _no_public_tools
         )
-
-
-Transform = Callable[[ChatRequest], ChatRequest]
 
 
 def normalise_request(request: ChatRequest, options: NormaliseOptions) -> ChatRequest:
