@@ -21,7 +21,7 @@ from pathlib import Path
 
 from sandbox.addresses import IPNetwork
 from sandbox.egress import EgressPolicy, EgressProxy, Resolver, SystemResolver, parse_rules
-from sandbox.errors import SandboxUnavailable
+from sandbox.errors import RunnerFailed, SandboxUnavailable
 from sandbox.limits import rlimit_spec
 from sandbox.sandbox_argv import SandboxLayout, bwrap_argv, unshare_argv
 from sandbox.types import RunOutput, RunStatus, SandboxJob
@@ -147,17 +147,20 @@ class LocalRunner:
     async def _execute(self, argv: list[str], env: dict[str, str], job: SandboxJob) -> RunOutput:
         started = self._clock()
         cap = job.limits.output_kb * 1024
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=env,
-            start_new_session=True,
-            user=self._drop_to(),
-            group=self._drop_to(),
-            extra_groups=[] if self._drop_to() is not None else None,
-        )
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=env,
+                start_new_session=True,
+                user=self._drop_to(),
+                group=self._drop_to(),
+                extra_groups=[] if self._drop_to() is not None else None,
+            )
+        except OSError as exc:  # nothing was started
+            raise RunnerFailed(f"cannot start the sandbox: {exc.strerror}") from exc
         assert proc.stdout is not None and proc.stderr is not None
         readers = asyncio.gather(_read_capped(proc.stdout, cap), _read_capped(proc.stderr, cap))
         timed_out = False
@@ -166,9 +169,10 @@ class LocalRunner:
         except TimeoutError:
             timed_out = True
         finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            await proc.wait()
+            if proc.returncode is None:  # timed out or cancelled; not reaped, so still ours
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                await proc.wait()
         (out, out_cut), (err, err_cut) = await readers
         code = proc.returncode
         if code is not None and code < 0:  # unshare re-raises the child's signal on itself

@@ -65,9 +65,18 @@ class ToolRunService:
         self._clock = clock
         self._log = logger
         self._gate = gate
+        self._background: set[asyncio.Future[ToolRunReply]] = set()
 
     async def submit(self, tools: tuple[ToolSpec, ...], request: ToolRunRequest) -> ToolRunReply:
+        """Run (or replay) one tool call. A caller that goes away does not stop the run: it
+        finishes and records its result, so the client's retry gets the replay."""
         prepared = self._prepare(tools, request)
+        task = asyncio.ensure_future(self._gated(request, prepared))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return await asyncio.shield(task)
+
+    async def _gated(self, request: ToolRunRequest, prepared: _Prepared) -> ToolRunReply:
         token = uuid.uuid4().hex
         scope = f"{request.tenant}:{request.idempotency_key}"
         if self._gate is not None and not await self._gate.acquire(
@@ -105,6 +114,8 @@ class ToolRunService:
         argv = fill_command(spec.command, dict(request.arguments))
         env = (("LANTERN_IDEMPOTENCY_KEY", client_token(request.tenant, request.idempotency_key)),)
         job = SandboxJob("", spec.name, argv, limits, spec.egress, env)
+        if spec.fargate is not None and self._fargate is not None:  # size/secret checks, early
+            self._fargate.run_task_request(replace_run_id(job), spec.fargate, "0" * 52)
         target = dataclasses.asdict(spec.fargate) if spec.fargate else None
         effective = {
             "tool": spec.name,
@@ -213,6 +224,10 @@ class ToolRunService:
             if not await asyncio.to_thread(self._store.renew, record.id, record.fence):
                 self._log.warning("tool run %s lost its lease (fence %d)", record.id, record.fence)
                 return
+
+
+def replace_run_id(job: SandboxJob) -> SandboxJob:
+    return dataclasses.replace(job, run_id="0" * 32)
 
 
 def _replay(record: RunRecord, replayed: bool = True) -> ToolRunReply:

@@ -215,3 +215,25 @@ def test_redis_gate_answers_duplicates_without_running(
 
     asyncio.run(scenario())
     assert len(runner.jobs) == 1
+
+
+def test_a_caller_that_goes_away_does_not_stop_the_run(
+    sqlite_engine: sa.Engine, clock: ManualClock
+) -> None:
+    runner = FakeRunner(clock)
+    runner.release.clear()
+    service, store = _service(sqlite_engine, clock, runner)
+
+    async def scenario() -> None:
+        caller = asyncio.create_task(service.submit(TOOLS, _req("key-1")))
+        while not runner.jobs:
+            await asyncio.sleep(0.01)
+        caller.cancel()  # the HTTP client disconnected
+        runner.release.set()
+        while (row := store.find("acme", "key-1")) is None or row.state != "done":
+            await asyncio.sleep(0.01)
+        retry = await service.submit(TOOLS, _req("key-1"))
+        assert (retry.replayed, json.loads(retry.body)["status"]) == (True, "succeeded")
+
+    asyncio.run(scenario())
+    assert len(runner.jobs) == 1

@@ -53,6 +53,7 @@ def _client(runner: object, engine: sa.Engine, clock: ManualClock) -> httpx.Asyn
 BODY = {"tool": "run_python", "arguments": {"code": "print(6*7)"}}
 
 
+@pytest.mark.sandbox
 def test_run_replay_and_get_with_the_real_sandbox(
     default_backend: str, sqlite_engine: sa.Engine, clock: ManualClock
 ) -> None:
