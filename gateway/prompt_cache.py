@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, Counter
 from adapters.tokens import TokenCounter
 from adapters.types import JSON, ChatRequest, Usage, WireFormat
 from cachekeys.blockhash import tenant_salt
-from cachekeys.diagnosis import CacheDiagnosis, CacheMode, PromptFingerprint, diagnose
+from cachekeys.diagnosis import CacheDiagnosis, CacheMode, PromptFingerprint, Reason, diagnose
 from cachekeys.keys import prefix_hashes, prompt_cache_key, session_root
 from cachekeys.layout import PromptLayout, anthropic_blocks, request_blocks
 from cachekeys.markers import (
@@ -127,9 +127,10 @@ def _prepare(
         if wire == "anthropic":
             new_body = _mark_raw(new_body, layout, request.model, policy, minimum, options, encoder)
     key = prompt_cache_key(layout, salt, request.prompt_cache_key)
-    if caching and wire == "openai":
-        new_body["prompt_cache_key"] = key
+    if caching:  # canonical too: a translated call to an OpenAI backend carries it
         edited = replace(edited, prompt_cache_key=key)
+        if wire == "openai":
+            new_body["prompt_cache_key"] = key
     mode: CacheMode = "automatic" if wire == "openai" else "breakpoints"
     fingerprint = PromptFingerprint.of(
         layout, tenant_id, request.model, marked, mode, TTL_S[policy.ttl]
@@ -178,7 +179,11 @@ class CacheReport:
     diagnosis: CacheDiagnosis
 
     def header_value(self) -> str:
+        """The client sees its own call only: a session id last used by another tenant reads as
+        a first call (the ledger keeps `tenant_changed` for the admin)."""
         d = self.diagnosis
+        if d.reason == Reason.TENANT_CHANGED:
+            return f"first_call; prefix={d.stable_prefix_tokens}; expected=0; read=0"
         parts = [d.reason.value]
         if d.first_changed:
             parts.append(f"block={d.first_changed}")

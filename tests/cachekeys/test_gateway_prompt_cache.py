@@ -246,3 +246,25 @@ def test_reconcile_flags_an_unforeseen_break() -> None:
         )
         == 1
     )
+
+
+def test_tenant_change_is_not_revealed_to_the_caller() -> None:
+    port = PromptCachePort(SECRET, encoder=ENCODER)
+    acme, globex = tenant("acme"), tenant("globex")
+    port.observe(acme, "shared-id", prepare(port, anthropic_body(1), acme))
+    verdict = port.observe(globex, "shared-id", prepare(port, anthropic_body(2), globex))
+    assert verdict.header.startswith("first_call; ") and verdict.header.endswith(
+        "expected=0; read=0"
+    )
+    assert json.loads(verdict.diagnosis_json)["reason"] == "tenant_changed"
+
+
+def test_canonical_request_carries_the_key_for_translated_calls() -> None:
+    port = PromptCachePort(SECRET, encoder=ENCODER)
+    prepared = prepare(port, anthropic_body(1), tenant())
+    assert (
+        prepared.request.prompt_cache_key is not None
+        and prepared.request.prompt_cache_key.startswith("lt-")
+    )
+    assert "prompt_cache_key" not in prepared.body  # never added to an Anthropic body
+    assert prepare(port, anthropic_body(1), tenant(scope="none")).request.prompt_cache_key is None
