@@ -157,7 +157,7 @@ return {'ok', now, tok + tokens, count + 1, window}
 """
 )
 
-# ARGV: id, actual_tokens, actual_cost, period, gc_ms
+# ARGV: id, actual_tokens, actual_cost, period
 SETTLE = (
     _PRELUDE
     + """
@@ -183,7 +183,7 @@ if redis.call('ZSCORE', win, id) then
 else
   redis.call('HDEL', res, id)
 end
-touch(ARGV[5])
+-- no TTL refresh: settle creates no key (the reserve that made them set their TTL)
 local overrun = actual_tokens - tokens
 if overrun < 0 then overrun = 0 end
 return {status, overrun, num(redis.call('HGET', budget, spend_key))}

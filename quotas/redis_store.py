@@ -120,13 +120,11 @@ class RedisQuotaStore:
         )
 
     async def settle(self, reservation: Reservation, actual: Actual, *, now_ms: int) -> Settlement:
-        _, period_end_ms = budget_period(now_ms)
         args: list[str | int] = [
             reservation.id,
             actual.tokens,
             actual.cost_micro_usd,
             reservation.period,
-            _gc_ms(now_ms, max(period_end_ms, budget_period(reservation.admitted_ms)[1])),
         ]
         reply = await self._call(
             self._settle(keys=self._tenant_keys(reservation.tenant), args=args)
