@@ -209,8 +209,12 @@ class SessionCacheTracker:
         self._max = max_sessions
 
     def observe(
-        self, tenant: str, session_id: str, fingerprint: PromptFingerprint, now_s: float
+        self, tenant: str, session_id: str, prepared: PreparedPrompt, now_s: float
     ) -> CacheReport:
+        facts = prepared.diagnosis
+        if not isinstance(facts, PromptFacts):
+            raise TypeError("observe() needs a PreparedPrompt made by gateway.prompt_cache.prepare")
+        fingerprint = facts.fingerprint
         previous = self._sessions.pop(session_id, None)
         if previous is None:
             diagnosis, index = diagnose(None, None, fingerprint, now_s), 0
@@ -311,10 +315,7 @@ class PromptCachePort:
     def observe(
         self, tenant: TenantPolicy, session_id: str, prepared: PreparedPrompt
     ) -> CacheVerdict:
-        facts = prepared.diagnosis
-        if not isinstance(facts, PromptFacts):
-            raise TypeError("observe() needs a PreparedPrompt made by this port's prepare()")
-        report = self.tracker.observe(tenant.tenant, session_id, facts.fingerprint, self._clock())
+        report = self.tracker.observe(tenant.tenant, session_id, prepared, self._clock())
         self.metrics.calls.labels(tenant.tenant, report.diagnosis.reason.value).inc()
         return CacheVerdict(header=report.header_value(), diagnosis_json=report.to_json())
 
