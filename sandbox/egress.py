@@ -112,8 +112,11 @@ class EgressProxy:
         logger: logging.Logger,
         connect_timeout_s: float = 10.0,
         idle_timeout_s: float = 300.0,
+        max_connections: int = 64,
     ) -> None:
         self._policy = policy
+        self._max_connections = max_connections
+        self._active = 0
         self._resolver = resolver
         self._log = logger
         self._connect_timeout_s = connect_timeout_s
@@ -157,22 +160,25 @@ class EgressProxy:
         return EgressDecision(True, host, port, "allowed", addresses[0])
 
     async def serve_unix(self, path: str) -> asyncio.base_events.Server:
-        return await asyncio.start_unix_server(self.handle, path=path)
+        return await asyncio.start_unix_server(self.handle, path=path, limit=MAX_HEAD_BYTES)
 
     async def serve_tcp(self, host: str, port: int) -> asyncio.base_events.Server:
-        return await asyncio.start_server(self.handle, host=host, port=port)
+        return await asyncio.start_server(self.handle, host=host, port=port, limit=MAX_HEAD_BYTES)
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._active += 1  # one event loop: a plain counter suffices
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self._connect_timeout_s)
-            if len(head) > MAX_HEAD_BYTES:
-                raise ValueError("head too large")
-            await self._route(head, reader, writer)
+            if self._active > self._max_connections:
+                await _reply(writer, b"429 Too Many Requests", b"too-many-connections")
+            else:
+                await self._route(head, reader, writer)
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ValueError):
             await _reply(writer, b"400 Bad Request")
         except OSError:
             pass
         finally:
+            self._active -= 1
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from sandbox.addresses import parse_cidrs
+from sandbox.addresses import IPAddress, parse_cidrs
 from sandbox.egress import EgressPolicy, EgressProxy, parse_rules
 from tests.sandbox.origin import MapResolver, origin_server
 
@@ -144,3 +144,67 @@ def test_wildcard_rules_match_strict_subdomains_only() -> None:
     for bad in ["10.0.0.1:443", "0x7f000001:80", "*evil.com:443", "a.*.com:443", "host:0"]:
         with pytest.raises(ValueError):
             parse_rules([bad])
+
+
+class FlippingResolver(MapResolver):
+    """DNS rebinding: the first answer is the vetted address, every later one is loopback."""
+
+    async def resolve(self, host: str, port: int) -> list[IPAddress]:
+        answer = await super().resolve(host, port)
+        self._table = {host: ["127.0.0.1"]}
+        return answer
+
+
+def test_rebinding_cannot_swap_the_address_after_the_check(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def scenario() -> tuple[bytes, list[str], int]:
+        async with origin_server() as origin:
+            resolver = FlippingResolver()
+            head = (
+                f"CONNECT allowed.test:{origin} HTTP/1.1\r\n\r\nGET /r HTTP/1.1\r\nHost: a\r\n\r\n"
+            )
+            replies = await _with_proxy([f"allowed.test:{origin}"], resolver, [head.encode()])
+            return replies[0], resolver.asked, origin
+
+    with caplog.at_level(logging.INFO, logger="lantern.test.egress"):
+        reply, asked, origin = asyncio.run(scenario())
+    assert asked == ["allowed.test"]  # one lookup; the dial used its answer
+    assert reply.endswith(b"origin saw GET /r HTTP/1.1 host=a")
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("egress ")]
+    assert line == (
+        f"egress tool=t decision=allow host=allowed.test port={origin} reason=allowed "
+        "address=127.0.0.2"
+    )
+
+
+def test_logs_carry_decisions_never_bodies(caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario() -> bytes:
+        async with origin_server() as origin:
+            head = (
+                f"POST http://allowed.test:{origin}/submit HTTP/1.1\r\nContent-Length: 11\r\n"
+                "Authorization: Bearer sk-live-SECRET\r\n\r\npassword=42"
+            ).encode()
+            return (await _with_proxy([f"allowed.test:{origin}"], MapResolver(), [head]))[0]
+
+    with caplog.at_level(logging.DEBUG):
+        reply = asyncio.run(scenario())
+    assert reply.startswith(b"HTTP/1.1 200 OK")
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "SECRET" not in logged and "password" not in logged and "decision=allow" in logged
+
+
+def test_connections_beyond_the_cap_get_429() -> None:
+    async def scenario() -> bytes:
+        policy = EgressPolicy("t", parse_rules(["allowed.test:443"]))
+        proxy = EgressProxy(policy, MapResolver(), logging.getLogger("t"), max_connections=1)
+        server = await proxy.serve_tcp("127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        _, idle = await asyncio.open_connection("127.0.0.1", port)  # holds the only slot
+        await asyncio.sleep(0.05)
+        reply = await _ask(port, b"CONNECT allowed.test:443 HTTP/1.1\r\n\r\n")
+        idle.close()
+        server.close()
+        return reply
+
+    assert asyncio.run(scenario()).startswith(b"HTTP/1.1 429 Too Many Requests")
