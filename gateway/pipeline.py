@@ -13,6 +13,8 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 
+import anyio
+
 from adapters.backend import BackendCall
 from adapters.errors import UpstreamError
 from adapters.types import (
@@ -227,11 +229,18 @@ class Pipeline:
                 if not exc.retryable:
                     break
                 continue
-            except BaseException:
-                self.s.routing.on_complete(attempt, Usage(), ok=False)
-                await self._finish(
-                    adm, number, attempt, "client_disconnect", None, Usage(), None, began
-                )
+            except BaseException:  # the client went away: settle what the prompt cost
+                with anyio.CancelScope(shield=True):
+                    await self._finish(
+                        adm,
+                        number,
+                        attempt,
+                        "client_disconnect",
+                        None,
+                        Usage(input_tokens=adm.prompt_tokens),
+                        None,
+                        began,
+                    )
                 raise
             await self._finish(adm, number, attempt, "ok", None, response.usage, None, began)
             return response
@@ -276,17 +285,19 @@ class Pipeline:
                     break
                 continue
             except BaseException:
-                # client went away (cancellation) or the generator was closed mid-stream
-                await self._finish(
-                    adm,
-                    number,
-                    attempt,
-                    "client_disconnect",
-                    None,
-                    tally.usage(adm.prompt_tokens),
-                    tally.ttft_s,
-                    began,
-                )
+                # client went away (cancellation) or the generator was closed mid-stream;
+                # shielded, because anyio re-cancels every await inside a cancelled scope
+                with anyio.CancelScope(shield=True):
+                    await self._finish(
+                        adm,
+                        number,
+                        attempt,
+                        "client_disconnect",
+                        None,
+                        tally.usage(adm.prompt_tokens),
+                        tally.ttft_s,
+                        began,
+                    )
                 raise
             await self._finish(
                 adm,

@@ -9,6 +9,7 @@ from quotas.errors import LimitNeverFits, QuotaExceeded, QuotaStoreUnavailable
 
 
 def quota_to_http(exc: Exception, wire: WireFormat):  # -> HttpError | None (import cycle)
+    from gateway.admission import rate_limit_headers
     from gateway.errors import HttpError
 
     if isinstance(exc, QuotaExceeded):
@@ -31,7 +32,7 @@ def quota_to_http(exc: Exception, wire: WireFormat):  # -> HttpError | None (imp
                     "code": exc.limit,
                 }
             }
-        headers = {"retry-after": retry, "x-lantern-limit": exc.limit}
+        headers = {"retry-after": retry, "x-lantern-limit": exc.limit, **rate_limit_headers(exc)}
         return HttpError(429, body, headers)
     if isinstance(exc, LimitNeverFits):
         message = (

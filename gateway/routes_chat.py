@@ -6,6 +6,7 @@ Routes parse, call the pipeline, and shape the reply; every rule lives below the
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -22,6 +23,7 @@ from gateway.auth import KeyLookup, authenticate
 from gateway.errors import to_http
 from gateway.pipeline import Admitted, IncomingCall, Pipeline
 
+log = logging.getLogger("lantern.routes")
 _DECODERS = {"openai": openai_wire.decode_request, "anthropic": anthropic_wire.decode_request}
 
 
@@ -29,6 +31,8 @@ def error_response(
     exc: Exception, wire: WireFormat, extra_headers: dict[str, str] | None = None
 ) -> Response:
     err = to_http(exc, wire)
+    if err.status_code == 500:
+        log.error("unexpected error serving a call", exc_info=exc)
     headers = {**(extra_headers or {}), **err.headers}
     return Response(orjson.dumps(err.body), err.status_code, headers, "application/json")
 

@@ -21,6 +21,7 @@ from gateway.admission import Admission
 from gateway.fleet import Fleet
 from gateway.ledger.call_ledger import CallLedger
 from gateway.ledger.db import create_ledger_engine, migrate_engine, session_factory
+from gateway.ledger.metrics import RecorderCollector
 from gateway.ledger.recorder import RecorderConfig, UsageRecorder
 from gateway.models_table import ModelTableImpl, RoutePricing, build_model_table
 from gateway.pipeline import Pipeline, Services
@@ -78,6 +79,7 @@ def build_components(
 
     engine = create_ledger_engine(settings.database_url)
     recorder = UsageRecorder(engine, RecorderConfig(spool_dir=settings.var_dir / "spool"))
+    metrics.registry.register(RecorderCollector(recorder))
     ledger = CallLedger(recorder, lambda: datetime.now(UTC))
     admission = Admission.from_settings(settings, registry=metrics.registry)
     prompts = PromptCachePort(settings.resolve_server_secret(), registry=metrics.registry)
@@ -124,6 +126,7 @@ def build_components(
 
 
 def _admin_views(settings: Settings, keys: PolicyStore, engine: Any) -> dict[str, JsonView]:
+    from gateway.report_format import report_document
     from gateway.reports import cost_report, parse_group_by, parse_period
 
     sessions = session_factory(engine)
@@ -135,6 +138,7 @@ def _admin_views(settings: Settings, keys: PolicyStore, engine: Any) -> dict[str
         q = request.query_params
         since, until = parse_period(q.get("since"), q.get("until"), datetime.now(UTC))
         group_by = parse_group_by(q.getlist("group_by") or ["tenant"])
-        return await asyncio.to_thread(cost_report, sessions, since, until, group_by)
+        report = await asyncio.to_thread(cost_report, sessions, since, until, group_by)
+        return report_document(report)
 
     return {"policy": policy, "reports/cost": cost}

@@ -272,3 +272,23 @@ def test_models_list_is_per_tenant_and_ops_routes(gateway: RunningGateway) -> No
     ).json()
     assert sorted(t["tenant"] for t in policy["tenants"]) == ["acme", "other"]
     assert policy["errors"] == []
+
+
+def test_admin_cost_report_matches_the_ledger(gateway: RunningGateway) -> None:
+    client = _oai(gateway)
+    for words in (3, 5):
+        client.chat.completions.create(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": f"hi words:{words}"}]
+        )
+    rows = _ledger_rows(gateway, 2)
+    auth = {"authorization": f"Bearer {ADMIN_TOKEN}"}
+    report = httpx.get(
+        f"{gateway.url}/admin/reports/cost", params={"group_by": ["tenant", "model"]}, headers=auth
+    ).json()
+    assert report["group_by"] == ["tenant", "model"]
+    [row] = report["rows"]
+    assert (row["tenant"], row["model"]) == ("acme", "gpt-4o-mini")
+    assert row["output_tokens"] == 8
+    assert row["cost_usd"] == pytest.approx(sum(float(r["cost_usd"]) for r in rows), abs=1e-8)
+    bad = httpx.get(f"{gateway.url}/admin/reports/cost", params={"group_by": "color"}, headers=auth)
+    assert bad.status_code == 400 and "color" in bad.json()["error"]["message"]

@@ -1,0 +1,196 @@
+"""Zero overrun across processes: 4 `lantern serve` processes share the real Redis and the real
+PostgreSQL ledger; 400 concurrent calls from one tenant whose token limit admits far fewer."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+import sqlalchemy as sa
+
+from bench._procs import free_port
+from gateway.admission import REDIS_KEY_PREFIX
+from gateway.ledger.db import create_ledger_engine
+from gateway.ledger.models import UsageRecord
+from tests.e2e.conftest import models_for
+from tests.e2e.harness import write_config, write_policy
+from tests.fakes.upstream import FakeUpstream
+
+REPO = Path(__file__).resolve().parents[2]
+NUM_GATEWAYS = 4
+NUM_CALLS = 400
+ADMITS = 25  # the limit is set to admit this many of the 400 reservations
+OUTPUT_TOKENS = 20
+BODY = {
+    "model": "gpt-4o-mini",
+    # the fake replies with exactly `words:N` tokens, so each call uses what it reserved
+    "messages": [{"role": "user", "content": f"words:{OUTPUT_TOKENS} count the foxes"}],
+    "max_tokens": OUTPUT_TOKENS,
+}
+
+
+def start_gateways(config: Path, var_dir: Path) -> list[tuple[subprocess.Popen[bytes], str]]:
+    """Started one after another: each migrates the ledger schema at start-up."""
+    env = {
+        **os.environ,
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "TIKTOKEN_CACHE_DIR": str(REPO / "var" / "tiktoken"),
+    }
+    running: list[tuple[subprocess.Popen[bytes], str]] = []
+    for n in range(NUM_GATEWAYS):
+        port = free_port()
+        log = open(var_dir / f"gateway-{n}.log", "wb")  # noqa: SIM115 - lives with the process
+        argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config)]
+        proc = subprocess.Popen(
+            [*argv, "--port", str(port)], cwd=REPO, env=env, stdout=log, stderr=log
+        )
+        url = f"http://127.0.0.1:{port}"
+        running.append((proc, url))
+        wait_healthy(proc, url, var_dir / f"gateway-{n}.log")
+    return running
+
+
+def wait_healthy(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"gateway exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            if httpx.get(url + "/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.25)
+    raise RuntimeError(f"gateway at {url} not healthy:\n{log.read_text()[-3000:]}")
+
+
+@pytest.fixture
+def gateways(
+    upstream: FakeUpstream, var_dir: Path, redis_url: str, postgres_url: str
+) -> Iterator[dict[str, Any]]:
+    suffix = uuid.uuid4().hex[:10]
+    tenants = {"probe": f"probe-{suffix}", "busy": f"busy-{suffix}"}
+    keys = {name: f"lt-{name}-{suffix}-key" for name in tenants}
+    write_policy(
+        var_dir / "policies",
+        tenants["probe"],
+        keys["probe"],
+        models=["gpt-4o-mini"],
+        limits={"tokens_per_minute": 1_000_000},
+    )
+    config = write_config(
+        var_dir / "lantern.yaml",
+        var_dir,
+        models_for(upstream),
+        redis_url=redis_url,
+        database_url=postgres_url,
+    )
+    running = start_gateways(config, var_dir)
+    try:
+        yield {"urls": [url for _, url in running], "tenants": tenants, "keys": keys}
+    finally:
+        for proc, _ in running:
+            proc.terminate()
+        for proc, _ in running:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        client = redis.Redis.from_url(redis_url)
+        for tenant in tenants.values():
+            found = list(client.scan_iter(match=f"{REDIS_KEY_PREFIX}{{{tenant}}}*"))
+            if found:
+                client.delete(*found)
+        client.close()
+
+
+def reservation_size(url: str, key: str) -> int:
+    """Tokens one call reserves (prompt as counted by the gateway + max_tokens), read back from
+    the x-ratelimit headers of a call by a tenant with a wide limit."""
+    reply = httpx.post(
+        url + "/v1/chat/completions",
+        json=BODY,
+        headers={"authorization": f"Bearer {key}"},
+        timeout=30,
+    )
+    assert reply.status_code == 200, reply.text
+    limit = int(reply.headers["x-ratelimit-limit-tokens"])
+    return limit - int(reply.headers["x-ratelimit-remaining-tokens"])
+
+
+async def fire(urls: list[str], key: str) -> list[httpx.Response]:
+    limits = httpx.Limits(max_connections=NUM_CALLS, max_keepalive_connections=NUM_CALLS)
+    async with httpx.AsyncClient(limits=limits, timeout=120) as client:
+        calls = [
+            client.post(
+                urls[i % len(urls)] + "/v1/chat/completions",
+                json=BODY,
+                headers={"authorization": f"Bearer {key}"},
+            )
+            for i in range(NUM_CALLS)
+        ]
+        return list(await asyncio.gather(*calls))
+
+
+def ledger_rows(postgres_url: str, tenant: str) -> list[Any]:
+    engine = create_ledger_engine(postgres_url)
+    try:
+        with engine.connect() as conn:
+            query = sa.select(UsageRecord).where(UsageRecord.tenant == tenant)
+            return list(conn.execute(query).all())
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.slow
+@pytest.mark.redis
+@pytest.mark.postgres
+def test_one_tenant_never_overruns_its_token_limit_across_four_gateways(
+    gateways: dict[str, Any], var_dir: Path, postgres_url: str
+) -> None:
+    urls, tenants, keys = gateways["urls"], gateways["tenants"], gateways["keys"]
+    per_call = reservation_size(urls[0], keys["probe"])
+    limit = ADMITS * per_call + per_call // 2
+    write_policy(
+        var_dir / "policies",
+        tenants["busy"],
+        keys["busy"],
+        models=["gpt-4o-mini"],
+        limits={"tokens_per_minute": limit},
+    )
+    time.sleep(2.0)  # every gateway's policy poller (0.5 s) has loaded the new tenant
+
+    replies = asyncio.run(fire(urls, keys["busy"]))
+
+    statuses = sorted({reply.status_code for reply in replies})
+    assert statuses == [200, 429], [r.text for r in replies if r.status_code not in (200, 429)][:3]
+    admitted = [r for r in replies if r.status_code == 200]
+    rejected = [r for r in replies if r.status_code == 429]
+    # each call uses exactly what it reserved, so refunds free nothing: exactly ADMITS fit
+    assert len(admitted) == ADMITS
+    assert {r.json()["error"]["code"] for r in rejected} == {"tokens_per_minute"}
+    assert all(int(r.headers["retry-after"]) >= 1 for r in rejected)
+
+    deadline = time.monotonic() + 30
+    rows = ledger_rows(postgres_url, tenants["busy"])
+    while len([r for r in rows if r.status == "ok"]) < ADMITS and time.monotonic() < deadline:
+        time.sleep(0.5)
+        rows = ledger_rows(postgres_url, tenants["busy"])
+    ok_rows = [r for r in rows if r.status == "ok"]
+    assert len(ok_rows) == ADMITS  # every admitted call is recorded, once
+    used = sum(
+        r.input_tokens + r.cache_read_tokens + r.cache_write_tokens + r.output_tokens
+        for r in ok_rows
+    )
+    assert used == ADMITS * per_call
+    assert used <= limit  # zero overrun
