@@ -46,12 +46,15 @@ class BreakpointPlan:
     min_tokens: int
 
 
-def plan_breakpoints(layout: PromptLayout, model: str, ttl: Ttl, min_tokens: int) -> BreakpointPlan:
+def plan_breakpoints(
+    layout: PromptLayout, model: str, ttl: Ttl, min_tokens: int, reserved: int = 0
+) -> BreakpointPlan:
     """Candidates by priority: the last stable block of the conversation, the last tool, the last
-    system block, then a bridge to the previous call's end when more than 20 blocks lie between."""
+    system block, then a bridge to the previous call's end when more than 20 blocks lie between.
+    `reserved` counts markers the provider adds itself (Anthropic's top-level `cache_control`)."""
     blocks = layout.blocks
     client = {i: b.marker_ttl for i, b in enumerate(blocks) if b.marker_ttl is not None}
-    budget = MAX_BREAKPOINTS - len(client)
+    budget = MAX_BREAKPOINTS - len(client) - reserved
     last_message = _markable_at_or_before(layout, layout.last_stable(), "messages")
     candidates = [
         last_message,

@@ -163,7 +163,9 @@ def _mark_raw(
         else tuple(len(encoder.encode(model, b.text)) for b in blocks)
     )
     layout = PromptLayout(blocks, tokens)
-    return apply_to_anthropic(body, layout, plan_breakpoints(layout, model, policy.ttl, minimum))
+    automatic = 1 if "cache_control" in body else 0  # the request-level marker takes a slot
+    plan = plan_breakpoints(layout, model, policy.ttl, minimum, automatic)
+    return apply_to_anthropic(body, layout, plan)
 
 
 # --- session diagnosis ---------------------------------------------------------------------------

@@ -268,3 +268,15 @@ def test_canonical_request_carries_the_key_for_translated_calls() -> None:
     )
     assert "prompt_cache_key" not in prepared.body  # never added to an Anthropic body
     assert prepare(port, anthropic_body(1), tenant(scope="none")).request.prompt_cache_key is None
+
+
+def test_request_level_marker_leaves_room_in_the_four_slots() -> None:
+    port = PromptCachePort(SECRET, encoder=ENCODER)
+    body = {**anthropic_body(3), "cache_control": {"type": "ephemeral"}}
+    body["tools"] = [{**t, "description": t["description"] + " x" * 600} for t in body["tools"]]
+    prepared = prepare(port, body, tenant())
+    assert json.dumps(prepared.body).count('"cache_control"') == 4  # 3 of Lantern's + the client's
+    fake = PromptCacheFake(Clock())
+    counter = TokenCounter()
+    prompt = counter.count_request(anthropic_wire.decode_request(prepared.body))
+    assert fake.account("anthropic", dict(prepared.body), prompt)[2] > 0  # accepted: at most 4

@@ -183,3 +183,10 @@ def test_bedrock_plan() -> None:
     assert bedrock_plan(layout, plan) == BedrockCachePlan(True, True, (2, 0), "5m")
     none = plan_breakpoints(layout_of(request, 10), request.model, "5m", 1024)
     assert bedrock_plan(layout, none) == BedrockCachePlan(False, False, None, "5m")
+
+
+def test_a_request_level_marker_takes_a_slot() -> None:
+    request = agent_request(turns=2)
+    layout = layout_of(request)
+    assert plan_breakpoints(layout, request.model, "5m", 1024, reserved=1).indices == (1, 2, 5)
+    assert plan_breakpoints(layout, request.model, "5m", 1024, reserved=2).indices == (1, 5)

@@ -185,3 +185,11 @@ def test_through_the_http_fake_upstream_usage_is_reported_like_anthropic() -> No
     )
     assert two["cache_read_input_tokens"] == fake.calls[0].write
     assert two["input_tokens"] == 3 and two["cache_creation_input_tokens"] == fake.calls[1].write
+
+
+def test_request_level_marker_marks_the_last_block() -> None:
+    fake = PromptCacheFake(Clock())
+    b = {**body(2, mark_last=False), "cache_control": {"type": "ephemeral"}}
+    first = send(fake, "anthropic", b)
+    assert first.write == first.prompt_tokens - 3
+    assert send(fake, "anthropic", b).read == first.write

@@ -188,6 +188,29 @@ def _text_parts(content: Any) -> list[Any]:
     return [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
 
 
+def _identity(part: Mapping[str, Any]) -> list[Any]:
+    """What the provider renders of a block. Structural keys are parsed (their order is lost);
+    free-form JSON (tool inputs, schemas) is rendered in the order sent, so that order counts."""
+    kind = part.get("type", "text")
+    if kind == "text":
+        return ["text", part.get("text", "")]
+    if kind == "tool_use":
+        return [
+            "tool_use",
+            part.get("id"),
+            part.get("name"),
+            orjson.dumps(part.get("input", {})).decode(),
+        ]
+    if kind == "tool_result":
+        inner = [_identity(p) for p in _text_parts(part.get("content"))]
+        return ["tool_result", part.get("tool_use_id"), bool(part.get("is_error")), inner]
+    return [kind, orjson.dumps(_strip(part), option=orjson.OPT_SORT_KEYS).decode()]
+
+
+def _tool_identity(name: Any, description: Any, schema: Any) -> list[Any]:
+    return ["tool", name, description, orjson.dumps(schema).decode()]
+
+
 def _part_tokens(part: Mapping[str, Any], count: Callable[[str], int]) -> int:
     kind = part.get("type", "text")
     if kind == "text":
@@ -220,7 +243,10 @@ def anthropic_blocks(body: Mapping[str, Any], count: Callable[[str], int]) -> li
     for i, tool in enumerate(tools):
         # the upstream counts the tools as one JSON array: its punctuation rides on the last tool
         tokens = each[i] if i < len(tools) - 1 else whole - sum(each[:-1])
-        chain.add(["tool", _strip(tool)], tokens, _ttl(tool))
+        identity = _tool_identity(
+            tool.get("name"), tool.get("description", ""), tool.get("input_schema")
+        )
+        chain.add(identity, tokens, _ttl(tool))
     system = body.get("system")
     for j, part in enumerate(_text_parts(system) if system else []):
         overhead = TOKENS_PER_MESSAGE + count("system") if j == 0 else 0
@@ -233,9 +259,12 @@ def anthropic_blocks(body: Mapping[str, Any], count: Callable[[str], int]) -> li
         role = str(message.get("role"))
         for k, part in enumerate(_text_parts(message.get("content"))):
             overhead = TOKENS_PER_MESSAGE + count(role) if k == 0 else 0
-            chain.add(
-                [role, k == 0, _strip(part)], overhead + _part_tokens(part, count), _ttl(part)
-            )
+            identity = [role, k == 0, *_identity(part)]
+            chain.add(identity, overhead + _part_tokens(part, count), _ttl(part))
+    automatic = _ttl(body)  # a request-level marker lands on the last block
+    if automatic is not None and chain.blocks and chain.blocks[-1].ttl is None:
+        last = chain.blocks[-1]
+        chain.blocks[-1] = Block(last.digest, last.end, automatic)
     return chain.blocks
 
 
@@ -251,7 +280,8 @@ def openai_blocks(body: Mapping[str, Any], count: Callable[[str], int]) -> list[
             }
             for t in tools
         ]
-        chain.add(["tools", schemas], count(orjson.dumps(schemas).decode()), None)
+        identity = [_tool_identity(t["name"], t["description"], t["parameters"]) for t in schemas]
+        chain.add(identity, count(orjson.dumps(schemas).decode()), None)
     for message in body.get("messages") or []:
         role = str(message.get("role"))
         overhead = TOKENS_PER_MESSAGE + count(role)
@@ -262,17 +292,19 @@ def openai_blocks(body: Mapping[str, Any], count: Callable[[str], int]) -> list[
         if not parts and not calls:
             chain.add([role, True, None], overhead, None)
         for k, part in enumerate(parts):
-            chain.add(
-                [role, k == 0, _strip(part)],
-                (overhead if k == 0 else 0) + _part_tokens(part, count),
-                None,
-            )
+            tokens = (overhead if k == 0 else 0) + _part_tokens(part, count)
+            chain.add([role, k == 0, *_identity(part)], tokens, None)
         for k, call in enumerate(calls):
             function = call.get("function", {})
             tokens = count(str(function.get("name", ""))) + count(
                 str(function.get("arguments", ""))
             )
-            chain.add(
-                [role, "call", call], tokens + (overhead if not parts and k == 0 else 0), None
-            )
+            identity = [
+                role,
+                "call",
+                call.get("id"),
+                function.get("name"),
+                function.get("arguments"),
+            ]
+            chain.add(identity, tokens + (overhead if not parts and k == 0 else 0), None)
     return chain.blocks
