@@ -45,7 +45,7 @@ from gateway.ports import (
     Ticket,
     TokenCounting,
 )
-from gateway.telemetry import CallLabels, Telemetry
+from gateway.telemetry import CallLabels, CallSpan, Telemetry
 from policies.model import TenantPolicy
 
 DEFAULT_MAX_TOKENS = 4096
@@ -378,6 +378,10 @@ class Pipeline:
             metrics.ttft.labels(model, labels.backend).observe(ttft_s)
         if error_kind:
             metrics.errors.labels(error_kind).inc()
+        route = "chat.completions" if adm.call.wire == "openai" else "messages"
+        self.s.telemetry.record_call(
+            CallSpan(route, adm.request_id, number, labels, usage, status, now - began)
+        )
 
 
 def _max_tokens_field(wire: WireFormat, body: Mapping[str, JSON]) -> str:

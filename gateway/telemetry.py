@@ -5,12 +5,11 @@ Owns the metric registry of one app instance (no module globals); never records 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+import time
 from dataclasses import dataclass
 from typing import Literal
 
-from opentelemetry.sdk.trace import Span, TracerProvider
+from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
     ConsoleSpanExporter,
@@ -31,6 +30,19 @@ class CallLabels:
     tenant: str
     model: str
     backend: str
+
+
+@dataclass(frozen=True, slots=True)
+class CallSpan:
+    """What a finished call attempt tells the tracer: counts and outcome, never text."""
+
+    route: str
+    request_id: str
+    attempt: int
+    labels: CallLabels
+    usage: Usage
+    status: str
+    latency_s: float
 
 
 class Metrics:
@@ -109,23 +121,29 @@ class Telemetry:
         self.tracer = provider.get_tracer("lantern.gateway")
         self.metrics = metrics
 
-    @contextmanager
-    def call_span(self, route: str, tenant: str, model: str) -> Iterator[Span]:
-        with self.tracer.start_as_current_span(
-            f"lantern {route}", attributes={"lantern.tenant": tenant, "gen_ai.request.model": model}
-        ) as span:
-            yield span  # type: ignore[misc]
-
-    @staticmethod
-    def annotate(span: Span, backend: str, usage: Usage, status: str) -> None:
-        span.set_attribute("lantern.backend", backend)
-        span.set_attribute("gen_ai.usage.input_tokens", usage.prompt_tokens)
-        span.set_attribute("gen_ai.usage.output_tokens", usage.output_tokens)
-        span.set_attribute("lantern.usage.cache_read_tokens", usage.cache_read_tokens)
-        span.set_attribute("lantern.usage.cache_write_tokens", usage.cache_write_tokens)
-        span.set_attribute("lantern.status", status)
-        if status != "ok":
-            span.set_status(Status(StatusCode.ERROR, status))
+    def record_call(self, span: CallSpan) -> None:
+        """One span per call attempt, written when it ends (streams and fallbacks included)."""
+        end_ns = time.time_ns()
+        otel = self.tracer.start_span(
+            f"lantern {span.route}",
+            start_time=end_ns - int(span.latency_s * 1e9),
+            attributes={
+                "lantern.tenant": span.labels.tenant,
+                "gen_ai.request.model": span.labels.model,
+                "lantern.backend": span.labels.backend,
+                "lantern.attempt": span.attempt,
+                "lantern.request_id": span.request_id,
+                "gen_ai.usage.input_tokens": span.usage.prompt_tokens,
+                "gen_ai.usage.output_tokens": span.usage.output_tokens,
+                "lantern.usage.uncached_input_tokens": span.usage.input_tokens,
+                "lantern.usage.cache_read_tokens": span.usage.cache_read_tokens,
+                "lantern.usage.cache_write_tokens": span.usage.cache_write_tokens,
+                "lantern.status": span.status,
+            },
+        )
+        if span.status != "ok":
+            otel.set_status(Status(StatusCode.ERROR, span.status))
+        otel.end(end_time=end_ns)
 
     def shutdown(self) -> None:
         self.provider.shutdown()

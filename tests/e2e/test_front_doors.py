@@ -292,3 +292,25 @@ def test_admin_cost_report_matches_the_ledger(gateway: RunningGateway) -> None:
     assert row["cost_usd"] == pytest.approx(sum(float(r["cost_usd"]) for r in rows), abs=1e-8)
     bad = httpx.get(f"{gateway.url}/admin/reports/cost", params={"group_by": "color"}, headers=auth)
     assert bad.status_code == 400 and "color" in bad.json()["error"]["message"]
+
+
+def test_one_span_per_call_with_counts_and_no_text(gateway: RunningGateway) -> None:
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    telemetry = gateway.components.pipeline.s.telemetry
+    telemetry.provider.add_span_processor(SimpleSpanProcessor(exporter))
+    secret_text = "the-password-is-swordfish words:4"
+    reply = _oai(gateway).chat.completions.create(
+        model="gpt-4o-mini", messages=[{"role": "user", "content": secret_text}]
+    )
+    [span] = exporter.get_finished_spans()
+    attrs = dict(span.attributes)
+    assert span.name == "lantern chat.completions"
+    assert attrs["lantern.tenant"] == "acme"
+    assert attrs["lantern.backend"] == "fake-openai"
+    assert attrs["gen_ai.usage.input_tokens"] == reply.usage.prompt_tokens
+    assert attrs["gen_ai.usage.output_tokens"] == 4
+    assert attrs["lantern.status"] == "ok"
+    assert not any("swordfish" in str(v) for v in attrs.values())
