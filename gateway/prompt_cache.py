@@ -6,8 +6,10 @@ prompt logic lives in cachekeys. Never stores prompt text: only digests and toke
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
+from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -45,11 +47,29 @@ class Encoder(Protocol):
 
 
 class TiktokenEncoder:
-    def __init__(self) -> None:
+    """tiktoken ids, memoised per block text: an agent re-sends its history on every call, so
+    only the new blocks of a call are tokenised (bounded by the number of ids held)."""
+
+    def __init__(self, max_cached_tokens: int = 4_000_000) -> None:
         self._counter = TokenCounter()
+        self._cache: OrderedDict[tuple[str, bytes], array[int]] = OrderedDict()
+        self._cached_tokens = 0
+        self._max = max_cached_tokens
 
     def encode(self, model: str, text: str) -> Sequence[int]:
-        return self._counter.encoding(model).encode_ordinary(text)
+        encoding = self._counter.encoding(model)
+        key = (encoding.name, hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest())
+        found = self._cache.get(key)
+        if found is not None:
+            self._cache.move_to_end(key)
+            return found
+        ids = array("I", encoding.encode_ordinary(text))
+        self._cache[key] = ids
+        self._cached_tokens += len(ids)
+        while self._cached_tokens > self._max and self._cache:
+            _, evicted = self._cache.popitem(last=False)
+            self._cached_tokens -= len(evicted)
+        return ids
 
 
 def normalise_options(
