@@ -71,6 +71,10 @@ class TiktokenEncoder:
             self._cached_tokens -= len(evicted)
         return ids
 
+    @property
+    def num_cached_tokens(self) -> int:
+        return self._cached_tokens
+
 
 def normalise_options(
     policy: CachePolicy, matchers: dict[tuple[str, ...], VolatileMatcher] | None = None

@@ -280,3 +280,14 @@ def test_request_level_marker_leaves_room_in_the_four_slots() -> None:
     counter = TokenCounter()
     prompt = counter.count_request(anthropic_wire.decode_request(prepared.body))
     assert fake.account("anthropic", dict(prepared.body), prompt)[2] > 0  # accepted: at most 4
+
+
+def test_encoder_memo_is_bounded_and_exact() -> None:
+    encoder = TiktokenEncoder(max_cached_tokens=5)
+    counter = TokenCounter()
+    first = list(encoder.encode("gpt-4o", "one two three"))
+    assert first == counter.encoding("gpt-4o").encode_ordinary("one two three")
+    assert encoder.num_cached_tokens == 3
+    encoder.encode("gpt-4o", "four five six")
+    assert encoder.num_cached_tokens == 3  # the first entry was evicted to stay under 5
+    assert list(encoder.encode("gpt-4o", "one two three")) == first
