@@ -115,7 +115,7 @@ class ToolRunService:
         env = (("LANTERN_IDEMPOTENCY_KEY", client_token(request.tenant, request.idempotency_key)),)
         job = SandboxJob("", spec.name, argv, limits, spec.egress, env)
         if spec.fargate is not None and self._fargate is not None:  # size/secret checks, early
-            self._fargate.run_task_request(replace_run_id(job), spec.fargate, "0" * 52)
+            self._fargate.run_task_request(_with_placeholder_run_id(job), spec.fargate, "0" * 52)
         target = dataclasses.asdict(spec.fargate) if spec.fargate else None
         effective = {
             "tool": spec.name,
@@ -226,7 +226,7 @@ class ToolRunService:
                 return
 
 
-def replace_run_id(job: SandboxJob) -> SandboxJob:
+def _with_placeholder_run_id(job: SandboxJob) -> SandboxJob:
     return dataclasses.replace(job, run_id="0" * 32)
 
 
