@@ -6,10 +6,13 @@ call left in the cache is intact, and if not the first block that changed and wh
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Literal
 
+from adapters.types import ChatRequest
 from cachekeys.layout import PromptLayout
 
 CacheMode = Literal["breakpoints", "automatic"]  # Anthropic/Bedrock markers, OpenAI implicit
@@ -26,6 +29,7 @@ class Reason(StrEnum):
     HISTORY_REWRITTEN = "history_rewritten"
     TENANT_CHANGED = "tenant_changed"
     MODEL_CHANGED = "model_changed"
+    OPTIONS_CHANGED = "options_changed"  # tool_choice, thinking, reasoning effort: messages level
     TTL_EXPIRED = "ttl_expired"
 
 
@@ -42,6 +46,7 @@ class PromptFingerprint:
     breakpoints: tuple[int, ...]  # block indices where this call leaves a cache entry
     mode: CacheMode
     ttl_s: float
+    options: bytes = b""  # `options_digest` of the call
 
     @classmethod
     def of(
@@ -52,6 +57,7 @@ class PromptFingerprint:
         marked: tuple[int, ...],
         mode: CacheMode,
         ttl_s: float,
+        options: bytes = b"",
     ) -> PromptFingerprint:
         n = layout.last_stable() + 1
         blocks = layout.blocks[:n]
@@ -70,6 +76,7 @@ class PromptFingerprint:
             tuple(sorted(set(marked) | set(client))),
             mode,
             ttl_s,
+            options,
         )
 
     @property
@@ -132,7 +139,25 @@ def diagnose(
         return CacheDiagnosis(reason, False, stable, expected, read, name, gap_s)
     if gap_s > previous.ttl_s:
         return CacheDiagnosis(Reason.TTL_EXPIRED, False, stable, expected, 0, None, gap_s)
+    if previous.options != current.options:  # the provider keeps tools and system only
+        first_message = next(
+            (i for i, lv in enumerate(previous.levels) if lv == "messages"), len(previous.levels)
+        )
+        read = previous.cached_end(first_message)
+        return CacheDiagnosis(
+            Reason.OPTIONS_CHANGED, False, stable, expected, read, "messages", gap_s
+        )
     return CacheDiagnosis(Reason.KEPT, True, stable, expected, expected, None, gap_s)
+
+
+def options_digest(request: ChatRequest) -> bytes:
+    """Request options whose change invalidates the cached messages (Anthropic's table:
+    tool_choice, thinking; OpenAI: reasoning effort)."""
+    options = {
+        "tool_choice": request.tool_choice,
+        **{k: request.extra.get(k) for k in ("thinking", "reasoning_effort", "reasoning")},
+    }
+    return hashlib.sha256(json.dumps(options, sort_keys=True, default=str).encode()).digest()
 
 
 def _first_difference(previous: PromptFingerprint, current: PromptFingerprint) -> int | None:

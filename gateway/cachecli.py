@@ -28,6 +28,8 @@ ADVICE = {
     "tool calls): keep the conversation append-only",
     "tenant_changed": "the session id was used by another tenant: caches are per tenant",
     "model_changed": "the model changed: caches are per model",
+    "options_changed": "tool_choice or the thinking/reasoning settings changed: the provider keeps "
+    "only tools and system; keep them fixed for a session",
     "ttl_expired": "the gap exceeded the cache lifetime: a slow tool outlived it (cache.ttl: 1h "
     "pays when gaps are long)",
 }

@@ -20,7 +20,14 @@ from prometheus_client import CollectorRegistry, Counter
 from adapters.tokens import TokenCounter
 from adapters.types import JSON, ChatRequest, Usage, WireFormat
 from cachekeys.blockhash import tenant_salt
-from cachekeys.diagnosis import CacheDiagnosis, CacheMode, PromptFingerprint, Reason, diagnose
+from cachekeys.diagnosis import (
+    CacheDiagnosis,
+    CacheMode,
+    PromptFingerprint,
+    Reason,
+    diagnose,
+    options_digest,
+)
 from cachekeys.keys import prefix_hashes, prompt_cache_key, session_root
 from cachekeys.layout import PromptLayout, anthropic_blocks, request_blocks
 from cachekeys.markers import (
@@ -157,7 +164,7 @@ def _prepare(
             new_body["prompt_cache_key"] = key
     mode: CacheMode = "automatic" if wire == "openai" else "breakpoints"
     fingerprint = PromptFingerprint.of(
-        layout, tenant_id, request.model, marked, mode, TTL_S[policy.ttl]
+        layout, tenant_id, request.model, marked, mode, TTL_S[policy.ttl], options_digest(request)
     )
     return PreparedPrompt(
         body=new_body,

@@ -124,3 +124,25 @@ def test_automatic_mode_predicts_128_token_steps() -> None:
         Reason.SYSTEM_CHANGED,
         1152,
     )  # tools: 1200 -> 1152
+
+
+def test_options_changed_keeps_tools_and_system_only() -> None:
+    from cachekeys.diagnosis import options_digest
+
+    def with_options(request: ChatRequest) -> PromptFingerprint:
+        fp = fingerprint(request)
+        return replace(fp, options=options_digest(request))
+
+    before = with_options(FIRST)
+    after = with_options(replace(SECOND, tool_choice={"type": "any"}))
+    d = diagnose(before, 0.0, after, 10.0)
+    assert (d.reason, d.first_changed, d.predicted_read_tokens) == (
+        Reason.OPTIONS_CHANGED,
+        "messages",
+        1800,
+    )
+    thinking = with_options(
+        replace(SECOND, extra={"thinking": {"type": "enabled", "budget_tokens": 2048}})
+    )
+    assert diagnose(before, 0.0, thinking, 10.0).reason == Reason.OPTIONS_CHANGED
+    assert diagnose(before, 0.0, with_options(SECOND), 10.0).reason == Reason.KEPT
