@@ -22,6 +22,7 @@ DEFAULT_VOLATILE_PATTERNS: tuple[str, ...] = (
     r"\b1[6-9]\d{8}(?:\d{3})?\b",  # Unix epoch seconds or milliseconds (2020s-2030s)
 )
 PLACEHOLDER = "{{volatile:%d}}"
+KEEP_PLACEHOLDER = r"(?P<lantern_placeholder>\{\{volatile:\d+\}\})"
 BLOCK_OPEN = "<volatile-context>"
 BLOCK_CLOSE = "</volatile-context>"
 
@@ -37,9 +38,10 @@ class VolatileMatcher:
         cls, tenant_patterns: Iterable[str] = (), use_defaults: bool = True
     ) -> VolatileMatcher:
         patterns = tuple(tenant_patterns) + (DEFAULT_VOLATILE_PATTERNS if use_defaults else ())
-        if not patterns:
-            return cls(re.compile(r"(?!)"))  # matches nothing
-        return cls(re.compile("|".join(f"(?:{p})" for p in patterns)))
+        # an existing placeholder is matched first and kept, so a broad tenant pattern (\d+)
+        # never rewrites one: relocation stays idempotent
+        alternatives = [KEEP_PLACEHOLDER, *(f"(?:{p})" for p in patterns)]
+        return cls(re.compile("|".join(alternatives)))
 
 
 class Relocator:
@@ -57,7 +59,7 @@ class Relocator:
 
     def _placeholder(self, match: re.Match[str]) -> str:
         value = match.group(0)
-        if not value:
+        if not value or match.group("lantern_placeholder"):
             return value
         number = self._values.setdefault(value, len(self._values) + 1)
         return PLACEHOLDER % number

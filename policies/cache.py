@@ -32,6 +32,10 @@ class NormalisePolicy(PolicyModel):
                 raise ValueError(f"pattern {pattern!r} does not compile: {exc}") from exc
             if compiled.match(""):
                 raise ValueError(f"pattern {pattern!r} matches the empty string")
+        try:  # Lantern joins them into one alternation: group names must not clash
+            re.compile("|".join(f"(?:{p})" for p in ("(?P<lantern_placeholder>x)", *patterns)))
+        except re.error as exc:
+            raise ValueError(f"patterns cannot be combined: {exc}") from exc
         return patterns
 
 

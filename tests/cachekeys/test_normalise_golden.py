@@ -281,3 +281,25 @@ def test_raw_and_canonical_agree_on_the_tool_order() -> None:
     assert [dict(t.input_schema) for t in canonical.tools] == [
         t["input_schema"] for t in raw["tools"]
     ]
+
+
+def test_a_broad_tenant_pattern_never_rewrites_a_placeholder() -> None:
+    matcher = VolatileMatcher.build([r"\d+"], use_defaults=False)
+    options = NormaliseOptions(relocate_volatile=True, volatile=matcher)
+    once = normalise_request(agent_request(system="Build 4411 of 12"), options)
+    assert once.system[0].text == "Build {{volatile:1}} of {{volatile:2}}"
+    assert normalise_request(once, options).system == once.system
+
+
+def test_policy_rejects_patterns_that_cannot_be_combined() -> None:
+    import pytest
+    from pydantic import ValidationError
+
+    from policies.cache import NormalisePolicy
+
+    with pytest.raises(ValidationError, match="cannot be combined"):
+        NormalisePolicy(volatile_patterns=("(?P<n>a)", "(?P<n>b)"))
+    with pytest.raises(ValidationError, match="empty string"):
+        NormalisePolicy(volatile_patterns=("a*",))
+    with pytest.raises(ValidationError, match="does not compile"):
+        NormalisePolicy(volatile_patterns=("(",))
