@@ -15,7 +15,7 @@ from adapters.backends.spec import BackendSpec
 from adapters.pricing import Price, PriceBook, UnknownPrice, cost, uncached_cost
 from adapters.types import Usage
 from gateway.engine_child import EngineChild
-from gateway.ports import Candidate, ModelRoute
+from gateway.ports import Candidate, ModelRoute, Venue
 from gateway.settings import (
     AnthropicBackend,
     BackendSettings,
@@ -38,6 +38,9 @@ class ModelTableImpl:
 
     def names(self) -> Sequence[str]:
         return list(self._routes)
+
+    def routes(self) -> list[ModelRoute]:
+        return list(self._routes.values())
 
     def candidates(self) -> list[Candidate]:
         return [c for r in self._routes.values() for c in r.candidates]
@@ -76,7 +79,9 @@ def build_model_table(
     for route in settings.models:
         candidates = []
         for backend in route.backends:
-            venue = "selfhost" if backend.kind in ("selfhost", "openai_compatible") else "api"
+            venue: Venue = (
+                "selfhost" if backend.kind in ("selfhost", "openai_compatible") else "api"
+            )
             for spec, replica in _specs(backend, children):
                 candidates.append(
                     Candidate(build_backend(spec, http=http), spec.name, venue, replica)

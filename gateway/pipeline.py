@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass
 
 import anyio
@@ -248,7 +248,7 @@ class Pipeline:
         assert last_error is not None
         raise last_error
 
-    async def stream(self, adm: Admitted) -> AsyncIterator[StreamEvent]:
+    async def stream(self, adm: Admitted) -> AsyncGenerator[StreamEvent, None]:
         """Yield the chosen backend's events; fall back only before the first event."""
         last_error: UpstreamError | None = None
         for number, attempt in enumerate(adm.plan.attempts):

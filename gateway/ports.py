@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from adapters.backend import Backend
 from adapters.types import JSON, ChatRequest, Usage, WireFormat
@@ -45,8 +45,8 @@ class Pricing(Protocol):
     def uncached_cost_usd(self, model: str, usage: Usage) -> float: ...
 
 
-class Ticket(Protocol):
-    """An admitted reservation; opaque to the pipeline."""
+# An admitted reservation: opaque to the pipeline, read only by the admission that issued it.
+Ticket = Any
 
 
 class AdmissionPort(Protocol):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -106,7 +106,7 @@ def _stream_encoder(
 
 async def _sse(
     first: StreamEvent,
-    rest: AsyncIterator[StreamEvent],
+    rest: AsyncGenerator[StreamEvent, None],
     encode: Callable[[StreamEvent], bytes],
     wire: WireFormat,
 ) -> AsyncIterator[bytes]:
@@ -125,7 +125,7 @@ async def _sse(
             else (b"data: " + payload + b"\n\n")
         )
     finally:
-        await rest.aclose()  # type: ignore[attr-defined]
+        await rest.aclose()
 
 
 def build_chat_router(routes: ChatRoutes) -> APIRouter:

@@ -83,7 +83,7 @@ def build_components(
     ledger = CallLedger(recorder, lambda: datetime.now(UTC))
     admission = Admission.from_settings(settings, registry=metrics.registry)
     prompts = PromptCachePort(settings.resolve_server_secret(), registry=metrics.registry)
-    fleet = Fleet([models.get(n) for n in models.names()], clock=clock, rng=random.Random())
+    fleet = Fleet(models.routes(), clock=clock, rng=random.Random())
 
     pipeline = Pipeline(
         Services(
