@@ -17,7 +17,7 @@ from cachekeys.keys import prefix_hashes, prompt_cache_key, session_root
 from cachekeys.layout import PromptLayout, request_blocks, system_digest_hex
 from cachekeys.normalise import NormaliseOptions, PublicPrefix, normalise_request
 from cachekeys.raw import normalise_raw
-from cachekeys.volatile import is_volatile_block
+from cachekeys.volatile import VolatileMatcher, is_volatile_block
 
 SECRET = b"server-secret"
 names = st.text(string.ascii_lowercase + "_", min_size=1, max_size=8)
@@ -70,6 +70,11 @@ options_st = st.builds(
     canonical_json=st.booleans(),
     canonical_tool_args=st.booleans(),
     relocate_volatile=st.booleans(),
+    volatile=st.builds(
+        VolatileMatcher.build,
+        st.lists(st.sampled_from([r"\d+", r"[a-z]+_\w+", r"volatile", r"\{x\}"]), max_size=2),
+        st.booleans(),
+    ),
 )
 
 
