@@ -52,7 +52,27 @@ class LocalRunner:
         self._clock = clock
         self._uid = sandbox_uid
         self._backend: str | None = None
-        self._layout = SandboxLayout.detect(Path(__file__).with_name("launcher.py"))
+        self._launcher_dir: str | None = None
+        self._layout_cache: SandboxLayout | None = None
+
+    @property
+    def _layout(self) -> SandboxLayout:
+        """Built on first use: the launcher is copied to a world-readable directory, since the
+        box's user (uid 65534) may not be able to reach the installed package."""
+        if self._layout_cache is None:
+            self._launcher_dir = tempfile.mkdtemp(prefix="lantern-launcher-")
+            os.chmod(self._launcher_dir, 0o755)
+            launcher = Path(self._launcher_dir) / "launcher.py"
+            shutil.copyfile(Path(__file__).with_name("launcher.py"), launcher)
+            os.chmod(launcher, 0o644)
+            self._layout_cache = SandboxLayout.detect(launcher)
+        return self._layout_cache
+
+    def close(self) -> None:
+        """Remove the launcher copy (call at shutdown)."""
+        if self._launcher_dir is not None:
+            shutil.rmtree(self._launcher_dir, ignore_errors=True)
+        self._launcher_dir, self._layout_cache, self._backend = None, None, None
 
     def backend(self) -> str:
         """'bwrap' or 'unshare', probed once per runner; SandboxUnavailable when neither works."""

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -40,23 +41,43 @@ def log() -> logging.Logger:
 def sandbox_backend(request: pytest.FixtureRequest) -> str:
     """Each namespace backend this machine offers. bwrap is the default the project installs,
     so with CI=true its absence fails; the `unshare` fallback is exercised where it works."""
+    runner = LocalRunner(logging.getLogger("probe"), backend=request.param)
     try:
-        return LocalRunner(logging.getLogger("probe"), backend=request.param).backend()
+        return runner.backend()
     except SandboxUnavailable as exc:
         if request.param == "bwrap" and os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
             pytest.fail(f"bubblewrap with user namespaces is required in CI: {exc}")
         pytest.skip(f"{request.param}: {exc}")
+    finally:
+        runner.close()
 
 
 @pytest.fixture(scope="session")
 def default_backend() -> str:
     """The backend LocalRunner picks by itself ('auto'); CI=true requires one."""
+    runner = LocalRunner(logging.getLogger("probe"))
     try:
-        return LocalRunner(logging.getLogger("probe")).backend()
+        return runner.backend()
     except SandboxUnavailable as exc:
         if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
             pytest.fail(f"user namespaces are required in CI: {exc}")
         pytest.skip(str(exc))
+    finally:
+        runner.close()
+
+
+@pytest.fixture
+def make_runner() -> Iterator[Callable[..., LocalRunner]]:
+    """LocalRunners that are closed (launcher copy removed) after the test."""
+    made: list[LocalRunner] = []
+
+    def make(**kwargs: Any) -> LocalRunner:
+        made.append(LocalRunner(logging.getLogger("lantern.test.egress"), **kwargs))
+        return made[-1]
+
+    yield make
+    for runner in made:
+        runner.close()
 
 
 @pytest.fixture

@@ -66,7 +66,8 @@ async def main(args: argparse.Namespace) -> None:
         args.db, connect_args={"timeout": 60} if args.db.startswith("sqlite") else {}
     )
     store = IdempotencyStore(engine, time.time, lease_s=args.lease)
-    runner = CountingRunner(LocalRunner(logging.getLogger("worker")), args.counter)
+    local = LocalRunner(logging.getLogger("worker"))
+    runner = CountingRunner(local, args.counter)
     service = ToolRunService(store, runner, time.time, logging.getLogger("worker"))
     specs = tools(args.sleep, args.marker)
     while time.time() < args.start_at:
@@ -79,6 +80,7 @@ async def main(args: argparse.Namespace) -> None:
     for answer in answers:
         print(json.dumps(answer), flush=True)
     engine.dispose()
+    local.close()
 
 
 if __name__ == "__main__":

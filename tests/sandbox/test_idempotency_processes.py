@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import signal
 import subprocess
 import sys
@@ -136,7 +135,8 @@ def test_gateway_killed_mid_run_never_runs_the_tool_again(
     _wait_for(lambda: _leftovers(marker) == [], 10)  # --die-with-parent took the box down
 
     store = IdempotencyStore(engine, time.time, lease_s=1.0)
-    runner = CountingRunner(LocalRunner(logging.getLogger("t")), str(counter))
+    local = LocalRunner(logging.getLogger("t"))
+    runner = CountingRunner(local, str(counter))
     service = ToolRunService(store, runner, time.time, logging.getLogger("t"))
     request = ToolRunRequest("acme", "key-id", key, "slow_echo", (("word", key),))
     _wait_for(
@@ -148,4 +148,4 @@ def test_gateway_killed_mid_run_never_runs_the_tool_again(
     again = asyncio.run(service.submit(tools(30.0, marker), request))
     assert (again.body, again.replayed) == (reply.body, True)
     assert counter.read_text().count("\n") == 1
-    assert os.path.exists(counter)
+    local.close()

@@ -25,10 +25,12 @@ def _run(
     argv: tuple[str, ...],
     limits: ToolLimits = LIMITS,
     egress: tuple[str, ...] = (),
-    runner: LocalRunner | None = None,
 ) -> RunOutput:
-    runner = runner or LocalRunner(logging.getLogger("lantern.test.egress"), backend=backend)
-    return asyncio.run(runner.run(SandboxJob("run1", "t", argv, limits, egress)))
+    runner = LocalRunner(logging.getLogger("lantern.test.egress"), backend=backend)
+    try:
+        return asyncio.run(runner.run(SandboxJob("run1", "t", argv, limits, egress)))
+    finally:
+        runner.close()
 
 
 def _python(backend: str, code: str, limits: ToolLimits = LIMITS) -> RunOutput:
@@ -228,7 +230,10 @@ def test_through_the_proxy_only_the_allowed_host_is_reached(sandbox_backend: str
             job = SandboxJob(
                 "run1", "t", ("python3", "-c", PROBE, str(port), *refused), LIMITS, egress
             )
-            return await runner.run(job), port
+            try:
+                return await runner.run(job), port
+            finally:
+                runner.close()
 
     result, port = asyncio.run(scenario())
     assert result.status is RunStatus.SUCCEEDED, result.stderr
@@ -246,4 +251,5 @@ def test_no_namespaces_means_no_run(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     runner = LocalRunner(logging.getLogger("t"))
     with pytest.raises(SandboxUnavailable):
         asyncio.run(runner.run(SandboxJob("r", "t", ("true",), LIMITS)))
+    runner.close()
     assert os.environ["PATH"] == str(tmp_path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 
 import httpx
 import pytest
@@ -55,10 +56,13 @@ BODY = {"tool": "run_python", "arguments": {"code": "print(6*7)"}}
 
 @pytest.mark.sandbox
 def test_run_replay_and_get_with_the_real_sandbox(
-    default_backend: str, sqlite_engine: sa.Engine, clock: ManualClock
+    default_backend: str,
+    sqlite_engine: sa.Engine,
+    clock: ManualClock,
+    make_runner: Callable[..., LocalRunner],
 ) -> None:
     async def scenario() -> None:
-        async with _client(LocalRunner(logging.getLogger("t")), sqlite_engine, clock) as client:
+        async with _client(make_runner(), sqlite_engine, clock) as client:
             first = await client.post(
                 "/v1/tools/runs", json=BODY, headers={"Idempotency-Key": "k-1"}
             )
