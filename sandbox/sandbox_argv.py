@@ -61,6 +61,8 @@ def bwrap_argv(
         "bwrap",
         "--unshare-all",
         "--unshare-user",
+        "--hostname",
+        "sandbox",
         "--die-with-parent",
         "--new-session",
         "--disable-userns",
@@ -129,9 +131,9 @@ set +e
 /usr/bin/setpriv --inh-caps=-all --bounding-set=-all --no-new-privs -- "$@"
 exit $?
 """
-_LO_UP = (
+_LO_UP = (  # loopback up (SIOCSIFFLAGS: UP|LOOPBACK|RUNNING) and the box's own host name
     "import fcntl,socket,struct;fcntl.ioctl(socket.socket(),0x8914,"
-    "struct.pack('16sH14x',b'lo',0x49))"
+    "struct.pack('16sH14x',b'lo',0x49));socket.sethostname('sandbox')"
 )
 
 

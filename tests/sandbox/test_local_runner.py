@@ -75,8 +75,10 @@ def test_host_files_are_not_there(sandbox_backend: str, tmp_path: Path) -> None:
 def test_environment_is_clean(sandbox_backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "host-credential")
     monkeypatch.setenv("LANTERN_TEST_SECRET", "host-secret")
-    result = _python(sandbox_backend, "import os,json;print(json.dumps(dict(os.environ)))")
-    assert json.loads(result.stdout) == {
+    code = "import os,json,socket;print(socket.gethostname());print(json.dumps(dict(os.environ)))"
+    host, env = _python(sandbox_backend, code).stdout.splitlines()
+    assert host == "sandbox"
+    assert json.loads(env) == {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "HOME": "/work",
         "TMPDIR": "/tmp",
