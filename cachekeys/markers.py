@@ -47,7 +47,7 @@ class BreakpointPlan:
 
 
 def plan_breakpoints(
-    layout: PromptLayout, model: str, ttl: Ttl, min_tokens: int, reserved: int = 0
+    layout: PromptLayout, ttl: Ttl, min_tokens: int, reserved: int = 0
 ) -> BreakpointPlan:
     """Candidates by priority: the last stable block of the conversation, the last tool, the last
     system block, then a bridge to the previous call's end when more than 20 blocks lie between.

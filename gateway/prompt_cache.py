@@ -153,7 +153,7 @@ def _prepare(
         minimum = min_cacheable_tokens(
             request.model, {m.family: m.tokens for m in policy.min_cacheable_tokens}
         )
-        plan = plan_breakpoints(layout, request.model, policy.ttl, minimum)
+        plan = plan_breakpoints(layout, policy.ttl, minimum)
         edited, marked = apply_to_request(edited, layout, plan), plan.indices
         if wire == "anthropic":
             new_body = _mark_raw(new_body, layout, request.model, policy, minimum, options, encoder)
@@ -195,7 +195,7 @@ def _mark_raw(
     )
     layout = PromptLayout(blocks, tokens)
     automatic = 1 if "cache_control" in body else 0  # the request-level marker takes a slot
-    plan = plan_breakpoints(layout, model, policy.ttl, minimum, automatic)
+    plan = plan_breakpoints(layout, policy.ttl, minimum, automatic)
     return apply_to_anthropic(body, layout, plan)
 
 

@@ -15,7 +15,7 @@ def fingerprint(
     request: ChatRequest, tenant: str = "acme", mode: str = "breakpoints", ttl_s: float = 300.0
 ) -> PromptFingerprint:
     layout = PromptLayout(request_blocks(request), tuple(600 for _ in request_blocks(request)))
-    plan = plan_breakpoints(layout, request.model, "5m", 1024)
+    plan = plan_breakpoints(layout, "5m", 1024)
     return PromptFingerprint.of(layout, tenant, request.model, plan.indices, mode, ttl_s)  # type: ignore[arg-type]
 
 

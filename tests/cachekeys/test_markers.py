@@ -33,7 +33,7 @@ def test_min_cacheable_by_family_and_override() -> None:
 def test_tools_system_and_last_message() -> None:
     request = agent_request(turns=2)  # tools 0-1, system 2, messages 3, 4, 5
     layout = layout_of(request)
-    plan = plan_breakpoints(layout, request.model, "5m", 1024)
+    plan = plan_breakpoints(layout, "5m", 1024)
     assert plan.indices == (1, 2, 5)
     assert [layout.blocks[i].name for i in plan.indices] == [
         "tools[1]",
@@ -52,10 +52,10 @@ def test_tools_system_and_last_message() -> None:
 
 def test_prefixes_below_the_minimum_get_no_marker() -> None:
     request = agent_request(turns=2)
-    plan = plan_breakpoints(layout_of(request, 300), request.model, "1h", 1024)
+    plan = plan_breakpoints(layout_of(request, 300), "1h", 1024)
     assert plan.indices == (5,)  # tools end at 600, system at 900: below 1024; the message at 1800
     assert plan.ttl == "1h"
-    assert plan_breakpoints(layout_of(request, 100), request.model, "5m", 1024).indices == ()
+    assert plan_breakpoints(layout_of(request, 100), "5m", 1024).indices == ()
 
 
 def test_client_markers_are_kept_and_counted() -> None:
@@ -68,14 +68,14 @@ def test_client_markers_are_kept_and_counted() -> None:
     )
     request = replace(request, messages=tuple(messages))
     layout = layout_of(request)
-    plan = plan_breakpoints(layout, request.model, "5m", 1024)
+    plan = plan_breakpoints(layout, "5m", 1024)
     assert plan.indices == (1, 7)  # 2 client markers + last message + last tool = 4
 
 
 def test_no_duplicate_on_a_block_the_client_marked() -> None:
     request = agent_request(turns=1, tools=())
     request = replace(request, messages=(Message("user", (TextPart("x", CacheControl("5m")),)),))
-    assert plan_breakpoints(layout_of(request, 2000), request.model, "5m", 1024).indices == (0,)
+    assert plan_breakpoints(layout_of(request, 2000), "5m", 1024).indices == (0,)
 
 
 def test_ttl_order_longer_first() -> None:
@@ -84,15 +84,15 @@ def test_ttl_order_longer_first() -> None:
         request, messages=(Message("user", (TextPart("x", CacheControl("1h")),)),)
     )
     # ours at 5m must not precede the client's 1h marker
-    assert plan_breakpoints(layout_of(one_hour_last), request.model, "5m", 1024).indices == ()
-    assert plan_breakpoints(layout_of(one_hour_last), request.model, "1h", 1024).indices == (1, 2)
+    assert plan_breakpoints(layout_of(one_hour_last), "5m", 1024).indices == ()
+    assert plan_breakpoints(layout_of(one_hour_last), "1h", 1024).indices == (1, 2)
     five_min_tool = replace(
         request,
         tools=(request.tools[0], replace(request.tools[1], cache_control=CacheControl("5m"))),
     )
     # ours at 1h must not follow the client's 5m marker
-    assert plan_breakpoints(layout_of(five_min_tool), request.model, "1h", 1024).indices == ()
-    assert plan_breakpoints(layout_of(five_min_tool), request.model, "5m", 1024).indices == (2, 3)
+    assert plan_breakpoints(layout_of(five_min_tool), "1h", 1024).indices == ()
+    assert plan_breakpoints(layout_of(five_min_tool), "5m", 1024).indices == (2, 3)
 
 
 def test_volatile_tail_and_empty_blocks_are_never_marked() -> None:
@@ -101,7 +101,7 @@ def test_volatile_tail_and_empty_blocks_are_never_marked() -> None:
     request = replace(request, messages=(Message("user", (TextPart("Fix."), TextPart(""), tail)),))
     layout = layout_of(request)
     assert layout.last_stable() == 4
-    plan = plan_breakpoints(layout, request.model, "5m", 1024)
+    plan = plan_breakpoints(layout, "5m", 1024)
     assert [layout.blocks[i].name for i in plan.indices] == [
         "tools[1]",
         "system[0]",
@@ -120,7 +120,7 @@ def test_bridge_when_a_turn_adds_more_than_20_blocks() -> None:
         messages=(request.messages[0], Message("assistant", calls), Message("user", results)),
     )
     layout = layout_of(request, 1100)  # system 0, user 1, assistant 2..13, user 14..25
-    plan = plan_breakpoints(layout, request.model, "5m", 1024)
+    plan = plan_breakpoints(layout, "5m", 1024)
     assert plan.indices == (0, 1, 25)  # system, the previous call's end (message 0), the last block
     few = replace(
         request,
@@ -130,7 +130,7 @@ def test_bridge_when_a_turn_adds_more_than_20_blocks() -> None:
             Message("user", results[:2]),
         ),
     )
-    assert plan_breakpoints(layout_of(few, 1100), request.model, "5m", 1024).indices == (0, 5)
+    assert plan_breakpoints(layout_of(few, 1100), "5m", 1024).indices == (0, 5)
 
 
 RAW = {
@@ -154,7 +154,7 @@ RAW = {
 def test_apply_to_anthropic_golden() -> None:
     blocks = anthropic_blocks(RAW)
     layout = PromptLayout(blocks, (1500, 100, 10, 5, 5, 10))
-    plan = plan_breakpoints(layout, "claude-sonnet-4-5", "1h", 1024)
+    plan = plan_breakpoints(layout, "1h", 1024)
     out = apply_to_anthropic(RAW, layout, plan)
     marker = {"type": "ephemeral", "ttl": "1h"}
     assert out["tools"] == [
@@ -172,21 +172,21 @@ def test_apply_to_anthropic_golden() -> None:
 def test_thinking_blocks_are_never_marked() -> None:
     body = {**RAW, "messages": RAW["messages"][:2]}
     layout = PromptLayout(anthropic_blocks(body), (1500, 100, 10, 5, 5))
-    plan = plan_breakpoints(layout, "claude-sonnet-4-5", "5m", 1024)
+    plan = plan_breakpoints(layout, "5m", 1024)
     assert [layout.blocks[i].name for i in plan.indices] == ["tools[0]", "system", "messages[1][1]"]
 
 
 def test_bedrock_plan() -> None:
     request = agent_request(turns=2)
     layout = layout_of(request)
-    plan = plan_breakpoints(layout, request.model, "5m", 1024)
+    plan = plan_breakpoints(layout, "5m", 1024)
     assert bedrock_plan(layout, plan) == BedrockCachePlan(True, True, (2, 0), "5m")
-    none = plan_breakpoints(layout_of(request, 10), request.model, "5m", 1024)
+    none = plan_breakpoints(layout_of(request, 10), "5m", 1024)
     assert bedrock_plan(layout, none) == BedrockCachePlan(False, False, None, "5m")
 
 
 def test_a_request_level_marker_takes_a_slot() -> None:
     request = agent_request(turns=2)
     layout = layout_of(request)
-    assert plan_breakpoints(layout, request.model, "5m", 1024, reserved=1).indices == (1, 2, 5)
-    assert plan_breakpoints(layout, request.model, "5m", 1024, reserved=2).indices == (1, 5)
+    assert plan_breakpoints(layout, "5m", 1024, reserved=1).indices == (1, 2, 5)
+    assert plan_breakpoints(layout, "5m", 1024, reserved=2).indices == (1, 5)
