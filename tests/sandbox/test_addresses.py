@@ -3,6 +3,8 @@ from __future__ import annotations
 import ipaddress
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sandbox.addresses import deny_reason, parse_cidrs, parse_ip_literal
 
@@ -73,3 +75,33 @@ def test_operator_cidrs_open_exactly_what_they_name_but_never_metadata() -> None
     assert deny_reason(ipaddress.ip_address("127.0.0.1"), allowed) == "loopback"
     assert deny_reason(ipaddress.ip_address("169.254.169.254"), allowed) == "metadata"
     assert deny_reason(ipaddress.ip_address("::ffff:127.0.0.2"), allowed) is None
+
+
+@given(st.integers(min_value=0, max_value=2**32 - 1))
+def test_every_legacy_spelling_of_an_ipv4_address_is_the_same_literal(number: int) -> None:
+    address = ipaddress.IPv4Address(number)
+    octets = str(address).split(".")
+    spellings = [
+        str(number),
+        hex(number),
+        ".".join(f"0{int(o):o}" for o in octets),
+        ".".join(hex(int(o)) for o in octets),
+        f"{octets[0]}.{int(octets[1]) << 16 | int(octets[2]) << 8 | int(octets[3])}",
+        f"[::ffff:{address}]",
+    ]
+    for spelling in spellings:
+        parsed = parse_ip_literal(spelling)
+        assert parsed is not None
+        assert (parsed.ipv4_mapped if parsed.version == 6 else parsed) == address  # type: ignore[union-attr]
+
+
+@given(st.integers(min_value=0, max_value=2**32 - 1))
+def test_wrapping_in_ipv6_never_changes_the_verdict(number: int) -> None:
+    address = ipaddress.IPv4Address(number)
+    direct = deny_reason(address)
+    for wrapped in (f"::ffff:{address}", f"64:ff9b::{address}"):
+        reason = deny_reason(ipaddress.ip_address(wrapped))
+        if direct is None:
+            assert reason is None
+        else:
+            assert reason in (direct, f"embedded-ipv4:{direct}")

@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from sandbox.addresses import IPAddress, parse_cidrs
-from sandbox.egress import EgressPolicy, EgressProxy, parse_rules
+from sandbox.egress import EgressPolicy, EgressProxy, SystemResolver, parse_rules
 from tests.sandbox.origin import MapResolver, origin_server
 
 
@@ -208,3 +208,20 @@ def test_connections_beyond_the_cap_get_429() -> None:
         return reply
 
     assert asyncio.run(scenario()).startswith(b"HTTP/1.1 429 Too Many Requests")
+
+
+def test_the_real_resolver_refuses_a_name_that_resolves_to_loopback() -> None:
+    async def scenario() -> bytes:
+        async with origin_server() as origin:
+            policy = EgressPolicy("t", parse_rules([f"localhost:{origin}"]))
+            proxy = EgressProxy(policy, SystemResolver(), logging.getLogger("lantern.test.egress"))
+            server = await proxy.serve_tcp("127.0.0.1", 0)
+            try:
+                head = f"CONNECT localhost:{origin} HTTP/1.1\r\n\r\n".encode()
+                return await _ask(server.sockets[0].getsockname()[1], head)
+            finally:
+                server.close()
+
+    reply = asyncio.run(scenario())
+    assert reply.startswith(b"HTTP/1.1 403 Forbidden")
+    assert reply.endswith(b"address-loopback")
