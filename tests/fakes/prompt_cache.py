@@ -127,10 +127,10 @@ class PromptCacheFake:
         self, model: str, body: Mapping[str, Any], blocks: list[Block]
     ) -> tuple[int, int, str | None]:
         now = self.clock()
-        scope = f"{model}\0{body.get('prompt_cache_key') or ''}".encode()
+        scope = f"{model}\0{body.get('prompt_cache_key') or ''}"
         common = 0
         for block in blocks:
-            entry = self._alive(_key(scope.decode(), block.digest), now)
+            entry = self._alive(_key(scope, block.digest), now)
             if entry is None:
                 break
             entry.expires_s = now + entry.ttl_s
@@ -138,7 +138,7 @@ class PromptCacheFake:
         read = _rounded(common)
         total = _rounded(blocks[-1].end if blocks else 0)
         for block in blocks:
-            key = _key(scope.decode(), block.digest)
+            key = _key(scope, block.digest)
             self.entries[key] = Entry(now + self.openai_ttl_s, block.end, self.openai_ttl_s)
         return read, max(total - read, 0), "5m"
 
@@ -146,7 +146,10 @@ class PromptCacheFake:
 def _check_markers(blocks: list[Block], marked: list[int]) -> None:
     if len(marked) > MAX_BREAKPOINTS:
         raise CacheMarkerError(f"{len(marked)} cache_control blocks; at most {MAX_BREAKPOINTS}")
-    ttls = [TTL_S[blocks[i].ttl or "5m"] for i in marked]
+    unknown = [blocks[i].ttl for i in marked if blocks[i].ttl not in TTL_S]
+    if unknown:
+        raise CacheMarkerError(f"cache_control ttl must be 5m or 1h, not {unknown[0]!r}")
+    ttls = [TTL_S[str(blocks[i].ttl)] for i in marked]
     if any(later > earlier for earlier, later in zip(ttls, ttls[1:], strict=False)):
         raise CacheMarkerError("a longer cache TTL must not follow a shorter one")
 
