@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 import pytest
@@ -15,9 +16,11 @@ from fastapi import FastAPI, HTTPException, Request
 from gateway.tools_api import build_tools_router, tool_spec
 from policies.model import TenantPolicy
 from policies.tools import ToolLimits, ToolPolicy
+from sandbox.assembly import build_tool_run_service
 from sandbox.idempotency import IdempotencyStore
 from sandbox.local_runner import LocalRunner
 from sandbox.service import ToolRunService
+from sandbox.types import ToolRunRequest
 from tests.sandbox.conftest import ManualClock
 from tests.sandbox.fakes import FakeRunner
 
@@ -204,3 +207,17 @@ def test_policy_becomes_the_sandbox_spec() -> None:
         "img@sha256:1",
     )
     assert json.dumps(spec.fargate.subnets) == '["s"]'
+
+
+@pytest.mark.sandbox
+def test_assembled_service_runs_a_tool(default_backend: str, tmp_path: Path) -> None:
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'fresh.db'}")
+    service, local = build_tool_run_service(engine, logging.getLogger("t"), lease_s=5)
+    specs = (tool_spec(POLICY.tools[0]),)
+    request = ToolRunRequest("acme", "k1", "key-1", "run_python", (("code", "print(1+1)"),))
+    try:
+        reply = asyncio.run(service.submit(specs, request))
+    finally:
+        local.close()
+        engine.dispose()
+    assert json.loads(reply.body)["stdout"] == "2\n"

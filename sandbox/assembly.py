@@ -1,0 +1,48 @@
+"""Assembles a ToolRunService from plain settings values (the gateway's one call at start-up).
+
+Creates the idempotency table if missing; builds nothing at import time.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import sqlalchemy as sa
+
+from sandbox.addresses import parse_cidrs
+from sandbox.fargate import FargateRunner
+from sandbox.idempotency import IdempotencyStore, create_tables
+from sandbox.inflight import RedisInflightGate
+from sandbox.local_runner import LocalRunner
+from sandbox.service import ToolRunService
+
+
+def build_tool_run_service(
+    engine: sa.Engine,
+    logger: logging.Logger,
+    *,
+    backend: str = "auto",
+    lease_s: float = 30.0,
+    retention_s: float = 24 * 3600.0,
+    egress_allow_cidrs: tuple[str, ...] = (),
+    redis_client: Any = None,
+    ecs_client: Any = None,
+    logs_client: Any = None,
+    clock: Callable[[], float] = time.time,
+) -> tuple[ToolRunService, LocalRunner]:
+    """The service, plus its LocalRunner (call `.close()` on it at shutdown). Fargate runs
+    are enabled when both boto3 clients are given; the Redis gate when a client is given."""
+    create_tables(engine)
+    store = IdempotencyStore(engine, clock, lease_s=lease_s, retention_s=retention_s)
+    local = LocalRunner(
+        logger, allow_cidrs=parse_cidrs(egress_allow_cidrs), backend=backend, clock=clock
+    )
+    fargate = None
+    if ecs_client is not None and logs_client is not None:
+        fargate = FargateRunner(ecs_client, logs_client, clock, logger)
+    gate = RedisInflightGate(redis_client) if redis_client is not None else None
+    service = ToolRunService(store, local, clock, logger, fargate=fargate, gate=gate)
+    return service, local
