@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from adapters.errors import ProviderRateLimited, UpstreamError, WireFormatError
+from adapters.routing_types import NoRouteAvailable
 from adapters.types import WireFormat
 
 
@@ -117,6 +118,12 @@ def to_http(exc: Exception, wire: WireFormat) -> HttpError:
             exc.field,
         )
         return HttpError(400, body)
+    if isinstance(exc, NoRouteAvailable):
+        message = f"{exc}: every replica is drained or cooling down; retry shortly"
+        body = _shape(
+            wire, 503, "service_unavailable", "overloaded_error", message, "no_route", "model"
+        )
+        return HttpError(503, body, {"retry-after": "5"})
     if isinstance(exc, UpstreamError):
         kind_o, kind_a = _upstream_kind(exc)
         message = f"upstream {exc.backend} failed: {exc.detail}"

@@ -108,7 +108,13 @@ def build_components(
         await admission.start(engine)
         for child in children:
             await child.start()
-        parts.tasks.append(asyncio.create_task(fleet.run_health_checks()))
+        await fleet.check_health()  # start serving with a known fleet state
+
+        async def health_loop(interval_s: float = 10.0) -> None:
+            await asyncio.sleep(interval_s)
+            await fleet.run_health_checks(interval_s)
+
+        parts.tasks.append(asyncio.create_task(health_loop()))
 
     async def stop() -> None:
         for child in children:
