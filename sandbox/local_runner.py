@@ -167,20 +167,7 @@ class LocalRunner:
     async def _execute(self, argv: list[str], env: dict[str, str], job: SandboxJob) -> RunOutput:
         started = self._clock()
         cap = job.limits.output_kb * 1024
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=env,
-                start_new_session=True,
-                user=self._drop_to(),
-                group=self._drop_to(),
-                extra_groups=[] if self._drop_to() is not None else None,
-            )
-        except OSError as exc:  # nothing was started
-            raise RunnerFailed(f"cannot start the sandbox: {exc.strerror}") from exc
+        proc = await self._spawn(argv, env)
         assert proc.stdout is not None and proc.stderr is not None
         readers = asyncio.gather(_read_capped(proc.stdout, cap), _read_capped(proc.stderr, cap))
         timed_out = False
@@ -207,6 +194,24 @@ class LocalRunner:
             status = RunStatus.SUCCEEDED if code == 0 else RunStatus.FAILED
             reason = _SIGNAL_REASONS.get(code or 0, "")
         return RunOutput(status, code, out, err, out_cut, err_cut, started, self._clock(), reason)
+
+    async def _spawn(self, argv: list[str], env: dict[str, str]) -> asyncio.subprocess.Process:
+        """bwrap/unshare in a new session (its own process group), as the box's user."""
+        user = self._drop_to()
+        try:
+            return await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=env,
+                start_new_session=True,
+                user=user,
+                group=user,
+                extra_groups=[] if user is not None else None,
+            )
+        except OSError as exc:  # nothing was started
+            raise RunnerFailed(f"cannot start the sandbox: {exc.strerror}") from exc
 
 
 async def _read_capped(stream: asyncio.StreamReader, cap: int) -> tuple[str, bool]:
