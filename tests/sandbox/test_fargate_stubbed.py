@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import logging
 from typing import Any
 
 import boto3
@@ -15,10 +16,8 @@ from botocore.stub import Stubber
 from sandbox.errors import FargateConflict, RunnerFailed
 from sandbox.fingerprint import client_token
 from sandbox.idempotency import IdempotencyStore
-from sandbox.types import (
-    RunStatus,
-    SandboxJob,
-)
+from sandbox.service import ToolRunService
+from sandbox.types import RunStatus, SandboxJob, ToolRunRequest, ToolSpec
 from tests.sandbox.conftest import ManualClock
 from tests.sandbox.fargate_parts import LIMITS, REGION, make_job, make_runner, make_target
 
@@ -279,3 +278,25 @@ def test_deadline_stops_the_task_and_reports_a_timeout(
     assert (result.status, result.exit_code) == (RunStatus.TIMED_OUT, None)
     assert result.reason == "wall time limit 60s; lantern-timeout"
     assert (len(result.stdout), result.stdout_truncated) == (1024, True)
+
+
+def test_a_launch_that_started_nothing_releases_the_key(
+    sqlite_engine: sa.Engine, clock: ManualClock
+) -> None:
+    stub = Stubbed(clock)
+    store = IdempotencyStore(sqlite_engine, clock)
+    service = ToolRunService(store, None, clock, logging.getLogger("t"), fargate=stub.runner)  # type: ignore[arg-type]
+    spec = ToolSpec(
+        "run_python",
+        ("python3", "-c", "{code}"),
+        "fargate",
+        ("api.example.com:443",),
+        LIMITS,
+        make_target(),
+    )
+    request = ToolRunRequest("acme", "k1", "key-1", "run_python", (("code", "print(6*7)"),))
+    failure = {"tasks": [], "failures": [{"reason": "RESOURCE:MEMORY", "detail": "no capacity"}]}
+    stub.ecs_stub.add_response("run_task", failure)
+    with stub.ecs_stub, pytest.raises(RunnerFailed):
+        asyncio.run(service.submit((spec,), request))
+    assert store.find("acme", "key-1") is None  # the client may retry the same key
