@@ -3,12 +3,12 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-export TIKTOKEN_CACHE_DIR ?= $(CURDIR)/var/tiktoken
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: install run test check clean
+.PHONY: install run test check clean bubblewrap
 
 $(STAMP): pyproject.toml
+	command -v bwrap >/dev/null || $(MAKE) bubblewrap
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
@@ -16,6 +16,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# The tool sandbox's namespaces (Debian/Ubuntu package; needs root or sudo once).
+bubblewrap:
+	if [ "$$(id -u)" = 0 ]; then apt-get install -y -q bubblewrap || (apt-get update -q && apt-get install -y -q bubblewrap); \
+	else sudo apt-get install -y -q bubblewrap; fi
 
 run: install
 	$(BIN)/lantern serve --demo
