@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import os
+import platform
 import uuid
 from pathlib import Path
 
@@ -255,3 +256,37 @@ def test_no_namespaces_means_no_run(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         asyncio.run(runner.run(SandboxJob("r", "t", ("true",), LIMITS)))
     runner.close()
     assert os.environ["PATH"] == str(tmp_path)
+
+
+SYSCALLS = {  # name: (x86_64, aarch64, arguments); unfiltered each returns 0, EFAULT or EINVAL
+    "ptrace_traceme": (101, 117, (0, 0, 0, 0)),
+    "io_uring_setup": (425, 425, (1, 0)),
+    "keyctl_session_keyring": (250, 219, (0, -3, 1)),
+    "perf_event_open": (298, 241, (0, 0, -1, -1, 0)),
+    "clone3": (435, 435, (0, 0)),
+}
+
+
+def test_the_syscall_filter_refuses_kernel_attack_surface(sandbox_backend: str) -> None:
+    column = {"x86_64": 0, "aarch64": 1}[platform.machine()]
+    calls = {name: (numbers[column], numbers[2]) for name, numbers in SYSCALLS.items()}
+    code = (
+        "import ctypes, json\nlibc = ctypes.CDLL(None, use_errno=True)\nout = {}\n"
+        f"for name, (nr, args) in {calls!r}.items():\n"
+        "    r = libc.syscall(nr, *[ctypes.c_long(a) for a in args])\n"
+        "    out[name] = ctypes.get_errno() if r == -1 else 0\n"
+        "print(json.dumps(out))"
+    )
+    result = _python(sandbox_backend, code)
+    assert json.loads(result.stdout) == {
+        "ptrace_traceme": 1,
+        "io_uring_setup": 1,
+        "keyctl_session_keyring": 1,
+        "perf_event_open": 1,
+        "clone3": 38,  # EPERM; ENOSYS makes libc fall back to clone()
+    }
+    threads = _python(
+        sandbox_backend,
+        "import threading as t; x = t.Thread(target=print, args=('ok',)); x.start(); x.join()",
+    )
+    assert threads.stdout == "ok\n"
