@@ -30,7 +30,7 @@ def stack(tmp_path: Path) -> Iterator[tuple[RunningGateway, FakeUpstream, Prompt
     with FakeUpstream(cache=fake) as upstream:
         (tmp_path / "policies").mkdir()
         cache = {"normalise": {"relocate_volatile": True}}
-        write_policy(tmp_path / "policies", "acme", KEY, models=[MODEL], cache=cache)
+        write_policy(tmp_path / "policies", "acme", KEY, models=[MODEL, "gpt-4o"], cache=cache)
         backend = {
             "kind": "anthropic",
             "name": "fake",
@@ -39,9 +39,18 @@ def stack(tmp_path: Path) -> Iterator[tuple[RunningGateway, FakeUpstream, Prompt
             "api_key_env": None,
             "timeout_s": 10,
         }
-        config = write_config(
-            tmp_path / "lantern.yaml", tmp_path, [{"name": MODEL, "backends": [backend]}]
-        )
+        openai_backend = {
+            "kind": "openai_compatible",
+            "name": "fake-openai",
+            "base_url": upstream.openai_base_url,
+            "model": "gpt-4o",
+            "timeout_s": 10,
+        }
+        models = [
+            {"name": MODEL, "backends": [backend]},
+            {"name": "gpt-4o", "backends": [openai_backend]},
+        ]
+        config = write_config(tmp_path / "lantern.yaml", tmp_path, models)
         gateway = start_gateway(config)
         try:
             yield gateway, upstream, fake
@@ -105,14 +114,53 @@ def test_session_through_the_gateway(
         "ttl": "5m",
     }
     assert usages[0]["cache_read_input_tokens"] == 0
+    calls = [c for c in fake.calls if c.wire == "anthropic" and c.prompt_tokens > 1000]  # no probes
     for call, usage in enumerate(usages[1:], start=1):
-        assert (
-            usage["cache_read_input_tokens"]
-            == fake.calls[call - 1].read + fake.calls[call - 1].write
-        )
+        assert usage["cache_read_input_tokens"] == calls[call - 1].read + calls[call - 1].write
         predicted = int(verdicts[call].split("read=")[1])
         assert (
             abs(predicted - usage["cache_read_input_tokens"])
             <= 0.05 * usage["cache_read_input_tokens"]
         )
     assert json.dumps(sent).count("cache_control") == 2  # system, last stable block (tools < 1024)
+
+
+def openai_body(turns: int) -> dict:
+    messages: list[dict] = [
+        {"role": "system", "content": "Rules at 2026-11-30T10:00:00Z." + " r" * 1200},
+        {"role": "user", "content": "Fix the test."},
+    ]
+    for t in range(1, turns):
+        call = {
+            "id": f"c{t}",
+            "type": "function",
+            "function": {"name": "run", "arguments": '{"a":1}'},
+        }
+        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        messages.append({"role": "tool", "tool_call_id": f"c{t}", "content": "ok" + " b" * 200})
+    tools = [
+        {"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
+        for n in ("run", "edit")
+    ]
+    return {"model": "gpt-4o", "messages": messages, "tools": tools}
+
+
+def test_openai_session_through_the_gateway(
+    stack: tuple[RunningGateway, FakeUpstream, PromptCacheFake],
+) -> None:
+    gateway, upstream, fake = stack
+    headers = {"authorization": f"Bearer {KEY}", "x-session-id": "s-openai"}
+    with httpx.Client(base_url=gateway.url, headers=headers, timeout=30.0) as client:
+        replies = [client.post("/v1/chat/completions", json=openai_body(turns)) for turns in (1, 2)]
+    assert [r.status_code for r in replies] == [200, 200], replies[-1].text
+    sent = [r.json() for r in upstream.requests[-2:]]
+    keys = {s["prompt_cache_key"] for s in sent}
+    assert len(keys) == 1 and keys.pop().startswith("lt-")  # one tenant-scoped key for the session
+    assert [t["function"]["name"] for t in sent[1]["tools"]] == ["edit", "run"]
+    assert sent[1]["messages"][0]["content"].startswith("Rules at {{volatile:1}}.")
+    assert sent[1]["messages"][-1]["role"] == "user"  # the tail follows the tool answer
+    cached = replies[1].json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+    prompt = replies[1].json()["usage"]["prompt_tokens"]
+    (accounted,) = [c for c in fake.calls if c.wire == "openai" and c.prompt_tokens == prompt]
+    assert cached == accounted.read and cached >= 1024 and (cached - 1024) % 128 == 0
+    assert replies[1].headers["x-lantern-cache"].startswith("kept; ")
