@@ -24,7 +24,7 @@ import httpx
 
 from bench._procs import PY, ROOT, cpu_seconds, free_port, start, stop
 
-KEY = "lt-bench-key-000000000000000000000000000001"
+KEY = "sk-bench-key-000000000000000000000000000001"  # also the LiteLLM master key
 TOOLS = [
     {
         "type": "function",
@@ -165,7 +165,7 @@ def write_litellm_config(tmp: Path, upstream: str) -> Path:
                         },
                     }
                 ],
-                "general_settings": {},
+                "general_settings": {"master_key": KEY},
             }
         )
     )

@@ -134,7 +134,7 @@ def _add_cache(commands: Any) -> None:
         description="Explain where and why a session's prompt prefix changed.",
     )
     explain.add_argument("--session", required=True, help="session id")
-    explain.add_argument("--tenant", help="tenant id")
+    explain.add_argument("--tenant", required=True, help="tenant id (sessions are per tenant)")
     explain.add_argument("--config", type=Path, help="lantern.yaml (default: $LANTERN_CONFIG)")
     explain.set_defaults(handler=_cache_explain)
 

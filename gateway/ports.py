@@ -73,7 +73,7 @@ class PreparedPrompt:
     cache_salt: str
     prefix_hashes: tuple[bytes, ...] = ()
     stable_prefix_tokens: int = 0
-    diagnosis: object | None = None  # filled by PromptPort.observe
+    diagnosis: object | None = None  # what prepare() learned, for observe() (opaque here)
 
 
 class PromptPort(Protocol):

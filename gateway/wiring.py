@@ -82,7 +82,9 @@ def build_components(
     metrics.registry.register(RecorderCollector(recorder))
     ledger = CallLedger(recorder, lambda: datetime.now(UTC))
     admission = Admission.from_settings(settings, registry=metrics.registry)
-    prompts = PromptCachePort(settings.resolve_server_secret(), registry=metrics.registry)
+    prompts = PromptCachePort(
+        settings.resolve_server_secret(), registry=metrics.registry, clock=clock
+    )
     fleet = Fleet(models.routes(), clock=clock, rng=random.Random())
 
     pipeline = Pipeline(
