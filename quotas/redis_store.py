@@ -11,7 +11,7 @@ from collections.abc import Awaitable
 from typing import Literal, TypeVar
 
 from redis import exceptions as redis_errors
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -61,18 +61,26 @@ class RedisQuotaStore:
 
     @classmethod
     def from_url(
-        cls, url: str, *, key_prefix: str = "lantern:quota:", timeout_s: float = 1.0
+        cls,
+        url: str,
+        *,
+        key_prefix: str = "lantern:quota:",
+        timeout_s: float = 5.0,
+        max_connections: int = 64,
     ) -> RedisQuotaStore:
-        """A client that fails fast: no silent retries (a retried reserve could apply twice)."""
-        client = Redis.from_url(
+        """A bounded pool (calls wait up to `timeout_s` for a connection rather than opening
+        hundreds at once) and no silent retries (a retried reserve could apply twice)."""
+        pool = BlockingConnectionPool.from_url(
             url,
+            max_connections=max_connections,
+            timeout=timeout_s,
             socket_timeout=timeout_s,
             socket_connect_timeout=timeout_s,
             retry=Retry(NoBackoff(), 0),
             retry_on_error=[],
             decode_responses=True,
         )
-        return cls(client, key_prefix=key_prefix)
+        return cls(Redis(connection_pool=pool), key_prefix=key_prefix)
 
     async def reserve(
         self, tenant: str, limits: Limits, ask: Ask, *, reservation_id: str, now_ms: int
@@ -169,7 +177,7 @@ class RedisQuotaStore:
         await self._call(self._client.ping())
 
     async def close(self) -> None:
-        await self._client.aclose()
+        await self._client.aclose(close_connection_pool=True)
 
     def _tenant_keys(self, tenant: str) -> list[str]:
         base = f"{self._prefix}{{{tenant}}}:"

@@ -22,9 +22,7 @@ from bench._procs import free_port
 from gateway.admission import REDIS_KEY_PREFIX
 from gateway.ledger.db import create_ledger_engine
 from gateway.ledger.models import UsageRecord
-from tests.e2e.conftest import models_for
 from tests.e2e.harness import write_config, write_policy
-from tests.fakes.upstream import FakeUpstream
 
 REPO = Path(__file__).resolve().parents[2]
 NUM_GATEWAYS = 4
@@ -41,11 +39,7 @@ BODY = {
 
 def start_gateways(config: Path, var_dir: Path) -> list[tuple[subprocess.Popen[bytes], str]]:
     """Started one after another: each migrates the ledger schema at start-up."""
-    env = {
-        **os.environ,
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        "TIKTOKEN_CACHE_DIR": str(REPO / "var" / "tiktoken"),
-    }
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     running: list[tuple[subprocess.Popen[bytes], str]] = []
     for n in range(NUM_GATEWAYS):
         port = free_port()
@@ -75,8 +69,44 @@ def wait_healthy(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
 
 
 @pytest.fixture
+def upstream_url(var_dir: Path) -> Iterator[str]:
+    """The fake upstream in its own process, so the 400 client calls do not slow it down."""
+    port = free_port()
+    argv = [sys.executable, "-m", "tests.fakes.upstream", "--port", str(port)]
+    log = var_dir / "upstream.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=out)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(url + "/", timeout=2)
+                break
+            except httpx.HTTPError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError(f"fake upstream did not start: {log.read_text()}") from None
+                time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def openai_model(upstream_url: str) -> dict[str, Any]:
+    backend = {
+        "kind": "openai_compatible",
+        "name": "fake-openai",
+        "base_url": upstream_url + "/v1",
+        "model": "gpt-4o-mini",
+        "timeout_s": 60,
+    }
+    return {"name": "gpt-4o-mini", "backends": [backend]}
+
+
+@pytest.fixture
 def gateways(
-    upstream: FakeUpstream, var_dir: Path, redis_url: str, postgres_url: str
+    upstream_url: str, var_dir: Path, redis_url: str, postgres_url: str
 ) -> Iterator[dict[str, Any]]:
     suffix = uuid.uuid4().hex[:10]
     tenants = {"probe": f"probe-{suffix}", "busy": f"busy-{suffix}"}
@@ -91,7 +121,7 @@ def gateways(
     config = write_config(
         var_dir / "lantern.yaml",
         var_dir,
-        models_for(upstream),
+        [openai_model(upstream_url)],
         redis_url=redis_url,
         database_url=postgres_url,
     )
@@ -171,6 +201,19 @@ def test_one_tenant_never_overruns_its_token_limit_across_four_gateways(
     time.sleep(2.0)  # every gateway's policy poller (0.5 s) has loaded the new tenant
 
     replies = asyncio.run(fire(urls, keys["busy"]))
+
+    rejected_by = 0
+    for url in urls:  # every admission went through Redis: no process fell back to its own store
+        lines = httpx.get(url + "/metrics", timeout=10).text.splitlines()
+        assert "lantern_quota_store_down 0.0" in lines
+        assert not [
+            line for line in lines if line.startswith("lantern_quota_fallback_admissions_total")
+        ]
+        prefix = f'lantern_quota_rejections_total{{limit="tokens_per_minute",tenant="{tenants["busy"]}"}}'
+        rejected_by += sum(
+            int(float(line.split()[-1])) for line in lines if line.startswith(prefix)
+        )
+    assert rejected_by == NUM_CALLS - ADMITS
 
     statuses = sorted({reply.status_code for reply in replies})
     assert statuses == [200, 429], [r.text for r in replies if r.status_code not in (200, 429)][:3]
