@@ -145,7 +145,7 @@ def test_missing_module_exits_2_with_a_clear_message(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setitem(sys.modules, "gateway.cachecli", None)
-    assert main(["cache", "explain", "--session", "s1"]) == 2
+    assert main(["cache", "explain", "--session", "s1", "--tenant", "acme"]) == 2
     assert capsys.readouterr().err == (
         "lantern cache explain: not available (gateway.cachecli.cli_explain is missing)\n"
     )
