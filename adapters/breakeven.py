@@ -131,7 +131,9 @@ def breakeven_report(agg: ModelAggregates) -> BreakevenReport:
     per_replica_mtok = agg.hours * agg.mtok_per_h_full
     overflow_u = agg.api.work_tokens / 1e6 / per_replica_mtok if per_replica_mtok > 0 else 0.0
     fleet_cost = agg.replicas * agg.hours * agg.replica_usd_per_h
-    need = total.work_tokens / 1e6 / (per_replica_mtok * agg.headroom_util) if per_replica_mtok else 0
+    need = (
+        total.work_tokens / 1e6 / (per_replica_mtok * agg.headroom_util) if per_replica_mtok else 0
+    )
     all_fleet_replicas = max(1, math.ceil(need - 1e-9)) if total.work_tokens else 0
     advice, reason = _advice(u, ustar, agg, overflow_u)
     formula = (

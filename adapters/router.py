@@ -40,7 +40,9 @@ def _replica_score(r: ReplicaState, f: RequestFeatures, snap: FleetSnapshot) -> 
     return CandidateScore(r.backend, r.key, "selfhost", True, cached, ttft, 0.0)
 
 
-def _api_score(a: ApiState, f: RequestFeatures, prices: Prices, entry: SessionEntry | None) -> CandidateScore:
+def _api_score(
+    a: ApiState, f: RequestFeatures, prices: Prices, entry: SessionEntry | None
+) -> CandidateScore:
     warm = entry is not None and entry.venue == "api" and entry.backend == a.backend
     cached = min(entry.cached_tokens, f.prompt_tokens) if warm and entry is not None else 0
     price = prices.api.get(a.backend)
@@ -49,15 +51,20 @@ def _api_score(a: ApiState, f: RequestFeatures, prices: Prices, entry: SessionEn
 
 
 def _lantern_pick(
-    subset: Sequence[int], scores: Sequence[CandidateScore], sticky: int | None,
-    knobs: RoutingKnobs, rng: random.Random,
+    subset: Sequence[int],
+    scores: Sequence[CandidateScore],
+    sticky: int | None,
+    knobs: RoutingKnobs,
+    rng: random.Random,
 ) -> tuple[int, str]:
     """The longest match among replicas within `affinity_slack_s` of the least predicted TTFT
     (ties: least TTFT, then order); a session stays on its replica until staying costs more
     than the gate in predicted TTFT."""
     fastest = min(scores[i].predicted_ttft_s for i in subset)
     near = [i for i in subset if scores[i].predicted_ttft_s <= fastest + knobs.affinity_slack_s]
-    best = min(near, key=lambda i: (-scores[i].predicted_cached_tokens, scores[i].predicted_ttft_s, i))
+    best = min(
+        near, key=lambda i: (-scores[i].predicted_cached_tokens, scores[i].predicted_ttft_s, i)
+    )
     if sticky is not None and sticky in subset:
         penalty = scores[sticky].predicted_ttft_s - scores[best].predicted_ttft_s
         if penalty <= knobs.stickiness_gate_s:
@@ -69,8 +76,13 @@ def _lantern_pick(
 
 
 def _pick_replica(
-    subset: Sequence[int], replicas: Sequence[ReplicaState], scores: Sequence[CandidateScore],
-    f: RequestFeatures, sticky: int | None, snap: FleetSnapshot, knobs: RoutingKnobs,
+    subset: Sequence[int],
+    replicas: Sequence[ReplicaState],
+    scores: Sequence[CandidateScore],
+    f: RequestFeatures,
+    sticky: int | None,
+    snap: FleetSnapshot,
+    knobs: RoutingKnobs,
     rng: random.Random,
 ) -> tuple[int, str]:
     strategy = knobs.strategy
@@ -106,8 +118,12 @@ def _has_room(s: CandidateScore, r: ReplicaState, util_limit: float, knobs: Rout
 
 
 def _venue(
-    replicas: Sequence[ReplicaState], rscores: Sequence[CandidateScore], entry: SessionEntry | None,
-    sticky: int | None, knobs: RoutingKnobs, have_api: bool,
+    replicas: Sequence[ReplicaState],
+    rscores: Sequence[CandidateScore],
+    entry: SessionEntry | None,
+    sticky: int | None,
+    knobs: RoutingKnobs,
+    have_api: bool,
 ) -> tuple[VenueKind, list[int], str]:
     """Which venue, and which replicas may take the call if it is the fleet (hysteresis)."""
     everyone = list(range(len(replicas)))
@@ -134,8 +150,13 @@ def _excluded(r: ReplicaState, now: float) -> CandidateScore:
 
 
 def choose(
-    features: RequestFeatures, fleet: FleetSnapshot, sessions: SessionTable, prices: Prices,
-    policy: RoutingKnobs, now: float, rng: random.Random,
+    features: RequestFeatures,
+    fleet: FleetSnapshot,
+    sessions: SessionTable,
+    prices: Prices,
+    policy: RoutingKnobs,
+    now: float,
+    rng: random.Random,
 ) -> Decision:
     """Pick the venue, replica or provider for one call; raise NoRouteAvailable if none may."""
     pool = [r for r in fleet.replicas if r.model == features.model]
@@ -178,7 +199,9 @@ def choose(
 
 
 def _fallbacks(
-    chosen: CandidateScore, rscores: Sequence[CandidateScore], ascores: Sequence[CandidateScore],
+    chosen: CandidateScore,
+    rscores: Sequence[CandidateScore],
+    ascores: Sequence[CandidateScore],
 ) -> tuple[CandidateScore, ...]:
     """The rest of the chain: same venue first (fastest replicas / cheapest APIs), then the other."""
     fleet = sorted((s for s in rscores if s is not chosen), key=lambda s: s.predicted_ttft_s)
@@ -188,8 +211,13 @@ def _fallbacks(
 
 
 def session_after(
-    session_id: str, venue: VenueKind, backend: str, replica: str | None, now: float,
-    prompt_tokens: int, output_tokens: int,
+    session_id: str,
+    venue: VenueKind,
+    backend: str,
+    replica: str | None,
+    now: float,
+    prompt_tokens: int,
+    output_tokens: int,
 ) -> SessionEntry:
     """The session's entry once a call succeeded: the venue now holds prompt and answer."""
     return SessionEntry(session_id, venue, backend, replica, now, prompt_tokens + output_tokens)

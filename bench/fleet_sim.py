@@ -170,18 +170,30 @@ class Simulation:
         self.replicas = [Replica(f"engine@r{i}", Pool(kv_blocks)) for i in range(cfg.replicas)]
         self.by_key = {r.key: r for r in self.replicas}
         self.system = [self._system_chain(a) for a in range(cfg.agent_types)]
-        cands = tuple(Candidate(None, "engine", "selfhost", f"r{i}")  # type: ignore[arg-type]
-                      for i in range(cfg.replicas))
+        cands = tuple(
+            Candidate(None, "engine", "selfhost", f"r{i}")  # type: ignore[arg-type]
+            for i in range(cfg.replicas)
+        )
         self.route = ModelRoute("m", cands)
-        spec = ReplicaSpec(prefill_tok_s=1 / cfg.step_per_token_s, capacity_tok_s=1 / cfg.step_per_token_s,
-                           kv_capacity_blocks=kv_blocks, base_ttft_s=cfg.step_base_s)
-        self.fleet = Fleet([self.route], specs={"engine": spec}, clock=lambda: self.now,
-                           rng=random.Random(seed), block_tokens=cfg.block_tokens)
+        spec = ReplicaSpec(
+            prefill_tok_s=1 / cfg.step_per_token_s,
+            capacity_tok_s=1 / cfg.step_per_token_s,
+            kv_capacity_blocks=kv_blocks,
+            base_ttft_s=cfg.step_base_s,
+        )
+        self.fleet = Fleet(
+            [self.route],
+            specs={"engine": spec},
+            clock=lambda: self.now,
+            rng=random.Random(seed),
+            block_tokens=cfg.block_tokens,
+        )
         if strategy == "oracle":
             self.fleet.index = OracleIndex(self.replicas)
         name = "lantern" if strategy == "oracle" else strategy
-        self.tenant = TenantPolicy(tenant="sim", routing=RoutingPolicy(venue="selfhost_only",
-                                                                        strategy=name))  # type: ignore[arg-type]
+        self.tenant = TenantPolicy(
+            tenant="sim", routing=RoutingPolicy(venue="selfhost_only", strategy=name)
+        )  # type: ignore[arg-type]
         self.request = ChatRequest(model="m", messages=())
         self.records: list[tuple[float, int, int]] = []  # (ttft, hit tokens, prompt tokens)
         self.ws_samples: list[int] = []
@@ -234,8 +246,14 @@ class Simulation:
     def dispatch(self, req: Req) -> None:
         bt = self.cfg.block_tokens
         prepared = PreparedPrompt({}, self.request, "root", "salt", tuple(req.prompt))
-        plan = self.fleet.plan(self.route, self.tenant, req.session.sid, prepared,
-                               len(req.prompt) * bt, len(req.answer) * bt)
+        plan = self.fleet.plan(
+            self.route,
+            self.tenant,
+            req.session.sid,
+            prepared,
+            len(req.prompt) * bt,
+            len(req.answer) * bt,
+        )
         req.attempt = plan.attempts[0]
         self.fleet.on_dispatch(req.attempt, req.session.sid, prepared)
         replica = self.by_key[f"engine@{req.attempt.candidate.replica}"]
@@ -290,7 +308,11 @@ class Simulation:
                 self.fleet.on_first_token(q.attempt)
         for q in decodes:
             q.generated += 1
-        done = [q for q in r.running if q.prefill_left == 0 and q.generated >= len(q.answer) * self.cfg.block_tokens]
+        done = [
+            q
+            for q in r.running
+            if q.prefill_left == 0 and q.generated >= len(q.answer) * self.cfg.block_tokens
+        ]
         for q in done:
             r.running.remove(q)
             self.finish(r, q)
@@ -314,8 +336,10 @@ class Simulation:
 
     def working_set_blocks(self) -> int:
         agents = {tuple(s.stream[:1]) for s in self.live.values()}
-        return sum(len(s.stream) - s.unique_from for s in self.live.values()) + \
-            len(agents) * self.cfg.system_blocks
+        return (
+            sum(len(s.stream) - s.unique_from for s in self.live.values())
+            + len(agents) * self.cfg.system_blocks
+        )
 
     def run(self) -> None:
         t = 0.0
@@ -348,8 +372,10 @@ class Simulation:
         cost = sum(busy) / 3600 * self.cfg.replica_usd_per_h
         served = sum(p for _, _, p in self.records) + 0.0
         return {
-            "requests": len(ttfts), "hit_rate": hit / prompt if prompt else 0.0,
-            "ttft_p50": ttfts[len(ttfts) // 2], "ttft_p95": ttfts[int(len(ttfts) * 0.95)],
+            "requests": len(ttfts),
+            "hit_rate": hit / prompt if prompt else 0.0,
+            "ttft_p50": ttfts[len(ttfts) // 2],
+            "ttft_p95": ttfts[int(len(ttfts) * 0.95)],
             "spread_cv": statistics.pstdev(work) / statistics.fmean(work),
             "busy_usd_per_mtok": cost / (served / 1e6) if served else 0.0,
             "working_set": statistics.fmean(self.ws_samples) if self.ws_samples else 0.0,
@@ -377,21 +403,32 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--agent-types", type=int, default=4, help="distinct system prompts")
     ap.add_argument("--strategies", nargs="+", default=list(STRATEGIES))
     args = ap.parse_args(argv)
-    cfg = SimConfig(duration_s=args.duration, session_rate=args.rate, ws_target=args.ws_target,
-                    kv_blocks=args.kv_blocks, agent_types=args.agent_types)
+    cfg = SimConfig(
+        duration_s=args.duration,
+        session_rate=args.rate,
+        ws_target=args.ws_target,
+        kv_blocks=args.kv_blocks,
+        agent_types=args.agent_types,
+    )
     for seed in args.seeds:
         kv, ws = (cfg.kv_blocks, 0.0) if cfg.kv_blocks else size_kv(cfg, seed)
-        print(f"\nseed {seed}: {cfg.replicas} replicas x {kv} KV blocks of {cfg.block_tokens} tokens;"
-              f" working set {ws:.0f} blocks = {ws / (kv * cfg.replicas):.0%} of fleet KV")
-        print("| strategy | requests | token hit rate | TTFT p50 s | TTFT p95 s | load CV | $/Mtok (busy) |")
+        print(
+            f"\nseed {seed}: {cfg.replicas} replicas x {kv} KV blocks of {cfg.block_tokens} tokens;"
+            f" working set {ws:.0f} blocks = {ws / (kv * cfg.replicas):.0%} of fleet KV"
+        )
+        print(
+            "| strategy | requests | token hit rate | TTFT p50 s | TTFT p95 s | load CV | $/Mtok (busy) |"
+        )
         print("| --- | --- | --- | --- | --- | --- | --- |")
         for strategy in args.strategies:
             sim = Simulation(cfg, strategy, seed, kv)
             sim.run()
             m = sim.summary()
-            print(f"| {strategy} | {m['requests']:.0f} | {m['hit_rate']:.3f} | {m['ttft_p50']:.3f} |"
-                  f" {m['ttft_p95']:.3f} | {m['spread_cv']:.3f} | {m['busy_usd_per_mtok']:.3f} |",
-                  flush=True)
+            print(
+                f"| {strategy} | {m['requests']:.0f} | {m['hit_rate']:.3f} | {m['ttft_p50']:.3f} |"
+                f" {m['ttft_p95']:.3f} | {m['spread_cv']:.3f} | {m['busy_usd_per_mtok']:.3f} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -87,11 +87,20 @@ class FleetStats:
 
 class Fleet:
     def __init__(
-        self, routes: Sequence[ModelRoute] = (), *, prices: Prices | None = None,
-        specs: Mapping[str, ReplicaSpec] | None = None, clock: Callable[[], float],
-        rng: random.Random, block_tokens: int = 16, cooldown_s: float = 30.0,
-        api_cooldown_s: float = 5.0, failures_to_drain: int = 2, util_window_s: float = 60.0,
-        probe_timeout_s: float = 30.0, session_max_idle_s: float = 3600.0,
+        self,
+        routes: Sequence[ModelRoute] = (),
+        *,
+        prices: Prices | None = None,
+        specs: Mapping[str, ReplicaSpec] | None = None,
+        clock: Callable[[], float],
+        rng: random.Random,
+        block_tokens: int = 16,
+        cooldown_s: float = 30.0,
+        api_cooldown_s: float = 5.0,
+        failures_to_drain: int = 2,
+        util_window_s: float = 60.0,
+        probe_timeout_s: float = 30.0,
+        session_max_idle_s: float = 3600.0,
     ) -> None:
         self.prices = prices or Prices()
         self._specs = dict(specs or {})
@@ -104,7 +113,8 @@ class Fleet:
         self._replicas: dict[str, _Replica] = {}
         self._apis: dict[str, _Api] = {}
         self._sessions: dict[str, SessionEntry] = {}
-        self._planned: dict[str, tuple[int, int]] = {}  # session -> (prompt, max) tokens of its last plan
+        # session -> (prompt tokens, max tokens) of its last plan, for on_dispatch
+        self._planned: dict[str, tuple[int, int]] = {}
         self._inflight: dict[int, tuple[Attempt, _Inflight]] = {}
         self._seq = 0
         self._accuracy = [0, 0, 0]
@@ -131,9 +141,20 @@ class Fleet:
         util = work / (self._util_window_s * r.spec.capacity_tok_s)
         c = r.candidate
         return ReplicaState(
-            c.backend_name, c.replica, r.model, r.healthy, r.drained_until, r.inflight_requests,
-            r.inflight_tokens, r.inflight_blocks, 0, r.spec.prefill_tok_s, r.spec.capacity_tok_s,
-            self.index.capacity(key), min(util, 1.0), r.spec.base_ttft_s,
+            c.backend_name,
+            c.replica,
+            r.model,
+            r.healthy,
+            r.drained_until,
+            r.inflight_requests,
+            r.inflight_tokens,
+            r.inflight_blocks,
+            0,
+            r.spec.prefill_tok_s,
+            r.spec.capacity_tok_s,
+            self.index.capacity(key),
+            min(util, 1.0),
+            r.spec.base_ttft_s,
         )
 
     def snapshot(self, now: float) -> FleetSnapshot:
@@ -146,24 +167,45 @@ class Fleet:
 
     # --- RoutingPort --------------------------------------------------------------------------
 
-    def route(self, features: RequestFeatures, policy: RoutingPolicy,
-              allowed: Collection[str] | None = None) -> Decision:
+    def route(
+        self,
+        features: RequestFeatures,
+        policy: RoutingPolicy,
+        allowed: Collection[str] | None = None,
+    ) -> Decision:
         """One pure decision over the current state (no side effects but the sequence number)."""
         now = self._clock()
         snap = self.snapshot(now)
         if allowed is not None:
             snap = FleetSnapshot(
                 tuple(r for r in snap.replicas if r.backend in allowed),
-                tuple(a for a in snap.apis if a.backend in allowed), snap.prefixes, snap.seq)
+                tuple(a for a in snap.apis if a.backend in allowed),
+                snap.prefixes,
+                snap.seq,
+            )
         self._seq += 1
         self._planned[features.session_id] = (features.prompt_tokens, features.max_tokens)
         return choose(features, snap, self.sessions(), self.prices, policy, now, self._rng)
 
-    def plan(self, route: ModelRoute, tenant: TenantPolicy, session_id: str,
-             prepared: PreparedPrompt, prompt_tokens: int, max_tokens: int) -> RoutePlan:
+    def plan(
+        self,
+        route: ModelRoute,
+        tenant: TenantPolicy,
+        session_id: str,
+        prepared: PreparedPrompt,
+        prompt_tokens: int,
+        max_tokens: int,
+    ) -> RoutePlan:
         self._register(route)
-        features = RequestFeatures(tenant.tenant, session_id, route.name, prepared.prefix_hashes,
-                                   prompt_tokens, max_tokens, self.block_tokens)
+        features = RequestFeatures(
+            tenant.tenant,
+            session_id,
+            route.name,
+            prepared.prefix_hashes,
+            prompt_tokens,
+            max_tokens,
+            self.block_tokens,
+        )
         names = {c.backend_name for c in route.candidates}
         allowed = names if tenant.backends is None else names & set(tenant.backends)
         decision = self.route(features, tenant.routing, allowed)
@@ -230,16 +272,28 @@ class Fleet:
         r.done.append((now, usage.input_tokens + usage.cache_write_tokens + usage.output_tokens))
         self._correct(rec, usage)
         self._sessions[rec.session_id] = session_after(
-            rec.session_id, "selfhost", c.backend_name, rec.key, now, rec.prompt_tokens,
-            usage.output_tokens)
+            rec.session_id,
+            "selfhost",
+            c.backend_name,
+            rec.key,
+            now,
+            rec.prompt_tokens,
+            usage.output_tokens,
+        )
 
     def _api_done(self, c: Candidate, rec: _Inflight, usage: Usage, ok: bool, now: float) -> None:
         if not ok:
             self._apis[c.backend_name].cooldown_until = now + self._api_cooldown_s
             return
         self._sessions[rec.session_id] = session_after(
-            rec.session_id, "api", c.backend_name, None, now, usage.prompt_tokens,
-            usage.output_tokens)
+            rec.session_id,
+            "api",
+            c.backend_name,
+            None,
+            now,
+            usage.prompt_tokens,
+            usage.output_tokens,
+        )
 
     def _correct(self, rec: _Inflight, usage: Usage) -> None:
         assert rec.key is not None
@@ -277,11 +331,17 @@ class Fleet:
         return {k: ok for (k, _), ok in zip(due, results, strict=True)}
 
     async def _probe(self, r: _Replica) -> bool:
-        request = ChatRequest(model=r.model, messages=(Message("user", (TextPart("ping"),)),),
-                              max_tokens=1, temperature=0.0)
+        request = ChatRequest(
+            model=r.model,
+            messages=(Message("user", (TextPart("ping"),)),),
+            max_tokens=1,
+            temperature=0.0,
+        )
         call = BackendCall(request, "openai", timeout_s=self._probe_timeout_s)
         try:
-            response = await asyncio.wait_for(r.candidate.backend.complete(call), self._probe_timeout_s)
+            response = await asyncio.wait_for(
+                r.candidate.backend.complete(call), self._probe_timeout_s
+            )
         except Exception:  # any failure of the probe means not serving
             return False
         return response.usage.output_tokens >= 1 or bool(response.content)
@@ -295,7 +355,9 @@ class Fleet:
 
     def _sweep_sessions(self) -> None:
         now = self._clock()
-        stale = [s for s, e in self._sessions.items() if now - e.last_seen > self._session_max_idle_s]
+        stale = [
+            s for s, e in self._sessions.items() if now - e.last_seen > self._session_max_idle_s
+        ]
         for s in stale:
             del self._sessions[s]
             self._planned.pop(s, None)
@@ -312,13 +374,23 @@ def _first(d: Decision) -> CandidateScore:
 
 def _details(d: Decision) -> dict[str, object]:
     return {
-        "venue": d.venue, "backend": d.backend, "replica": d.replica, "reason": d.reason,
+        "venue": d.venue,
+        "backend": d.backend,
+        "replica": d.replica,
+        "reason": d.reason,
         "predicted_cached_tokens": d.predicted_cached_tokens,
         "predicted_ttft_ms": round(d.predicted_ttft_s * 1000, 1),
         "scores": [
-            {"backend": s.backend, "replica": s.replica, "venue": s.venue, "eligible": s.eligible,
-             "cached": s.predicted_cached_tokens, "ttft_ms": round(s.predicted_ttft_s * 1000, 1),
-             "usd": round(s.predicted_usd, 6), "note": s.note}
+            {
+                "backend": s.backend,
+                "replica": s.replica,
+                "venue": s.venue,
+                "eligible": s.eligible,
+                "cached": s.predicted_cached_tokens,
+                "ttft_ms": round(s.predicted_ttft_s * 1000, 1),
+                "usd": round(s.predicted_usd, 6),
+                "note": s.note,
+            }
             for s in d.scores
         ],
     }

@@ -73,8 +73,14 @@ def conversation(*turns: str) -> ChatRequest:
     messages = []
     for i, text in enumerate(turns):
         messages.append(Message("user" if i % 2 == 0 else "assistant", (TextPart(text),)))
-    return ChatRequest(model="claude", messages=tuple(messages), system=SYSTEM, tools=TOOLS,
-                       max_tokens=64, temperature=0.0)
+    return ChatRequest(
+        model="claude",
+        messages=tuple(messages),
+        system=SYSTEM,
+        tools=TOOLS,
+        max_tokens=64,
+        temperature=0.0,
+    )
 
 
 def run(coro):
@@ -87,19 +93,27 @@ def test_converse_caches_the_prefix_and_maps_usage(fake: FakeBedrock) -> None:
     assert first.content == (TextPart("hello from the fake"),)
     assert first.stop_reason == "stop"
     # tools 6 + system 50 + user 5 = 61 prompt tokens, all written at the last cache point
-    assert first.usage == Usage(input_tokens=0, output_tokens=4, cache_read_tokens=0,
-                                cache_write_tokens=61)
+    assert first.usage == Usage(
+        input_tokens=0, output_tokens=4, cache_read_tokens=0, cache_write_tokens=61
+    )
     body = fake.requests[0]["body"]
     assert body["toolConfig"]["tools"][-1] == {"cachePoint": {"type": "default"}}
     assert body["system"][-1] == {"cachePoint": {"type": "default"}}
     assert body["messages"][-1]["content"][-1] == {"cachePoint": {"type": "default"}}
     assert body["inferenceConfig"] == {"maxTokens": 64, "temperature": 0.0}
     assert fake.requests[0]["path"] == f"/model/{MODEL_ID.replace(':', '%3A')}/converse"
-    second = run(b.complete(BackendCall(
-        conversation("what is in the report", "it lists four items", "summarise them"), "openai")))
+    second = run(
+        b.complete(
+            BackendCall(
+                conversation("what is in the report", "it lists four items", "summarise them"),
+                "openai",
+            )
+        )
+    )
     # the previous prompt (61) is read; the new turns (4 + 2) are written
-    assert second.usage == Usage(input_tokens=0, output_tokens=4, cache_read_tokens=61,
-                                 cache_write_tokens=6)
+    assert second.usage == Usage(
+        input_tokens=0, output_tokens=4, cache_read_tokens=61, cache_write_tokens=6
+    )
     assert second.id == "bedrock-req-2"
 
 
@@ -119,31 +133,46 @@ def test_without_cache_points_everything_is_plain_input(fake: FakeBedrock) -> No
 
 
 def test_tool_use_and_results_round_trip(fake: FakeBedrock) -> None:
-    fake.replies.append(Reply(text="", tool_use=("tu-1", "search", {"q": "q3 sales"}),
-                              stop_reason="tool_use"))
+    fake.replies.append(
+        Reply(text="", tool_use=("tu-1", "search", {"q": "q3 sales"}), stop_reason="tool_use")
+    )
     b = backend(fake)
     reply = run(b.complete(BackendCall(conversation("find q3 sales"), "openai")))
     assert reply.content == (ToolUsePart("tu-1", "search", '{"q":"q3 sales"}'),)
     assert reply.stop_reason == "tool_use"
-    follow = ChatRequest(model="claude", system=SYSTEM, tools=TOOLS, messages=(
-        Message("user", (TextPart("find q3 sales"),)),
-        Message("assistant", reply.content),
-        Message("tool", (ToolResultPart("tu-1", (TextPart("12 rows"),)),)),
-        Message("user", (TextPart("and q4?"),)),
-    ))
+    follow = ChatRequest(
+        model="claude",
+        system=SYSTEM,
+        tools=TOOLS,
+        messages=(
+            Message("user", (TextPart("find q3 sales"),)),
+            Message("assistant", reply.content),
+            Message("tool", (ToolResultPart("tu-1", (TextPart("12 rows"),)),)),
+            Message("user", (TextPart("and q4?"),)),
+        ),
+    )
     run(b.complete(BackendCall(follow, "openai")))
     messages = fake.requests[1]["body"]["messages"]
     assert [m["role"] for m in messages] == ["user", "assistant", "user"]
     assert messages[1]["content"] == [
-        {"toolUse": {"toolUseId": "tu-1", "name": "search", "input": {"q": "q3 sales"}}}]
+        {"toolUse": {"toolUseId": "tu-1", "name": "search", "input": {"q": "q3 sales"}}}
+    ]
     assert messages[2]["content"][:2] == [
-        {"toolResult": {"toolUseId": "tu-1", "content": [{"text": "12 rows"}], "status": "success"}},
-        {"text": "and q4?"}]
+        {
+            "toolResult": {
+                "toolUseId": "tu-1",
+                "content": [{"text": "12 rows"}],
+                "status": "success",
+            }
+        },
+        {"text": "and q4?"},
+    ]
 
 
 def test_stream_yields_canonical_events_with_usage(fake: FakeBedrock) -> None:
-    fake.replies.append(Reply(text="two words", tool_use=("tu-9", "search", {"q": "x"}),
-                              stop_reason="tool_use"))
+    fake.replies.append(
+        Reply(text="two words", tool_use=("tu-9", "search", {"q": "x"}), stop_reason="tool_use")
+    )
 
     async def collect():
         return [e async for e in backend(fake).stream(BackendCall(conversation("go"), "openai"))]
@@ -156,12 +185,15 @@ def test_stream_yields_canonical_events_with_usage(fake: FakeBedrock) -> None:
     assert events[-1] == StreamEnd("tool_use", Usage(0, 4, 0, 57))
 
 
-@pytest.mark.parametrize(("failure", "error", "retryable"), [
-    (Failure(429, "ThrottlingException"), ProviderRateLimited, True),
-    (Failure(503, "ServiceUnavailableException"), ProviderUnavailable, True),
-    (Failure(500, "InternalServerException"), ProviderUnavailable, True),
-    (Failure(400, "ValidationException"), ProviderRejected, False),
-])
+@pytest.mark.parametrize(
+    ("failure", "error", "retryable"),
+    [
+        (Failure(429, "ThrottlingException"), ProviderRateLimited, True),
+        (Failure(503, "ServiceUnavailableException"), ProviderUnavailable, True),
+        (Failure(500, "InternalServerException"), ProviderUnavailable, True),
+        (Failure(400, "ValidationException"), ProviderRejected, False),
+    ],
+)
 def test_http_errors_map_to_typed_errors(fake: FakeBedrock, failure, error, retryable) -> None:
     for streaming in (False, True):
         fake.failures.append(failure)

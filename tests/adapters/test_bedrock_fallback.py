@@ -47,8 +47,12 @@ class Models:
 
 class Counter:
     def count_prompt(self, request: ChatRequest) -> int:
-        return sum(len(p.text.split()) for m in request.messages for p in m.content
-                   if isinstance(p, TextPart))
+        return sum(
+            len(p.text.split())
+            for m in request.messages
+            for p in m.content
+            if isinstance(p, TextPart)
+        )
 
     def count_text(self, model: str, text: str) -> int:
         return len(text.split())
@@ -56,13 +60,18 @@ class Counter:
 
 class Pricing:
     def cost_usd(self, model: str, usage: Usage) -> float:
-        return (usage.input_tokens * USD_PER_TOKEN["input"]
-                + usage.output_tokens * USD_PER_TOKEN["output"]
-                + usage.cache_read_tokens * USD_PER_TOKEN["cache_read"]
-                + usage.cache_write_tokens * USD_PER_TOKEN["cache_write"])
+        return (
+            usage.input_tokens * USD_PER_TOKEN["input"]
+            + usage.output_tokens * USD_PER_TOKEN["output"]
+            + usage.cache_read_tokens * USD_PER_TOKEN["cache_read"]
+            + usage.cache_write_tokens * USD_PER_TOKEN["cache_write"]
+        )
 
     def uncached_cost_usd(self, model: str, usage: Usage) -> float:
-        return usage.prompt_tokens * USD_PER_TOKEN["input"] + usage.output_tokens * USD_PER_TOKEN["output"]
+        return (
+            usage.prompt_tokens * USD_PER_TOKEN["input"]
+            + usage.output_tokens * USD_PER_TOKEN["output"]
+        )
 
 
 class Admission:
@@ -72,7 +81,9 @@ class Admission:
         self.reserved: list[int] = []
         self.settled: list[tuple[object, Usage, float]] = []
 
-    async def reserve(self, tenant, *, session_id, prompt_tokens, max_output_tokens, worst_case_usd):
+    async def reserve(
+        self, tenant, *, session_id, prompt_tokens, max_output_tokens, worst_case_usd
+    ):
         self.reserved.append(prompt_tokens + max_output_tokens)
         return object()
 
@@ -114,22 +125,46 @@ def fake(monkeypatch: pytest.MonkeyPatch, tmp_path) -> Iterator[FakeBedrock]:
     server.stop()
 
 
-async def serve_once(fake: FakeBedrock, ledger: Ledger, admission: Admission) -> tuple[object, Fleet]:
+async def serve_once(
+    fake: FakeBedrock, ledger: Ledger, admission: Admission
+) -> tuple[object, Fleet]:
     async with httpx.AsyncClient() as http:
         dead = f"http://127.0.0.1:{closed_port()}/v1"
         replica = OpenAICompatibleBackend(
-            BackendSpec(name="local", kind="selfhost", base_url=dead, timeout_s=5), http=http)
-        bedrock = BedrockBackend("bedrock", MODEL_ID, "us-east-1", endpoint_url=fake.url, timeout_s=10)
-        route = ModelRoute("agent", (Candidate(replica, "local", "selfhost", dead),
-                                     Candidate(bedrock, "bedrock", "api")))
+            BackendSpec(name="local", kind="selfhost", base_url=dead, timeout_s=5), http=http
+        )
+        bedrock = BedrockBackend(
+            "bedrock", MODEL_ID, "us-east-1", endpoint_url=fake.url, timeout_s=10
+        )
+        route = ModelRoute(
+            "agent",
+            (Candidate(replica, "local", "selfhost", dead), Candidate(bedrock, "bedrock", "api")),
+        )
         prices = Prices(api={"bedrock": TokenPrices(3.0, 15.0, 0.3, 3.75)})
         fleet = Fleet([route], prices=prices, clock=lambda: 100.0, rng=random.Random(0))
         telemetry = Telemetry(TracerProvider(), Metrics())
-        pipeline = Pipeline(Services(Models(route), Counter(), Pricing(), admission, Prompts(),
-                                     fleet, ledger, telemetry, clock=lambda: 100.0))
-        request = ChatRequest(model="agent", max_tokens=32,
-                              messages=(Message("user", (TextPart("summarise the quarterly report"),)),))
-        body = {"model": "agent", "messages": [{"role": "user", "content": "summarise the quarterly report"}]}
+        pipeline = Pipeline(
+            Services(
+                Models(route),
+                Counter(),
+                Pricing(),
+                admission,
+                Prompts(),
+                fleet,
+                ledger,
+                telemetry,
+                clock=lambda: 100.0,
+            )
+        )
+        request = ChatRequest(
+            model="agent",
+            max_tokens=32,
+            messages=(Message("user", (TextPart("summarise the quarterly report"),)),),
+        )
+        body = {
+            "model": "agent",
+            "messages": [{"role": "user", "content": "summarise the quarterly report"}],
+        }
         call = IncomingCall("openai", TenantPolicy(tenant="acme"), "key-1", request, body, "sess-1")
         admitted = await pipeline.admit(call)
         response = await pipeline.complete(admitted)
@@ -142,10 +177,14 @@ def test_failing_replica_falls_back_to_bedrock_with_one_charge(fake: FakeBedrock
     assert response.content == (TextPart("hello from the fake"),)  # type: ignore[attr-defined]
     # one row per attempt: the refused replica (no usage, no cost), then Bedrock
     assert [(r.attempt, r.backend, r.status, r.error_kind) for r in ledger.rows] == [
-        (0, "local", "error", "ProviderUnavailable"), (1, "bedrock", "ok", None)]
+        (0, "local", "error", "ProviderUnavailable"),
+        (1, "bedrock", "ok", None),
+    ]
     assert ledger.rows[0].usage == Usage() and ledger.rows[0].cost_usd == 0.0
     # Bedrock: 4 prompt words written at the cache point, 4 output words
-    bedrock_usage = Usage(input_tokens=0, output_tokens=4, cache_read_tokens=0, cache_write_tokens=4)
+    bedrock_usage = Usage(
+        input_tokens=0, output_tokens=4, cache_read_tokens=0, cache_write_tokens=4
+    )
     assert ledger.rows[1].usage == bedrock_usage
     # one reservation, carried over to the fallback, and exactly one settlement (one charge)
     assert admission.reserved == [4 + 32]

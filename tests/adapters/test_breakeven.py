@@ -81,10 +81,19 @@ def test_no_fleet_with_enough_api_traffic_advises_scale_out() -> None:
 def test_cached_api_traffic_lowers_the_blend_and_raises_u_star() -> None:
     prices = ApiPrices(3.0, 15.0, cache_read_usd_per_mtok=0.3, cache_write_usd_per_mtok=3.75)
     agg = ModelAggregates(
-        model="m", hours=2.0, replicas=2, replica_usd_per_h=12.0, mtok_per_h_full=38.3,
-        fleet=TokenCounts(input_tokens=1_000_000, output_tokens=1_000_000,
-                          cache_read_tokens=8_000_000, cache_write_tokens=0),
-        api=TokenCounts(), api_prices=prices,
+        model="m",
+        hours=2.0,
+        replicas=2,
+        replica_usd_per_h=12.0,
+        mtok_per_h_full=38.3,
+        fleet=TokenCounts(
+            input_tokens=1_000_000,
+            output_tokens=1_000_000,
+            cache_read_tokens=8_000_000,
+            cache_write_tokens=0,
+        ),
+        api=TokenCounts(),
+        api_prices=prices,
     )
     report = breakeven_report(agg)
     # API cost of the mix: 3 + 15 + 2.4 = 20.4 $ for 2 Mtok of work -> 10.2 $/Mtok

@@ -41,7 +41,9 @@ def replica(name: str, **kw: object) -> ReplicaState:
     return ReplicaState(backend=name, url=None, model=MODEL, **base)  # type: ignore[arg-type]
 
 
-def features(session: str = "s1", hashes: tuple[bytes, ...] = (), prompt: int = 1600) -> RequestFeatures:
+def features(
+    session: str = "s1", hashes: tuple[bytes, ...] = (), prompt: int = 1600
+) -> RequestFeatures:
     return RequestFeatures("acme", session, MODEL, hashes, prompt, 100)
 
 
@@ -53,11 +55,29 @@ def index_with(contents: dict[str, tuple[bytes, ...]]) -> PrefixIndex:
     return idx
 
 
-def decide(reps, *, f=None, idx=None, apis=(), table=None, prices=Prices(), policy=None, now=100.0,
-           seed=0, seq=0):
+def decide(
+    reps,
+    *,
+    f=None,
+    idx=None,
+    apis=(),
+    table=None,
+    prices=Prices(),
+    policy=None,
+    now=100.0,
+    seed=0,
+    seq=0,
+):
     snap = FleetSnapshot(tuple(reps), tuple(apis), idx or index_with({}), seq)
-    return choose(f or features(), snap, table or SessionTable(), prices,
-                  policy or RoutingPolicy(venue="selfhost_only"), now, random.Random(seed))
+    return choose(
+        f or features(),
+        snap,
+        table or SessionTable(),
+        prices,
+        policy or RoutingPolicy(venue="selfhost_only"),
+        now,
+        random.Random(seed),
+    )
 
 
 def test_equal_loads_pick_the_longest_match_with_exact_predictions() -> None:
@@ -101,8 +121,11 @@ def test_stickiness_holds_until_the_gate_then_moves() -> None:
 
 def test_expired_session_is_not_sticky() -> None:
     table = SessionTable({"s1": SessionEntry("s1", "selfhost", "a", "a", 0.0, 1600)})
-    d = decide([replica("a", inflight_tokens=100), replica("b")], table=table,
-               policy=RoutingPolicy(venue="selfhost_only", session_ttl_s=60))
+    d = decide(
+        [replica("a", inflight_tokens=100), replica("b")],
+        table=table,
+        policy=RoutingPolicy(venue="selfhost_only", session_ttl_s=60),
+    )
     assert (d.backend, d.reason) == ("b", "least_ttft")
 
 
@@ -127,10 +150,14 @@ def test_no_route_raises_typed_error() -> None:
 
 # --- venue choice -------------------------------------------------------------------------
 
-PRICES = Prices(api={
-    "bedrock": TokenPrices(3.0, 15.0, cache_read_usd_per_mtok=0.3, cache_write_usd_per_mtok=3.75),
-    "openai": TokenPrices(2.5, 10.0, cache_read_usd_per_mtok=1.25),
-})
+PRICES = Prices(
+    api={
+        "bedrock": TokenPrices(
+            3.0, 15.0, cache_read_usd_per_mtok=0.3, cache_write_usd_per_mtok=3.75
+        ),
+        "openai": TokenPrices(2.5, 10.0, cache_read_usd_per_mtok=1.25),
+    }
+)
 APIS = (ApiState("bedrock", MODEL), ApiState("openai", MODEL))
 
 
@@ -142,7 +169,8 @@ def test_new_session_fills_fleet_then_overflows_to_cheapest_api() -> None:
     assert (d.venue, d.backend, d.reason) == ("api", "openai", "overflow_headroom:api_cheapest")
     # openai: 1600 x 2.5 + 100 x 10 = 5000 $/Mtok-units; bedrock: 1600 x 3.75 + 1500
     assert {s.backend: s.predicted_usd for s in d.scores if s.venue == "api"} == pytest.approx(
-        {"openai": 0.005, "bedrock": 0.0075})
+        {"openai": 0.005, "bedrock": 0.0075}
+    )
     assert [s.backend for s in d.fallbacks] == ["bedrock", "a"]
 
 
@@ -157,20 +185,38 @@ def test_fleet_session_stays_past_headroom_until_the_ttft_bound() -> None:
     idx = index_with({"a": h})
     table = SessionTable({"s1": SessionEntry("s1", "selfhost", "a", "a", 99.0, 1600)})
     cheap = RoutingPolicy(venue="cheapest", ttft_slo_s=2.0)
-    d = decide([replica("a", utilisation=0.9)], f=features(hashes=h), idx=idx, apis=APIS,
-               prices=PRICES, table=table, policy=cheap)
+    d = decide(
+        [replica("a", utilisation=0.9)],
+        f=features(hashes=h),
+        idx=idx,
+        apis=APIS,
+        prices=PRICES,
+        table=table,
+        policy=cheap,
+    )
     assert (d.backend, d.reason) == ("a", "sticky")
-    d = decide([replica("a", utilisation=0.9, inflight_tokens=5000)], f=features(hashes=h),
-               idx=idx, apis=APIS, prices=PRICES, table=table, policy=cheap)
+    d = decide(
+        [replica("a", utilisation=0.9, inflight_tokens=5000)],
+        f=features(hashes=h),
+        idx=idx,
+        apis=APIS,
+        prices=PRICES,
+        table=table,
+        policy=cheap,
+    )
     assert (d.venue, d.reason) == ("api", "overflow_ttft_slo:api_cheapest")
 
 
 def test_api_session_returns_to_fleet_only_below_the_hysteresis_band() -> None:
     table = SessionTable({"s1": SessionEntry("s1", "api", "bedrock", None, 99.0, 1500)})
     cheap = RoutingPolicy(venue="cheapest", headroom_util=0.65, venue_hysteresis=0.15)
-    d = decide([replica("a", utilisation=0.55)], apis=APIS, prices=PRICES, table=table, policy=cheap)
+    d = decide(
+        [replica("a", utilisation=0.55)], apis=APIS, prices=PRICES, table=table, policy=cheap
+    )
     assert (d.venue, d.backend, d.reason) == ("api", "bedrock", "provider_warm")
-    d = decide([replica("a", utilisation=0.45)], apis=APIS, prices=PRICES, table=table, policy=cheap)
+    d = decide(
+        [replica("a", utilisation=0.45)], apis=APIS, prices=PRICES, table=table, policy=cheap
+    )
     assert (d.venue, d.reason) == ("selfhost", "return_to_fleet:least_ttft")
 
 
@@ -179,18 +225,26 @@ def test_warm_provider_kept_unless_another_is_cheaper_by_the_margin() -> None:
     # bedrock warm: 1500 x 0.3 + 100 x 3.75 + 100 x 15 = 2325 -> $0.002325; openai cold $0.005
     d = decide([], apis=APIS, prices=PRICES, table=table, policy=RoutingPolicy(venue="api_only"))
     assert (d.backend, d.reason, d.predicted_cached_tokens) == ("bedrock", "provider_warm", 1500)
-    pricey = Prices(api={"bedrock": TokenPrices(30.0, 150.0, 3.0, 37.5), "openai": PRICES.api["openai"]})
+    pricey = Prices(
+        api={"bedrock": TokenPrices(30.0, 150.0, 3.0, 37.5), "openai": PRICES.api["openai"]}
+    )
     d = decide([], apis=APIS, prices=pricey, table=table, policy=RoutingPolicy(venue="api_only"))
     assert (d.backend, d.reason) == ("openai", "provider_cheaper")
     # openai 0.005 vs bedrock warm 0.00555: cheaper, but not by 10 %
-    close = Prices(api={"bedrock": TokenPrices(3.0, 47.25, 0.3, 3.75), "openai": PRICES.api["openai"]})
+    close = Prices(
+        api={"bedrock": TokenPrices(3.0, 47.25, 0.3, 3.75), "openai": PRICES.api["openai"]}
+    )
     d = decide([], apis=APIS, prices=close, table=table, policy=RoutingPolicy(venue="api_only"))
     assert (d.backend, d.reason) == ("bedrock", "provider_warm")
 
 
 def test_selfhost_only_never_uses_an_api_even_when_full() -> None:
-    d = decide([replica("a", utilisation=1.0, inflight_tokens=10**6)], apis=APIS, prices=PRICES,
-               policy=RoutingPolicy(venue="selfhost_only"))
+    d = decide(
+        [replica("a", utilisation=1.0, inflight_tokens=10**6)],
+        apis=APIS,
+        prices=PRICES,
+        policy=RoutingPolicy(venue="selfhost_only"),
+    )
     assert d.venue == "selfhost" and d.fallbacks == ()
 
 
@@ -205,22 +259,36 @@ STRATEGIES = ["lantern", "round_robin", "least_loaded", "session_hash", "prefix_
 
 replica_st = st.builds(
     lambda i, healthy, drained, load, util: replica(
-        f"r{i}", healthy=healthy, drained_until=200.0 if drained else 0.0,
-        inflight_tokens=load, inflight_requests=load // 100, utilisation=util),
-    st.integers(0, 1000), st.booleans(), st.booleans(), st.integers(0, 20_000),
+        f"r{i}",
+        healthy=healthy,
+        drained_until=200.0 if drained else 0.0,
+        inflight_tokens=load,
+        inflight_requests=load // 100,
+        utilisation=util,
+    ),
+    st.integers(0, 1000),
+    st.booleans(),
+    st.booleans(),
+    st.integers(0, 20_000),
     st.floats(0, 1),
 )
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(replica_st, min_size=1, max_size=6, unique_by=lambda r: r.backend),
-       st.sampled_from(STRATEGIES), st.integers(0, 40), st.integers(0, 10**6))
+@given(
+    st.lists(replica_st, min_size=1, max_size=6, unique_by=lambda r: r.backend),
+    st.sampled_from(STRATEGIES),
+    st.integers(0, 40),
+    st.integers(0, 10**6),
+)
 def test_never_an_unavailable_replica(reps, strategy, matched, seed) -> None:
     h = chain("p", 40)
     idx = index_with({r.backend: h[:matched] for r in reps})
     policy = RoutingPolicy(venue="selfhost_only", strategy=strategy, exploration=0.5)
     try:
-        d = decide(reps, f=features(hashes=h, prompt=640), idx=idx, policy=policy, seed=seed, seq=seed)
+        d = decide(
+            reps, f=features(hashes=h, prompt=640), idx=idx, policy=policy, seed=seed, seq=seed
+        )
     except NoRouteAvailable:
         assert not any(r.is_available(100.0) for r in reps)
         return
@@ -235,8 +303,12 @@ def test_equal_loads_always_pick_a_longest_match(matches, load) -> None:
     reps = [replica(f"r{i}", inflight_tokens=load) for i in range(len(matches))]
     idx = index_with({f"r{i}": h[:m] for i, m in enumerate(matches)})
     for strategy in ("lantern", "prefix_only"):
-        d = decide(reps, f=features(hashes=h, prompt=800), idx=idx,
-                   policy=RoutingPolicy(venue="selfhost_only", strategy=strategy))
+        d = decide(
+            reps,
+            f=features(hashes=h, prompt=800),
+            idx=idx,
+            policy=RoutingPolicy(venue="selfhost_only", strategy=strategy),
+        )
         assert matches[int(d.backend[1:])] == max(matches)
 
 
@@ -247,9 +319,15 @@ def test_same_seed_same_decisions() -> None:
         for n in range(200):
             reps = [replica(f"r{i}", inflight_tokens=rng.randrange(3000)) for i in range(4)]
             policy = RoutingPolicy(venue="selfhost_only", exploration=0.3)
-            d = choose(features(f"s{n}", chain(f"t{n % 7}", 20)),
-                       FleetSnapshot(tuple(reps), (), index_with({}), n), SessionTable(), Prices(),
-                       policy, 100.0, rng)
+            d = choose(
+                features(f"s{n}", chain(f"t{n % 7}", 20)),
+                FleetSnapshot(tuple(reps), (), index_with({}), n),
+                SessionTable(),
+                Prices(),
+                policy,
+                100.0,
+                rng,
+            )
             out.append((d.backend, d.reason))
         return out
 

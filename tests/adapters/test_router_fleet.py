@@ -61,22 +61,34 @@ def chain(tag: str, n: int) -> tuple[bytes, ...]:
 
 def prepared(hashes: tuple[bytes, ...]) -> PreparedPrompt:
     req = ChatRequest(model="smollm2", messages=())
-    return PreparedPrompt(body={}, request=req, session_root="root", cache_salt="salt",
-                          prefix_hashes=hashes)
+    return PreparedPrompt(
+        body={}, request=req, session_root="root", cache_salt="salt", prefix_hashes=hashes
+    )
 
 
-def setup(venue: str = "selfhost_only") -> tuple[Fleet, ModelRoute, Clock, dict[str, ProbeBackend], TenantPolicy]:
+def setup(
+    venue: str = "selfhost_only",
+) -> tuple[Fleet, ModelRoute, Clock, dict[str, ProbeBackend], TenantPolicy]:
     backends = {n: ProbeBackend(n) for n in ("a", "b", "bedrock")}
-    route = ModelRoute("smollm2", (
-        Candidate(backends["a"], "local", "selfhost", "http://a"),
-        Candidate(backends["b"], "local", "selfhost", "http://b"),
-        Candidate(backends["bedrock"], "bedrock", "api"),
-    ))
+    route = ModelRoute(
+        "smollm2",
+        (
+            Candidate(backends["a"], "local", "selfhost", "http://a"),
+            Candidate(backends["b"], "local", "selfhost", "http://b"),
+            Candidate(backends["bedrock"], "bedrock", "api"),
+        ),
+    )
     clock = Clock()
     prices = Prices(api={"bedrock": TokenPrices(3.0, 15.0, 0.3, 3.75)})
-    fleet = Fleet([route], prices=prices, clock=clock, rng=random.Random(1),
-                  specs={"local": ReplicaSpec(prefill_tok_s=1000.0, kv_capacity_blocks=1000)},
-                  cooldown_s=30.0, failures_to_drain=2)
+    fleet = Fleet(
+        [route],
+        prices=prices,
+        clock=clock,
+        rng=random.Random(1),
+        specs={"local": ReplicaSpec(prefill_tok_s=1000.0, kv_capacity_blocks=1000)},
+        cooldown_s=30.0,
+        failures_to_drain=2,
+    )
     tenant = TenantPolicy(tenant="acme", routing=RoutingPolicy(venue=venue))  # type: ignore[arg-type]
     return fleet, route, clock, backends, tenant
 
@@ -148,7 +160,9 @@ def test_engine_reported_hits_correct_the_index_and_measure_accuracy() -> None:
         plan = fleet.plan(route, tenant, "s1", prepared(h), 1600, 10)
         fleet.on_dispatch(plan.attempts[0], "s1", prepared(h))
         cached = 0 if reported is None else reported
-        fleet.on_complete(plan.attempts[0], Usage(1600 - cached, 10, cache_read_tokens=cached), ok=True)
+        fleet.on_complete(
+            plan.attempts[0], Usage(1600 - cached, 10, cache_read_tokens=cached), ok=True
+        )
         clock.now += 1
     stats = fleet.stats()
     # second call predicted 1599 cached tokens (whole prompt minus one), engine said 800
@@ -168,7 +182,10 @@ def test_overflow_goes_to_the_api_and_the_session_follows() -> None:
     fleet.on_complete(plan.attempts[0], Usage(10, 20, cache_write_tokens=4990), ok=True)
     clock.now += 10
     plan = fleet.plan(route, tenant, "big", prepared(()), 5100, 10)
-    assert (plan.attempts[0].candidate.backend_name, plan.details["reason"]) == ("bedrock", "provider_warm")
+    assert (plan.attempts[0].candidate.backend_name, plan.details["reason"]) == (
+        "bedrock",
+        "provider_warm",
+    )
     assert plan.details["predicted_cached_tokens"] == 5020
 
 

@@ -43,8 +43,11 @@ def _event(kind: str, body: dict[str, Any]) -> bytes:
 
 
 def _exception(code: str, message: str) -> bytes:
-    headers = {":exception-type": code, ":content-type": "application/json",
-               ":message-type": "exception"}
+    headers = {
+        ":exception-type": code,
+        ":content-type": "application/json",
+        ":message-type": "exception",
+    }
     return encode_event(headers, json.dumps({"message": message}).encode())
 
 
@@ -73,12 +76,16 @@ def _block_tokens(block: dict[str, Any]) -> int:
         return _words(block["text"])
     if "toolSpec" in block:
         spec = block["toolSpec"]
-        return _words(spec["name"]) + _words(spec.get("description", "")) + _words(spec["inputSchema"])
+        return (
+            _words(spec["name"]) + _words(spec.get("description", "")) + _words(spec["inputSchema"])
+        )
     if "toolUse" in block:
         return _words(block["toolUse"]["name"]) + _words(block["toolUse"]["input"])
     if "toolResult" in block:
-        return sum(_block_tokens(c) if "json" not in c else _words(c["json"])
-                   for c in block["toolResult"]["content"])
+        return sum(
+            _block_tokens(c) if "json" not in c else _words(c["json"])
+            for c in block["toolResult"]["content"]
+        )
     if "image" in block:
         return 100
     return 0
@@ -153,14 +160,17 @@ class FakeBedrock:
             boundaries.append((digest.copy().hexdigest(), tokens))
         read = 0
         for p in points:
-            for key, at in boundaries[max(0, p - LOOKBACK_BLOCKS): p + 1]:
+            for key, at in boundaries[max(0, p - LOOKBACK_BLOCKS) : p + 1]:
                 if self.cache.get(key, -1.0) > now:
                     read = max(read, at)
         write = max(boundaries[points[-1]][1] - read, 0) if points else 0
         for p in points:
             self.cache[boundaries[p][0]] = now + self.ttl_s  # written or refreshed
-        return {"inputTokens": tokens - read - write, "cacheReadInputTokens": read,
-                "cacheWriteInputTokens": write}
+        return {
+            "inputTokens": tokens - read - write,
+            "cacheReadInputTokens": read,
+            "cacheWriteInputTokens": write,
+        }
 
     # --- HTTP -------------------------------------------------------------------------------
 
@@ -182,17 +192,24 @@ class FakeBedrock:
             return
         reply = self.replies.popleft() if self.replies else Reply()
         usage = self.usage_for(body)
-        usage["outputTokens"] = _words(reply.text) + (_words(reply.tool_use[2]) if reply.tool_use else 0)
+        usage["outputTokens"] = _words(reply.text) + (
+            _words(reply.tool_use[2]) if reply.tool_use else 0
+        )
         usage["totalTokens"] = sum(usage.values())
         if h.path.endswith("/converse-stream"):
             self._stream(h, reply, usage, failure)
         else:
             self._converse(h, reply, usage)
 
-    def _send(self, h: BaseHTTPRequestHandler, status: int, headers: dict[str, str], data: bytes) -> None:
+    def _send(
+        self, h: BaseHTTPRequestHandler, status: int, headers: dict[str, str], data: bytes
+    ) -> None:
         h.send_response(status)
-        for k, v in {**headers, "content-length": str(len(data)),
-                     "x-amzn-requestid": f"req-{len(self.requests)}"}.items():
+        for k, v in {
+            **headers,
+            "content-length": str(len(data)),
+            "x-amzn-requestid": f"req-{len(self.requests)}",
+        }.items():
             h.send_header(k, v)
         h.end_headers()
         h.wfile.write(data)
@@ -206,12 +223,21 @@ class FakeBedrock:
         if reply.tool_use:
             tid, name, args = reply.tool_use
             content.append({"toolUse": {"toolUseId": tid, "name": name, "input": args}})
-        out = {"output": {"message": {"role": "assistant", "content": content}},
-               "stopReason": reply.stop_reason, "usage": usage, "metrics": {"latencyMs": 1}}
+        out = {
+            "output": {"message": {"role": "assistant", "content": content}},
+            "stopReason": reply.stop_reason,
+            "usage": usage,
+            "metrics": {"latencyMs": 1},
+        }
         self._send(h, 200, {"content-type": "application/json"}, json.dumps(out).encode())
 
-    def _stream(self, h: BaseHTTPRequestHandler, reply: Reply, usage: dict[str, int],
-                failure: Failure | None) -> None:
+    def _stream(
+        self,
+        h: BaseHTTPRequestHandler,
+        reply: Reply,
+        usage: dict[str, int],
+        failure: Failure | None,
+    ) -> None:
         h.send_response(200)
         h.send_header("content-type", "application/vnd.amazon.eventstream")
         h.send_header("transfer-encoding", "chunked")
@@ -225,8 +251,12 @@ class FakeBedrock:
         chunk(_event("messageStart", {"role": "assistant"}))
         words = reply.text.split(" ") if reply.text else []
         for i, word in enumerate(words):
-            chunk(_event("contentBlockDelta", {"contentBlockIndex": 0,
-                                               "delta": {"text": word if i == 0 else " " + word}}))
+            chunk(
+                _event(
+                    "contentBlockDelta",
+                    {"contentBlockIndex": 0, "delta": {"text": word if i == 0 else " " + word}},
+                )
+            )
             if failure is not None:
                 code = failure.code[:1].lower() + failure.code[1:]
                 chunk(_exception(code, f"injected {failure.code}"))
@@ -237,12 +267,23 @@ class FakeBedrock:
         if reply.tool_use:
             tid, name, args = reply.tool_use
             index = 1 if words else 0
-            chunk(_event("contentBlockStart", {"contentBlockIndex": index,
-                                               "start": {"toolUse": {"toolUseId": tid, "name": name}}}))
+            chunk(
+                _event(
+                    "contentBlockStart",
+                    {
+                        "contentBlockIndex": index,
+                        "start": {"toolUse": {"toolUseId": tid, "name": name}},
+                    },
+                )
+            )
             text = json.dumps(args)
-            for part in (text[: len(text) // 2], text[len(text) // 2:]):
-                chunk(_event("contentBlockDelta", {"contentBlockIndex": index,
-                                                   "delta": {"toolUse": {"input": part}}}))
+            for part in (text[: len(text) // 2], text[len(text) // 2 :]):
+                chunk(
+                    _event(
+                        "contentBlockDelta",
+                        {"contentBlockIndex": index, "delta": {"toolUse": {"input": part}}},
+                    )
+                )
             chunk(_event("contentBlockStop", {"contentBlockIndex": index}))
         chunk(_event("messageStop", {"stopReason": reply.stop_reason}))
         chunk(_event("metadata", {"usage": usage, "metrics": {"latencyMs": 1}}))
