@@ -93,32 +93,28 @@ class LocalRunner:
         self, backend: str, inner: list[str], proxy_dir: str | None, scratch_mb: int
     ) -> list[str]:
         build = bwrap_argv if backend == "bwrap" else unshare_argv
-        return build(self._layout, inner, proxy_dir, scratch_mb)
+        return [*self._drop_prefix(), *build(self._layout, inner, proxy_dir, scratch_mb)]
 
     def _probe(self, backend: str) -> bool:
         if shutil.which(backend) is None:
             return False
         argv = self._argv(backend, ["/bin/true"], None, 1)
         try:
-            user = self._drop_to()
-            done = subprocess.run(
-                argv,
-                capture_output=True,
-                timeout=20,
-                user=user,
-                group=user,
-                extra_groups=[] if user is not None else None,
-            )
+            done = subprocess.run(argv, capture_output=True, timeout=20)
         except (OSError, subprocess.TimeoutExpired):
             return False
         if done.returncode != 0:
             self._log.warning("sandbox probe %s failed: %s", backend, done.stderr[-300:])
         return done.returncode == 0
 
-    def _drop_to(self) -> int | None:
+    def _drop_prefix(self) -> list[str]:
         """As root, run the box as an unprivileged user so rlimits (NPROC) bind and host
-        files owned by root stay unreadable even if a path were exposed."""
-        return self._uid if os.geteuid() == 0 else None
+        files owned by root stay unreadable even if a path were exposed. `setpriv` (util-linux)
+        execs the sandbox in place; the event loop (uvloop too) needs no user/group support."""
+        if os.geteuid() != 0:
+            return []
+        uid = str(self._uid)
+        return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
 
     async def run(self, job: SandboxJob) -> RunOutput:
         backend = await asyncio.to_thread(self.backend)
@@ -196,8 +192,7 @@ class LocalRunner:
         return RunOutput(status, code, out, err, out_cut, err_cut, started, self._clock(), reason)
 
     async def _spawn(self, argv: list[str], env: dict[str, str]) -> asyncio.subprocess.Process:
-        """bwrap/unshare in a new session (its own process group), as the box's user."""
-        user = self._drop_to()
+        """bwrap/unshare in a new session (its own process group)."""
         try:
             return await asyncio.create_subprocess_exec(
                 *argv,
@@ -206,9 +201,6 @@ class LocalRunner:
                 stderr=asyncio.subprocess.PIPE,
                 env=env,
                 start_new_session=True,
-                user=user,
-                group=user,
-                extra_groups=[] if user is not None else None,
             )
         except OSError as exc:  # nothing was started
             raise RunnerFailed(f"cannot start the sandbox: {exc.strerror}") from exc

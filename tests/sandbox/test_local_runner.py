@@ -290,3 +290,16 @@ def test_the_syscall_filter_refuses_kernel_attack_surface(sandbox_backend: str) 
         "import threading as t; x = t.Thread(target=print, args=('ok',)); x.start(); x.join()",
     )
     assert threads.stdout == "ok\n"
+
+
+def test_runs_under_uvloop_as_the_gateway_does(sandbox_backend: str) -> None:
+    import uvloop  # uvicorn[standard] serves the gateway on uvloop
+
+    runner = LocalRunner(logging.getLogger("t"), backend=sandbox_backend)
+    job = SandboxJob("r", "t", ("echo", "ok"), LIMITS)
+    try:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as loop_runner:
+            result = loop_runner.run(runner.run(job))
+    finally:
+        runner.close()
+    assert (result.status, result.stdout) == (RunStatus.SUCCEEDED, "ok\n")

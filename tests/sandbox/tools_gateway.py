@@ -1,0 +1,57 @@
+"""A real Lantern gateway process with the tools router attached (python -m), for the
+multi-process tests until `gateway/wiring.py` attaches it itself: the lead's settings,
+components, policy store, API-key auth and `create_app`; the tools router as wiring would add it."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+import sqlalchemy as sa
+import uvicorn
+from fastapi import HTTPException, Request
+
+from gateway.app import create_app
+from gateway.auth import authenticate as authenticate_headers
+from gateway.errors import AuthenticationFailed
+from gateway.settings import load_settings
+from gateway.tools_api import build_tools_router
+from gateway.wiring import build_components
+from policies.model import TenantPolicy
+from sandbox.assembly import build_tool_run_service
+
+
+def main(args: argparse.Namespace) -> None:
+    settings = load_settings(args.config)
+    components = build_components(settings)
+    engine = sa.create_engine(settings.database_url, connect_args={"timeout": 60})
+    service, local = build_tool_run_service(
+        engine,
+        logging.getLogger("lantern.sandbox"),
+        lease_s=args.lease,
+        egress_allow_cidrs=tuple(args.allow_cidr),
+    )
+
+    async def authenticate(request: Request) -> tuple[TenantPolicy, str]:
+        try:
+            caller = authenticate_headers(request.headers, components.keys)
+        except AuthenticationFailed as exc:
+            raise HTTPException(status_code=401, detail=str(exc)) from exc
+        return caller.tenant, caller.key_id
+
+    components.tools_router = build_tools_router(service, authenticate)
+    app = create_app(settings, components)
+    try:
+        uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
+    finally:
+        local.close()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--lease", type=float, default=30.0)
+    parser.add_argument("--allow-cidr", action="append", default=[])
+    main(parser.parse_args(sys.argv[1:]))
