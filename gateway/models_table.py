@@ -13,8 +13,10 @@ import httpx
 from adapters.backends.factory import build_backend
 from adapters.backends.spec import BackendSpec
 from adapters.pricing import Price, PriceBook, UnknownPrice, cost, uncached_cost
+from adapters.routing_types import Prices, TokenPrices
 from adapters.types import Usage
 from gateway.engine_child import EngineChild
+from gateway.fleet import ReplicaSpec
 from gateway.ports import Candidate, ModelRoute, Venue
 from gateway.settings import (
     AnthropicBackend,
@@ -65,10 +67,8 @@ def _specs(b: BackendSettings, children: list[EngineChild]) -> list[tuple[Backen
         return [(spec(base_url=b.base_url, model=b.model, api_key=b.api_key()), None)]
     if isinstance(b, LiteLLMBackend):
         return [(spec(base_url=b.api_base, model=b.model, api_key=b.api_key()), None)]
-    extra: dict[str, str] = {"region": b.region or "us-east-1"}
-    if b.endpoint_url:
-        extra["endpoint_url"] = b.endpoint_url
-    return [(spec(model=b.model, extra=extra), None)]
+    extra = {"region": b.region} if b.region else {}  # none: the AWS chain decides
+    return [(spec(model=b.model, base_url=b.endpoint_url, extra=extra), None)]
 
 
 def build_model_table(
@@ -139,3 +139,41 @@ class RoutePricing:
 
     def uncached_cost_usd(self, model: str, usage: Usage) -> float:
         return uncached_cost(usage, self._prices[model])
+
+
+def _per_mtok(value: Decimal) -> float:
+    return float(value * _PER_MTOK)
+
+
+def fleet_inputs(settings: Settings) -> tuple[Prices, dict[str, ReplicaSpec]]:
+    """What the router weighs: API token prices per API backend, $/h and capacity per fleet."""
+    book = PriceBook.from_litellm()
+    routes = RoutePricing.from_settings(settings)
+    api: dict[str, TokenPrices] = {}
+    per_hour: dict[str, float] = {}
+    specs: dict[str, ReplicaSpec] = {}
+    for route in settings.models:
+        for b in route.backends:
+            if b.kind in ("selfhost", "openai_compatible"):
+                if b.price_per_hour_usd is not None:
+                    per_hour[b.name] = b.price_per_hour_usd
+                default = ReplicaSpec()
+                specs[b.name] = ReplicaSpec(
+                    prefill_tok_s=b.prefill_tok_s or default.prefill_tok_s,
+                    capacity_tok_s=b.capacity_tok_s or default.capacity_tok_s,
+                    kv_capacity_blocks=b.kv_capacity_blocks or default.kv_capacity_blocks,
+                )
+                continue
+            upstream = getattr(b, "model", None)
+            price = (
+                book.price_for(upstream)
+                if upstream and book.has_price(upstream)
+                else routes.price(route.name)
+            )
+            api[b.name] = TokenPrices(
+                _per_mtok(price.input),
+                _per_mtok(price.output),
+                _per_mtok(price.cache_read),
+                _per_mtok(price.cache_write),
+            )
+    return Prices(api=api, replica_usd_per_h=per_hour), specs

@@ -64,6 +64,10 @@ class _Backend(_Section):
     timeout_s: float = Field(default=120.0, gt=0)
     price_per_hour_usd: float | None = Field(default=None, ge=0)  # per replica, self-hosted
     replicas: tuple[str, ...] = ()  # base URLs of further replicas of the same engine
+    # Self-hosted replicas only: what one replica sustains, for routing and break-even reports.
+    prefill_tok_s: float | None = Field(default=None, gt=0)
+    capacity_tok_s: float | None = Field(default=None, gt=0)  # tokens/s at full use
+    kv_capacity_blocks: int | None = Field(default=None, gt=0)  # 16-token KV blocks
 
     def api_key(self, environ: Mapping[str, str] | None = None) -> str | None:
         """The key from the env var named by `api_key_env` (None when unset or not used)."""

@@ -23,7 +23,7 @@ from gateway.ledger.call_ledger import CallLedger
 from gateway.ledger.db import create_ledger_engine, migrate_engine, session_factory
 from gateway.ledger.metrics import RecorderCollector
 from gateway.ledger.recorder import RecorderConfig, UsageRecorder
-from gateway.models_table import ModelTableImpl, RoutePricing, build_model_table
+from gateway.models_table import ModelTableImpl, RoutePricing, build_model_table, fleet_inputs
 from gateway.pipeline import Pipeline, Services
 from gateway.prompt_cache import PromptCachePort
 from gateway.settings import Settings
@@ -85,7 +85,10 @@ def build_components(
     prompts = PromptCachePort(
         settings.resolve_server_secret(), registry=metrics.registry, clock=clock
     )
-    fleet = Fleet(models.routes(), clock=clock, rng=random.Random())
+    prices, replica_specs = fleet_inputs(settings)
+    fleet = Fleet(
+        models.routes(), prices=prices, specs=replica_specs, clock=clock, rng=random.Random()
+    )
 
     pipeline = Pipeline(
         Services(
