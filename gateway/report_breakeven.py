@@ -47,7 +47,8 @@ class FleetSpec:
 
 
 def fleets_from_settings(settings: Settings) -> dict[str, FleetSpec]:
-    """Per model: the replicas of its priced self-hosted backends (`price_per_hour_usd`)."""
+    """Per model: the replicas of its priced self-hosted backends (`price_per_hour_usd`); a
+    replica's full-use capacity from `capacity_tok_s` when configured (the slowest, if several)."""
     fleets: dict[str, FleetSpec] = {}
     for route in settings.models:
         priced = [
@@ -60,7 +61,9 @@ def fleets_from_settings(settings: Settings) -> dict[str, FleetSpec]:
             usd_per_h = sum(
                 (b.price_per_hour_usd or 0.0) * max(1, len(b.base_urls())) for b in priced
             )
-            fleets[route.name] = FleetSpec(replicas, usd_per_h / replicas)
+            capacities = [b.capacity_tok_s for b in priced if b.capacity_tok_s is not None]
+            mtok_per_h = min(capacities) * 3600 / 1e6 if capacities else None
+            fleets[route.name] = FleetSpec(replicas, usd_per_h / replicas, mtok_per_h)
     return fleets
 
 

@@ -6,6 +6,7 @@ The only place that knows concrete classes; the pipeline sees ports (gateway/por
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
 import time
@@ -25,7 +26,7 @@ from gateway.ledger.metrics import RecorderCollector
 from gateway.ledger.recorder import RecorderConfig, UsageRecorder
 from gateway.models_table import ModelTableImpl, RoutePricing, build_model_table, fleet_inputs
 from gateway.pipeline import Pipeline, Services
-from gateway.prompt_cache import PromptCachePort
+from gateway.prompt_cache import PromptCachePort, TiktokenEncoder
 from gateway.settings import Settings
 from gateway.telemetry import Metrics, Telemetry, build_tracer_provider
 from gateway.token_count import TiktokenCounting
@@ -82,8 +83,12 @@ def build_components(
     metrics.registry.register(RecorderCollector(recorder))
     ledger = CallLedger(recorder, lambda: datetime.now(UTC))
     admission = Admission.from_settings(settings, registry=metrics.registry)
+    counting = TiktokenCounting()  # one memo of token ids for counting and prefix hashing
     prompts = PromptCachePort(
-        settings.resolve_server_secret(), registry=metrics.registry, clock=clock
+        settings.resolve_server_secret(),
+        registry=metrics.registry,
+        clock=clock,
+        encoder=TiktokenEncoder(counter=counting.counter),
     )
     prices, replica_specs = fleet_inputs(settings)
     fleet = Fleet(
@@ -93,7 +98,7 @@ def build_components(
     pipeline = Pipeline(
         Services(
             models=models,
-            counter=TiktokenCounting(),
+            counter=counting,
             pricing=pricing,
             admission=admission,
             prompts=prompts,
@@ -137,6 +142,11 @@ def build_components(
 
 
 def _admin_views(settings: Settings, keys: PolicyStore, engine: Any) -> dict[str, JsonView]:
+    from gateway.report_breakeven import (
+        api_prices_from_settings,
+        breakeven_reports,
+        fleets_from_settings,
+    )
     from gateway.report_format import report_document
     from gateway.reports import cost_report, parse_group_by, parse_period
 
@@ -152,4 +162,19 @@ def _admin_views(settings: Settings, keys: PolicyStore, engine: Any) -> dict[str
         report = await asyncio.to_thread(cost_report, sessions, since, until, group_by)
         return report_document(report)
 
-    return {"policy": policy, "reports/cost": cost}
+    async def breakeven(request: Request) -> Any:
+        q = request.query_params
+        since, until = parse_period(q.get("since"), q.get("until"), datetime.now(UTC))
+        fleets = fleets_from_settings(settings)
+        prices = api_prices_from_settings(settings, fleets)
+        reports, notes = await asyncio.to_thread(
+            breakeven_reports, sessions, since, until, fleets, prices
+        )
+        return {
+            "since": since.isoformat(),
+            "until": until.isoformat(),
+            "models": [dataclasses.asdict(r) for r in reports],
+            "notes": notes,
+        }
+
+    return {"policy": policy, "reports/cost": cost, "reports/breakeven": breakeven}

@@ -219,3 +219,43 @@ def test_fallback_from_failing_replica_to_api_records_each_attempt_and_charges_o
             assert [r.path for r in second.requests] == ["/v1/messages"]
         finally:
             gw.stop()
+
+
+def test_admin_breakeven_report_reproduces_the_note(tmp_path: Path, fake: FakeUpstream) -> None:
+    """F2: u* = 12 $/h / (2.0 $/Mtok x 38.3 Mtok/h) = 0.16, from config and real ledger rows."""
+    models = [
+        {
+            "name": "gpt-4o-mini",
+            "backends": [
+                {
+                    "kind": "openai_compatible",
+                    "name": "fleet",
+                    "base_url": fake.openai_base_url,
+                    "model": "gpt-4o-mini",
+                    "price_per_hour_usd": 12,
+                    "capacity_tok_s": 38.3e6 / 3600,
+                }
+            ],
+        }
+    ]
+    gw = _gateway(
+        tmp_path, fake, {}, models=models, prices={"gpt-4o-mini": {"input": 2.0, "output": 2.0}}
+    )
+    try:
+        client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key=KEY, max_retries=0)
+        client.chat.completions.create(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": "x words:4"}]
+        )
+        _rows(gw, 1)
+        report = httpx.get(
+            f"{gw.url}/admin/reports/breakeven",
+            headers={"authorization": "Bearer admin-test-token"},
+        ).json()
+        [model] = report["models"]
+        assert model["model"] == "gpt-4o-mini"
+        assert round(model["u_star"], 2) == 0.16
+        assert model["api_usd_per_mtok_blended"] == pytest.approx(2.0)
+        assert "12" in model["formula"] and "38.3" in model["formula"]
+        assert model["advice"] in ("scale_in", "stay", "scale_out")
+    finally:
+        gw.stop()
