@@ -1,0 +1,94 @@
+"""Greedy tokens of the engine equal HF transformers' on the same dequantised SmolLM2 weights (fp32)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+
+from selfhost.engine import LLMEngine
+from selfhost.sequence import SamplingParams
+from tests.selfhost.conftest import NEW_TOKENS
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
+
+
+def run_staggered(
+    engine: LLMEngine, prompts: list[list[int]], params: SamplingParams
+) -> dict[str, list[int]]:
+    """Add one request every other step, so prefills join batches that are already decoding."""
+    outputs: dict[str, list[int]] = {f"r{i}": [] for i in range(len(prompts))}
+    pending = list(enumerate(prompts))
+    step = 0
+    while pending or engine.has_unfinished():
+        if pending and step % 2 == 0:
+            index, prompt = pending.pop(0)
+            engine.add_request(f"r{index}", prompt, params)
+        for out in engine.step():
+            outputs[out.request_id] += out.new_token_ids
+        step += 1
+    return outputs
+
+
+def test_batch_of_one_matches_hf_tokens_and_logprobs(
+    make_engine: Callable[..., LLMEngine], chat_prompts: list[list[int]], hf_greedy, hf_model
+) -> None:
+    prompt = chat_prompts[0]
+    engine = make_engine()
+    engine.add_request(
+        "one",
+        prompt,
+        SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True, logprobs=3),
+    )
+    outputs = []
+    while engine.has_unfinished():
+        outputs += engine.step()
+    assert [t for o in outputs for t in o.new_token_ids] == hf_greedy(prompt, NEW_TOKENS)
+    with torch.inference_mode():
+        expected = torch.log_softmax(hf_model(torch.tensor([prompt])).logits[0, -1].float(), -1)
+    first = outputs[0].logprobs[0]
+    assert first.top[0][0] == first.token_id == int(expected.argmax())
+    for token_id, logprob in first.top:
+        assert logprob == pytest.approx(float(expected[token_id]), abs=2e-4)
+
+
+@pytest.mark.parametrize(("chunk_size", "budget"), [(512, 512), (16, 64), (7, 24)])
+def test_continuous_batches_of_mixed_lengths_match_hf(
+    make_engine: Callable[..., LLMEngine],
+    chat_prompts: list[list[int]],
+    hf_greedy,
+    chunk_size: int,
+    budget: int,
+) -> None:
+    engine = make_engine(chunk_size=chunk_size, max_num_batched_tokens=budget)
+    outputs = run_staggered(engine, chat_prompts, GREEDY)
+    for index, prompt in enumerate(chat_prompts):
+        assert outputs[f"r{index}"] == hf_greedy(prompt, NEW_TOKENS), f"prompt {index}"
+
+
+def test_prefix_cache_hit_matches_hf(
+    make_engine: Callable[..., LLMEngine], chat_prompts: list[list[int]], hf_greedy
+) -> None:
+    engine = make_engine()
+    first, second = chat_prompts[1], chat_prompts[2]
+    assert engine.generate([first], GREEDY) == [hf_greedy(first, NEW_TOKENS)]
+    engine.add_request("warm", second, GREEDY)
+    outputs = []
+    while engine.has_unfinished():
+        outputs += engine.step()
+    shared = next(i for i, (a, b) in enumerate(zip(first, second, strict=False)) if a != b)
+    assert outputs[-1].num_cached_tokens == shared // 16 * 16 > 0  # the shared system prompt
+    assert [t for o in outputs for t in o.new_token_ids] == hf_greedy(second, NEW_TOKENS)
+
+
+def test_preempted_and_resumed_requests_match_hf(
+    make_engine: Callable[..., LLMEngine], chat_prompts: list[list[int]], hf_greedy
+) -> None:
+    prompts = chat_prompts[:3]
+    longest = max(len(p) for p in prompts) + NEW_TOKENS
+    engine = make_engine(num_blocks=-(-longest // 16) + 4, chunk_size=32, max_num_batched_tokens=64)
+    outputs = engine.generate(prompts, GREEDY)
+    assert engine.stats().num_preemptions >= 1
+    for prompt, output in zip(prompts, outputs, strict=True):
+        assert output == hf_greedy(prompt, NEW_TOKENS)
