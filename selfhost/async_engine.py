@@ -95,8 +95,8 @@ class AsyncEngine:
             except Exception as exc:  # noqa: BLE001 - fail every request in flight, keep serving
                 self._fail_all(exc)
                 continue
+            self._stats = self.engine.stats()  # before delivery, so a client sees its own step
             self._deliver(outputs)
-            self._stats = self.engine.stats()
 
     def _apply_commands(self, block: bool) -> bool:
         """Apply queued commands (waiting for one if `block`); False once asked to stop."""
