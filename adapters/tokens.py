@@ -6,8 +6,12 @@ files that ship inside LiteLLM (never the network). Counts are estimates for non
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
+from array import array
+from collections import OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
 
 import orjson
@@ -20,6 +24,7 @@ TOKENS_PER_NAME = 1
 REPLY_PRIMING_TOKENS = 3  # every reply is primed with <|start|>assistant<|message|>
 IMAGE_TOKENS = 85  # OpenAI's base cost of one image tile; images are never decoded here
 _O200K_PREFIXES = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o")
+MEMO_MIN_CHARS = 64  # shorter texts encode about as fast as they hash: counted directly
 
 
 def bundled_tiktoken_dir() -> Path | None:
@@ -45,11 +50,46 @@ def encoding_name_for(model: str) -> str:
     return "o200k_base" if bare.startswith(_O200K_PREFIXES) else "cl100k_base"
 
 
-class TokenCounter:
-    """Counts tokens of text and of whole requests; encoders are loaded once per instance."""
+class TokenIdsMemo:
+    """Token ids per (encoding, text digest), a bounded LRU: an agent re-sends its whole history
+    on every call, so a call only tokenises its new text. Keeps digests and ids, never text."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_tokens: int = 4_000_000, max_entries: int = 200_000) -> None:
+        self._entries: OrderedDict[tuple[str, bytes], array[int]] = OrderedDict()
+        self._num_tokens = 0
+        self._max_tokens = max_tokens
+        self._max_entries = max_entries
+
+    def ids(self, encoding: tiktoken.Encoding, text: str) -> Sequence[int]:
+        key = (encoding.name, hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest())
+        found = self._entries.get(key)
+        if found is not None:
+            self._entries.move_to_end(key)
+            return found
+        ids = array("I", encoding.encode_ordinary(text))
+        self._entries[key] = ids
+        self._num_tokens += len(ids)
+        while self._entries and (
+            self._num_tokens > self._max_tokens or len(self._entries) > self._max_entries
+        ):
+            _, evicted = self._entries.popitem(last=False)
+            self._num_tokens -= len(evicted)
+        return ids
+
+    @property
+    def num_tokens(self) -> int:
+        return self._num_tokens
+
+
+class TokenCounter:
+    """Counts tokens of text and of whole requests; encoders are loaded once per instance.
+
+    With a `memo`, texts of `MEMO_MIN_CHARS` or more are tokenised once and looked up after;
+    share one counter between token counting and prefix hashing so each text is encoded once."""
+
+    def __init__(self, memo: TokenIdsMemo | None = None) -> None:
         self._encodings: dict[str, tiktoken.Encoding] = {}
+        self.memo = memo
 
     def encoding(self, model: str) -> tiktoken.Encoding:
         name = encoding_name_for(model)
@@ -59,8 +99,18 @@ class TokenCounter:
             found = self._encodings[name] = tiktoken.get_encoding(name)
         return found
 
+    def encode(self, model: str, text: str) -> Sequence[int]:
+        """Token ids of `text` (memoised whatever its length when the counter has a memo)."""
+        enc = self.encoding(model)
+        return enc.encode_ordinary(text) if self.memo is None else self.memo.ids(enc, text)
+
     def count_text(self, model: str, text: str) -> int:
-        return len(self.encoding(model).encode_ordinary(text))
+        return self._len(self.encoding(model), text)
+
+    def _len(self, enc: tiktoken.Encoding, text: str) -> int:
+        if self.memo is None or len(text) < MEMO_MIN_CHARS:
+            return len(enc.encode_ordinary(text))
+        return len(self.memo.ids(enc, text))
 
     def count_request(self, req: ChatRequest) -> int:
         """Prompt tokens the way OpenAI bills a chat call: per-message overhead, content, tool
@@ -69,7 +119,7 @@ class TokenCounter:
         total = REPLY_PRIMING_TOKENS
         if req.system:
             total += TOKENS_PER_MESSAGE + len(enc.encode_ordinary("system"))
-            total += sum(len(enc.encode_ordinary(p.text)) for p in req.system)
+            total += sum(self._len(enc, p.text) for p in req.system)
         for msg in req.messages:
             total += self._count_message(enc, msg)
         if req.tools:
@@ -77,27 +127,24 @@ class TokenCounter:
                 {"name": t.name, "description": t.description, "parameters": dict(t.input_schema)}
                 for t in req.tools
             ]
-            total += len(enc.encode_ordinary(orjson.dumps(schemas).decode()))
+            total += self._len(enc, orjson.dumps(schemas).decode())
         return total
 
-    @staticmethod
-    def _count_message(enc: tiktoken.Encoding, msg: Message) -> int:
+    def _count_message(self, enc: tiktoken.Encoding, msg: Message) -> int:
         total = TOKENS_PER_MESSAGE + len(enc.encode_ordinary(msg.role))
         if msg.name is not None:
             total += TOKENS_PER_NAME + len(enc.encode_ordinary(msg.name))
         for part in msg.content:
             if isinstance(part, TextPart):
-                total += len(enc.encode_ordinary(part.text))
+                total += self._len(enc, part.text)
             elif isinstance(part, ImagePart):
                 total += IMAGE_TOKENS
             elif isinstance(part, ToolUsePart):
                 total += len(enc.encode_ordinary(part.name))
-                total += len(enc.encode_ordinary(part.arguments_json))
+                total += self._len(enc, part.arguments_json)
             elif isinstance(part, ToolResultPart):
                 for inner in part.content:
                     total += (
-                        len(enc.encode_ordinary(inner.text))
-                        if isinstance(inner, TextPart)
-                        else IMAGE_TOKENS
+                        self._len(enc, inner.text) if isinstance(inner, TextPart) else IMAGE_TOKENS
                     )
         return total

@@ -6,10 +6,8 @@ prompt logic lives in cachekeys. Never stores prompt text: only digests and toke
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
-from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -17,9 +15,10 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter
 
-from adapters.tokens import TokenCounter
+from adapters.tokens import TokenCounter, TokenIdsMemo
 from adapters.types import JSON, ChatRequest, Usage, WireFormat
 from cachekeys.blockhash import tenant_salt
+from cachekeys.chain_memo import PrefixHashMemo
 from cachekeys.diagnosis import (
     CacheDiagnosis,
     CacheMode,
@@ -55,32 +54,24 @@ class Encoder(Protocol):
 
 class TiktokenEncoder:
     """tiktoken ids, memoised per block text: an agent re-sends its history on every call, so
-    only the new blocks of a call are tokenised (bounded by the number of ids held)."""
+    only the new blocks of a call are tokenised. Pass the gateway's shared `counter` so token
+    counting reads the same memo (each text is encoded once per process, not once per use)."""
 
-    def __init__(self, max_cached_tokens: int = 4_000_000) -> None:
-        self._counter = TokenCounter()
-        self._cache: OrderedDict[tuple[str, bytes], array[int]] = OrderedDict()
-        self._cached_tokens = 0
-        self._max = max_cached_tokens
+    def __init__(
+        self, max_cached_tokens: int = 4_000_000, counter: TokenCounter | None = None
+    ) -> None:
+        counter = counter or TokenCounter(TokenIdsMemo(max_cached_tokens))
+        if counter.memo is None:
+            raise ValueError("TiktokenEncoder needs a TokenCounter with a memo")
+        self._counter = counter
+        self._memo = counter.memo
 
     def encode(self, model: str, text: str) -> Sequence[int]:
-        encoding = self._counter.encoding(model)
-        key = (encoding.name, hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest())
-        found = self._cache.get(key)
-        if found is not None:
-            self._cache.move_to_end(key)
-            return found
-        ids = array("I", encoding.encode_ordinary(text))
-        self._cache[key] = ids
-        self._cached_tokens += len(ids)
-        while self._cached_tokens > self._max and self._cache:
-            _, evicted = self._cache.popitem(last=False)
-            self._cached_tokens -= len(evicted)
-        return ids
+        return self._memo.ids(self._counter.encoding(model), text)
 
     @property
     def num_cached_tokens(self) -> int:
-        return self._cached_tokens
+        return self._memo.num_tokens
 
 
 def normalise_options(
@@ -140,6 +131,7 @@ def _prepare(
     secret: bytes,
     encoder: Encoder,
     options: NormaliseOptions,
+    memo: PrefixHashMemo | None = None,
 ) -> PreparedPrompt:
     salt = salt_for(policy, secret, tenant_id)
     edited = normalise_request(request, options)
@@ -166,12 +158,17 @@ def _prepare(
     fingerprint = PromptFingerprint.of(
         layout, tenant_id, request.model, marked, mode, TTL_S[policy.ttl], options_digest(request)
     )
+    hashes = (
+        prefix_hashes(layout, ids, salt)
+        if memo is None
+        else memo.prefix_hashes(layout, ids, salt, request.model)
+    )
     return PreparedPrompt(
         body=new_body,
         request=edited,
         session_root=session_root(layout, salt),
         cache_salt=salt,
-        prefix_hashes=prefix_hashes(layout, ids, salt),
+        prefix_hashes=hashes,
         stable_prefix_tokens=layout.stable_tokens(),
         diagnosis=PromptFacts(tenant_id, fingerprint, key),
     )
@@ -329,6 +326,7 @@ class PromptCachePort:
         self._encoder = encoder or TiktokenEncoder()
         self._clock = clock
         self._matchers: dict[tuple[str, ...], VolatileMatcher] = {}
+        self._hashes = PrefixHashMemo()
         self.tracker = SessionCacheTracker(max_sessions)
         self.metrics = CacheMetrics(registry)
 
@@ -342,7 +340,15 @@ class PromptCachePort:
     ) -> PreparedPrompt:
         options = normalise_options(tenant.cache, self._matchers)
         return _prepare(
-            wire, body, request, tenant.cache, tenant.tenant, self._secret, self._encoder, options
+            wire,
+            body,
+            request,
+            tenant.cache,
+            tenant.tenant,
+            self._secret,
+            self._encoder,
+            options,
+            self._hashes,
         )
 
     def observe(

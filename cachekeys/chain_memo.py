@@ -1,0 +1,114 @@
+"""Prefix block hashes of a call, resumed from the calls before it (a bounded memo, no I/O).
+
+An agent re-sends its whole history on every call; hashing it again costs ~one SHA-256 per 16
+tokens. The memo keeps, per prompt-block boundary, the hashes that block added; a call walks its
+blocks until the first unseen one and hashes only from there. Same bytes as `keys.prefix_hashes`
+(tested). Holds digests and token ids of partial blocks (< 16 ids per boundary), never text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cachekeys.blockhash import BLOCK_SIZE, ROOT_PARENT
+from cachekeys.layout import PromptLayout
+
+
+@dataclass(frozen=True, slots=True)
+class ChainSegment:
+    """What one prompt block added to the chain, and the ids left over for the next block."""
+
+    hashes: tuple[bytes, ...]
+    pending: tuple[int, ...]
+
+
+def extend_chain(
+    parent: bytes,
+    first_block: int,
+    pending: Sequence[int],
+    ids: Sequence[int],
+    salt: str,
+    public_tokens: int,
+    block_size: int = BLOCK_SIZE,
+) -> ChainSegment:
+    """Hash the full blocks of `pending + ids`, chained from `parent`; block number j (from 0 at
+    the prompt's start) is unsalted iff it ends inside the first `public_tokens` tokens."""
+    run = [*pending, *ids]
+    num_blocks = len(run) // block_size
+    salted = _salt_bytes(salt)
+    public = _salt_bytes("")
+    packed = struct.pack(f"<{num_blocks * block_size}I", *run[: num_blocks * block_size])
+    width = 4 * block_size
+    hashes: list[bytes] = []
+    for n in range(num_blocks):
+        j = first_block + n
+        prefix = public if (j + 1) * block_size <= public_tokens else salted
+        parent = hashlib.sha256(parent + prefix + packed[n * width : (n + 1) * width]).digest()
+        hashes.append(parent)
+    return ChainSegment(tuple(hashes), tuple(run[num_blocks * block_size :]))
+
+
+def _salt_bytes(salt: str) -> bytes:
+    raw = salt.encode("utf-8")
+    return len(raw).to_bytes(4, "little") + raw
+
+
+class PrefixHashMemo:
+    """`prefix_hashes` with a bounded LRU of per-block segments, keyed by a running digest of
+    (tokenizer, salt, public tokens, block digests so far): a key names the whole prefix."""
+
+    def __init__(self, max_hashes: int = 1_000_000, block_size: int = BLOCK_SIZE) -> None:
+        self._segments: OrderedDict[bytes, ChainSegment] = OrderedDict()
+        self._num_hashes = 0
+        self._max_hashes = max_hashes
+        self._block_size = block_size
+
+    def prefix_hashes(
+        self,
+        layout: PromptLayout,
+        block_token_ids: Sequence[Sequence[int]],
+        salt: str,
+        tokenizer: str,
+    ) -> tuple[bytes, ...]:
+        """`keys.prefix_hashes(layout, block_token_ids, salt)`; `tokenizer` names what made the
+        ids (the model name will do), since equal text gives other ids under another one."""
+        public_tokens = layout.public_tokens()
+        root = f"{tokenizer}\0{salt}\0{public_tokens}\0{self._block_size}".encode()
+        key = hashlib.blake2b(root, digest_size=16).digest()
+        hashes: list[bytes] = []
+        pending: tuple[int, ...] = ()
+        for i in range(layout.last_stable() + 1):
+            key = hashlib.blake2b(key + layout.blocks[i].digest, digest_size=16).digest()
+            segment = self._segments.get(key)
+            if segment is None:
+                parent = hashes[-1] if hashes else ROOT_PARENT
+                segment = extend_chain(
+                    parent,
+                    len(hashes),
+                    pending,
+                    block_token_ids[i],
+                    salt,
+                    public_tokens,
+                    self._block_size,
+                )
+                self._remember(key, segment)
+            else:
+                self._segments.move_to_end(key)
+            hashes.extend(segment.hashes)
+            pending = segment.pending
+        return tuple(hashes)
+
+    def _remember(self, key: bytes, segment: ChainSegment) -> None:
+        self._segments[key] = segment
+        self._num_hashes += len(segment.hashes) + 1  # +1: an entry is never free
+        while self._segments and self._num_hashes > self._max_hashes:
+            _, evicted = self._segments.popitem(last=False)
+            self._num_hashes -= len(evicted.hashes) + 1
+
+    @property
+    def num_segments(self) -> int:
+        return len(self._segments)
