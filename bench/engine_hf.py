@@ -7,6 +7,7 @@ all three systems run the same model. Timestamps come from a logits processor ca
 from __future__ import annotations
 
 import copy
+import inspect
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,12 @@ class HFRunner:
     model: Any  # LlamaForCausalLM
     eos_id: int
 
+    @property
+    def cache_kwarg(self) -> str:
+        """`cache` since transformers 5.x, `past_key_values` before."""
+        params = inspect.signature(self.model.forward).parameters
+        return "cache" if "cache" in params else "past_key_values"
+
     @classmethod
     def build(cls, weights: LoadedWeights, dtype: str) -> HFRunner:
         config = LlamaConfig(**weights.config.to_hf_dict())
@@ -55,6 +62,7 @@ class HFRunner:
         """One static batch (prompts of equal length), forced to exactly max_new_tokens, greedy."""
         clock = StepClock()
         ids = torch.tensor(prompts, dtype=torch.long)
+        reuse = {} if past is None else {self.cache_kwarg: past}
         started = time.perf_counter()
         self.model.generate(
             input_ids=ids,
@@ -64,7 +72,7 @@ class HFRunner:
             do_sample=False,
             pad_token_id=self.eos_id,
             logits_processor=LogitsProcessorList([clock]),
-            past_key_values=past,
+            **reuse,
         )
         return started, clock
 
@@ -89,7 +97,7 @@ class HFRunner:
     def prefix_cache(self, prefix: list[int]) -> Any:
         """KV of a shared prefix, computed once (HF's documented prompt-reuse pattern)."""
         out = self.model(input_ids=torch.tensor([prefix]), use_cache=True)
-        return out.past_key_values
+        return getattr(out, self.cache_kwarg)
 
     def ttft_cached(self, prompt: list[int], cache: Any) -> float:
         """First token of prefix + suffix, starting from a copy of the prefix's KV (copy timed)."""
