@@ -190,8 +190,3 @@ def check_never_fits(limits: Limits, ask: Ask) -> None:
         raise LimitNeverFits(
             "monthly_budget_usd", micro_to_usd(budget), micro_to_usd(ask.cost_micro_usd)
         )
-
-
-def retry_after_s(retry_ms: int) -> int:
-    """Whole seconds for `Retry-After`, at least 1."""
-    return max(1, math.ceil(retry_ms / 1000))
