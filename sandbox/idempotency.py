@@ -39,8 +39,13 @@ tool_runs = sa.Table(
 
 
 def create_tables(engine: sa.Engine) -> None:
-    """Create the table if missing; the gateway calls this at start-up."""
-    metadata.create_all(engine, tables=[tool_runs])
+    """Create the table if missing; the gateway calls this at start-up. Several processes
+    may race to create it: losing that race is fine once the table exists."""
+    try:
+        metadata.create_all(engine, tables=[tool_runs])
+    except sa.exc.DBAPIError:
+        if not sa.inspect(engine).has_table(tool_runs.name):
+            raise
 
 
 @dataclass(frozen=True)

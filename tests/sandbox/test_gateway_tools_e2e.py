@@ -1,5 +1,5 @@
 """Idempotency through real gateways: 4 gateway processes (the lead's app, settings, policy
-store and API-key auth, with the tools router attached) share one database; real HTTP; real
+store and API-key auth, with the tools router attached) share one SQLite database; real HTTP; real
 sandboxed runs whose only side effect is one HTTP hit, through the egress proxy, on an origin
 server that counts them. A gateway SIGKILLed mid-run never leads to a second hit."""
 
@@ -29,6 +29,7 @@ from tests.e2e.harness import write_config, write_policy
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
 KEY = "lt-acme-tools-key-0001"
+LEASE_S = 5.0  # short, so a killed gateway's lease runs out quickly
 TOOL = (
     "import sys, time, urllib.request\n"
     "url = 'http://localhost:' + sys.argv[3] + '/hit/' + sys.argv[1]\n"
@@ -73,7 +74,7 @@ class HitCounter:
             server.server_close()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def origin() -> Iterator[HitCounter]:
     counter = HitCounter()
     yield counter
@@ -86,20 +87,19 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _setup(tmp_path: Path, origin: HitCounter, database_url: str | None) -> Path:
-    (tmp_path / "policies").mkdir()
+def _setup(var_dir: Path, origin: HitCounter) -> Path:
+    (var_dir / "policies").mkdir()
     tool = {
         "name": "hit",
         "command": ["python3", "-c", TOOL, "{key}", "{sleep}", str(origin.port)],
         "egress": [f"localhost:{origin.port}"],
         "limits": {"wall_s": 60, "memory_mb": 256, "cpu_s": 10, "output_kb": 4},
     }
-    write_policy(tmp_path / "policies", "acme", KEY, tools=[tool])
-    extra = {"database_url": database_url} if database_url else {}
-    return write_config(tmp_path / "lantern.yaml", tmp_path, [], **extra)
+    write_policy(var_dir / "policies", "acme", KEY, tools=[tool])
+    return write_config(var_dir / "lantern.yaml", var_dir, [])
 
 
-def _start(config: Path, log: Path, lease_s: float) -> tuple[subprocess.Popen[bytes], str]:
+def _launch(config: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = _free_port()
     argv = [
         sys.executable,
@@ -110,7 +110,7 @@ def _start(config: Path, log: Path, lease_s: float) -> tuple[subprocess.Popen[by
         "--port",
         str(port),
         "--lease",
-        str(lease_s),
+        str(LEASE_S),
         # the operator's explicit exception: the test origin lives on loopback
         "--allow-cidr",
         "127.0.0.0/8",
@@ -120,17 +120,39 @@ def _start(config: Path, log: Path, lease_s: float) -> tuple[subprocess.Popen[by
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     handle = open(log, "wb")  # noqa: SIM115 - lives with the process
     proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=handle, stderr=handle)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def _wait_healthy(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
+    deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         assert proc.poll() is None, log.read_text()[-3000:]
-        try:
+        with contextlib.suppress(httpx.HTTPError):
             if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
+                return
         time.sleep(0.2)
     raise AssertionError(f"gateway did not start: {log.read_text()[-3000:]}")
+
+
+@pytest.fixture(scope="module")
+def gateways(
+    default_backend: str, origin: HitCounter, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[list[tuple[subprocess.Popen[bytes], str]]]:
+    """4 gateway processes on one SQLite file: the first creates the schemas, the other
+    three start together."""
+    var_dir = tmp_path_factory.mktemp("gateways")
+    config = _setup(var_dir, origin)
+    running = [_launch(config, var_dir / "gw0.log")]
+    _wait_healthy(*running[0], var_dir / "gw0.log")
+    running += [_launch(config, var_dir / f"gw{n}.log") for n in range(1, 4)]
+    for n, (proc, url) in enumerate(running):
+        _wait_healthy(proc, url, var_dir / f"gw{n}.log")
+    yield running
+    for proc, _ in running:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc, _ in running:
+        proc.wait(timeout=30)
 
 
 def _body(key: str, sleep: str = "0.5") -> dict[str, object]:
@@ -154,33 +176,17 @@ async def _one_gateway(url: str, keys: list[str]) -> list[dict[str, object]]:
     return answers
 
 
-@pytest.mark.parametrize(
-    "database", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-)
 def test_four_gateways_run_each_key_once(
-    default_backend: str,
-    tmp_path: Path,
-    origin: HitCounter,
-    database: str,
-    request: pytest.FixtureRequest,
+    gateways: list[tuple[subprocess.Popen[bytes], str]], origin: HitCounter
 ) -> None:
-    url = request.getfixturevalue("postgres_url") if database == "postgres" else None
-    config = _setup(tmp_path, origin, url)
     keys = [f"gw-{i:02d}-{uuid.uuid4().hex[:6]}" for i in range(20)]
-    gateways = [_start(config, tmp_path / f"gw{n}.log", 10) for n in range(4)]
-    try:
 
-        async def fire() -> list[list[dict[str, object]]]:
-            return list(await asyncio.gather(*(_one_gateway(u, keys) for _, u in gateways)))
+    async def fire() -> list[list[dict[str, object]]]:
+        return list(await asyncio.gather(*(_one_gateway(url, keys) for _, url in gateways)))
 
-        answers = [a for batch in asyncio.run(fire()) for a in batch]
-    finally:
-        for proc, _ in gateways:
-            proc.send_signal(signal.SIGTERM)
-        for proc, _ in gateways:
-            proc.wait(timeout=30)
-    assert len(answers) == 200, answers[:2]
-    assert origin.hits == Counter({key: 1 for key in keys}), answers[:2]
+    answers = [a for batch in asyncio.run(fire()) for a in batch]
+    assert len(answers) == 200
+    assert {key: origin.hits[key] for key in keys} == {key: 1 for key in keys}, answers[:2]
     assert {a["status"] for a in answers} <= {200, 409}
     bodies: dict[object, set[object]] = {}
     for answer in answers:
@@ -188,51 +194,42 @@ def test_four_gateways_run_each_key_once(
             bodies.setdefault(answer["key"], set()).add(answer["body"])
     assert sorted(bodies) == sorted(keys)  # type: ignore[type-var]
     for key, variants in bodies.items():
-        (only,) = variants
+        (only,) = variants  # every 200 for a key, from any gateway, is the same bytes
         assert json.loads(str(only))["stdout"] == f"ran {key}\n"
 
 
 def test_a_gateway_killed_mid_run_never_runs_the_tool_twice(
-    default_backend: str, tmp_path: Path, origin: HitCounter
+    gateways: list[tuple[subprocess.Popen[bytes], str]], origin: HitCounter
 ) -> None:
-    config = _setup(tmp_path, origin, None)
+    (victim, victim_url), (_, survivor_url) = gateways[3], gateways[0]
     key = f"victim-{uuid.uuid4().hex[:8]}"
-    victim, victim_url = _start(config, tmp_path / "victim.log", 2)
-    survivor, survivor_url = _start(config, tmp_path / "survivor.log", 2)
     headers = {"authorization": f"Bearer {KEY}", "Idempotency-Key": key}
-    try:
 
-        def doomed() -> None:
-            with contextlib.suppress(httpx.HTTPError):  # its gateway is about to die
-                httpx.post(
-                    f"{victim_url}/v1/tools/runs",
-                    json=_body(key, "30"),
-                    headers=headers,
-                    timeout=60,
-                )
-
-        caller = threading.Thread(target=doomed)
-        caller.start()
-        deadline = time.monotonic() + 60
-        while origin.hits[key] == 0:
-            assert time.monotonic() < deadline, (tmp_path / "victim.log").read_text()[-3000:]
-            time.sleep(0.05)
-        victim.send_signal(signal.SIGKILL)
-        victim.wait()
-        caller.join()
-        while True:  # 409 while the dead gateway's 2 s lease runs out, then the verdict
-            retry = httpx.post(
-                f"{survivor_url}/v1/tools/runs", json=_body(key, "30"), headers=headers, timeout=60
+    def doomed() -> None:
+        with contextlib.suppress(httpx.HTTPError):  # its gateway is about to die
+            httpx.post(
+                f"{victim_url}/v1/tools/runs", json=_body(key, "30"), headers=headers, timeout=60
             )
-            if retry.status_code != 409:
-                break
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
-        assert retry.status_code == 500
-        assert retry.json()["error"]["code"] == "tool_run_outcome_unknown"
-        again = httpx.post(f"{survivor_url}/v1/tools/runs", json=_body(key, "30"), headers=headers)
-        assert (again.content, again.headers["idempotent-replayed"]) == (retry.content, "true")
-        assert origin.hits[key] == 1
-    finally:
-        survivor.send_signal(signal.SIGTERM)
-        survivor.wait(timeout=30)
+
+    caller = threading.Thread(target=doomed)
+    caller.start()
+    deadline = time.monotonic() + 60
+    while origin.hits[key] == 0:  # the tool made its one side effect and now sleeps
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    caller.join()
+    while True:  # 409 while the dead gateway's lease runs out, then the verdict
+        retry = httpx.post(
+            f"{survivor_url}/v1/tools/runs", json=_body(key, "30"), headers=headers, timeout=60
+        )
+        if retry.status_code != 409:
+            break
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert retry.status_code == 500
+    assert retry.json()["error"]["code"] == "tool_run_outcome_unknown"
+    again = httpx.post(f"{survivor_url}/v1/tools/runs", json=_body(key, "30"), headers=headers)
+    assert (again.content, again.headers["idempotent-replayed"]) == (retry.content, "true")
+    assert origin.hits[key] == 1

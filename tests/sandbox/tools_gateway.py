@@ -25,7 +25,10 @@ from sandbox.assembly import build_tool_run_service
 def main(args: argparse.Namespace) -> None:
     settings = load_settings(args.config)
     components = build_components(settings)
-    engine = sa.create_engine(settings.database_url, connect_args={"timeout": 60})
+    is_sqlite = settings.database_url.startswith("sqlite")
+    engine = sa.create_engine(
+        settings.database_url, connect_args={"timeout": 60} if is_sqlite else {}
+    )
     service, local = build_tool_run_service(
         engine,
         logging.getLogger("lantern.sandbox"),
