@@ -177,10 +177,7 @@ class ToolRunService:
                 now,
                 "started, but its gateway stopped before recording the result; not run again",
             )
-            await self._finish(won, output)
-            done = await asyncio.to_thread(self._store.get, won.tenant, won.id)
-            assert done is not None
-            return done
+            return await self._finish(won, output)
         return won
 
     async def _execute(self, record: RunRecord, spec: ToolSpec, job: SandboxJob) -> ToolRunReply:
@@ -216,6 +213,17 @@ class ToolRunService:
         stored = await asyncio.to_thread(self._store.get, record.tenant, record.id)
         if stored is None or stored.state != "done":
             raise LeaseLost(f"run {record.id} finished but its result could not be stored")
+        # What ran, never its arguments or output (they are the tenant's data).
+        self._log.info(
+            "tool run id=%s tenant=%s tool=%s runner=%s status=%s exit_code=%s duration_ms=%d",
+            record.id,
+            record.tenant,
+            record.tool,
+            record.runner,
+            output.status.value,
+            output.exit_code,
+            int((output.finished_at - output.started_at) * 1000),
+        )
         return stored
 
     async def _heartbeat(self, record: RunRecord) -> None:

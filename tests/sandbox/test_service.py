@@ -38,7 +38,7 @@ def _req(key: str, word: str = "hi", tenant: str = "acme", tool: str = "echo") -
 
 
 def test_replay_is_byte_identical_and_runs_once(
-    sqlite_engine: sa.Engine, clock: ManualClock
+    sqlite_engine: sa.Engine, clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     runner = FakeRunner(clock, exit_code=3)
     service, _ = _service(sqlite_engine, clock, runner)
@@ -58,9 +58,16 @@ def test_replay_is_byte_identical_and_runs_once(
         )
         assert (await service.get("acme", first.run_id)).body == first.body
 
-    asyncio.run(scenario())
+    with caplog.at_level(logging.INFO, logger="t"):
+        asyncio.run(scenario())
     assert [job.argv for job in runner.jobs] == [("echo", "hi")]
     assert runner.jobs[0].env[0][0] == "LANTERN_IDEMPOTENCY_KEY"
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("tool run")]
+    run_id = line.split()[2].removeprefix("id=")
+    assert line == (
+        f"tool run id={run_id} tenant=acme tool=echo runner=local status=failed exit_code=3 "
+        "duration_ms=250"
+    )  # what ran, once; never its arguments or output
 
 
 def test_same_key_other_request_is_422_and_other_tenant_is_separate(
