@@ -9,10 +9,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Awaitable, Callable
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from gateway.errors import GatewayError, to_http
 from policies.model import TenantPolicy
 from policies.tools import ToolPolicy
 from sandbox.errors import IdempotencyKeyInUse, InvalidToolRequest, SandboxError
@@ -106,28 +107,33 @@ async def _parse(
 
 
 def build_tools_router(service: ToolRunService, authenticate: Authenticate) -> APIRouter:
+    """`authenticate` returns the caller's policy and key id, or raises the gateway's
+    `AuthenticationFailed` (mapped by `gateway.errors.to_http`, as for chat routes)."""
     router = APIRouter()
 
     @router.post("/v1/tools/runs")
-    async def create_run(
-        request: Request, auth: tuple[TenantPolicy, str] = Depends(authenticate)
-    ) -> Response:
+    async def create_run(request: Request) -> Response:
         try:
-            run, specs = await _parse(request, *auth)
+            run, specs = await _parse(request, *await authenticate(request))
             return _reply(await service.submit(specs, run))
         except SandboxError as exc:
             return _error(exc)
+        except GatewayError as exc:
+            return _gateway_error(exc)
 
     @router.get("/v1/tools/runs/{run_id}")
-    async def read_run(
-        run_id: str, auth: tuple[TenantPolicy, str] = Depends(authenticate)
-    ) -> Response:
+    async def read_run(run_id: str, request: Request) -> Response:
         try:
-            return _reply(await service.get(auth[0].tenant, run_id))
+            policy, _ = await authenticate(request)
+            return _reply(await service.get(policy.tenant, run_id))
         except SandboxError as exc:
             return _error(exc)
+        except GatewayError as exc:
+            return _gateway_error(exc)
 
     return router
 
 
-__all__ = ["build_tools_router", "tool_spec", "ToolRunBody"]
+def _gateway_error(exc: GatewayError) -> Response:
+    err = to_http(exc, "openai")
+    return JSONResponse(err.body, status_code=err.status_code, headers=err.headers)

@@ -11,8 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 import sqlalchemy as sa
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI, Request
 
+from gateway.errors import AuthenticationFailed
 from gateway.tools_api import build_tools_router, tool_spec
 from policies.model import TenantPolicy
 from policies.tools import ToolLimits, ToolPolicy
@@ -38,7 +39,7 @@ POLICY = TenantPolicy(
 
 async def authenticate(request: Request) -> tuple[TenantPolicy, str]:
     if request.headers.get("authorization") != "Bearer sk-acme":
-        raise HTTPException(status_code=401, detail="bad key")
+        raise AuthenticationFailed("invalid API key")  # the gateway's own error
     return POLICY, "k1"
 
 
@@ -175,7 +176,12 @@ def test_reuse_conflict_and_derived_keys(sqlite_engine: sa.Engine, clock: Manual
                 "tool_run_not_found",
             )
             anonymous = await client.get("/v1/tools/runs/nope", headers={"authorization": "x"})
-            assert anonymous.status_code == 401
+            assert (anonymous.status_code, anonymous.json()["error"]["message"]) == (
+                401,
+                "invalid API key",
+            )
+            denied = await client.post("/v1/tools/runs", json=BODY, headers={"authorization": "x"})
+            assert denied.status_code == 401
 
     asyncio.run(scenario())
     assert len(runner.jobs) == 2

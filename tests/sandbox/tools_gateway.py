@@ -10,11 +10,10 @@ import sys
 
 import sqlalchemy as sa
 import uvicorn
-from fastapi import HTTPException, Request
+from fastapi import Request
 
 from gateway.app import create_app
 from gateway.auth import authenticate as authenticate_headers
-from gateway.errors import AuthenticationFailed
 from gateway.settings import load_settings
 from gateway.tools_api import build_tools_router
 from gateway.wiring import build_components
@@ -37,10 +36,7 @@ def main(args: argparse.Namespace) -> None:
     )
 
     async def authenticate(request: Request) -> tuple[TenantPolicy, str]:
-        try:
-            caller = authenticate_headers(request.headers, components.keys)
-        except AuthenticationFailed as exc:
-            raise HTTPException(status_code=401, detail=str(exc)) from exc
+        caller = authenticate_headers(request.headers, components.keys)
         return caller.tenant, caller.key_id
 
     components.tools_router = build_tools_router(service, authenticate)
