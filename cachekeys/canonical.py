@@ -87,9 +87,12 @@ def tool_order_key(name: str, is_public: bool) -> tuple[int, str]:
 # --- canonical types ---------------------------------------------------------------------
 
 
-def order_tools(tools: tuple[ToolSpec, ...], is_public: IsPublicTool) -> tuple[ToolSpec, ...]:
+def order_tools(
+    tools: tuple[ToolSpec, ...], is_public: IsPublicTool | None
+) -> tuple[ToolSpec, ...]:
+    """`is_public` None: no tool is declared public (no digests needed to order them)."""
     keyed = [
-        (tool_order_key(t.name, is_public(t.name, tool_digest(t))), i, t)
+        (tool_order_key(t.name, is_public is not None and is_public(t.name, tool_digest(t))), i, t)
         for i, t in enumerate(tools)
     ]
     ordered = tuple(t for _, _, t in sorted(keyed))
@@ -146,17 +149,12 @@ def raw_tool_schema_key(wire: str) -> str:
     return "parameters" if wire == "openai" else "input_schema"
 
 
-def order_raw_tools(wire: str, tools: list[JSON], is_public: IsPublicTool) -> list[JSON]:
-    keyed = [
-        (
-            tool_order_key(
-                raw_tool_name(wire, t), is_public(raw_tool_name(wire, t), raw_tool_digest(wire, t))
-            ),
-            i,
-            t,
-        )
-        for i, t in enumerate(tools)
-    ]
+def order_raw_tools(wire: str, tools: list[JSON], is_public: IsPublicTool | None) -> list[JSON]:
+    """`is_public` None: no tool is declared public (no digests needed to order them)."""
+    keyed = []
+    for i, t in enumerate(tools):
+        name = raw_tool_name(wire, t)
+        keyed.append((tool_order_key(name, _is_public_raw(wire, t, name, is_public)), i, t))
     ordered = [t for _, _, t in sorted(keyed, key=lambda k: (k[0], k[1]))]
     if wire != "anthropic" or ordered == list(tools):
         return ordered
@@ -170,6 +168,12 @@ def order_raw_tools(wire: str, tools: list[JSON], is_public: IsPublicTool) -> li
         marker["ttl"] = ttl
     out[-1]["cache_control"] = marker
     return out
+
+
+def _is_public_raw(
+    wire: str, tool: Mapping[str, JSON], name: str, is_public: IsPublicTool | None
+) -> bool:
+    return is_public is not None and is_public(name, raw_tool_digest(wire, tool))
 
 
 def canonical_raw_tool(wire: str, tool: Mapping[str, JSON]) -> dict[str, JSON]:

@@ -81,7 +81,7 @@ def request_blocks(
                 text,
                 _digest("tool", text),
                 ttl,
-                public.is_public_tool(tool.name, tool_digest(tool)),
+                public.has_tools and public.is_public_tool(tool.name, tool_digest(tool)),
             )
         )
     for j, part in enumerate(request.system):
@@ -168,8 +168,10 @@ def anthropic_blocks(
     blocks: list[PromptBlock] = []
     for i, tool in enumerate(body.get("tools") or []):
         text = _as_sent({k: v for k, v in tool.items() if k != "cache_control"})
-        name, digest = raw_tool_name("anthropic", tool), raw_tool_digest("anthropic", tool)
-        is_public = public.is_public_tool(name, digest)
+        name = raw_tool_name("anthropic", tool)
+        is_public = public.has_tools and public.is_public_tool(
+            name, raw_tool_digest("anthropic", tool)
+        )
         blocks.append(
             PromptBlock(
                 "tools", ("tools", i), text, _digest("tool", text), _raw_ttl(tool), is_public

@@ -19,10 +19,6 @@ from cachekeys.canonical import (
 from cachekeys.volatile import VolatileMatcher, relocate_request
 
 
-def _no_public_tools(name: str, digest: bytes) -> bool:
-    return False
-
-
 @dataclass(frozen=True, slots=True)
 class PublicPrefix:
     """What an admin declared shareable across tenants: tools by name or digest, system by digest."""
@@ -33,6 +29,11 @@ class PublicPrefix:
 
     def is_public_tool(self, name: str, digest: bytes) -> bool:
         return name in self.tool_names or digest.hex() in self.tool_sha256
+
+    @property
+    def has_tools(self) -> bool:
+        """Whether any tool is declared public (else no tool digest needs computing)."""
+        return bool(self.tool_names or self.tool_sha256)
 
     def is_public_system(self, digest_hex: str) -> bool:
         return digest_hex in self.system_sha256
@@ -48,12 +49,9 @@ class NormaliseOptions:
     public: PublicPrefix = PublicPrefix()
 
     @property
-    def is_public_tool(self) -> IsPublicTool:
-        return (
-            self.public.is_public_tool
-            if self.public.tool_names or self.public.tool_sha256
-            else _no_public_tools
-        )
+    def is_public_tool(self) -> IsPublicTool | None:
+        """None when no tool is declared public: ordering then needs no tool digests."""
+        return self.public.is_public_tool if self.public.has_tools else None
 
 
 def normalise_request(request: ChatRequest, options: NormaliseOptions) -> ChatRequest:

@@ -14,16 +14,51 @@ from adapters.errors import ProviderUnavailable
 from adapters.sse import SSEParser, SSEvent
 
 
+class AiohttpPool:
+    """A process-wide aiohttp session made on first use: aiohttp binds a session to the running
+    loop, while backends are built before the loop starts. Its owner (the lifespan) closes it."""
+
+    def __init__(self, *, max_connections: int = 1000, keepalive_s: float = 30.0) -> None:
+        self._max_connections = max_connections
+        self._keepalive_s = keepalive_s
+        self._session: aiohttp.ClientSession | None = None
+
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(
+                limit=self._max_connections, keepalive_timeout=self._keepalive_s
+            )
+            self._session = aiohttp.ClientSession(connector=connector)
+        return self._session
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
 class AiohttpUpstream:
     """POSTs to one URL through a shared aiohttp session, with a per-call timeout."""
 
     def __init__(
-        self, backend: str, session: aiohttp.ClientSession, url: str, headers: Mapping[str, str]
+        self,
+        backend: str,
+        session: aiohttp.ClientSession | AiohttpPool,
+        url: str,
+        headers: Mapping[str, str],
     ) -> None:
         self._backend = backend
-        self._session = session
+        self._pool = session if isinstance(session, AiohttpPool) else None
+        self._fixed = session if isinstance(session, aiohttp.ClientSession) else None
         self._url = url
         self._headers = dict(headers)
+
+    @property
+    def _session(self) -> aiohttp.ClientSession:
+        if self._pool is not None:
+            return self._pool.session()
+        assert self._fixed is not None
+        return self._fixed
 
     def _merged(self, headers: Mapping[str, str] | None) -> dict[str, str]:
         return {**self._headers, **headers} if headers else self._headers

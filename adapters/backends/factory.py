@@ -14,7 +14,8 @@ from adapters.backends.spec import BackendSpec
 
 def build_backend(spec: BackendSpec, *, http: HTTPClient) -> Backend:
     """`http` is the process-wide pool (the gateway's lifespan owns and closes it): an
-    `httpx.AsyncClient`, or an `aiohttp.ClientSession` for ~1/3 of the CPU per call."""
+    `httpx.AsyncClient`, or an `aiohttp.ClientSession` / `AiohttpPool` for ~1/3 of the CPU per
+    call."""
     if spec.kind in ("openai_compatible", "selfhost"):
         return OpenAICompatibleBackend(spec, http=http)
     if spec.kind == "anthropic":

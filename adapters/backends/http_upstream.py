@@ -27,6 +27,8 @@ from adapters.sse import SSEParser, SSEvent
 if TYPE_CHECKING:
     import aiohttp
 
+    from adapters.backends.aiohttp_upstream import AiohttpPool
+
 
 def parse_retry_after(headers: Mapping[str, str]) -> float | None:
     """Seconds to wait from `retry-after-ms`, `retry-after` (seconds or an HTTP date)."""
@@ -93,11 +95,12 @@ class Upstream(Protocol):
     ) -> AsyncIterator[SSEvent]: ...
 
 
-HTTPClient = Union[httpx.AsyncClient, "aiohttp.ClientSession"]
+HTTPClient = Union[httpx.AsyncClient, "aiohttp.ClientSession", "AiohttpPool"]
 
 
 def make_upstream(backend: str, http: HTTPClient, url: str, headers: Mapping[str, str]) -> Upstream:
-    """httpx clients get HTTPUpstream; an aiohttp session gets the leaner AiohttpUpstream."""
+    """httpx clients get HTTPUpstream; an aiohttp session (or AiohttpPool) gets the leaner
+    AiohttpUpstream."""
     if isinstance(http, httpx.AsyncClient):
         return HTTPUpstream(backend, http, url, headers)
     from adapters.backends.aiohttp_upstream import AiohttpUpstream
