@@ -93,13 +93,11 @@ async def lantern_sequential(store: QuotaStore, n: int, tag: str) -> tuple[list[
     return await time_calls(call, n)
 
 
-async def litellm_sequential(port: int, n: int) -> tuple[list[float], float]:
-    """LiteLLM's own pre-call limiter (reserves estimated tokens; its settle runs in a logging
-    callback after the response and is not timed here)."""
+def litellm_limiter(port: int) -> tuple[Any, Any]:
+    """LiteLLM's own v3 limiter on our Redis, its proxy-wide lookups stubbed out."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     from litellm.caching.dual_cache import DualCache
     from litellm.caching.redis_cache import RedisCache
-    from litellm.proxy._types import UserAPIKeyAuth
     from litellm.proxy.hooks.parallel_request_limiter_v3 import (
         _PROXY_MaxParallelRequestsHandler_v3 as Limiter,
     )
@@ -117,7 +115,20 @@ async def litellm_sequential(port: int, n: int) -> tuple[list[float], float]:
         fail_closed_resolver=lambda: False,
         force_hash_tag_grouping_resolver=lambda: False,
     )
-    key = UserAPIKeyAuth(api_key="bench-key-hash", tpm_limit=10**12, rpm_limit=10**9)
+    return limiter, cache
+
+
+def litellm_key(name: str, tpm: int, rpm: int | None = None) -> Any:
+    from litellm.proxy._types import UserAPIKeyAuth
+
+    return UserAPIKeyAuth(api_key=name, tpm_limit=tpm, rpm_limit=rpm)
+
+
+async def litellm_sequential(port: int, n: int) -> tuple[list[float], float]:
+    """LiteLLM's own pre-call limiter (reserves estimated tokens; its settle runs in a logging
+    callback after the response and is not timed here)."""
+    limiter, cache = litellm_limiter(port)
+    key = litellm_key("bench-key-hash", tpm=10**12, rpm=10**9)
     body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
 
     async def call(i: int) -> None:
@@ -127,6 +138,34 @@ async def litellm_sequential(port: int, n: int) -> tuple[list[float], float]:
         )
 
     return await time_calls(call, n)
+
+
+def litellm_overrun_worker(port: int, key_name: str, calls: int, start: Any, out: Any) -> None:
+    """One process firing `calls` concurrent pre-call checks (max_tokens 1,000) at one key."""
+
+    async def main() -> tuple[int, int]:
+        limiter, cache = litellm_limiter(port)
+        key = litellm_key(key_name, tpm=50_000)
+        body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
+        reserved = limiter._estimate_tokens_for_request({**body, "max_tokens": 1000})
+        start.wait()  # every process set up: fire together
+
+        async def one(i: int) -> int:
+            try:
+                await limiter.async_pre_call_hook(
+                    user_api_key_dict=key,
+                    cache=cache,
+                    data={**body, "max_tokens": 1000},
+                    call_type="completion",
+                )
+            except Exception:  # noqa: BLE001 - LiteLLM signals a limit with HTTPException(429)
+                return 0
+            return 1
+
+        admitted = sum(await asyncio.gather(*(one(i) for i in range(calls))))
+        return admitted, reserved
+
+    out.put(asyncio.run(main()))
 
 
 def sequential_rows(port: int, n: int) -> list[dict[str, Any]]:
@@ -163,13 +202,13 @@ def sequential_rows(port: int, n: int) -> list[dict[str, Any]]:
     return rows
 
 
-def load_worker(port: int, duration_s: float, concurrency: int, start_at: float, out: Any) -> None:
+def load_worker(port: int, duration_s: float, concurrency: int, start: Any, out: Any) -> None:
     """One gateway-like process: `concurrency` calls in flight, reserve then settle, until time."""
 
     async def main() -> int:
         store = RedisQuotaStore.from_url(f"redis://127.0.0.1:{port}/0")
         done, pid = 0, os.getpid()
-        await asyncio.sleep(max(0.0, start_at - time.time()))
+        start.wait()  # every process set up: fire together
         end = time.time() + duration_s
 
         async def loop(w: int) -> None:
@@ -194,13 +233,13 @@ def load_worker(port: int, duration_s: float, concurrency: int, start_at: float,
     out.put(asyncio.run(main()))
 
 
-def overrun_worker(port: int, tenant: str, calls: int, start_at: float, out: Any) -> None:
+def overrun_worker(port: int, tenant: str, calls: int, start: Any, out: Any) -> None:
     """One process firing `calls` concurrent 1,000-token reservations at one tenant."""
     limits = Limits(tokens_per_minute=50_000)
 
     async def main() -> int:
         store = RedisQuotaStore.from_url(f"redis://127.0.0.1:{port}/0", timeout_s=5.0)
-        await asyncio.sleep(max(0.0, start_at - time.time()))
+        start.wait()  # every process set up: fire together
 
         async def one(i: int) -> int:
             try:
@@ -219,12 +258,12 @@ def overrun_worker(port: int, tenant: str, calls: int, start_at: float, out: Any
 
 
 def run_processes(
-    target: Any, args_for: Callable[[float, Any], tuple[Any, ...]], count: int
-) -> list[int]:
+    target: Any, args_for: Callable[[Any, Any], tuple[Any, ...]], count: int
+) -> list[Any]:
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    start_at = time.time() + 3.0  # after every process has imported and connected
-    procs = [ctx.Process(target=target, args=args_for(start_at, out)) for _ in range(count)]
+    start = ctx.Barrier(count)  # released once every process has imported and connected
+    procs = [ctx.Process(target=target, args=args_for(start, out)) for _ in range(count)]
     for proc in procs:
         proc.start()
     results = [out.get(timeout=120) for _ in procs]
@@ -255,14 +294,19 @@ def measure(port: int, redis_pid: int, args: argparse.Namespace) -> dict[str, An
     before_cmds, before_cpu = commands_processed(port), cpu_seconds(redis_pid)
     calls = run_processes(
         load_worker,
-        lambda start_at, out: (port, args.duration_s, args.concurrency, start_at, out),
+        lambda start, out: (port, args.duration_s, args.concurrency, start, out),
         args.processes,
     )
     total = sum(calls)
     redis_cpu_us = (cpu_seconds(redis_pid) - before_cpu) / max(total, 1) * 1e6
     admitted = run_processes(
         overrun_worker,
-        lambda start_at, out: (port, "overrun", 400 // args.processes, start_at, out),
+        lambda start, out: (port, "overrun", 400 // args.processes, start, out),
+        args.processes,
+    )
+    peer = run_processes(
+        litellm_overrun_worker,
+        lambda start, out: (port, "overrun-key", 400 // args.processes, start, out),
         args.processes,
     )
     return {
@@ -284,6 +328,10 @@ def measure(port: int, redis_pid: int, args: argparse.Namespace) -> dict[str, An
             "limit_tokens": 50_000,
             "admitted_tokens": sum(admitted),
             "per_process": admitted,
+            "litellm_v3_admitted_calls": sum(calls for calls, _ in peer),
+            "litellm_v3_reserved_tokens_per_call": peer[0][1],
+            "litellm_v3_admitted_tokens": sum(calls * tokens for calls, tokens in peer),
+            "litellm_v3_per_process": [calls for calls, _ in peer],
         },
     }
 
