@@ -152,17 +152,15 @@ class FargateRunner:
         return str(tasks[0]["taskArn"])
 
     async def _find_task(self, request: dict[str, Any]) -> str | None:
-        for desired in ("RUNNING", "STOPPED"):
-            listing = functools.partial(
-                self._ecs.list_tasks,
-                cluster=request["cluster"],
-                startedBy=request["startedBy"],
-                desiredStatus=desired,
-            )
-            reply = await asyncio.to_thread(listing)
-            if reply.get("taskArns"):
-                return str(reply["taskArns"][0])
-        return None
+        """A live task this run already started. ECS allows `startedBy` only as the sole filter,
+        which lists running tasks; a stopped one is found by re-sending RunTask with the same
+        clientToken instead (ECS answers with the task it started)."""
+        listing = functools.partial(
+            self._ecs.list_tasks, cluster=request["cluster"], startedBy=request["startedBy"]
+        )
+        reply = await asyncio.to_thread(listing)
+        arns = reply.get("taskArns") or []
+        return str(arns[0]) if arns else None
 
     async def _follow(
         self, task_arn: str, request: dict[str, Any], job: SandboxJob, target: FargateTarget

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import json
 import logging
 from typing import Any
 
@@ -300,3 +301,26 @@ def test_a_launch_that_started_nothing_releases_the_key(
     with stub.ecs_stub, pytest.raises(RunnerFailed):
         asyncio.run(service.submit((spec,), request))
     assert store.find("acme", "key-1") is None  # the client may retry the same key
+
+
+def test_recovery_resends_the_stored_request_byte_for_byte(
+    sqlite_engine: sa.Engine, clock: ManualClock
+) -> None:
+    stub = Stubbed(clock)
+    store, record, job = stub.run(sqlite_engine)
+    stored = json.dumps({"request": stub.request}, sort_keys=True)
+    store.mark_started(record.id, record.fence, stored)  # ...then the gateway died
+    clock.advance(31)
+    taken = store.take_over(store.claim("acme", "key-1", "fp", "run_python", "fargate").record)
+    assert taken is not None and taken.state == "started"
+    stub.ecs_stub.add_response(
+        "list_tasks", {"taskArns": []}, {"cluster": "sandbox", "startedBy": record.id}
+    )
+    stub.launched()  # expected_params: exactly the stored request, same clientToken
+    stub.describe(_stopped(0, "EssentialContainerExited", "Essential container in task exited"))
+    stub.no_logs()
+    with stub.ecs_stub, stub.logs_stub:
+        result = asyncio.run(stub.runner.run_recorded(store, taken, job, make_target()))
+        stub.ecs_stub.assert_no_pending_responses()
+    assert (result.status, result.exit_code) == (RunStatus.SUCCEEDED, 0)
+    assert json.loads(store.get("acme", record.id).backend_ref)["task_arn"] == TASK_ARN  # type: ignore[union-attr, arg-type]
