@@ -119,7 +119,10 @@ class FargateRunner:
             if task_arn is None:
                 if self._clock() - record.created_at > self._polling.token_ttl_s:
                     return self._unknown("the task cannot be found and its clientToken expired")
-                task_arn = await self._launch(request)  # same token: ECS returns the same task
+                try:  # the same token: ECS answers with the task it already started, if any
+                    task_arn = await self._launch(request)
+                except FargateConflict:
+                    return self._unknown("ECS holds this clientToken for a different request")
         else:
             token = client_token(record.tenant, record.idem_key)
             request = self.run_task_request(job, target, token)

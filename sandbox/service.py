@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from sandbox.errors import (
+    FargateConflict,
     IdempotencyKeyInUse,
     IdempotencyKeyReused,
     InvalidToolRequest,
@@ -184,9 +185,11 @@ class ToolRunService:
         heartbeat = asyncio.create_task(self._heartbeat(record))
         try:
             output = await self._run(record, spec, job)
-        except (SandboxUnavailable, RunnerFailed, InvalidToolRequest):
+        except (SandboxUnavailable, RunnerFailed, InvalidToolRequest) as exc:
             # Raised only when nothing was started (no process, no ECS task): forget the claim.
-            await asyncio.to_thread(self._store.release, record.id, record.fence)
+            # A clientToken conflict means ECS knows a task by this token: keep the record.
+            if not isinstance(exc, FargateConflict):
+                await asyncio.to_thread(self._store.release, record.id, record.fence)
             raise
         finally:
             heartbeat.cancel()

@@ -324,3 +324,25 @@ def test_recovery_resends_the_stored_request_byte_for_byte(
         stub.ecs_stub.assert_no_pending_responses()
     assert (result.status, result.exit_code) == (RunStatus.SUCCEEDED, 0)
     assert json.loads(store.get("acme", record.id).backend_ref)["task_arn"] == TASK_ARN  # type: ignore[union-attr, arg-type]
+
+
+def test_a_token_conflict_keeps_the_record_and_later_reads_as_unknown(
+    sqlite_engine: sa.Engine, clock: ManualClock
+) -> None:
+    stub = Stubbed(clock)
+    store = IdempotencyStore(sqlite_engine, clock)
+    service = ToolRunService(store, None, clock, logging.getLogger("t"), fargate=stub.runner)  # type: ignore[arg-type]
+    spec = ToolSpec("run_python", ("python3", "-c", "{code}"), "fargate", (), LIMITS, make_target())
+    request = ToolRunRequest("acme", "k1", "key-1", "run_python", (("code", "print(6*7)"),))
+    stub.ecs_stub.add_client_error("run_task", "ConflictException", "token reused", 409)
+    stub.ecs_stub.add_response("list_tasks", {"taskArns": []})
+    stub.ecs_stub.add_client_error("run_task", "ConflictException", "token reused", 409)
+    with stub.ecs_stub:
+        with pytest.raises(FargateConflict):
+            asyncio.run(service.submit((spec,), request))
+        row = store.find("acme", "key-1")
+        assert row is not None and row.state == "started"  # ECS knows a task by this token
+        clock.advance(31)  # the lease runs out; the retry reattaches and cannot find the task
+        reply = asyncio.run(service.submit((spec,), request))
+    assert reply.http_status == 500
+    assert json.loads(reply.body)["error"]["code"] == "tool_run_outcome_unknown"
