@@ -85,6 +85,7 @@ def test_plain_http_is_rewritten_to_origin_form() -> None:
         ("evil.test:{p}", "host-not-allowed"),
         ("xallowed.test:{p}", "host-not-allowed"),
         ("allowed.test.evil:{p}", "host-not-allowed"),
+        ("\u0430llowed.test:{p}", "host-not-allowed"),  # Cyrillic a: punycode, not ours
     ],
 )
 def test_connect_refusals(target: str, reason: str, caplog: pytest.LogCaptureFixture) -> None:
