@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import httpx
 from fastapi import APIRouter, Request
 
+from adapters.backends.aiohttp_upstream import AiohttpPool
 from gateway.admission import Admission
 from gateway.fleet import Fleet
 from gateway.ledger.call_ledger import CallLedger
@@ -71,9 +71,7 @@ def build_components(
         build_tracer_provider(settings.telemetry.exporter, settings.telemetry.otlp_endpoint),
         metrics,
     )
-    http = httpx.AsyncClient(
-        limits=httpx.Limits(max_connections=1000, max_keepalive_connections=200)
-    )
+    http = AiohttpPool(max_connections=1000)  # ~1/3 of httpx's CPU per upstream call
     models, children = build_model_table(settings, http)
     pricing = RoutePricing.from_settings(settings)
     keys = PolicyStore(settings.policy_dir, poll_interval_s=settings.policy_poll_interval_s)
