@@ -59,16 +59,16 @@ def _decode(
     num_kv_heads = cache.shape[3]
     # The G query heads sharing a KV head act as G query rows, so K/V are never repeated.
     q = q.view(batch, num_kv_heads, num_heads // num_kv_heads, head_dim)
-    k = cache[0][meta.decode_block_tables].flatten(1, 2).transpose(1, 2)  # [B, KV, S, D]
-    v = cache[1][meta.decode_block_tables].flatten(1, 2).transpose(1, 2)
+    k = _gather(cache[0], meta.decode_block_tables).transpose(1, 2)  # [B, KV, S, D]
+    v = _gather(cache[1], meta.decode_block_tables).transpose(1, 2)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=meta.decode_mask, scale=scale)
     return out.reshape(batch, num_heads, head_dim)
 
 
 def _prefill(q: torch.Tensor, cache: torch.Tensor, span: PrefillSpan, scale: float) -> torch.Tensor:
     num_kv_heads, head_dim = cache.shape[3], cache.shape[4]
-    k = cache[0][span.block_ids].view(-1, num_kv_heads, head_dim)[: span.context_len]
-    v = cache[1][span.block_ids].view(-1, num_kv_heads, head_dim)[: span.context_len]
+    k = _gather(cache[0], span.block_ids.view(1, -1))[0, : span.context_len]  # [ctx, KV, D]
+    v = _gather(cache[1], span.block_ids.view(1, -1))[0, : span.context_len]
     out = F.scaled_dot_product_attention(
         q.transpose(0, 1).unsqueeze(0),  # [1, H, n, D]
         k.transpose(0, 1).unsqueeze(0),  # [1, KV, ctx, D]
@@ -79,6 +79,16 @@ def _prefill(q: torch.Tensor, cache: torch.Tensor, span: PrefillSpan, scale: flo
         enable_gqa=True,
     )
     return out.squeeze(0).transpose(0, 1)
+
+
+def _gather(pool: torch.Tensor, block_tables: torch.Tensor) -> torch.Tensor:
+    """pool [num_blocks, block_size, KV, D], tables [B, n] -> [B, n * block_size, KV, D].
+
+    index_select copies whole blocks (contiguous rows); it is several times faster on CPU than
+    advanced indexing with a 2-D index."""
+    batch, num_blocks = block_tables.shape
+    rows = pool.index_select(0, block_tables.reshape(-1))
+    return rows.view(batch, num_blocks * pool.shape[1], pool.shape[2], pool.shape[3])
 
 
 def causal_mask(q_len: int, context_len: int, device: torch.device) -> torch.Tensor:

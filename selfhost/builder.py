@@ -64,8 +64,9 @@ def build_engine(
 
 
 def default_dtype(device: str) -> str:
-    """bf16 on CUDA; on CPU the measured faster exact-enough choice (see docs/engine.md)."""
-    return "bfloat16" if device == "cuda" else "float32"
+    """bf16 everywhere: on this CPU (AVX512-BF16) it measured 1.3-1.7x faster than fp32 for decode
+    and prefill (docs/engine.md); tests pin float32 for token-exact comparison with HF."""
+    return "bfloat16"
 
 
 def served_name(config: EngineConfig) -> str:
