@@ -66,7 +66,6 @@ def _decode(
 
 
 def _prefill(q: torch.Tensor, cache: torch.Tensor, span: PrefillSpan, scale: float) -> torch.Tensor:
-    num_kv_heads, head_dim = cache.shape[3], cache.shape[4]
     k = _gather(cache[0], span.block_ids.view(1, -1))[0, : span.context_len]  # [ctx, KV, D]
     v = _gather(cache[1], span.block_ids.view(1, -1))[0, : span.context_len]
     out = F.scaled_dot_product_attention(
