@@ -9,13 +9,16 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from selfhost.detokenizer import IncrementalDetokenizer
 from selfhost.model_runner import ModelRunner
 from selfhost.sampler import Sampler, TokenLogprobs
 from selfhost.scheduler import Scheduler
 from selfhost.sequence import SamplingParams, Sequence
-from selfhost.tokenizer import TextTokenizer
+
+if TYPE_CHECKING:  # the engine only decodes and reads EOS ids; jinja2 stays off its import path
+    from selfhost.tokenizer import TextTokenizer
 
 THROUGHPUT_WINDOW_S = 10.0
 
