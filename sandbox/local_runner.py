@@ -54,11 +54,14 @@ class LocalRunner:
         self._backend: str | None = None
         self._launcher_dir: str | None = None
         self._layout_cache: SandboxLayout | None = None
+        self._closed = False
 
     @property
     def _layout(self) -> SandboxLayout:
         """Built on first use: the launcher is copied to a world-readable directory, since the
         box's user (uid 65534) may not be able to reach the installed package."""
+        if self._closed:
+            raise SandboxUnavailable("this runner was closed")
         if self._layout_cache is None:
             self._launcher_dir = tempfile.mkdtemp(prefix="lantern-launcher-")
             os.chmod(self._launcher_dir, 0o755)
@@ -72,7 +75,7 @@ class LocalRunner:
         """Remove the launcher copy (call at shutdown)."""
         if self._launcher_dir is not None:
             shutil.rmtree(self._launcher_dir, ignore_errors=True)
-        self._launcher_dir, self._layout_cache, self._backend = None, None, None
+        self._launcher_dir, self._layout_cache, self._closed = None, None, True
 
     def backend(self) -> str:
         """'bwrap' or 'unshare', probed once per runner; SandboxUnavailable when neither works."""

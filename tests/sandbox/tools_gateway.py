@@ -39,12 +39,13 @@ def main(args: argparse.Namespace) -> None:
         caller = authenticate_headers(request.headers, components.keys)
         return caller.tenant, caller.key_id
 
-    components.tools_router = build_tools_router(service, authenticate)
-    app = create_app(settings, components)
-    try:
-        uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
-    finally:
+    async def close_runner() -> None:  # uvicorn re-raises SIGTERM after shutdown: no finally
         local.close()
+
+    components.tools_router = build_tools_router(service, authenticate)
+    components.on_stop.append(close_runner)
+    app = create_app(settings, components)
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
 
 
 if __name__ == "__main__":
