@@ -5,6 +5,8 @@ Weights arrive in HF names and are fused once at load (QKV, gate+up); no per-ste
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -73,6 +75,9 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 
 class LlamaModel(nn.Module):
+    rope_cos: torch.Tensor
+    rope_sin: torch.Tensor
+
     def __init__(self, config: ModelConfig, max_positions: int) -> None:
         super().__init__()
         self.config = config
@@ -93,7 +98,7 @@ class LlamaModel(nn.Module):
         self.norm.copy_(state["model.norm.weight"])
         if not self.config.tie_word_embeddings:
             self.lm_head.copy_(state["lm_head.weight"])
-        for index, layer in enumerate(self.layers):
+        for index, layer in enumerate(self.decoder_layers()):
             layer.load(state, f"model.layers.{index}")
 
     def forward(
@@ -107,9 +112,12 @@ class LlamaModel(nn.Module):
         x = F.embedding(input_ids, self.embed)
         cos = self.rope_cos[positions].unsqueeze(1).to(x.dtype)
         sin = self.rope_sin[positions].unsqueeze(1).to(x.dtype)
-        for index, layer in enumerate(self.layers):
+        for index, layer in enumerate(self.decoder_layers()):
             x = layer(x, cos, sin, kv_cache[index], meta)
         return F.rms_norm(x, (self.config.hidden_size,), self.norm, self.config.rms_norm_eps)
+
+    def decoder_layers(self) -> list[DecoderLayer]:
+        return [cast(DecoderLayer, layer) for layer in self.layers]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         head = self.embed if self.config.tie_word_embeddings else self.lm_head

@@ -111,11 +111,9 @@ def tokenizer_from_dir(path: Path, eos_token_ids: tuple[int, ...]) -> TextTokeni
     config_path = path / "tokenizer_config.json"
     config = json.loads(config_path.read_text()) if config_path.exists() else {}
     eos = _token_text(config.get("eos_token"))
-    if eos and tokenizer.token_to_id(eos) is not None:
-        eos_token_ids = (
-            tokenizer.token_to_id(eos),
-            *[i for i in eos_token_ids if i != tokenizer.token_to_id(eos)],
-        )
+    eos_id = tokenizer.token_to_id(eos) if eos else None
+    if eos_id is not None:
+        eos_token_ids = (eos_id, *[i for i in eos_token_ids if i != eos_id])
     template = config.get("chat_template")
     return TextTokenizer(
         tokenizer=tokenizer,
