@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -26,6 +27,31 @@ def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     ticks = sum(int(fields[i]) for i in (11, 12, 13, 14))
     return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """`cpu_seconds` of a process plus its live descendants (a server's worker processes)."""
+    total = 0.0
+    for p in [pid, *_descendants(pid)]:
+        with contextlib.suppress(FileNotFoundError):  # exited between listing and reading
+            total += cpu_seconds(p)
+    return total
+
+
+def _descendants(pid: int) -> list[int]:
+    found: list[int] = []
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except FileNotFoundError:
+        return found
+    for task in tasks:
+        try:
+            children = (task / "children").read_text().split()
+        except FileNotFoundError:
+            continue
+        for child in map(int, children):
+            found += [child, *_descendants(child)]
+    return found
 
 
 def start(

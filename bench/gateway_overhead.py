@@ -1,11 +1,13 @@
 """Latency and CPU that Lantern adds over calling the upstream directly, side by side with the
 LiteLLM proxy (one worker each), same fake upstream, same agent-sized bodies (≈6,000 tokens + tools).
 
-    .venv/bin/python bench/gateway_overhead.py [--rates 25,50,100,200] [--duration-s 10] [--stream]
+    .venv/bin/python -m bench.gateway_overhead [--rates 25,50,100,200] [--duration-s 10]
+        [--stream | --both] [--skip-litellm]
 
-Open-loop load: requests start on a fixed schedule whatever the replies do, so queueing shows
-as latency. Reports p50/p99 per target and rate, added latency over direct, CPU ms per call of
-the proxy process, and the highest rate with p99 < 1 s and no errors.
+Open-loop load (aiohttp on uvloop, bodies encoded before the clock starts): call i is due at
+i/rate whatever the replies do, and its latency counts from that due time, so queueing shows as
+latency. Reports p50/p99 (and TTFB) per target and rate, latency added over direct, CPU ms per
+call of the proxy's process tree, and the highest rate with p99 < 1 s and no errors.
 """
 
 from __future__ import annotations
@@ -14,15 +16,19 @@ import argparse
 import asyncio
 import hashlib
 import json
-import statistics
+import subprocess
 import tempfile
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-import httpx
+import aiohttp
+import orjson
+import uvloop
 
-from bench._procs import PY, ROOT, cpu_seconds, free_port, start, stop
+from bench._procs import PY, ROOT, free_port, start, stop, tree_cpu_seconds
 
 KEY = "sk-bench-key-000000000000000000000000000001"  # also the LiteLLM master key
 TOOLS = [
@@ -58,63 +64,87 @@ def agent_body(stream: bool, turn: int) -> dict[str, object]:
 
 @dataclass
 class Result:
+    mode: str  # "non-stream" or "stream"
     target: str
     rate: float
     sent: int
     errors: int
     p50_ms: float
     p99_ms: float
-    cpu_ms_per_call: float
+    ttfb_p50_ms: float  # first response-body bytes (for streams: the first SSE chunk)
+    cpu_ms_per_call: float  # the target's process tree, per call sent (nan for direct)
+
+    @property
+    def is_sustained(self) -> bool:
+        return self.errors == 0 and self.p99_ms < 1000
 
 
 async def _one(
-    client: httpx.AsyncClient,
+    session: aiohttp.ClientSession,
     url: str,
-    body: dict[str, object],
+    body: bytes,
     headers: dict[str, str],
-    stream: bool,
-) -> float | None:
-    began = time.perf_counter()
+    scheduled: float,
+) -> tuple[float, float] | None:
+    """(latency, time to first body bytes) in ms from the scheduled send time; None on error."""
+    first: float | None = None
     try:
-        if stream:
-            async with client.stream("POST", url, json=body, headers=headers) as resp:
-                async for _ in resp.aiter_bytes():
-                    pass
-                ok = resp.status_code == 200
-        else:
-            ok = (await client.post(url, json=body, headers=headers)).status_code == 200
-    except httpx.HTTPError:
+        async with session.post(url, data=body, headers=headers) as resp:
+            async for _ in resp.content.iter_any():
+                if first is None:
+                    first = time.perf_counter()
+            ok = resp.status == 200
+    except (aiohttp.ClientError, TimeoutError):
         return None
-    return (time.perf_counter() - began) * 1000 if ok else None
+    done = time.perf_counter()
+    if not ok:
+        return None
+    return (done - scheduled) * 1000, ((first or done) - scheduled) * 1000
 
 
 async def run_rate(
     name: str, base: str, pid: int | None, rate: float, duration_s: float, stream: bool
 ) -> Result:
-    headers = {"authorization": f"Bearer {KEY}"}
+    """Open loop: call i is due at t0 + i/rate whatever earlier calls are doing, and its latency
+    counts from that due time, so a target that falls behind shows it as latency."""
+    headers = {"authorization": f"Bearer {KEY}", "content-type": "application/json"}
     url = f"{base}/chat/completions"
-    limits = httpx.Limits(max_connections=2000, max_keepalive_connections=500)
-    async with httpx.AsyncClient(timeout=30, limits=limits) as client:
+    n = int(rate * duration_s)
+    bodies = [orjson.dumps(agent_body(stream, i)) for i in range(n + 5)]  # encoded up front
+    connector = aiohttp.TCPConnector(limit=0)
+    timeout = aiohttp.ClientTimeout(total=30)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         for turn in range(5):  # warm connections and caches
-            await _one(client, url, agent_body(stream, turn), headers, stream)
-        cpu0 = cpu_seconds(pid) if pid else 0.0
-        n = int(rate * duration_s)
-        t0 = time.perf_counter()
+            await _one(session, url, bodies[n + turn], headers, time.perf_counter())
+        cpu0 = tree_cpu_seconds(pid) if pid else 0.0
+        t0 = time.perf_counter() + 0.01
         tasks = []
         for i in range(n):
-            delay = t0 + i / rate - time.perf_counter()
+            due = t0 + i / rate
+            delay = due - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            tasks.append(
-                asyncio.create_task(_one(client, url, agent_body(stream, i), headers, stream))
-            )
+            tasks.append(asyncio.create_task(_one(session, url, bodies[i], headers, due)))
         done = await asyncio.gather(*tasks)
-        cpu = (cpu_seconds(pid) - cpu0) if pid else 0.0
-    lat = sorted(x for x in done if x is not None)
-    errors = n - len(lat)
-    p50 = statistics.median(lat) if lat else float("nan")
-    p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))] if lat else float("nan")
-    return Result(name, rate, n, errors, p50, p99, cpu * 1000 / max(1, n))
+        cpu = (tree_cpu_seconds(pid) - cpu0) if pid else float("nan")
+    ok = [x for x in done if x is not None]
+    lat = sorted(x[0] for x in ok)
+    ttfb = sorted(x[1] for x in ok)
+    return Result(
+        "stream" if stream else "non-stream",
+        name,
+        rate,
+        n,
+        n - len(ok),
+        _pct(lat, 0.5),
+        _pct(lat, 0.99),
+        _pct(ttfb, 0.5),
+        cpu * 1000 / max(1, n),
+    )
+
+
+def _pct(values: list[float], q: float) -> float:
+    return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
 
 
 def write_lantern_config(tmp: Path, upstream: str) -> Path:
@@ -172,97 +202,127 @@ def write_litellm_config(tmp: Path, upstream: str) -> Path:
     return cfg
 
 
+Target = tuple[str, str, int | None]  # (name, base URL, pid whose process tree is the proxy)
+ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY_DISABLED": "true"}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--rates", default="25,50,100,200")
-    ap.add_argument("--duration-s", type=float, default=10.0)
-    ap.add_argument("--stream", action="store_true")
+    ap.add_argument("--rates", default="25,50,100,200", help="offered calls/s, ascending")
+    ap.add_argument("--duration-s", type=float, default=10.0, help="per target and rate")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--stream", action="store_true", help="streaming calls only")
+    mode.add_argument("--both", action="store_true", help="non-streaming, then streaming")
     ap.add_argument("--skip-litellm", action="store_true")
     args = ap.parse_args()
     rates = [float(r) for r in args.rates.split(",")]
-    env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY_DISABLED": "true"}
+    modes = [False, True] if args.both else [args.stream]
     with tempfile.TemporaryDirectory() as d:
-        tmp = Path(d)
-        up_port, gw_port, ll_port = free_port(), free_port(), free_port()
-        upstream = f"http://127.0.0.1:{up_port}/v1"
-        procs = {
-            "upstream": start(
-                [PY, "-m", "tests.fakes.upstream", "--port", str(up_port)],
-                f"http://127.0.0.1:{up_port}/",
-                log=tmp / "up.log",
-            )
-        }
-        targets = [("direct", upstream, None)]
+        procs: list[subprocess.Popen[bytes]] = []
         try:
-            gw = start(
-                [
-                    PY,
-                    "-m",
-                    "gateway.cli",
-                    "serve",
-                    "--config",
-                    str(write_lantern_config(tmp, upstream)),
-                    "--port",
-                    str(gw_port),
-                ],
-                f"http://127.0.0.1:{gw_port}/healthz",
-                env=env,
-                log=tmp / "gw.log",
-            )
-            procs["lantern"] = gw
-            targets.append(("lantern", f"http://127.0.0.1:{gw_port}/v1", gw.pid))
-            if not args.skip_litellm:
-                ll = start(
-                    [
-                        str(ROOT / ".venv/bin/litellm"),
-                        "--config",
-                        str(write_litellm_config(tmp, upstream)),
-                        "--port",
-                        str(ll_port),
-                        "--num_workers",
-                        "1",
-                    ],
-                    f"http://127.0.0.1:{ll_port}/health/liveliness",
-                    env=env,
-                    log=tmp / "ll.log",
-                    timeout_s=240,
-                )
-                procs["litellm"] = ll
-                targets.append(("litellm", f"http://127.0.0.1:{ll_port}/v1", ll.pid))
-            report(asyncio.run(sweep(targets, rates, args.duration_s, args.stream)), args.stream)
+            targets = start_targets(Path(d), procs, with_litellm=not args.skip_litellm)
+            for stream in modes:
+                results = _run(sweep(targets, rates, args.duration_s, stream))
+                report(results)
         finally:
-            for proc in procs.values():
+            for proc in procs:
                 stop(proc)
 
 
+def _run(coro: Coroutine[Any, Any, list[Result]]) -> list[Result]:
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(coro)
+
+
+def start_targets(
+    tmp: Path, procs: list[subprocess.Popen[bytes]], *, with_litellm: bool
+) -> list[Target]:
+    """The fake upstream ("direct"), Lantern in front of it, and LiteLLM (one worker)."""
+    up_port, gw_port, ll_port = free_port(), free_port(), free_port()
+    upstream = f"http://127.0.0.1:{up_port}/v1"
+    fake = [PY, "-m", "tests.fakes.upstream", "--port", str(up_port)]
+    procs.append(start(fake, f"http://127.0.0.1:{up_port}/", log=tmp / "up.log"))
+    targets: list[Target] = [("direct", upstream, None)]
+    config = str(write_lantern_config(tmp, upstream))
+    lantern = [PY, "-m", "gateway.cli", "serve", "--config", config, "--port", str(gw_port)]
+    gw = start(lantern, f"http://127.0.0.1:{gw_port}/healthz", env=ENV, log=tmp / "gw.log")
+    procs.append(gw)
+    targets.append(("lantern", f"http://127.0.0.1:{gw_port}/v1", gw.pid))
+    if with_litellm:
+        config = str(write_litellm_config(tmp, upstream))
+        litellm = [str(ROOT / ".venv/bin/litellm"), "--config", config, "--port", str(ll_port)]
+        ll = start(
+            [*litellm, "--num_workers", "1"],
+            f"http://127.0.0.1:{ll_port}/health/liveliness",
+            env=ENV,
+            log=tmp / "ll.log",
+            timeout_s=240,
+        )
+        procs.append(ll)
+        targets.append(("litellm", f"http://127.0.0.1:{ll_port}/v1", ll.pid))
+    return targets
+
+
 async def sweep(
-    targets: list[tuple[str, str, int | None]], rates: list[float], duration_s: float, stream: bool
+    targets: list[Target], rates: list[float], duration_s: float, stream: bool
 ) -> list[Result]:
-    results = []
-    for rate in rates:  # targets interleaved per rate, so drift in machine load hits all alike
+    """Targets interleaved per rate, so drift in machine load hits all alike; a target that
+    failed a rate (errors or p99 >= 1 s) is not run at higher ones (it only gets worse)."""
+    results: list[Result] = []
+    failed: set[str] = set()
+    for rate in rates:
         for name, base, pid in targets:
+            if name in failed:
+                continue
             results.append(await run_rate(name, base, pid, rate, duration_s, stream))
             print(results[-1], flush=True)
+            if not results[-1].is_sustained:
+                failed.add(name)
     return results
 
 
-def report(results: list[Result], stream: bool) -> None:
+def report(results: list[Result]) -> None:
+    """Markdown tables: per rate, each target with its latency added over direct, and CPU."""
     direct = {r.rate: r for r in results if r.target == "direct"}
-    print(
-        f"\n| target | rate/s | p50 ms | p99 ms | added p50 | added p99 | CPU ms/call | errors |  ({'stream' if stream else 'non-stream'})"
-    )
-    print("|---|---|---|---|---|---|---|---|")
+    litellm = {r.rate: r for r in results if r.target == "litellm"}
+    print(f"\n### {results[0].mode}\n")
+    print("| target | rate/s | p50 ms | p99 ms | added p50 | added p99 | added TTFB p50 |", end="")
+    print(" CPU ms/call | CPU vs LiteLLM | errors |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
-        d = direct[r.rate]
-        print(
-            f"| {r.target} | {r.rate:g} | {r.p50_ms:.1f} | {r.p99_ms:.1f} | "
-            f"{r.p50_ms - d.p50_ms:+.1f} | {r.p99_ms - d.p99_ms:+.1f} | {r.cpu_ms_per_call:.2f} | {r.errors} |"
+        d, ll = direct.get(r.rate), litellm.get(r.rate)
+        ratio = (
+            f"{r.cpu_ms_per_call / ll.cpu_ms_per_call:.2f}" if ll and r.target != "direct" else ""
         )
-    for name in sorted({r.target for r in results}):
-        ok = [r.rate for r in results if r.target == name and r.errors == 0 and r.p99_ms < 1000]
-        print(f"highest sustainable rate ({name}): {max(ok) if ok else 0:g}/s")
+        added = (
+            (
+                f"{r.p50_ms - d.p50_ms:+.1f}",
+                f"{r.p99_ms - d.p99_ms:+.1f}",
+                f"{r.ttfb_p50_ms - d.ttfb_p50_ms:+.1f}",
+            )
+            if d and r.target != "direct"
+            else ("", "", "")
+        )
+        cpu = "" if r.target == "direct" else f"{r.cpu_ms_per_call:.2f}"
+        print(
+            f"| {r.target} | {r.rate:g} | {r.p50_ms:.1f} | {r.p99_ms:.1f} | {' | '.join(added)} | "
+            f"{cpu} | {ratio} | {r.errors} |"
+        )
+    print()
+    for name in dict.fromkeys(r.target for r in results):
+        print(f"highest sustainable rate ({name}): {_sustained(results, name):g}/s")
+
+
+def _sustained(results: list[Result], name: str) -> float:
+    """The highest rate passed with every lower rate passed too (0 if the first failed)."""
+    best = 0.0
+    for r in sorted((r for r in results if r.target == name), key=lambda r: r.rate):
+        if not r.is_sustained:
+            break
+        best = r.rate
+    return best
 
 
 if __name__ == "__main__":
