@@ -50,6 +50,17 @@ class TelemetrySettings(_Section):
     otlp_endpoint: str | None = None  # None: the OpenTelemetry SDK default
 
 
+class SandboxSettings(_Section):
+    """Tool runs (`POST /v1/tools/runs`): the local box, idempotency retention, Fargate."""
+
+    backend: Literal["auto", "bwrap", "unshare"] = "auto"  # auto: bwrap when installed
+    lease_s: float = Field(default=30.0, gt=0)  # a run's lease; a dead gateway's run expires
+    retention_s: float = Field(default=86400.0, gt=0)  # how long results are replayed
+    egress_allow_cidrs: tuple[str, ...] = ()  # private ranges the egress proxy may dial
+    fargate_region: str | None = None  # set: tools with `runner: fargate` run on ECS
+    sweep_interval_s: float = Field(default=300.0, gt=0)
+
+
 class PriceOverride(_Section):
     """USD per million tokens; a missing value keeps the price map's own."""
 
@@ -173,6 +184,7 @@ class Settings(BaseSettings):
     server_secret: SecretStr | None = None  # None: see `resolve_server_secret`
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     telemetry: TelemetrySettings = TelemetrySettings()
+    sandbox: SandboxSettings = SandboxSettings()
     prices: dict[str, PriceOverride] = Field(default_factory=dict)  # model -> USD per Mtok
     models: tuple[ModelRoute, ...] = ()
 

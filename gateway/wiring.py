@@ -30,6 +30,7 @@ from gateway.prompt_cache import PromptCachePort, TiktokenEncoder
 from gateway.settings import Settings
 from gateway.telemetry import Metrics, Telemetry, build_tracer_provider
 from gateway.token_count import TiktokenCounting
+from gateway.tools_wiring import build_tools
 from policies.store import PolicyStore
 
 log = logging.getLogger("lantern.wiring")
@@ -106,7 +107,12 @@ def build_components(
             clock=clock,
         )
     )
-    parts = Components(pipeline, keys, models, metrics, _admin_views(settings, keys, engine))
+    tools = build_tools(settings, keys)
+    parts = Components(
+        pipeline, keys, models, metrics, _admin_views(settings, keys, engine), tools.router
+    )
+    parts.on_start.append(tools.start)
+    parts.on_stop.append(tools.stop)
 
     async def start() -> None:
         keys.reload_now()
