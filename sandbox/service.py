@@ -110,7 +110,10 @@ class ToolRunService:
         if spec is None:
             raise ToolNotAllowed(f"tool {request.tool!r} is not in this tenant's policy")
         if spec.runner == "fargate" and (spec.fargate is None or self._fargate is None):
-            raise InvalidToolRequest("tool", "fargate runner is not configured for this tool")
+            raise SandboxUnavailable(  # the operator's configuration, not the caller's request
+                "the fargate runner is not configured (set sandbox.fargate_region and the "
+                "tool's fargate fields)"
+            )
         limits = resolve_limits(spec.limits, request.limits)
         argv = fill_command(spec.command, dict(request.arguments))
         env = (("LANTERN_IDEMPOTENCY_KEY", client_token(request.tenant, request.idempotency_key)),)
