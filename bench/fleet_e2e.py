@@ -184,6 +184,19 @@ async def drive(url: str, sessions: int, turns: int, seed: int) -> Tally:
     return tally
 
 
+def gateway_argv(args: argparse.Namespace) -> list[str]:
+    """`lantern` itself, or, with --fleet-kv-blocks, lantern with the fleet told each replica's
+    KV size (settings have no field for it yet, so the default ReplicaSpec is patched)."""
+    if not args.fleet_kv_blocks:
+        return [PY, "-m", "gateway.cli"]
+    patch = (
+        "import gateway.fleet as f; "
+        f"f.ReplicaSpec.__init__.__defaults__ = (2000.0, 1000.0, {args.fleet_kv_blocks}, 0.05); "
+        "from gateway.cli import main; raise SystemExit(main())"
+    )
+    return [PY, "-c", patch]
+
+
 def run(strategy: str, args: argparse.Namespace, tmp: Path) -> Tally:
     ports = [free_port() for _ in range(2)]
     engines = [
@@ -211,7 +224,7 @@ def run(strategy: str, args: argparse.Namespace, tmp: Path) -> Tally:
     cfg = write_config(tmp / strategy, [f"http://127.0.0.1:{p}/v1" for p in ports], strategy)
     try:
         gw = start(
-            [PY, "-m", "gateway.cli", "serve", "--config", str(cfg), "--port", str(gw_port)],
+            [*gateway_argv(args), "serve", "--config", str(cfg), "--port", str(gw_port)],
             f"http://127.0.0.1:{gw_port}/healthz",
             log=tmp / f"gw-{strategy}.log",
             env={"LITELLM_LOCAL_MODEL_COST_MAP": "True"},
@@ -234,6 +247,7 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=6)
     ap.add_argument("--num-blocks", type=int, default=256, help="KV blocks per engine replica")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--fleet-kv-blocks", type=int, default=0, help="tell the fleet the KV size")
     args = ap.parse_args()
     print(
         "| routing | requests | errors | prompt tokens | engine-reported cached | hit rate |"
