@@ -40,7 +40,7 @@ class ReplicaSpec:
 
     prefill_tok_s: float = 2000.0
     capacity_tok_s: float = 1000.0
-    kv_capacity_blocks: int = 4096
+    kv_capacity_blocks: int = 1024  # the bundled engine's default --num-blocks
     base_ttft_s: float = 0.05
 
 
