@@ -121,7 +121,6 @@ def _venue(
     replicas: Sequence[ReplicaState],
     rscores: Sequence[CandidateScore],
     entry: SessionEntry | None,
-    sticky: int | None,
     knobs: RoutingKnobs,
     have_api: bool,
 ) -> tuple[VenueKind, list[int], str]:
@@ -144,8 +143,13 @@ def _venue(
     return "api", [], "overflow_headroom" if entry is None or entry.venue != "api" else ""
 
 
-def _excluded(r: ReplicaState, now: float) -> CandidateScore:
-    note = "unhealthy" if not r.healthy else f"drained until {r.drained_until:g}"
+def _excluded(r: ReplicaState, venue: str) -> CandidateScore:
+    if venue == "api_only":
+        note = "venue api_only"
+    elif not r.healthy:
+        note = "unhealthy"
+    else:
+        note = f"drained until {r.drained_until:g}"
     return CandidateScore(r.backend, r.key, "selfhost", False, note=note)
 
 
@@ -171,7 +175,7 @@ def choose(
     ascores = [_api_score(a, features, prices, entry) for a in apis]
     keys = [r.key for r in replicas]
     sticky = keys.index(entry.replica) if entry and entry.replica in keys else None
-    venue, subset, note = _venue(replicas, rscores, entry, sticky, policy, bool(apis))
+    venue, subset, note = _venue(replicas, rscores, entry, policy, bool(apis))
     chosen: CandidateScore
     if venue == "selfhost":
         i, reason = _pick_replica(subset, replicas, rscores, features, sticky, fleet, policy, rng)
@@ -185,7 +189,7 @@ def choose(
         j, reason = _pick_api(ascores, policy)
         chosen = ascores[j]
         reason = f"{note}:{reason}" if note else reason
-    excluded = [_excluded(r, now) for r in pool if r.key not in keys]
+    excluded = [_excluded(r, policy.venue) for r in pool if r.key not in keys]
     return Decision(
         backend=chosen.backend,
         replica=chosen.replica,
