@@ -10,7 +10,7 @@ import asyncio
 import random
 from collections import deque
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from adapters.backend import BackendCall
@@ -176,10 +176,11 @@ class Fleet:
         """One pure decision over the current state (no side effects but the sequence number)."""
         now = self._clock()
         snap = self.snapshot(now)
-        if allowed is not None:
+        if allowed is not None:  # the route's own candidates, whatever model they registered as
+            m = features.model
             snap = FleetSnapshot(
-                tuple(r for r in snap.replicas if r.backend in allowed),
-                tuple(a for a in snap.apis if a.backend in allowed),
+                tuple(replace(r, model=m) for r in snap.replicas if r.backend in allowed),
+                tuple(replace(a, model=m) for a in snap.apis if a.backend in allowed),
                 snap.prefixes,
                 snap.seq,
             )

@@ -194,3 +194,10 @@ def test_tenant_backend_allow_list_limits_candidates() -> None:
     tenant = TenantPolicy(tenant="acme", backends=("bedrock",))
     plan = fleet.plan(route, tenant, "s", prepared(()), 100, 10)
     assert [a.candidate.backend_name for a in plan.attempts] == ["bedrock"]
+
+
+def test_a_backend_shared_by_two_model_routes_serves_both() -> None:
+    fleet, route, _, backends, tenant = setup()
+    alias = ModelRoute("smollm2-alias", route.candidates)
+    plan = fleet.plan(alias, tenant, "s-alias", prepared(()), 100, 10)
+    assert plan.attempts[0].candidate.backend_name == "local"
