@@ -25,6 +25,7 @@ REPLY_PRIMING_TOKENS = 3  # every reply is primed with <|start|>assistant<|messa
 IMAGE_TOKENS = 85  # OpenAI's base cost of one image tile; images are never decoded here
 _O200K_PREFIXES = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o")
 MEMO_MIN_CHARS = 64  # shorter texts encode about as fast as they hash: counted directly
+RECENT_TEXTS = 256  # texts a memo keeps by identity (held alive until 256 newer ones pass)
 
 
 def bundled_tiktoken_dir() -> Path | None:
@@ -52,15 +53,29 @@ def encoding_name_for(model: str) -> str:
 
 class TokenIdsMemo:
     """Token ids per (encoding, text digest), a bounded LRU: an agent re-sends its whole history
-    on every call, so a call only tokenises its new text. Keeps digests and ids, never text."""
+    on every call, so a call only tokenises its new text. Keeps digests and ids; of the text,
+    only references to the last `RECENT_TEXTS` strings it was given (in memory, never written)."""
 
     def __init__(self, max_tokens: int = 4_000_000, max_entries: int = 200_000) -> None:
         self._entries: OrderedDict[tuple[str, bytes], array[int]] = OrderedDict()
         self._num_tokens = 0
         self._max_tokens = max_tokens
         self._max_entries = max_entries
+        # the last texts looked up, by identity: counting reads the very strings that prefix
+        # hashing just read, and a 30 KB history is worth not hashing twice per call
+        self._recent: dict[int, tuple[str, str, Sequence[int]]] = {}
 
     def ids(self, encoding: tiktoken.Encoding, text: str) -> Sequence[int]:
+        recent = self._recent.get(id(text))
+        if recent is not None and recent[0] is text and recent[1] == encoding.name:
+            return recent[2]
+        found = self._lookup(encoding, text)
+        self._recent[id(text)] = (text, encoding.name, found)
+        if len(self._recent) > RECENT_TEXTS:
+            del self._recent[next(iter(self._recent))]
+        return found
+
+    def _lookup(self, encoding: tiktoken.Encoding, text: str) -> Sequence[int]:
         key = (encoding.name, hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest())
         found = self._entries.get(key)
         if found is not None:

@@ -45,7 +45,9 @@ TOOLS = [
 
 
 def agent_body(stream: bool, turn: int) -> dict[str, object]:
-    history = " ".join(f"step {i} observed value {i * 7} and moved on." for i in range(700))
+    """≈6,000 prompt tokens (o200k, OpenAI's per-message rule) in ≈22.6 KB: 8 tools, a system
+    prompt, a long history the agent re-sends every turn, and a short new user turn."""
+    history = " ".join(f"step {i} observed value {i * 7} and moved on." for i in range(433))
     body: dict[str, object] = {
         "model": "gpt-4o-mini",
         "max_tokens": 16,

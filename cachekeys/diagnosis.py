@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
@@ -111,9 +111,15 @@ class CacheDiagnosis:
     gap_s: float | None = None
 
     def as_dict(self) -> dict[str, object]:
-        out = asdict(self)
-        out["reason"] = self.reason.value
-        return out
+        return {
+            "reason": self.reason.value,
+            "kept": self.kept,
+            "stable_prefix_tokens": self.stable_prefix_tokens,
+            "expected_prefix_tokens": self.expected_prefix_tokens,
+            "predicted_read_tokens": self.predicted_read_tokens,
+            "first_changed": self.first_changed,
+            "gap_s": self.gap_s,
+        }
 
 
 def diagnose(

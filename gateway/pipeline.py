@@ -331,7 +331,7 @@ class Pipeline:
         cost = self.s.pricing.cost_usd(adm.route.name, usage)
         await self.s.admission.settle(adm.ticket, usage=usage, cost_usd=cost)
         self.s.prompts.reconcile(adm.verdict, usage)
-        self._record(adm, number, attempt, status, error_kind, usage, ttft_s, began)
+        self._record(adm, number, attempt, status, error_kind, usage, ttft_s, began, cost)
 
     async def _settle_failed(self, adm: Admitted) -> None:
         await self.s.admission.settle(adm.ticket, usage=Usage(), cost_usd=0.0)
@@ -346,10 +346,11 @@ class Pipeline:
         usage: Usage,
         ttft_s: float | None,
         began: float,
+        cost_usd: float | None = None,
     ) -> None:
         now = self.s.clock()
         model = adm.route.name
-        cost = self.s.pricing.cost_usd(model, usage)
+        cost = self.s.pricing.cost_usd(model, usage) if cost_usd is None else cost_usd
         row = CallRecord(
             request_id=adm.request_id,
             attempt=number,
@@ -370,14 +371,9 @@ class Pipeline:
         )
         self.s.ledger.record(row)
         labels = CallLabels(adm.call.tenant.tenant, model, attempt.candidate.backend_name)
-        metrics = self.s.telemetry.metrics
-        metrics.requests.labels(labels.tenant, model, labels.backend, status).inc()
-        metrics.observe_usage(labels, usage, cost)
-        metrics.latency.labels(model, labels.backend).observe(now - began)
-        if ttft_s is not None:
-            metrics.ttft.labels(model, labels.backend).observe(ttft_s)
-        if error_kind:
-            metrics.errors.labels(error_kind).inc()
+        self.s.telemetry.metrics.record_attempt(
+            labels, status, usage, cost, now - began, ttft_s, error_kind
+        )
         route = "chat.completions" if adm.call.wire == "openai" else "messages"
         self.s.telemetry.record_call(
             CallSpan(route, adm.request_id, number, labels, usage, status, now - began)

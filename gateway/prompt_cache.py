@@ -6,13 +6,13 @@ prompt logic lives in cachekeys. Never stores prompt text: only digests and toke
 
 from __future__ import annotations
 
-import json
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+import orjson
 from prometheus_client import CollectorRegistry, Counter
 
 from adapters.tokens import TokenCounter, TokenIdsMemo
@@ -228,7 +228,7 @@ class CacheReport:
         body = {"call": self.call_index, "tenant": self.tenant, **self.diagnosis.as_dict()}
         gap_s = self.diagnosis.gap_s
         body["gap_s"] = None if gap_s is None else round(gap_s, 3)
-        return json.dumps(body, separators=(",", ":"))
+        return orjson.dumps(body).decode()
 
 
 class SessionCacheTracker:
@@ -297,7 +297,7 @@ RECONCILE_SLACK_RATIO = 0.05
 def reconcile(report_json: str, reported_cache_read_tokens: int, metrics: CacheMetrics) -> int:
     """Record predicted vs reported reads; returns reported - predicted. A delta beyond the
     tokenizer slack counts as a prediction miss ("less": a break Lantern did not foresee)."""
-    body = json.loads(report_json)
+    body = orjson.loads(report_json)
     tenant, predicted = str(body["tenant"]), int(body["predicted_read_tokens"])
     metrics.predicted.labels(tenant).inc(predicted)
     metrics.reported.labels(tenant).inc(reported_cache_read_tokens)

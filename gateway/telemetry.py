@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import (
@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace.export import (
 )
 from opentelemetry.trace import Status, StatusCode
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics import MetricWrapperBase
 
 from adapters.types import Usage
 
@@ -80,6 +81,36 @@ class Metrics:
         self.policy_errors = Gauge(
             "lantern_policy_errors", "Tenant policy files currently invalid", registry=r
         )
+        # label children by (metric id, label values): `labels()` costs ~10 us a lookup, and a
+        # call records up to ten; the set is bounded by tenants x models x backends x outcomes
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+    def child(self, metric: MetricWrapperBase, *values: str) -> Any:
+        """`metric.labels(*values)`, memoised."""
+        key = (id(metric), values)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*values)
+        return found
+
+    def record_attempt(
+        self,
+        labels: CallLabels,
+        status: str,
+        usage: Usage,
+        cost_usd: float,
+        latency_s: float,
+        ttft_s: float | None,
+        error_kind: str | None,
+    ) -> None:
+        """Every metric of one finished call attempt."""
+        self.child(self.requests, labels.tenant, labels.model, labels.backend, status).inc()
+        self.observe_usage(labels, usage, cost_usd)
+        self.child(self.latency, labels.model, labels.backend).observe(latency_s)
+        if ttft_s is not None:
+            self.child(self.ttft, labels.model, labels.backend).observe(ttft_s)
+        if error_kind:
+            self.child(self.errors, error_kind).inc()
 
     def observe_usage(self, labels: CallLabels, usage: Usage, cost_usd: float) -> None:
         for kind, n in (
@@ -89,9 +120,9 @@ class Metrics:
             ("output", usage.output_tokens),
         ):
             if n:
-                self.tokens.labels(labels.tenant, labels.model, kind).inc(n)
+                self.child(self.tokens, labels.tenant, labels.model, kind).inc(n)
         if cost_usd:
-            self.cost.labels(labels.tenant, labels.model).inc(cost_usd)
+            self.child(self.cost, labels.tenant, labels.model).inc(cost_usd)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
