@@ -1,0 +1,71 @@
+"""The memoised token counter against the plain one: same ids, same counts, bounded memory."""
+
+from __future__ import annotations
+
+import orjson
+
+from adapters import openai_wire
+from adapters.tokens import MEMO_MIN_CHARS, TokenCounter, TokenIdsMemo
+
+HISTORY = " ".join(f"step {i} read the file and saw value {i * 7}." for i in range(300))
+
+
+def _body(turn: int) -> dict[str, object]:
+    return {
+        "model": "gpt-4o-mini",
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": f"tool_{i}",
+                    "description": "Reads a file from the workspace. " * 4,
+                    "parameters": {"type": "object", "properties": {"p": {"type": "string"}}},
+                },
+            }
+            for i in range(3)
+        ],
+        "messages": [
+            {"role": "system", "content": "You are a careful coding agent. " * 10},
+            {"role": "user", "content": HISTORY},
+            {"role": "assistant", "content": f"Done with turn {turn}, " + "ok " * 30},
+            {"role": "user", "content": f"turn {turn}"},
+        ],
+    }
+
+
+def test_memoised_counts_equal_plain_counts_call_after_call() -> None:
+    plain, memo = TokenCounter(), TokenCounter(TokenIdsMemo())
+    for turn in range(6):
+        request = openai_wire.decode_request(orjson.loads(orjson.dumps(_body(turn))))
+        assert memo.count_request(request) == plain.count_request(request)
+    assert memo.memo is not None and memo.memo.num_tokens > 0
+
+
+def test_memo_returns_the_plain_ids_for_new_and_repeated_texts() -> None:
+    plain, memo = TokenCounter(), TokenCounter(TokenIdsMemo())
+    enc = plain.encoding("gpt-4o")
+    for text in (HISTORY, HISTORY[:100], "".join(reversed(HISTORY)), HISTORY):
+        assert list(memo.encode("gpt-4o", text)) == enc.encode_ordinary(text)
+        copy = "".join(list(text))  # equal text, another object: found by digest
+        assert list(memo.encode("gpt-4o", copy)) == enc.encode_ordinary(text)
+    # one encoding's ids never answer for another's
+    assert list(memo.encode("gpt-4", HISTORY)) == plain.encoding("gpt-4").encode_ordinary(HISTORY)
+
+
+def test_short_texts_are_counted_without_the_memo() -> None:
+    memo = TokenIdsMemo()
+    counter = TokenCounter(memo)
+    assert counter.count_text("gpt-4o", "hello world") == 2
+    assert memo.num_tokens == 0
+    long_text = "hello world " * (MEMO_MIN_CHARS // 4)
+    assert counter.count_text("gpt-4o", long_text) == TokenCounter().count_text("gpt-4o", long_text)
+    assert memo.num_tokens > 0
+
+
+def test_memo_stays_within_its_token_budget() -> None:
+    memo = TokenIdsMemo(max_tokens=50)
+    counter = TokenCounter(memo)
+    for i in range(20):
+        text = f"document {i}: " + "alpha beta gamma " * 10
+        assert len(counter.encode("gpt-4o", text)) == TokenCounter().count_text("gpt-4o", text)
+        assert memo.num_tokens <= 50
