@@ -361,7 +361,8 @@ class Fleet:
         ]
         for s in stale:
             del self._sessions[s]
-            self._planned.pop(s, None)
+        # plans of sessions that never completed; a dispatch racing this falls back to hashes
+        self._planned = {s: v for s, v in self._planned.items() if s in self._sessions}
 
     def stats(self) -> FleetStats:
         snap = self.snapshot(self._clock())

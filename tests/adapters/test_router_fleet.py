@@ -201,3 +201,16 @@ def test_a_backend_shared_by_two_model_routes_serves_both() -> None:
     alias = ModelRoute("smollm2-alias", route.candidates)
     plan = fleet.plan(alias, tenant, "s-alias", prepared(()), 100, 10)
     assert plan.attempts[0].candidate.backend_name == "local"
+
+
+def test_sweep_forgets_idle_sessions_and_stray_plans() -> None:
+    fleet, route, clock, _, tenant = setup()
+    plan = fleet.plan(route, tenant, "done", prepared(()), 100, 10)
+    fleet.on_dispatch(plan.attempts[0], "done", prepared(()))
+    fleet.on_complete(plan.attempts[0], Usage(100, 5), ok=True)
+    fleet.plan(route, tenant, "never-dispatched", prepared(()), 100, 10)
+    fleet._sweep_sessions()
+    assert fleet.stats().sessions == 1 and set(fleet._planned) == {"done"}
+    clock.now += 3601
+    fleet._sweep_sessions()
+    assert fleet.stats().sessions == 0 and fleet._planned == {}
