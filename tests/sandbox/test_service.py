@@ -244,3 +244,17 @@ def test_a_caller_that_goes_away_does_not_stop_the_run(
 
     asyncio.run(scenario())
     assert len(runner.jobs) == 1
+
+
+def test_a_fargate_tool_without_a_configured_runner_is_unavailable_and_runs_nothing(
+    sqlite_engine: sa.Engine, clock: ManualClock
+) -> None:
+    from tests.sandbox.fargate_parts import make_target
+
+    runner = FakeRunner(clock)
+    service, _ = _service(sqlite_engine, clock, runner)
+    tools = (ToolSpec("remote", ("echo", "{word}"), runner="fargate", fargate=make_target()),)
+    with pytest.raises(SandboxUnavailable) as caught:
+        asyncio.run(service.submit(tools, _req("key-f", tool="remote")))
+    assert caught.value.status_code == 503
+    assert runner.jobs == []
