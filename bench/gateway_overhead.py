@@ -208,10 +208,33 @@ Target = tuple[str, str, int | None]  # (name, base URL, pid whose process tree 
 ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY_DISABLED": "true"}
 
 
+class _Unrecorded(list[Any]):
+    """The fake keeps every request for tests to inspect; a benchmark must not grow by 22 KB a
+    call for minutes on end."""
+
+    def append(self, item: Any) -> None:
+        pass
+
+
+def serve_upstream(port: int) -> None:
+    """The wire-level fake upstream, lean: token ids memoised (the same history every call, as
+    the gateway does) and requests not recorded. The same upstream serves every target."""
+    import uvicorn
+
+    from adapters.tokens import TokenCounter, TokenIdsMemo
+    from tests.fakes.upstream import FakeUpstreamApp
+
+    app = FakeUpstreamApp(counter=TokenCounter(TokenIdsMemo()), requests=_Unrecorded())
+    uvicorn.run(
+        app, host="127.0.0.1", port=port, lifespan="off", log_level="warning", access_log=False
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    ap.add_argument("--serve-upstream", type=int, metavar="PORT", help=argparse.SUPPRESS)
     ap.add_argument("--rates", default="25,50,100,200", help="offered calls/s, ascending")
     ap.add_argument("--duration-s", type=float, default=10.0, help="per target and rate")
     mode = ap.add_mutually_exclusive_group()
@@ -219,6 +242,9 @@ def main() -> None:
     mode.add_argument("--both", action="store_true", help="non-streaming, then streaming")
     ap.add_argument("--skip-litellm", action="store_true")
     args = ap.parse_args()
+    if args.serve_upstream:
+        serve_upstream(args.serve_upstream)
+        return
     rates = [float(r) for r in args.rates.split(",")]
     modes = [False, True] if args.both else [args.stream]
     with tempfile.TemporaryDirectory() as d:
@@ -244,7 +270,7 @@ def start_targets(
     """The fake upstream ("direct"), Lantern in front of it, and LiteLLM (one worker)."""
     up_port, gw_port, ll_port = free_port(), free_port(), free_port()
     upstream = f"http://127.0.0.1:{up_port}/v1"
-    fake = [PY, "-m", "tests.fakes.upstream", "--port", str(up_port)]
+    fake = [PY, "-m", "bench.gateway_overhead", "--serve-upstream", str(up_port)]
     procs.append(start(fake, f"http://127.0.0.1:{up_port}/", log=tmp / "up.log"))
     targets: list[Target] = [("direct", upstream, None)]
     config = str(write_lantern_config(tmp, upstream))
