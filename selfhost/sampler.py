@@ -36,13 +36,17 @@ class Sampler:
     def sample(
         self, logits: torch.Tensor, request_ids: list[str], params: list[SamplingParams]
     ) -> list[SampledToken]:
-        """logits: [B, V] float32 (any device)."""
-        logits = logits.float().cpu()
+        """logits: [B, V] (any device). Only rows that draw or report logprobs leave the device."""
         greedy = logits.argmax(dim=-1).tolist()
+        need_row = [not p.is_greedy or p.logprobs is not None for p in params]
+        rows = logits.float().cpu() if any(need_row) else None
         tokens: list[SampledToken] = []
         for row, (request_id, p) in enumerate(zip(request_ids, params, strict=True)):
-            token_id = greedy[row] if p.is_greedy else self._draw(logits[row], request_id, p)
-            tokens.append(SampledToken(token_id, _logprobs(logits[row], token_id, p.logprobs)))
+            if rows is None or not need_row[row]:
+                tokens.append(SampledToken(greedy[row], None))
+                continue
+            token_id = greedy[row] if p.is_greedy else self._draw(rows[row], request_id, p)
+            tokens.append(SampledToken(token_id, _logprobs(rows[row], token_id, p.logprobs)))
         return tokens
 
     def _draw(self, logits: torch.Tensor, request_id: str, p: SamplingParams) -> int:
