@@ -110,16 +110,15 @@ def test_client_disconnect_mid_stream_is_recorded_and_released(
             "messages": [{"role": "user", "content": "long words:120"}],
         }
         headers = {"authorization": f"Bearer {KEY}"}
-        with httpx.Client(timeout=10) as client:
-            with client.stream(
-                "POST", f"{gw.url}/v1/chat/completions", json=body, headers=headers
-            ) as r:
-                assert r.status_code == 200
-                lines = 0
-                for line in r.iter_lines():
-                    lines += line.startswith("data: ")
-                    if lines == 6:
-                        break  # leave mid-stream; closing the response drops the connection
+        with httpx.Client(timeout=10) as client, client.stream(
+            "POST", f"{gw.url}/v1/chat/completions", json=body, headers=headers
+        ) as r:
+            assert r.status_code == 200
+            lines = 0
+            for line in r.iter_lines():
+                lines += line.startswith("data: ")
+                if lines == 6:
+                    break  # leave mid-stream; closing the response drops the connection
         rows = _rows(gw, 1)
         assert [r["status"] for r in rows] == ["client_disconnect"]
         assert 0 < int(rows[0]["output_tokens"]) < 120
