@@ -43,7 +43,10 @@ class ProviderRateLimited(UpstreamError):
     status_code = 429
 
     def __init__(
-        self, backend: str, detail: str, upstream_status: int | None = 429,
+        self,
+        backend: str,
+        detail: str,
+        upstream_status: int | None = 429,
         retry_after_s: float | None = None,
     ) -> None:
         super().__init__(backend, detail, upstream_status)
