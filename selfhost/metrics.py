@@ -9,7 +9,18 @@ PREFIX = "selfhost"
 
 def render_metrics(stats: EngineStats, model_name: str) -> str:
     label = f'{{model_name="{model_name}"}}'
-    rows = [
+    lines: list[str] = []
+    for name, kind, doc, value in _rows(stats):
+        lines += [
+            f"# HELP {PREFIX}_{name} {doc}",
+            f"# TYPE {PREFIX}_{name} {kind}",
+            f"{PREFIX}_{name}{label} {float(value)}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _rows(stats: EngineStats) -> list[tuple[str, str, str, float]]:
+    return [
         (
             "kv_cache_usage_perc",
             "gauge",
@@ -46,11 +57,3 @@ def render_metrics(stats: EngineStats, model_name: str) -> str:
         ("generation_tokens_total", "counter", "Tokens generated", stats.generation_tokens_total),
         ("tokens_per_second", "gauge", "Tokens computed per second, last 10 s", stats.tokens_per_s),
     ]
-    lines: list[str] = []
-    for name, kind, doc, value in rows:
-        lines += [
-            f"# HELP {PREFIX}_{name} {doc}",
-            f"# TYPE {PREFIX}_{name} {kind}",
-            f"{PREFIX}_{name}{label} {float(value)}",
-        ]
-    return "\n".join(lines) + "\n"

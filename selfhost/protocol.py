@@ -75,6 +75,15 @@ class CompletionRequest(GenerationRequest):
     def num_logprobs(self) -> int | None:
         return self.logprobs
 
+    def prompt_text_or_ids(self) -> str | list[int]:
+        """One prompt: text, token ids, or a list of text pieces (joined)."""
+        prompt = self.prompt
+        if isinstance(prompt, str):
+            return prompt
+        if prompt and isinstance(prompt[0], str):
+            return "".join(str(piece) for piece in prompt)
+        return [int(t) for t in prompt]
+
 
 def _content_text(content: Any) -> str:
     if isinstance(content, list):

@@ -33,6 +33,64 @@ HEALTH_TIMEOUT_S = 60.0
 DISCONNECT_POLL_S = 0.5
 
 
+class GenerationService:
+    """What the generation routes share: the engine, the tokenizer and the response shaping."""
+
+    def __init__(self, engine: AsyncEngine, model_name: str, default_max_tokens: int) -> None:
+        self.engine = engine
+        self.tokenizer = engine.tokenizer
+        self.model_name = model_name
+        self.default_max_tokens = default_max_tokens
+
+    def token_text(self, token_id: int) -> str:
+        return self.tokenizer.decode([token_id])
+
+    async def chat(self, body: ChatRequest, request: Request) -> Any:
+        text = self.tokenizer.render_chat(body.text_messages())
+        prompt = await asyncio.to_thread(self.tokenizer.encode, text)
+        shape = chat_shape(self.model_name, lambda items: chat_logprobs(items, self.token_text))
+        return await self.serve(request, body, prompt, body.num_logprobs(), shape)
+
+    async def complete(self, body: CompletionRequest, request: Request) -> Any:
+        prompt = body.prompt_text_or_ids()
+        if isinstance(prompt, str):
+            prompt = await asyncio.to_thread(self.tokenizer.encode, prompt)
+        shape = completion_shape(
+            self.model_name, lambda items: completion_logprobs(items, self.token_text)
+        )
+        return await self.serve(request, body, prompt, body.num_logprobs(), shape)
+
+    async def serve(
+        self,
+        request: Request,
+        body: GenerationRequest,
+        prompt: list[int],
+        num_logprobs: int | None,
+        shape: ResponseShape,
+    ) -> Any:
+        params = body.sampling_params(self.default_max_tokens, num_logprobs)
+        request_id = f"{shape.id_prefix}-{uuid.uuid4().hex}"
+        outputs = self.engine.generate(request_id, prompt, params, body.cache_salt)
+        first = await anext(outputs)  # errors (e.g. too long) become a 4xx before any byte is sent
+        headers = {"x-session-id": body.session_id or request.headers.get("x-session-id", "")}
+        if body.stream:
+            events = shape.sse(request_id, _chain(first, outputs), body.include_usage)
+            return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+        collected = await _collect_unless_disconnected(request, _chain(first, outputs))
+        return JSONResponse(shape.full(request_id, collected), headers=headers)
+
+    async def health(self) -> Any:
+        params = SamplingParams(temperature=0.0, max_tokens=1)
+        prompt = self.tokenizer.encode("ping")
+        stream = self.engine.generate(f"health-{uuid.uuid4().hex}", prompt, params)
+        try:
+            async with asyncio.timeout(HEALTH_TIMEOUT_S):
+                outputs = [out async for out in stream]
+        except (TimeoutError, EngineFailed) as exc:
+            return _error(503, "server_error", f"health generation failed: {exc!r}")
+        return {"status": "ok", "generated_tokens": sum(len(o.new_token_ids) for o in outputs)}
+
+
 def create_app(engine: AsyncEngine, model_name: str, default_max_tokens: int = 256) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -41,79 +99,32 @@ def create_app(engine: AsyncEngine, model_name: str, default_max_tokens: int = 2
         await asyncio.to_thread(engine.stop)
 
     app = FastAPI(title="lantern selfhost engine", lifespan=lifespan)
-    tokenizer = engine.tokenizer
-
-    @app.exception_handler(RequestRejected)
-    @app.exception_handler(TemplateError)
-    async def rejected(_: Request, exc: Exception) -> JSONResponse:
-        return _error(400, "invalid_request_error", str(exc))
-
-    @app.exception_handler(EngineFailed)
-    async def failed(_: Request, exc: Exception) -> JSONResponse:
-        return _error(500, "server_error", str(exc))
-
-    @app.post("/v1/chat/completions")
-    async def chat(body: ChatRequest, request: Request) -> Any:
-        text = tokenizer.render_chat(body.text_messages())
-        prompt = await asyncio.to_thread(tokenizer.encode, text)
-        shape = chat_shape(model_name, lambda items: chat_logprobs(items, _token_text))
-        return await _serve(request, body, prompt, body.num_logprobs(), shape)
-
-    @app.post("/v1/completions")
-    async def completions(body: CompletionRequest, request: Request) -> Any:
-        prompt = body.prompt
-        if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
-            prompt = "".join(prompt)  # type: ignore[arg-type]
-        ids = (
-            await asyncio.to_thread(tokenizer.encode, prompt) if isinstance(prompt, str) else prompt
-        )
-        shape = completion_shape(model_name, lambda items: completion_logprobs(items, _token_text))
-        return await _serve(request, body, list(ids), body.num_logprobs(), shape)  # type: ignore[arg-type]
+    service = GenerationService(engine, model_name, default_max_tokens)
+    app.add_exception_handler(RequestRejected, _rejected)
+    app.add_exception_handler(TemplateError, _rejected)
+    app.add_exception_handler(EngineFailed, _failed)
+    app.add_api_route("/v1/chat/completions", service.chat, methods=["POST"])
+    app.add_api_route("/v1/completions", service.complete, methods=["POST"])
+    app.add_api_route("/health", service.health, methods=["GET"])
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
         card = {"id": model_name, "object": "model", "created": 0, "owned_by": "lantern"}
         return {"object": "list", "data": [card]}
 
-    @app.get("/health")
-    async def health() -> Any:
-        params = SamplingParams(temperature=0.0, max_tokens=1)
-        stream = engine.generate(f"health-{uuid.uuid4().hex}", tokenizer.encode("ping"), params)
-        try:
-            async with asyncio.timeout(HEALTH_TIMEOUT_S):
-                outputs = [out async for out in stream]
-        except (TimeoutError, EngineFailed) as exc:
-            return _error(503, "server_error", f"health generation failed: {exc!r}")
-        return {"status": "ok", "generated_tokens": sum(len(o.new_token_ids) for o in outputs)}
-
     @app.get("/metrics")
     async def metrics() -> PlainTextResponse:
         return PlainTextResponse(render_metrics(engine.stats(), model_name))
 
-    def _token_text(token_id: int) -> str:
-        return tokenizer.decode([token_id])
-
-    async def _serve(
-        request: Request,
-        body: GenerationRequest,
-        prompt: list[int],
-        num_logprobs: int | None,
-        shape: ResponseShape,
-    ) -> Any:
-        params = body.sampling_params(default_max_tokens, num_logprobs)
-        request_id = f"{shape.id_prefix}-{uuid.uuid4().hex}"
-        outputs = engine.generate(request_id, prompt, params, body.cache_salt)
-        first = await anext(
-            outputs
-        )  # errors (e.g. too long) surface here as a 4xx, before any byte
-        headers = {"x-session-id": body.session_id or request.headers.get("x-session-id", "")}
-        if body.stream:
-            events = shape.sse(request_id, _chain(first, outputs), body.include_usage)
-            return StreamingResponse(events, media_type="text/event-stream", headers=headers)
-        collected = await _collect_unless_disconnected(request, _chain(first, outputs))
-        return JSONResponse(shape.full(request_id, collected), headers=headers)
-
     return app
+
+
+async def _rejected(_: Request, exc: Exception) -> JSONResponse:
+    return _error(400, "invalid_request_error", str(exc))
+
+
+async def _failed(_: Request, exc: Exception) -> JSONResponse:
+    return _error(500, "server_error", str(exc))
 
 
 async def _chain(
