@@ -25,7 +25,7 @@ REPLY_PRIMING_TOKENS = 3  # every reply is primed with <|start|>assistant<|messa
 IMAGE_TOKENS = 85  # OpenAI's base cost of one image tile; images are never decoded here
 _O200K_PREFIXES = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o")
 MEMO_MIN_CHARS = 64  # shorter texts encode about as fast as they hash: counted directly
-RECENT_TEXTS = 256  # texts a memo keeps by identity (held alive until 256 newer ones pass)
+RECENT_TEXTS = 512  # texts kept by identity: one long call's blocks (alive until 512 newer pass)
 
 
 def bundled_tiktoken_dir() -> Path | None:
