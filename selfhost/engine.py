@@ -103,10 +103,10 @@ class LLMEngine:
                 f"prompt + max_tokens = {total} > max_model_len {self.max_model_len}"
             )
         manager = self.scheduler.block_manager
-        if manager.num_blocks_for(total) > manager.num_blocks:
-            raise RequestRejected(
-                f"{total} tokens exceed the KV cache ({manager.num_blocks} blocks)"
-            )
+        usable = manager.num_blocks - self.scheduler.config.watermark_blocks
+        if manager.num_blocks_for(total) > usable:
+            # Alone in the engine it could never be admitted: reject instead of waiting forever.
+            raise RequestRejected(f"{total} tokens exceed the KV cache ({usable} usable blocks)")
 
     def abort(self, request_id: str) -> None:
         if self.scheduler.abort(request_id) is not None:

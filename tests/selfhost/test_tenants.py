@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from selfhost.engine import LLMEngine
+import pytest
+
+from selfhost.engine import LLMEngine, RequestRejected
 from selfhost.sequence import SamplingParams
 
 PARAMS = SamplingParams(temperature=0.0, max_tokens=2, ignore_eos=True)
@@ -57,3 +59,13 @@ def test_concurrent_tenants_with_the_same_prompt_hold_disjoint_blocks(
     assert set(a.block_table).isdisjoint(b.block_table)
     while engine.has_unfinished():
         engine.step()
+
+
+def test_request_larger_than_the_usable_pool_is_rejected(
+    make_engine: Callable[..., LLMEngine],
+) -> None:
+    engine = make_engine(num_blocks=200)  # watermark: 2 blocks, so 198 usable = 3168 tokens
+    with pytest.raises(RequestRejected):
+        engine.add_request("big", [5] * 3160, SamplingParams(max_tokens=9))
+    engine.add_request("fits", [5] * 3160, SamplingParams(max_tokens=8, temperature=0.0))
+    assert not engine.scheduler.waiting[0].block_table
