@@ -89,6 +89,6 @@ def test_preempted_and_resumed_requests_match_hf(
     longest = max(len(p) for p in prompts) + NEW_TOKENS
     engine = make_engine(num_blocks=-(-longest // 16) + 4, chunk_size=32, max_num_batched_tokens=64)
     outputs = engine.generate(prompts, GREEDY)
-    assert engine.stats().num_preemptions >= 1
+    assert engine.stats().num_preemptions == 1  # the newest request was recomputed once
     for prompt, output in zip(prompts, outputs, strict=True):
         assert output == hf_greedy(prompt, NEW_TOKENS)
