@@ -119,6 +119,7 @@ def run_hf(weights: LoadedWeights, dtype: str, plan: Plan, prompts: Prompts) -> 
     runner = HFRunner.build(weights, dtype)
     timed(result, time.process_time, lambda: measure_hf(runner, plan, prompts, result))
     gc.collect()
+    print(f"hf-transformers done in {result.wall_s:.0f} s {result.error}", flush=True)
     return result
 
 
@@ -135,6 +136,7 @@ def run_server(
         timed(result, lambda: cpu_seconds(proc.pid), body)
     finally:
         stop(proc)
+    print(f"{result.name} done in {result.wall_s:.0f} s {result.error}", flush=True)
     return result
 
 
@@ -186,43 +188,52 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def run_systems(args: argparse.Namespace, plan: Plan) -> tuple[list[SystemResult], str]:
+    """Each chosen system in turn, alone on the machine; returns results and llama's version."""
+    from gguf import GGUFReader
+
+    systems = [s.strip() for s in args.systems.split(",")]
+    gguf = resolve_model_path("default")
+    weights = load_weights(gguf)
+    prompts = Prompts(tokenizer_from_gguf(GGUFReader(str(gguf))))
+    work = engine_llama.WORK
+    work.mkdir(parents=True, exist_ok=True)
+    results: list[SystemResult] = []
+    llama_version = "not run"
+    if "hf" in systems:
+        results.append(run_hf(weights, args.dtype, plan, prompts))
+    if "llama" in systems:
+        results.append(run_llama(gguf, args.threads, plan, prompts, work))
+        llama_version = engine_llama.version(engine_llama.build())
+    if "lantern" in systems:
+        results.append(run_lantern(weights, args.dtype, args.threads, plan, prompts, work))
+    return results, llama_version
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.build_llama:
         print(engine_llama.build())
         return 0
     plan = Plan((1, 4), output_tokens=32, ttft_repeats=1) if args.quick else Plan()
-    systems = [s.strip() for s in args.systems.split(",")]
     torch.set_num_threads(args.threads)
+    bandwidth_start = measure_read_bandwidth()
+    results, llama_version = run_systems(args, plan)
+    bandwidth_end = measure_read_bandwidth()
     gguf = resolve_model_path("default")
-    weights = load_weights(gguf)
-    from gguf import GGUFReader
-
-    prompts = Prompts(tokenizer_from_gguf(GGUFReader(str(gguf))))
-    work = engine_llama.WORK
-    work.mkdir(parents=True, exist_ok=True)
-    bandwidth = measure_read_bandwidth()
-    print(f"read bandwidth {bandwidth / 1e9:.1f} GB/s", flush=True)
-    results: list[SystemResult] = []
-    if "hf" in systems:
-        results.append(run_hf(weights, args.dtype, plan, prompts))
-        print(f"hf done in {results[-1].wall_s:.0f} s {results[-1].error}", flush=True)
-    llama_version = "not run"
-    if "llama" in systems:
-        results.append(run_llama(gguf, args.threads, plan, prompts, work))
-        llama_version = engine_llama.version(engine_llama.build())
-        print(f"llama-server done in {results[-1].wall_s:.0f} s {results[-1].error}", flush=True)
-    if "lantern" in systems:
-        results.append(run_lantern(weights, args.dtype, args.threads, plan, prompts, work))
-        print(f"lantern done in {results[-1].wall_s:.0f} s {results[-1].error}", flush=True)
     cond = conditions(args.threads, args.dtype, gguf, plan, llama_version)
+    cond.append(
+        f"read bandwidth (torch sum of 1 GiB, best of 7, {args.threads} threads):"
+        f" {bandwidth_start / 1e9:.1f} GB/s before the systems ran,"
+        f" {bandwidth_end / 1e9:.1f} GB/s after; the higher is the roofline's bandwidth"
+    )
     cond += [
         f"{r.name}: {r.wall_s:.0f} s under test, 1-min load average {r.load_avg[0]:.1f} before,"
         f" {r.load_avg[1]:.1f} after"
         for r in results
     ]
     notes = kept_notes(args.out.read_text()) if args.out.exists() else ""
-    report = render(results, plan, bandwidth, cond, notes)
+    report = render(results, plan, max(bandwidth_start, bandwidth_end), cond, notes)
     print(report)
     if not args.no_write:
         args.out.parent.mkdir(parents=True, exist_ok=True)
