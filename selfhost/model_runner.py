@@ -62,11 +62,14 @@ def prepare_step(output: SchedulerOutput, block_size: int, device: torch.device)
         if item.end == item.seq.num_tokens:
             sample_rows.append(len(input_ids) - 1)
             sampled.append(item)
+    decode_tables, decode_mask_, shared_blocks = _decode_meta(decodes, block_size, device)
     meta = AttentionMetadata(
         slot_mapping=_tensor(slots, device),
         num_decodes=len(decodes),
-        **_decode_meta(decodes, block_size, device),
+        decode_block_tables=decode_tables,
+        decode_mask=decode_mask_,
         prefills=_prefill_spans(prefills, len(decodes), block_size, device),
+        decode_shared_blocks=shared_blocks,
     )
     return StepInputs(
         _tensor(input_ids, device),
@@ -77,17 +80,37 @@ def prepare_step(output: SchedulerOutput, block_size: int, device: torch.device)
     )
 
 
+CASCADE_MIN_SHARED_BLOCKS = 4
+
+
 def _decode_meta(
     decodes: list[ScheduledSequence], block_size: int, device: torch.device
-) -> dict[str, torch.Tensor]:
-    num_blocks = max((-(-item.end // block_size) for item in decodes), default=1)
-    tables = [item.seq.block_table[:num_blocks] for item in decodes]
-    padded = [table + [0] * (num_blocks - len(table)) for table in tables]
-    context_lens = _tensor([item.end for item in decodes], device)
-    return {
-        "decode_block_tables": _tensor(padded, device).view(len(decodes), num_blocks),
-        "decode_mask": decode_mask(context_lens, num_blocks * block_size),
-    }
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Block tables and mask of each decode's own blocks, plus the blocks all of them share."""
+    tables = [item.seq.block_table[: -(-item.end // block_size)] for item in decodes]
+    shared = _num_shared_blocks(tables)
+    if shared < CASCADE_MIN_SHARED_BLOCKS:
+        shared = 0
+    own = [table[shared:] for table in tables]
+    num_blocks = max((len(table) for table in own), default=1)
+    padded = [table + [0] * (num_blocks - len(table)) for table in own]
+    context_lens = _tensor([item.end - shared * block_size for item in decodes], device)
+    return (
+        _tensor(padded, device).view(len(decodes), num_blocks),
+        decode_mask(context_lens, num_blocks * block_size),
+        _tensor(tables[0][:shared], device) if shared else None,
+    )
+
+
+def _num_shared_blocks(tables: list[list[int]]) -> int:
+    """Leading block ids common to every table, leaving each its last (still written) block."""
+    if len(tables) < 2:
+        return 0
+    limit = min(len(table) for table in tables) - 1
+    shared = 0
+    while shared < limit and all(table[shared] == tables[0][shared] for table in tables):
+        shared += 1
+    return shared
 
 
 def _prefill_spans(

@@ -118,6 +118,7 @@ class Scheduler:
             self.block_manager.allocate(seq, num_computed + num_new, cached)
             self._record_admission(seq, num_computed)
             self.running.append(seq)
+            pending.update(seq.block_hashes(self.block_manager.block_size)[len(cached) :])
             admitted.append(ScheduledSequence(seq, num_computed, num_new))
             budget -= num_new
         self.waiting.extendleft(reversed(skipped))

@@ -89,3 +89,47 @@ def test_slot_mapping_follows_block_tables() -> None:
     assert step.positions.tolist() == [3, 4, 5, 6, 7, 8, 9]
     assert step.input_ids.tolist() == [3, 4, 5, 6, 7, 8, 9]
     assert step.sample_rows.tolist() == [6]
+
+
+@pytest.mark.parametrize("own_lengths", [[1, 5, 9], [4, 1], [2, 3, 4, 13]])
+def test_decodes_sharing_prefix_blocks_use_the_cascade_and_equal_dense(
+    own_lengths: list[int],
+) -> None:
+    rng = random.Random(len(own_lengths))
+    torch.manual_seed(len(own_lengths))
+    shared_blocks = [11, 3, 27, 8, 19]  # 5 full blocks (20 tokens) held by every sequence
+    prefix = len(shared_blocks) * BLOCK_SIZE
+    free = [b for b in range(NUM_BLOCKS) if b not in shared_blocks]
+    rng.shuffle(free)
+    cache = torch.zeros(2, NUM_BLOCKS, BLOCK_SIZE, KV_HEADS, HEAD_DIM)
+    shared_k, shared_v = (
+        torch.randn(prefix, KV_HEADS, HEAD_DIM),
+        torch.randn(prefix, KV_HEADS, HEAD_DIM),
+    )
+    write_kv(
+        cache,
+        shared_k,
+        shared_v,
+        torch.tensor(
+            [shared_blocks[p // BLOCK_SIZE] * BLOCK_SIZE + p % BLOCK_SIZE for p in range(prefix)]
+        ),
+    )
+    items, keys, values = [], [], []
+    for index, own in enumerate(own_lengths):
+        total = prefix + own
+        table = shared_blocks + [free.pop() for _ in range(-(-own // BLOCK_SIZE))]
+        seq = Sequence(f"s{index}", [1] * total, block_table=table)
+        items.append(ScheduledSequence(seq, total - 1, 1))
+        own_k, own_v = torch.randn(own, KV_HEADS, HEAD_DIM), torch.randn(own, KV_HEADS, HEAD_DIM)
+        slots = [table[p // BLOCK_SIZE] * BLOCK_SIZE + p % BLOCK_SIZE for p in range(prefix, total)]
+        write_kv(cache, own_k, own_v, torch.tensor(slots))
+        keys.append(torch.cat([shared_k, own_k]))
+        values.append(torch.cat([shared_v, own_v]))
+    step = prepare_step(SchedulerOutput(tuple(items), ()), BLOCK_SIZE, torch.device("cpu"))
+    assert step.meta.decode_shared_blocks is not None
+    assert step.meta.decode_shared_blocks.tolist() == shared_blocks
+    q = torch.randn(len(own_lengths), HEADS, HEAD_DIM)
+    out = paged_attention(q, cache, step.meta, HEAD_DIM**-0.5)
+    for row, (item, k, v) in enumerate(zip(items, keys, values, strict=True)):
+        expected = dense_reference(q[row : row + 1], k, v, item.start)
+        torch.testing.assert_close(out[row : row + 1], expected, atol=1e-5, rtol=1e-5)

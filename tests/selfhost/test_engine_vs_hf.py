@@ -92,3 +92,42 @@ def test_preempted_and_resumed_requests_match_hf(
     assert engine.stats().num_preemptions == 1  # the newest request was recomputed once
     for prompt, output in zip(prompts, outputs, strict=True):
         assert output == hf_greedy(prompt, NEW_TOKENS)
+
+
+def test_concurrent_requests_sharing_a_long_prefix_match_hf(
+    make_engine: Callable[..., LLMEngine], smollm_files, hf_greedy
+) -> None:
+    """A shared system prompt of 100+ tokens: later requests wait for it, hit it, and decode
+    together through the cascade path (shared blocks attended once for the whole batch)."""
+    tokenizer = smollm_files[1]
+    system = "You are a careful assistant for a museum. " * 12
+    questions = ["Who painted the Mona Lisa?", "Name a famous sculpture.", "What is a fresco?"]
+    prompts = [
+        tokenizer.encode(
+            tokenizer.render_chat(
+                [{"role": "system", "content": system}, {"role": "user", "content": q}]
+            )
+        )
+        for q in questions
+    ]
+    engine = make_engine()
+    ids = [f"r{i}" for i in range(len(prompts))]
+    for request_id, prompt in zip(ids, prompts, strict=True):
+        engine.add_request(request_id, prompt, GREEDY)
+    outputs: dict[str, list[int]] = {request_id: [] for request_id in ids}
+    shared_blocks_seen = 0
+    while engine.has_unfinished():
+        running = list(engine.scheduler.running)
+        if len(running) == 3:
+            tables = [s.block_table for s in running]
+            shared_blocks_seen = max(
+                shared_blocks_seen,
+                next(i for i, b in enumerate(zip(*tables, strict=False)) if len(set(b)) > 1),
+            )
+        for out in engine.step():
+            outputs[out.request_id] += out.new_token_ids
+    assert shared_blocks_seen >= 4  # enough for the cascade path
+    common = next(i for i, tokens in enumerate(zip(*prompts, strict=False)) if len(set(tokens)) > 1)
+    assert engine.stats().prefix_hit_tokens == 2 * (common // 16 * 16)
+    for request_id, prompt in zip(ids, prompts, strict=True):
+        assert outputs[request_id] == hf_greedy(prompt, NEW_TOKENS), request_id

@@ -148,3 +148,16 @@ def test_watermark_holds_back_admission() -> None:
     scheduler2 = make(num_blocks=5, budget=64, chunk=64, watermark=2)
     scheduler2.add(Sequence("a", list(range(9))))
     assert plan(scheduler2.schedule()) == [("a", 0, 9)]
+
+
+def test_same_prefix_arriving_together_is_computed_once() -> None:
+    scheduler = make(num_blocks=32, budget=64, chunk=64)
+    a, b = Sequence("a", list(range(20))), Sequence("b", [*range(16), 90, 91])
+    scheduler.add(a)
+    scheduler.add(b)
+    out = scheduler.schedule()
+    assert plan(out) == [("a", 0, 20)]  # b waits although the budget would fit it
+    finish_step(scheduler, out)
+    out = scheduler.schedule()
+    assert plan(out) == [("a", 20, 1), ("b", 16, 2)]
+    assert b.block_table[:4] == a.block_table[:4]
