@@ -3,6 +3,7 @@ of httpx's CPU per call (docs/bench/wire.md). Same error mapping; knows no wire 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -22,19 +23,22 @@ class AiohttpPool:
         self._max_connections = max_connections
         self._keepalive_s = keepalive_s
         self._session: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def session(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
+        """The session of the running loop (a new one after `aclose()` or in another loop)."""
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._loop is not loop:
             connector = aiohttp.TCPConnector(
                 limit=self._max_connections, keepalive_timeout=self._keepalive_s
             )
-            self._session = aiohttp.ClientSession(connector=connector)
+            self._session, self._loop = aiohttp.ClientSession(connector=connector), loop
         return self._session
 
     async def aclose(self) -> None:
         if self._session is not None:
             await self._session.close()
-            self._session = None
+            self._session, self._loop = None, None
 
 
 class AiohttpUpstream:
