@@ -17,6 +17,7 @@ import gc
 import os
 import platform
 import random
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -173,6 +174,8 @@ def conditions(threads: int, dtype: str, gguf: Path, plan: Plan, llama_version: 
         f"torch {torch.__version__}, transformers {transformers.__version__},"
         f" llama.cpp {llama_version} (built from the llama-cpp-python sdist, GGML_NATIVE=ON),"
         f" llama-server `-np {max(plan.levels)}` with cache_prompt",
+        f"waits: OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')} for all three"
+        " (torch and llama.cpp's OpenMP), llama-server `--poll 0`: no spinning on shared cores",
     ]
 
 
@@ -212,6 +215,13 @@ def run_systems(args: argparse.Namespace, plan: Plan) -> tuple[list[SystemResult
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if "OMP_WAIT_POLICY" not in os.environ:
+        # Shared cores: threads that spin at barriers lose most when descheduled, so every system
+        # gets sleeping waits (Lantern's `python -m selfhost` sets the same). libgomp reads the
+        # variable only when it loads, and torch is loaded already: start again with it set.
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+        rest = sys.argv[1:] if argv is None else argv
+        os.execv(sys.executable, [sys.executable, "-m", "bench.engine", *rest])
     if args.build_llama:
         print(engine_llama.build())
         return 0

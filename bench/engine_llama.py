@@ -92,6 +92,8 @@ def server_argv(
         "-c",
         str(slots * ctx_per_slot),
         "--no-webui",
+        "--poll",  # 0: worker threads sleep instead of spinning (the machine's cores are shared)
+        "0",
     ]
 
 
