@@ -57,13 +57,16 @@ class PrefixIndex:
         blocks = self._blocks.get(replica)
         if blocks is None:
             return
+        limit = self._capacity[replica]
+        if len(hashes) >= limit:  # the prompt alone fills the replica: only its head survives
+            self._blocks[replica] = OrderedDict.fromkeys(reversed(hashes[:limit]))
+            return
         # newest-first, so the shared prefix ends most recent and the tail is evicted first
         for h in reversed(hashes):
             if h in blocks:
                 blocks.move_to_end(h)
             else:
                 blocks[h] = None
-        limit = self._capacity[replica]
         while len(blocks) > limit:
             blocks.popitem(last=False)
 

@@ -56,6 +56,7 @@ class _Replica:
     inflight_tokens: int = 0
     inflight_blocks: int = 0
     done: deque[tuple[float, int]] = field(default_factory=deque)  # (time, work tokens)
+    done_tokens: int = 0  # the sum over `done`, kept as it changes (read on every call)
 
 
 @dataclass(slots=True)
@@ -136,8 +137,8 @@ class Fleet:
 
     def _state(self, key: str, r: _Replica, now: float) -> ReplicaState:
         while r.done and now - r.done[0][0] > self._util_window_s:
-            r.done.popleft()
-        work = sum(t for _, t in r.done)
+            r.done_tokens -= r.done.popleft()[1]
+        work = r.done_tokens
         util = work / (self._util_window_s * r.spec.capacity_tok_s)
         c = r.candidate
         return ReplicaState(
@@ -270,7 +271,9 @@ class Fleet:
                 self._drain(rec.key, now)
             return
         r.failures = 0
-        r.done.append((now, usage.input_tokens + usage.cache_write_tokens + usage.output_tokens))
+        work_tokens = usage.input_tokens + usage.cache_write_tokens + usage.output_tokens
+        r.done.append((now, work_tokens))
+        r.done_tokens += work_tokens
         self._correct(rec, usage)
         self._sessions[rec.session_id] = session_after(
             rec.session_id,

@@ -8,9 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 
-import httpx
-
 from adapters.backends.factory import build_backend
+from adapters.backends.http_upstream import HTTPClient
 from adapters.backends.spec import BackendSpec
 from adapters.pricing import Price, PriceBook, UnknownPrice, cost, uncached_cost
 from adapters.routing_types import Prices, TokenPrices
@@ -72,7 +71,7 @@ def _specs(b: BackendSettings, children: list[EngineChild]) -> list[tuple[Backen
 
 
 def build_model_table(
-    settings: Settings, http: httpx.AsyncClient
+    settings: Settings, http: HTTPClient
 ) -> tuple[ModelTableImpl, list[EngineChild]]:
     children: list[EngineChild] = []
     routes = []

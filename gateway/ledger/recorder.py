@@ -34,6 +34,9 @@ class RecorderConfig:
     batch_size: int = 500
     retry_initial_s: float = 0.5
     retry_max_s: float = 30.0
+    # once woken, the writer waits this long so one insert carries many rows (a row per
+    # insert costs the request path ~0.5 ms of contended CPU at 100 calls/s)
+    linger_s: float = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +112,9 @@ class UsageRecorder:
             self._counts["recorded"] += 1
             if not self._is_closed:
                 self._pending.append(row)
-                self._wakeup.notify()
+                n = len(self._pending)
+                if n == 1 or n >= self._config.batch_size:  # the writer waits only when empty
+                    self._wakeup.notify()
                 return
         self._overflow([row], "recorder already closed")
 
@@ -171,6 +176,11 @@ class UsageRecorder:
         with self._wakeup:
             if not self._pending and not self._is_stopping:
                 self._wakeup.wait(timeout=self._idle_wait_s())
+            is_full = len(self._pending) >= self._config.batch_size
+            linger = bool(self._pending) and not is_full and not self._is_stopping
+        if linger:
+            time.sleep(self._config.linger_s)  # outside the lock: callers keep appending
+        with self._wakeup:
             size = min(len(self._pending), self._config.batch_size)
             return [self._pending.popleft() for _ in range(size)], self._is_stopping
 
