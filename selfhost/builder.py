@@ -35,7 +35,9 @@ def load_model_files(path: Path) -> tuple[LoadedWeights, TextTokenizer]:
 def build_model(weights: LoadedWeights, max_positions: int, device: str, dtype: str) -> LlamaModel:
     model = LlamaModel(weights.config, max_positions)
     model.load(weights.state_dict)
-    return model.to(device=torch.device(device), dtype=DTYPES[dtype]).eval()
+    model = model.to(device=torch.device(device), dtype=DTYPES[dtype]).eval()
+    model.prepack()
+    return model
 
 
 def build_engine(

