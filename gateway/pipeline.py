@@ -260,7 +260,8 @@ class Pipeline:
                 async for event in attempt.candidate.backend.stream(
                     self._backend_call(adm, attempt)
                 ):
-                    tally.see(event, self.s.clock() - began)
+                    if tally.see(event, self.s.clock() - began):
+                        self.s.routing.on_first_token(attempt)  # its prefill is done
                     yield event
             except UpstreamError as exc:
                 if tally.started:
@@ -397,14 +398,17 @@ class _StreamTally:
         self.ttft_s: float | None = None
         self.started = False
 
-    def see(self, event: StreamEvent, elapsed_s: float) -> None:
+    def see(self, event: StreamEvent, elapsed_s: float) -> bool:
+        """Take one event; True when it is the first token."""
         self.started = True
+        is_first = False
         if isinstance(event, TextDelta | ToolCallDelta):
             if self.ttft_s is None:
-                self.ttft_s = elapsed_s
+                self.ttft_s, is_first = elapsed_s, True
             self.text.append(event.text if isinstance(event, TextDelta) else event.arguments_json)
         elif isinstance(event, StreamEnd):
             self.final = event.usage
+        return is_first
 
     def usage(self, prompt_tokens: int) -> Usage:
         if self.final is not None:

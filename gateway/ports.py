@@ -124,6 +124,8 @@ class RoutingPort(Protocol):
 
     def on_dispatch(self, attempt: Attempt, session_id: str, prepared: PreparedPrompt) -> None: ...
 
+    def on_first_token(self, attempt: Attempt) -> None: ...  # prefill done: load eases
+
     def on_complete(self, attempt: Attempt, usage: Usage, ok: bool) -> None: ...
 
 
