@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
+# Before torch loads (libgomp reads it once): sleeping, not spinning, OpenMP threads keep this
+# suite from burning the shared cores when other work runs on them (docs/engine.md, Threads).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 from collections.abc import Callable
 from dataclasses import replace
 
