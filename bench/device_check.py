@@ -145,6 +145,9 @@ def check_fp32(state: dict[str, torch.Tensor], num_new: int) -> dict[str, object
     hf = build_hf(state, torch.float32)
     prompts = random_prompts(6, 17, 300, seed=1)
     expected = [hf_greedy(hf, p, num_new) for p in prompts]
+    common = random_prompts(1, 100, 100, seed=3)[0]
+    shared = [common + own for own in random_prompts(4, 5, 40, seed=4)]
+    expected_shared = [hf_greedy(hf, p, num_new) for p in shared]
     del hf
     greedy = SamplingParams(temperature=0.0, max_tokens=num_new, ignore_eos=True)
     cases = {"chunk512": (4096, 512, 512), "chunk64": (4096, 128, 64), "preempt": (22, 96, 48)}
@@ -159,6 +162,12 @@ def check_fp32(state: dict[str, torch.Tensor], num_new: int) -> dict[str, object
             ],
             "preemptions": engine.stats().num_preemptions,
         }
+    engine = build_engine(state, torch.float32, 4096, 512, 512)
+    outputs = engine.generate(shared, greedy)  # prefix computed once, decoded by the cascade path
+    results["shared_prefix_cascade"] = {
+        "equal": outputs == expected_shared,
+        "prefix_hit_tokens": engine.stats().prefix_hit_tokens,
+    }
     return results
 
 
