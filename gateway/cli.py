@@ -297,6 +297,8 @@ def _cache_explain(args: argparse.Namespace) -> int:
 
 
 def _engine_serve(argv: list[str]) -> int:
+    # libgomp reads this once, when torch loads: spinning OpenMP threads starve shared cores
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     engine_main = _lazy("selfhost.server", "main", "engine serve")
     if engine_main is None:
         return EXIT_UNAVAILABLE
