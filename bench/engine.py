@@ -1,9 +1,10 @@
 """Engine benchmark (issue 3): HF transformers `generate`, llama.cpp's llama-server and Lantern's
 engine, side by side in one run on the same GGUF model; writes docs/bench/engine.md.
 
-    .venv/bin/python -m bench.engine            # full sweep (1, 4, 16 concurrent), ~10-15 min
+    .venv/bin/python -m bench.engine            # full sweep (1, 4, 16 concurrent), ~5 min idle
     .venv/bin/python -m bench.engine --quick    # 1 and 4 concurrent, 32 output tokens
     .venv/bin/python -m bench.engine --build-llama   # only fetch + compile llama-server
+                                                     # (a sweep also builds it when missing)
 
 Systems run one after the other so none competes with another; each gets the same threads.
 """
@@ -192,24 +193,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def run_systems(args: argparse.Namespace, plan: Plan) -> tuple[list[SystemResult], str]:
-    """Each chosen system in turn, alone on the machine; returns results and llama's version."""
+    """Each chosen system in turn, alone on the machine, each fed the same prompt sequence
+    (a fresh `Prompts` with the same seed); returns the results and llama.cpp's version."""
     from gguf import GGUFReader
 
     systems = [s.strip() for s in args.systems.split(",")]
     gguf = resolve_model_path("default")
     weights = load_weights(gguf)
-    prompts = Prompts(tokenizer_from_gguf(GGUFReader(str(gguf))))
+    tokenizer = tokenizer_from_gguf(GGUFReader(str(gguf)))
     work = engine_llama.WORK
     work.mkdir(parents=True, exist_ok=True)
     results: list[SystemResult] = []
     llama_version = "not run"
     if "hf" in systems:
-        results.append(run_hf(weights, args.dtype, plan, prompts))
+        results.append(run_hf(weights, args.dtype, plan, Prompts(tokenizer)))
     if "llama" in systems:
-        results.append(run_llama(gguf, args.threads, plan, prompts, work))
+        results.append(run_llama(gguf, args.threads, plan, Prompts(tokenizer), work))
         llama_version = engine_llama.version(engine_llama.build())
     if "lantern" in systems:
-        results.append(run_lantern(weights, args.dtype, args.threads, plan, prompts, work))
+        lantern = run_lantern(weights, args.dtype, args.threads, plan, Prompts(tokenizer), work)
+        results.append(lantern)
     return results, llama_version
 
 
