@@ -44,14 +44,15 @@ class HFRunner:
 
     @classmethod
     def build(cls, weights: LoadedWeights, dtype: str) -> HFRunner:
-        config = LlamaConfig(**weights.config.to_hf_dict())
+        fields: dict[str, Any] = weights.config.to_hf_dict()
+        config = LlamaConfig(**fields)
         model = LlamaForCausalLM(config)
         missing, unexpected = model.load_state_dict(weights.state_dict, strict=False)
         if unexpected or set(missing) - {"lm_head.weight"}:
             raise ValueError(f"HF load: missing {missing}, unexpected {unexpected}")
         if missing:
             model.tie_weights()
-        model = model.to(DTYPES[dtype]).eval()
+        torch.nn.Module.to(model, dtype=DTYPES[dtype]).eval()  # (HF wraps .to; mypy trips)
         eos = weights.config.eos_token_ids
         return cls(model, eos[0] if eos else 0)
 
