@@ -110,9 +110,10 @@ def test_client_disconnect_mid_stream_is_recorded_and_released(
             "messages": [{"role": "user", "content": "long words:120"}],
         }
         headers = {"authorization": f"Bearer {KEY}"}
-        with httpx.Client(timeout=10) as client, client.stream(
-            "POST", f"{gw.url}/v1/chat/completions", json=body, headers=headers
-        ) as r:
+        with (
+            httpx.Client(timeout=10) as client,
+            client.stream("POST", f"{gw.url}/v1/chat/completions", json=body, headers=headers) as r,
+        ):
             assert r.status_code == 200
             lines = 0
             for line in r.iter_lines():
