@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import anyio
@@ -213,36 +213,21 @@ class Pipeline:
 
     async def complete(self, adm: Admitted) -> ChatResponse:
         last_error: UpstreamError | None = None
-        for number, attempt in enumerate(adm.plan.attempts):
-            self.s.routing.on_dispatch(attempt, adm.session_id, adm.prepared)
-            began = self.s.clock()
+        for t in self._tries(adm):
             try:
-                response = await attempt.candidate.backend.complete(
-                    self._backend_call(adm, attempt)
+                response = await t.attempt.candidate.backend.complete(
+                    self._backend_call(adm, t.attempt)
                 )
             except UpstreamError as exc:
-                self.s.routing.on_complete(attempt, Usage(), ok=False)
-                self._record(
-                    adm, number, attempt, "error", type(exc).__name__, Usage(), None, began
-                )
                 last_error = exc
-                if not exc.retryable:
-                    break
-                continue
+                if self._failed_before_output(adm, t, exc):
+                    continue
+                break
             except BaseException:  # the client went away: settle what the prompt cost
                 with anyio.CancelScope(shield=True):
-                    await self._finish(
-                        adm,
-                        number,
-                        attempt,
-                        "client_disconnect",
-                        None,
-                        Usage(input_tokens=adm.prompt_tokens),
-                        None,
-                        began,
-                    )
+                    await self._finish(adm, t, "client_disconnect", None, Usage(adm.prompt_tokens))
                 raise
-            await self._finish(adm, number, attempt, "ok", None, response.usage, None, began)
+            await self._finish(adm, t, "ok", None, response.usage)
             return response
         await self._settle_failed(adm)
         assert last_error is not None
@@ -251,88 +236,65 @@ class Pipeline:
     async def stream(self, adm: Admitted) -> AsyncGenerator[StreamEvent, None]:
         """Yield the chosen backend's events; fall back only before the first event."""
         last_error: UpstreamError | None = None
-        for number, attempt in enumerate(adm.plan.attempts):
-            self.s.routing.on_dispatch(attempt, adm.session_id, adm.prepared)
+        for t in self._tries(adm):
             tally = _StreamTally(adm.route.name, self.s.counter)
-            began = self.s.clock()
-            status, error_kind = "ok", None
             try:
-                async for event in attempt.candidate.backend.stream(
-                    self._backend_call(adm, attempt)
+                async for event in t.attempt.candidate.backend.stream(
+                    self._backend_call(adm, t.attempt)
                 ):
-                    if tally.see(event, self.s.clock() - began):
-                        self.s.routing.on_first_token(attempt)  # its prefill is done
+                    if tally.see(event, self.s.clock() - t.began):
+                        self.s.routing.on_first_token(t.attempt)  # its prefill is done
                     yield event
             except UpstreamError as exc:
-                if tally.started:
-                    status, error_kind = "error", type(exc).__name__
-                    await self._finish(
-                        adm,
-                        number,
-                        attempt,
-                        status,
-                        error_kind,
-                        tally.usage(adm.prompt_tokens),
-                        tally.ttft_s,
-                        began,
-                    )
+                if tally.started:  # too late to fall back: settle what was produced
+                    usage = tally.usage(adm.prompt_tokens)
+                    await self._finish(adm, t, "error", type(exc).__name__, usage, tally.ttft_s)
                     raise
-                self.s.routing.on_complete(attempt, Usage(), ok=False)
-                self._record(
-                    adm, number, attempt, "error", type(exc).__name__, Usage(), None, began
-                )
                 last_error = exc
-                if not exc.retryable:
-                    break
-                continue
+                if self._failed_before_output(adm, t, exc):
+                    continue
+                break
             except BaseException:
                 # client went away (cancellation) or the generator was closed mid-stream;
                 # shielded, because anyio re-cancels every await inside a cancelled scope
                 with anyio.CancelScope(shield=True):
-                    await self._finish(
-                        adm,
-                        number,
-                        attempt,
-                        "client_disconnect",
-                        None,
-                        tally.usage(adm.prompt_tokens),
-                        tally.ttft_s,
-                        began,
-                    )
+                    usage = tally.usage(adm.prompt_tokens)
+                    await self._finish(adm, t, "client_disconnect", None, usage, tally.ttft_s)
                 raise
-            await self._finish(
-                adm,
-                number,
-                attempt,
-                status,
-                error_kind,
-                tally.usage(adm.prompt_tokens),
-                tally.ttft_s,
-                began,
-            )
+            await self._finish(adm, t, "ok", None, tally.usage(adm.prompt_tokens), tally.ttft_s)
             return
         await self._settle_failed(adm)
         assert last_error is not None
         raise last_error
+
+    def _tries(self, adm: Admitted) -> Iterator[_Try]:
+        """The plan's attempts in order, each dispatched (load counted) as it starts."""
+        for number, attempt in enumerate(adm.plan.attempts):
+            self.s.routing.on_dispatch(attempt, adm.session_id, adm.prepared)
+            yield _Try(number, attempt, self.s.clock())
+
+    def _failed_before_output(self, adm: Admitted, t: _Try, exc: UpstreamError) -> bool:
+        """Record an attempt that produced nothing; True when the next one may be tried."""
+        self.s.routing.on_complete(t.attempt, Usage(), ok=False)
+        self._record(adm, t, "error", type(exc).__name__, Usage(), None)
+        return exc.retryable
 
     # --- settle and record ------------------------------------------------------------------
 
     async def _finish(
         self,
         adm: Admitted,
-        number: int,
-        attempt: Attempt,
+        t: _Try,
         status: str,
         error_kind: str | None,
         usage: Usage,
-        ttft_s: float | None,
-        began: float,
+        ttft_s: float | None = None,
     ) -> None:
-        self.s.routing.on_complete(attempt, usage, ok=status == "ok")
+        self.s.routing.on_complete(t.attempt, usage, ok=status == "ok")
         cost = self.s.pricing.cost_usd(adm.route.name, usage)
         await self.s.admission.settle(adm.ticket, usage=usage, cost_usd=cost)
         self.s.prompts.reconcile(adm.verdict, usage)
-        self._record(adm, number, attempt, status, error_kind, usage, ttft_s, began, cost)
+        self._record(adm, t, status, error_kind, usage, ttft_s, cost)
 
     async def _settle_failed(self, adm: Admitted) -> None:
         await self.s.admission.settle(adm.ticket, usage=Usage(), cost_usd=0.0)
@@ -340,45 +302,53 @@ class Pipeline:
     def _record(
         self,
         adm: Admitted,
-        number: int,
-        attempt: Attempt,
+        t: _Try,
         status: str,
         error_kind: str | None,
         usage: Usage,
         ttft_s: float | None,
-        began: float,
         cost_usd: float | None = None,
     ) -> None:
         now = self.s.clock()
         model = adm.route.name
+        candidate = t.attempt.candidate
         cost = self.s.pricing.cost_usd(model, usage) if cost_usd is None else cost_usd
         row = CallRecord(
             request_id=adm.request_id,
-            attempt=number,
+            attempt=t.number,
             tenant=adm.call.tenant.tenant,
             key_id=adm.call.key_id,
             session_id=adm.session_id,
             model=model,
-            backend=attempt.candidate.backend_name,
-            replica=attempt.candidate.replica,
+            backend=candidate.backend_name,
+            replica=candidate.replica,
             status=status,
             error_kind=error_kind,
             usage=usage,
             cost_usd=cost,
             uncached_cost_usd=self.s.pricing.uncached_cost_usd(model, usage),
             ttft_ms=None if ttft_s is None else ttft_s * 1000.0,
-            latency_ms=(now - began) * 1000.0,
+            latency_ms=(now - t.began) * 1000.0,
             cache_diagnosis=adm.verdict.diagnosis_json,
         )
         self.s.ledger.record(row)
-        labels = CallLabels(adm.call.tenant.tenant, model, attempt.candidate.backend_name)
+        labels = CallLabels(adm.call.tenant.tenant, model, candidate.backend_name)
         self.s.telemetry.metrics.record_attempt(
-            labels, status, usage, cost, now - began, ttft_s, error_kind
+            labels, status, usage, cost, now - t.began, ttft_s, error_kind
         )
         route = "chat.completions" if adm.call.wire == "openai" else "messages"
         self.s.telemetry.record_call(
-            CallSpan(route, adm.request_id, number, labels, usage, status, now - began)
+            CallSpan(route, adm.request_id, t.number, labels, usage, status, now - t.began)
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _Try:
+    """One attempt of the plan: its position in the fallback chain and when it started."""
+
+    number: int
+    attempt: Attempt
+    began: float
 
 
 def _max_tokens_field(wire: WireFormat, body: Mapping[str, JSON]) -> str:
