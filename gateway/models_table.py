@@ -144,10 +144,9 @@ def _per_mtok(value: Decimal) -> float:
     return float(value * _PER_MTOK)
 
 
-def fleet_inputs(settings: Settings) -> tuple[Prices, dict[str, ReplicaSpec]]:
+def fleet_inputs(settings: Settings, routes: RoutePricing) -> tuple[Prices, dict[str, ReplicaSpec]]:
     """What the router weighs: API token prices per API backend, $/h and capacity per fleet."""
     book = PriceBook.from_litellm()
-    routes = RoutePricing.from_settings(settings)
     api: dict[str, TokenPrices] = {}
     per_hour: dict[str, float] = {}
     specs: dict[str, ReplicaSpec] = {}

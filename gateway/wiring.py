@@ -89,7 +89,7 @@ def build_components(
         clock=clock,
         encoder=TiktokenEncoder(counter=counting.counter),
     )
-    prices, replica_specs = fleet_inputs(settings)
+    prices, replica_specs = fleet_inputs(settings, pricing)
     fleet = Fleet(
         models.routes(), prices=prices, specs=replica_specs, clock=clock, rng=random.Random()
     )
