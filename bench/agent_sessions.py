@@ -342,6 +342,16 @@ class GatewayHop:
         )
 
 
+class _RunClock:
+    """The gateway's clock: whichever run's simulated clock is current."""
+
+    def __init__(self) -> None:
+        self.current = Clock()
+
+    def __call__(self) -> float:
+        return self.current()
+
+
 class GatewayBench:
     """One gateway with two tenants in front of one fake upstream; each run gets a fresh cache."""
 
@@ -369,12 +379,14 @@ class GatewayBench:
         config = write_config(
             var_dir / "lantern.yaml", var_dir, [{"name": MODEL, "backends": [backend]}]
         )
-        self.gateway = start_gateway(config)
+        self.clock = _RunClock()  # the gateway sees each run's simulated time, gaps included
+        self.gateway = start_gateway(config, clock=self.clock)
         self.runs = 0
 
     def factory(self, tenant: str) -> HopFactory:
         def make(fake: PromptCacheFake, clock: Clock) -> Hop:
             self.upstream.app.cache = fake
+            self.clock.current = clock
             self.runs += 1
             return GatewayHop(
                 self.gateway, self.upstream, self.KEYS[tenant], f"bench-{tenant}-{self.runs}"

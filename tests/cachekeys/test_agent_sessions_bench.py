@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from bench.agent_sessions import (
@@ -10,6 +12,7 @@ from bench.agent_sessions import (
     NOTE_TABLE,
     STEP,
     Direct,
+    GatewayBench,
     InProcessLantern,
     Session,
     fresh,
@@ -49,3 +52,20 @@ def test_timestamp_client_is_fixed_by_relocation() -> None:
     lantern = run_session("t", "timestamp", *fresh(InProcessLantern.factory(NORMALISED)))
     assert round(plain.percent, 1) == 125.0  # every call rewrites the whole prompt
     assert abs(lantern.percent - 19.8) < 1.0
+
+
+@pytest.mark.slow
+def test_through_the_gateway_misses_cost_and_are_diagnosed(tmp_path: Path) -> None:
+    """Two forced misses through a real gateway on the bench's simulated clock: the note's
+    34.3 %, and the gateway names both misses `ttl_expired` in `x-lantern-cache`."""
+    bench = GatewayBench(tmp_path)
+    try:
+        hop, clock = fresh(bench.factory("lantern"))
+        result = run_session("t", "clean", hop, clock, miss_calls(2))
+    finally:
+        bench.close()
+    assert round(result.percent, 1) == NOTE_TABLE[2]
+    verdicts = [header.split(";")[0] for header in hop.headers_seen]  # type: ignore[attr-defined]
+    assert verdicts == ["first_call"] + ["kept"] * 8 + ["ttl_expired"] + ["kept"] * 9 + [
+        "ttl_expired"
+    ]

@@ -7,6 +7,7 @@ import hashlib
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import yaml
 
 from gateway.app import create_app
 from gateway.settings import Settings, load_settings
+from gateway.wiring import build_components
 
 ADMIN_TOKEN = "admin-test-token"
 
@@ -48,9 +50,9 @@ def write_config(path: Path, var_dir: Path, models: list[dict[str, Any]], **extr
 
 
 class RunningGateway:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, clock: Callable[[], float] | None = None) -> None:
         self.settings = settings
-        self.app = create_app(settings)
+        self.app = create_app(settings, build_components(settings, clock=clock) if clock else None)
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._socket.bind(("127.0.0.1", 0))
@@ -86,5 +88,8 @@ class RunningGateway:
         self._socket.close()
 
 
-def start_gateway(config_path: Path, **overrides: Any) -> RunningGateway:
-    return RunningGateway(load_settings(config_path, **overrides)).start()
+def start_gateway(
+    config_path: Path, *, clock: Callable[[], float] | None = None, **overrides: Any
+) -> RunningGateway:
+    """`clock`: the gateway's monotonic clock (session gaps, cooldowns), for simulated time."""
+    return RunningGateway(load_settings(config_path, **overrides), clock).start()
