@@ -19,7 +19,10 @@ class AiohttpPool:
     """A process-wide aiohttp session made on first use: aiohttp binds a session to the running
     loop, while backends are built before the loop starts. Its owner (the lifespan) closes it."""
 
-    def __init__(self, *, max_connections: int = 1000, keepalive_s: float = 30.0) -> None:
+    # Idle connections are dropped before the upstream drops them: uvicorn (vLLM, SGLang, the
+    # bundled engine) closes idle keep-alives after 5 s, and a request written onto a connection
+    # the server is closing fails with ServerDisconnected (seen as spurious 502s under load).
+    def __init__(self, *, max_connections: int = 1000, keepalive_s: float = 4.0) -> None:
         self._max_connections = max_connections
         self._keepalive_s = keepalive_s
         self._session: aiohttp.ClientSession | None = None
