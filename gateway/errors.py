@@ -6,11 +6,11 @@ Each client gets its own error shape: OpenAI `{"error": {...}}`, Anthropic
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from adapters.errors import ProviderRateLimited, UpstreamError, WireFormatError
 from adapters.routing_types import NoRouteAvailable
 from adapters.types import WireFormat
+from gateway.error_shapes import HttpError, error_body
+from gateway.quota_http import quota_to_http
 
 
 class GatewayError(Exception):
@@ -52,33 +52,6 @@ class RequestRejected(GatewayError):
     """The request breaks a rule that waiting cannot fix (400)."""
 
 
-class ServiceUnavailable(GatewayError):
-    status_code = 503
-    openai_type = "service_unavailable"
-    anthropic_type = "overloaded_error"
-
-
-@dataclass(frozen=True, slots=True)
-class HttpError:
-    status_code: int
-    body: dict[str, object]
-    headers: dict[str, str] = field(default_factory=dict)
-
-
-def _shape(
-    wire: WireFormat,
-    status: int,
-    kind_openai: str,
-    kind_anthropic: str,
-    message: str,
-    rule: str | None,
-    param: str | None,
-) -> dict[str, object]:
-    if wire == "anthropic":
-        return {"type": "error", "error": {"type": kind_anthropic, "message": message}}
-    return {"error": {"message": message, "type": kind_openai, "param": param, "code": rule}}
-
-
 def _upstream_kind(exc: UpstreamError) -> tuple[str, str]:
     if isinstance(exc, ProviderRateLimited):
         return "rate_limit_error", "rate_limit_error"
@@ -91,15 +64,12 @@ def _upstream_kind(exc: UpstreamError) -> tuple[str, str]:
 
 def to_http(exc: Exception, wire: WireFormat) -> HttpError:
     """Map any exception raised while serving a call to its reply in the client's format."""
-    from gateway.quota_http import quota_to_http  # quotas' errors carry their own numbers
-
     quota = quota_to_http(exc, wire)
     if quota is not None:
         return quota
     if isinstance(exc, GatewayError):
-        body = _shape(
+        body = error_body(
             wire,
-            exc.status_code,
             exc.openai_type,
             exc.anthropic_type,
             exc.message,
@@ -108,9 +78,8 @@ def to_http(exc: Exception, wire: WireFormat) -> HttpError:
         )
         return HttpError(exc.status_code, body)
     if isinstance(exc, WireFormatError):
-        body = _shape(
+        body = error_body(
             wire,
-            400,
             "invalid_request_error",
             "invalid_request_error",
             f"invalid request: {exc.field}: {exc.reason}",
@@ -120,8 +89,8 @@ def to_http(exc: Exception, wire: WireFormat) -> HttpError:
         return HttpError(400, body)
     if isinstance(exc, NoRouteAvailable):
         message = f"{exc}: every replica is drained or cooling down; retry shortly"
-        body = _shape(
-            wire, 503, "service_unavailable", "overloaded_error", message, "no_route", "model"
+        body = error_body(
+            wire, "service_unavailable", "overloaded_error", message, "no_route", "model"
         )
         return HttpError(503, body, {"retry-after": "5"})
     if isinstance(exc, UpstreamError):
@@ -130,7 +99,7 @@ def to_http(exc: Exception, wire: WireFormat) -> HttpError:
         headers = {}
         if isinstance(exc, ProviderRateLimited) and exc.retry_after_s is not None:
             headers["retry-after"] = str(max(1, round(exc.retry_after_s)))
-        body = _shape(wire, exc.status_code, kind_o, kind_a, message, "upstream", None)
+        body = error_body(wire, kind_o, kind_a, message, "upstream", None)
         return HttpError(exc.status_code, body, headers)
-    body = _shape(wire, 500, "api_error", "api_error", "internal error", "internal", None)
+    body = error_body(wire, "api_error", "api_error", "internal error", "internal", None)
     return HttpError(500, body)

@@ -43,9 +43,6 @@ class ModelTableImpl:
     def routes(self) -> list[ModelRoute]:
         return list(self._routes.values())
 
-    def candidates(self) -> list[Candidate]:
-        return [c for r in self._routes.values() for c in r.candidates]
-
 
 def _specs(b: BackendSettings, children: list[EngineChild]) -> list[tuple[BackendSpec, str | None]]:
     """One spec per replica; a `selfhost` backend with model_path becomes a child engine."""

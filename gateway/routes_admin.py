@@ -15,6 +15,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from gateway.auth import KeyLookup, authenticate, is_admin
+from gateway.error_shapes import error_body
 from gateway.errors import AuthenticationFailed
 from gateway.ports import ModelTable
 from gateway.routes_chat import error_response
@@ -82,15 +83,10 @@ def build_admin_router(admin_token: str | None, views: dict[str, JsonView]) -> A
             try:
                 return json_response(await view(request))
             except ValueError as exc:
-                body = {
-                    "error": {
-                        "message": str(exc),
-                        "type": "invalid_request_error",
-                        "param": None,
-                        "code": "bad_query",
-                    }
-                }
-                return json_response(body, 400)
+                kind = "invalid_request_error"
+                return json_response(
+                    error_body("openai", kind, kind, str(exc), "bad_query", None), 400
+                )
 
         return handler
 
