@@ -30,6 +30,7 @@ class AttentionMetadata:
     num_decodes: int  # the first num_decodes rows are single-token sequences
     decode_block_tables: torch.Tensor  # [num_decodes, max_blocks] long, padded with block 0
     decode_mask: torch.Tensor  # [num_decodes, 1, 1, max_blocks * block_size] bool
+    decode_context_lens: torch.Tensor  # [num_decodes] long: tokens each decode reads via its table
     prefills: tuple[PrefillSpan, ...]
     # Blocks every decode's table starts with; the decode tables/mask then cover the rest only.
     decode_shared_blocks: torch.Tensor | None = None
@@ -51,10 +52,17 @@ def paged_attention(
         out[: meta.num_decodes] = _decode_cascade(q[: meta.num_decodes], cache, meta, scale)
     elif meta.num_decodes:
         out[: meta.num_decodes] = _decode(q[: meta.num_decodes], cache, meta, scale)
+    prefill_attention(q, cache, meta, scale, out)
+    return out
+
+
+def prefill_attention(
+    q: torch.Tensor, cache: torch.Tensor, meta: AttentionMetadata, scale: float, out: torch.Tensor
+) -> None:
+    """Fill the prefill rows of out [T, H, D], one SDPA call per chunk."""
     for span in meta.prefills:
         rows = slice(span.q_start, span.q_start + span.q_len)
         out[rows] = _prefill(q[rows], cache, span, scale)
-    return out
 
 
 def _decode(

@@ -11,6 +11,7 @@ import torch
 
 from selfhost.block_manager import BlockManager
 from selfhost.config import EngineConfig
+from selfhost.cpu_kernels import load_cpu_kernels
 from selfhost.engine import LLMEngine
 from selfhost.loader import LoadedWeights, load_gguf, load_safetensors_dir, resolve_model_path
 from selfhost.model import LlamaModel
@@ -32,11 +33,19 @@ def load_model_files(path: Path) -> tuple[LoadedWeights, TextTokenizer]:
     return weights, tokenizer_from_dir(path, weights.config.eos_token_ids)
 
 
-def build_model(weights: LoadedWeights, max_positions: int, device: str, dtype: str) -> LlamaModel:
+def build_model(
+    weights: LoadedWeights, max_positions: int, device: str, dtype: str, cpu_kernels: bool = True
+) -> LlamaModel:
+    """`cpu_kernels`: on CPU in bf16, use the compiled kernels (built here, on first use) when they
+    can be built; otherwise, and always on other devices and dtypes, the torch reference path."""
     model = LlamaModel(weights.config, max_positions)
     model.load(weights.state_dict)
     model = model.to(device=torch.device(device), dtype=DTYPES[dtype]).eval()
-    model.prepack()
+    kernels = load_cpu_kernels() if cpu_kernels and (device, dtype) == ("cpu", "bfloat16") else None
+    if kernels is not None:
+        model.use_kernels(kernels)
+    else:
+        model.prepack()
     return model
 
 
@@ -48,7 +57,7 @@ def build_engine(
         torch.set_num_threads(config.num_threads)
     weights, tokenizer = files or load_model_files(resolve_model_path(config.model))
     max_model_len = min(config.max_model_len, weights.config.max_position_embeddings)
-    model = build_model(weights, max_model_len, config.device, config.dtype)
+    model = build_model(weights, max_model_len, config.device, config.dtype, config.cpu_kernels)
     block_manager = BlockManager(config.num_blocks, config.block_size)
     scheduler_config = SchedulerConfig(
         max_num_batched_tokens=config.max_num_batched_tokens,

@@ -1,11 +1,13 @@
 """Llama-family decoder over a packed (varlen) token batch with a paged KV cache.
 
 Weights arrive in HF names and are fused once at load (QKV, gate+up); no per-step copies.
-On CPU in bf16 the linear weights are pre-packed for oneDNN once (same results, ~1.7x faster).
+On CPU in bf16 the linear weights are pre-packed once: for the CPU kernels (kernel_layer.py, the
+fast path) or, where those cannot be built, for oneDNN (same results as F.linear, ~1.7x faster).
 """
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import cast
 
 import torch
@@ -14,6 +16,8 @@ from torch import nn
 
 from selfhost.attention import AttentionMetadata, paged_attention, write_kv
 from selfhost.config import ModelConfig
+from selfhost.cpu_kernels import pack_weight
+from selfhost.kernel_layer import KernelLayerWeights, kernel_layer_forward
 
 
 class DecoderLayer(nn.Module):
@@ -55,6 +59,14 @@ class DecoderLayer(nn.Module):
                 self.packed[name] = packed
                 weight.data = torch.empty(0, dtype=weight.dtype)
 
+    def pack_for_kernels(self) -> KernelLayerWeights:
+        """The CPU kernels' packed copies of this layer's weights (frees the originals)."""
+        linears = {name: getattr(self, name).data for name in LINEAR_WEIGHTS}
+        packed = KernelLayerWeights.pack((self.input_norm.data, self.post_norm.data), linears)
+        for name in LINEAR_WEIGHTS:
+            getattr(self, name).data = torch.empty(0, dtype=linears[name].dtype)
+        return packed
+
     def linear(self, x: torch.Tensor, name: str) -> torch.Tensor:
         packed = self.packed.get(name)
         if packed is None:
@@ -73,7 +85,7 @@ class DecoderLayer(nn.Module):
         num_tokens, head_dim = x.shape[0], cfg.head_dim
         h = F.rms_norm(x, (cfg.hidden_size,), self.input_norm, cfg.rms_norm_eps)
         qkv = self.linear(h, "qkv").view(num_tokens, -1, head_dim)  # [T, H + 2 KV, D]
-        qk = _rotate(qkv[:, : cfg.num_heads + cfg.num_kv_heads], cos, sin)
+        qk = rotate(qkv[:, : cfg.num_heads + cfg.num_kv_heads], cos, sin)
         q, k = qk[:, : cfg.num_heads], qk[:, cfg.num_heads :]
         v = qkv[:, cfg.num_heads + cfg.num_kv_heads :]
         write_kv(cache, k, v, meta.slot_mapping)
@@ -96,7 +108,7 @@ def pack_linear_weight(weight: torch.Tensor) -> torch.Tensor | None:
     return torch.ops.mkldnn._reorder_linear_weight(weight, 16)
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate-half RoPE (HF layout): x [T, heads, D]."""
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]
@@ -118,6 +130,11 @@ class LlamaModel(nn.Module):
         head_rows = 0 if config.tie_word_embeddings else config.vocab_size
         self.lm_head = nn.Parameter(torch.empty(head_rows, config.hidden_size), requires_grad=False)
         self.packed_head: torch.Tensor | None = None
+        self.kernels: ModuleType | None = None  # the CPU fast path (use_kernels)
+        self.kernel_layers: list[KernelLayerWeights] = []
+        self.kernel_head: torch.Tensor | None = None
+        self.kernel_rope: tuple[torch.Tensor, torch.Tensor] | None = None  # fp32 cos, sin
+        self.max_positions = max_positions
         cos, sin = rope_tables(config, max_positions)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
@@ -140,11 +157,37 @@ class LlamaModel(nn.Module):
     ) -> torch.Tensor:
         """input_ids, positions: [T]; kv_cache: [L, 2, num_blocks, block_size, KV, D] -> [T, hidden]."""
         x = F.embedding(input_ids, self.embed)
+        if self.kernels is not None:
+            return self._forward_kernels(self.kernels, x, positions, kv_cache, meta)
         cos = self.rope_cos[positions].unsqueeze(1).to(x.dtype)
         sin = self.rope_sin[positions].unsqueeze(1).to(x.dtype)
         for index, layer in enumerate(self.decoder_layers()):
             x = layer(x, cos, sin, kv_cache[index], meta)
         return F.rms_norm(x, (self.config.hidden_size,), self.norm, self.config.rms_norm_eps)
+
+    def _forward_kernels(
+        self,
+        kernels: ModuleType,
+        x: torch.Tensor,  # [T, hidden]
+        positions: torch.Tensor,
+        kv_cache: torch.Tensor,
+        meta: AttentionMetadata,
+    ) -> torch.Tensor:
+        assert self.kernel_rope is not None
+        rope = (positions, *self.kernel_rope)
+        for index, weights in enumerate(self.kernel_layers):
+            x = kernel_layer_forward(kernels, self.config, weights, x, rope, kv_cache[index], meta)
+        return F.rms_norm(x, (self.config.hidden_size,), self.norm, self.config.rms_norm_eps)
+
+    def use_kernels(self, kernels: ModuleType) -> None:
+        """Switch to the CPU kernels (bf16 on CPU): pack every linear weight for them once."""
+        self.kernel_layers = [layer.pack_for_kernels() for layer in self.decoder_layers()]
+        head = self.embed if self.config.tie_word_embeddings else self.lm_head
+        self.kernel_head = pack_weight(head.data)
+        if not self.config.tie_word_embeddings:
+            self.lm_head.data = torch.empty(0, dtype=head.dtype)
+        self.kernel_rope = rope_tables(self.config, self.max_positions)
+        self.kernels = kernels
 
     def prepack(self) -> None:
         for layer in self.decoder_layers():
@@ -156,6 +199,11 @@ class LlamaModel(nn.Module):
         return [cast(DecoderLayer, layer) for layer in self.layers]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        if self.kernels is not None and self.kernel_head is not None:
+            rows = self.config.vocab_size
+            return self.kernels.linear(
+                hidden, self.kernel_head, rows, "none", None, 0.0, None
+            ).float()
         if self.packed_head is not None:
             logits = torch.ops.mkldnn._linear_pointwise(
                 hidden, self.packed_head, None, "none", [], ""

@@ -62,12 +62,13 @@ def prepare_step(output: SchedulerOutput, block_size: int, device: torch.device)
         if item.end == item.seq.num_tokens:
             sample_rows.append(len(input_ids) - 1)
             sampled.append(item)
-    decode_tables, decode_mask_, shared_blocks = _decode_meta(decodes, block_size, device)
+    decode_tables, context_lens, shared_blocks = _decode_meta(decodes, block_size, device)
     meta = AttentionMetadata(
         slot_mapping=_tensor(slots, device),
         num_decodes=len(decodes),
         decode_block_tables=decode_tables,
-        decode_mask=decode_mask_,
+        decode_mask=decode_mask(context_lens, decode_tables.shape[1] * block_size),
+        decode_context_lens=context_lens,
         prefills=_prefill_spans(prefills, len(decodes), block_size, device),
         decode_shared_blocks=shared_blocks,
     )
@@ -86,7 +87,7 @@ CASCADE_MIN_SHARED_BLOCKS = 4
 def _decode_meta(
     decodes: list[ScheduledSequence], block_size: int, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Block tables and mask of each decode's own blocks, plus the blocks all of them share."""
+    """Block tables and context lengths of each decode's own blocks, plus the blocks all share."""
     tables = [item.seq.block_table[: -(-item.end // block_size)] for item in decodes]
     shared = _num_shared_blocks(tables)
     if shared < CASCADE_MIN_SHARED_BLOCKS:
@@ -97,7 +98,7 @@ def _decode_meta(
     context_lens = _tensor([item.end - shared * block_size for item in decodes], device)
     return (
         _tensor(padded, device).view(len(decodes), num_blocks),
-        decode_mask(context_lens, num_blocks * block_size),
+        context_lens,
         _tensor(tables[0][:shared], device) if shared else None,
     )
 

@@ -10,12 +10,14 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from collections.abc import Callable
 from dataclasses import replace
+from types import ModuleType
 
 import pytest
 import torch
 
 from selfhost.builder import build_engine, load_model_files
 from selfhost.config import EngineConfig
+from selfhost.cpu_kernels import load_cpu_kernels
 from selfhost.engine import LLMEngine
 from selfhost.loader import LoadedWeights, ModelNotFound, resolve_model_path
 from selfhost.tokenizer import TextTokenizer
@@ -92,3 +94,12 @@ def make_engine(smollm_files: tuple[LoadedWeights, TextTokenizer]) -> Callable[.
         return build_engine(replace(base, **overrides), smollm_files)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def cpu_kernels() -> ModuleType:
+    """The compiled CPU kernels; their tests skip on a CPU or machine that cannot build them."""
+    module = load_cpu_kernels()
+    if module is None:
+        pytest.skip("the CPU kernels cannot be built here (no AVX512-BF16, compiler or ninja)")
+    return module

@@ -1,0 +1,69 @@
+"""The CPU fast path's kernels (selfhost/csrc/cpu_kernels.cpp), compiled on first use.
+
+`load_cpu_kernels()` builds them with torch's C++ extension loader (g++, ninja) when the engine
+starts, never at import; where that is impossible it logs one line and returns None, and the engine
+runs the torch reference path. Packing of weights for the kernels lives here too.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).parent / "csrc" / "cpu_kernels.cpp"
+GROUP_ROWS = 64  # output rows per packed group (csrc kGroup)
+CFLAGS = ["-O3", "-march=native", "-fopenmp"]
+
+
+def load_cpu_kernels(build_dir: Path | None = None) -> ModuleType | None:
+    """The compiled kernels, or None (with one log line) when they cannot be built or run here."""
+    if shutil.which("ninja") is None or shutil.which("c++") is None:
+        log.warning("CPU fast path off: no ninja or C++ compiler on PATH (torch reference path)")
+        return None
+    from torch.utils import cpp_extension
+
+    kwargs: dict[str, object] = {}
+    if build_dir is not None:
+        build_dir.mkdir(parents=True, exist_ok=True)
+        kwargs["build_directory"] = str(build_dir)
+    try:
+        module = cpp_extension.load(
+            name="lantern_cpu_kernels",
+            sources=[str(SOURCE)],
+            extra_cflags=CFLAGS,
+            extra_ldflags=["-fopenmp"],
+            **kwargs,  # type: ignore[arg-type]
+        )
+        _smoke_test(module)
+    except Exception as exc:  # noqa: BLE001 - any build or CPU failure means: reference path
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        log.warning("CPU fast path off: kernels unavailable (%s); torch reference path", first)
+        return None
+    return module
+
+
+def _smoke_test(module: ModuleType) -> None:
+    """Run one tiny GEMM so a CPU without AVX512-BF16 fails here, not mid-request."""
+    weight = torch.ones(GROUP_ROWS, 32, dtype=torch.bfloat16)
+    out = module.linear(
+        torch.ones(1, 32, dtype=torch.bfloat16), pack_weight(weight), 64, "none", None, 0.0, None
+    )
+    if not torch.equal(out, torch.full((1, 64), 32.0, dtype=torch.bfloat16)):
+        raise RuntimeError("kernel smoke test gave wrong results")
+
+
+def pack_weight(weight: torch.Tensor) -> torch.Tensor:
+    """[N, K] bf16 -> [ceil(N/64), ceil(K/2), 64, 2]: one group's K pairs are contiguous, so a decode
+    step streams each weight once, 64 output rows at a time. Padding rows/columns are zero."""
+    rows, cols = weight.shape
+    padded_rows = -(-rows // GROUP_ROWS) * GROUP_ROWS
+    padded = torch.zeros(padded_rows, cols + cols % 2, dtype=torch.bfloat16)
+    padded[:rows, :cols] = weight
+    groups = padded.view(padded_rows // GROUP_ROWS, GROUP_ROWS, -1, 2)
+    return groups.permute(0, 2, 1, 3).contiguous()

@@ -1,0 +1,184 @@
+"""The CPU kernels (fast path) against fp32 torch references built from the same bf16 inputs:
+every output within one bf16 rounding of the reference; and the fallback when they cannot build."""
+
+from __future__ import annotations
+
+import logging
+from types import ModuleType
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from selfhost import cpu_kernels as cpu_kernels_module
+from selfhost.attention import AttentionMetadata, decode_mask, paged_attention
+from selfhost.builder import build_model
+from selfhost.cpu_kernels import pack_weight
+from selfhost.model import rope_tables, rotate
+
+BF16_ULP = 2.0**-7  # relative spacing of bf16 values (8 significant bits)
+
+
+def assert_within_bf16_rounding(got: torch.Tensor, want: torch.Tensor) -> None:
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), want.float(), rtol=BF16_ULP, atol=1e-3)
+
+
+def bf16(*shape: int) -> torch.Tensor:
+    return torch.randn(*shape).to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("rows", [1, 3, 16, 70])
+@pytest.mark.parametrize(("out_rows", "in_cols"), [(100, 37), (192, 64)])
+def test_linear_with_residual_equals_fp32_matmul(
+    cpu_kernels: ModuleType, rows: int, out_rows: int, in_cols: int
+) -> None:
+    torch.manual_seed(rows * out_rows)
+    x, weight, residual = bf16(rows, in_cols), bf16(out_rows, in_cols), bf16(rows, out_rows)
+    packed = pack_weight(weight)
+    assert packed.shape == (-(-out_rows // 64), -(-in_cols // 2), 64, 2)
+    got = cpu_kernels.linear(x, packed, out_rows, "none", None, 0.0, None)
+    assert_within_bf16_rounding(got, x.float() @ weight.float().T)
+    got = cpu_kernels.linear(x, packed, out_rows, "none", None, 0.0, residual)
+    assert_within_bf16_rounding(got, x.float() @ weight.float().T + residual.float())
+
+
+@pytest.mark.parametrize("rows", [1, 5, 33])
+def test_rms_norm_and_silu_mul_prologues(cpu_kernels: ModuleType, rows: int) -> None:
+    torch.manual_seed(rows)
+    x, norm, weight = bf16(rows, 96), bf16(96), bf16(128, 96)
+    normed = F.rms_norm(x.float(), (96,), norm.float(), 1e-5).to(torch.bfloat16)
+    got = cpu_kernels.linear(x, pack_weight(weight), 128, "rms_norm", norm, 1e-5, None)
+    assert_within_bf16_rounding(got, normed.float() @ weight.float().T)
+    gate_up = bf16(rows, 2 * 48)
+    act = (F.silu(gate_up[:, :48].float()) * gate_up[:, 48:].float()).to(torch.bfloat16)
+    got = cpu_kernels.linear(gate_up, pack_weight(weight[:, :48]), 128, "silu_mul", None, 0.0, None)
+    assert_within_bf16_rounding(got, act.float() @ weight[:, :48].float().T)
+
+
+def test_rope_and_kv_write_equal_the_reference(cpu_kernels: ModuleType) -> None:
+    from selfhost.config import ModelConfig
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(
+        vocab_size=8,
+        hidden_size=9 * 64,
+        intermediate_size=8,
+        num_layers=1,
+        num_heads=9,
+        num_kv_heads=3,
+        head_dim=64,
+    )
+    cos, sin = rope_tables(cfg, 512)
+    tokens, pool_slots = 5, 8 * 16
+    qkv = bf16(tokens, 15, 64)
+    positions = torch.tensor([0, 7, 100, 101, 511])
+    slots = torch.tensor([3, 17, 40, 41, 127])
+    k_pool, v_pool = (
+        torch.zeros(pool_slots, 3, 64, dtype=torch.bfloat16),
+        torch.zeros(pool_slots, 3, 64, dtype=torch.bfloat16),
+    )
+    q = cpu_kernels.rope_write_kv(qkv, positions, cos, sin, slots, k_pool, v_pool, 9)
+    rotated = rotate(qkv[:, :12].float(), cos[positions].unsqueeze(1), sin[positions].unsqueeze(1))
+    assert_within_bf16_rounding(q, rotated[:, :9])
+    assert_within_bf16_rounding(k_pool[slots], rotated[:, 9:])
+    assert torch.equal(v_pool[slots], qkv[:, 12:])
+    untouched = torch.ones(pool_slots, dtype=torch.bool)
+    untouched[slots] = False
+    assert not k_pool[untouched].any() and not v_pool[untouched].any()
+
+
+def decode_metadata(
+    lens: list[int], tables: torch.Tensor, shared: torch.Tensor | None
+) -> AttentionMetadata:
+    context = torch.tensor(lens)
+    return AttentionMetadata(
+        slot_mapping=torch.zeros(len(lens), dtype=torch.long),
+        num_decodes=len(lens),
+        decode_block_tables=tables,
+        decode_mask=decode_mask(context, tables.shape[1] * 16),
+        decode_context_lens=context,
+        prefills=(),
+        decode_shared_blocks=shared,
+    )
+
+
+@pytest.mark.parametrize("num_shared", [0, 5])
+@pytest.mark.parametrize("lens", [[1], [16, 17], [3, 200, 35, 64, 1, 90]])
+def test_paged_decode_in_place_equals_gathered_reference(
+    cpu_kernels: ModuleType, lens: list[int], num_shared: int
+) -> None:
+    torch.manual_seed(len(lens) + num_shared)
+    cache = bf16(2, 64, 16, 3, 64)  # [2, blocks, block size, KV, D]
+    order = torch.randperm(64)
+    shared = order[:num_shared] if num_shared else None
+    width = max(-(-n // 16) for n in lens)
+    tables = torch.stack(
+        [order[num_shared:][torch.randperm(64 - num_shared)[:width]] for _ in lens]
+    )
+    meta = decode_metadata(lens, tables, shared)
+    q = bf16(len(lens), 9, 64)
+    want = paged_attention(q.float(), cache.float(), meta, 0.125)  # fp32 torch path, gathers
+    no_blocks = torch.empty(0, dtype=torch.long)
+    got = cpu_kernels.paged_decode(
+        q,
+        cache[0],
+        cache[1],
+        tables,
+        meta.decode_context_lens,
+        shared if shared is not None else no_blocks,
+        0.125,
+    )
+    assert_within_bf16_rounding(got, want)
+
+
+def test_engine_forward_on_kernels_stays_within_bf16_of_fp32(smollm_files) -> None:
+    """One packed step (a decode and a prefill chunk) through both paths: the kernel path's
+    logits are as close to fp32's as the bf16 torch reference's."""
+    weights = smollm_files[0]
+    logits = {}
+    for name, dtype, kernels in [
+        ("fp32", "float32", False),
+        ("ref", "bfloat16", False),
+        ("fast", "bfloat16", True),
+    ]:
+        model = build_model(weights, 512, "cpu", dtype, cpu_kernels=kernels)
+        assert (model.kernels is not None) == kernels
+        logits[name] = _two_steps(model)
+    err_ref = (logits["ref"] - logits["fp32"]).abs().max()
+    err_fast = (logits["fast"] - logits["fp32"]).abs().max()
+    assert err_fast < 0.5
+    assert err_fast < 1.5 * err_ref
+    assert torch.equal(logits["fast"].argmax(-1), logits["fp32"].argmax(-1))
+
+
+def _two_steps(model) -> torch.Tensor:  # noqa: ANN001
+    """Prefill 40 tokens of sequence A, then one step: A decodes while B prefills 20 tokens."""
+    from selfhost.model_runner import ModelRunner, prepare_step
+    from selfhost.scheduler import ScheduledSequence, SchedulerOutput
+    from selfhost.sequence import SamplingParams, Sequence
+
+    runner = ModelRunner(model, num_blocks=16, block_size=16)
+    a = Sequence("a", [(7 * i) % 5000 + 100 for i in range(41)], SamplingParams())
+    b = Sequence("b", [(13 * i) % 5000 + 100 for i in range(20)], SamplingParams())
+    a.block_table, b.block_table = [3, 5, 9], [2, 4]
+    first = SchedulerOutput((ScheduledSequence(a, 0, 40),), ())
+    second = SchedulerOutput((ScheduledSequence(a, 40, 1), ScheduledSequence(b, 0, 20)), ())
+    rows = []
+    with torch.inference_mode():
+        for output in (first, second):
+            inputs = prepare_step(output, 16, torch.device("cpu"))
+            hidden = model(inputs.input_ids, inputs.positions, runner.kv_cache, inputs.meta)
+            rows.append(model.compute_logits(hidden[inputs.sample_rows]))
+    return torch.cat(rows)
+
+
+def test_without_a_compiler_the_engine_falls_back_to_the_reference(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(cpu_kernels_module.shutil, "which", lambda name: None)
+    with caplog.at_level(logging.WARNING, logger="selfhost.cpu_kernels"):
+        assert cpu_kernels_module.load_cpu_kernels() is None
+    assert [r.getMessage() for r in caplog.records] == [
+        "CPU fast path off: no ninja or C++ compiler on PATH (torch reference path)"
+    ]
