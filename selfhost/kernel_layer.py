@@ -12,7 +12,7 @@ from types import ModuleType
 
 import torch
 
-from selfhost.attention import AttentionMetadata, prefill_attention
+from selfhost.attention import AttentionMetadata
 from selfhost.config import ModelConfig
 from selfhost.cpu_kernels import pack_weight
 
@@ -68,8 +68,7 @@ def kernel_layer_forward(
 def kernel_attention(
     kernels: ModuleType, q: torch.Tensor, cache: torch.Tensor, meta: AttentionMetadata, scale: float
 ) -> torch.Tensor:
-    """q [T, H, D]: decodes read K/V in place through their block tables; prefill chunks as in the
-    reference (attention.prefill_attention)."""
+    """q [T, H, D]: decodes and prefill chunks read K/V in place through their block tables."""
     num_decodes = meta.num_decodes
     decoded = None
     if num_decodes:
@@ -88,5 +87,9 @@ def kernel_attention(
     out = torch.empty_like(q)
     if decoded is not None:
         out[:num_decodes] = decoded
-    prefill_attention(q, cache, meta, scale, out)
+    for span in meta.prefills:
+        rows = slice(span.q_start, span.q_start + span.q_len)
+        out[rows] = kernels.paged_prefill(
+            q[rows], cache[0], cache[1], span.block_ids, span.context_len, scale
+        )
     return out

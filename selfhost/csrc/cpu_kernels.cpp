@@ -128,6 +128,17 @@ void silu_mul_rows(const torch::Tensor& gate_up, uint16_t* out, int64_t kp) {
   }
 }
 
+// out[0:width] = bf16(acc + residual), 16 lanes at a time (residual may be null).
+inline void store_row(const float* acc, int64_t width, const uint16_t* res, uint16_t* out) {
+  for (int64_t j = 0; j < width; j += 16) {
+    const __mmask16 lanes = width - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (width - j)) - 1);
+    __m512 v = _mm512_loadu_ps(acc + j);
+    if (res)
+      v = _mm512_add_ps(v, _mm512_cvtpbh_ps((__m256bh)_mm256_maskz_loadu_epi16(lanes, res + j)));
+    _mm256_mask_storeu_epi16(out + j, lanes, (__m256i)_mm512_cvtneps_pbh(v));
+  }
+}
+
 // prologue: "none" (x used as is), "rms_norm" (norm_weight, eps) or "silu_mul" (x = [gate | up]).
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_t n_out,
                      const std::string& prologue, const c10::optional<torch::Tensor>& norm_weight,
@@ -158,12 +169,9 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_
     for (int64_t g = begin; g < end; ++g) {
       gemm_rows(xs, kp, rows, w + g * kpairs * 2 * kGroup, kpairs, acc.data());
       const int64_t n0 = g * kGroup, width = std::min<int64_t>(kGroup, n_out - n0);
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t j = 0; j < width; ++j) {
-          float v = acc[r * kGroup + j];
-          if (res) v += bf16_to_float(res[r * n_out + n0 + j]);
-          dst[r * n_out + n0 + j] = float_to_bf16(v);
-        }
+      for (int64_t r = 0; r < rows; ++r) store_row(acc.data() + r * kGroup, width,
+                                                   res ? res + r * n_out + n0 : nullptr,
+                                                   dst + r * n_out + n0);
     }
   });
   return out;
@@ -208,96 +216,181 @@ torch::Tensor rope_write_kv(const torch::Tensor& qkv, const torch::Tensor& posit
 }
 
 // ---------------------------------------------------------------------------------------------
-// Paged decode attention. Online softmax over 16-token blocks read in place from the pool.
+// Paged decode attention. Online softmax over 16-token blocks read in place from the pool; a
+// block's K (or V) for all KV heads is 16 * KV * D contiguous values, read once per sequence.
 
 struct RowState {
   float max = -INFINITY;
   float sum = 0.0f;
 };
 
-// q rows [R][D] bf16 attend to `count` tokens of one block; k, v point at token 0 of this head,
-// `stride` elements between tokens. acc [R][D] fp32, p scratch [R][16].
-void attend_block(const uint16_t* const* q, int rows, const uint16_t* k, const uint16_t* v,
-                  int64_t stride, int count, int64_t dim, float scale, RowState* state, float* acc,
-                  float* p) {
+// The G query rows of one KV head attend to `count` tokens of one block. k, v point at token 0 of
+// this head, `stride` values between tokens; acc [G][NC * 16] fp32 (kept in registers here).
+template <int G, int NC>
+void attend_block(const uint16_t* q, const uint16_t* k, const uint16_t* v, int64_t stride,
+                  int count, float scale, RowState* state, float* acc) {
+  constexpr int D = NC * 16;
   const __mmask16 valid = static_cast<__mmask16>((1u << count) - 1);
-  alignas(64) float scores[16];
-  for (int r = 0; r < rows; ++r) {
-    for (int t = 0; t < count; ++t) {
-      __m512 dot = _mm512_setzero_ps();
-      for (int64_t c = 0; c < dim; c += 32)
-        dot = _mm512_dpbf16_ps(dot, (__m512bh)_mm512_loadu_si512(q[r] + c),
-                               (__m512bh)_mm512_loadu_si512(k + t * stride + c));
-      scores[t] = _mm512_reduce_add_ps(dot) * scale;
+  alignas(64) float scores[G][16];
+  __m512bh qv[G][NC / 2];
+  for (int g = 0; g < G; ++g)
+    for (int c = 0; c < NC / 2; ++c) qv[g][c] = (__m512bh)_mm512_loadu_si512(q + g * D + c * 32);
+  for (int t = 0; t < count; ++t) {
+    __m512bh kv[NC / 2];
+    for (int c = 0; c < NC / 2; ++c) kv[c] = (__m512bh)_mm512_loadu_si512(k + t * stride + c * 32);
+    for (int g = 0; g < G; ++g) {
+      __m512 dot = _mm512_dpbf16_ps(_mm512_setzero_ps(), qv[g][0], kv[0]);
+      for (int c = 1; c < NC / 2; ++c) dot = _mm512_dpbf16_ps(dot, qv[g][c], kv[c]);
+      scores[g][t] = _mm512_reduce_add_ps(dot);
     }
-    __m512 s = _mm512_maskz_loadu_ps(valid, scores);
-    const float top = std::max(state[r].max, _mm512_mask_reduce_max_ps(valid, s));
-    const float alpha = std::exp(state[r].max - top);
+  }
+  __m512 acc_v[G][NC];
+  alignas(64) float p[G][16];
+  for (int g = 0; g < G; ++g) {
+    __m512 s = _mm512_mul_ps(_mm512_maskz_loadu_ps(valid, scores[g]), _mm512_set1_ps(scale));
+    const float top = std::max(state[g].max, _mm512_mask_reduce_max_ps(valid, s));
+    const float alpha = std::exp(state[g].max - top);
     __m512 e = _mm512_maskz_mov_ps(valid, exp_ps(_mm512_sub_ps(s, _mm512_set1_ps(top))));
-    state[r].sum = state[r].sum * alpha + _mm512_reduce_add_ps(e);
-    state[r].max = top;
-    _mm512_storeu_ps(p + r * 16, e);
-    for (int64_t c = 0; c < dim; c += 16)
-      _mm512_storeu_ps(acc + r * dim + c,
-                       _mm512_mul_ps(_mm512_loadu_ps(acc + r * dim + c), _mm512_set1_ps(alpha)));
+    state[g].sum = state[g].sum * alpha + _mm512_reduce_add_ps(e);
+    state[g].max = top;
+    _mm512_store_ps(p[g], e);
+    for (int c = 0; c < NC; ++c)
+      acc_v[g][c] = _mm512_mul_ps(_mm512_loadu_ps(acc + g * D + c * 16), _mm512_set1_ps(alpha));
   }
   for (int t = 0; t < count; ++t) {
-    const uint16_t* vt = v + t * stride;
-    for (int64_t c = 0; c < dim; c += 16) {
-      __m512 vv = _mm512_cvtpbh_ps((__m256bh)_mm256_loadu_si256((const __m256i*)(vt + c)));
-      for (int r = 0; r < rows; ++r) {
-        float* a = acc + r * dim + c;
-        _mm512_storeu_ps(a, _mm512_fmadd_ps(_mm512_set1_ps(p[r * 16 + t]), vv, _mm512_loadu_ps(a)));
-      }
+    __m512 vv[NC];
+    for (int c = 0; c < NC; ++c)
+      vv[c] = _mm512_cvtpbh_ps((__m256bh)_mm256_loadu_si256((const __m256i*)(v + t * stride + c * 16)));
+    for (int g = 0; g < G; ++g) {
+      const __m512 pt = _mm512_set1_ps(p[g][t]);
+      for (int c = 0; c < NC; ++c) acc_v[g][c] = _mm512_fmadd_ps(pt, vv[c], acc_v[g][c]);
     }
+  }
+  for (int g = 0; g < G; ++g)
+    for (int c = 0; c < NC; ++c) _mm512_storeu_ps(acc + g * D + c * 16, acc_v[g][c]);
+}
+
+using BlockFn = void (*)(const uint16_t*, const uint16_t*, const uint16_t*, int64_t, int, float,
+                         RowState*, float*);
+
+template <int NC>
+BlockFn block_fn_for_group(int64_t group) {
+  switch (group) {
+    case 1: return attend_block<1, NC>;
+    case 2: return attend_block<2, NC>;
+    case 3: return attend_block<3, NC>;
+    case 4: return attend_block<4, NC>;
+    case 8: return attend_block<8, NC>;
+    default: return nullptr;
   }
 }
 
-// q [B, H, D]; k_pool/v_pool [num_blocks, block_size, KV, D]; tables [B, n] int64 (own blocks);
+BlockFn block_fn(int64_t group, int64_t dim) {
+  switch (dim) {
+    case 32: return block_fn_for_group<2>(group);
+    case 64: return block_fn_for_group<4>(group);
+    case 128: return block_fn_for_group<8>(group);
+    default: return nullptr;
+  }
+}
+
+bool paged_decode_supports(int64_t group, int64_t dim) { return block_fn(group, dim) != nullptr; }
+
+// Sequences [b0, b1) as one task: shared blocks (every sequence's first `num_shared`) are read once
+// for the whole chunk, then each sequence's own blocks. Rows are laid out as q: [B, H, D].
+struct DecodeTask {
+  const uint16_t *q, *k, *v;
+  const int64_t *tables, *lens, *shared;
+  int64_t heads, kv, dim, width, num_shared;
+  float scale;
+  BlockFn attend;
+};
+
+void run_decode_task(const DecodeTask& a, int64_t b0, int64_t b1, uint16_t* out) {
+  const int64_t group = a.heads / a.kv, block = 16, stride = a.kv * a.dim;
+  const int64_t rows = (b1 - b0) * a.heads;
+  std::vector<RowState> state(rows);
+  std::vector<float> acc(rows * a.dim, 0.0f);
+  auto attend_all_heads = [&](int64_t b, int64_t block_id, int count) {
+    const int64_t base = block_id * block * stride;
+    for (int64_t h = 0; h < a.kv; ++h) {
+      const int64_t row = (b - b0) * a.heads + h * group;
+      a.attend(a.q + (b * a.heads + h * group) * a.dim, a.k + base + h * a.dim,
+               a.v + base + h * a.dim, stride, count, a.scale, state.data() + row,
+               acc.data() + row * a.dim);
+    }
+  };
+  for (int64_t i = 0; i < a.num_shared; ++i)
+    for (int64_t b = b0; b < b1; ++b) attend_all_heads(b, a.shared[i], 16);
+  for (int64_t b = b0; b < b1; ++b)
+    for (int64_t i = 0; i * block < a.lens[b] && i < a.width; ++i)
+      attend_all_heads(b, a.tables[b * a.width + i],
+                       static_cast<int>(std::min<int64_t>(block, a.lens[b] - i * block)));
+  for (int64_t r = 0; r < rows; ++r) {
+    uint16_t* o = out + (b0 * a.heads + r) * a.dim;
+    const float inv = 1.0f / state[r].sum;
+    for (int64_t c = 0; c < a.dim; ++c) o[c] = float_to_bf16(acc[r * a.dim + c] * inv);
+  }
+}
+
+// q [B, H, D]; k_pool/v_pool [num_blocks, 16, KV, D]; tables [B, n] int64 (own blocks);
 // lens [B] int64 (own tokens); shared [P] int64 blocks every sequence starts with (full blocks).
 torch::Tensor paged_decode(const torch::Tensor& q, const torch::Tensor& k_pool,
                            const torch::Tensor& v_pool, const torch::Tensor& tables,
                            const torch::Tensor& lens, const torch::Tensor& shared, double scale) {
   TORCH_CHECK(q.is_contiguous() && k_pool.is_contiguous() && v_pool.is_contiguous());
-  const int64_t batch = q.size(0), heads = q.size(1), dim = q.size(2);
-  const int64_t block = k_pool.size(1), kv = k_pool.size(2), group = heads / kv;
-  TORCH_CHECK(block == 16 && dim % 32 == 0, "paged_decode: block size 16, head dim % 32");
-  const int64_t stride = kv * dim, num_shared = shared.size(0), width = tables.size(1);
-  // With a shared prefix, several sequences share one pass over it (their rows stacked).
-  const int64_t chunk = num_shared ? std::max<int64_t>(1, (batch + 3) / 4) : 1;
+  const int64_t batch = q.size(0), heads = q.size(1), dim = q.size(2), kv = k_pool.size(2);
+  TORCH_CHECK(k_pool.size(1) == 16 && paged_decode_supports(heads / kv, dim),
+              "paged_decode: block size 16, head dim 32/64/128, group 1-4 or 8");
+  DecodeTask task{u16(q), u16(k_pool), u16(v_pool), tables.data_ptr<int64_t>(),
+                  lens.data_ptr<int64_t>(), shared.data_ptr<int64_t>(), heads, kv, dim,
+                  tables.size(1), shared.size(0), static_cast<float>(scale),
+                  block_fn(heads / kv, dim)};
+  // With a shared prefix, a chunk of sequences shares each pass over it (one chunk per thread).
+  const int64_t threads = at::get_num_threads();
+  const int64_t chunk = task.num_shared ? std::max<int64_t>(1, (batch + threads - 1) / threads) : 1;
   const int64_t chunks = (batch + chunk - 1) / chunk;
   torch::Tensor out = torch::empty_like(q);
-  const uint16_t *qd = u16(q), *kd = u16(k_pool), *vd = u16(v_pool);
-  const int64_t *tab = tables.data_ptr<int64_t>(), *len = lens.data_ptr<int64_t>();
-  const int64_t* sh = shared.data_ptr<int64_t>();
   uint16_t* od = u16_mut(out);
-  at::parallel_for(0, chunks * kv, 1, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, chunks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c)
+      run_decode_task(task, c * chunk, std::min(batch, (c + 1) * chunk), od);
+  });
+  return out;
+}
+
+
+// One prefill chunk: q [n, H, D] are the chunk's tokens at positions context_len - n .. context_len - 1
+// (causal: each sees keys up to its own position); block_ids [num_blocks] int64 its block table.
+torch::Tensor paged_prefill(const torch::Tensor& q, const torch::Tensor& k_pool,
+                            const torch::Tensor& v_pool, const torch::Tensor& block_ids,
+                            int64_t context_len, double scale) {
+  TORCH_CHECK(q.is_contiguous() && k_pool.is_contiguous() && v_pool.is_contiguous());
+  const int64_t n = q.size(0), heads = q.size(1), dim = q.size(2), kv = k_pool.size(2);
+  const int64_t group = heads / kv, stride = kv * dim, block = 16;
+  TORCH_CHECK(k_pool.size(1) == block && paged_decode_supports(group, dim));
+  const BlockFn attend = block_fn(group, dim);
+  const uint16_t *qd = u16(q), *kd = u16(k_pool), *vd = u16(v_pool);
+  const int64_t* ids = block_ids.data_ptr<int64_t>();
+  torch::Tensor out = torch::empty_like(q);
+  uint16_t* od = u16_mut(out);
+  at::parallel_for(0, n * kv, 8, [&](int64_t begin, int64_t end) {
+    std::vector<RowState> state(group);
+    std::vector<float> acc(group * dim);
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t h = task % kv, b0 = (task / kv) * chunk, b1 = std::min(batch, b0 + chunk);
-      const int rows = static_cast<int>((b1 - b0) * group);
-      std::vector<const uint16_t*> qrows(rows);
-      for (int r = 0; r < rows; ++r)
-        qrows[r] = qd + ((b0 + r / group) * heads + h * group + r % group) * dim;
-      std::vector<RowState> state(rows);
-      std::vector<float> acc(rows * dim, 0.0f), p(rows * 16);
-      for (int64_t i = 0; i < num_shared; ++i) {
-        const int64_t base = (sh[i] * block * kv + h) * dim;
-        attend_block(qrows.data(), rows, kd + base, vd + base, stride, 16, dim, scale,
-                     state.data(), acc.data(), p.data());
+      const int64_t i = task / kv, h = task % kv, seen = context_len - n + i + 1;
+      std::fill(state.begin(), state.end(), RowState{});
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      const int64_t row = (i * heads + h * group) * dim;
+      for (int64_t j = 0; j * block < seen; ++j) {
+        const int64_t base = ids[j] * block * stride + h * dim;
+        const int count = static_cast<int>(std::min<int64_t>(block, seen - j * block));
+        attend(qd + row, kd + base, vd + base, stride, count, static_cast<float>(scale),
+               state.data(), acc.data());
       }
-      for (int64_t b = b0; b < b1; ++b) {
-        const int64_t r0 = (b - b0) * group;
-        for (int64_t i = 0; i * block < len[b] && i < width; ++i) {
-          const int count = static_cast<int>(std::min<int64_t>(block, len[b] - i * block));
-          const int64_t base = (tab[b * width + i] * block * kv + h) * dim;
-          attend_block(qrows.data() + r0, group, kd + base, vd + base, stride, count, dim, scale,
-                       state.data() + r0, acc.data() + r0 * dim, p.data() + r0 * 16);
-        }
-      }
-      for (int r = 0; r < rows; ++r) {
-        uint16_t* o = od + ((b0 + r / group) * heads + h * group + r % group) * dim;
-        const float inv = 1.0f / state[r].sum;
-        for (int64_t c = 0; c < dim; ++c) o[c] = float_to_bf16(acc[r * dim + c] * inv);
+      for (int64_t g = 0; g < group; ++g) {
+        const float inv = 1.0f / state[g].sum;
+        for (int64_t c = 0; c < dim; ++c) od[row + g * dim + c] = float_to_bf16(acc[g * dim + c] * inv);
       }
     }
   });
@@ -310,4 +403,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("linear", &linear);
   m.def("rope_write_kv", &rope_write_kv);
   m.def("paged_decode", &paged_decode);
+  m.def("paged_prefill", &paged_prefill);
+  m.def("paged_decode_supports", &paged_decode_supports);
 }

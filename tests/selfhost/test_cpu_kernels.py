@@ -11,7 +11,13 @@ import torch
 import torch.nn.functional as F
 
 from selfhost import cpu_kernels as cpu_kernels_module
-from selfhost.attention import AttentionMetadata, decode_mask, paged_attention
+from selfhost.attention import (
+    AttentionMetadata,
+    PrefillSpan,
+    causal_mask,
+    decode_mask,
+    paged_attention,
+)
 from selfhost.builder import build_model
 from selfhost.cpu_kernels import pack_weight
 from selfhost.model import rope_tables, rotate
@@ -182,3 +188,27 @@ def test_without_a_compiler_the_engine_falls_back_to_the_reference(
     assert [r.getMessage() for r in caplog.records] == [
         "CPU fast path off: no ninja or C++ compiler on PATH (torch reference path)"
     ]
+
+
+@pytest.mark.parametrize(("q_len", "context_len"), [(1, 1), (20, 20), (37, 37), (16, 100), (5, 33)])
+def test_paged_prefill_in_place_equals_gathered_reference(
+    cpu_kernels: ModuleType, q_len: int, context_len: int
+) -> None:
+    """A chunk of q_len tokens after context_len - q_len cached ones (causal with an offset)."""
+    torch.manual_seed(q_len + context_len)
+    cache = bf16(2, 32, 16, 3, 64)
+    block_ids = torch.randperm(32)[: -(-context_len // 16)]
+    mask = None if q_len == context_len else causal_mask(q_len, context_len, torch.device("cpu"))
+    span = PrefillSpan(0, q_len, context_len, block_ids, mask)
+    meta = AttentionMetadata(
+        slot_mapping=torch.zeros(q_len, dtype=torch.long),
+        num_decodes=0,
+        decode_block_tables=torch.zeros(0, 1, dtype=torch.long),
+        decode_mask=torch.zeros(0, 1, 1, 16, dtype=torch.bool),
+        decode_context_lens=torch.zeros(0, dtype=torch.long),
+        prefills=(span,),
+    )
+    q = bf16(q_len, 9, 64)
+    want = paged_attention(q.float(), cache.float(), meta, 0.125)
+    got = cpu_kernels.paged_prefill(q, cache[0], cache[1], block_ids, context_len, 0.125)
+    assert_within_bf16_rounding(got, want)
