@@ -5,6 +5,7 @@ The only place that decides devices, dtypes and thread counts.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import torch
@@ -19,6 +20,8 @@ from selfhost.model_runner import ModelRunner
 from selfhost.sampler import Sampler
 from selfhost.scheduler import Scheduler, SchedulerConfig
 from selfhost.tokenizer import TextTokenizer, tokenizer_from_dir, tokenizer_from_gguf
+
+log = logging.getLogger(__name__)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -36,16 +39,22 @@ def load_model_files(path: Path) -> tuple[LoadedWeights, TextTokenizer]:
 def build_model(
     weights: LoadedWeights, max_positions: int, device: str, dtype: str, cpu_kernels: bool = True
 ) -> LlamaModel:
-    """`cpu_kernels`: on CPU in bf16, use the compiled kernels (built here, on first use) when they
-    can be built; otherwise, and always on other devices and dtypes, the torch reference path."""
+    """`cpu_kernels`: on CPU in bf16 or fp32, use the compiled kernels (built here, on first use)
+    where they build and fit the model; otherwise, and on other devices, the torch reference path."""
     model = LlamaModel(weights.config, max_positions)
     model.load(weights.state_dict)
     model = model.to(device=torch.device(device), dtype=DTYPES[dtype]).eval()
-    kernels = load_cpu_kernels() if cpu_kernels and (device, dtype) == ("cpu", "bfloat16") else None
-    if kernels is not None:
+    use = cpu_kernels and device == "cpu" and dtype in ("bfloat16", "float32")
+    kernels = load_cpu_kernels() if use else None
+    cfg = weights.config
+    if kernels is not None and kernels.paged_attention_supports(
+        cfg.num_heads // cfg.num_kv_heads, cfg.head_dim
+    ):
         model.use_kernels(kernels)
-    else:
-        model.prepack()
+    elif kernels is not None:
+        log.warning("CPU fast path off: no attention kernel for head_dim %d", cfg.head_dim)
+    if not model.kernel_layers:
+        model.prepack()  # bf16 without the kernels: oneDNN-packed linears
     return model
 
 

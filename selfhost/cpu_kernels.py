@@ -1,4 +1,4 @@
-"""The CPU fast path's kernels (selfhost/csrc/cpu_kernels.cpp), compiled on first use.
+"""The CPU fast path's kernels (selfhost/csrc/*.cpp), compiled on first use.
 
 `load_cpu_kernels()` builds them with torch's C++ extension loader (g++, ninja) when the engine
 starts, never at import; where that is impossible it logs one line and returns None, and the engine
@@ -7,6 +7,7 @@ runs the torch reference path. Packing of weights for the kernels lives here too
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import shutil
 from pathlib import Path
@@ -16,8 +17,9 @@ import torch
 
 log = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).parent / "csrc" / "cpu_kernels.cpp"
-GROUP_ROWS = 64  # output rows per packed group (csrc kGroup)
+CSRC = Path(__file__).parent / "csrc"
+SOURCES = ("cpu_module.cpp", "cpu_linear.cpp", "cpu_attention.cpp")
+GROUP_ROWS = 64  # output rows per packed group (cpu_linear.cpp kGroup)
 CFLAGS = ["-O3", "-march=native", "-fopenmp"]
 
 
@@ -34,8 +36,8 @@ def load_cpu_kernels(build_dir: Path | None = None) -> ModuleType | None:
         kwargs["build_directory"] = str(build_dir)
     try:
         module = cpp_extension.load(
-            name="lantern_cpu_kernels",
-            sources=[str(SOURCE)],
+            name=f"lantern_cpu_kernels_{_source_digest()}",
+            sources=[str(CSRC / name) for name in SOURCES],
             extra_cflags=CFLAGS,
             extra_ldflags=["-fopenmp"],
             **kwargs,  # type: ignore[arg-type]
@@ -46,6 +48,14 @@ def load_cpu_kernels(build_dir: Path | None = None) -> ModuleType | None:
         log.warning("CPU fast path off: kernels unavailable (%s); torch reference path", first)
         return None
     return module
+
+
+def _source_digest() -> str:
+    """Names the build after its sources and header: torch rebuilds on a source change only."""
+    digest = hashlib.sha256()
+    for path in sorted(CSRC.iterdir()):
+        digest.update(path.name.encode() + path.read_bytes())
+    return digest.hexdigest()[:12]
 
 
 def _smoke_test(module: ModuleType) -> None:

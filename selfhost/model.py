@@ -17,7 +17,7 @@ from torch import nn
 from selfhost.attention import AttentionMetadata, paged_attention, write_kv
 from selfhost.config import ModelConfig
 from selfhost.cpu_kernels import pack_weight
-from selfhost.kernel_layer import KernelLayerWeights, kernel_layer_forward
+from selfhost.kernel_layer import KernelLayerWeights, kernel_attention, kernel_layer_forward
 
 
 class DecoderLayer(nn.Module):
@@ -80,6 +80,7 @@ class DecoderLayer(nn.Module):
         sin: torch.Tensor,
         cache: torch.Tensor,  # [2, num_blocks, block_size, KV, D]
         meta: AttentionMetadata,
+        kernels: ModuleType | None = None,  # set: attention reads the blocks in place (fp32 path)
     ) -> torch.Tensor:
         cfg = self.config
         num_tokens, head_dim = x.shape[0], cfg.head_dim
@@ -89,7 +90,10 @@ class DecoderLayer(nn.Module):
         q, k = qk[:, : cfg.num_heads], qk[:, cfg.num_heads :]
         v = qkv[:, cfg.num_heads + cfg.num_kv_heads :]
         write_kv(cache, k, v, meta.slot_mapping)
-        attn = paged_attention(q, cache, meta, head_dim**-0.5)
+        if kernels is None:
+            attn = paged_attention(q, cache, meta, head_dim**-0.5)
+        else:
+            attn = kernel_attention(kernels, q.contiguous(), cache, meta, head_dim**-0.5)
         x = x + self.linear(attn.view(num_tokens, -1), "o_proj")
         h = F.rms_norm(x, (cfg.hidden_size,), self.post_norm, cfg.rms_norm_eps)
         gate, up = self.linear(h, "gate_up").chunk(2, dim=-1)
@@ -157,12 +161,12 @@ class LlamaModel(nn.Module):
     ) -> torch.Tensor:
         """input_ids, positions: [T]; kv_cache: [L, 2, num_blocks, block_size, KV, D] -> [T, hidden]."""
         x = F.embedding(input_ids, self.embed)
-        if self.kernels is not None:
+        if self.kernels is not None and self.kernel_layers:
             return self._forward_kernels(self.kernels, x, positions, kv_cache, meta)
         cos = self.rope_cos[positions].unsqueeze(1).to(x.dtype)
         sin = self.rope_sin[positions].unsqueeze(1).to(x.dtype)
         for index, layer in enumerate(self.decoder_layers()):
-            x = layer(x, cos, sin, kv_cache[index], meta)
+            x = layer(x, cos, sin, kv_cache[index], meta, self.kernels)
         return F.rms_norm(x, (self.config.hidden_size,), self.norm, self.config.rms_norm_eps)
 
     def _forward_kernels(
@@ -180,14 +184,17 @@ class LlamaModel(nn.Module):
         return F.rms_norm(x, (self.config.hidden_size,), self.norm, self.config.rms_norm_eps)
 
     def use_kernels(self, kernels: ModuleType) -> None:
-        """Switch to the CPU kernels (bf16 on CPU): pack every linear weight for them once."""
+        """Switch to the CPU kernels: in bf16 every layer (weights packed for them once); in fp32
+        the attention only (linears stay F.linear, so fp32 keeps HF's token-exact results)."""
+        self.kernels = kernels
+        if self.embed.dtype != torch.bfloat16:
+            return
         self.kernel_layers = [layer.pack_for_kernels() for layer in self.decoder_layers()]
         head = self.embed if self.config.tie_word_embeddings else self.lm_head
         self.kernel_head = pack_weight(head.data)
         if not self.config.tie_word_embeddings:
             self.lm_head.data = torch.empty(0, dtype=head.dtype)
         self.kernel_rope = rope_tables(self.config, self.max_positions)
-        self.kernels = kernels
 
     def prepack(self) -> None:
         for layer in self.decoder_layers():
@@ -199,7 +206,7 @@ class LlamaModel(nn.Module):
         return [cast(DecoderLayer, layer) for layer in self.layers]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        if self.kernels is not None and self.kernel_head is not None:
+        if self.kernels is not None and self.kernel_head is not None:  # bf16 kernel path
             rows = self.config.vocab_size
             return self.kernels.linear(
                 hidden, self.kernel_head, rows, "none", None, 0.0, None

@@ -30,6 +30,14 @@ def assert_within_bf16_rounding(got: torch.Tensor, want: torch.Tensor) -> None:
     torch.testing.assert_close(got.float(), want.float(), rtol=BF16_ULP, atol=1e-3)
 
 
+def assert_within_rounding(got: torch.Tensor, want: torch.Tensor) -> None:
+    """bf16: one bf16 rounding; fp32: summation order and the kernels' exp (rel. error < 1e-6)."""
+    if got.dtype == torch.bfloat16:
+        assert_within_bf16_rounding(got, want)
+    else:
+        torch.testing.assert_close(got, want.float(), rtol=2e-6, atol=2e-6)
+
+
 def bf16(*shape: int) -> torch.Tensor:
     return torch.randn(*shape).to(torch.bfloat16)
 
@@ -62,7 +70,8 @@ def test_rms_norm_and_silu_mul_prologues(cpu_kernels: ModuleType, rows: int) -> 
     assert_within_bf16_rounding(got, act.float() @ weight[:, :48].float().T)
 
 
-def test_rope_and_kv_write_equal_the_reference(cpu_kernels: ModuleType) -> None:
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_rope_and_kv_write_equal_the_reference(cpu_kernels: ModuleType, dtype: torch.dtype) -> None:
     from selfhost.config import ModelConfig
 
     torch.manual_seed(0)
@@ -77,17 +86,17 @@ def test_rope_and_kv_write_equal_the_reference(cpu_kernels: ModuleType) -> None:
     )
     cos, sin = rope_tables(cfg, 512)
     tokens, pool_slots = 5, 8 * 16
-    qkv = bf16(tokens, 15, 64)
+    qkv = bf16(tokens, 15, 64).to(dtype)
     positions = torch.tensor([0, 7, 100, 101, 511])
     slots = torch.tensor([3, 17, 40, 41, 127])
     k_pool, v_pool = (
-        torch.zeros(pool_slots, 3, 64, dtype=torch.bfloat16),
-        torch.zeros(pool_slots, 3, 64, dtype=torch.bfloat16),
+        torch.zeros(pool_slots, 3, 64, dtype=dtype),
+        torch.zeros(pool_slots, 3, 64, dtype=dtype),
     )
     q = cpu_kernels.rope_write_kv(qkv, positions, cos, sin, slots, k_pool, v_pool, 9)
     rotated = rotate(qkv[:, :12].float(), cos[positions].unsqueeze(1), sin[positions].unsqueeze(1))
-    assert_within_bf16_rounding(q, rotated[:, :9])
-    assert_within_bf16_rounding(k_pool[slots], rotated[:, 9:])
+    assert_within_rounding(q, rotated[:, :9])
+    assert_within_rounding(k_pool[slots], rotated[:, 9:])
     assert torch.equal(v_pool[slots], qkv[:, 12:])
     untouched = torch.ones(pool_slots, dtype=torch.bool)
     untouched[slots] = False
@@ -109,13 +118,14 @@ def decode_metadata(
     )
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("num_shared", [0, 5])
 @pytest.mark.parametrize("lens", [[1], [16, 17], [3, 200, 35, 64, 1, 90]])
 def test_paged_decode_in_place_equals_gathered_reference(
-    cpu_kernels: ModuleType, lens: list[int], num_shared: int
+    cpu_kernels: ModuleType, lens: list[int], num_shared: int, dtype: torch.dtype
 ) -> None:
     torch.manual_seed(len(lens) + num_shared)
-    cache = bf16(2, 64, 16, 3, 64)  # [2, blocks, block size, KV, D]
+    cache = bf16(2, 64, 16, 3, 64).to(dtype)  # [2, blocks, block size, KV, D]
     order = torch.randperm(64)
     shared = order[:num_shared] if num_shared else None
     width = max(-(-n // 16) for n in lens)
@@ -123,7 +133,7 @@ def test_paged_decode_in_place_equals_gathered_reference(
         [order[num_shared:][torch.randperm(64 - num_shared)[:width]] for _ in lens]
     )
     meta = decode_metadata(lens, tables, shared)
-    q = bf16(len(lens), 9, 64)
+    q = bf16(len(lens), 9, 64).to(dtype)
     want = paged_attention(q.float(), cache.float(), meta, 0.125)  # fp32 torch path, gathers
     no_blocks = torch.empty(0, dtype=torch.long)
     got = cpu_kernels.paged_decode(
@@ -135,7 +145,7 @@ def test_paged_decode_in_place_equals_gathered_reference(
         shared if shared is not None else no_blocks,
         0.125,
     )
-    assert_within_bf16_rounding(got, want)
+    assert_within_rounding(got, want)
 
 
 def test_engine_forward_on_kernels_stays_within_bf16_of_fp32(smollm_files) -> None:
@@ -190,13 +200,14 @@ def test_without_a_compiler_the_engine_falls_back_to_the_reference(
     ]
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize(("q_len", "context_len"), [(1, 1), (20, 20), (37, 37), (16, 100), (5, 33)])
 def test_paged_prefill_in_place_equals_gathered_reference(
-    cpu_kernels: ModuleType, q_len: int, context_len: int
+    cpu_kernels: ModuleType, q_len: int, context_len: int, dtype: torch.dtype
 ) -> None:
     """A chunk of q_len tokens after context_len - q_len cached ones (causal with an offset)."""
     torch.manual_seed(q_len + context_len)
-    cache = bf16(2, 32, 16, 3, 64)
+    cache = bf16(2, 32, 16, 3, 64).to(dtype)
     block_ids = torch.randperm(32)[: -(-context_len // 16)]
     mask = None if q_len == context_len else causal_mask(q_len, context_len, torch.device("cpu"))
     span = PrefillSpan(0, q_len, context_len, block_ids, mask)
@@ -208,7 +219,15 @@ def test_paged_prefill_in_place_equals_gathered_reference(
         decode_context_lens=torch.zeros(0, dtype=torch.long),
         prefills=(span,),
     )
-    q = bf16(q_len, 9, 64)
+    q = bf16(q_len, 9, 64).to(dtype)
     want = paged_attention(q.float(), cache.float(), meta, 0.125)
     got = cpu_kernels.paged_prefill(q, cache[0], cache[1], block_ids, context_len, 0.125)
-    assert_within_bf16_rounding(got, want)
+    assert_within_rounding(got, want)
+
+
+def test_fp32_engines_attend_through_the_kernels(cpu_kernels: ModuleType, make_engine) -> None:
+    """The fp32 engine of the HF token-equality tests runs its attention on the kernels (linears
+    stay F.linear); bf16 runs every layer on them."""
+    fp32 = make_engine().runner.model
+    assert fp32.kernels is not None and fp32.kernel_layers == []
+    assert make_engine(cpu_kernels=False).runner.model.kernels is None

@@ -1,0 +1,266 @@
+// RoPE + KV write, and paged attention that reads K/V in place through the block tables: decodes
+// (with a shared-prefix pass, the cascade) and causal prefill chunks. bf16 (AVX512-BF16 dot
+// products) or fp32 storage, fp32 math; the torch reference is selfhost/attention.py.
+#include "cpu_kernels.h"
+
+namespace lantern {
+namespace {
+
+constexpr int64_t kBlock = 16;  // tokens per KV block = fp32 lanes per zmm
+
+// Partial dot products of two D-vectors, 16 fp32 lanes (reduce to finish).
+template <int D>
+inline __m512 dot_lanes(const uint16_t* q, const uint16_t* k) {
+  __m512 acc = _mm512_setzero_ps();
+  for (int c = 0; c < D; c += 32)
+    acc = _mm512_dpbf16_ps(acc, (__m512bh)_mm512_loadu_si512(q + c),
+                           (__m512bh)_mm512_loadu_si512(k + c));
+  return acc;
+}
+template <int D>
+inline __m512 dot_lanes(const float* q, const float* k) {
+  __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(q), _mm512_loadu_ps(k));
+  for (int c = 16; c < D; c += 16)
+    acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + c), _mm512_loadu_ps(k + c), acc);
+  return acc;
+}
+
+struct RowState {
+  float max = -INFINITY;
+  float sum = 0.0f;
+};
+
+// The G query rows [G][D] of one KV head attend to `count` tokens of one block (online softmax).
+// k, v point at token 0 of this head, `stride` elements between tokens; acc [G][D] fp32.
+template <typename T, int G, int D>
+void attend_block(const T* q, const T* k, const T* v, int64_t stride, int count, float scale,
+                  RowState* state, float* acc) {
+  constexpr int NC = D / 16;
+  const __mmask16 valid = static_cast<__mmask16>((1u << count) - 1);
+  alignas(64) float scores[G][16];
+  for (int t = 0; t < count; ++t)
+    for (int g = 0; g < G; ++g)
+      scores[g][t] = _mm512_reduce_add_ps(dot_lanes<D>(q + g * D, k + t * stride));
+  __m512 acc_v[G][NC];
+  alignas(64) float p[G][16];
+  for (int g = 0; g < G; ++g) {
+    __m512 s = _mm512_mul_ps(_mm512_maskz_loadu_ps(valid, scores[g]), _mm512_set1_ps(scale));
+    const float top = std::max(state[g].max, _mm512_mask_reduce_max_ps(valid, s));
+    const float alpha = std::exp(state[g].max - top);
+    __m512 e = _mm512_maskz_mov_ps(valid, exp_ps(_mm512_sub_ps(s, _mm512_set1_ps(top))));
+    state[g].sum = state[g].sum * alpha + _mm512_reduce_add_ps(e);
+    state[g].max = top;
+    _mm512_store_ps(p[g], e);
+    for (int c = 0; c < NC; ++c)
+      acc_v[g][c] = _mm512_mul_ps(_mm512_loadu_ps(acc + g * D + c * 16), _mm512_set1_ps(alpha));
+  }
+  for (int t = 0; t < count; ++t) {
+    __m512 vv[NC];
+    for (int c = 0; c < NC; ++c) vv[c] = load16(v + t * stride + c * 16);
+    for (int g = 0; g < G; ++g) {
+      const __m512 pt = _mm512_set1_ps(p[g][t]);
+      for (int c = 0; c < NC; ++c) acc_v[g][c] = _mm512_fmadd_ps(pt, vv[c], acc_v[g][c]);
+    }
+  }
+  for (int g = 0; g < G; ++g)
+    for (int c = 0; c < NC; ++c) _mm512_storeu_ps(acc + g * D + c * 16, acc_v[g][c]);
+}
+
+template <typename T>
+using BlockFn = void (*)(const T*, const T*, const T*, int64_t, int, float, RowState*, float*);
+
+template <typename T, int D>
+BlockFn<T> block_fn_for_group(int64_t group) {
+  switch (group) {
+    case 1: return attend_block<T, 1, D>;
+    case 2: return attend_block<T, 2, D>;
+    case 3: return attend_block<T, 3, D>;
+    case 4: return attend_block<T, 4, D>;
+    case 8: return attend_block<T, 8, D>;
+    default: return nullptr;
+  }
+}
+
+template <typename T>
+BlockFn<T> block_fn(int64_t group, int64_t dim) {
+  switch (dim) {
+    case 32: return block_fn_for_group<T, 32>(group);
+    case 64: return block_fn_for_group<T, 64>(group);
+    case 128: return block_fn_for_group<T, 128>(group);
+    default: return nullptr;
+  }
+}
+
+// Shape of one attention call: q rows laid out [tokens, heads, dim], pools [blocks, 16, kv, dim].
+template <typename T>
+struct Pools {
+  const T *q, *k, *v;
+  int64_t heads, kv, dim;
+  float scale;
+  BlockFn<T> attend;
+
+  // Rows [row, row + heads) of q (one token, all heads) attend to one block.
+  void attend_all_heads(int64_t q_token, int64_t block_id, int count, RowState* state,
+                        float* acc) const {
+    const int64_t group = heads / kv, stride = kv * dim, base = block_id * kBlock * stride;
+    for (int64_t h = 0; h < kv; ++h)
+      attend(q + (q_token * heads + h * group) * dim, k + base + h * dim, v + base + h * dim,
+             stride, count, scale, state + h * group, acc + h * group * dim);
+  }
+};
+
+template <typename T>
+void write_rows(const RowState* state, const float* acc, int64_t rows, int64_t dim, T* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float inv = 1.0f / state[r].sum;
+    for (int64_t c = 0; c < dim; ++c) out[r * dim + c] = from_float<T>(acc[r * dim + c] * inv);
+  }
+}
+
+// Decodes [b0, b1) as one task: the shared blocks (every sequence's first ones) once per block for
+// all of them while the block is in cache, then each sequence's own blocks.
+template <typename T>
+void decode_chunk(const Pools<T>& p, const int64_t* tables, int64_t width, const int64_t* lens,
+                  const int64_t* shared, int64_t num_shared, int64_t b0, int64_t b1, T* out) {
+  const int64_t rows = (b1 - b0) * p.heads;
+  std::vector<RowState> state(rows);
+  std::vector<float> acc(rows * p.dim, 0.0f);
+  auto row = [&](int64_t b) { return (b - b0) * p.heads; };
+  for (int64_t i = 0; i < num_shared; ++i)
+    for (int64_t b = b0; b < b1; ++b)
+      p.attend_all_heads(b, shared[i], kBlock, &state[row(b)], &acc[row(b) * p.dim]);
+  for (int64_t b = b0; b < b1; ++b)
+    for (int64_t i = 0; i * kBlock < lens[b] && i < width; ++i) {
+      const int count = static_cast<int>(std::min(kBlock, lens[b] - i * kBlock));
+      p.attend_all_heads(b, tables[b * width + i], count, &state[row(b)], &acc[row(b) * p.dim]);
+    }
+  write_rows(state.data(), acc.data(), rows, p.dim, out + b0 * p.heads * p.dim);
+}
+
+template <typename T>
+Pools<T> pools(const torch::Tensor& q, const torch::Tensor& k_pool, const torch::Tensor& v_pool,
+               double scale) {
+  TORCH_CHECK(q.is_contiguous() && k_pool.is_contiguous() && v_pool.is_contiguous());
+  const int64_t heads = q.size(1), dim = q.size(2), kv = k_pool.size(2);
+  TORCH_CHECK(k_pool.size(1) == kBlock && paged_attention_supports(heads / kv, dim),
+              "paged attention kernels: block size 16, head dim 32/64/128, group 1-4 or 8");
+  return {data<T>(q), data<T>(k_pool), data<T>(v_pool), heads, kv, dim,
+          static_cast<float>(scale), block_fn<T>(heads / kv, dim)};
+}
+
+template <typename T>
+torch::Tensor decode_typed(const torch::Tensor& q, const torch::Tensor& k_pool,
+                           const torch::Tensor& v_pool, const torch::Tensor& tables,
+                           const torch::Tensor& lens, const torch::Tensor& shared, double scale) {
+  const Pools<T> p = pools<T>(q, k_pool, v_pool, scale);
+  const int64_t batch = q.size(0), num_shared = shared.size(0);
+  // With a shared prefix, one chunk of sequences per thread shares each pass over it.
+  const int64_t threads = at::get_num_threads();
+  const int64_t chunk = num_shared ? std::max<int64_t>(1, (batch + threads - 1) / threads) : 1;
+  torch::Tensor out = torch::empty_like(q);
+  T* od = data_mut<T>(out);
+  at::parallel_for(0, (batch + chunk - 1) / chunk, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c)
+      decode_chunk(p, tables.data_ptr<int64_t>(), tables.size(1), lens.data_ptr<int64_t>(),
+                   shared.data_ptr<int64_t>(), num_shared, c * chunk,
+                   std::min(batch, (c + 1) * chunk), od);
+  });
+  return out;
+}
+
+template <typename T>
+torch::Tensor prefill_typed(const torch::Tensor& q, const torch::Tensor& k_pool,
+                            const torch::Tensor& v_pool, const torch::Tensor& block_ids,
+                            int64_t context_len, double scale) {
+  const Pools<T> p = pools<T>(q, k_pool, v_pool, scale);
+  const int64_t n = q.size(0);
+  const int64_t* ids = block_ids.data_ptr<int64_t>();
+  torch::Tensor out = torch::empty_like(q);
+  T* od = data_mut<T>(out);
+  at::parallel_for(0, n, 4, [&](int64_t begin, int64_t end) {
+    std::vector<RowState> state(p.heads);
+    std::vector<float> acc(p.heads * p.dim);
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t seen = context_len - n + i + 1;  // causal: keys up to this token's position
+      std::fill(state.begin(), state.end(), RowState{});
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t j = 0; j * kBlock < seen; ++j)
+        p.attend_all_heads(i, ids[j], static_cast<int>(std::min(kBlock, seen - j * kBlock)),
+                           state.data(), acc.data());
+      write_rows(state.data(), acc.data(), p.heads, p.dim, od + i * p.heads * p.dim);
+    }
+  });
+  return out;
+}
+
+template <typename T>
+torch::Tensor rope_typed(const torch::Tensor& qkv, const int64_t* pos, const float* cs,
+                         const float* sn, const int64_t* slot, torch::Tensor& k_pool,
+                         torch::Tensor& v_pool, int64_t num_heads) {
+  const int64_t tokens = qkv.size(0), heads = qkv.size(1), dim = qkv.size(2), half = dim / 2;
+  const int64_t kv = (heads - num_heads) / 2;
+  torch::Tensor q = torch::empty({tokens, num_heads, dim}, qkv.options());
+  const T* src = data<T>(qkv);
+  T *qd = data_mut<T>(q), *kd = data_mut<T>(k_pool), *vd = data_mut<T>(v_pool);
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float *c = cs + pos[t] * dim, *s = sn + pos[t] * dim;
+    for (int64_t h = 0; h < num_heads + kv; ++h) {
+      const T* x = src + (t * heads + h) * dim;
+      T* o = h < num_heads ? qd + (t * num_heads + h) * dim
+                           : kd + (slot[t] * kv + (h - num_heads)) * dim;
+      for (int64_t i = 0; i < half; ++i) {
+        const float a = to_float(x[i]), b = to_float(x[i + half]);
+        o[i] = from_float<T>(a * c[i] - b * s[i]);
+        o[i + half] = from_float<T>(b * c[i + half] + a * s[i + half]);
+      }
+    }
+    std::memcpy(vd + slot[t] * kv * dim, src + (t * heads + num_heads + kv) * dim,
+                kv * dim * sizeof(T));
+  }
+  return q;
+}
+
+}  // namespace
+
+bool paged_attention_supports(int64_t group, int64_t dim) {
+  return block_fn<float>(group, dim) != nullptr;
+}
+
+// q [B, H, D]; k_pool/v_pool [num_blocks, 16, KV, D]; tables [B, n] int64 (own blocks);
+// lens [B] int64 (own tokens); shared [P] int64 blocks every sequence starts with (full blocks).
+torch::Tensor paged_decode(const torch::Tensor& q, const torch::Tensor& k_pool,
+                           const torch::Tensor& v_pool, const torch::Tensor& tables,
+                           const torch::Tensor& lens, const torch::Tensor& shared, double scale) {
+  if (q.scalar_type() == torch::kBFloat16)
+    return decode_typed<uint16_t>(q, k_pool, v_pool, tables, lens, shared, scale);
+  TORCH_CHECK(q.scalar_type() == torch::kFloat32, "paged_decode: bf16 or fp32");
+  return decode_typed<float>(q, k_pool, v_pool, tables, lens, shared, scale);
+}
+
+// One prefill chunk: q [n, H, D], the tokens at positions context_len - n .. context_len - 1.
+torch::Tensor paged_prefill(const torch::Tensor& q, const torch::Tensor& k_pool,
+                            const torch::Tensor& v_pool, const torch::Tensor& block_ids,
+                            int64_t context_len, double scale) {
+  if (q.scalar_type() == torch::kBFloat16)
+    return prefill_typed<uint16_t>(q, k_pool, v_pool, block_ids, context_len, scale);
+  TORCH_CHECK(q.scalar_type() == torch::kFloat32, "paged_prefill: bf16 or fp32");
+  return prefill_typed<float>(q, k_pool, v_pool, block_ids, context_len, scale);
+}
+
+// RoPE (rotate-half, fp32 tables) on q and k, then k and v written into the pool at their slots.
+// qkv [T, H + 2 KV, D]; cos/sin [max_pos, D] fp32; k_pool/v_pool [slots, KV, D] -> q [T, H, D].
+torch::Tensor rope_write_kv(const torch::Tensor& qkv, const torch::Tensor& positions,
+                            const torch::Tensor& cos, const torch::Tensor& sin,
+                            const torch::Tensor& slots, torch::Tensor k_pool, torch::Tensor v_pool,
+                            int64_t num_heads) {
+  TORCH_CHECK(qkv.is_contiguous() && k_pool.is_contiguous() && v_pool.is_contiguous());
+  const int64_t* pos = positions.data_ptr<int64_t>();
+  const int64_t* slot = slots.data_ptr<int64_t>();
+  if (qkv.scalar_type() == torch::kBFloat16)
+    return rope_typed<uint16_t>(qkv, pos, cos.data_ptr<float>(), sin.data_ptr<float>(), slot,
+                                k_pool, v_pool, num_heads);
+  return rope_typed<float>(qkv, pos, cos.data_ptr<float>(), sin.data_ptr<float>(), slot, k_pool,
+                           v_pool, num_heads);
+}
+
+}  // namespace lantern

@@ -1,0 +1,142 @@
+// Skinny bf16 GEMM over pre-packed weights (AVX512-BF16) with fused prologues (RMSNorm, SiLU*mul)
+// and a fused residual add; the torch reference is F.linear on the same bf16 values.
+#include "cpu_kernels.h"
+
+namespace lantern {
+namespace {
+
+constexpr int kGroup = 64;  // output rows per packed weight group (4 zmm of 16 fp32 lanes)
+
+// Skinny GEMM: out[M, N] = x[M, K] @ W[N, K]^T, W packed as [N/64][K/2][64][2] bf16 (pairs of K
+// for one dpbf16 lane), fp32 accumulation. Each weight group is read from memory once for all M.
+
+template <int MR>
+void gemm_tile(const uint16_t* x, int64_t ldx, const uint16_t* group, int64_t kpairs, float* acc_out) {
+  __m512 acc[MR][4];
+  for (int r = 0; r < MR; ++r)
+    for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
+  const int32_t* xp = reinterpret_cast<const int32_t*>(x);
+  for (int64_t kp = 0; kp < kpairs; ++kp) {
+    const uint16_t* w = group + kp * 2 * kGroup;
+    _mm_prefetch(reinterpret_cast<const char*>(w + 16 * 2 * kGroup), _MM_HINT_T0);
+    __m512bh w0 = (__m512bh)_mm512_loadu_si512(w);
+    __m512bh w1 = (__m512bh)_mm512_loadu_si512(w + 32);
+    __m512bh w2 = (__m512bh)_mm512_loadu_si512(w + 64);
+    __m512bh w3 = (__m512bh)_mm512_loadu_si512(w + 96);
+    for (int r = 0; r < MR; ++r) {
+      __m512bh xb = (__m512bh)_mm512_set1_epi32(xp[r * (ldx / 2) + kp]);
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], w0, xb);
+      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], w1, xb);
+      acc[r][2] = _mm512_dpbf16_ps(acc[r][2], w2, xb);
+      acc[r][3] = _mm512_dpbf16_ps(acc[r][3], w3, xb);
+    }
+  }
+  for (int r = 0; r < MR; ++r)
+    for (int j = 0; j < 4; ++j) _mm512_storeu_ps(acc_out + r * kGroup + j * 16, acc[r][j]);
+}
+
+void gemm_rows(const uint16_t* x, int64_t ldx, int64_t rows, const uint16_t* group, int64_t kpairs,
+               float* acc) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) gemm_tile<4>(x + r * ldx, ldx, group, kpairs, acc + r * kGroup);
+  switch (rows - r) {
+    case 3: gemm_tile<3>(x + r * ldx, ldx, group, kpairs, acc + r * kGroup); break;
+    case 2: gemm_tile<2>(x + r * ldx, ldx, group, kpairs, acc + r * kGroup); break;
+    case 1: gemm_tile<1>(x + r * ldx, ldx, group, kpairs, acc + r * kGroup); break;
+    default: break;
+  }
+}
+
+// x [M, K] bf16 -> rms_norm(x) * weight, rounded once to bf16 (K padded with zeros to kp).
+void rms_norm_rows(const torch::Tensor& x, const torch::Tensor& weight, double eps, uint16_t* out,
+                   int64_t kp) {
+  const int64_t rows = x.size(0), k = x.size(1);
+  const uint16_t* src = data<uint16_t>(x);
+  const uint16_t* w = data<uint16_t>(weight);
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint16_t* row = src + r * k;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < k; ++i) sum += bf16_to_float(row[i]) * bf16_to_float(row[i]);
+    const float inv = 1.0f / std::sqrt(sum / static_cast<float>(k) + static_cast<float>(eps));
+    for (int64_t i = 0; i < k; ++i)
+      out[r * kp + i] = float_to_bf16(bf16_to_float(row[i]) * inv * bf16_to_float(w[i]));
+    for (int64_t i = k; i < kp; ++i) out[r * kp + i] = 0;
+  }
+}
+
+// gate_up [M, 2I] bf16 -> silu(gate) * up [M, I], rounded once to bf16.
+void silu_mul_rows(const torch::Tensor& gate_up, uint16_t* out, int64_t kp) {
+  const int64_t rows = gate_up.size(0), inner = gate_up.size(1) / 2;
+  const uint16_t* src = data<uint16_t>(gate_up);
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint16_t* gate = src + r * 2 * inner;
+    const uint16_t* up = gate + inner;
+    int64_t i = 0;
+    for (; i + 16 <= inner; i += 16) {
+      __m512 g = _mm512_cvtpbh_ps((__m256bh)_mm256_loadu_si256((const __m256i*)(gate + i)));
+      __m512 u = _mm512_cvtpbh_ps((__m256bh)_mm256_loadu_si256((const __m256i*)(up + i)));
+      __m512 sig = _mm512_div_ps(_mm512_set1_ps(1.0f),
+                                 _mm512_add_ps(_mm512_set1_ps(1.0f), exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+      __m256bh res = _mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_mul_ps(g, sig), u));
+      _mm256_storeu_si256((__m256i*)(out + r * kp + i), (__m256i)res);
+    }
+    for (; i < inner; ++i) {
+      const float g = bf16_to_float(gate[i]);
+      out[r * kp + i] = float_to_bf16(g / (1.0f + std::exp(-g)) * bf16_to_float(up[i]));
+    }
+    for (int64_t j = inner; j < kp; ++j) out[r * kp + j] = 0;
+  }
+}
+
+// out[0:width] = bf16(acc + residual), 16 lanes at a time (residual may be null).
+inline void store_row(const float* acc, int64_t width, const uint16_t* res, uint16_t* out) {
+  for (int64_t j = 0; j < width; j += 16) {
+    const __mmask16 lanes = width - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (width - j)) - 1);
+    __m512 v = _mm512_loadu_ps(acc + j);
+    if (res)
+      v = _mm512_add_ps(v, _mm512_cvtpbh_ps((__m256bh)_mm256_maskz_loadu_epi16(lanes, res + j)));
+    _mm256_mask_storeu_epi16(out + j, lanes, (__m256i)_mm512_cvtneps_pbh(v));
+  }
+}
+
+}  // namespace
+
+// prologue: "none" (x used as is), "rms_norm" (norm_weight, eps) or "silu_mul" (x = [gate | up]).
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_t n_out,
+                     const std::string& prologue, const c10::optional<torch::Tensor>& norm_weight,
+                     double eps, const c10::optional<torch::Tensor>& residual) {
+  TORCH_CHECK(x.dtype() == torch::kBFloat16 && x.is_contiguous() && x.dim() == 2);
+  const int64_t rows = x.size(0), groups = packed.size(0), kpairs = packed.size(1);
+  const int64_t kp = 2 * kpairs;
+  torch::Tensor xin = x;
+  if (prologue != "none" || x.size(1) != kp) {
+    xin = torch::empty({rows, kp}, x.options());
+    if (prologue == "rms_norm") {
+      rms_norm_rows(x, *norm_weight, eps, data_mut<uint16_t>(xin), kp);
+    } else if (prologue == "silu_mul") {
+      silu_mul_rows(x, data_mut<uint16_t>(xin), kp);
+    } else {
+      xin.zero_();
+      xin.narrow(1, 0, x.size(1)).copy_(x);
+    }
+  }
+  TORCH_CHECK(!residual || (residual->is_contiguous() && residual->size(1) == n_out));
+  torch::Tensor out = torch::empty({rows, n_out}, x.options());
+  const uint16_t* xs = data<uint16_t>(xin);
+  const uint16_t* w = data<uint16_t>(packed);
+  const uint16_t* res = residual ? data<uint16_t>(*residual) : nullptr;
+  uint16_t* dst = data_mut<uint16_t>(out);
+  at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> acc(rows * kGroup);
+    for (int64_t g = begin; g < end; ++g) {
+      gemm_rows(xs, kp, rows, w + g * kpairs * 2 * kGroup, kpairs, acc.data());
+      const int64_t n0 = g * kGroup, width = std::min<int64_t>(kGroup, n_out - n0);
+      for (int64_t r = 0; r < rows; ++r) store_row(acc.data() + r * kGroup, width,
+                                                   res ? res + r * n_out + n0 : nullptr,
+                                                   dst + r * n_out + n0);
+    }
+  });
+  return out;
+}
+
+}  // namespace lantern

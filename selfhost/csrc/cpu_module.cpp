@@ -1,0 +1,10 @@
+// Python bindings of the CPU kernels (selfhost/cpu_kernels.py loads this extension).
+#include "cpu_kernels.h"
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("linear", &lantern::linear);
+  m.def("rope_write_kv", &lantern::rope_write_kv);
+  m.def("paged_attention_supports", &lantern::paged_attention_supports);
+  m.def("paged_decode", &lantern::paged_decode);
+  m.def("paged_prefill", &lantern::paged_prefill);
+}
