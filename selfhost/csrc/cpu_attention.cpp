@@ -2,6 +2,7 @@
 // (with a shared-prefix pass, the cascade) and causal prefill chunks. bf16 (AVX512-BF16 dot
 // products) or fp32 storage, fp32 math; the torch reference is selfhost/attention.py.
 #include "cpu_kernels.h"
+#include "cpu_pool.h"
 
 namespace lantern {
 namespace {
@@ -99,11 +100,11 @@ struct Pools {
   float scale;
   BlockFn<T> attend;
 
-  // Rows [row, row + heads) of q (one token, all heads) attend to one block.
-  void attend_all_heads(int64_t q_token, int64_t block_id, int count, RowState* state,
-                        float* acc) const {
+  // The rows of q_token for KV heads [h0, h1) attend to one block; state/acc start at head 0.
+  void attend_heads(int64_t q_token, int64_t h0, int64_t h1, int64_t block_id, int count,
+                    RowState* state, float* acc) const {
     const int64_t group = heads / kv, stride = kv * dim, base = block_id * kBlock * stride;
-    for (int64_t h = 0; h < kv; ++h)
+    for (int64_t h = h0; h < h1; ++h)
       attend(q + (q_token * heads + h * group) * dim, k + base + h * dim, v + base + h * dim,
              stride, count, scale, state + h * group, acc + h * group * dim);
   }
@@ -117,24 +118,35 @@ void write_rows(const RowState* state, const float* acc, int64_t rows, int64_t d
   }
 }
 
-// Decodes [b0, b1) as one task: the shared blocks (every sequence's first ones) once per block for
-// all of them while the block is in cache, then each sequence's own blocks.
+// Block tables of a decode batch: own blocks [B, width] and lengths, and the shared blocks.
+struct DecodeTables {
+  const int64_t *tables, *lens, *shared;
+  int64_t width, num_shared;
+};
+
+// Decodes [b0, b1), KV heads [h0, h1), as one task: the shared blocks (every sequence's first
+// ones) once per block for all of them while the block is in cache, then each one's own blocks.
 template <typename T>
-void decode_chunk(const Pools<T>& p, const int64_t* tables, int64_t width, const int64_t* lens,
-                  const int64_t* shared, int64_t num_shared, int64_t b0, int64_t b1, T* out) {
-  const int64_t rows = (b1 - b0) * p.heads;
+void decode_chunk(const Pools<T>& p, const DecodeTables& d, int64_t b0, int64_t b1, int64_t h0,
+                  int64_t h1, T* out) {
+  const int64_t rows = (b1 - b0) * p.heads, group = p.heads / p.kv;
   std::vector<RowState> state(rows);
   std::vector<float> acc(rows * p.dim, 0.0f);
   auto row = [&](int64_t b) { return (b - b0) * p.heads; };
-  for (int64_t i = 0; i < num_shared; ++i)
+  for (int64_t i = 0; i < d.num_shared; ++i)
     for (int64_t b = b0; b < b1; ++b)
-      p.attend_all_heads(b, shared[i], kBlock, &state[row(b)], &acc[row(b) * p.dim]);
+      p.attend_heads(b, h0, h1, d.shared[i], kBlock, &state[row(b)], &acc[row(b) * p.dim]);
   for (int64_t b = b0; b < b1; ++b)
-    for (int64_t i = 0; i * kBlock < lens[b] && i < width; ++i) {
-      const int count = static_cast<int>(std::min(kBlock, lens[b] - i * kBlock));
-      p.attend_all_heads(b, tables[b * width + i], count, &state[row(b)], &acc[row(b) * p.dim]);
+    for (int64_t i = 0; i * kBlock < d.lens[b] && i < d.width; ++i) {
+      const int count = static_cast<int>(std::min(kBlock, d.lens[b] - i * kBlock));
+      p.attend_heads(b, h0, h1, d.tables[b * d.width + i], count, &state[row(b)],
+                     &acc[row(b) * p.dim]);
     }
-  write_rows(state.data(), acc.data(), rows, p.dim, out + b0 * p.heads * p.dim);
+  for (int64_t b = b0; b < b1; ++b) {
+    const int64_t r = row(b) + h0 * group;
+    write_rows(&state[r], &acc[r * p.dim], (h1 - h0) * group, p.dim,
+               out + (b * p.heads + h0 * group) * p.dim);
+  }
 }
 
 template <typename T>
@@ -153,17 +165,19 @@ torch::Tensor decode_typed(const torch::Tensor& q, const torch::Tensor& k_pool,
                            const torch::Tensor& v_pool, const torch::Tensor& tables,
                            const torch::Tensor& lens, const torch::Tensor& shared, double scale) {
   const Pools<T> p = pools<T>(q, k_pool, v_pool, scale);
-  const int64_t batch = q.size(0), num_shared = shared.size(0);
-  // With a shared prefix, one chunk of sequences per thread shares each pass over it.
-  const int64_t threads = at::get_num_threads();
-  const int64_t chunk = num_shared ? std::max<int64_t>(1, (batch + threads - 1) / threads) : 1;
+  const DecodeTables d{tables.data_ptr<int64_t>(), lens.data_ptr<int64_t>(),
+                       shared.data_ptr<int64_t>(), tables.size(1), shared.size(0)};
+  const int64_t batch = q.size(0), threads = at::get_num_threads();
+  // A shared prefix: one chunk of sequences per thread shares each pass over it. Fewer sequences
+  // than threads: one task per (sequence, KV head). Otherwise one task per sequence.
+  const int64_t chunk = d.num_shared ? std::max<int64_t>(1, (batch + threads - 1) / threads) : 1;
+  const int64_t heads_split = (!d.num_shared && batch < threads) ? p.kv : 1;
+  const int64_t chunks = (batch + chunk - 1) / chunk;
   torch::Tensor out = torch::empty_like(q);
   T* od = data_mut<T>(out);
-  at::parallel_for(0, (batch + chunk - 1) / chunk, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t c = begin; c < end; ++c)
-      decode_chunk(p, tables.data_ptr<int64_t>(), tables.size(1), lens.data_ptr<int64_t>(),
-                   shared.data_ptr<int64_t>(), num_shared, c * chunk,
-                   std::min(batch, (c + 1) * chunk), od);
+  parallel_tasks(chunks * heads_split, [&](int64_t task) {
+    const int64_t c = task / heads_split, h = task % heads_split, span = p.kv / heads_split;
+    decode_chunk(p, d, c * chunk, std::min(batch, (c + 1) * chunk), h * span, (h + 1) * span, od);
   });
   return out;
 }
@@ -177,16 +191,17 @@ torch::Tensor prefill_typed(const torch::Tensor& q, const torch::Tensor& k_pool,
   const int64_t* ids = block_ids.data_ptr<int64_t>();
   torch::Tensor out = torch::empty_like(q);
   T* od = data_mut<T>(out);
-  at::parallel_for(0, n, 4, [&](int64_t begin, int64_t end) {
+  constexpr int64_t kTokensPerTask = 4;
+  parallel_tasks((n + kTokensPerTask - 1) / kTokensPerTask, [&](int64_t task) {
     std::vector<RowState> state(p.heads);
     std::vector<float> acc(p.heads * p.dim);
-    for (int64_t i = begin; i < end; ++i) {
+    for (int64_t i = task * kTokensPerTask; i < std::min(n, (task + 1) * kTokensPerTask); ++i) {
       const int64_t seen = context_len - n + i + 1;  // causal: keys up to this token's position
       std::fill(state.begin(), state.end(), RowState{});
       std::fill(acc.begin(), acc.end(), 0.0f);
       for (int64_t j = 0; j * kBlock < seen; ++j)
-        p.attend_all_heads(i, ids[j], static_cast<int>(std::min(kBlock, seen - j * kBlock)),
-                           state.data(), acc.data());
+        p.attend_heads(i, 0, p.kv, ids[j], static_cast<int>(std::min(kBlock, seen - j * kBlock)),
+                       state.data(), acc.data());
       write_rows(state.data(), acc.data(), p.heads, p.dim, od + i * p.heads * p.dim);
     }
   });

@@ -1,6 +1,7 @@
 // Skinny bf16 GEMM over pre-packed weights (AVX512-BF16) with fused prologues (RMSNorm, SiLU*mul)
 // and a fused residual add; the torch reference is F.linear on the same bf16 values.
 #include "cpu_kernels.h"
+#include "cpu_pool.h"
 
 namespace lantern {
 namespace {
@@ -126,15 +127,18 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_
   const uint16_t* w = data<uint16_t>(packed);
   const uint16_t* res = residual ? data<uint16_t>(*residual) : nullptr;
   uint16_t* dst = data_mut<uint16_t>(out);
-  at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> acc(rows * kGroup);
-    for (int64_t g = begin; g < end; ++g) {
-      gemm_rows(xs, kp, rows, w + g * kpairs * 2 * kGroup, kpairs, acc.data());
-      const int64_t n0 = g * kGroup, width = std::min<int64_t>(kGroup, n_out - n0);
-      for (int64_t r = 0; r < rows; ++r) store_row(acc.data() + r * kGroup, width,
-                                                   res ? res + r * n_out + n0 : nullptr,
-                                                   dst + r * n_out + n0);
-    }
+  // One task = one weight group x up to 64 rows; row chunks of a group run back to back (its
+  // weights stay in cache).
+  const int64_t chunks = (rows + kGroup - 1) / kGroup;
+  parallel_tasks(groups * chunks, [&](int64_t task) {
+    const int64_t g = task / chunks, r0 = (task % chunks) * kGroup;
+    const int64_t count = std::min<int64_t>(kGroup, rows - r0);
+    alignas(64) float acc[kGroup * kGroup];
+    gemm_rows(xs + r0 * kp, kp, count, w + g * kpairs * 2 * kGroup, kpairs, acc);
+    const int64_t n0 = g * kGroup, width = std::min<int64_t>(kGroup, n_out - n0);
+    for (int64_t r = r0; r < r0 + count; ++r)
+      store_row(acc + (r - r0) * kGroup, width, res ? res + r * n_out + n0 : nullptr,
+                dst + r * n_out + n0);
   });
   return out;
 }

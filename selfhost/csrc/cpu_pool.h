@@ -1,0 +1,99 @@
+// Task pool of the CPU kernels: the calling thread and (torch threads - 1) helpers share one job's
+// tasks through an atomic counter. The caller never waits for a helper that has not started (on
+// cores shared with other processes a descheduled helper would stall a barrier-based region for a
+// time slice); it waits only for tasks a helper already claimed. Idle helpers sleep.
+#pragma once
+
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+namespace lantern {
+
+class TaskPool {
+ public:
+  using Task = std::function<void(int64_t)>;
+
+  explicit TaskPool(int helpers) {
+    for (int i = 0; i < helpers; ++i) std::thread([this] { help(); }).detach();
+    num_helpers_ = helpers;
+  }
+
+  // The pool of this process, sized by torch's intra-op thread count at first use; never freed
+  // (helpers are detached and sleep between jobs).
+  static TaskPool& instance() {
+    static TaskPool* pool = new TaskPool(std::max(0, at::get_num_threads() - 1));
+    return *pool;
+  }
+
+  // Runs task(0) .. task(n - 1), each exactly once, and returns when all have finished.
+  void run(int64_t n, const Task& task) {
+    if (n <= 1 || num_helpers_ == 0) {
+      for (int64_t i = 0; i < n; ++i) task(i);
+      return;
+    }
+    uint64_t generation;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      generation = ++generation_;
+      task_ = &task;
+      total_ = n;
+      done_.store(0);
+      next_.store(generation << 32);
+    }
+    wake_.notify_all();
+    work(generation, n, &task);
+    for (int spins = 0; done_.load() < n; ++spins) {  // only tasks a helper is running now
+      if (spins < 4096) {
+        _mm_pause();
+      } else {
+        std::this_thread::yield();
+      }
+    }
+  }
+
+ private:
+  // Claims tasks of `generation` until none is left; returns at once for a finished job.
+  void work(uint64_t generation, int64_t n, const Task* task) {
+    uint64_t claim = next_.load();
+    while ((claim >> 32) == generation && static_cast<int64_t>(claim & 0xFFFFFFFFu) < n) {
+      if (next_.compare_exchange_weak(claim, claim + 1)) {
+        (*task)(static_cast<int64_t>(claim & 0xFFFFFFFFu));
+        done_.fetch_add(1);
+        claim = next_.load();
+      }
+    }
+  }
+
+  void help() {
+    uint64_t seen = 0;
+    for (;;) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return generation_ != seen; });
+      seen = generation_;
+      const Task* task = task_;
+      const int64_t n = total_;
+      lock.unlock();
+      work(seen, n, task);  // the caller keeps *task alive until every claimed task is done
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  uint64_t generation_ = 0;
+  const Task* task_ = nullptr;
+  int64_t total_ = 0;
+  std::atomic<uint64_t> next_{0};  // generation << 32 | next task index
+  std::atomic<int64_t> done_{0};
+  int num_helpers_ = 0;
+};
+
+inline void parallel_tasks(int64_t n, const TaskPool::Task& task) { TaskPool::instance().run(n, task); }
+
+}  // namespace lantern
