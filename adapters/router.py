@@ -27,17 +27,35 @@ from adapters.routing_types import (
     replica_key,
 )
 
-__all__ = ["choose", "session_after", "replica_key"]
+__all__ = ["admission_wait_s", "choose", "session_after", "replica_key"]
+
+
+def admission_wait_s(r: ReplicaState, new_blocks: int) -> float:
+    """Predicted wait before the engine admits a call needing `new_blocks` of fresh KV: none
+    while they fit in the free KV, else one admission interval for each request queued ahead
+    and one for itself. Without a KV signal, one interval per queued request; with no engine
+    signal at all (queue 0, free KV unknown), 0."""
+    if r.kv_free_blocks is None:
+        blocked = r.queue_depth
+    else:
+        blocked = r.queue_depth + 1 if new_blocks > r.kv_free_blocks else 0
+    return blocked * r.admit_interval_s
 
 
 def _replica_score(r: ReplicaState, f: RequestFeatures, snap: FleetSnapshot) -> CandidateScore:
-    """Predicted cached tokens and TTFT: queued prefill work plus our own uncached prefill.
-    (A KV-overflow term was tried in bench/fleet_sim.py and did not help; see docs/routing.md.)"""
+    """Predicted cached tokens and TTFT: the admission wait, queued prefill work, and our own
+    uncached prefill. (A router-side KV-overflow term was tried and did not help; the
+    admission wait uses the engine's own queue and KV signal instead; docs/routing.md.)"""
     matched = snap.prefixes.matched_blocks(r.key, f.prefix_hashes)
     cached = min(matched * f.block_tokens, max(f.prompt_tokens - 1, 0))
     uncached = f.prompt_tokens - cached
-    ttft = r.base_ttft_s * (1 + r.queue_depth) + (r.inflight_tokens + uncached) / r.prefill_tok_s
-    return CandidateScore(r.backend, r.key, "selfhost", True, cached, ttft, 0.0)
+    # fresh KV: the uncached prompt and the answer (counting the whole prompt, which the engine
+    # also re-pins when no running request holds its prefix, broke stickiness too often)
+    wait = admission_wait_s(r, -(-(uncached + f.max_tokens) // f.block_tokens))
+    ttft = r.base_ttft_s + wait + (r.inflight_tokens + uncached) / r.prefill_tok_s
+    return CandidateScore(
+        r.backend, r.key, "selfhost", True, cached, ttft, 0.0, admission_wait_s=wait
+    )
 
 
 def _api_score(
@@ -59,14 +77,18 @@ def _lantern_pick(
 ) -> tuple[int, str]:
     """The longest match among replicas within `affinity_slack_s` of the least predicted TTFT
     (ties: least TTFT, then order); a session stays on its replica until staying costs more
-    than the gate in predicted TTFT."""
-    fastest = min(scores[i].predicted_ttft_s for i in subset)
-    near = [i for i in subset if scores[i].predicted_ttft_s <= fastest + knobs.affinity_slack_s]
-    best = min(
-        near, key=lambda i: (-scores[i].predicted_cached_tokens, scores[i].predicted_ttft_s, i)
-    )
+    than the gate in predicted TTFT. The admission wait counts only for a session that weighs
+    leaving its replica: new sessions and forks are placed on prefix and queued prefill alone
+    (chasing free KV with them scattered shared prefixes and made the simulated fleet thrash)."""
+    if sticky is None:
+        ttft = [s.predicted_ttft_s - s.admission_wait_s for s in scores]
+    else:
+        ttft = [s.predicted_ttft_s for s in scores]
+    fastest = min(ttft[i] for i in subset)
+    near = [i for i in subset if ttft[i] <= fastest + knobs.affinity_slack_s]
+    best = min(near, key=lambda i: (-scores[i].predicted_cached_tokens, ttft[i], i))
     if sticky is not None and sticky in subset:
-        penalty = scores[sticky].predicted_ttft_s - scores[best].predicted_ttft_s
+        penalty = ttft[sticky] - ttft[best]
         if penalty <= knobs.stickiness_gate_s:
             return sticky, "sticky"
         return best, "sticky_broken_gate"

@@ -38,6 +38,19 @@ class PrefixIndex:
     def capacity(self, replica: str) -> int:
         return self._capacity.get(replica, 0)
 
+    def nominal(self, replica: str) -> int:
+        """The replica's KV size as configured or engine-reported (before any correction)."""
+        return self._nominal.get(replica, 0)
+
+    def resize(self, replica: str, capacity_blocks: int) -> None:
+        """The engine reported its real KV size: adopt it, dropping the oldest entries if smaller."""
+        blocks = self._blocks.get(replica)
+        if blocks is None or capacity_blocks == self._nominal[replica]:
+            return
+        self._capacity[replica] = self._nominal[replica] = capacity_blocks
+        while len(blocks) > capacity_blocks:
+            blocks.popitem(last=False)
+
     def size(self, replica: str) -> int:
         return len(self._blocks.get(replica, ()))
 

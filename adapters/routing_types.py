@@ -41,12 +41,15 @@ class ReplicaState:
     inflight_requests: int = 0
     inflight_tokens: int = 0  # uncached prompt tokens still to prefill, dispatched here
     inflight_blocks: int = 0  # KV blocks the in-flight requests pin (prompt + max output)
-    queue_depth: int = 0  # engine-reported waiting requests, when known
+    queue_depth: int = 0  # requests waiting for admission (engine-reported, brought up to date)
     prefill_tok_s: float = 2000.0  # prefill throughput, for the TTFT prediction
     capacity_tok_s: float = 1000.0  # work tokens/s at full use (break-even capacity)
     kv_capacity_blocks: int = 4096
     utilisation: float = 0.0  # recent work tokens/s over capacity_tok_s
     base_ttft_s: float = 0.05  # one decode step plus transport
+    kv_free_blocks: int | None = None  # engine-reported free KV, brought up to date; None: unknown
+    admit_interval_s: float = 0.0  # seconds per admission while admission-bound (1 / completions)
+    signal_age_s: float | None = None  # age of the engine's load sample; None: none in use
 
     @property
     def key(self) -> str:
@@ -164,6 +167,7 @@ class CandidateScore:
     predicted_ttft_s: float = 0.0
     predicted_usd: float = 0.0
     note: str = ""
+    admission_wait_s: float = 0.0  # the part of predicted_ttft_s spent waiting for KV / a slot
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from adapters.routing_index import PrefixIndex
 from adapters.types import ChatRequest, Usage
 from gateway.fleet import Fleet, ReplicaSpec
+from gateway.fleet_signals import EngineLoad
 from gateway.ports import Attempt, Candidate, ModelRoute, PreparedPrompt
 from policies.model import TenantPolicy
 from policies.routing import RoutingPolicy
@@ -50,6 +51,10 @@ class SimConfig:
     token_budget: int = 2048
     max_seqs: int = 64
     replica_usd_per_h: float = 12.0
+    # the engines' load metrics (waiting, KV usage) reach the router every poll_s, so they are
+    # up to poll_s stale; 0: no engine signal (router-side counts only). The oracle sees the
+    # true state at every decision.
+    poll_s: float = 1.0
 
 
 class Pool:
@@ -243,8 +248,25 @@ class Simulation:
         if s.rng.random() < self.cfg.fork_prob:
             self.start_session(s)
 
+    def engine_load(self, r: Replica) -> EngineLoad:
+        """What the replica's /metrics would say right now."""
+        pool = r.pool
+        return EngineLoad(
+            self.now,
+            waiting=len(r.waiting),
+            running=len(r.running),
+            kv_usage=len(pool.ref) / pool.capacity,
+            kv_capacity_tokens=pool.capacity * self.cfg.block_tokens,
+        )
+
+    def poll(self) -> None:
+        for r in self.replicas:
+            self.fleet.observe_load(r.key, self.engine_load(r))
+
     def dispatch(self, req: Req) -> None:
         bt = self.cfg.block_tokens
+        if self.strategy == "oracle" and self.cfg.poll_s > 0:
+            self.poll()
         prepared = PreparedPrompt({}, self.request, "root", "salt", tuple(req.prompt))
         plan = self.fleet.plan(
             self.route,
@@ -348,6 +370,9 @@ class Simulation:
             self.push(t, "session", None)
         for s in range(int(self.cfg.duration_s)):
             self.push(float(s), "sample", None)
+        if self.cfg.poll_s > 0 and self.strategy != "oracle":
+            for k in range(int(self.cfg.duration_s / self.cfg.poll_s)):
+                self.push(k * self.cfg.poll_s, "poll", None)
         while self.events:
             self.now, _, kind, payload = heapq.heappop(self.events)
             if self.now > self.cfg.duration_s:
@@ -360,6 +385,8 @@ class Simulation:
                 self.step(payload)  # type: ignore[arg-type]
             elif kind == "step_end":
                 self.step_end(*payload)  # type: ignore[misc]
+            elif kind == "poll":
+                self.poll()
             elif kind == "sample" and self.now >= self.cfg.warmup_s:
                 self.ws_samples.append(self.working_set_blocks())
 
@@ -402,6 +429,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--kv-blocks", type=int, default=0)
     ap.add_argument("--agent-types", type=int, default=4, help="distinct system prompts")
     ap.add_argument("--strategies", nargs="+", default=list(STRATEGIES))
+    ap.add_argument("--poll-s", type=float, default=1.0, help="engine metrics cadence; 0: none")
     args = ap.parse_args(argv)
     cfg = SimConfig(
         duration_s=args.duration,
@@ -409,6 +437,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         ws_target=args.ws_target,
         kv_blocks=args.kv_blocks,
         agent_types=args.agent_types,
+        poll_s=args.poll_s,
     )
     for seed in args.seeds:
         kv, ws = (cfg.kv_blocks, 0.0) if cfg.kv_blocks else size_kv(cfg, seed)

@@ -1,5 +1,6 @@
 """The stateful fleet behind the pure router: load counters, the session table, the per-replica
-prefix index, health checks by real one-token generations, drain and cooldown.
+prefix index, engine-reported load (scraped off the request path), health checks by real
+one-token generations, drain and cooldown.
 
 Implements the pipeline's `RoutingPort`; every decision is delegated to `adapters.router.choose`.
 """
@@ -7,10 +8,10 @@ Implements the pipeline's `RoutingPort`; every decision is delegated to `adapter
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
-from collections import deque
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from types import MappingProxyType
 
 from adapters.backend import BackendCall
@@ -29,61 +30,31 @@ from adapters.routing_types import (
     replica_key,
 )
 from adapters.types import ChatRequest, Message, TextPart, Usage
+from gateway.fleet_signals import (
+    EngineLoad,
+    LoadSignals,
+    MetricsError,
+    MetricsSource,
+    MetricsUnavailable,
+    metrics_url,
+)
+from gateway.fleet_state import (
+    ApiRecord,
+    FleetStats,
+    InflightCall,
+    ReplicaRecord,
+    ReplicaSpec,
+    first_score,
+    plan_details,
+)
 from gateway.ports import Attempt, Candidate, ModelRoute, PreparedPrompt, RoutePlan
 from policies.model import TenantPolicy
 from policies.routing import RoutingPolicy
 
-
-@dataclass(frozen=True, slots=True)
-class ReplicaSpec:
-    """What the operator knows about one self-hosted backend's replicas (config)."""
-
-    prefill_tok_s: float = 2000.0
-    capacity_tok_s: float = 1000.0
-    kv_capacity_blocks: int = 1024  # the bundled engine's default --num-blocks
-    base_ttft_s: float = 0.05
+log = logging.getLogger("lantern.fleet")
 
 
-@dataclass(slots=True)
-class _Replica:
-    candidate: Candidate
-    model: str
-    spec: ReplicaSpec
-    healthy: bool = True
-    drained_until: float = 0.0
-    failures: int = 0
-    inflight_requests: int = 0
-    inflight_tokens: int = 0
-    inflight_blocks: int = 0
-    done: deque[tuple[float, int]] = field(default_factory=deque)  # (time, work tokens)
-    done_tokens: int = 0  # the sum over `done`, kept as it changes (read on every call)
-
-
-@dataclass(slots=True)
-class _Api:
-    candidate: Candidate
-    model: str
-    cooldown_until: float = 0.0
-
-
-@dataclass(slots=True)
-class _Inflight:
-    key: str | None  # replica key; None for an API
-    session_id: str
-    prompt_tokens: int
-    uncached_tokens: int
-    predicted_blocks: int
-    blocks: int = 0  # KV blocks pinned while in flight
-    prefill_released: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class FleetStats:
-    replicas: tuple[ReplicaState, ...]
-    sessions: int
-    predicted_cached_tokens: int  # summed over completed self-hosted calls
-    reported_cached_tokens: int
-    abs_error_tokens: int  # sum of |predicted - reported|: the index's accuracy
+__all__ = ["Fleet", "FleetStats", "ReplicaSpec"]
 
 
 class Fleet:
@@ -102,6 +73,10 @@ class Fleet:
         util_window_s: float = 60.0,
         probe_timeout_s: float = 30.0,
         session_max_idle_s: float = 3600.0,
+        metrics: MetricsSource | None = None,
+        signal_interval_s: float = 1.0,
+        signal_max_age_s: float = 5.0,
+        signal_timeout_s: float = 0.5,
     ) -> None:
         self.prices = prices or Prices()
         self._specs = dict(specs or {})
@@ -111,14 +86,16 @@ class Fleet:
         self._failures_to_drain, self._util_window_s = failures_to_drain, util_window_s
         self._probe_timeout_s, self._session_max_idle_s = probe_timeout_s, session_max_idle_s
         self.index = PrefixIndex()
-        self._replicas: dict[str, _Replica] = {}
-        self._apis: dict[str, _Api] = {}
+        self._replicas: dict[str, ReplicaRecord] = {}
+        self._apis: dict[str, ApiRecord] = {}
         self._sessions: dict[str, SessionEntry] = {}
         # session -> (prompt tokens, max tokens) of its last plan, for on_dispatch
         self._planned: dict[str, tuple[int, int]] = {}
-        self._inflight: dict[int, tuple[Attempt, _Inflight]] = {}
+        self._inflight: dict[int, tuple[Attempt, InflightCall]] = {}
         self._seq = 0
         self._accuracy = [0, 0, 0]
+        self._metrics, self._signal_timeout_s = metrics, signal_timeout_s
+        self.signals = LoadSignals(interval_s=signal_interval_s, max_age_s=signal_max_age_s)
         for route in routes:
             self._register(route)
 
@@ -130,16 +107,20 @@ class Fleet:
                 key = replica_key(c.backend_name, c.replica)
                 if key not in self._replicas:
                     spec = self._specs.get(c.backend_name, ReplicaSpec())
-                    self._replicas[key] = _Replica(c, route.name, spec)
+                    self._replicas[key] = ReplicaRecord(c, route.name, spec)
                     self.index.add_replica(key, spec.kv_capacity_blocks)
             elif c.backend_name not in self._apis:
-                self._apis[c.backend_name] = _Api(c, route.name)
+                self._apis[c.backend_name] = ApiRecord(c, route.name)
 
-    def _state(self, key: str, r: _Replica, now: float) -> ReplicaState:
+    def _state(self, key: str, r: ReplicaRecord, now: float) -> ReplicaState:
         while r.done and now - r.done[0][0] > self._util_window_s:
             r.done_tokens -= r.done.popleft()[1]
-        work = r.done_tokens
-        util = work / (self._util_window_s * r.spec.capacity_tok_s)
+        util = r.done_tokens / (self._util_window_s * r.spec.capacity_tok_s)
+        load = self.signals.view(key, now, r.counts(), self.index.nominal(key))
+        # a KV-bound engine admits about one request per completion: service time / running
+        running = r.inflight_requests - (load.queue_depth if load else 0)
+        service = r.service_s if r.service_s is not None else 10 * r.spec.base_ttft_s
+        admit_interval = service / max(running, 1)
         c = r.candidate
         return ReplicaState(
             c.backend_name,
@@ -150,12 +131,15 @@ class Fleet:
             r.inflight_requests,
             r.inflight_tokens,
             r.inflight_blocks,
-            0,
+            load.queue_depth if load else 0,
             r.spec.prefill_tok_s,
             r.spec.capacity_tok_s,
             self.index.capacity(key),
             min(util, 1.0),
             r.spec.base_ttft_s,
+            load.kv_free_blocks if load else None,
+            admit_interval,
+            load.age_s if load else None,
         )
 
     def snapshot(self, now: float) -> FleetSnapshot:
@@ -211,10 +195,10 @@ class Fleet:
         names = {c.backend_name for c in route.candidates}
         allowed = names if tenant.backends is None else names & set(tenant.backends)
         decision = self.route(features, tenant.routing, allowed)
-        first = Attempt(self._candidate(_first(decision)), decision.reason)
+        first = Attempt(self._candidate(first_score(decision)), decision.reason)
         rest = tuple(Attempt(self._candidate(s), "fallback") for s in decision.fallbacks)
         attempts = (first,) + rest
-        return RoutePlan(attempts, _details(decision))
+        return RoutePlan(attempts, plan_details(decision))
 
     def _candidate(self, score: CandidateScore) -> Candidate:
         if score.venue == "selfhost" and score.replica is not None:
@@ -227,15 +211,24 @@ class Fleet:
         hashes = prepared.prefix_hashes
         prompt, max_tokens = self._planned.get(session_id, (len(hashes) * self.block_tokens, 0))
         if c.venue != "selfhost":
-            self._inflight[id(attempt)] = (attempt, _Inflight(None, session_id, prompt, 0, 0))
+            self._inflight[id(attempt)] = (attempt, InflightCall(None, session_id, prompt, 0, 0))
             return
         key = replica_key(c.backend_name, c.replica)
         r = self._replicas[key]
         matched = self.index.matched_blocks(key, hashes)
         cached = min(matched * self.block_tokens, max(prompt - 1, 0))
         blocks = -(-(prompt + max_tokens) // self.block_tokens)
-        record = _Inflight(key, session_id, prompt, prompt - cached, matched, blocks=blocks)
+        record = InflightCall(
+            key,
+            session_id,
+            prompt,
+            prompt - cached,
+            matched,
+            blocks=blocks,
+            started_at=self._clock(),
+        )
         r.inflight_requests += 1
+        r.dispatched += 1
         r.inflight_tokens += record.uncached_tokens
         r.inflight_blocks += blocks
         self.index.insert(key, hashes)
@@ -246,8 +239,9 @@ class Fleet:
         held = self._inflight.get(id(attempt))
         if held is not None and held[1].key is not None:
             self._release_prefill(held[1])
+            held[1].started_at = self._clock()
 
-    def _release_prefill(self, rec: _Inflight) -> None:
+    def _release_prefill(self, rec: InflightCall) -> None:
         if rec.key is not None and not rec.prefill_released:
             self._replicas[rec.key].inflight_tokens -= rec.uncached_tokens
             rec.prefill_released = True
@@ -264,6 +258,7 @@ class Fleet:
         r = self._replicas[rec.key]
         self._release_prefill(rec)
         r.inflight_requests -= 1
+        r.completed += 1
         r.inflight_blocks -= rec.blocks
         if not ok:
             r.failures += 1
@@ -271,6 +266,8 @@ class Fleet:
                 self._drain(rec.key, now)
             return
         r.failures = 0
+        took = now - rec.started_at
+        r.service_s = took if r.service_s is None else 0.8 * r.service_s + 0.2 * took
         work_tokens = usage.input_tokens + usage.cache_write_tokens + usage.output_tokens
         r.done.append((now, work_tokens))
         r.done_tokens += work_tokens
@@ -285,7 +282,9 @@ class Fleet:
             usage.output_tokens,
         )
 
-    def _api_done(self, c: Candidate, rec: _Inflight, usage: Usage, ok: bool, now: float) -> None:
+    def _api_done(
+        self, c: Candidate, rec: InflightCall, usage: Usage, ok: bool, now: float
+    ) -> None:
         if not ok:
             self._apis[c.backend_name].cooldown_until = now + self._api_cooldown_s
             return
@@ -299,7 +298,7 @@ class Fleet:
             usage.output_tokens,
         )
 
-    def _correct(self, rec: _Inflight, usage: Usage) -> None:
+    def _correct(self, rec: InflightCall, usage: Usage) -> None:
         assert rec.key is not None
         reported = usage.cache_read_tokens
         predicted = min(rec.predicted_blocks * self.block_tokens, max(rec.prompt_tokens - 1, 0))
@@ -334,7 +333,7 @@ class Fleet:
                 self._drain(key, self._clock())
         return {k: ok for (k, _), ok in zip(due, results, strict=True)}
 
-    async def _probe(self, r: _Replica) -> bool:
+    async def _probe(self, r: ReplicaRecord) -> bool:
         request = ChatRequest(
             model=r.model,
             messages=(Message("user", (TextPart("ping"),)),),
@@ -357,6 +356,64 @@ class Fleet:
             self._sweep_sessions()
             await asyncio.sleep(interval_s)
 
+    # --- engine-reported load ------------------------------------------------------------------
+
+    def observe_load(self, key: str, load: EngineLoad) -> None:
+        """One engine sample for one replica; a reported KV size replaces the configured one."""
+        r = self._replicas.get(key)
+        if r is None:
+            return
+        if load.kv_capacity_tokens:
+            self.index.resize(key, max(load.kv_capacity_tokens // self.block_tokens, 1))
+        self.signals.observe(key, load, r.counts())
+
+    async def poll_signals(self) -> dict[str, bool]:
+        """Scrape every due replica's metrics once, concurrently; True where a sample arrived.
+        A failure keeps the last sample (it ages out) and backs the replica's scrapes off."""
+        now = self._clock()
+        due = [
+            (key, url)
+            for key, r in self._replicas.items()
+            if (url := self._metrics_url(r)) is not None
+            and now >= r.drained_until
+            and self.signals.is_due(key, now)
+        ]
+        results = await asyncio.gather(*(self._scrape(url) for _, url in due))
+        for (key, url), got in zip(due, results, strict=True):
+            if isinstance(got, EngineLoad):
+                self.observe_load(key, got)
+                continue
+            failures = self.signals.failed(key, self._clock())
+            if failures == 1 or failures % 100 == 0:
+                log.warning("metrics of %s unreadable (%d in a row): %s", url, failures, got)
+        return {
+            key: isinstance(got, EngineLoad) for (key, _), got in zip(due, results, strict=True)
+        }
+
+    def _metrics_url(self, r: ReplicaRecord) -> str | None:
+        path, base = r.spec.metrics_path, r.candidate.replica
+        if self._metrics is None or path is None or base is None:
+            return None
+        return metrics_url(base, path)
+
+    async def _scrape(self, url: str) -> EngineLoad | MetricsError:
+        assert self._metrics is not None
+        try:
+            return await asyncio.wait_for(self._metrics.scrape(url), self._signal_timeout_s)
+        except TimeoutError:
+            return MetricsUnavailable(f"{url}: no answer in {self._signal_timeout_s:g} s")
+        except MetricsError as exc:
+            return exc
+
+    async def run_signal_polls(self) -> None:
+        """Scrape forever at the signal interval (a task in the lifespan; cancel on shutdown)."""
+        while True:
+            try:
+                await self.poll_signals()
+            except Exception:  # a bug here must not stop the polls; the router falls back
+                log.exception("engine load poll failed")
+            await asyncio.sleep(self.signals.interval_s)
+
     def _sweep_sessions(self) -> None:
         now = self._clock()
         stale = [
@@ -371,31 +428,3 @@ class Fleet:
         snap = self.snapshot(self._clock())
         p, rep, err = self._accuracy
         return FleetStats(snap.replicas, len(self._sessions), p, rep, err)
-
-
-def _first(d: Decision) -> CandidateScore:
-    return next(s for s in d.scores if s.backend == d.backend and s.replica == d.replica)
-
-
-def _details(d: Decision) -> dict[str, object]:
-    return {
-        "venue": d.venue,
-        "backend": d.backend,
-        "replica": d.replica,
-        "reason": d.reason,
-        "predicted_cached_tokens": d.predicted_cached_tokens,
-        "predicted_ttft_ms": round(d.predicted_ttft_s * 1000, 1),
-        "scores": [
-            {
-                "backend": s.backend,
-                "replica": s.replica,
-                "venue": s.venue,
-                "eligible": s.eligible,
-                "cached": s.predicted_cached_tokens,
-                "ttft_ms": round(s.predicted_ttft_s * 1000, 1),
-                "usd": round(s.predicted_usd, 6),
-                "note": s.note,
-            }
-            for s in d.scores
-        ],
-    }

@@ -61,6 +61,15 @@ class SandboxSettings(_Section):
     sweep_interval_s: float = Field(default=300.0, gt=0)
 
 
+class FleetSettings(_Section):
+    """How the router learns each self-hosted replica's load from its engine's `/metrics`."""
+
+    signal_interval_s: float = Field(default=1.0, ge=0)  # 0: never scrape (router counts only)
+    signal_timeout_s: float = Field(default=0.5, gt=0)
+    signal_max_age_s: float = Field(default=5.0, gt=0)  # older samples are ignored
+    health_interval_s: float = Field(default=10.0, gt=0)  # one-token generation probes
+
+
 class PriceOverride(_Section):
     """USD per million tokens; a missing value keeps the price map's own."""
 
@@ -79,6 +88,8 @@ class _Backend(_Section):
     prefill_tok_s: float | None = Field(default=None, gt=0)
     capacity_tok_s: float | None = Field(default=None, gt=0)  # tokens/s at full use
     kv_capacity_blocks: int | None = Field(default=None, gt=0)  # 16-token KV blocks
+    # engine load metrics (Prometheus text) under the replica's server root; null: not scraped
+    metrics_path: str | None = "/metrics"
 
     def api_key(self, environ: Mapping[str, str] | None = None) -> str | None:
         """The key from the env var named by `api_key_env` (None when unset or not used)."""
@@ -185,6 +196,7 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     telemetry: TelemetrySettings = TelemetrySettings()
     sandbox: SandboxSettings = SandboxSettings()
+    fleet: FleetSettings = FleetSettings()
     prices: dict[str, PriceOverride] = Field(default_factory=dict)  # model -> USD per Mtok
     models: tuple[ModelRoute, ...] = ()
 

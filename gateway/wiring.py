@@ -20,6 +20,7 @@ from fastapi import APIRouter, Request
 from adapters.backends.aiohttp_upstream import AiohttpPool
 from gateway.admission import Admission
 from gateway.fleet import Fleet
+from gateway.fleet_signals import HttpMetricsSource
 from gateway.ledger.call_ledger import CallLedger
 from gateway.ledger.db import create_ledger_engine, migrate_engine, session_factory
 from gateway.ledger.metrics import RecorderCollector
@@ -90,8 +91,20 @@ def build_components(
         encoder=TiktokenEncoder(counter=counting.counter),
     )
     prices, replica_specs = fleet_inputs(settings, pricing)
+    fs = settings.fleet
+    scraper = (
+        HttpMetricsSource(clock, timeout_s=fs.signal_timeout_s) if fs.signal_interval_s else None
+    )
     fleet = Fleet(
-        models.routes(), prices=prices, specs=replica_specs, clock=clock, rng=random.Random()
+        models.routes(),
+        prices=prices,
+        specs=replica_specs,
+        clock=clock,
+        rng=random.Random(),
+        metrics=scraper,
+        signal_interval_s=fs.signal_interval_s,
+        signal_max_age_s=fs.signal_max_age_s,
+        signal_timeout_s=fs.signal_timeout_s,
     )
 
     pipeline = Pipeline(
@@ -124,11 +137,13 @@ def build_components(
             await child.start()
         await fleet.check_health()  # start serving with a known fleet state
 
-        async def health_loop(interval_s: float = 10.0) -> None:
+        async def health_loop(interval_s: float) -> None:
             await asyncio.sleep(interval_s)
             await fleet.run_health_checks(interval_s)
 
-        parts.tasks.append(asyncio.create_task(health_loop()))
+        parts.tasks.append(asyncio.create_task(health_loop(fs.health_interval_s)))
+        if scraper is not None:  # engine load, off the request path
+            parts.tasks.append(asyncio.create_task(fleet.run_signal_polls()))
 
     async def stop() -> None:
         for child in children:
@@ -137,6 +152,8 @@ def build_components(
         await recorder.aclose()
         keys.stop()
         await http.aclose()
+        if scraper is not None:
+            await scraper.aclose()
         telemetry.shutdown()
         engine.dispose()
 

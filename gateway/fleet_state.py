@@ -1,0 +1,102 @@
+"""The fleet's records: what the operator says about a replica (`ReplicaSpec`), the live
+counters per replica, provider and call, the stats, and a decision's explanation for the plan.
+Plain data; the behaviour lives in `gateway/fleet.py`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from adapters.routing_types import CandidateScore, Decision, ReplicaState
+from gateway.fleet_signals import Counts
+from gateway.ports import Candidate
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaSpec:
+    """What the operator knows about one self-hosted backend's replicas (config)."""
+
+    prefill_tok_s: float = 2000.0
+    capacity_tok_s: float = 1000.0
+    kv_capacity_blocks: int = 1024  # the bundled engine's default --num-blocks
+    base_ttft_s: float = 0.05
+    metrics_path: str | None = "/metrics"  # engine load metrics under the server root; None: off
+
+
+@dataclass(slots=True)
+class ReplicaRecord:
+    candidate: Candidate
+    model: str
+    spec: ReplicaSpec
+    healthy: bool = True
+    drained_until: float = 0.0
+    failures: int = 0
+    inflight_requests: int = 0
+    inflight_tokens: int = 0
+    inflight_blocks: int = 0
+    done: deque[tuple[float, int]] = field(default_factory=deque)  # (time, work tokens)
+    done_tokens: int = 0  # the sum over `done`, kept as it changes (read on every call)
+    service_s: float | None = None  # moving mean, first token (else dispatch) to completion
+    dispatched: int = 0  # ever, for bringing engine samples up to date
+    completed: int = 0
+
+    def counts(self) -> Counts:
+        return Counts(self.dispatched, self.completed, self.inflight_blocks)
+
+
+@dataclass(slots=True)
+class ApiRecord:
+    candidate: Candidate
+    model: str
+    cooldown_until: float = 0.0
+
+
+@dataclass(slots=True)
+class InflightCall:
+    key: str | None  # replica key; None for an API
+    session_id: str
+    prompt_tokens: int
+    uncached_tokens: int
+    predicted_blocks: int
+    blocks: int = 0  # KV blocks pinned while in flight
+    prefill_released: bool = False
+    started_at: float = 0.0  # dispatch, then first token
+
+
+@dataclass(frozen=True, slots=True)
+class FleetStats:
+    replicas: tuple[ReplicaState, ...]
+    sessions: int
+    predicted_cached_tokens: int  # summed over completed self-hosted calls
+    reported_cached_tokens: int
+    abs_error_tokens: int  # sum of |predicted - reported|: the index's accuracy
+
+
+def first_score(d: Decision) -> CandidateScore:
+    return next(s for s in d.scores if s.backend == d.backend and s.replica == d.replica)
+
+
+def plan_details(d: Decision) -> dict[str, object]:
+    return {
+        "venue": d.venue,
+        "backend": d.backend,
+        "replica": d.replica,
+        "reason": d.reason,
+        "predicted_cached_tokens": d.predicted_cached_tokens,
+        "predicted_ttft_ms": round(d.predicted_ttft_s * 1000, 1),
+        "scores": [
+            {
+                "backend": s.backend,
+                "replica": s.replica,
+                "venue": s.venue,
+                "eligible": s.eligible,
+                "cached": s.predicted_cached_tokens,
+                "ttft_ms": round(s.predicted_ttft_s * 1000, 1),
+                "wait_ms": round(s.admission_wait_s * 1000, 1),
+                "usd": round(s.predicted_usd, 6),
+                "note": s.note,
+            }
+            for s in d.scores
+        ],
+    }
