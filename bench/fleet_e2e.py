@@ -65,13 +65,22 @@ def text(rng: random.Random, n: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(n))
 
 
-def write_config(tmp: Path, urls: list[str], strategy: str) -> Path:
+def write_config(tmp: Path, urls: list[str], strategy: str, args: argparse.Namespace) -> Path:
     (tmp / "policies").mkdir(exist_ok=True)
     sha = hashlib.sha256(KEY.encode()).hexdigest()
     (tmp / "policies" / "bench.yaml").write_text(
         f'tenant: bench\napi_keys:\n  - {{id: k1, sha256: "{sha}"}}\n'
         f"routing: {{venue: selfhost_only, strategy: {strategy}}}\n"
     )
+    backend: dict[str, object] = {
+        "kind": "selfhost",
+        "name": "engine",
+        "base_url": urls[0],
+        "replicas": urls[1:],
+        "model": "smollm2",
+    }
+    if args.fleet_kv_blocks:  # the bundled engine does not report its KV size
+        backend["kv_capacity_blocks"] = args.fleet_kv_blocks
     cfg = tmp / "lantern.yaml"
     cfg.write_text(
         json.dumps(
@@ -83,20 +92,8 @@ def write_config(tmp: Path, urls: list[str], strategy: str) -> Path:
                 "prices": {
                     "smollm2": {"input": 0.1, "output": 0.1, "cache_read": 0.01, "cache_write": 0.1}
                 },
-                "models": [
-                    {
-                        "name": "smollm2",
-                        "backends": [
-                            {
-                                "kind": "selfhost",
-                                "name": "engine",
-                                "base_url": urls[0],
-                                "replicas": urls[1:],
-                                "model": "smollm2",
-                            }
-                        ],
-                    }
-                ],
+                "fleet": {"signal_interval_s": args.signal_interval_s},
+                "models": [{"name": "smollm2", "backends": [backend]}],
             }
         )
     )
@@ -184,19 +181,6 @@ async def drive(url: str, sessions: int, turns: int, seed: int) -> Tally:
     return tally
 
 
-def gateway_argv(args: argparse.Namespace) -> list[str]:
-    """`lantern` itself, or, with --fleet-kv-blocks, lantern with the fleet told each replica's
-    KV size (settings have no field for it yet, so the default ReplicaSpec is patched)."""
-    if not args.fleet_kv_blocks:
-        return [PY, "-m", "gateway.cli"]
-    patch = (
-        "import gateway.fleet as f; "
-        f"f.ReplicaSpec.__init__.__defaults__ = (2000.0, 1000.0, {args.fleet_kv_blocks}, 0.05); "
-        "from gateway.cli import main; raise SystemExit(main())"
-    )
-    return [PY, "-c", patch]
-
-
 def run(strategy: str, args: argparse.Namespace, tmp: Path) -> Tally:
     ports = [free_port() for _ in range(2)]
     engines = [
@@ -221,10 +205,11 @@ def run(strategy: str, args: argparse.Namespace, tmp: Path) -> Tally:
         for p in ports
     ]
     gw_port = free_port()
-    cfg = write_config(tmp / strategy, [f"http://127.0.0.1:{p}/v1" for p in ports], strategy)
+    urls = [f"http://127.0.0.1:{p}/v1" for p in ports]
+    cfg = write_config(tmp / strategy, urls, strategy, args)
     try:
         gw = start(
-            [*gateway_argv(args), "serve", "--config", str(cfg), "--port", str(gw_port)],
+            [PY, "-m", "gateway.cli", "serve", "--config", str(cfg), "--port", str(gw_port)],
             f"http://127.0.0.1:{gw_port}/healthz",
             log=tmp / f"gw-{strategy}.log",
             env={"LITELLM_LOCAL_MODEL_COST_MAP": "True"},
@@ -247,7 +232,12 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=6)
     ap.add_argument("--num-blocks", type=int, default=256, help="KV blocks per engine replica")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--fleet-kv-blocks", type=int, default=0, help="tell the fleet the KV size")
+    ap.add_argument(
+        "--fleet-kv-blocks", type=int, default=0, help="kv_capacity_blocks in the gateway config"
+    )
+    ap.add_argument(
+        "--signal-interval-s", type=float, default=1.0, help="engine /metrics cadence; 0: off"
+    )
     args = ap.parse_args()
     print(
         "| routing | requests | errors | prompt tokens | engine-reported cached | hit rate |"

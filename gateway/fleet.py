@@ -381,6 +381,10 @@ class Fleet:
         results = await asyncio.gather(*(self._scrape(url) for _, url in due))
         for (key, url), got in zip(due, results, strict=True):
             if isinstance(got, EngineLoad):
+                if self.signals.last(key) is None:
+                    log.info(
+                        "engine load metrics from %s (KV size %s)", url, got.kv_capacity_tokens
+                    )
                 self.observe_load(key, got)
                 continue
             failures = self.signals.failed(key, self._clock())
