@@ -133,6 +133,11 @@ class Replica:
     work_tokens: int = 0
 
 
+# Lantern's policy fed the truth: `oracle_cache` the true cache contents instead of the router's
+# index (and no engine load signal); `oracle` also the true queue and KV usage at every decision.
+ORACLES = ("oracle", "oracle_cache")
+
+
 class OracleIndex(PrefixIndex):
     """The router's index replaced by the truth: each replica's cache contents, plus the
     prompts already queued there (they will be resident by the time a follower is admitted)."""
@@ -193,9 +198,9 @@ class Simulation:
             rng=random.Random(seed),
             block_tokens=cfg.block_tokens,
         )
-        if strategy == "oracle":
+        if strategy in ORACLES:
             self.fleet.index = OracleIndex(self.replicas)
-        name = "lantern" if strategy == "oracle" else strategy
+        name = "lantern" if strategy in ORACLES else strategy
         self.tenant = TenantPolicy(
             tenant="sim", routing=RoutingPolicy(venue="selfhost_only", strategy=name)
         )  # type: ignore[arg-type]
@@ -370,7 +375,7 @@ class Simulation:
             self.push(t, "session", None)
         for s in range(int(self.cfg.duration_s)):
             self.push(float(s), "sample", None)
-        if self.cfg.poll_s > 0 and self.strategy != "oracle":
+        if self.cfg.poll_s > 0 and self.strategy not in ORACLES:
             for k in range(int(self.cfg.duration_s / self.cfg.poll_s)):
                 self.push(k * self.cfg.poll_s, "poll", None)
         while self.events:
@@ -409,7 +414,15 @@ class Simulation:
         }
 
 
-STRATEGIES = ("round_robin", "least_loaded", "session_hash", "prefix_only", "lantern", "oracle")
+STRATEGIES = (
+    "round_robin",
+    "least_loaded",
+    "session_hash",
+    "prefix_only",
+    "lantern",
+    "oracle_cache",
+    "oracle",
+)
 
 
 def size_kv(cfg: SimConfig, seed: int) -> tuple[int, float]:
