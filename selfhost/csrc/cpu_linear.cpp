@@ -19,7 +19,6 @@ void gemm_tile(const uint16_t* x, int64_t ldx, const uint16_t* group, int64_t kp
   const int32_t* xp = reinterpret_cast<const int32_t*>(x);
   for (int64_t kp = 0; kp < kpairs; ++kp) {
     const uint16_t* w = group + kp * 2 * kGroup;
-    _mm_prefetch(reinterpret_cast<const char*>(w + 16 * 2 * kGroup), _MM_HINT_T0);
     __m512bh w0 = (__m512bh)_mm512_loadu_si512(w);
     __m512bh w1 = (__m512bh)_mm512_loadu_si512(w + 32);
     __m512bh w2 = (__m512bh)_mm512_loadu_si512(w + 64);

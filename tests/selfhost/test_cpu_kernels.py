@@ -149,23 +149,24 @@ def test_paged_decode_in_place_equals_gathered_reference(
 
 
 def test_engine_forward_on_kernels_stays_within_bf16_of_fp32(smollm_files) -> None:
-    """One packed step (a decode and a prefill chunk) through both paths: the kernel path's
-    logits are as close to fp32's as the bf16 torch reference's."""
+    """One packed step (a decode and a prefill chunk) through each path: the bf16 kernel path's
+    logits stay within bf16 noise of fp32's (the bf16 torch reference's mean error here is 0.06),
+    with the same top token; fp32 with kernel attention stays within fp32 noise."""
     weights = smollm_files[0]
     logits = {}
-    for name, dtype, kernels in [
+    paths = [
         ("fp32", "float32", False),
-        ("ref", "bfloat16", False),
+        ("fp32-kernels", "float32", True),
         ("fast", "bfloat16", True),
-    ]:
+    ]
+    for name, dtype, kernels in paths:
         model = build_model(weights, 512, "cpu", dtype, cpu_kernels=kernels)
         assert (model.kernels is not None) == kernels
         logits[name] = _two_steps(model)
-    err_ref = (logits["ref"] - logits["fp32"]).abs().max()
-    err_fast = (logits["fast"] - logits["fp32"]).abs().max()
-    assert err_fast < 0.5
-    assert err_fast < 1.5 * err_ref
+    err_fast = (logits["fast"] - logits["fp32"]).abs()
+    assert err_fast.mean() < 0.25 and err_fast.max() < 1.0
     assert torch.equal(logits["fast"].argmax(-1), logits["fp32"].argmax(-1))
+    torch.testing.assert_close(logits["fp32-kernels"], logits["fp32"], rtol=0, atol=2e-4)
 
 
 def _two_steps(model) -> torch.Tensor:  # noqa: ANN001
