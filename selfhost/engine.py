@@ -51,6 +51,7 @@ class EngineStats:
     prompt_tokens_total: int
     generation_tokens_total: int
     tokens_per_s: float
+    num_kv_blocks: int = 0  # blocks in the KV pool (capacity; kv_usage is the held fraction)
 
     @property
     def prefix_hit_rate(self) -> float:
@@ -189,6 +190,7 @@ class LLMEngine:
             prompt_tokens_total=self._prompt_tokens_total,
             generation_tokens_total=self._generation_tokens_total,
             tokens_per_s=tokens / span if span > 0 else 0.0,
+            num_kv_blocks=scheduler.block_manager.num_blocks,
         )
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[int]]:

@@ -27,6 +27,7 @@ def _rows(stats: EngineStats) -> list[tuple[str, str, str, float]]:
             "Fraction of KV blocks held by live requests",
             stats.kv_usage,
         ),
+        ("kv_cache_total_blocks", "gauge", "KV blocks in the pool", stats.num_kv_blocks),
         ("num_requests_running", "gauge", "Requests in the running batch", stats.num_running),
         ("num_requests_waiting", "gauge", "Requests waiting for admission", stats.num_waiting),
         (

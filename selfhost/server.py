@@ -180,6 +180,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = all cores)")
     parser.add_argument("--served-model-name", default="")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--cpu-kernels",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="CPU: compiled kernels, built at first start (--no-cpu-kernels: torch path only)",
+    )
     return parser.parse_args(argv)
 
 
@@ -200,6 +206,7 @@ def main(argv: list[str]) -> int:
         max_num_seqs=args.max_num_seqs,
         max_model_len=args.max_model_len,
         num_threads=args.threads,
+        cpu_kernels=args.cpu_kernels,
         seed=args.seed,
         served_model_name=args.served_model_name,
     )

@@ -52,6 +52,7 @@ def test_metrics_text() -> None:
         prompt_tokens_total=150,
         generation_tokens_total=40,
         tokens_per_s=12.5,
+        num_kv_blocks=1024,
     )
     lines = render_metrics(stats, "m").splitlines()
     assert 'selfhost_kv_cache_usage_perc{model_name="m"} 0.25' in lines
@@ -60,5 +61,6 @@ def test_metrics_text() -> None:
     assert 'selfhost_prefix_cache_hit_rate{model_name="m"} 0.25' in lines
     assert 'selfhost_num_preemptions_total{model_name="m"} 3.0' in lines
     assert 'selfhost_tokens_per_second{model_name="m"} 12.5' in lines
+    assert 'selfhost_kv_cache_total_blocks{model_name="m"} 1024.0' in lines
     assert "# TYPE selfhost_num_preemptions_total counter" in lines
-    assert len(lines) == 30
+    assert len(lines) == 33

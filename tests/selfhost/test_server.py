@@ -133,6 +133,7 @@ def test_health_models_metrics_and_session_header(base_url: str) -> None:
     assert reply.status_code == 200 and reply.headers["x-session-id"] == "sess-7"
     assert metric(base_url, "prefix_cache_queries_total") > 0
     assert metric(base_url, "num_requests_running") == 0.0
+    assert metric(base_url, "kv_cache_total_blocks") == 128.0
 
 
 def test_client_disconnect_frees_blocks(base_url: str) -> None:
@@ -179,3 +180,5 @@ def test_cli_flags_parse() -> None:
     )
     assert (args.port, args.host, args.dtype, args.num_blocks) == (9001, "0.0.0.0", "bfloat16", 64)
     assert (args.max_num_batched_tokens, args.chunk_size, args.device) == (256, 128, "cpu")
+    assert args.cpu_kernels is True
+    assert parse_args(["--no-cpu-kernels"]).cpu_kernels is False
