@@ -81,6 +81,8 @@ def write_config(tmp: Path, urls: list[str], strategy: str, args: argparse.Names
     }
     if args.fleet_kv_blocks:  # the bundled engine does not report its KV size
         backend["kv_capacity_blocks"] = args.fleet_kv_blocks
+    if args.fleet_prefill_tok_s:
+        backend["prefill_tok_s"] = args.fleet_prefill_tok_s
     cfg = tmp / "lantern.yaml"
     cfg.write_text(
         json.dumps(
@@ -234,6 +236,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument(
         "--fleet-kv-blocks", type=int, default=0, help="kv_capacity_blocks in the gateway config"
+    )
+    ap.add_argument(
+        "--fleet-prefill-tok-s", type=float, default=0, help="prefill_tok_s in the gateway config"
     )
     ap.add_argument(
         "--signal-interval-s", type=float, default=1.0, help="engine /metrics cadence; 0: off"
