@@ -39,3 +39,18 @@ def test_same_seed_same_run() -> None:
         runs.append(sim.summary())
     assert runs[0] == runs[1]
     assert runs[0]["requests"] > 0
+
+
+def test_replicas_report_load_at_the_poll_cadence_and_the_oracle_sees_it_fresh() -> None:
+    cfg = SimConfig(duration_s=30.0, warmup_s=5.0, session_rate=0.5, poll_s=2.0)
+    sim = Simulation(cfg, "lantern", seed=3, kv_blocks=1500)
+    sim.run()
+    stamps = {sim.fleet.signals.last(r.key).sampled_at for r in sim.replicas}  # type: ignore[union-attr]
+    assert stamps == {28.0}  # the last poll before 30 s, not the last decision
+    off = Simulation(SimConfig(duration_s=30.0, poll_s=0.0), "lantern", seed=3, kv_blocks=1500)
+    off.run()
+    assert all(off.fleet.signals.last(r.key) is None for r in off.replicas)
+    oracle = Simulation(cfg, "oracle", seed=3, kv_blocks=1500)
+    oracle.run()
+    fresh = {oracle.fleet.signals.last(r.key).sampled_at for r in oracle.replicas}  # type: ignore[union-attr]
+    assert len(fresh) == 1 and fresh.pop() % 2.0 != 0.0  # sampled at a decision, not a poll

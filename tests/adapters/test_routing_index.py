@@ -44,3 +44,17 @@ def test_the_shortcut_equals_block_by_block_insertion() -> None:
     assert index.matched_blocks("r0", ["p", "q"]) == 2
     index.insert("r0", ["y"])  # evicts the reference's oldest, "q"
     assert index.matched_blocks("r0", ["p", "q"]) == 1
+
+
+def test_an_engine_reported_size_replaces_the_configured_one() -> None:
+    idx = PrefixIndex(min_capacity_blocks=1)
+    idx.add_replica("r", 10)
+    idx.insert("r", [f"b{i}".encode() for i in range(10)])
+    idx.correct("r", predicted_blocks=10, reported_blocks=0)  # shrinks the estimate to 9
+    assert (idx.capacity("r"), idx.nominal("r")) == (9, 10)
+    idx.resize("r", 4)  # smaller: the oldest entries go, the correction restarts from the truth
+    assert (idx.capacity("r"), idx.nominal("r"), idx.size("r")) == (4, 4, 4)
+    assert idx.matched_blocks("r", [f"b{i}".encode() for i in range(10)]) == 4  # head kept
+    idx.resize("r", 4)
+    idx.resize("missing", 100)  # unknown replica: nothing to do
+    assert idx.nominal("missing") == 0
