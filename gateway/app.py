@@ -38,6 +38,7 @@ def create_app(
         try:
             yield
         finally:
+            parts.pipeline.after_reply.flush()  # the last replies' rows, before the ledger closes
             await parts.stop()
 
     app = FastAPI(

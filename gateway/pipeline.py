@@ -28,6 +28,7 @@ from adapters.types import (
     Usage,
     WireFormat,
 )
+from gateway.after_reply import AfterReply
 from gateway.errors import PermissionDenied, RequestRejected, UnknownModel
 from gateway.ports import (
     AdmissionPort,
@@ -95,11 +96,14 @@ class Services:
     ledger: LedgerPort
     telemetry: Telemetry
     clock: Callable[[], float] = time.monotonic
+    # False: ledger row, metrics and span are written before the reply (the reference path)
+    defer_bookkeeping: bool = True
 
 
 class Pipeline:
     def __init__(self, services: Services) -> None:
         self.s = services
+        self.after_reply = AfterReply(immediate=not services.defer_bookkeeping)
 
     # --- admission: everything that may still say no ---------------------------------------
 
@@ -290,11 +294,28 @@ class Pipeline:
         usage: Usage,
         ttft_s: float | None = None,
     ) -> None:
-        self.s.routing.on_complete(t.attempt, usage, ok=status == "ok")
+        """Settle now (the next call of a sequential client must find its slot free); the
+        rest of the bookkeeping runs after the reply is out."""
         cost = self.s.pricing.cost_usd(adm.route.name, usage)
         await self.s.admission.settle(adm.ticket, usage=usage, cost_usd=cost)
+        self.after_reply.add(
+            self._close_attempt, adm, t, status, error_kind, usage, ttft_s, cost, self.s.clock()
+        )
+
+    def _close_attempt(
+        self,
+        adm: Admitted,
+        t: _Try,
+        status: str,
+        error_kind: str | None,
+        usage: Usage,
+        ttft_s: float | None,
+        cost: float,
+        ended: float,
+    ) -> None:
+        self.s.routing.on_complete(t.attempt, usage, ok=status == "ok")
         self.s.prompts.reconcile(adm.verdict, usage)
-        self._record(adm, t, status, error_kind, usage, ttft_s, cost)
+        self._write_record(adm, t, status, error_kind, usage, ttft_s, cost, ended)
 
     async def _settle_failed(self, adm: Admitted) -> None:
         await self.s.admission.settle(adm.ticket, usage=Usage(), cost_usd=0.0)
@@ -307,12 +328,26 @@ class Pipeline:
         error_kind: str | None,
         usage: Usage,
         ttft_s: float | None,
-        cost_usd: float | None = None,
     ) -> None:
-        now = self.s.clock()
+        cost = self.s.pricing.cost_usd(adm.route.name, usage)
+        self.after_reply.add(
+            self._write_record, adm, t, status, error_kind, usage, ttft_s, cost, self.s.clock()
+        )
+
+    def _write_record(
+        self,
+        adm: Admitted,
+        t: _Try,
+        status: str,
+        error_kind: str | None,
+        usage: Usage,
+        ttft_s: float | None,
+        cost: float,
+        now: float,
+    ) -> None:
+        """One ledger row, the attempt's metrics and its span."""
         model = adm.route.name
         candidate = t.attempt.candidate
-        cost = self.s.pricing.cost_usd(model, usage) if cost_usd is None else cost_usd
         row = CallRecord(
             request_id=adm.request_id,
             attempt=t.number,

@@ -312,6 +312,9 @@ def test_one_span_per_call_with_counts_and_no_text(gateway: RunningGateway) -> N
     reply = _oai(gateway).chat.completions.create(
         model="gpt-4o-mini", messages=[{"role": "user", "content": secret_text}]
     )
+    deadline = time.monotonic() + 10  # the span is written just after the reply is sent
+    while not exporter.get_finished_spans() and time.monotonic() < deadline:
+        time.sleep(0.01)
     [span] = exporter.get_finished_spans()
     attrs = dict(span.attributes)
     assert span.name == "lantern chat.completions"
