@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Literal
 
+import orjson
+
 from adapters.types import JSON, ChatRequest, Message, ToolSpec, ToolUsePart
 
 IsPublicTool = Callable[[str, bytes], bool]  # (tool name, canonical digest) -> declared public
@@ -41,6 +43,28 @@ def canonical_schema(schema: JSON) -> JSON:
     if isinstance(schema, list | tuple):
         return [canonical_schema(item) for item in schema]
     return schema
+
+
+class SchemaMemo:
+    """`canonical_schema` memoised by the schema's JSON bytes (key order included: two spellings
+    are two entries). An agent sends the same tool schemas on every call. The results are
+    shared between calls, so they are read-only (nothing in cachekeys edits a schema in place)."""
+
+    def __init__(self, max_entries: int = 4096) -> None:
+        self._memo: dict[bytes, JSON] = {}
+        self._max_entries = max_entries
+
+    def canonical(self, schema: JSON) -> JSON:
+        try:
+            key = orjson.dumps(schema)
+        except TypeError:  # not plain JSON (a huge int, a non-str key): no memo
+            return canonical_schema(schema)
+        found = self._memo.get(key)
+        if found is None:
+            if len(self._memo) >= self._max_entries:
+                self._memo.clear()  # a bound, not an LRU: a working set this large is unusual
+            found = self._memo[key] = canonical_schema(schema)
+        return found
 
 
 def canonical_arguments(arguments_json: str) -> str:
@@ -112,8 +136,11 @@ def _move_tool_markers(
     return tuple(cleared)
 
 
-def canonical_tool_schemas(tools: tuple[ToolSpec, ...]) -> tuple[ToolSpec, ...]:
-    return tuple(replace(t, input_schema=canonical_schema(t.input_schema)) for t in tools)
+def canonical_tool_schemas(
+    tools: tuple[ToolSpec, ...], memo: SchemaMemo | None = None
+) -> tuple[ToolSpec, ...]:
+    canonical = canonical_schema if memo is None else memo.canonical
+    return tuple(replace(t, input_schema=canonical(t.input_schema)) for t in tools)
 
 
 def canonical_history_arguments(request: ChatRequest) -> ChatRequest:
@@ -176,15 +203,18 @@ def _is_public_raw(
     return is_public is not None and is_public(name, raw_tool_digest(wire, tool))
 
 
-def canonical_raw_tool(wire: str, tool: Mapping[str, JSON]) -> dict[str, JSON]:
+def canonical_raw_tool(
+    wire: str, tool: Mapping[str, JSON], memo: SchemaMemo | None = None
+) -> dict[str, JSON]:
     """One raw tool with its schema canonical; other keys keep their order and values."""
+    canonical = canonical_schema if memo is None else memo.canonical
     out = dict(tool)
     key = raw_tool_schema_key(wire)
     if wire == "openai" and isinstance(tool.get("function"), Mapping):
         function = dict(tool["function"])
         if key in function:
-            function[key] = canonical_schema(function[key])
+            function[key] = canonical(function[key])
         out["function"] = function
     elif key in tool:
-        out[key] = canonical_schema(tool[key])
+        out[key] = canonical(tool[key])
     return out

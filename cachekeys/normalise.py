@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from adapters.types import ChatRequest
 from cachekeys.canonical import (
     IsPublicTool,
+    SchemaMemo,
     canonical_history_arguments,
     canonical_tool_schemas,
     order_tools,
@@ -47,6 +48,7 @@ class NormaliseOptions:
     relocate_volatile: bool = False
     volatile: VolatileMatcher = field(default_factory=VolatileMatcher.build)
     public: PublicPrefix = PublicPrefix()
+    schemas: SchemaMemo | None = None  # canonical schemas memoised (same result, less CPU)
 
     @property
     def is_public_tool(self) -> IsPublicTool | None:
@@ -58,7 +60,7 @@ def normalise_request(request: ChatRequest, options: NormaliseOptions) -> ChatRe
     """Apply the enabled switches in a fixed order: schemas, tool order, history args, relocation."""
     out = request
     if options.canonical_json and out.tools:
-        out = replace(out, tools=canonical_tool_schemas(out.tools))
+        out = replace(out, tools=canonical_tool_schemas(out.tools, options.schemas))
     if options.order_tools and out.tools:
         out = replace(out, tools=order_tools(out.tools, options.is_public_tool))
     if options.canonical_tool_args:

@@ -24,7 +24,10 @@ def normalise_raw(wire: WireFormat, body: Mapping[str, JSON], options: Normalise
     tools = out.get("tools")
     if isinstance(tools, list) and tools:
         if options.canonical_json:
-            tools = [canonical_raw_tool(wire, t) if isinstance(t, Mapping) else t for t in tools]
+            memo = options.schemas
+            tools = [
+                canonical_raw_tool(wire, t, memo) if isinstance(t, Mapping) else t for t in tools
+            ]
         if options.order_tools:
             tools = order_raw_tools(wire, tools, options.is_public_tool)
         out["tools"] = tools

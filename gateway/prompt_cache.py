@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry, Counter
 from adapters.tokens import TokenCounter, TokenIdsMemo
 from adapters.types import JSON, ChatRequest, Usage, WireFormat
 from cachekeys.blockhash import tenant_salt
+from cachekeys.canonical import SchemaMemo
 from cachekeys.chain_memo import PrefixHashMemo
 from cachekeys.diagnosis import (
     CacheDiagnosis,
@@ -75,7 +76,9 @@ class TiktokenEncoder:
 
 
 def normalise_options(
-    policy: CachePolicy, matchers: dict[tuple[str, ...], VolatileMatcher] | None = None
+    policy: CachePolicy,
+    matchers: dict[tuple[str, ...], VolatileMatcher] | None = None,
+    schemas: SchemaMemo | None = None,
 ) -> NormaliseOptions:
     """The tenant's `cache:` section as cachekeys options (compiled patterns memoised in `matchers`)."""
     n = policy.normalise
@@ -91,7 +94,13 @@ def normalise_options(
         system_sha256=frozenset(p.system_sha256 for p in policy.public_prefixes if p.system_sha256),
     )
     return NormaliseOptions(
-        n.order_tools, n.canonical_json, n.canonical_tool_args, n.relocate_volatile, matcher, public
+        n.order_tools,
+        n.canonical_json,
+        n.canonical_tool_args,
+        n.relocate_volatile,
+        matcher,
+        public,
+        schemas,
     )
 
 
@@ -327,6 +336,7 @@ class PromptCachePort:
         self._clock = clock
         self._matchers: dict[tuple[str, ...], VolatileMatcher] = {}
         self._hashes = PrefixHashMemo()
+        self._schemas = SchemaMemo()
         self.tracker = SessionCacheTracker(max_sessions)
         self.metrics = CacheMetrics(registry)
 
@@ -338,7 +348,7 @@ class PromptCachePort:
         tenant: TenantPolicy,
         model: str,
     ) -> PreparedPrompt:
-        options = normalise_options(tenant.cache, self._matchers)
+        options = normalise_options(tenant.cache, self._matchers, self._schemas)
         return _prepare(
             wire,
             body,

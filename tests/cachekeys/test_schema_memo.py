@@ -1,0 +1,42 @@
+"""`SchemaMemo` (the fast path) gives exactly what `canonical_schema` (the reference) gives,
+on canonical requests and raw bodies, first call and memoised calls alike."""
+
+from __future__ import annotations
+
+import json
+
+from adapters import openai_wire
+from cachekeys.canonical import SchemaMemo, canonical_schema
+from cachekeys.normalise import NormaliseOptions, normalise_request
+from cachekeys.raw import normalise_raw
+from tests.cachekeys.conftest import agent_request
+
+SCHEMAS = [
+    {"type": "object", "required": ["z", "a"], "properties": {"z": {"enum": ["b", "a"]}}},
+    {"required": ["a", "z"], "type": "object", "properties": {"z": {"enum": ["b", "a"]}}},
+    {"type": "object", "properties": {"n": {"type": "number", "default": 1.0}}},
+    {"type": "object", "properties": {"n": {"type": "number", "default": 1}}},
+    {"anyOf": [{"type": "string"}, {"type": "null"}], "required": [1, "a"]},
+    {"big": 2**70, "required": ["b", "a"]},  # not plain JSON for the memo's key: no memo
+    [],
+    "leaf",
+]
+
+
+def test_memo_equals_reference_first_and_memoised() -> None:
+    memo = SchemaMemo(max_entries=3)  # small: the bound is crossed too
+    for _ in range(3):
+        for schema in SCHEMAS:
+            got, want = memo.canonical(schema), canonical_schema(schema)
+            assert got == want
+            assert json.dumps(got) == json.dumps(want)  # key order and int/float kept
+
+
+def test_normalise_with_memo_equals_without() -> None:
+    plain, memoised = NormaliseOptions(), NormaliseOptions(schemas=SchemaMemo())
+    request = agent_request(tools=("search", "edit", "ask"))
+    body = openai_wire.encode_request(request)
+    for _ in range(2):
+        assert normalise_request(request, memoised) == normalise_request(request, plain)
+        got, want = normalise_raw("openai", body, memoised), normalise_raw("openai", body, plain)
+        assert json.dumps(got) == json.dumps(want)
