@@ -1,5 +1,7 @@
 """Where a decode step of Lantern's engine spends its time: torch.profiler over a few steps at a
-given batch size, in process, after the prompts are prefilled. Prints tables; never asserts.
+given batch size, in process, after the prompts are prefilled, and (on the CPU fast path, whose
+kernels torch.profiler sees only as engine.step self time) wall time per kernel. Prints tables;
+never asserts.
 
     .venv/bin/python -m bench.engine_profile [--batch 1] [--steps 16] [--threads 2]
 """
@@ -9,6 +11,9 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from collections import defaultdict
+from collections.abc import Callable
+from types import ModuleType
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
@@ -66,6 +71,52 @@ def step_phases(engine, steps: int) -> dict[str, float]:  # noqa: ANN001
     return totals
 
 
+class TimedKernels:
+    """The CPU kernels module with wall time per kernel (linears keyed by output rows)."""
+
+    def __init__(self, kernels: ModuleType) -> None:
+        self.kernels = kernels
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+
+    def __getattr__(self, name: str) -> Callable[..., object]:
+        kernel = getattr(self.kernels, name)
+
+        def timed(*args: object) -> object:
+            key = f"linear N={args[2]}" if name == "linear" else name
+            started = time.perf_counter()
+            result = kernel(*args)
+            self.seconds[key] += time.perf_counter() - started
+            self.calls[key] += 1
+            return result
+
+        return timed
+
+
+def kernel_table(engine, steps: int) -> str:  # noqa: ANN001
+    """ms per step in each CPU kernel over `steps` decode steps ('' when the kernels are off)."""
+    model = engine.runner.model
+    if model.kernels is None:
+        return ""
+    timed = TimedKernels(model.kernels)
+    model.kernels = timed
+    started = time.perf_counter()
+    try:
+        for _ in range(steps):
+            engine.step()
+    finally:
+        model.kernels = timed.kernels
+    step_ms = (time.perf_counter() - started) * 1000 / steps
+    rows = sorted(timed.seconds.items(), key=lambda item: -item[1])
+    lines = [f"CPU kernels, {step_ms:.1f} ms per step (timed):"]
+    lines += [
+        f"  {key:<18} {seconds * 1000 / steps:6.2f} ms  {timed.calls[key] // steps:3d} calls"
+        for key, seconds in rows
+    ]
+    other = step_ms - sum(timed.seconds.values()) * 1000 / steps
+    return "\n".join([*lines, f"  {'outside kernels':<18} {other:6.2f} ms"])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batch", type=int, default=1)
@@ -86,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         print("phases (ms/step): " + ", ".join(f"{k} {v:.2f}" for k, v in phases.items()))
     except (AttributeError, TypeError) as exc:  # the engine's internals moved on
         print(f"phases unavailable: {exc!r}")
+    print(kernel_table(engine, args.steps))
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(args.steps):
             with record_function("engine.step"):

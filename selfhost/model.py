@@ -159,7 +159,8 @@ class LlamaModel(nn.Module):
         kv_cache: torch.Tensor,
         meta: AttentionMetadata,
     ) -> torch.Tensor:
-        """input_ids, positions: [T]; kv_cache: [L, 2, num_blocks, block_size, KV, D] -> [T, hidden]."""
+        """input_ids, positions: [T]; kv_cache: [L, 2, num_blocks, block_size, KV, D] -> the residual
+        stream [T, hidden] after the last layer (compute_logits applies the final norm)."""
         x = F.embedding(input_ids, self.embed)
         if self.kernels is not None and self.kernel_layers:
             return self._forward_kernels(self.kernels, x, positions, kv_cache, meta)
@@ -167,7 +168,7 @@ class LlamaModel(nn.Module):
         sin = self.rope_sin[positions].unsqueeze(1).to(x.dtype)
         for index, layer in enumerate(self.decoder_layers()):
             x = layer(x, cos, sin, kv_cache[index], meta, self.kernels)
-        return F.rms_norm(x, (self.config.hidden_size,), self.norm, self.config.rms_norm_eps)
+        return x
 
     def _forward_kernels(
         self,
@@ -181,7 +182,7 @@ class LlamaModel(nn.Module):
         rope = (positions, *self.kernel_rope)
         for index, weights in enumerate(self.kernel_layers):
             x = kernel_layer_forward(kernels, self.config, weights, x, rope, kv_cache[index], meta)
-        return F.rms_norm(x, (self.config.hidden_size,), self.norm, self.config.rms_norm_eps)
+        return x
 
     def use_kernels(self, kernels: ModuleType) -> None:
         """Switch to the CPU kernels: in bf16 every layer (weights packed for them once); in fp32
@@ -206,11 +207,19 @@ class LlamaModel(nn.Module):
         return [cast(DecoderLayer, layer) for layer in self.layers]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [S, hidden] rows of the residual stream -> fp32 logits [S, V] (final norm + head)."""
+        cfg = self.config
         if self.kernels is not None and self.kernel_head is not None:  # bf16 kernel path
-            rows = self.config.vocab_size
             return self.kernels.linear(
-                hidden, self.kernel_head, rows, "none", None, 0.0, None
+                hidden,
+                self.kernel_head,
+                cfg.vocab_size,
+                "rms_norm",
+                self.norm,
+                cfg.rms_norm_eps,
+                None,
             ).float()
+        hidden = F.rms_norm(hidden, (cfg.hidden_size,), self.norm, cfg.rms_norm_eps)
         if self.packed_head is not None:
             logits = torch.ops.mkldnn._linear_pointwise(
                 hidden, self.packed_head, None, "none", [], ""
