@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +15,7 @@ from adapters.types import Usage
 from gateway.fleet import Fleet, ReplicaSpec
 from gateway.fleet_signals import HttpMetricsSource
 from gateway.ports import Candidate, ModelRoute
+from gateway.settings import FleetSettings, SettingsError, load_settings
 from policies.model import TenantPolicy
 from policies.routing import RoutingPolicy
 from tests.adapters.test_router_fleet import Clock, ProbeBackend, chain, prepared
@@ -126,3 +128,24 @@ def test_a_replica_without_metrics_is_never_scraped(engines: Engines) -> None:
     assert Fleet([route], clock=clock, rng=random.Random(1)).signals.last("x") is None
     asyncio.run(source.aclose())
     assert engines.hits == {}
+
+
+def test_fleet_settings_defaults_and_a_backend_opting_out_of_scrapes(tmp_path: Path) -> None:
+    assert FleetSettings() == FleetSettings(
+        signal_interval_s=1.0, signal_timeout_s=0.5, signal_max_age_s=5.0, health_interval_s=10.0
+    )
+    path = tmp_path / "lantern.yaml"
+    path.write_text(
+        "fleet: {signal_interval_s: 0}\n"
+        "models:\n"
+        "  - name: m\n"
+        "    backends:\n"
+        "      - {kind: openai_compatible, name: hosted, base_url: 'https://x/v1', model: m,\n"
+        "         metrics_path: null, kv_capacity_blocks: 160}\n"
+    )
+    settings = load_settings(path)
+    backend = settings.models[0].backends[0]
+    assert (settings.fleet.signal_interval_s, backend.metrics_path) == (0.0, None)
+    path.write_text("fleet: {signal_timeout_s: 0}\n")
+    with pytest.raises(SettingsError, match="fleet.signal_timeout_s"):
+        load_settings(path)
