@@ -25,7 +25,8 @@ _KV_USAGE = (
     "vllm:gpu_cache_usage_perc",  # vLLM v0
     "sglang:token_usage",
 )
-_KV_TOKENS = ("selfhost_kv_cache_capacity_tokens", "sglang:max_total_num_tokens")
+# KV size: (name, tokens per unit); the bundled engine counts 16-token blocks (fixed in its CLI)
+_KV_SIZE = (("selfhost_kv_cache_total_blocks", 16), ("sglang:max_total_num_tokens", 1))
 _VLLM_CACHE_INFO = "vllm:cache_config_info"  # labels num_gpu_blocks and block_size
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)(\s+\S+)?$")
@@ -86,6 +87,13 @@ def _first(by_name: Mapping[str, list[float]], names: tuple[str, ...]) -> list[f
     return next((by_name[n] for n in names if n in by_name), None)
 
 
+def _capacity_tokens(by_name: Mapping[str, list[float]], series: list[_Series]) -> int | None:
+    for name, unit in _KV_SIZE:
+        if name in by_name:
+            return int(sum(by_name[name])) * unit
+    return _vllm_capacity(series)
+
+
 def _vllm_capacity(series: list[_Series]) -> int | None:
     total = 0
     for s in series:
@@ -104,8 +112,7 @@ def parse_metrics(text: str, sampled_at: float) -> EngineLoad:
     for s in series:
         by_name.setdefault(s.name, []).append(s.value)
     waiting, running = _first(by_name, _WAITING), _first(by_name, _RUNNING)
-    usage, tokens = _first(by_name, _KV_USAGE), _first(by_name, _KV_TOKENS)
-    capacity = int(sum(tokens)) if tokens else _vllm_capacity(series)
+    usage, capacity = _first(by_name, _KV_USAGE), _capacity_tokens(by_name, series)
     if waiting is None and running is None and usage is None and capacity is None:
         raise MetricsMalformed("no known load metric in the answer")
     return EngineLoad(

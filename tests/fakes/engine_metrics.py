@@ -11,9 +11,9 @@ from selfhost.engine import EngineStats
 from selfhost.metrics import render_metrics
 
 
-def bundled(waiting: int, running: int, kv_usage: float) -> str:
+def bundled(waiting: int, running: int, kv_usage: float, kv_blocks: int = 0) -> str:
     """What the bundled engine's /metrics says for these figures (its real renderer)."""
-    stats = EngineStats(running, waiting, kv_usage, 100, 40, 0, 1000, 200, 12.5)
+    stats = EngineStats(running, waiting, kv_usage, 100, 40, 0, 1000, 200, 12.5, kv_blocks)
     return render_metrics(stats, "smollm2")
 
 

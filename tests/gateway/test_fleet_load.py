@@ -68,7 +68,7 @@ def test_engine_load_moves_a_sticky_session_and_failures_fall_back(engines: Engi
 
     async def scenario() -> None:
         assert await fleet.poll_signals() == {a: True, b: True}
-        assert fleet.index.nominal(a) == 1000  # configured: the bundled engine has no size
+        assert fleet.index.nominal(a) == 1000  # configured: this engine did not say its size
         assert fleet.index.nominal(b) == 500  # vLLM said 500 blocks of 16 tokens
         # one turn of s1 on a, two seconds from dispatch to completion
         h = chain("s1", 100)
@@ -77,10 +77,11 @@ def test_engine_load_moves_a_sticky_session_and_failures_fall_back(engines: Engi
         fleet.on_dispatch(plan.attempts[0], "s1", prepared(h))
         clock.now += 2.0
         fleet.on_complete(plan.attempts[0], Usage(1600, 50), ok=True)
-        # a now reports 3 waiting and a full KV
-        engines.bodies["a"] = bundled(waiting=3, running=2, kv_usage=1.0)
+        # a now reports 3 waiting, a full KV, and its pool size
+        engines.bodies["a"] = bundled(waiting=3, running=2, kv_usage=1.0, kv_blocks=160)
         clock.now += 1.0
         assert await fleet.poll_signals() == {a: True, b: True}
+        assert fleet.index.nominal(a) == 160  # the engine's own size replaces the setting
         plan = fleet.plan(route, tenant, "s1", prepared(h + chain("t2", 4)), 1664, 50)
         assert plan.details["reason"] == "sticky_broken_gate"
         scores = {s["replica"]: s for s in plan.details["scores"]}

@@ -42,8 +42,10 @@ sglang:max_total_num_tokens{model_name="m"} 161721.0
 
 
 def test_the_bundled_engines_own_metrics_parse_to_exact_values() -> None:
-    load = parse_metrics(bundled(waiting=3, running=5, kv_usage=0.75), sampled_at=12.0)
-    assert load == EngineLoad(12.0, waiting=3, running=5, kv_usage=0.75, kv_capacity_tokens=None)
+    load = parse_metrics(bundled(waiting=3, running=5, kv_usage=0.75, kv_blocks=160), 12.0)
+    assert load == EngineLoad(12.0, waiting=3, running=5, kv_usage=0.75, kv_capacity_tokens=2560)
+    older = parse_metrics(bundled(waiting=0, running=1, kv_usage=0.5), 1.0)  # no pool size
+    assert older == EngineLoad(1.0, waiting=0, running=1, kv_usage=0.5, kv_capacity_tokens=None)
 
 
 def test_vllm_counts_are_summed_usage_averaged_and_capacity_read_from_cache_config() -> None:
