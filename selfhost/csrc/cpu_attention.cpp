@@ -127,6 +127,19 @@ struct Pools {
   }
 };
 
+// Starts loading one block's K and V (all KV heads) into cache: a block table jumps around the
+// pool, so the hardware prefetcher cannot see the next block coming.
+template <typename T>
+void prefetch_block(const Pools<T>& p, int64_t block_id) {
+  const int64_t count = kBlock * p.kv * p.dim, offset = block_id * count;
+  const char* k = reinterpret_cast<const char*>(p.k + offset);
+  const char* v = reinterpret_cast<const char*>(p.v + offset);
+  for (int64_t byte = 0; byte < count * static_cast<int64_t>(sizeof(T)); byte += 64) {
+    _mm_prefetch(k + byte, _MM_HINT_T0);
+    _mm_prefetch(v + byte, _MM_HINT_T0);
+  }
+}
+
 template <typename T>
 void write_rows(const RowState* state, const float* acc, int64_t rows, int64_t dim, T* out) {
   for (int64_t r = 0; r < rows; ++r) {
@@ -150,15 +163,20 @@ void decode_chunk(const Pools<T>& p, const DecodeTables& d, int64_t b0, int64_t 
   std::vector<RowState> state(rows);
   std::vector<float> acc(rows * p.dim, 0.0f);
   auto row = [&](int64_t b) { return (b - b0) * p.heads; };
-  for (int64_t i = 0; i < d.num_shared; ++i)
+  for (int64_t i = 0; i < d.num_shared; ++i) {
+    if (i + 1 < d.num_shared) prefetch_block(p, d.shared[i + 1]);
     for (int64_t b = b0; b < b1; ++b)
       p.attend_heads(b, h0, h1, d.shared[i], kBlock, &state[row(b)], &acc[row(b) * p.dim]);
-  for (int64_t b = b0; b < b1; ++b)
-    for (int64_t i = 0; i * kBlock < d.lens[b] && i < d.width; ++i) {
+  }
+  for (int64_t b = b0; b < b1; ++b) {
+    const int64_t blocks = std::min(d.width, (d.lens[b] + kBlock - 1) / kBlock);
+    for (int64_t i = 0; i < blocks; ++i) {
+      if (i + 1 < blocks) prefetch_block(p, d.tables[b * d.width + i + 1]);
       const int count = static_cast<int>(std::min(kBlock, d.lens[b] - i * kBlock));
       p.attend_heads(b, h0, h1, d.tables[b * d.width + i], count, &state[row(b)],
                      &acc[row(b) * p.dim]);
     }
+  }
   for (int64_t b = b0; b < b1; ++b) {
     const int64_t r = row(b) + h0 * group;
     write_rows(&state[r], &acc[r * p.dim], (h1 - h0) * group, p.dim,
