@@ -21,10 +21,8 @@ from adapters.types import (
     JSON,
     ChatRequest,
     ChatResponse,
-    StreamEnd,
+    Message,
     StreamEvent,
-    TextDelta,
-    ToolCallDelta,
     Usage,
     WireFormat,
 )
@@ -46,6 +44,7 @@ from gateway.ports import (
     Ticket,
     TokenCounting,
 )
+from gateway.stream_tally import StreamTally
 from gateway.telemetry import CallLabels, CallSpan, Telemetry
 from policies.model import TenantPolicy
 
@@ -232,6 +231,7 @@ class Pipeline:
                     await self._finish(adm, t, "client_disconnect", None, Usage(adm.prompt_tokens))
                 raise
             await self._finish(adm, t, "ok", None, response.usage)
+            self.after_reply.add(self._extend, adm, t, Message("assistant", response.content))
             return response
         await self._settle_failed(adm)
         assert last_error is not None
@@ -241,7 +241,7 @@ class Pipeline:
         """Yield the chosen backend's events; fall back only before the first event."""
         last_error: UpstreamError | None = None
         for t in self._tries(adm):
-            tally = _StreamTally(adm.route.name, self.s.counter)
+            tally = StreamTally(adm.route.name, self.s.counter)
             try:
                 async for event in t.attempt.candidate.backend.stream(
                     self._backend_call(adm, t.attempt)
@@ -266,6 +266,7 @@ class Pipeline:
                     await self._finish(adm, t, "client_disconnect", None, usage, tally.ttft_s)
                 raise
             await self._finish(adm, t, "ok", None, tally.usage(adm.prompt_tokens), tally.ttft_s)
+            self.after_reply.add(self._extend, adm, t, tally.answer())
             return
         await self._settle_failed(adm)
         assert last_error is not None
@@ -276,6 +277,14 @@ class Pipeline:
         for number, attempt in enumerate(adm.plan.attempts):
             self.s.routing.on_dispatch(attempt, adm.session_id, adm.prepared)
             yield _Try(number, attempt, self.s.clock())
+
+    def _extend(self, adm: Admitted, t: _Try, answer: Message) -> None:
+        """Tell the router the replica now also holds the answer (the session's next prefix)."""
+        if t.attempt.candidate.venue == "selfhost":
+            hashes = self.s.prompts.answer_hashes(
+                adm.call.wire, adm.call.tenant, adm.prepared, answer
+            )
+            self.s.routing.extend(t.attempt, hashes)
 
     def _failed_before_output(self, adm: Admitted, t: _Try, exc: UpstreamError) -> bool:
         """Record an attempt that produced nothing; True when the next one may be tried."""
@@ -390,33 +399,3 @@ def _max_tokens_field(wire: WireFormat, body: Mapping[str, JSON]) -> str:
     if wire == "openai" and "max_completion_tokens" in body:
         return "max_completion_tokens"
     return "max_tokens"
-
-
-class _StreamTally:
-    """Counts what a stream produced, so a broken stream still settles to the truth."""
-
-    def __init__(self, model: str, counter: TokenCounting) -> None:
-        self.model = model
-        self.counter = counter
-        self.text: list[str] = []
-        self.final: Usage | None = None
-        self.ttft_s: float | None = None
-        self.started = False
-
-    def see(self, event: StreamEvent, elapsed_s: float) -> bool:
-        """Take one event; True when it is the first token."""
-        self.started = True
-        is_first = False
-        if isinstance(event, TextDelta | ToolCallDelta):
-            if self.ttft_s is None:
-                self.ttft_s, is_first = elapsed_s, True
-            self.text.append(event.text if isinstance(event, TextDelta) else event.arguments_json)
-        elif isinstance(event, StreamEnd):
-            self.final = event.usage
-        return is_first
-
-    def usage(self, prompt_tokens: int) -> Usage:
-        if self.final is not None:
-            return self.final
-        produced = self.counter.count_text(self.model, "".join(self.text)) if self.text else 0
-        return Usage(input_tokens=prompt_tokens, output_tokens=produced)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from adapters.backend import Backend
-from adapters.types import JSON, ChatRequest, Usage, WireFormat
+from adapters.types import JSON, ChatRequest, Message, Usage, WireFormat
 from policies.model import TenantPolicy
 
 Venue = Literal["selfhost", "api"]
@@ -92,6 +92,10 @@ class PromptPort(Protocol):
 
     def reconcile(self, verdict: CacheVerdict, usage: Usage) -> None: ...
 
+    def answer_hashes(
+        self, wire: WireFormat, tenant: TenantPolicy, prepared: PreparedPrompt, answer: Message
+    ) -> tuple[bytes, ...]: ...  # the prefix chain of prompt + answer (the next call's start)
+
 
 @dataclass(frozen=True, slots=True)
 class CacheVerdict:
@@ -127,6 +131,8 @@ class RoutingPort(Protocol):
     def on_first_token(self, attempt: Attempt) -> None: ...  # prefill done: load eases
 
     def on_complete(self, attempt: Attempt, usage: Usage, ok: bool) -> None: ...
+
+    def extend(self, attempt: Attempt, chain_hashes: tuple[bytes, ...]) -> None: ...  # the answer
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,15 @@ import orjson
 from prometheus_client import CollectorRegistry, Counter
 
 from adapters.tokens import TokenCounter, TokenIdsMemo
-from adapters.types import JSON, ChatRequest, Usage, WireFormat
+from adapters.types import (
+    JSON,
+    ChatRequest,
+    ContentPart,
+    Message,
+    ToolUsePart,
+    Usage,
+    WireFormat,
+)
 from cachekeys.blockhash import tenant_salt
 from cachekeys.canonical import SchemaMemo
 from cachekeys.chain_memo import PrefixHashMemo
@@ -370,3 +378,37 @@ class PromptCachePort:
 
     def reconcile(self, verdict: CacheVerdict, usage: Usage) -> None:
         reconcile(verdict.diagnosis_json, usage.cache_read_tokens, self.metrics)
+
+    def answer_hashes(
+        self, wire: WireFormat, tenant: TenantPolicy, prepared: PreparedPrompt, answer: Message
+    ) -> tuple[bytes, ...]:
+        """The chain the session's next call will start with: this call's prompt (less Lantern's
+        relocated volatile tail, which the next call moves past the answer) and then the answer,
+        as a client echoes it back. Blocks already hashed come from the memo."""
+        options = normalise_options(tenant.cache, self._matchers, self._schemas)
+        echoed = _as_echoed(wire, answer)
+        extended = replace(prepared.request, messages=(*prepared.request.messages, echoed))
+        blocks = tuple(b for b in request_blocks(extended, options.public) if not b.is_volatile)
+        model = prepared.request.model
+        ids = [self._encoder.encode(model, b.text) for b in blocks]
+        layout = PromptLayout(blocks, tuple(len(i) for i in ids))
+        return self._hashes.prefix_hashes(layout, ids, prepared.cache_salt, model)
+
+
+def _as_echoed(wire: WireFormat, answer: Message) -> Message:
+    """An Anthropic client sends a tool call back as an `input` object, which the next call
+    decodes to compact JSON; an OpenAI client sends the model's `arguments` string as it was."""
+    if wire != "anthropic":
+        return answer
+    return replace(answer, content=tuple(_compact(p) for p in answer.content))
+
+
+def _compact(part: ContentPart) -> ContentPart:
+    if not isinstance(part, ToolUsePart):
+        return part
+    try:
+        return replace(
+            part, arguments_json=orjson.dumps(orjson.loads(part.arguments_json)).decode()
+        )
+    except orjson.JSONDecodeError:  # a broken stream's partial arguments: keep them as produced
+        return part
