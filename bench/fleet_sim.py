@@ -187,6 +187,7 @@ class Simulation:
         self.route = ModelRoute("m", cands)
         spec = ReplicaSpec(
             prefill_tok_s=1 / cfg.step_per_token_s,
+            prefill_pinned=True,  # the simulator knows its engine's rate exactly
             capacity_tok_s=1 / cfg.step_per_token_s,
             kv_capacity_blocks=kv_blocks,
             base_ttft_s=cfg.step_base_s,

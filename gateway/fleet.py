@@ -53,6 +53,9 @@ from policies.routing import RoutingPolicy
 
 log = logging.getLogger("lantern.fleet")
 
+# a non-streamed call is a prefill sample only when its answer is at most this many tokens
+NONSTREAM_SAMPLE_MAX_OUTPUT = 16
+
 
 __all__ = ["Fleet", "FleetStats", "ReplicaSpec"]
 
@@ -132,7 +135,7 @@ class Fleet:
             r.inflight_tokens,
             r.inflight_blocks,
             load.queue_depth if load else 0,
-            r.spec.prefill_tok_s,
+            r.prefill.tok_s,
             r.spec.capacity_tok_s,
             self.index.capacity(key),
             min(util, 1.0),
@@ -218,6 +221,7 @@ class Fleet:
         matched = self.index.matched_blocks(key, hashes)
         cached = min(matched * self.block_tokens, max(prompt - 1, 0))
         blocks = -(-(prompt + max_tokens) // self.block_tokens)
+        now = self._clock()
         record = InflightCall(
             key,
             session_id,
@@ -225,7 +229,9 @@ class Fleet:
             prompt - cached,
             matched,
             blocks=blocks,
-            started_at=self._clock(),
+            started_at=now,
+            dispatched_at=now,
+            queued_tokens=r.inflight_tokens + prompt - cached,
         )
         r.inflight_requests += 1
         r.dispatched += 1
@@ -237,9 +243,19 @@ class Fleet:
     def on_first_token(self, attempt: Attempt) -> None:
         """Optional: the prefill is done, so its tokens stop counting as queued work."""
         held = self._inflight.get(id(attempt))
-        if held is not None and held[1].key is not None:
-            self._release_prefill(held[1])
-            held[1].started_at = self._clock()
+        if held is not None and held[1].key is not None and not held[1].prefill_released:
+            rec, now = held[1], self._clock()
+            self._learn_prefill(rec, now - rec.dispatched_at)
+            self._release_prefill(rec)
+            rec.started_at = now
+
+    def _learn_prefill(self, rec: InflightCall, seconds: float) -> None:
+        """One rate sample: the replica's queued prefill at dispatch (ours included) took
+        `seconds` less the fixed cost. Work from other clients of the engine is not counted,
+        so a shared engine reads slower than it is (the router then spreads more, not less)."""
+        assert rec.key is not None
+        r = self._replicas[rec.key]
+        r.prefill.observe(rec.queued_tokens, seconds - r.spec.base_ttft_s)
 
     def _release_prefill(self, rec: InflightCall) -> None:
         if rec.key is not None and not rec.prefill_released:
@@ -256,6 +272,10 @@ class Fleet:
             self._api_done(c, rec, usage, ok, now)
             return
         r = self._replicas[rec.key]
+        if ok and not rec.prefill_released and usage.output_tokens <= NONSTREAM_SAMPLE_MAX_OUTPUT:
+            # no first token seen: the whole call bounds the prefill; with a short answer the
+            # decode is a small part of it (biased slow, i.e. towards spreading the load)
+            self._learn_prefill(rec, now - rec.dispatched_at)
         self._release_prefill(rec)
         r.inflight_requests -= 1
         r.completed += 1

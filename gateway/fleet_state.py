@@ -9,6 +9,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from adapters.routing_types import CandidateScore, Decision, ReplicaState
+from gateway.fleet_rate import PrefillRate
 from gateway.fleet_signals import Counts
 from gateway.ports import Candidate
 
@@ -17,7 +18,8 @@ from gateway.ports import Candidate
 class ReplicaSpec:
     """What the operator knows about one self-hosted backend's replicas (config)."""
 
-    prefill_tok_s: float = 2000.0
+    prefill_tok_s: float = 2000.0  # the starting point; the fleet learns the real rate
+    prefill_pinned: bool = False  # True: `prefill_tok_s` is final, nothing is learned
     capacity_tok_s: float = 1000.0
     kv_capacity_blocks: int = 1024  # the bundled engine's default --num-blocks
     base_ttft_s: float = 0.05
@@ -40,6 +42,10 @@ class ReplicaRecord:
     service_s: float | None = None  # moving mean, first token (else dispatch) to completion
     dispatched: int = 0  # ever, for bringing engine samples up to date
     completed: int = 0
+    prefill: PrefillRate = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.prefill = PrefillRate(self.spec.prefill_tok_s, pinned=self.spec.prefill_pinned)
 
     def counts(self) -> Counts:
         return Counts(self.dispatched, self.completed, self.inflight_blocks)
@@ -62,6 +68,8 @@ class InflightCall:
     blocks: int = 0  # KV blocks pinned while in flight
     prefill_released: bool = False
     started_at: float = 0.0  # dispatch, then first token
+    dispatched_at: float = 0.0
+    queued_tokens: int = 0  # the replica's unfinished prefill tokens at dispatch, ours included
 
 
 @dataclass(frozen=True, slots=True)

@@ -155,6 +155,7 @@ def fleet_inputs(settings: Settings, routes: RoutePricing) -> tuple[Prices, dict
                 default = ReplicaSpec()
                 specs[b.name] = ReplicaSpec(
                     prefill_tok_s=b.prefill_tok_s or default.prefill_tok_s,
+                    prefill_pinned=settings.fleet.pin_prefill_tok_s,
                     capacity_tok_s=b.capacity_tok_s or default.capacity_tok_s,
                     kv_capacity_blocks=b.kv_capacity_blocks or default.kv_capacity_blocks,
                     metrics_path=b.metrics_path,

@@ -68,6 +68,8 @@ class FleetSettings(_Section):
     signal_timeout_s: float = Field(default=0.5, gt=0)
     signal_max_age_s: float = Field(default=5.0, gt=0)  # older samples are ignored
     health_interval_s: float = Field(default=10.0, gt=0)  # one-token generation probes
+    # true: each backend's prefill_tok_s (or the default) is final; false: it is learned
+    pin_prefill_tok_s: bool = False
 
 
 class PriceOverride(_Section):
@@ -85,7 +87,7 @@ class _Backend(_Section):
     price_per_hour_usd: float | None = Field(default=None, ge=0)  # per replica, self-hosted
     replicas: tuple[str, ...] = ()  # base URLs of further replicas of the same engine
     # Self-hosted replicas only: what one replica sustains, for routing and break-even reports.
-    prefill_tok_s: float | None = Field(default=None, gt=0)
+    prefill_tok_s: float | None = Field(default=None, gt=0)  # the start; the fleet learns it
     capacity_tok_s: float | None = Field(default=None, gt=0)  # tokens/s at full use
     kv_capacity_blocks: int | None = Field(default=None, gt=0)  # 16-token KV blocks
     # engine load metrics (Prometheus text) under the replica's server root; null: not scraped
