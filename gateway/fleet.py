@@ -255,7 +255,17 @@ class Fleet:
         so a shared engine reads slower than it is (the router then spreads more, not less)."""
         assert rec.key is not None
         r = self._replicas[rec.key]
-        r.prefill.observe(rec.queued_tokens, seconds - r.spec.base_ttft_s)
+        n = r.prefill.num_samples
+        if r.prefill.observe(rec.queued_tokens, seconds - r.spec.base_ttft_s) and (
+            n < 4 or n % 10 == 9
+        ):
+            log.info(
+                "prefill rate of %s: %.0f tok/s after %d samples (%d calls dispatched)",
+                rec.key,
+                r.prefill.tok_s,
+                n + 1,
+                r.dispatched,
+            )
 
     def _release_prefill(self, rec: InflightCall) -> None:
         if rec.key is not None and not rec.prefill_released:
