@@ -49,29 +49,56 @@ struct RowState {
   float sum = 0.0f;
 };
 
+// Every lane = the max (sum) of the 16 lanes of v: a butterfly, so the result stays in a register
+// (no scalar round trip in the softmax chain).
+inline __m512 max_all(__m512 v) {
+  v = _mm512_max_ps(v, _mm512_shuffle_f32x4(v, v, 0x4E));
+  v = _mm512_max_ps(v, _mm512_shuffle_f32x4(v, v, 0xB1));
+  v = _mm512_max_ps(v, _mm512_permute_ps(v, 0x4E));
+  return _mm512_max_ps(v, _mm512_permute_ps(v, 0xB1));
+}
+inline __m512 sum_all(__m512 v) {
+  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0x4E));
+  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0xB1));
+  v = _mm512_add_ps(v, _mm512_permute_ps(v, 0x4E));
+  return _mm512_add_ps(v, _mm512_permute_ps(v, 0xB1));
+}
+
 // The G query rows [G][D] of one KV head attend to `count` tokens of one block (online softmax).
 // k, v point at token 0 of this head, `stride` elements between tokens; acc [G][D] fp32.
+// Each stage runs for all G rows before the next, in vector registers only (no scalar exp or
+// horizontal reduce): the rows' dependency chains (dots -> max -> exp -> sum) then overlap
+// instead of running back to back, which is what bounded a block's time.
 template <typename T, int G, int D>
 void attend_block(const T* q, const T* k, const T* v, int64_t stride, int count, float scale,
                   RowState* state, float* acc) {
   constexpr int NC = D / 16;
   const __mmask16 valid = static_cast<__mmask16>((1u << count) - 1);
-  __m512 acc_v[G][NC];
-  alignas(64) float p[G][16];
-  for (int g = 0; g < G; ++g) {
+  const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
+  __m512 s[G], top[G], alpha[G];
+  for (int g = 0; g < G; ++g) {  // s[g] lane t = scale * q_g . k_t (-inf past count)
     __m512 dots[16];
     for (int t = 0; t < 16; ++t)
       dots[t] = t < count ? dot_lanes<D>(q + g * D, k + t * stride) : _mm512_setzero_ps();
-    __m512 s = _mm512_maskz_mul_ps(valid, sum_lanes16(dots), _mm512_set1_ps(scale));
-    const float top = std::max(state[g].max, _mm512_mask_reduce_max_ps(valid, s));
-    const float alpha = std::exp(state[g].max - top);
-    __m512 e = _mm512_maskz_mov_ps(valid, exp_ps(_mm512_sub_ps(s, _mm512_set1_ps(top))));
-    state[g].sum = state[g].sum * alpha + _mm512_reduce_add_ps(e);
-    state[g].max = top;
-    _mm512_store_ps(p[g], e);
-    for (int c = 0; c < NC; ++c)
-      acc_v[g][c] = _mm512_mul_ps(_mm512_loadu_ps(acc + g * D + c * 16), _mm512_set1_ps(alpha));
+    s[g] = _mm512_mask_mul_ps(neg_inf, valid, sum_lanes16(dots), _mm512_set1_ps(scale));
   }
+  for (int g = 0; g < G; ++g) {
+    const __m512 old = _mm512_set1_ps(state[g].max);
+    top[g] = _mm512_max_ps(old, max_all(s[g]));
+    alpha[g] = exp_ps(_mm512_sub_ps(old, top[g]));  // old = -inf: clamped to exp(-87), times 0
+  }
+  alignas(64) float p[G][16];
+  for (int g = 0; g < G; ++g) {
+    const __m512 e = _mm512_maskz_mov_ps(valid, exp_ps(_mm512_sub_ps(s[g], top[g])));
+    const __m512 sum = _mm512_fmadd_ps(_mm512_set1_ps(state[g].sum), alpha[g], sum_all(e));
+    state[g].sum = _mm512_cvtss_f32(sum);
+    state[g].max = _mm512_cvtss_f32(top[g]);
+    _mm512_store_ps(p[g], e);
+  }
+  __m512 acc_v[G][NC];
+  for (int g = 0; g < G; ++g)
+    for (int c = 0; c < NC; ++c)
+      acc_v[g][c] = _mm512_mul_ps(_mm512_loadu_ps(acc + g * D + c * 16), alpha[g]);
   for (int t = 0; t < count; ++t) {
     __m512 vv[NC];
     for (int c = 0; c < NC; ++c) vv[c] = load16(v + t * stride + c * 16);
