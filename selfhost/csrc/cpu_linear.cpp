@@ -47,51 +47,71 @@ void gemm_rows(const uint16_t* x, int64_t ldx, int64_t rows, const uint16_t* gro
   }
 }
 
+constexpr int64_t kPrologueRows = 8;  // rows per prologue task (a prefill chunk: 64 tasks)
+
+// Lanes [j, j + 16) of a row of `width` elements (the mask covers a partial tail).
+inline __mmask16 tail_mask(int64_t width, int64_t j) {
+  return width - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (width - j)) - 1);
+}
+inline __m512 load16_masked(const uint16_t* p, __mmask16 lanes) {
+  return _mm512_cvtpbh_ps((__m256bh)_mm256_maskz_loadu_epi16(lanes, p));
+}
+
 // x [M, K] bf16 -> rms_norm(x) * weight, rounded once to bf16 (K padded with zeros to kp).
+// Rows are split across the pool: on a 512-row prefill chunk a single-threaded prologue left the
+// other cores idle for a noticeable part of each GEMM.
 void rms_norm_rows(const torch::Tensor& x, const torch::Tensor& weight, double eps, uint16_t* out,
                    int64_t kp) {
   const int64_t rows = x.size(0), k = x.size(1);
   const uint16_t* src = data<uint16_t>(x);
   const uint16_t* w = data<uint16_t>(weight);
-  for (int64_t r = 0; r < rows; ++r) {
-    const uint16_t* row = src + r * k;
-    float sum = 0.0f;
-    for (int64_t i = 0; i < k; ++i) sum += bf16_to_float(row[i]) * bf16_to_float(row[i]);
-    const float inv = 1.0f / std::sqrt(sum / static_cast<float>(k) + static_cast<float>(eps));
-    for (int64_t i = 0; i < k; ++i)
-      out[r * kp + i] = float_to_bf16(bf16_to_float(row[i]) * inv * bf16_to_float(w[i]));
-    for (int64_t i = k; i < kp; ++i) out[r * kp + i] = 0;
-  }
+  parallel_tasks((rows + kPrologueRows - 1) / kPrologueRows, [&](int64_t task) {
+    for (int64_t r = task * kPrologueRows; r < std::min(rows, (task + 1) * kPrologueRows); ++r) {
+      const uint16_t* row = src + r * k;
+      __m512 squares = _mm512_setzero_ps();
+      for (int64_t i = 0; i < k; i += 16) {
+        const __m512 v = load16_masked(row + i, tail_mask(k, i));
+        squares = _mm512_fmadd_ps(v, v, squares);
+      }
+      const float mean = _mm512_reduce_add_ps(squares) / static_cast<float>(k);
+      const __m512 inv = _mm512_set1_ps(1.0f / std::sqrt(mean + static_cast<float>(eps)));
+      for (int64_t i = 0; i < k; i += 16) {
+        const __mmask16 lanes = tail_mask(k, i);
+        const __m512 v = _mm512_mul_ps(_mm512_mul_ps(load16_masked(row + i, lanes), inv),
+                                       load16_masked(w + i, lanes));
+        _mm256_mask_storeu_epi16(out + r * kp + i, lanes, (__m256i)_mm512_cvtneps_pbh(v));
+      }
+      for (int64_t i = k; i < kp; ++i) out[r * kp + i] = 0;
+    }
+  });
 }
 
-// gate_up [M, 2I] bf16 -> silu(gate) * up [M, I], rounded once to bf16.
+// gate_up [M, 2I] bf16 -> silu(gate) * up [M, I], rounded once to bf16; rows split as above.
 void silu_mul_rows(const torch::Tensor& gate_up, uint16_t* out, int64_t kp) {
   const int64_t rows = gate_up.size(0), inner = gate_up.size(1) / 2;
   const uint16_t* src = data<uint16_t>(gate_up);
-  for (int64_t r = 0; r < rows; ++r) {
-    const uint16_t* gate = src + r * 2 * inner;
-    const uint16_t* up = gate + inner;
-    int64_t i = 0;
-    for (; i + 16 <= inner; i += 16) {
-      __m512 g = _mm512_cvtpbh_ps((__m256bh)_mm256_loadu_si256((const __m256i*)(gate + i)));
-      __m512 u = _mm512_cvtpbh_ps((__m256bh)_mm256_loadu_si256((const __m256i*)(up + i)));
-      __m512 sig = _mm512_div_ps(_mm512_set1_ps(1.0f),
-                                 _mm512_add_ps(_mm512_set1_ps(1.0f), exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), g))));
-      __m256bh res = _mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_mul_ps(g, sig), u));
-      _mm256_storeu_si256((__m256i*)(out + r * kp + i), (__m256i)res);
+  parallel_tasks((rows + kPrologueRows - 1) / kPrologueRows, [&](int64_t task) {
+    for (int64_t r = task * kPrologueRows; r < std::min(rows, (task + 1) * kPrologueRows); ++r) {
+      const uint16_t* gate = src + r * 2 * inner;
+      const uint16_t* up = gate + inner;
+      for (int64_t i = 0; i < inner; i += 16) {
+        const __mmask16 lanes = tail_mask(inner, i);
+        const __m512 g = load16_masked(gate + i, lanes), u = load16_masked(up + i, lanes);
+        const __m512 sig = _mm512_div_ps(
+            _mm512_set1_ps(1.0f),
+            _mm512_add_ps(_mm512_set1_ps(1.0f), exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+        const __m256bh res = _mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_mul_ps(g, sig), u));
+        _mm256_mask_storeu_epi16(out + r * kp + i, lanes, (__m256i)res);
+      }
+      for (int64_t j = inner; j < kp; ++j) out[r * kp + j] = 0;
     }
-    for (; i < inner; ++i) {
-      const float g = bf16_to_float(gate[i]);
-      out[r * kp + i] = float_to_bf16(g / (1.0f + std::exp(-g)) * bf16_to_float(up[i]));
-    }
-    for (int64_t j = inner; j < kp; ++j) out[r * kp + j] = 0;
-  }
+  });
 }
 
 // out[0:width] = bf16(acc + residual), 16 lanes at a time (residual may be null).
 inline void store_row(const float* acc, int64_t width, const uint16_t* res, uint16_t* out) {
   for (int64_t j = 0; j < width; j += 16) {
-    const __mmask16 lanes = width - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (width - j)) - 1);
+    const __mmask16 lanes = tail_mask(width, j);
     __m512 v = _mm512_loadu_ps(acc + j);
     if (res)
       v = _mm512_add_ps(v, _mm512_cvtpbh_ps((__m256bh)_mm256_maskz_loadu_epi16(lanes, res + j)));

@@ -58,16 +58,20 @@ def test_linear_with_residual_equals_fp32_matmul(
 
 
 @pytest.mark.parametrize("rows", [1, 5, 33])
-def test_rms_norm_and_silu_mul_prologues(cpu_kernels: ModuleType, rows: int) -> None:
-    torch.manual_seed(rows)
-    x, norm, weight = bf16(rows, 96), bf16(96), bf16(128, 96)
-    normed = F.rms_norm(x.float(), (96,), norm.float(), 1e-5).to(torch.bfloat16)
+@pytest.mark.parametrize("cols", [96, 37])  # 37: the prologues' masked 16-lane tails
+def test_rms_norm_and_silu_mul_prologues(cpu_kernels: ModuleType, rows: int, cols: int) -> None:
+    torch.manual_seed(rows + cols)
+    x, norm, weight = bf16(rows, cols), bf16(cols), bf16(128, cols)
+    normed = F.rms_norm(x.float(), (cols,), norm.float(), 1e-5).to(torch.bfloat16)
     got = cpu_kernels.linear(x, pack_weight(weight), 128, "rms_norm", norm, 1e-5, None)
     assert_within_bf16_rounding(got, normed.float() @ weight.float().T)
-    gate_up = bf16(rows, 2 * 48)
-    act = (F.silu(gate_up[:, :48].float()) * gate_up[:, 48:].float()).to(torch.bfloat16)
-    got = cpu_kernels.linear(gate_up, pack_weight(weight[:, :48]), 128, "silu_mul", None, 0.0, None)
-    assert_within_bf16_rounding(got, act.float() @ weight[:, :48].float().T)
+    inner = cols // 2
+    gate_up = bf16(rows, 2 * inner)
+    act = (F.silu(gate_up[:, :inner].float()) * gate_up[:, inner:].float()).to(torch.bfloat16)
+    got = cpu_kernels.linear(
+        gate_up, pack_weight(weight[:, :inner]), 128, "silu_mul", None, 0.0, None
+    )
+    assert_within_bf16_rounding(got, act.float() @ weight[:, :inner].float().T)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
