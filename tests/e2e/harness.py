@@ -75,7 +75,8 @@ class RunningGateway:
 
     def start(self) -> RunningGateway:
         self._thread.start()
-        deadline = time.monotonic() + 60
+        # generous: a bundled engine child may still be compiling its CPU kernels
+        deadline = time.monotonic() + 180
         while not self._server.started:
             if time.monotonic() > deadline or not self._thread.is_alive():
                 raise RuntimeError("gateway did not start")
