@@ -126,11 +126,13 @@ async def call_once(app: Any, body: bytes) -> float:
     return replied - started
 
 
-async def run(calls: int, stream: bool, profile: int, defer: bool = True) -> tuple[float, float]:
+async def run(
+    calls: int, stream: bool, profile: int, defer: bool = True, lean: bool = True
+) -> tuple[float, float]:
     """(CPU ms per call, ms per call until the reply's last byte was sent)."""
     with tempfile.TemporaryDirectory() as d:
         cfg = write_lantern_config(Path(d), "http://127.0.0.1:9/v1")
-        app = create_app(load_settings(cfg))
+        app = create_app(load_settings(cfg), lean_stream=lean)
         parts = app.state.components
         for route in parts.models.routes():
             for candidate in route.candidates:
@@ -165,9 +167,13 @@ def main() -> None:
     ap.add_argument("--stream", action="store_true")
     ap.add_argument("--profile", type=int, default=0, metavar="N")
     ap.add_argument("--no-defer", action="store_true", help="bookkeeping before the reply")
+    ap.add_argument(
+        "--starlette-stream", action="store_true", help="StreamingResponse (reference path)"
+    )
     args = ap.parse_args()
+    job = run(args.calls, args.stream, args.profile, not args.no_defer, not args.starlette_stream)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        cpu_ms, reply_ms = runner.run(run(args.calls, args.stream, args.profile, not args.no_defer))
+        cpu_ms, reply_ms = runner.run(job)
     mode = "stream" if args.stream else "non-stream"
     print(f"{mode}: {cpu_ms:.3f} ms CPU per call (process, incl. the ledger thread), ", end="")
     print(f"{reply_ms:.3f} ms CPU until the last reply byte")

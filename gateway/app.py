@@ -22,11 +22,16 @@ log = logging.getLogger("lantern.app")
 
 
 def create_app(
-    settings: Settings, components: Components | None = None, *, freeze_gc: bool = False
+    settings: Settings,
+    components: Components | None = None,
+    *,
+    freeze_gc: bool = False,
+    lean_stream: bool = True,
 ) -> FastAPI:
     """`freeze_gc`: after start-up, move everything built so far out of the collector's reach
     (hundreds of thousands of long-lived objects; a full pass over them is a latency spike).
-    For a serving process, not for tests that build many apps in one interpreter."""
+    For a serving process, not for tests that build many apps in one interpreter.
+    `lean_stream=False` streams through Starlette's `StreamingResponse` (the reference path)."""
     parts = components or build_components(settings)
 
     @asynccontextmanager
@@ -45,7 +50,9 @@ def create_app(
         title="Lantern", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None
     )
     app.state.components = parts
-    app.include_router(build_chat_router(ChatRoutes(parts.pipeline, parts.keys)))
+    app.include_router(
+        build_chat_router(ChatRoutes(parts.pipeline, parts.keys, lean_stream=lean_stream))
+    )
     app.include_router(build_ops_router(parts.models, parts.keys, parts.metrics))
     admin_token = settings.admin_token.get_secret_value() if settings.admin_token else None
     app.include_router(build_admin_router(admin_token, parts.admin_views))

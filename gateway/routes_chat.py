@@ -22,6 +22,7 @@ from adapters.types import StreamEvent, Usage, WireFormat
 from gateway.auth import KeyLookup, authenticate
 from gateway.errors import to_http
 from gateway.pipeline import Admitted, IncomingCall, Pipeline
+from gateway.sse_reply import SSEReply
 
 log = logging.getLogger("lantern.routes")
 _DECODERS = {"openai": openai_wire.decode_request, "anthropic": anthropic_wire.decode_request}
@@ -48,9 +49,12 @@ def _parse(raw: bytes) -> dict[str, Any]:
 
 
 class ChatRoutes:
-    def __init__(self, pipeline: Pipeline, keys: KeyLookup) -> None:
+    def __init__(self, pipeline: Pipeline, keys: KeyLookup, *, lean_stream: bool = True) -> None:
+        """`lean_stream=False`: streams go out through Starlette's `StreamingResponse` (the
+        reference path for `SSEReply`)."""
         self.pipeline = pipeline
         self.keys = keys
+        self.stream_reply = SSEReply if lean_stream else StreamingResponse
 
     async def serve(self, http: Request, wire: WireFormat) -> Response:
         try:
@@ -87,7 +91,7 @@ class ChatRoutes:
         except Exception as exc:
             await events.aclose()
             return error_response(exc, wire, headers)
-        return StreamingResponse(
+        return self.stream_reply(
             _sse(first, events, encode, wire), 200, headers, media_type="text/event-stream"
         )
 
