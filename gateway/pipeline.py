@@ -307,24 +307,13 @@ class Pipeline:
         rest of the bookkeeping runs after the reply is out."""
         cost = self.s.pricing.cost_usd(adm.route.name, usage)
         await self.s.admission.settle(adm.ticket, usage=usage, cost_usd=cost)
-        self.after_reply.add(
-            self._close_attempt, adm, t, status, error_kind, usage, ttft_s, cost, self.s.clock()
-        )
+        out = _Outcome(status, error_kind, usage, ttft_s, cost, self.s.clock())
+        self.after_reply.add(self._close_attempt, adm, t, out)
 
-    def _close_attempt(
-        self,
-        adm: Admitted,
-        t: _Try,
-        status: str,
-        error_kind: str | None,
-        usage: Usage,
-        ttft_s: float | None,
-        cost: float,
-        ended: float,
-    ) -> None:
-        self.s.routing.on_complete(t.attempt, usage, ok=status == "ok")
-        self.s.prompts.reconcile(adm.verdict, usage)
-        self._write_record(adm, t, status, error_kind, usage, ttft_s, cost, ended)
+    def _close_attempt(self, adm: Admitted, t: _Try, out: _Outcome) -> None:
+        self.s.routing.on_complete(t.attempt, out.usage, ok=out.status == "ok")
+        self.s.prompts.reconcile(adm.verdict, out.usage)
+        self._write_record(adm, t, out)
 
     async def _settle_failed(self, adm: Admitted) -> None:
         await self.s.admission.settle(adm.ticket, usage=Usage(), cost_usd=0.0)
@@ -339,23 +328,12 @@ class Pipeline:
         ttft_s: float | None,
     ) -> None:
         cost = self.s.pricing.cost_usd(adm.route.name, usage)
-        self.after_reply.add(
-            self._write_record, adm, t, status, error_kind, usage, ttft_s, cost, self.s.clock()
-        )
+        out = _Outcome(status, error_kind, usage, ttft_s, cost, self.s.clock())
+        self.after_reply.add(self._write_record, adm, t, out)
 
-    def _write_record(
-        self,
-        adm: Admitted,
-        t: _Try,
-        status: str,
-        error_kind: str | None,
-        usage: Usage,
-        ttft_s: float | None,
-        cost: float,
-        now: float,
-    ) -> None:
+    def _write_record(self, adm: Admitted, t: _Try, out: _Outcome) -> None:
         """One ledger row, the attempt's metrics and its span."""
-        model = adm.route.name
+        model, usage, now = adm.route.name, out.usage, out.ended
         candidate = t.attempt.candidate
         row = CallRecord(
             request_id=adm.request_id,
@@ -366,24 +344,36 @@ class Pipeline:
             model=model,
             backend=candidate.backend_name,
             replica=candidate.replica,
-            status=status,
-            error_kind=error_kind,
+            status=out.status,
+            error_kind=out.error_kind,
             usage=usage,
-            cost_usd=cost,
+            cost_usd=out.cost_usd,
             uncached_cost_usd=self.s.pricing.uncached_cost_usd(model, usage),
-            ttft_ms=None if ttft_s is None else ttft_s * 1000.0,
+            ttft_ms=None if out.ttft_s is None else out.ttft_s * 1000.0,
             latency_ms=(now - t.began) * 1000.0,
             cache_diagnosis=adm.verdict.diagnosis_json,
         )
         self.s.ledger.record(row)
         labels = CallLabels(adm.call.tenant.tenant, model, candidate.backend_name)
         self.s.telemetry.metrics.record_attempt(
-            labels, status, usage, cost, now - t.began, ttft_s, error_kind
+            labels, out.status, usage, out.cost_usd, now - t.began, out.ttft_s, out.error_kind
         )
         route = "chat.completions" if adm.call.wire == "openai" else "messages"
         self.s.telemetry.record_call(
-            CallSpan(route, adm.request_id, t.number, labels, usage, status, now - t.began)
+            CallSpan(route, adm.request_id, t.number, labels, usage, out.status, now - t.began)
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    """How one attempt ended: what its settle, ledger row, metrics and span say."""
+
+    status: str  # ok | error | client_disconnect
+    error_kind: str | None
+    usage: Usage
+    ttft_s: float | None
+    cost_usd: float
+    ended: float  # the pipeline's clock when the attempt ended
 
 
 @dataclass(frozen=True, slots=True)
