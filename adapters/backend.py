@@ -29,6 +29,15 @@ class BackendCall:
     extra_headers: Mapping[str, str] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class RelayedChunk:
+    """Stream bytes for a client that speaks the backend's own wire format, already edited for
+    it, and the canonical events they carry (for counting, never re-encoded)."""
+
+    data: bytes
+    events: tuple[StreamEvent, ...]
+
+
 class Backend(Protocol):
     name: str  # unique in the server config, e.g. "smollm2-local"
     kind: str  # openai_compatible | litellm | selfhost | bedrock
@@ -39,3 +48,10 @@ class Backend(Protocol):
     def stream(self, call: BackendCall) -> AsyncIterator[StreamEvent]: ...
 
     async def aclose(self) -> None: ...
+
+
+class RelayingBackend(Backend, Protocol):
+    """A backend that can also forward its upstream's stream to a client of its own wire format
+    (`call.raw_body` set), with only deterministic edits, instead of events to re-encode."""
+
+    def relay(self, call: BackendCall) -> AsyncIterator[RelayedChunk]: ...

@@ -2,6 +2,7 @@
 door, pipeline, ledger, metrics, span) driven directly, its upstream replaced by canned replies.
 
     .venv/bin/python -m bench.gateway_inproc [--calls 2000] [--stream] [--profile N]
+        [--no-defer] [--starlette-stream] [--no-relay]
 
 Same body as bench/gateway_overhead.py. The figure excludes uvicorn, aiohttp and the kernel, so it
 isolates what Lantern's code costs; `--profile N` prints the N costliest functions (cProfile).
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import dataclasses
 import pstats
 import tempfile
 import time
@@ -74,6 +76,14 @@ class CannedUpstream:
         for event in parser.feed(self._sse):
             yield event
 
+    async def post_sse_reads(
+        self, body: bytes, *, timeout_s: float, headers: Mapping[str, str] | None = None
+    ) -> AsyncIterator[list[SSEvent]]:
+        """The canned stream as the upstream's separate writes (one event per read): what an
+        idle gateway sees, not the batches it reads when it falls behind."""
+        for event in SSEParser().feed(self._sse):
+            yield [event]
+
 
 async def call_once(app: Any, body: bytes) -> float:
     """One POST through the ASGI app; returns the loop thread's CPU seconds until the reply's
@@ -127,7 +137,12 @@ async def call_once(app: Any, body: bytes) -> float:
 
 
 async def run(
-    calls: int, stream: bool, profile: int, defer: bool = True, lean: bool = True
+    calls: int,
+    stream: bool,
+    profile: int,
+    defer: bool = True,
+    lean: bool = True,
+    relay: bool = True,
 ) -> tuple[float, float]:
     """(CPU ms per call, ms per call until the reply's last byte was sent)."""
     with tempfile.TemporaryDirectory() as d:
@@ -139,6 +154,8 @@ async def run(
                 candidate.backend._upstream = CannedUpstream()
         if not defer:  # the reference path: bookkeeping before the reply
             parts.pipeline.after_reply = AfterReply(immediate=True)
+        if not relay:  # the reference path: streams decoded to events and re-encoded
+            parts.pipeline.s = dataclasses.replace(parts.pipeline.s, relay_streams=False)
         await parts.start()
         try:
             bodies = [orjson.dumps(agent_body(stream, i)) for i in range(calls + 20)]
@@ -170,8 +187,16 @@ def main() -> None:
     ap.add_argument(
         "--starlette-stream", action="store_true", help="StreamingResponse (reference path)"
     )
+    ap.add_argument("--no-relay", action="store_true", help="streams re-encoded (reference path)")
     args = ap.parse_args()
-    job = run(args.calls, args.stream, args.profile, not args.no_defer, not args.starlette_stream)
+    job = run(
+        args.calls,
+        args.stream,
+        args.profile,
+        not args.no_defer,
+        not args.starlette_stream,
+        not args.no_relay,
+    )
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         cpu_ms, reply_ms = runner.run(job)
     mode = "stream" if args.stream else "non-stream"

@@ -10,12 +10,12 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
-from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import anyio
 
-from adapters.backend import BackendCall
+from adapters.backend import BackendCall, RelayedChunk
 from adapters.errors import UpstreamError
 from adapters.types import (
     JSON,
@@ -97,6 +97,9 @@ class Services:
     clock: Callable[[], float] = time.monotonic
     # False: ledger row, metrics and span are written before the reply (the reference path)
     defer_bookkeeping: bool = True
+    # False: every stream is decoded to events and re-encoded, also when the client speaks the
+    # backend's wire format (the reference path for the relay)
+    relay_streams: bool = True
 
 
 class Pipeline:
@@ -237,18 +240,21 @@ class Pipeline:
         assert last_error is not None
         raise last_error
 
-    async def stream(self, adm: Admitted) -> AsyncGenerator[StreamEvent, None]:
-        """Yield the chosen backend's events; fall back only before the first event."""
+    async def stream(self, adm: Admitted) -> AsyncGenerator[StreamEvent | RelayedChunk, None]:
+        """Yield the chosen backend's events, or its relayed chunks when the client speaks the
+        backend's wire format; fall back only before the first one."""
         last_error: UpstreamError | None = None
         for t in self._tries(adm):
             tally = StreamTally(adm.route.name, self.s.counter)
             try:
-                async for event in t.attempt.candidate.backend.stream(
-                    self._backend_call(adm, t.attempt)
-                ):
-                    if tally.see(event, self.s.clock() - t.began):
-                        self.s.routing.on_first_token(t.attempt)  # its prefill is done
-                    yield event
+                async for item in self._open_stream(adm, t):
+                    if isinstance(item, RelayedChunk):
+                        for event in item.events:
+                            if tally.see(event, self.s.clock() - t.began):
+                                self.s.routing.on_first_token(t.attempt)  # its prefill is done
+                    elif tally.see(item, self.s.clock() - t.began):
+                        self.s.routing.on_first_token(t.attempt)
+                    yield item
             except UpstreamError as exc:
                 if tally.started:  # too late to fall back: settle what was produced
                     usage = tally.usage(adm.prompt_tokens)
@@ -271,6 +277,17 @@ class Pipeline:
         await self._settle_failed(adm)
         assert last_error is not None
         raise last_error
+
+    def _open_stream(
+        self, adm: Admitted, t: _Try
+    ) -> AsyncIterator[StreamEvent] | AsyncIterator[RelayedChunk]:
+        backend = t.attempt.candidate.backend
+        call = self._backend_call(adm, t.attempt)
+        # a RelayingBackend (adapters/backend.py) when it has `relay`
+        relay = getattr(backend, "relay", None) if self.s.relay_streams else None
+        if relay is not None and call.raw_body is not None:
+            return relay(call)  # type: ignore[no-any-return]
+        return backend.stream(call)
 
     def _tries(self, adm: Admitted) -> Iterator[_Try]:
         """The plan's attempts in order, each dispatched (load counted) as it starts."""

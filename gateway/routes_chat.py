@@ -16,6 +16,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from adapters import anthropic_wire, openai_wire
 from adapters.anthropic_wire_stream import AnthropicStreamEncoder
+from adapters.backend import RelayedChunk
 from adapters.errors import WireFormatError
 from adapters.openai_wire_stream import OpenAIStreamEncoder
 from adapters.types import StreamEvent, Usage, WireFormat
@@ -109,15 +110,16 @@ def _stream_encoder(
 
 
 async def _sse(
-    first: StreamEvent,
-    rest: AsyncGenerator[StreamEvent, None],
+    first: StreamEvent | RelayedChunk,
+    rest: AsyncGenerator[StreamEvent | RelayedChunk, None],
     encode: Callable[[StreamEvent], bytes],
     wire: WireFormat,
 ) -> AsyncIterator[bytes]:
+    """The client's bytes: relayed chunks as they are, events encoded."""
     try:
-        yield encode(first)
-        async for event in rest:
-            yield encode(event)
+        yield first.data if isinstance(first, RelayedChunk) else encode(first)
+        async for item in rest:
+            yield item.data if isinstance(item, RelayedChunk) else encode(item)
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # the stream already started: report in-band, as providers do

@@ -95,6 +95,15 @@ class AiohttpUpstream:
         self, body: bytes, *, timeout_s: float, headers: Mapping[str, str] | None = None
     ) -> AsyncIterator[SSEvent]:
         """SSE events as they arrive; `timeout_s` bounds the connect and each read."""
+        async for events in self.post_sse_reads(body, timeout_s=timeout_s, headers=headers):
+            for event in events:
+                yield event
+
+    async def post_sse_reads(
+        self, body: bytes, *, timeout_s: float, headers: Mapping[str, str] | None = None
+    ) -> AsyncIterator[list[SSEvent]]:
+        """The events completed by each read of the socket, one non-empty list per read (a relay
+        forwards what arrived together in one write)."""
         parser = SSEParser()
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=timeout_s)
         try:
@@ -105,9 +114,11 @@ class AiohttpUpstream:
                     content = await resp.read()
                     raise status_error(self._backend, resp.status, resp.headers, content)
                 async for chunk in resp.content.iter_any():
-                    for event in parser.feed(chunk):
-                        yield event
-            for event in parser.close():
-                yield event
+                    events = parser.feed(chunk)
+                    if events:
+                        yield events
+            events = parser.close()
+            if events:
+                yield events
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise transport_error(self._backend, exc) from exc

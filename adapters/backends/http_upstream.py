@@ -94,6 +94,12 @@ class Upstream(Protocol):
         self, body: bytes, *, timeout_s: float, headers: Mapping[str, str] | None = None
     ) -> AsyncIterator[SSEvent]: ...
 
+    def post_sse_reads(
+        self, body: bytes, *, timeout_s: float, headers: Mapping[str, str] | None = None
+    ) -> AsyncIterator[list[SSEvent]]:
+        """`post_sse`'s events grouped by the read that completed them (non-empty lists)."""
+        ...
+
 
 HTTPClient = Union[httpx.AsyncClient, "aiohttp.ClientSession", "AiohttpPool"]
 
@@ -147,6 +153,14 @@ class HTTPUpstream:
         self, body: bytes, *, timeout_s: float, headers: Mapping[str, str] | None = None
     ) -> AsyncIterator[SSEvent]:
         """SSE events as they arrive; `timeout_s` bounds the wait for each read."""
+        async for events in self.post_sse_reads(body, timeout_s=timeout_s, headers=headers):
+            for event in events:
+                yield event
+
+    async def post_sse_reads(
+        self, body: bytes, *, timeout_s: float, headers: Mapping[str, str] | None = None
+    ) -> AsyncIterator[list[SSEvent]]:
+        """The events completed by each chunk read, one non-empty list per chunk."""
         parser = SSEParser()
         try:
             async with self._http.stream(
@@ -160,9 +174,11 @@ class HTTPUpstream:
                     content = await resp.aread()
                     raise status_error(self._backend, resp.status_code, resp.headers, content)
                 async for chunk in resp.aiter_bytes():
-                    for event in parser.feed(chunk):
-                        yield event
-            for event in parser.close():
-                yield event
+                    events = parser.feed(chunk)
+                    if events:
+                        yield events
+            events = parser.close()
+            if events:
+                yield events
         except httpx.HTTPError as exc:
             raise transport_error(self._backend, exc) from exc

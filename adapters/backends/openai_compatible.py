@@ -1,7 +1,8 @@
 """Backend for OpenAI-compatible chat endpoints (the bundled engine, vLLM, SGLang, OpenAI).
 
 Forwards the client's own JSON when it spoke OpenAI (edits: model, streaming usage, cache
-salt), else encodes the canonical request. Holds no tenant or routing logic.
+salt), else encodes the canonical request; streams to an OpenAI client are relayed as the
+upstream framed them (`relay`, adapters/openai_wire_relay.py). Holds no tenant or routing logic.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ from typing import Any
 import orjson
 
 from adapters import openai_wire
-from adapters.backend import BackendCall
+from adapters.backend import BackendCall, RelayedChunk
 from adapters.backends.http_upstream import HTTPClient, make_upstream
 from adapters.backends.spec import BackendSpec
 from adapters.errors import ProviderUnavailable
+from adapters.openai_wire_relay import OpenAIRelay
 from adapters.openai_wire_stream import OpenAIStreamDecoder
 from adapters.types import ChatResponse, StreamEvent, WireFormat
 
@@ -95,6 +97,29 @@ class OpenAICompatibleBackend:
                 raise ProviderUnavailable(self.name, "stream ended before a finish_reason")
             for out in decoder.finish():
                 yield out
+
+    async def relay(self, call: BackendCall) -> AsyncIterator[RelayedChunk]:
+        """The upstream's stream for an OpenAI client (`call.raw_body` is its JSON): each chunk
+        forwarded as framed, edited only as `OpenAIRelay` says, with its canonical events; the
+        chunks of one upstream read go out as one."""
+        if call.client_wire != "openai" or call.raw_body is None:
+            raise ValueError("relay() serves an OpenAI client's own body; use stream()")
+        body, headers, timeout_s = self._prepare(call, stream=True)
+        relay = OpenAIRelay(
+            self.name,
+            model=call.request.model,
+            include_usage=openai_wire.include_usage(call.raw_body),
+        )
+        reads = self._upstream.post_sse_reads(body, timeout_s=timeout_s, headers=headers)
+        async for read in reads:  # what arrived together leaves together: one client write
+            chunk = relay.feed_all(read)
+            if chunk is not None:
+                yield chunk
+        if not relay.ended:
+            if not relay.decoder.saw_finish_reason:
+                raise ProviderUnavailable(self.name, "stream ended before a finish_reason")
+            data, events = relay.finish()
+            yield RelayedChunk(data, tuple(events))
 
     async def aclose(self) -> None:
         """The connection pool belongs to whoever built it (the gateway's lifespan)."""
