@@ -118,11 +118,15 @@ def salt_for(policy: CachePolicy, secret: bytes, tenant_id: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class PromptFacts:
-    """What `prepare` learnt that `observe` needs (travels in PreparedPrompt.diagnosis)."""
+    """What `prepare` learnt that `observe` and `answer_hashes` need (travels in
+    PreparedPrompt.diagnosis): the layout's blocks and token ids, so extending the chain with
+    the answer hashes only the answer's blocks."""
 
     tenant: str
     fingerprint: PromptFingerprint
     prompt_cache_key: str
+    layout: PromptLayout | None = None
+    block_ids: tuple[Sequence[int], ...] = ()
 
 
 def prepare(
@@ -187,7 +191,7 @@ def _prepare(
         cache_salt=salt,
         prefix_hashes=hashes,
         stable_prefix_tokens=layout.stable_tokens(),
-        diagnosis=PromptFacts(tenant_id, fingerprint, key),
+        diagnosis=PromptFacts(tenant_id, fingerprint, key, layout, tuple(ids)),
     )
 
 
@@ -387,10 +391,22 @@ class PromptCachePort:
         as a client echoes it back. Blocks already hashed come from the memo."""
         options = normalise_options(tenant.cache, self._matchers, self._schemas)
         echoed = _as_echoed(wire, answer)
-        extended = replace(prepared.request, messages=(*prepared.request.messages, echoed))
-        blocks = tuple(b for b in request_blocks(extended, options.public) if not b.is_volatile)
         model = prepared.request.model
-        ids = [self._encoder.encode(model, b.text) for b in blocks]
+        facts = prepared.diagnosis
+        if isinstance(facts, PromptFacts) and facts.layout is not None:
+            # the prompt's blocks as prepare() laid them out (markers change no digest), then
+            # the answer's: a block's digest does not depend on its message's position
+            known = facts.layout.blocks, facts.block_ids
+            added = request_blocks(ChatRequest(model, messages=(echoed,)), options.public)
+            pairs = [*zip(*known, strict=True)]
+            pairs += [(b, self._encoder.encode(model, b.text)) for b in added]
+            kept = [(b, i) for b, i in pairs if not b.is_volatile]
+            blocks, ids = tuple(b for b, _ in kept), [i for _, i in kept]
+        else:  # a PreparedPrompt made elsewhere: lay the whole extended prompt out again
+            extended = replace(prepared.request, messages=(*prepared.request.messages, echoed))
+            all_blocks = request_blocks(extended, options.public)
+            blocks = tuple(b for b in all_blocks if not b.is_volatile)
+            ids = [self._encoder.encode(model, b.text) for b in blocks]
         layout = PromptLayout(blocks, tuple(len(i) for i in ids))
         return self._hashes.prefix_hashes(layout, ids, prepared.cache_salt, model)
 
