@@ -45,16 +45,30 @@ def admission_wait_s(r: ReplicaState, new_blocks: int) -> float:
 def _replica_score(r: ReplicaState, f: RequestFeatures, snap: FleetSnapshot) -> CandidateScore:
     """Predicted cached tokens and TTFT: the admission wait, queued prefill work, and our own
     uncached prefill. (A router-side KV-overflow term was tried and did not help; the
-    admission wait uses the engine's own queue and KV signal instead; docs/routing.md.)"""
+    admission wait uses the engine's own queue and KV signal instead; docs/routing.md.)
+    Also what the call costs the others there: the delay its uncached prefill adds to every
+    call already running (chunked prefill shares their steps), and the KV room left once the
+    live sessions' blocks and its own new ones are counted."""
     matched = snap.prefixes.matched_blocks(r.key, f.prefix_hashes)
     cached = min(matched * f.block_tokens, max(f.prompt_tokens - 1, 0))
     uncached = f.prompt_tokens - cached
     # fresh KV: the uncached prompt and the answer (counting the whole prompt, which the engine
     # also re-pins when no running request holds its prefix, broke stickiness too often)
-    wait = admission_wait_s(r, -(-(uncached + f.max_tokens) // f.block_tokens))
+    new_blocks = -(-(uncached + f.max_tokens) // f.block_tokens)
+    wait = admission_wait_s(r, new_blocks)
     ttft = r.base_ttft_s + wait + (r.inflight_tokens + uncached) / r.prefill_tok_s
+    running = max(r.inflight_requests - r.queue_depth, 0)
     return CandidateScore(
-        r.backend, r.key, "selfhost", True, cached, ttft, 0.0, admission_wait_s=wait
+        r.backend,
+        r.key,
+        "selfhost",
+        True,
+        cached,
+        ttft,
+        0.0,
+        admission_wait_s=wait,
+        stall_s=running * uncached / r.prefill_tok_s,
+        room_blocks=r.kv_capacity_blocks - r.live_blocks - new_blocks,
     )
 
 
@@ -77,18 +91,27 @@ def _lantern_pick(
 ) -> tuple[int, str]:
     """The longest match among replicas within `affinity_slack_s` of the least predicted TTFT
     (ties: least TTFT, then order); a session stays on its replica until staying costs more
-    than the gate in predicted TTFT. The admission wait counts only for a session that weighs
-    leaving its replica: new sessions and forks are placed on prefix and queued prefill alone
-    (chasing free KV with them scattered shared prefixes and made the simulated fleet thrash)."""
+    than the gate in predicted TTFT plus the stall its prefill inflicts on the calls running
+    where it goes (a move recomputes the whole context next to them; counting only the mover's
+    own TTFT let break-aways raise everyone's KV hold time until the fleet thrashed).
+
+    New sessions and forks go only where the live sessions' blocks leave room for theirs,
+    while any replica has room (a fork then spills off a full parent replica instead of
+    evicting the blocks its neighbours are about to reuse); they are placed on prefix and
+    queued prefill alone, the admission wait counts only for a session that weighs leaving its
+    replica (chasing free KV with new sessions scattered shared prefixes and made the
+    simulated fleet thrash)."""
     if sticky is None:
         ttft = [s.predicted_ttft_s - s.admission_wait_s for s in scores]
+        subset = [i for i in subset if scores[i].room_blocks >= 0] or subset
     else:
         ttft = [s.predicted_ttft_s for s in scores]
     fastest = min(ttft[i] for i in subset)
     near = [i for i in subset if ttft[i] <= fastest + knobs.affinity_slack_s]
     best = min(near, key=lambda i: (-scores[i].predicted_cached_tokens, ttft[i], i))
     if sticky is not None and sticky in subset:
-        penalty = ttft[sticky] - ttft[best]
+        stay, move = scores[sticky], scores[best]
+        penalty = ttft[sticky] + stay.stall_s - ttft[best] - move.stall_s
         if penalty <= knobs.stickiness_gate_s:
             return sticky, "sticky"
         return best, "sticky_broken_gate"

@@ -50,6 +50,7 @@ class ReplicaState:
     kv_free_blocks: int | None = None  # engine-reported free KV, brought up to date; None: unknown
     admit_interval_s: float = 0.0  # seconds per admission while admission-bound (1 / completions)
     signal_age_s: float | None = None  # age of the engine's load sample; None: none in use
+    live_blocks: int = 0  # distinct cached blocks touched recently: live sessions' working set
 
     @property
     def key(self) -> str:
@@ -168,6 +169,10 @@ class CandidateScore:
     predicted_usd: float = 0.0
     note: str = ""
     admission_wait_s: float = 0.0  # the part of predicted_ttft_s spent waiting for KV / a slot
+    stall_s: float = 0.0  # the delay this call's uncached prefill adds to the calls running there
+    # KV left once the live sessions' blocks and this call's new ones are counted (< 0: the
+    # call would evict blocks a live session is about to reuse)
+    room_blocks: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ import itertools
 import random
 import statistics
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from adapters.routing_index import PrefixIndex
@@ -107,6 +107,8 @@ class Session:
     unique_from: int
     turns_left: int
     rng: random.Random
+    calls: int = 0
+    forked: bool = False
 
 
 @dataclass
@@ -120,6 +122,11 @@ class Req:
     prefill_left: int = 0
     generated: int = 0
     ttft: float | None = None
+    admitted_at: float | None = None
+    first_turn: bool = False  # a new session's or fork's first call (placement, not stickiness)
+    queue_ahead: int = 0  # requests waiting on the replica when this one was dispatched
+    predicted_ttft: float = 0.0
+    predicted_wait: float = 0.0
 
 
 @dataclass
@@ -140,11 +147,14 @@ ORACLES = ("oracle", "oracle_cache")
 
 class OracleIndex(PrefixIndex):
     """The router's index replaced by the truth: each replica's cache contents, plus the
-    prompts already queued there (they will be resident by the time a follower is admitted)."""
+    prompts already queued there (they will be resident by the time a follower is admitted).
+    Which blocks are in live use (`recent_blocks`) it estimates as the router does."""
 
     def __init__(self, replicas: Sequence[Replica]) -> None:
         super().__init__()
         self.replicas = {r.key: r for r in replicas}
+        for r in replicas:
+            self.add_replica(r.key, r.pool.capacity)
 
     def matched_blocks(self, replica: str, hashes: Sequence[Hashable]) -> int:
         r = self.replicas[replica]
@@ -157,9 +167,6 @@ class OracleIndex(PrefixIndex):
                 n += 1
             best = max(best, n)
         return best
-
-    def insert(self, replica: str, hashes: Sequence[Hashable]) -> None:
-        return None
 
     def correct(self, replica: str, predicted_blocks: int, reported_blocks: int) -> None:
         return None
@@ -207,6 +214,7 @@ class Simulation:
         )  # type: ignore[arg-type]
         self.request = ChatRequest(model="m", messages=())
         self.records: list[tuple[float, int, int]] = []  # (ttft, hit tokens, prompt tokens)
+        self.traced: list[Req] = []  # the same calls, for tail_report
         self.ws_samples: list[int] = []
         self.live: dict[str, Session] = {}
         self.sids = itertools.count()
@@ -237,7 +245,9 @@ class Simulation:
         else:
             stream = list(parent.stream)
             turns = rng.randint(*cfg.fork_turns)
-        session = Session(f"s{next(self.sids)}", stream, len(stream), turns, rng)
+        session = Session(
+            f"s{next(self.sids)}", stream, len(stream), turns, rng, forked=parent is not None
+        )
         self.live[session.sid] = session
         self.next_turn(session)
 
@@ -249,7 +259,8 @@ class Simulation:
         self._extend(s.stream, s.rng.randint(*self.cfg.tool_blocks))
         answer = [s.stream[-1]]  # the answer's chain continues the prompt's
         self._extend(answer, s.rng.randint(*self.cfg.answer_blocks))
-        req = Req(s, self.now, list(s.stream), answer[1:])
+        req = Req(s, self.now, list(s.stream), answer[1:], first_turn=s.calls == 0)
+        s.calls += 1
         self.dispatch(req)
         if s.rng.random() < self.cfg.fork_prob:
             self.start_session(s)
@@ -285,6 +296,11 @@ class Simulation:
         req.attempt = plan.attempts[0]
         self.fleet.on_dispatch(req.attempt, req.session.sid, prepared)
         replica = self.by_key[f"engine@{req.attempt.candidate.replica}"]
+        req.queue_ahead = len(replica.waiting)
+        req.predicted_ttft = float(plan.details.get("predicted_ttft_ms", 0.0)) / 1000  # type: ignore[arg-type]
+        for score in plan.details.get("scores", ()):  # type: ignore[union-attr]
+            if score["replica"] == replica.key:  # type: ignore[index]
+                req.predicted_wait = float(score["wait_ms"]) / 1000  # type: ignore[index]
         replica.waiting.append(req)
         self.kick(replica)
 
@@ -303,6 +319,7 @@ class Simulation:
             if not r.pool.can_hold(blocks):
                 break
             r.waiting.pop(0)
+            req.admitted_at = self.now
             req.hit_blocks = min(r.pool.match(req.prompt), len(req.prompt) - 1)
             r.pool.acquire(blocks)
             req.prefill_left = (len(req.prompt) - req.hit_blocks) * bt
@@ -356,6 +373,7 @@ class Simulation:
         self.fleet.extend(q.attempt, tuple(q.prompt + q.answer))
         if q.arrival >= self.cfg.warmup_s:
             self.records.append((q.ttft, hit, prompt))
+            self.traced.append(q)
         s = q.session
         s.stream.extend(q.answer)
         self.push(self.now + s.rng.expovariate(1 / self.cfg.think_mean_s), "turn", s)
@@ -396,6 +414,38 @@ class Simulation:
             elif kind == "sample" and self.now >= self.cfg.warmup_s:
                 self.ws_samples.append(self.working_set_blocks())
 
+    def tail_report(self, share: float = 0.05) -> list[str]:
+        """Who the slowest `share` of calls are: how the router placed them (kind), what it
+        predicted, and where the time went (admission wait, then prefill), against all calls."""
+        calls = sorted(self.traced, key=lambda q: q.ttft or 0.0)
+        tail = calls[int(len(calls) * (1 - share)) :]
+        lines = [
+            "| calls | kind | n | TTFT s | admission wait s | predicted TTFT s |"
+            " predicted wait s | queue ahead | prompt blocks | hit blocks |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for label, group in (("all", calls), (f"slowest {share:.0%}", tail)):
+            kinds: dict[str, list[Req]] = {}
+            for q in group:
+                kinds.setdefault(_kind(q), []).append(q)
+            for kind, qs in sorted(kinds.items(), key=lambda kv: -len(kv[1])):
+                lines.append(
+                    f"| {label} | {kind} | {len(qs)} | {_mean(q.ttft or 0.0 for q in qs):.2f} |"
+                    f" {_mean((q.admitted_at or q.arrival) - q.arrival for q in qs):.2f} |"
+                    f" {_mean(q.predicted_ttft for q in qs):.2f} |"
+                    f" {_mean(q.predicted_wait for q in qs):.2f} |"
+                    f" {_mean(q.queue_ahead for q in qs):.1f} |"
+                    f" {_mean(len(q.prompt) for q in qs):.0f} | {_mean(q.hit_blocks for q in qs):.0f} |"
+                )
+        windows: dict[int, int] = {}
+        for q in tail:
+            windows[int(q.arrival // 30) * 30] = windows.get(int(q.arrival // 30) * 30, 0) + 1
+        lines.append(
+            "slowest calls by 30 s window of arrival: "
+            + ", ".join(f"{t}s:{n}" for t, n in sorted(windows.items()))
+        )
+        return lines
+
     def summary(self) -> dict[str, float]:
         ttfts = sorted(t for t, _, _ in self.records)
         hit = sum(h for _, h, _ in self.records)
@@ -413,6 +463,18 @@ class Simulation:
             "busy_usd_per_mtok": cost / (served / 1e6) if served else 0.0,
             "working_set": statistics.fmean(self.ws_samples) if self.ws_samples else 0.0,
         }
+
+
+def _kind(q: Req) -> str:
+    reason = q.attempt.reason if q.attempt is not None else "?"
+    if q.first_turn:
+        return "first call (" + ("fork" if q.session.forked else "new") + ")"
+    return {"sticky": "stayed", "sticky_broken_gate": "moved"}.get(reason, reason)
+
+
+def _mean(values: Iterable[float]) -> float:
+    vs = list(values)
+    return statistics.fmean(vs) if vs else 0.0
 
 
 STRATEGIES = (
@@ -444,6 +506,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--agent-types", type=int, default=4, help="distinct system prompts")
     ap.add_argument("--strategies", nargs="+", default=list(STRATEGIES))
     ap.add_argument("--poll-s", type=float, default=1.0, help="engine metrics cadence; 0: none")
+    ap.add_argument("--trace", action="store_true", help="who the slowest 5 %% of calls are")
     args = ap.parse_args(argv)
     cfg = SimConfig(
         duration_s=args.duration,
@@ -472,6 +535,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                 f" {m['ttft_p95']:.3f} | {m['spread_cv']:.3f} | {m['busy_usd_per_mtok']:.3f} |",
                 flush=True,
             )
+            if args.trace:
+                print("\n".join(["", f"{strategy}, seed {seed}:", *sim.tail_report(), ""]))
 
 
 if __name__ == "__main__":

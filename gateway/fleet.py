@@ -80,6 +80,7 @@ class Fleet:
         signal_interval_s: float = 1.0,
         signal_max_age_s: float = 5.0,
         signal_timeout_s: float = 0.5,
+        live_window_s: float = 10.0,
     ) -> None:
         self.prices = prices or Prices()
         self._specs = dict(specs or {})
@@ -98,6 +99,8 @@ class Fleet:
         self._seq = 0
         self._accuracy = [0, 0, 0]
         self._metrics, self._signal_timeout_s = metrics, signal_timeout_s
+        # a block touched this recently belongs to a live session (its next call is coming)
+        self._live_window_s = live_window_s
         self.signals = LoadSignals(interval_s=signal_interval_s, max_age_s=signal_max_age_s)
         for route in routes:
             self._register(route)
@@ -143,6 +146,7 @@ class Fleet:
             load.kv_free_blocks if load else None,
             admit_interval,
             load.age_s if load else None,
+            self.index.recent_blocks(key, now, self._live_window_s),
         )
 
     def snapshot(self, now: float) -> FleetSnapshot:
@@ -237,7 +241,7 @@ class Fleet:
         r.dispatched += 1
         r.inflight_tokens += record.uncached_tokens
         r.inflight_blocks += blocks
-        self.index.insert(key, hashes)
+        self.index.insert(key, hashes, now)
         self._inflight[id(attempt)] = (attempt, record)
 
     def on_first_token(self, attempt: Attempt) -> None:
@@ -341,7 +345,8 @@ class Fleet:
         """Record the answer: `chain_hashes` is the prompt's chain extended over the answer."""
         c = attempt.candidate
         if c.venue == "selfhost":
-            self.index.insert(replica_key(c.backend_name, c.replica), chain_hashes)
+            key = replica_key(c.backend_name, c.replica)
+            self.index.insert(key, chain_hashes, self._clock())
 
     # --- health ------------------------------------------------------------------------------
 

@@ -102,6 +102,8 @@ def plan_details(d: Decision) -> dict[str, object]:
                 "cached": s.predicted_cached_tokens,
                 "ttft_ms": round(s.predicted_ttft_s * 1000, 1),
                 "wait_ms": round(s.admission_wait_s * 1000, 1),
+                "stall_ms": round(s.stall_s * 1000, 1),
+                "room_blocks": s.room_blocks,
                 "usd": round(s.predicted_usd, 6),
                 "note": s.note,
             }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 from adapters.routing_index import PrefixIndex
 
 
@@ -58,3 +60,51 @@ def test_an_engine_reported_size_replaces_the_configured_one() -> None:
     idx.resize("r", 4)
     idx.resize("missing", 100)  # unknown replica: nothing to do
     assert idx.nominal("missing") == 0
+
+
+def test_recent_blocks_count_what_was_touched_in_the_window() -> None:
+    index = _index(10)
+    index.insert("r0", ["a", "b", "c"], now=100.2)
+    index.insert("r0", ["x", "y"], now=105.0)
+    assert index.recent_blocks("r0", now=106.0, window_s=10.0) == 5
+    assert index.recent_blocks("r0", now=112.0, window_s=10.0) == 2  # a, b, c are idle
+    index.insert("r0", ["a"], now=111.5)  # touched again: counted once, at its new time
+    assert index.recent_blocks("r0", now=112.0, window_s=10.0) == 3
+    assert index.recent_blocks("r0", now=130.0, window_s=10.0) == 0
+    assert index.recent_blocks("r0", now=130.0, window_s=1000.0) == 5  # held, just idle
+    assert index.recent_blocks("missing", now=130.0, window_s=10.0) == 0
+
+
+def test_evicted_and_cleared_blocks_leave_the_recent_count() -> None:
+    index = _index(4)
+    index.insert("r0", ["a", "b", "c"], now=1.0)
+    index.insert("r0", ["d", "e"], now=2.0)  # 5 for 4 slots: the LRU block goes
+    assert index.size("r0") == 4
+    assert index.recent_blocks("r0", now=2.0, window_s=5.0) == 4
+    index.insert("r0", ["p", "q", "r", "s", "t", "u"], now=3.0)  # fills the replica alone
+    assert index.recent_blocks("r0", now=3.0, window_s=0.5) == 4
+    index.resize("r0", 2)
+    assert index.recent_blocks("r0", now=3.0, window_s=5.0) == 2
+    index.clear("r0")
+    assert index.recent_blocks("r0", now=3.0, window_s=5.0) == 0
+
+
+def test_recent_blocks_match_a_brute_force_count() -> None:
+    rng = random.Random(7)
+    index = _index(50)
+    touched: dict[str, float] = {}
+    order: list[str] = []
+    t = 0.0
+    for _ in range(300):
+        t += rng.random()
+        hashes = [f"h{rng.randrange(120)}" for _ in range(rng.randrange(1, 12))]
+        index.insert("r0", hashes, now=t)
+        for h in reversed(hashes):  # the reference LRU: newest last
+            if h in order:
+                order.remove(h)
+            order.append(h)
+            touched[h] = t
+        del order[: max(len(order) - 50, 0)]
+        window = rng.choice([0.5, 3.0, 10.0])
+        expect = sum(1 for h in order if int(touched[h]) >= int(t - window))
+        assert index.recent_blocks("r0", now=t, window_s=window) == expect
