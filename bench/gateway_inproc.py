@@ -2,7 +2,7 @@
 door, pipeline, ledger, metrics, span) driven directly, its upstream replaced by canned replies.
 
     .venv/bin/python -m bench.gateway_inproc [--calls 2000] [--stream] [--profile N]
-        [--no-defer] [--starlette-stream] [--no-relay]
+        [--no-defer] [--starlette-stream] [--no-relay] [--fastapi-doors]
 
 Same body as bench/gateway_overhead.py. The figure excludes uvicorn, aiohttp and the kernel, so it
 isolates what Lantern's code costs; `--profile N` prints the N costliest functions (cProfile).
@@ -143,11 +143,12 @@ async def run(
     defer: bool = True,
     lean: bool = True,
     relay: bool = True,
+    lean_doors: bool = True,
 ) -> tuple[float, float]:
     """(CPU ms per call, ms per call until the reply's last byte was sent)."""
     with tempfile.TemporaryDirectory() as d:
         cfg = write_lantern_config(Path(d), "http://127.0.0.1:9/v1")
-        app = create_app(load_settings(cfg), lean_stream=lean)
+        app = create_app(load_settings(cfg), lean_stream=lean, lean_doors=lean_doors)
         parts = app.state.components
         for route in parts.models.routes():
             for candidate in route.candidates:
@@ -188,6 +189,9 @@ def main() -> None:
         "--starlette-stream", action="store_true", help="StreamingResponse (reference path)"
     )
     ap.add_argument("--no-relay", action="store_true", help="streams re-encoded (reference path)")
+    ap.add_argument(
+        "--fastapi-doors", action="store_true", help="chat doors through FastAPI (reference path)"
+    )
     args = ap.parse_args()
     job = run(
         args.calls,
@@ -196,6 +200,7 @@ def main() -> None:
         not args.no_defer,
         not args.starlette_stream,
         not args.no_relay,
+        not args.fastapi_doors,
     )
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         cpu_ms, reply_ms = runner.run(job)

@@ -12,13 +12,37 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from starlette.requests import Request
+from starlette.types import Receive, Scope, Send
 
+from adapters.types import WireFormat
 from gateway.routes_admin import build_admin_router, build_ops_router
 from gateway.routes_chat import ChatRoutes, build_chat_router
 from gateway.settings import Settings
 from gateway.wiring import Components, build_components
 
 log = logging.getLogger("lantern.app")
+DOORS: dict[str, WireFormat] = {"/v1/chat/completions": "openai", "/v1/messages": "anthropic"}
+
+
+class LanternApp(FastAPI):
+    """FastAPI, with the two chat doors served before its middleware stack and router (the hot
+    path: their handler parses its own body and turns every error into the client's own error
+    shape, so the stack would only add CPU per call). Every other path, and a door called with
+    another method or a trailing slash, goes through FastAPI as before."""
+
+    chat_routes: ChatRoutes | None = None  # None: the doors go through FastAPI too
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        routes = self.chat_routes
+        if routes is not None and scope["type"] == "http" and scope["method"] == "POST":
+            wire = DOORS.get(scope["path"])
+            if wire is not None and not self.root_path:
+                scope["app"] = self
+                response = await routes.serve(Request(scope, receive), wire)
+                await response(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
 
 
 def create_app(
@@ -27,11 +51,14 @@ def create_app(
     *,
     freeze_gc: bool = False,
     lean_stream: bool = True,
+    lean_doors: bool = True,
 ) -> FastAPI:
     """`freeze_gc`: after start-up, move everything built so far out of the collector's reach
     (hundreds of thousands of long-lived objects; a full pass over them is a latency spike).
     For a serving process, not for tests that build many apps in one interpreter.
-    `lean_stream=False` streams through Starlette's `StreamingResponse` (the reference path)."""
+    `lean_stream=False` streams through Starlette's `StreamingResponse` (the reference path);
+    `lean_doors=False` serves the chat doors through FastAPI's stack and router (the reference
+    path for `LanternApp`)."""
     parts = components or build_components(settings)
 
     @asynccontextmanager
@@ -46,13 +73,14 @@ def create_app(
             parts.pipeline.after_reply.flush()  # the last replies' rows, before the ledger closes
             await parts.stop()
 
-    app = FastAPI(
+    app = LanternApp(
         title="Lantern", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None
     )
     app.state.components = parts
-    app.include_router(
-        build_chat_router(ChatRoutes(parts.pipeline, parts.keys, lean_stream=lean_stream))
-    )
+    chat = ChatRoutes(parts.pipeline, parts.keys, lean_stream=lean_stream)
+    app.include_router(build_chat_router(chat))  # also the reference path of the doors
+    if lean_doors:
+        app.chat_routes = chat
     app.include_router(build_ops_router(parts.models, parts.keys, parts.metrics))
     admin_token = settings.admin_token.get_secret_value() if settings.admin_token else None
     app.include_router(build_admin_router(admin_token, parts.admin_views))
