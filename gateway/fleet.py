@@ -118,7 +118,9 @@ class Fleet:
             elif c.backend_name not in self._apis:
                 self._apis[c.backend_name] = ApiRecord(c, route.name)
 
-    def _state(self, key: str, r: ReplicaRecord, now: float) -> ReplicaState:
+    def _state(
+        self, key: str, r: ReplicaRecord, now: float, pending: Sequence[tuple[int, float]]
+    ) -> ReplicaState:
         while r.done and now - r.done[0][0] > self._util_window_s:
             r.done_tokens -= r.done.popleft()[1]
         util = r.done_tokens / (self._util_window_s * r.spec.capacity_tok_s)
@@ -138,7 +140,7 @@ class Fleet:
             r.inflight_tokens,
             r.inflight_blocks,
             load.queue_depth if load else 0,
-            r.prefill.tok_s,
+            r.prefill.capped(pending),
             r.spec.capacity_tok_s,
             self.index.capacity(key),
             min(util, 1.0),
@@ -150,9 +152,25 @@ class Fleet:
         )
 
     def snapshot(self, now: float) -> FleetSnapshot:
-        reps = tuple(self._state(k, r, now) for k, r in self._replicas.items())
+        pending = self._pending_prefills(now)
+        reps = tuple(self._state(k, r, now, pending.get(k, ())) for k, r in self._replicas.items())
         apis = tuple(ApiState(n, a.model, True, a.cooldown_until) for n, a in self._apis.items())
         return FleetSnapshot(reps, apis, self.index, self._seq)
+
+    def _pending_prefills(self, now: float) -> dict[str, list[tuple[int, float]]]:
+        """Per replica, the calls whose prefill has not visibly finished: (queued prefill
+        tokens at dispatch, seconds since, less the fixed cost). Only calls bounded to a short
+        answer count: the fleet cannot tell a streamed call from a non-streamed one, and a
+        long non-streamed answer's wait is mostly decode."""
+        out: dict[str, list[tuple[int, float]]] = {}
+        for _, rec in self._inflight.values():
+            if rec.key is None or rec.prefill_released:
+                continue
+            if rec.max_tokens > NONSTREAM_SAMPLE_MAX_OUTPUT:
+                continue
+            base = self._replicas[rec.key].spec.base_ttft_s
+            out.setdefault(rec.key, []).append((rec.queued_tokens, now - rec.dispatched_at - base))
+        return out
 
     def sessions(self) -> SessionTable:
         return SessionTable(MappingProxyType(self._sessions))
@@ -236,6 +254,7 @@ class Fleet:
             started_at=now,
             dispatched_at=now,
             queued_tokens=r.inflight_tokens + prompt - cached,
+            max_tokens=max_tokens,
         )
         r.inflight_requests += 1
         r.dispatched += 1

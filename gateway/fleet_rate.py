@@ -5,6 +5,7 @@ Plain arithmetic, O(1) per sample; the fleet decides which observations are samp
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 MIN_TOK_S = 50.0  # below this a "prefill" is a stalled engine, not a rate
@@ -36,6 +37,20 @@ class PrefillRate:
         if self.pinned:
             return self.start_tok_s
         return min(max(self.tokens / self.seconds, MIN_TOK_S), MAX_TOK_S)
+
+    def capped(self, pending: Iterable[tuple[int, float]]) -> float:
+        """The rate, capped by prefills still unfinished: `tokens` of queued prefill (a call's
+        own and what was ahead of it) dispatched `seconds` ago (less the fixed cost) with no
+        first token yet mean the replica computes fewer than tokens/seconds. Before the first
+        sample arrives this is the only evidence a burst of calls gives (issue 6, the first
+        burst); a pinned rate is final."""
+        rate = self.tok_s
+        if self.pinned:
+            return rate
+        for tokens, seconds in pending:
+            if tokens >= MIN_SAMPLE_TOKENS and seconds > 0:
+                rate = min(rate, max(tokens / seconds, MIN_TOK_S))
+        return rate
 
     def observe(self, tokens: int, seconds: float) -> bool:
         """One prefill of `tokens` that took `seconds`; False where it is no usable sample."""

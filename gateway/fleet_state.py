@@ -70,6 +70,7 @@ class InflightCall:
     started_at: float = 0.0  # dispatch, then first token
     dispatched_at: float = 0.0
     queued_tokens: int = 0  # the replica's unfinished prefill tokens at dispatch, ours included
+    max_tokens: int = 0  # the answer's bound, as planned
 
 
 @dataclass(frozen=True, slots=True)

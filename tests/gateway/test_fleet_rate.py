@@ -131,3 +131,45 @@ def test_config_pins_every_backends_rate_or_leaves_it_to_be_learned(tmp_path: Pa
         _, specs = fleet_inputs(load_settings(path), RoutePricing({}))
         start = 500.0 if pin else 2000.0
         assert specs["engine"] == ReplicaSpec(prefill_tok_s=start, prefill_pinned=pin)
+
+
+def test_unfinished_prefills_cap_the_rate_before_any_sample() -> None:
+    clock = Clock()
+    spec = ReplicaSpec(prefill_tok_s=2000.0, base_ttft_s=0.05, metrics_path=None)
+    fleet, route = build(spec, clock)
+    first = call(fleet, route, "s1", 1600, 4)
+    clock.now += 0.45  # 1600 tokens not done in 0.4 s: no news at 2000 tok/s (0.8 s)
+    assert rate_of(fleet) == 2000.0
+    clock.now += 1.6  # still no answer after 2.0 s past the fixed cost: at most 800 tok/s
+    assert rate_of(fleet) == pytest.approx(800.0)
+    second = call(fleet, route, "s2", 800, 4)  # predicted at the capped rate: 2400 queued
+    assert second.details["predicted_ttft_ms"] == pytest.approx(50.0 + 2400 / 800 * 1000)
+    assert fleet.snapshot(clock.now).replicas[0].prefill_tok_s == pytest.approx(800.0)
+    clock.now += 0.5
+    fleet.on_complete(first.attempts[0], Usage(1600, 4), ok=True)  # the sample: 1600 in 2.5 s
+    learned = (1600.0 + 1600) / (0.8 + 2.5)
+    # the second call (2400 queued at its dispatch 0.5 s ago) caps nothing yet
+    assert rate_of(fleet) == pytest.approx(learned, rel=1e-12)
+    clock.now += 3.0  # 2400 tokens unfinished after 3.45 s: the cap is 696 tok/s
+    assert rate_of(fleet) == pytest.approx(2400 / 3.45)
+    fleet.on_complete(second.attempts[0], Usage(800, 4), ok=True)
+    assert fleet.stats().replicas[0].prefill_tok_s < learned  # the slow sample was learned
+
+
+def test_long_answers_and_a_pinned_rate_are_not_capped() -> None:
+    clock = Clock()
+    fleet, route = build(ReplicaSpec(prefill_tok_s=2000.0, metrics_path=None), clock)
+    call(fleet, route, "s1", 1600, 200)  # may be non-streamed: its wait is mostly decode
+    clock.now += 10.0
+    assert rate_of(fleet) == 2000.0
+    pinned, route = build(ReplicaSpec(500.0, prefill_pinned=True, metrics_path=None), clock)
+    call(pinned, route, "s1", 1600, 4)
+    clock.now += 10.0
+    assert rate_of(pinned) == 500.0
+
+
+def test_the_cap_keeps_the_rate_in_range() -> None:
+    rate = PrefillRate(2000.0)
+    assert rate.capped([(1000, 100.0)]) == 50.0  # a stalled engine: the floor
+    assert rate.capped([(10, 100.0), (1000, 0.0), (1000, -1.0)]) == 2000.0  # no evidence
+    assert rate.capped([(1000, 1.0), (1000, 2.0)]) == 500.0  # the tightest cap wins
