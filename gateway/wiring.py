@@ -35,6 +35,10 @@ from gateway.tools_wiring import build_tools
 from policies.store import PolicyStore
 
 log = logging.getLogger("lantern.wiring")
+# The ledger writer gathers rows this long once woken: one insert costs ~1 ms of CPU whatever
+# its size, so at 25 calls/s a 50 ms linger paid it for nearly every row (0.3-0.5 ms a call);
+# rows reach the database at most this much later (reports and tests poll; close() drains).
+LEDGER_LINGER_S = 0.2
 JsonView = Callable[[Request], Awaitable[Any]]
 
 
@@ -79,7 +83,9 @@ def build_components(
     keys = PolicyStore(settings.policy_dir, poll_interval_s=settings.policy_poll_interval_s)
 
     engine = create_ledger_engine(settings.database_url)
-    recorder = UsageRecorder(engine, RecorderConfig(spool_dir=settings.var_dir / "spool"))
+    recorder = UsageRecorder(
+        engine, RecorderConfig(spool_dir=settings.var_dir / "spool", linger_s=LEDGER_LINGER_S)
+    )
     metrics.registry.register(RecorderCollector(recorder))
     ledger = CallLedger(recorder, lambda: datetime.now(UTC))
     admission = Admission.from_settings(settings, registry=metrics.registry)
