@@ -1,6 +1,8 @@
 """The CPU fast path's kernels (selfhost/csrc/*.cpp), compiled on first use.
 
-`load_cpu_kernels()` builds them with torch's C++ extension loader (g++, ninja) when the engine
+Two builds of the same entry points: AVX512 with BF16 dot products (cpu_linear.cpp,
+cpu_attention.cpp) and AVX2 + FMA (linear_avx2.cpp, attention_avx2.cpp) for CPUs without them.
+`load_cpu_kernels()` builds the one this CPU runs with torch's C++ extension loader (g++, ninja) when the engine
 starts, never at import; where that is impossible it logs one line and returns None, and the engine
 runs the torch reference path. Packing of weights for the kernels lives here too.
 """
@@ -18,13 +20,23 @@ import torch
 log = logging.getLogger(__name__)
 
 CSRC = Path(__file__).parent / "csrc"
-SOURCES = ("cpu_module.cpp", "cpu_linear.cpp", "cpu_attention.cpp")
+SOURCES = {
+    "avx512_bf16": ("cpu_module.cpp", "cpu_linear.cpp", "cpu_attention.cpp", "cpu_rope.cpp"),
+    "avx2": ("cpu_module.cpp", "linear_avx2.cpp", "attention_avx2.cpp", "cpu_rope.cpp"),
+}
 GROUP_ROWS = 64  # output rows per packed group (cpu_linear.cpp kGroup)
 CFLAGS = ["-O3", "-march=native", "-fopenmp"]
 
 
-def load_cpu_kernels(build_dir: Path | None = None) -> ModuleType | None:
-    """The compiled kernels, or None (with one log line) when they cannot be built or run here."""
+def load_cpu_kernels(build_dir: Path | None = None, isa: str | None = None) -> ModuleType | None:
+    """The compiled kernels for `isa` (default: the best this CPU runs), or None (with one log
+    line) when they cannot be built or run here."""
+    if isa is not None and isa not in SOURCES:
+        raise ValueError(f"unknown kernel ISA {isa!r}; expected one of {sorted(SOURCES)}")
+    isa = isa or best_isa()
+    if isa is None or isa not in supported_isas():
+        log.warning("CPU fast path off: this CPU has neither AVX512-BF16 nor AVX2 (torch path)")
+        return None
     if shutil.which("ninja") is None or shutil.which("c++") is None:
         log.warning("CPU fast path off: no ninja or C++ compiler on PATH (torch reference path)")
         return None
@@ -36,8 +48,8 @@ def load_cpu_kernels(build_dir: Path | None = None) -> ModuleType | None:
         kwargs["build_directory"] = str(build_dir)
     try:
         module = cpp_extension.load(
-            name=f"lantern_cpu_kernels_{_source_digest()}",
-            sources=[str(CSRC / name) for name in SOURCES],
+            name=f"lantern_cpu_kernels_{isa}_{_source_digest()}",
+            sources=[str(CSRC / name) for name in SOURCES[isa]],
             extra_cflags=CFLAGS,
             extra_ldflags=["-fopenmp"],
             **kwargs,  # type: ignore[arg-type]
@@ -48,6 +60,23 @@ def load_cpu_kernels(build_dir: Path | None = None) -> ModuleType | None:
         log.warning("CPU fast path off: kernels unavailable (%s); torch reference path", first)
         return None
     return module
+
+
+def supported_isas() -> list[str]:
+    """The kernel builds this CPU runs, best first. Checked before compiling: `-march=native`
+    cannot compile a build the CPU lacks, and trying would cost every engine start a minute of
+    failing g++. torch's AVX2 capability includes FMA."""
+    isas = []
+    if torch.cpu._is_avx512_supported() and torch.cpu._is_avx512_bf16_supported():
+        isas.append("avx512_bf16")
+    if torch.cpu._is_avx2_supported():
+        isas.append("avx2")
+    return isas
+
+
+def best_isa() -> str | None:
+    isas = supported_isas()
+    return isas[0] if isas else None
 
 
 def _source_digest() -> str:

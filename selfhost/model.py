@@ -107,8 +107,8 @@ def pack_linear_weight(weight: torch.Tensor) -> torch.Tensor | None:
     """oneDNN's pre-packed layout for a bf16 CPU weight; None where it does not apply."""
     if weight.device.type != "cpu" or weight.dtype != torch.bfloat16:
         return None
-    if not torch.backends.mkldnn.is_available():
-        return None
+    if not torch.backends.mkldnn.is_available() or not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        return None  # e.g. AVX2 only: oneDNN refuses to pack bf16 (F.linear still runs it)
     return torch.ops.mkldnn._reorder_linear_weight(weight, 16)
 
 

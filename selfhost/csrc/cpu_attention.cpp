@@ -1,6 +1,6 @@
-// RoPE + KV write, and paged attention that reads K/V in place through the block tables: decodes
-// (with a shared-prefix pass, the cascade) and causal prefill chunks. bf16 (AVX512-BF16 dot
-// products) or fp32 storage, fp32 math; the torch reference is selfhost/attention.py.
+// Paged attention that reads K/V in place through the block tables: decodes (with a shared-prefix
+// pass, the cascade) and causal prefill chunks. bf16 (AVX512-BF16 dot products) or fp32 storage,
+// fp32 math; the torch reference is selfhost/attention.py.
 #include "cpu_kernels.h"
 #include "cpu_pool.h"
 
@@ -270,33 +270,6 @@ torch::Tensor prefill_typed(const torch::Tensor& q, const torch::Tensor& k_pool,
   return out;
 }
 
-template <typename T>
-torch::Tensor rope_typed(const torch::Tensor& qkv, const int64_t* pos, const float* cs,
-                         const float* sn, const int64_t* slot, torch::Tensor& k_pool,
-                         torch::Tensor& v_pool, int64_t num_heads) {
-  const int64_t tokens = qkv.size(0), heads = qkv.size(1), dim = qkv.size(2), half = dim / 2;
-  const int64_t kv = (heads - num_heads) / 2;
-  torch::Tensor q = torch::empty({tokens, num_heads, dim}, qkv.options());
-  const T* src = data<T>(qkv);
-  T *qd = data_mut<T>(q), *kd = data_mut<T>(k_pool), *vd = data_mut<T>(v_pool);
-  for (int64_t t = 0; t < tokens; ++t) {
-    const float *c = cs + pos[t] * dim, *s = sn + pos[t] * dim;
-    for (int64_t h = 0; h < num_heads + kv; ++h) {
-      const T* x = src + (t * heads + h) * dim;
-      T* o = h < num_heads ? qd + (t * num_heads + h) * dim
-                           : kd + (slot[t] * kv + (h - num_heads)) * dim;
-      for (int64_t i = 0; i < half; ++i) {
-        const float a = to_float(x[i]), b = to_float(x[i + half]);
-        o[i] = from_float<T>(a * c[i] - b * s[i]);
-        o[i + half] = from_float<T>(b * c[i + half] + a * s[i + half]);
-      }
-    }
-    std::memcpy(vd + slot[t] * kv * dim, src + (t * heads + num_heads + kv) * dim,
-                kv * dim * sizeof(T));
-  }
-  return q;
-}
-
 }  // namespace
 
 bool paged_attention_supports(int64_t group, int64_t dim) {
@@ -322,22 +295,6 @@ torch::Tensor paged_prefill(const torch::Tensor& q, const torch::Tensor& k_pool,
     return prefill_typed<uint16_t>(q, k_pool, v_pool, block_ids, context_len, scale);
   TORCH_CHECK(q.scalar_type() == torch::kFloat32, "paged_prefill: bf16 or fp32");
   return prefill_typed<float>(q, k_pool, v_pool, block_ids, context_len, scale);
-}
-
-// RoPE (rotate-half, fp32 tables) on q and k, then k and v written into the pool at their slots.
-// qkv [T, H + 2 KV, D]; cos/sin [max_pos, D] fp32; k_pool/v_pool [slots, KV, D] -> q [T, H, D].
-torch::Tensor rope_write_kv(const torch::Tensor& qkv, const torch::Tensor& positions,
-                            const torch::Tensor& cos, const torch::Tensor& sin,
-                            const torch::Tensor& slots, torch::Tensor k_pool, torch::Tensor v_pool,
-                            int64_t num_heads) {
-  TORCH_CHECK(qkv.is_contiguous() && k_pool.is_contiguous() && v_pool.is_contiguous());
-  const int64_t* pos = positions.data_ptr<int64_t>();
-  const int64_t* slot = slots.data_ptr<int64_t>();
-  if (qkv.scalar_type() == torch::kBFloat16)
-    return rope_typed<uint16_t>(qkv, pos, cos.data_ptr<float>(), sin.data_ptr<float>(), slot,
-                                k_pool, v_pool, num_heads);
-  return rope_typed<float>(qkv, pos, cos.data_ptr<float>(), sin.data_ptr<float>(), slot, k_pool,
-                           v_pool, num_heads);
 }
 
 }  // namespace lantern

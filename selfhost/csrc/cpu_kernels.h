@@ -1,5 +1,6 @@
-// Shared pieces of the CPU kernels (AVX512 + AVX512-BF16): element conversions, a vector exp, and
-// the entry points bound in cpu_module.cpp. Built at engine start by selfhost/cpu_kernels.py.
+// Shared pieces of the CPU kernels: element conversions, the AVX512 vector helpers (AVX512-BF16
+// build) and the entry points bound in cpu_module.cpp, which both builds (cpu_*.cpp for
+// AVX512-BF16, *_avx2.cpp for AVX2 + FMA) define. Built at engine start by selfhost/cpu_kernels.py.
 #pragma once
 
 #include <ATen/Parallel.h>
@@ -31,11 +32,14 @@ template <typename T> T from_float(float v);
 template <> inline uint16_t from_float<uint16_t>(float v) { return float_to_bf16(v); }
 template <> inline float from_float<float>(float v) { return v; }
 
+#if defined(__AVX512F__)
 // 16 consecutive elements as fp32 lanes.
 inline __m512 load16(const uint16_t* p) {
   return _mm512_cvtpbh_ps((__m256bh)_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+
+#endif  // __AVX512F__
 
 template <typename T> const T* data(const torch::Tensor& t);
 template <> inline const uint16_t* data<uint16_t>(const torch::Tensor& t) {
@@ -44,6 +48,7 @@ template <> inline const uint16_t* data<uint16_t>(const torch::Tensor& t) {
 template <> inline const float* data<float>(const torch::Tensor& t) { return t.data_ptr<float>(); }
 template <typename T> T* data_mut(torch::Tensor& t) { return const_cast<T*>(data<T>(t)); }
 
+#if defined(__AVX512F__)
 // exp on 16 fp32 lanes: 2^n * p(f), x = n ln2 + f, |f| <= ln2/2, degree-7 Taylor (rel. err < 1e-7).
 inline __m512 exp_ps(__m512 x) {
   x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
@@ -57,16 +62,18 @@ inline __m512 exp_ps(__m512 x) {
   for (float c : coeffs) p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c));
   return _mm512_scalef_ps(p, n);
 }
+#endif  // __AVX512F__
 
-// cpu_linear.cpp (bf16 only)
+// cpu_linear.cpp / linear_avx2.cpp (bf16 only)
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_t n_out,
                      const std::string& prologue, const c10::optional<torch::Tensor>& norm_weight,
                      double eps, const c10::optional<torch::Tensor>& residual);
-// cpu_attention.cpp (bf16 and fp32)
+// cpu_rope.cpp (bf16 and fp32, portable C++)
 torch::Tensor rope_write_kv(const torch::Tensor& qkv, const torch::Tensor& positions,
                             const torch::Tensor& cos, const torch::Tensor& sin,
                             const torch::Tensor& slots, torch::Tensor k_pool, torch::Tensor v_pool,
                             int64_t num_heads);
+// cpu_attention.cpp / attention_avx2.cpp (bf16 and fp32)
 bool paged_attention_supports(int64_t group, int64_t dim);
 torch::Tensor paged_decode(const torch::Tensor& q, const torch::Tensor& k_pool,
                            const torch::Tensor& v_pool, const torch::Tensor& tables,

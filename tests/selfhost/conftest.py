@@ -17,7 +17,7 @@ import torch
 
 from selfhost.builder import build_engine, load_model_files
 from selfhost.config import EngineConfig
-from selfhost.cpu_kernels import load_cpu_kernels
+from selfhost.cpu_kernels import load_cpu_kernels, supported_isas
 from selfhost.engine import LLMEngine
 from selfhost.loader import LoadedWeights, ModelNotFound, resolve_model_path
 from selfhost.tokenizer import TextTokenizer
@@ -96,10 +96,11 @@ def make_engine(smollm_files: tuple[LoadedWeights, TextTokenizer]) -> Callable[.
     return make
 
 
-@pytest.fixture(scope="session")
-def cpu_kernels() -> ModuleType:
-    """The compiled CPU kernels; their tests skip on a CPU or machine that cannot build them."""
-    module = load_cpu_kernels()
+@pytest.fixture(scope="session", params=supported_isas() or ["none"])
+def cpu_kernels(request: pytest.FixtureRequest) -> ModuleType:
+    """Each build of the CPU kernels this CPU runs (an AVX512-BF16 machine tests both); their
+    tests skip on a CPU or machine that cannot build any."""
+    module = None if request.param == "none" else load_cpu_kernels(isa=request.param)
     if module is None:
-        pytest.skip("the CPU kernels cannot be built here (no AVX512-BF16, compiler or ninja)")
+        pytest.skip("the CPU kernels cannot be built here (no AVX2/AVX512-BF16, compiler or ninja)")
     return module
