@@ -51,21 +51,28 @@ class OpenAIRelay:
         events = self.decoder.feed_chunk(chunk)  # raises on an in-band upstream error
         return self._edited(data, chunk), events
 
-    def feed_all(self, events: Sequence[SSEvent]) -> RelayedChunk | None:
-        """Several upstream events (one read) as one chunk for the client; None when none of
-        them leaves anything to forward or count. Events after `[DONE]` are ignored."""
+    def feed_all(self, events: Sequence[SSEvent]) -> tuple[RelayedChunk | None, Exception | None]:
+        """Several upstream events (one read) as one chunk for the client (None when none of
+        them leaves anything to forward or count), and the error an event raised, if any: what
+        came before it in the read is still forwarded and counted. Events after `[DONE]` and
+        after an error are ignored."""
         parts: list[bytes] = []
         decoded: list[StreamEvent] = []
+        error: Exception | None = None
         for event in events:
             if self.decoder.ended:
                 break
-            data, more = self.feed(event.data)
+            try:
+                data, more = self.feed(event.data)
+            except Exception as exc:  # an in-band upstream error or a broken chunk
+                error = exc
+                break
             if data:
                 parts.append(data)
             decoded += more
         if not parts and not decoded:
-            return None
-        return RelayedChunk(b"".join(parts), tuple(decoded))
+            return None, error
+        return RelayedChunk(b"".join(parts), tuple(decoded)), error
 
     def finish(self) -> tuple[bytes, list[StreamEvent]]:
         """The upstream ended without `[DONE]` (after a finish_reason): end the client's too."""

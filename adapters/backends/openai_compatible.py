@@ -112,9 +112,11 @@ class OpenAICompatibleBackend:
         )
         reads = self._upstream.post_sse_reads(body, timeout_s=timeout_s, headers=headers)
         async for read in reads:  # what arrived together leaves together: one client write
-            chunk = relay.feed_all(read)
+            chunk, error = relay.feed_all(read)
             if chunk is not None:
                 yield chunk
+            if error is not None:
+                raise error
         if not relay.ended:
             if not relay.decoder.saw_finish_reason:
                 raise ProviderUnavailable(self.name, "stream ended before a finish_reason")

@@ -213,11 +213,12 @@ def test_done_is_added_when_the_upstream_ends_after_a_finish() -> None:
     assert [r.status for r in fakes.rows] == ["ok"]
 
 
-def test_an_upstream_error_mid_stream_is_reported_in_band() -> None:
+@pytest.mark.parametrize("read_bytes", [60, 10_000])  # the error in its own read, or not
+def test_an_upstream_error_mid_stream_is_reported_in_band(read_bytes: int) -> None:
     error = b'data: {"error":{"message":"engine overloaded","type":"server_error"}}\n\n'
     raw = upstream_stream()
     head = b"".join(f + b"\n\n" for f in raw.split(b"\n\n")[:2])  # role chunk, first token
-    sent, fakes, _ = relayed(head + error, read_bytes=60)
+    sent, fakes, _ = relayed(head + error, read_bytes=read_bytes)
     out = body_of(sent)
     assert out.startswith(head) and b"[DONE]" not in out
     assert out.endswith(b"\n\n") and b"engine overloaded" in out.split(b"\n\n")[-2]
