@@ -43,7 +43,7 @@ def bf16(*shape: int) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("rows", [1, 3, 16, 70])
-@pytest.mark.parametrize(("out_rows", "in_cols"), [(100, 37), (192, 64)])
+@pytest.mark.parametrize(("out_rows", "in_cols"), [(100, 37), (192, 64), (80, 24), (2112, 40)])
 def test_linear_with_residual_equals_fp32_matmul(
     cpu_kernels: ModuleType, rows: int, out_rows: int, in_cols: int
 ) -> None:
