@@ -2,7 +2,7 @@
 content-addressed block LRU of fixed capacity and the step-time model of the note (A3), routed
 by Lantern's own `gateway.fleet.Fleet` under each strategy. CPU only, deterministic per seed.
 
-    .venv/bin/python bench/fleet_sim.py --duration 600 --seeds 1 2 3
+    .venv/bin/python -m bench.fleet_sim --duration 600 --seeds 1 2 3
 
 Step time (A3, a 4-GPU replica of the note's 70B model): t = 14.3 ms + 0.074 ms x batch tokens
 (a 2000-token prefill takes 162 ms; 64 decodes 19 ms). Chunked prefill, 2048-token budget.
@@ -17,11 +17,12 @@ import itertools
 import random
 import statistics
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 from adapters.routing_index import PrefixIndex
 from adapters.types import ChatRequest, Usage
+from bench.fleet_trace import tail_report
 from gateway.fleet import Fleet, ReplicaSpec
 from gateway.fleet_signals import EngineLoad
 from gateway.ports import Attempt, Candidate, ModelRoute, PreparedPrompt
@@ -414,38 +415,6 @@ class Simulation:
             elif kind == "sample" and self.now >= self.cfg.warmup_s:
                 self.ws_samples.append(self.working_set_blocks())
 
-    def tail_report(self, share: float = 0.05) -> list[str]:
-        """Who the slowest `share` of calls are: how the router placed them (kind), what it
-        predicted, and where the time went (admission wait, then prefill), against all calls."""
-        calls = sorted(self.traced, key=lambda q: q.ttft or 0.0)
-        tail = calls[int(len(calls) * (1 - share)) :]
-        lines = [
-            "| calls | kind | n | TTFT s | admission wait s | predicted TTFT s |"
-            " predicted wait s | queue ahead | prompt blocks | hit blocks |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-        ]
-        for label, group in (("all", calls), (f"slowest {share:.0%}", tail)):
-            kinds: dict[str, list[Req]] = {}
-            for q in group:
-                kinds.setdefault(_kind(q), []).append(q)
-            for kind, qs in sorted(kinds.items(), key=lambda kv: -len(kv[1])):
-                lines.append(
-                    f"| {label} | {kind} | {len(qs)} | {_mean(q.ttft or 0.0 for q in qs):.2f} |"
-                    f" {_mean((q.admitted_at or q.arrival) - q.arrival for q in qs):.2f} |"
-                    f" {_mean(q.predicted_ttft for q in qs):.2f} |"
-                    f" {_mean(q.predicted_wait for q in qs):.2f} |"
-                    f" {_mean(q.queue_ahead for q in qs):.1f} |"
-                    f" {_mean(len(q.prompt) for q in qs):.0f} | {_mean(q.hit_blocks for q in qs):.0f} |"
-                )
-        windows: dict[int, int] = {}
-        for q in tail:
-            windows[int(q.arrival // 30) * 30] = windows.get(int(q.arrival // 30) * 30, 0) + 1
-        lines.append(
-            "slowest calls by 30 s window of arrival: "
-            + ", ".join(f"{t}s:{n}" for t, n in sorted(windows.items()))
-        )
-        return lines
-
     def summary(self) -> dict[str, float]:
         ttfts = sorted(t for t, _, _ in self.records)
         hit = sum(h for _, h, _ in self.records)
@@ -463,18 +432,6 @@ class Simulation:
             "busy_usd_per_mtok": cost / (served / 1e6) if served else 0.0,
             "working_set": statistics.fmean(self.ws_samples) if self.ws_samples else 0.0,
         }
-
-
-def _kind(q: Req) -> str:
-    reason = q.attempt.reason if q.attempt is not None else "?"
-    if q.first_turn:
-        return "first call (" + ("fork" if q.session.forked else "new") + ")"
-    return {"sticky": "stayed", "sticky_broken_gate": "moved"}.get(reason, reason)
-
-
-def _mean(values: Iterable[float]) -> float:
-    vs = list(values)
-    return statistics.fmean(vs) if vs else 0.0
 
 
 STRATEGIES = (
@@ -536,7 +493,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 flush=True,
             )
             if args.trace:
-                print("\n".join(["", f"{strategy}, seed {seed}:", *sim.tail_report(), ""]))
+                print("\n".join(["", f"{strategy}, seed {seed}:", *tail_report(sim.traced), ""]))
 
 
 if __name__ == "__main__":
