@@ -49,11 +49,9 @@ def scope() -> dict[str, Any]:
     }
 
 
-async def serve(backend: Backend, lean: bool, leave_after: int | None) -> tuple[list[Any], Fakes]:
-    """One streamed call; the client leaves once `leave_after` body messages have arrived."""
-    pipeline, fakes, _ = build(backend)
-    app = FastAPI()
-    app.include_router(build_chat_router(ChatRoutes(pipeline, Keys(), lean_stream=lean)))
+async def drive(app: Any, body: bytes, leave_after: int | None) -> list[Any]:
+    """One call to `app` at ASGI level, as a client that leaves once `leave_after` body messages
+    have arrived (None: it stays to the end); the messages sent, after the after-reply batch."""
     sent: list[Any] = []
     gone = asyncio.Event()
     requested = False
@@ -62,7 +60,7 @@ async def serve(backend: Backend, lean: bool, leave_after: int | None) -> tuple[
         nonlocal requested
         if not requested:
             requested = True
-            return {"type": "http.request", "body": BODY, "more_body": False}
+            return {"type": "http.request", "body": body, "more_body": False}
         await gone.wait()
         return {"type": "http.disconnect"}
 
@@ -79,7 +77,15 @@ async def serve(backend: Backend, lean: bool, leave_after: int | None) -> tuple[
         raise AssertionError("the stream did not end")
     served.result()
     await asyncio.sleep(0)  # the after-reply batch
-    return sent, fakes
+    return sent
+
+
+async def serve(backend: Backend, lean: bool, leave_after: int | None) -> tuple[list[Any], Fakes]:
+    """One streamed call; the client leaves once `leave_after` body messages have arrived."""
+    pipeline, fakes, _ = build(backend)
+    app = FastAPI()
+    app.include_router(build_chat_router(ChatRoutes(pipeline, Keys(), lean_stream=lean)))
+    return await drive(app, BODY, leave_after), fakes
 
 
 def _shape(sent: list[Any]) -> list[Any]:

@@ -26,7 +26,7 @@ from gateway.pipeline import Pipeline
 from gateway.routes_chat import ChatRoutes, build_chat_router
 from tests.fakes.upstream import FakeUpstream
 from tests.gateway.test_after_reply import Fakes, build
-from tests.gateway.test_sse_reply import Keys, scope
+from tests.gateway.test_sse_reply import Keys, drive
 
 USAGE = {"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14}
 DETAILS = {"prompt_tokens_details": {"cached_tokens": 4}}
@@ -120,26 +120,7 @@ async def serve(
     body messages."""
     app = FastAPI()
     app.include_router(build_chat_router(ChatRoutes(pipeline, Keys())))
-    sent: list[MutableMapping[str, Any]] = []
-    gone, requested = asyncio.Event(), False
-
-    async def receive() -> MutableMapping[str, Any]:
-        nonlocal requested
-        if not requested:
-            requested = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        await gone.wait()
-        return {"type": "http.disconnect"}
-
-    async def send(message: MutableMapping[str, Any]) -> None:
-        sent.append(message)
-        bodies = sum(m["type"] == "http.response.body" for m in sent)
-        if bodies == leave_after or not message.get("more_body", True):
-            gone.set()
-
-    await asyncio.wait_for(app(scope(), receive, send), 5)
-    await asyncio.sleep(0)  # the after-reply batch
-    return sent
+    return await drive(app, body, leave_after)
 
 
 def body_of(sent: list[MutableMapping[str, Any]]) -> bytes:
