@@ -2,6 +2,10 @@
 router's own dispatches (and answers), bounded by the replica's KV capacity in blocks, each
 stamped with the second it was last touched (how much of a replica's cache is in live use).
 
+It ages like the engine's block pool: the blocks of calls in flight are pinned (held outside
+the LRU, never evicted, as a paged-KV engine holds a running request's blocks) together with
+the answer blocks each call reserves, and only the rest is an LRU, of the capacity left over.
+
 In-memory data structure only; the fleet owns one instance and injects nothing global.
 """
 
@@ -19,7 +23,11 @@ class PrefixIndex:
     request's chained hashes present on the replica (a gap ends it, as in the engine)."""
 
     def __init__(self, min_capacity_blocks: int = 64) -> None:
-        self._blocks: dict[str, OrderedDict[Hashable, int]] = {}  # hash -> stamp of last touch
+        # unpinned blocks, oldest first: hash -> stamp of last touch
+        self._blocks: dict[str, OrderedDict[Hashable, int]] = {}
+        # blocks of calls in flight: hash -> [calls holding it, stamp of last touch]
+        self._pinned: dict[str, dict[Hashable, list[int]]] = {}
+        self._reserved: dict[str, int] = {}  # answer blocks reserved by calls in flight
         self._stamps: dict[str, Counter[int]] = {}  # stamp -> blocks last touched then
         self._capacity: dict[str, int] = {}
         self._nominal: dict[str, int] = {}
@@ -27,20 +35,27 @@ class PrefixIndex:
 
     def add_replica(self, replica: str, capacity_blocks: int) -> None:
         self._blocks.setdefault(replica, OrderedDict())
+        self._pinned.setdefault(replica, {})
+        self._reserved.setdefault(replica, 0)
         self._stamps.setdefault(replica, Counter())
         self._capacity[replica] = capacity_blocks
         self._nominal[replica] = capacity_blocks
 
     def remove_replica(self, replica: str) -> None:
         self._blocks.pop(replica, None)
+        self._pinned.pop(replica, None)
+        self._reserved.pop(replica, None)
         self._stamps.pop(replica, None)
         self._capacity.pop(replica, None)
         self._nominal.pop(replica, None)
 
     def clear(self, replica: str) -> None:
-        """The replica lost its cache (restart, failed health check)."""
+        """The replica lost its cache (restart, failed health check). Calls still in flight
+        there unpin nothing (their blocks are gone with the rest)."""
         if replica in self._blocks:
             self._blocks[replica].clear()
+            self._pinned[replica].clear()
+            self._reserved[replica] = 0
             self._stamps[replica].clear()
 
     def capacity(self, replica: str) -> int:
@@ -59,15 +74,21 @@ class PrefixIndex:
         self._evict(replica, capacity_blocks)
 
     def size(self, replica: str) -> int:
-        return len(self._blocks.get(replica, ()))
+        """Distinct blocks held, pinned or not (reserved answer blocks are not counted)."""
+        return len(self._blocks.get(replica, ())) + len(self._pinned.get(replica, ()))
+
+    def pinned(self, replica: str) -> int:
+        """Blocks held for calls in flight: their prompts' distinct blocks and reserved answers."""
+        return len(self._pinned.get(replica, ())) + self._reserved.get(replica, 0)
 
     def matched_blocks(self, replica: str, hashes: Sequence[Hashable]) -> int:
         blocks = self._blocks.get(replica)
-        if not blocks:
+        if blocks is None:
             return 0
+        pinned = self._pinned[replica]
         count = 0
         for h in hashes:
-            if h not in blocks:
+            if h not in blocks and h not in pinned:
                 break
             count += 1
         return count
@@ -85,36 +106,94 @@ class PrefixIndex:
 
     def insert(self, replica: str, hashes: Sequence[Hashable], now: float = 0.0) -> None:
         """Record that `replica` now holds `hashes` (most recently used, touched at `now`),
-        evicting the LRU."""
+        evicting the LRU. A block pinned by a call in flight stays pinned, re-stamped."""
         blocks = self._blocks.get(replica)
         if blocks is None:
             return
         stamps, stamp = self._stamps[replica], int(now // _STAMP_S)
+        pinned = self._pinned[replica]
         limit = self._capacity[replica]
-        if len(hashes) >= limit:  # the prompt alone fills the replica: only its head survives
+        if len(hashes) >= limit and not pinned and not self._reserved[replica]:
+            # the prompt alone fills the replica: only its head survives
             self._blocks[replica] = OrderedDict.fromkeys(reversed(hashes[:limit]), stamp)
             stamps.clear()
             stamps[stamp] = len(self._blocks[replica])
             return
         # newest-first, so the shared prefix ends most recent and the tail is evicted first
         for h in reversed(hashes):
+            held = pinned.get(h)
+            if held is not None:
+                self._restamp(stamps, held[1], stamp)
+                held[1] = stamp
+                continue
             old = blocks.get(h)
             if old is not None:
                 blocks.move_to_end(h)
-                stamps[old] -= 1
-                if not stamps[old]:
-                    del stamps[old]
+                self._restamp(stamps, old, None)
             blocks[h] = stamp
             stamps[stamp] += 1
         self._evict(replica, limit)
 
+    def pin(
+        self, replica: str, hashes: Sequence[Hashable], now: float, reserve_blocks: int = 0
+    ) -> None:
+        """A call was dispatched with prompt `hashes` and reserves `reserve_blocks` for its
+        answer: its blocks are held outside the LRU until `unpin`, touched at `now`, and the
+        LRU shrinks to what is left (the engine pins a running request's blocks the same way;
+        a call still queued in the engine is counted as if admitted)."""
+        blocks = self._blocks.get(replica)
+        if blocks is None:
+            return
+        stamps, stamp = self._stamps[replica], int(now // _STAMP_S)
+        pinned = self._pinned[replica]
+        for h in hashes:
+            held = pinned.get(h)
+            if held is not None:
+                self._restamp(stamps, held[1], stamp)
+                held[0] += 1
+                held[1] = stamp
+                continue
+            old = blocks.pop(h, None)
+            if old is not None:
+                self._restamp(stamps, old, None)
+            pinned[h] = [1, stamp]
+            stamps[stamp] += 1
+        self._reserved[replica] += max(reserve_blocks, 0)
+        self._evict(replica, self._capacity[replica])
+
+    def unpin(self, replica: str, hashes: Sequence[Hashable], reserve_blocks: int = 0) -> None:
+        """The call pinned with `hashes` and `reserve_blocks` ended (completion, error or
+        disconnect): blocks no other call holds return to the LRU as its most recent entries,
+        tail first so the head is evicted last; their stamps are kept."""
+        blocks = self._blocks.get(replica)
+        if blocks is None:
+            return
+        pinned = self._pinned[replica]
+        for h in reversed(hashes):
+            held = pinned.get(h)
+            if held is None:  # cleared while in flight
+                continue
+            held[0] -= 1
+            if not held[0]:
+                del pinned[h]
+                blocks[h] = held[1]
+        self._reserved[replica] = max(self._reserved[replica] - max(reserve_blocks, 0), 0)
+
+    @staticmethod
+    def _restamp(stamps: Counter[int], old: int, new: int | None) -> None:
+        stamps[old] -= 1
+        if not stamps[old]:
+            del stamps[old]
+        if new is not None:
+            stamps[new] += 1
+
     def _evict(self, replica: str, limit: int) -> None:
+        """Drop the oldest unpinned blocks until pinned, reserved and LRU fit `limit`."""
         blocks, stamps = self._blocks[replica], self._stamps[replica]
-        while len(blocks) > limit:
+        limit -= len(self._pinned[replica]) + self._reserved[replica]
+        while blocks and len(blocks) > limit:
             _, old = blocks.popitem(last=False)
-            stamps[old] -= 1
-            if not stamps[old]:
-                del stamps[old]
+            self._restamp(stamps, old, None)
 
     def correct(self, replica: str, predicted_blocks: int, reported_blocks: int) -> None:
         """Fold an engine-reported hit into the capacity estimate: a clear shortfall means the

@@ -231,7 +231,7 @@ class Fleet:
         return self._apis[score.backend].candidate
 
     def on_dispatch(self, attempt: Attempt, session_id: str, prepared: PreparedPrompt) -> None:
-        """Count the load before the call goes out, and record the prompt in the index."""
+        """Count the load before the call goes out, and pin the prompt in the index."""
         c = attempt.candidate
         hashes = prepared.prefix_hashes
         prompt, max_tokens = self._planned.get(session_id, (len(hashes) * self.block_tokens, 0))
@@ -255,12 +255,15 @@ class Fleet:
             dispatched_at=now,
             queued_tokens=r.inflight_tokens + prompt - cached,
             max_tokens=max_tokens,
+            hashes=hashes,
+            reserved_blocks=max(blocks - len(hashes), 0),
         )
         r.inflight_requests += 1
         r.dispatched += 1
         r.inflight_tokens += record.uncached_tokens
         r.inflight_blocks += blocks
-        self.index.insert(key, hashes, now)
+        # held outside the index's LRU until completion, with the answer's blocks reserved
+        self.index.pin(key, hashes, now, record.reserved_blocks)
         self._inflight[id(attempt)] = (attempt, record)
 
     def on_first_token(self, attempt: Attempt) -> None:
@@ -310,6 +313,7 @@ class Fleet:
             # decode is a small part of it (biased slow, i.e. towards spreading the load)
             self._learn_prefill(rec, now - rec.dispatched_at)
         self._release_prefill(rec)
+        self.index.unpin(rec.key, rec.hashes, rec.reserved_blocks)
         r.inflight_requests -= 1
         r.completed += 1
         r.inflight_blocks -= rec.blocks

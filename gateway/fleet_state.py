@@ -71,6 +71,8 @@ class InflightCall:
     dispatched_at: float = 0.0
     queued_tokens: int = 0  # the replica's unfinished prefill tokens at dispatch, ours included
     max_tokens: int = 0  # the answer's bound, as planned
+    hashes: tuple[bytes, ...] = ()  # the prompt's blocks, pinned in the index while in flight
+    reserved_blocks: int = 0  # the answer's blocks, reserved in the index while in flight
 
 
 @dataclass(frozen=True, slots=True)
