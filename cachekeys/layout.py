@@ -19,6 +19,7 @@ from adapters.types import (
     ContentPart,
     ImagePart,
     TextPart,
+    ToolSpec,
     ToolUsePart,
 )
 from cachekeys.canonical import raw_tool_digest, raw_tool_name, tool_digest
@@ -63,15 +64,52 @@ def system_digest_hex(text: str) -> str:
 # --- canonical types ---------------------------------------------------------------------
 
 
+class ToolTextMemo:
+    """A tool block's text and digest, memoised by the tool's name, description and the
+    identity of its schema object. With canonical JSON on, the schemas are `SchemaMemo`'s shared
+    read-only results, the same objects on every call of an agent, so each tool is serialised
+    and hashed once. An entry holds its schema, so the identity cannot be reused by another
+    object while the entry lives; a fresh schema object (canonical JSON off) is a miss. Keeps
+    only what the caller's own tool determines: no salt, nothing tenant-specific."""
+
+    def __init__(self, max_entries: int = 4096) -> None:
+        self._memo: dict[tuple[str, str, int], tuple[Mapping[str, JSON], str, bytes]] = {}
+        self._max_entries = max_entries
+
+    def text_and_digest(self, tool: ToolSpec) -> tuple[str, bytes]:
+        schema = tool.input_schema
+        key = (tool.name, tool.description, id(schema))
+        found = self._memo.get(key)
+        if found is not None and found[0] is schema:
+            return found[1], found[2]
+        text, digest = _tool_text_and_digest(tool)
+        if len(self._memo) >= self._max_entries:
+            self._memo.clear()  # a bound, not an LRU, as SchemaMemo
+        self._memo[key] = (schema, text, digest)
+        return text, digest
+
+    def __len__(self) -> int:
+        return len(self._memo)
+
+
+def _tool_text_and_digest(tool: ToolSpec) -> tuple[str, bytes]:
+    # identity as sent (key order included: a provider renders schemas in the order given);
+    # the order-free `tool_digest` only decides whether a tool is declared public
+    text = _as_sent(
+        {"name": tool.name, "description": tool.description, "input_schema": tool.input_schema}
+    )
+    return text, _digest("tool", text)
+
+
 def request_blocks(
-    request: ChatRequest, public: PublicPrefix = PublicPrefix()
+    request: ChatRequest,
+    public: PublicPrefix = PublicPrefix(),
+    tool_texts: ToolTextMemo | None = None,
 ) -> tuple[PromptBlock, ...]:
     blocks: list[PromptBlock] = []
     for i, tool in enumerate(request.tools):
-        # identity as sent (key order included: a provider renders schemas in the order given);
-        # the order-free `tool_digest` only decides whether a tool is declared public
-        text = _as_sent(
-            {"name": tool.name, "description": tool.description, "input_schema": tool.input_schema}
+        text, digest = (
+            _tool_text_and_digest(tool) if tool_texts is None else tool_texts.text_and_digest(tool)
         )
         ttl = tool.cache_control.ttl if tool.cache_control else None
         blocks.append(
@@ -79,7 +117,7 @@ def request_blocks(
                 "tools",
                 ("tools", i),
                 text,
-                _digest("tool", text),
+                digest,
                 ttl,
                 public.has_tools and public.is_public_tool(tool.name, tool_digest(tool)),
             )
@@ -101,12 +139,7 @@ def request_blocks(
         )
     for m, message in enumerate(request.messages):
         for k, content_part in enumerate(message.content):
-            blocks.append(
-                replace(
-                    _part_block(("messages", m, k), message.role, k == 0, content_part),
-                    role=message.role,
-                )
-            )
+            blocks.append(_part_block(("messages", m, k), message.role, k == 0, content_part))
     return _mark_public_run(blocks)
 
 
@@ -124,10 +157,11 @@ def _part_block(
             ttl,
             is_volatile=is_volatile_block(part.text),
             is_markable=bool(part.text),
+            role=role,
         )
     if isinstance(part, ImagePart):
         source = part.url or f"{part.media_type}:{part.data_b64}"
-        return PromptBlock("messages", locator, "", _digest(*head, "image", source), ttl)
+        return PromptBlock("messages", locator, "", _digest(*head, "image", source), ttl, role=role)
     if isinstance(part, ToolUsePart):
         payload = (part.id, part.name, part.arguments_json)
         return PromptBlock(
@@ -136,11 +170,12 @@ def _part_block(
             part.name + part.arguments_json,
             _digest(*head, "tool_use", *payload),
             ttl,
+            role=role,
         )
     texts = "".join(p.text for p in part.content if isinstance(p, TextPart))
     images = "".join(p.url or p.data_b64 or "" for p in part.content if isinstance(p, ImagePart))
     fields = ("tool_result", part.tool_use_id, str(part.is_error), texts, images)
-    return PromptBlock("messages", locator, texts, _digest(*head, *fields), ttl)
+    return PromptBlock("messages", locator, texts, _digest(*head, *fields), ttl, role=role)
 
 
 def _mark_public_run(blocks: list[PromptBlock]) -> tuple[PromptBlock, ...]:

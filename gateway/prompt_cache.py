@@ -37,7 +37,7 @@ from cachekeys.diagnosis import (
     options_digest,
 )
 from cachekeys.keys import prefix_hashes, prompt_cache_key, session_root
-from cachekeys.layout import PromptLayout, anthropic_blocks, request_blocks
+from cachekeys.layout import PromptLayout, ToolTextMemo, anthropic_blocks, request_blocks
 from cachekeys.markers import (
     apply_to_anthropic,
     apply_to_request,
@@ -53,6 +53,7 @@ from policies.model import TenantPolicy
 
 TTL_S = {"5m": 300.0, "1h": 3600.0}
 MAX_SESSIONS = 100_000
+MAX_POLICY_OPTIONS = 1024  # normalise options kept, one per tenant policy object
 
 
 class Encoder(Protocol):
@@ -153,11 +154,12 @@ def _prepare(
     encoder: Encoder,
     options: NormaliseOptions,
     memo: PrefixHashMemo | None = None,
+    tool_texts: ToolTextMemo | None = None,
 ) -> PreparedPrompt:
     salt = salt_for(policy, secret, tenant_id)
     edited = normalise_request(request, options)
     new_body = normalise_raw(wire, body, options)
-    blocks = request_blocks(edited, options.public)
+    blocks = request_blocks(edited, options.public, tool_texts)
     ids = [encoder.encode(request.model, b.text) for b in blocks]
     layout = PromptLayout(blocks, tuple(len(i) for i in ids))
     caching = policy.scope != "none"
@@ -349,6 +351,9 @@ class PromptCachePort:
         self._matchers: dict[tuple[str, ...], VolatileMatcher] = {}
         self._hashes = PrefixHashMemo()
         self._schemas = SchemaMemo()
+        self._tool_texts = ToolTextMemo()
+        # options per tenant policy object (a reload makes a new one): built twice a call before
+        self._options: dict[int, tuple[CachePolicy, NormaliseOptions]] = {}
         self.tracker = SessionCacheTracker(max_sessions)
         self.metrics = CacheMetrics(registry)
 
@@ -360,7 +365,7 @@ class PromptCachePort:
         tenant: TenantPolicy,
         model: str,
     ) -> PreparedPrompt:
-        options = normalise_options(tenant.cache, self._matchers, self._schemas)
+        options = self._options_for(tenant.cache)
         return _prepare(
             wire,
             body,
@@ -371,7 +376,21 @@ class PromptCachePort:
             self._encoder,
             options,
             self._hashes,
+            self._tool_texts,
         )
+
+    def _options_for(self, policy: CachePolicy) -> NormaliseOptions:
+        """`normalise_options` of a policy, built once per policy object: the entry holds the
+        policy, so its identity is not reused while the entry lives; a reloaded policy is a new
+        object and a new entry."""
+        found = self._options.get(id(policy))
+        if found is not None and found[0] is policy:
+            return found[1]
+        options = normalise_options(policy, self._matchers, self._schemas)
+        if len(self._options) >= MAX_POLICY_OPTIONS:
+            self._options.clear()  # a bound: old policies are not kept alive forever
+        self._options[id(policy)] = (policy, options)
+        return options
 
     def observe(
         self, tenant: TenantPolicy, session_id: str, prepared: PreparedPrompt
@@ -389,7 +408,7 @@ class PromptCachePort:
         """The chain the session's next call will start with: this call's prompt (less Lantern's
         relocated volatile tail, which the next call moves past the answer) and then the answer,
         as a client echoes it back. Blocks already hashed come from the memo."""
-        options = normalise_options(tenant.cache, self._matchers, self._schemas)
+        options = self._options_for(tenant.cache)
         echoed = _as_echoed(wire, answer)
         model = prepared.request.model
         facts = prepared.diagnosis
@@ -397,14 +416,16 @@ class PromptCachePort:
             # the prompt's blocks as prepare() laid them out (markers change no digest), then
             # the answer's: a block's digest does not depend on its message's position
             known = facts.layout.blocks, facts.block_ids
-            added = request_blocks(ChatRequest(model, messages=(echoed,)), options.public)
+            added = request_blocks(
+                ChatRequest(model, messages=(echoed,)), options.public, self._tool_texts
+            )
             pairs = [*zip(*known, strict=True)]
             pairs += [(b, self._encoder.encode(model, b.text)) for b in added]
             kept = [(b, i) for b, i in pairs if not b.is_volatile]
             blocks, ids = tuple(b for b, _ in kept), [i for _, i in kept]
         else:  # a PreparedPrompt made elsewhere: lay the whole extended prompt out again
             extended = replace(prepared.request, messages=(*prepared.request.messages, echoed))
-            all_blocks = request_blocks(extended, options.public)
+            all_blocks = request_blocks(extended, options.public, self._tool_texts)
             blocks = tuple(b for b in all_blocks if not b.is_volatile)
             ids = [self._encoder.encode(model, b.text) for b in blocks]
         layout = PromptLayout(blocks, tuple(len(i) for i in ids))
