@@ -10,7 +10,6 @@ import asyncio
 import logging
 import math
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -20,6 +19,7 @@ import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from adapters.types import Usage
+from gateway.ids import uuid4_hex
 from policies.limits import LimitsPolicy, TokenWeights
 from policies.model import TenantPolicy
 from quotas.errors import LimitNeverFits, QuotaError, QuotaExceeded, QuotaStoreUnavailable
@@ -147,7 +147,7 @@ class Admission:
         *,
         metrics: AdmissionMetrics | None = None,
         clock: Callable[[], float] = time.time,
-        new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+        new_id: Callable[[], str] = uuid4_hex,
         http: httpx.AsyncClient | None = None,
         webhook_timeout_s: float = 5.0,
     ) -> None:

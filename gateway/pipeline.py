@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 
@@ -28,6 +27,7 @@ from adapters.types import (
 )
 from gateway.after_reply import AfterReply
 from gateway.errors import PermissionDenied, RequestRejected, UnknownModel
+from gateway.ids import uuid4_hex
 from gateway.ports import (
     AdmissionPort,
     Attempt,
@@ -139,7 +139,7 @@ class Pipeline:
         verdict = self.s.prompts.observe(call.tenant, session_id, prepared)
         return Admitted(
             call,
-            uuid.uuid4().hex,
+            uuid4_hex(),
             route,
             prepared,
             session_id,

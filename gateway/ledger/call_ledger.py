@@ -13,6 +13,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Protocol
 
+from gateway.ids import uuid5_str
 from gateway.ledger.models import CALL_STATUSES, CallStatus, UsageRow, to_money
 from gateway.ports import CallRecord
 
@@ -25,7 +26,7 @@ class RowSink(Protocol):
 
 
 def usage_row_id(request_id: str, attempt: int) -> str:
-    return str(uuid.uuid5(ROW_ID_NAMESPACE, f"{request_id}/{attempt}"))
+    return uuid5_str(ROW_ID_NAMESPACE, f"{request_id}/{attempt}")
 
 
 def usage_row(call: CallRecord, ts: datetime) -> UsageRow:

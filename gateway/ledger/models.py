@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -117,9 +118,12 @@ class UsageRow:
         if self.status not in CALL_STATUSES:
             raise ValueError(f"UsageRow.status must be one of {CALL_STATUSES}")
         for name in ("cost_usd", "uncached_cost_usd"):
-            object.__setattr__(self, name, to_money(getattr(self, name)))
-        for column in USAGE_TABLE.columns:
-            _check_value(column, getattr(self, column.name))
+            value = getattr(self, name)
+            if not _is_money(value):
+                object.__setattr__(self, name, to_money(value))
+        for name, column, check in _COLUMN_CHECKS:
+            if not check(getattr(self, name)):
+                _check_value(column, getattr(self, name))  # raises, naming the rule
         if self.cache_diagnosis is not None:
             _check_diagnosis(self.cache_diagnosis)
 
@@ -153,6 +157,49 @@ USAGE_COLUMNS: tuple[str, ...] = tuple(c.name for c in USAGE_TABLE.columns)
 _PLAIN_FIELDS = tuple(n for n in USAGE_COLUMNS if n not in {"ts", "cost_usd", "uncached_cost_usd"})
 
 
+def _is_money(value: object) -> bool:
+    """Already what `to_money` makes (a finite Decimal in range at the ledger's precision)."""
+    return (
+        type(value) is Decimal
+        and value.is_finite()
+        and 0 <= value < MAX_MONEY
+        and value.as_tuple().exponent == MONEY_QUANTUM.as_tuple().exponent
+    )
+
+
+def _fast_check(column: sa.Column[Any]) -> Callable[[object], bool]:
+    """True when `value` surely fits `column` (the common case, checked with few operations);
+    False sends the value to `_check_value`, which decides and names the rule."""
+    kind, nullable = column.type, bool(column.nullable)
+    if isinstance(kind, sa.String):
+        length = kind.length if kind.length is not None else math.inf
+
+        def text(value: object) -> bool:
+            if value is None:
+                return nullable
+            return type(value) is str and len(value) <= length and "\x00" not in value
+
+        return text
+    if isinstance(kind, sa.Integer):
+        bound = 2**63 if isinstance(kind, sa.BigInteger) else 2**31
+
+        def integer(value: object) -> bool:
+            if value is None:
+                return nullable
+            return type(value) is int and 0 <= value < bound
+
+        return integer
+    if isinstance(kind, sa.Float):
+
+        def number(value: object) -> bool:
+            if value is None:
+                return nullable
+            return type(value) in (int, float) and 0 <= value < math.inf  # type: ignore[operator]
+
+        return number
+    return lambda value: value is not None or nullable
+
+
 def _check_value(column: sa.Column[Any], value: object) -> None:
     """`value` fits `column` on every dialect (SQLite stores NaN as NULL; PostgreSQL refuses NUL)."""
     kind = column.type
@@ -178,3 +225,9 @@ def _check_diagnosis(text: str) -> None:
     if len(text.encode()) > MAX_DIAGNOSIS_BYTES:
         raise ValueError(f"cache_diagnosis is over {MAX_DIAGNOSIS_BYTES} bytes")
     json.loads(text)  # ValueError when it is not JSON
+
+
+# per column: (name, column, a quick test that passes every common value); built once
+_COLUMN_CHECKS: tuple[tuple[str, sa.Column[Any], Callable[[object], bool]], ...] = tuple(
+    (c.name, c, _fast_check(c)) for c in USAGE_TABLE.columns
+)
