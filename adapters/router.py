@@ -47,7 +47,7 @@ def _replica_score(r: ReplicaState, f: RequestFeatures, snap: FleetSnapshot) -> 
     uncached prefill. (A router-side KV-overflow term was tried and did not help; the
     admission wait uses the engine's own queue and KV signal instead; docs/routing.md.)
     Also what the call costs the others there: the delay its uncached prefill adds to every
-    call already running (chunked prefill shares their steps), and the KV room left once the
+    call in flight there (chunked prefill shares their steps), and the KV room left once the
     live sessions' blocks and its own new ones are counted."""
     matched = snap.prefixes.matched_blocks(r.key, f.prefix_hashes)
     cached = min(matched * f.block_tokens, max(f.prompt_tokens - 1, 0))
@@ -57,7 +57,6 @@ def _replica_score(r: ReplicaState, f: RequestFeatures, snap: FleetSnapshot) -> 
     new_blocks = -(-(uncached + f.max_tokens) // f.block_tokens)
     wait = admission_wait_s(r, new_blocks)
     ttft = r.base_ttft_s + wait + (r.inflight_tokens + uncached) / r.prefill_tok_s
-    running = max(r.inflight_requests - r.queue_depth, 0)
     return CandidateScore(
         r.backend,
         r.key,
@@ -67,7 +66,9 @@ def _replica_score(r: ReplicaState, f: RequestFeatures, snap: FleetSnapshot) -> 
         ttft,
         0.0,
         admission_wait_s=wait,
-        stall_s=running * uncached / r.prefill_tok_s,
+        # every call in flight there: those running now, and those queued ahead of it, which
+        # the engine admits first, so they are running while its prefill shares their steps
+        stall_s=r.inflight_requests * uncached / r.prefill_tok_s,
         room_blocks=r.kv_capacity_blocks - r.live_blocks - new_blocks,
     )
 
@@ -91,7 +92,7 @@ def _lantern_pick(
 ) -> tuple[int, str]:
     """The longest match among replicas within `affinity_slack_s` of the least predicted TTFT
     (ties: least TTFT, then order); a session stays on its replica until staying costs more
-    than the gate in predicted TTFT plus the stall its prefill inflicts on the calls running
+    than the gate in predicted TTFT plus the stall its prefill inflicts on the calls in flight
     where it goes (a move recomputes the whole context next to them; counting only the mover's
     own TTFT let break-aways raise everyone's KV hold time until the fleet thrashed).
 

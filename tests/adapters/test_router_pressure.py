@@ -1,5 +1,5 @@
 """What a call costs the other calls on a replica: the stall its prefill adds to the calls
-running there (a session moves only when staying costs more than the gate plus that stall),
+in flight there (a session moves only when staying costs more than the gate plus that stall),
 and the KV room the live sessions leave (new sessions and forks go where it is left)."""
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ def test_scores_carry_the_stall_and_the_room() -> None:
     a = replica("a", inflight_requests=5, queue_depth=2, kv_capacity_blocks=500, live_blocks=400)
     d = decide([a, replica("b", kv_capacity_blocks=500)], f=features(hashes=h), idx=idx)
     by_name = {s.backend: s for s in d.scores}
-    assert by_name["a"].stall_s == pytest.approx(3 * 640 / 1000)  # 3 running, 0.64 s each
+    # 3 running and 2 queued (admitted before it, so running during its prefill), 0.64 s each
+    assert by_name["a"].stall_s == pytest.approx(5 * 640 / 1000)
     assert by_name["a"].room_blocks == 500 - 400 - 47
     assert by_name["b"].stall_s == 0.0  # nothing running there
     assert by_name["b"].room_blocks == 500 - 107  # 1600 uncached + 100 answer = 107 blocks
@@ -131,6 +132,6 @@ def test_stall_and_room_are_consistent(
     )
     score = decide([a], f=features(hashes=h), idx=idx).scores[0]
     uncached = 1600 - score.predicted_cached_tokens
-    assert score.stall_s == pytest.approx(running * uncached / 1000)
+    assert score.stall_s == pytest.approx((running + queue) * uncached / 1000)
     assert score.stall_s >= 0.0
     assert score.room_blocks == 4096 - live - -(-(uncached + 100) // 16)
