@@ -1,17 +1,13 @@
 // Task pool of the CPU kernels: the calling thread and (torch threads - 1) helpers share one job's
 // tasks through an atomic counter. The caller never waits for a helper that has not started (on
 // cores shared with other processes a descheduled helper would stall a barrier-based region for a
-// time slice); it waits only for tasks a helper already claimed. A helper that finished a job
-// polls for the next one for kSpin before it sleeps: the calls of one forward pass follow each
-// other within microseconds, and waking a sleeping helper (a futex wake, on a VM an idle vCPU's
-// wake-up) costs tens of microseconds, longer than a whole small GEMM.
+// time slice); it waits only for tasks a helper already claimed. Idle helpers sleep.
 #pragma once
 
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -23,7 +19,6 @@ namespace lantern {
 class TaskPool {
  public:
   using Task = std::function<void(int64_t)>;
-  static constexpr std::chrono::microseconds kSpin{100};
 
   explicit TaskPool(int helpers) {
     for (int i = 0; i < helpers; ++i) std::thread([this] { help(); }).detach();
@@ -44,18 +39,15 @@ class TaskPool {
       return;
     }
     uint64_t generation;
-    bool sleepers;
     {
       std::lock_guard<std::mutex> lock(mutex_);
+      generation = ++generation_;
       task_ = &task;
       total_ = n;
       done_.store(0);
-      generation = generation_.load() + 1;
       next_.store(generation << 32);
-      generation_.store(generation);
-      sleepers = sleepers_ > 0;
     }
-    if (sleepers) wake_.notify_all();
+    wake_.notify_all();
     work(generation, n, &task);
     for (int spins = 0; done_.load() < n; ++spins) {  // only tasks a helper is running now
       if (spins < 4096) {
@@ -82,18 +74,9 @@ class TaskPool {
   void help() {
     uint64_t seen = 0;
     for (;;) {
-      const auto until = std::chrono::steady_clock::now() + kSpin;
-      for (int spins = 1; generation_.load() == seen; ++spins) {
-        _mm_pause();
-        if (spins % 64 == 0 && std::chrono::steady_clock::now() > until) break;
-      }
       std::unique_lock<std::mutex> lock(mutex_);
-      if (generation_.load() == seen) {
-        ++sleepers_;
-        wake_.wait(lock, [&] { return generation_.load() != seen; });
-        --sleepers_;
-      }
-      seen = generation_.load();
+      wake_.wait(lock, [&] { return generation_ != seen; });
+      seen = generation_;
       const Task* task = task_;
       const int64_t n = total_;
       lock.unlock();
@@ -103,8 +86,7 @@ class TaskPool {
 
   std::mutex mutex_;
   std::condition_variable wake_;
-  std::atomic<uint64_t> generation_{0};  // written under mutex_, polled without it
-  int sleepers_ = 0;                      // helpers waiting on wake_ (under mutex_)
+  uint64_t generation_ = 0;
   const Task* task_ = nullptr;
   int64_t total_ = 0;
   std::atomic<uint64_t> next_{0};  // generation << 32 | next task index
