@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import Counter, OrderedDict
 from collections.abc import Hashable, Sequence
+from itertools import repeat
 
 # blocks are stamped with the whole second of their last touch (the recent-use granularity)
 _STAMP_S = 1.0
@@ -25,8 +26,11 @@ class PrefixIndex:
     def __init__(self, min_capacity_blocks: int = 64) -> None:
         # unpinned blocks, oldest first: hash -> stamp of last touch
         self._blocks: dict[str, OrderedDict[Hashable, int]] = {}
-        # blocks of calls in flight: hash -> [calls holding it, stamp of last touch]
-        self._pinned: dict[str, dict[Hashable, list[int]]] = {}
+        # blocks of calls in flight: hash -> stamp of last touch; a block more than one call
+        # holds also has an entry in _shared: hash -> holders beyond the first (rare: forks and
+        # concurrent calls of one session), so the common pin and unpin run as C-level bulk ops
+        self._pinned: dict[str, dict[Hashable, int]] = {}
+        self._shared: dict[str, dict[Hashable, int]] = {}
         self._reserved: dict[str, int] = {}  # answer blocks reserved by calls in flight
         self._stamps: dict[str, Counter[int]] = {}  # stamp -> blocks last touched then
         self._capacity: dict[str, int] = {}
@@ -36,6 +40,7 @@ class PrefixIndex:
     def add_replica(self, replica: str, capacity_blocks: int) -> None:
         self._blocks.setdefault(replica, OrderedDict())
         self._pinned.setdefault(replica, {})
+        self._shared.setdefault(replica, {})
         self._reserved.setdefault(replica, 0)
         self._stamps.setdefault(replica, Counter())
         self._capacity[replica] = capacity_blocks
@@ -44,6 +49,7 @@ class PrefixIndex:
     def remove_replica(self, replica: str) -> None:
         self._blocks.pop(replica, None)
         self._pinned.pop(replica, None)
+        self._shared.pop(replica, None)
         self._reserved.pop(replica, None)
         self._stamps.pop(replica, None)
         self._capacity.pop(replica, None)
@@ -55,6 +61,7 @@ class PrefixIndex:
         if replica in self._blocks:
             self._blocks[replica].clear()
             self._pinned[replica].clear()
+            self._shared[replica].clear()
             self._reserved[replica] = 0
             self._stamps[replica].clear()
 
@@ -123,8 +130,8 @@ class PrefixIndex:
         for h in reversed(hashes):
             held = pinned.get(h)
             if held is not None:
-                self._restamp(stamps, held[1], stamp)
-                held[1] = stamp
+                self._restamp(stamps, held, stamp)
+                pinned[h] = stamp
                 continue
             old = blocks.get(h)
             if old is not None:
@@ -146,18 +153,33 @@ class PrefixIndex:
             return
         stamps, stamp = self._stamps[replica], int(now // _STAMP_S)
         pinned = self._pinned[replica]
-        for h in hashes:
-            held = pinned.get(h)
-            if held is not None:
-                self._restamp(stamps, held[1], stamp)
-                held[0] += 1
-                held[1] = stamp
+        if pinned.keys().isdisjoint(hashes) and len(set(hashes)) == len(hashes):
+            # the common case (no other call in flight shares a block): bulk ops, in C
+            left: Counter[int | None] = Counter(map(blocks.pop, hashes, repeat(None)))
+            pinned.update(dict.fromkeys(hashes, stamp))
+        else:
+            shared = self._shared[replica]
+            left = Counter()
+            for h in hashes:
+                held = pinned.get(h)
+                if held is not None:
+                    shared[h] = shared.get(h, 0) + 1
+                    left[held] += 1
+                else:
+                    left[blocks.pop(h, None)] += 1
+                pinned[h] = stamp
+        # every block is now stamped `stamp`; the stamps it left (None: it was new) lose one each
+        added = len(hashes) - left.pop(stamp, 0)
+        if added:
+            stamps[stamp] += added
+        for old, n in left.items():
+            if old is None:
                 continue
-            old = blocks.pop(h, None)
-            if old is not None:
-                self._restamp(stamps, old, None)
-            pinned[h] = [1, stamp]
-            stamps[stamp] += 1
+            remaining = stamps[old] - n
+            if remaining:
+                stamps[old] = remaining
+            else:
+                del stamps[old]
         self._reserved[replica] += max(reserve_blocks, 0)
         self._evict(replica, self._capacity[replica])
 
@@ -168,15 +190,22 @@ class PrefixIndex:
         blocks = self._blocks.get(replica)
         if blocks is None:
             return
-        pinned = self._pinned[replica]
-        for h in reversed(hashes):
-            held = pinned.get(h)
-            if held is None:  # cleared while in flight
-                continue
-            held[0] -= 1
-            if not held[0]:
-                del pinned[h]
-                blocks[h] = held[1]
+        pinned, shared = self._pinned[replica], self._shared[replica]
+        tail_first = hashes[::-1]
+        if not shared and all(map(pinned.__contains__, tail_first)):
+            # the common case (every block held by this call alone): bulk ops, in C
+            blocks.update(zip(tail_first, map(pinned.pop, tail_first), strict=True))
+        else:
+            for h in tail_first:
+                if h not in pinned:  # cleared while in flight
+                    continue
+                others = shared.get(h)
+                if others is None:
+                    blocks[h] = pinned.pop(h)
+                elif others == 1:
+                    del shared[h]
+                else:
+                    shared[h] = others - 1
         self._reserved[replica] = max(self._reserved[replica] - max(reserve_blocks, 0), 0)
 
     @staticmethod
