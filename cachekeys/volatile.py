@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from adapters.types import JSON, ChatRequest, Message, TextPart, ToolSpec
+from adapters.types import JSON, ChatRequest, Message, TextPart
 
 DEFAULT_VOLATILE_PATTERNS: tuple[str, ...] = (
     # ISO-8601 date-times (2026-11-30T09:18:42Z, 2026-11-30 09:18:42.123+01:00)
@@ -93,24 +93,23 @@ def is_volatile_block(text: str) -> bool:
 def relocate_request(request: ChatRequest, matcher: VolatileMatcher) -> ChatRequest:
     """Move volatile values out of tools and system into a block on the newest user turn."""
     relocator = Relocator(matcher)
-    tools = tuple(
-        replace(
-            t,
-            description=relocator.text(t.description),
-            input_schema=relocator.schema(t.input_schema),
-        )
-        for t in request.tools
-    )
-    system = tuple(replace(p, text=relocator.text(p.text)) for p in request.system)
+    # relocate first, rebuild only if something moved (most calls move nothing)
+    tool_parts = [
+        (relocator.text(t.description), relocator.schema(t.input_schema)) for t in request.tools
+    ]
+    system_texts = [relocator.text(p.text) for p in request.system]
     block = relocator.block_text()
     if block is None:
         return request
+    tools = tuple(
+        replace(t, description=description, input_schema=schema)
+        for t, (description, schema) in zip(request.tools, tool_parts, strict=True)
+    )
+    system = tuple(
+        replace(p, text=text) for p, text in zip(request.system, system_texts, strict=True)
+    )
     messages = _append_block(request.messages, TextPart(block))
-    return replace(request, tools=_same_or(tools, request.tools), system=system, messages=messages)
-
-
-def _same_or(new: tuple[ToolSpec, ...], old: tuple[ToolSpec, ...]) -> tuple[ToolSpec, ...]:
-    return new
+    return replace(request, tools=tools, system=system, messages=messages)
 
 
 def _append_block(messages: tuple[Message, ...], block: TextPart) -> tuple[Message, ...]:
