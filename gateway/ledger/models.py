@@ -121,9 +121,9 @@ class UsageRow:
             value = getattr(self, name)
             if not _is_money(value):
                 object.__setattr__(self, name, to_money(value))
-        for name, column, check in _COLUMN_CHECKS:
-            if not check(getattr(self, name)):
-                _check_value(column, getattr(self, name))  # raises, naming the rule
+        for name, rule in _COLUMN_RULES:
+            if (broken := rule(getattr(self, name))) is not None:
+                raise ValueError(broken)
         if self.cache_diagnosis is not None:
             _check_diagnosis(self.cache_diagnosis)
 
@@ -167,58 +167,47 @@ def _is_money(value: object) -> bool:
     )
 
 
-def _fast_check(column: sa.Column[Any]) -> Callable[[object], bool]:
-    """True when `value` surely fits `column` (the common case, checked with few operations);
-    False sends the value to `_check_value`, which decides and names the rule."""
-    kind, nullable = column.type, bool(column.nullable)
+def _column_rule(column: sa.Column[Any]) -> Callable[[object], str | None]:
+    """What `value` must be to fit `column` on every dialect (SQLite stores NaN as NULL;
+    PostgreSQL refuses NUL): the rule, compiled once per column, returns None when the value
+    fits and otherwise the message that names the rule."""
+    kind, name, nullable = column.type, column.name, bool(column.nullable)
+    required = None if nullable else f"UsageRow.{name} is required"
     if isinstance(kind, sa.String):
-        length = kind.length if kind.length is not None else math.inf
+        length = kind.length
 
-        def text(value: object) -> bool:
+        def text(value: object) -> str | None:
             if value is None:
-                return nullable
-            return type(value) is str and len(value) <= length and "\x00" not in value
+                return required
+            if not isinstance(value, str) or "\x00" in value:
+                return f"UsageRow.{name} must be text without NUL characters"
+            if length is not None and len(value) > length:
+                return f"UsageRow.{name} is longer than {length} characters"
+            return None
 
         return text
     if isinstance(kind, sa.Integer):
         bound = 2**63 if isinstance(kind, sa.BigInteger) else 2**31
 
-        def integer(value: object) -> bool:
+        def integer(value: object) -> str | None:
             if value is None:
-                return nullable
-            return type(value) is int and 0 <= value < bound
+                return required
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < bound:
+                return f"UsageRow.{name} must be an integer in [0, {bound})"
+            return None
 
         return integer
     if isinstance(kind, sa.Float):
 
-        def number(value: object) -> bool:
+        def number(value: object) -> str | None:
             if value is None:
-                return nullable
-            return type(value) in (int, float) and 0 <= value < math.inf  # type: ignore[operator]
+                return required
+            if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+                return f"UsageRow.{name} must be a finite number >= 0"
+            return None
 
         return number
-    return lambda value: value is not None or nullable
-
-
-def _check_value(column: sa.Column[Any], value: object) -> None:
-    """`value` fits `column` on every dialect (SQLite stores NaN as NULL; PostgreSQL refuses NUL)."""
-    kind = column.type
-    if value is None:
-        if not column.nullable:
-            raise ValueError(f"UsageRow.{column.name} is required")
-    elif isinstance(kind, sa.String):
-        if not isinstance(value, str) or "\x00" in value:
-            raise ValueError(f"UsageRow.{column.name} must be text without NUL characters")
-        if kind.length is not None and len(value) > kind.length:
-            raise ValueError(f"UsageRow.{column.name} is longer than {kind.length} characters")
-    elif isinstance(kind, sa.Integer):
-        bound = 2**63 if isinstance(kind, sa.BigInteger) else 2**31
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < bound:
-            raise ValueError(f"UsageRow.{column.name} must be an integer in [0, {bound})")
-    elif isinstance(kind, sa.Float) and (
-        not isinstance(value, int | float) or not math.isfinite(value) or value < 0
-    ):
-        raise ValueError(f"UsageRow.{column.name} must be a finite number >= 0")
+    return lambda value: required if value is None else None
 
 
 def _check_diagnosis(text: str) -> None:
@@ -227,7 +216,7 @@ def _check_diagnosis(text: str) -> None:
     json.loads(text)  # ValueError when it is not JSON
 
 
-# per column: (name, column, a quick test that passes every common value); built once
-_COLUMN_CHECKS: tuple[tuple[str, sa.Column[Any], Callable[[object], bool]], ...] = tuple(
-    (c.name, c, _fast_check(c)) for c in USAGE_TABLE.columns
+# per column: (name, its rule), built once
+_COLUMN_RULES: tuple[tuple[str, Callable[[object], str | None]], ...] = tuple(
+    (c.name, _column_rule(c)) for c in USAGE_TABLE.columns
 )
