@@ -21,8 +21,20 @@ log = logging.getLogger(__name__)
 
 CSRC = Path(__file__).parent / "csrc"
 SOURCES = {
-    "avx512_bf16": ("cpu_module.cpp", "cpu_linear.cpp", "cpu_attention.cpp", "cpu_rope.cpp"),
-    "avx2": ("cpu_module.cpp", "linear_avx2.cpp", "attention_avx2.cpp", "cpu_rope.cpp"),
+    "avx512_bf16": (
+        "cpu_module.cpp",
+        "cpu_linear.cpp",
+        "cpu_attention.cpp",
+        "cpu_rope.cpp",
+        "cpu_forward.cpp",
+    ),
+    "avx2": (
+        "cpu_module.cpp",
+        "linear_avx2.cpp",
+        "attention_avx2.cpp",
+        "cpu_rope.cpp",
+        "cpu_forward.cpp",
+    ),
 }
 GROUP_ROWS = 64  # output rows per packed group (cpu_linear.cpp kGroup)
 CFLAGS = ["-O3", "-march=native", "-fopenmp"]

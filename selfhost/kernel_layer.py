@@ -1,8 +1,9 @@
-"""A decoder layer on the CPU kernels (selfhost/csrc/cpu_kernels.cpp): bf16, any packed batch.
+"""Decoder layers on the CPU kernels (selfhost/csrc/*.cpp): bf16, any packed batch.
 
 Six kernel calls per layer instead of ~40 torch ops: RMSNorm fused into the QKV and gate/up GEMMs,
 RoPE fused with the KV write, paged attention in place for decodes, SiLU*mul fused into the down
-GEMM, residual adds fused into the o_proj and down GEMMs. model.py holds the torch reference.
+GEMM, residual adds fused into the o_proj and down GEMMs; `kernel_forward` runs every layer in one
+C++ call. model.py holds the torch reference.
 """
 
 from __future__ import annotations
@@ -30,6 +31,42 @@ class KernelLayerWeights:
     def pack(cls, norms: tuple[torch.Tensor, torch.Tensor], linears: dict[str, torch.Tensor]):  # noqa: ANN206
         packed = {name: pack_weight(weight) for name, weight in linears.items()}
         return cls(norms[0], norms[1], **packed)
+
+    def as_list(self) -> list[torch.Tensor]:
+        """The order cpu_forward.cpp reads a layer's weights in."""
+        return [self.input_norm, self.post_norm, self.qkv, self.o_proj, self.gate_up, self.down]
+
+
+def kernel_forward(
+    kernels: ModuleType,
+    cfg: ModelConfig,
+    layers: list[list[torch.Tensor]],  # KernelLayerWeights.as_list() of every layer
+    x: torch.Tensor,  # [T, hidden] residual stream, bf16
+    rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor],  # positions [T], cos/sin [P, D] fp32
+    kv_cache: torch.Tensor,  # [L, 2, num_blocks, block_size, KV, D]
+    meta: AttentionMetadata,
+) -> torch.Tensor:
+    """Every layer in one kernel call (cpu_forward.cpp): kernel_layer_forward's six calls per
+    layer without returning to Python between them."""
+    shared = meta.decode_shared_blocks
+    spans = meta.prefills
+    return kernels.forward_layers(
+        x,
+        layers,
+        kv_cache,
+        *rope,
+        meta.slot_mapping,
+        meta.num_decodes,
+        meta.decode_block_tables,
+        meta.decode_context_lens,
+        shared if shared is not None else torch.empty(0, dtype=torch.long),
+        [span.q_start for span in spans],
+        [span.q_len for span in spans],
+        [span.context_len for span in spans],
+        [span.block_ids for span in spans],
+        [cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.hidden_size, cfg.intermediate_size],
+        cfg.rms_norm_eps,
+    )
 
 
 def kernel_layer_forward(
@@ -89,7 +126,7 @@ def kernel_attention(
         out[:num_decodes] = decoded
     for span in meta.prefills:
         rows = slice(span.q_start, span.q_start + span.q_len)
-        out[rows] = kernels.paged_prefill(
+        out[rows] = kernels.prefill_attention(
             q[rows], cache[0], cache[1], span.block_ids, span.context_len, scale
         )
     return out

@@ -17,7 +17,12 @@ from torch import nn
 from selfhost.attention import AttentionMetadata, paged_attention, write_kv
 from selfhost.config import ModelConfig
 from selfhost.cpu_kernels import pack_weight
-from selfhost.kernel_layer import KernelLayerWeights, kernel_attention, kernel_layer_forward
+from selfhost.kernel_layer import (
+    KernelLayerWeights,
+    kernel_attention,
+    kernel_forward,
+    kernel_layer_forward,
+)
 
 
 class DecoderLayer(nn.Module):
@@ -136,6 +141,9 @@ class LlamaModel(nn.Module):
         self.packed_head: torch.Tensor | None = None
         self.kernels: ModuleType | None = None  # the CPU fast path (use_kernels)
         self.kernel_layers: list[KernelLayerWeights] = []
+        self.kernel_layer_lists: list[list[torch.Tensor]] = []  # the same, for kernel_forward
+        # One kernel call per forward (all layers) or six per layer (bench.engine_profile times them)
+        self.one_call_forward = True
         self.kernel_head: torch.Tensor | None = None
         self.kernel_rope: tuple[torch.Tensor, torch.Tensor] | None = None  # fp32 cos, sin
         self.max_positions = max_positions
@@ -180,6 +188,9 @@ class LlamaModel(nn.Module):
     ) -> torch.Tensor:
         assert self.kernel_rope is not None
         rope = (positions, *self.kernel_rope)
+        if self.one_call_forward:
+            layers = self.kernel_layer_lists
+            return kernel_forward(kernels, self.config, layers, x, rope, kv_cache, meta)
         for index, weights in enumerate(self.kernel_layers):
             x = kernel_layer_forward(kernels, self.config, weights, x, rope, kv_cache[index], meta)
         return x
@@ -191,6 +202,7 @@ class LlamaModel(nn.Module):
         if self.embed.dtype != torch.bfloat16:
             return
         self.kernel_layers = [layer.pack_for_kernels() for layer in self.decoder_layers()]
+        self.kernel_layer_lists = [weights.as_list() for weights in self.kernel_layers]
         head = self.embed if self.config.tie_word_embeddings else self.lm_head
         self.kernel_head = pack_weight(head.data)
         if not self.config.tie_word_embeddings:

@@ -68,6 +68,9 @@ inline __m512 exp_ps(__m512 x) {
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_t n_out,
                      const std::string& prologue, const c10::optional<torch::Tensor>& norm_weight,
                      double eps, const c10::optional<torch::Tensor>& residual);
+// Whether linear() may use AMX tiles for batches of min_rows+ rows (default: yes, 8); returns
+// whether it will (false where the build, CPU or kernel has no AMX). For A/B runs and the tests.
+bool set_linear_amx(bool enabled, int64_t min_rows);
 // cpu_rope.cpp (bf16 and fp32, portable C++)
 torch::Tensor rope_write_kv(const torch::Tensor& qkv, const torch::Tensor& positions,
                             const torch::Tensor& cos, const torch::Tensor& sin,
@@ -81,5 +84,21 @@ torch::Tensor paged_decode(const torch::Tensor& q, const torch::Tensor& k_pool,
 torch::Tensor paged_prefill(const torch::Tensor& q, const torch::Tensor& k_pool,
                             const torch::Tensor& v_pool, const torch::Tensor& block_ids,
                             int64_t context_len, double scale);
+
+// cpu_forward.cpp (both builds): one prefill chunk's attention, on the path this build runs best
+torch::Tensor prefill_attention(const torch::Tensor& q, const torch::Tensor& k_pool,
+                                const torch::Tensor& v_pool, const torch::Tensor& block_ids,
+                                int64_t context_len, double scale);
+// cpu_forward.cpp (both builds): every decoder layer of one forward (kernel_layer.py's sequence)
+torch::Tensor forward_layers(torch::Tensor x, const std::vector<std::vector<torch::Tensor>>& layers,
+                             const torch::Tensor& kv_cache, const torch::Tensor& positions,
+                             const torch::Tensor& cos, const torch::Tensor& sin,
+                             const torch::Tensor& slots, int64_t num_decodes,
+                             const torch::Tensor& decode_tables, const torch::Tensor& decode_lens,
+                             const torch::Tensor& shared, const std::vector<int64_t>& prefill_starts,
+                             const std::vector<int64_t>& prefill_lens,
+                             const std::vector<int64_t>& prefill_contexts,
+                             const std::vector<torch::Tensor>& prefill_blocks,
+                             const std::vector<int64_t>& shape, double eps);
 
 }  // namespace lantern

@@ -139,4 +139,6 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_
   return out;
 }
 
+bool set_linear_amx(bool, int64_t) { return false; }  // the AVX2 build has no AMX path
+
 }  // namespace lantern

@@ -4,6 +4,7 @@ every output within one bf16 rounding of the reference; and the fallback when th
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -55,6 +56,49 @@ def test_linear_with_residual_equals_fp32_matmul(
     assert_within_bf16_rounding(got, x.float() @ weight.float().T)
     got = cpu_kernels.linear(x, packed, out_rows, "none", None, 0.0, residual)
     assert_within_bf16_rounding(got, x.float() @ weight.float().T + residual.float())
+
+
+def cpu_has_amx_bf16() -> bool:
+    flags = Path("/proc/cpuinfo").read_text().split()
+    return "amx_bf16" in flags and "amx_tile" in flags
+
+
+@pytest.mark.parametrize("rows", [8, 17, 40, 130])
+@pytest.mark.parametrize(
+    ("out_rows", "in_cols", "prologue"),
+    [(576, 576, "rms_norm"), (100, 37, "none"), (192, 1536, "silu_mul")],
+)
+def test_linear_on_amx_tiles_and_on_dpbf16_equals_fp32_matmul(
+    cpu_kernels: ModuleType, rows: int, out_rows: int, in_cols: int, prologue: str
+) -> None:
+    """Batches of 8+ rows run on AMX tiles where the CPU has them (K tails of fewer than 32
+    columns on dpbf16): the same result as the dpbf16 path within one bf16 rounding, and both
+    within one bf16 rounding of fp32 plus what the prologue's own bf16 rounding may move (its
+    norm / SiLU round each input once; one that lands on the neighbouring bf16 value moves the sum
+    by at most 2^-8 of its term)."""
+    torch.manual_seed(rows + in_cols)
+    width = 2 * in_cols if prologue == "silu_mul" else in_cols
+    x, weight, residual = bf16(rows, width), bf16(out_rows, in_cols), bf16(rows, out_rows)
+    norm, packed = bf16(in_cols), pack_weight(weight)
+    if prologue == "rms_norm":
+        act = F.rms_norm(x.float(), (in_cols,), norm.float(), 1e-5).to(torch.bfloat16)
+    elif prologue == "silu_mul":
+        act = (F.silu(x[:, :in_cols].float()) * x[:, in_cols:].float()).to(torch.bfloat16)
+    else:
+        act = x
+    got = {}
+    for amx in (True, False):
+        used = cpu_kernels.set_linear_amx(amx)
+        try:
+            assert used == (amx and "avx512" in cpu_kernels.__name__ and cpu_has_amx_bf16())
+            got[amx] = cpu_kernels.linear(x, packed, out_rows, prologue, norm, 1e-5, residual)
+        finally:
+            cpu_kernels.set_linear_amx(True)
+    assert_within_bf16_rounding(got[True], got[False].float())
+    want = act.float() @ weight.float().T + residual.float()
+    moved = 0.0 if prologue == "none" else 2.0**-8 * (act.float().abs() @ weight.float().abs().T)
+    for result in got.values():
+        assert ((result.float() - want).abs() <= BF16_ULP * want.abs() + 1e-3 + moved).all()
 
 
 @pytest.mark.parametrize("rows", [1, 5, 33])
@@ -173,6 +217,16 @@ def test_engine_forward_on_kernels_stays_within_bf16_of_fp32(smollm_files) -> No
     torch.testing.assert_close(logits["fp32-kernels"], logits["fp32"], rtol=0, atol=2e-4)
 
 
+def test_one_call_forward_equals_six_kernel_calls_per_layer(smollm_files) -> None:
+    """cpu_forward.cpp runs kernel_layer_forward's sequence for every layer in one call: the same
+    logits to the bit, for a prefill step and a mixed decode + prefill step."""
+    model = build_model(smollm_files[0], 512, "cpu", "bfloat16", cpu_kernels=True)
+    assert model.kernels is not None and model.one_call_forward
+    one_call = _two_steps(model)
+    model.one_call_forward = False
+    assert torch.equal(one_call, _two_steps(model))
+
+
 def _two_steps(model) -> torch.Tensor:  # noqa: ANN001
     """Prefill 40 tokens of sequence A, then one step: A decodes while B prefills 20 tokens."""
     from selfhost.model_runner import ModelRunner, prepare_step
@@ -207,10 +261,13 @@ def test_without_a_compiler_the_engine_falls_back_to_the_reference(
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize(("q_len", "context_len"), [(1, 1), (20, 20), (37, 37), (16, 100), (5, 33)])
+@pytest.mark.parametrize("entry", ["paged_prefill", "prefill_attention"])
 def test_paged_prefill_in_place_equals_gathered_reference(
-    cpu_kernels: ModuleType, q_len: int, context_len: int, dtype: torch.dtype
+    cpu_kernels: ModuleType, q_len: int, context_len: int, dtype: torch.dtype, entry: str
 ) -> None:
-    """A chunk of q_len tokens after context_len - q_len cached ones (causal with an offset)."""
+    """A chunk of q_len tokens after context_len - q_len cached ones (causal with an offset):
+    the in-place kernel, and the entry the engine calls (on AMX builds bf16 chunks of 16+ tokens
+    go through torch's SDPA over the gathered blocks)."""
     torch.manual_seed(q_len + context_len)
     cache = bf16(2, 32, 16, 3, 64).to(dtype)
     block_ids = torch.randperm(32)[: -(-context_len // 16)]
@@ -226,8 +283,14 @@ def test_paged_prefill_in_place_equals_gathered_reference(
     )
     q = bf16(q_len, 9, 64).to(dtype)
     want = paged_attention(q.float(), cache.float(), meta, 0.125)
-    got = cpu_kernels.paged_prefill(q, cache[0], cache[1], block_ids, context_len, 0.125)
-    assert_within_rounding(got, want)
+    got = getattr(cpu_kernels, entry)(q, cache[0], cache[1], block_ids, context_len, 0.125)
+    if entry == "prefill_attention" and dtype == torch.bfloat16 and q_len >= 16:
+        # SDPA in bf16 rounds the softmax weights to bf16 before P @ V: each moves by at most
+        # 2^-8 of itself and they sum to 1, so the output by at most 2^-8 of the largest |v|.
+        slack = 2.0**-8 * cache[1].float().abs().max().item()
+        torch.testing.assert_close(got.float(), want, rtol=BF16_ULP, atol=1e-3 + slack)
+    else:
+        assert_within_rounding(got, want)
 
 
 def test_fp32_engines_attend_through_the_kernels(cpu_kernels: ModuleType, make_engine) -> None:
