@@ -26,6 +26,8 @@ IMAGE_TOKENS = 85  # OpenAI's base cost of one image tile; images are never deco
 _O200K_PREFIXES = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o")
 MEMO_MIN_CHARS = 64  # shorter texts encode about as fast as they hash: counted directly
 RECENT_TEXTS = 512  # texts kept by identity: one long call's blocks (alive until 512 newer pass)
+MAX_NAMES = 4096  # memoised counts of roles, message names and tool names
+MIN_CALLER_DIGEST_BYTES = 20  # a caller's digest key is longer than the memo's own (16 bytes)
 
 
 def bundled_tiktoken_dir() -> Path | None:
@@ -65,18 +67,30 @@ class TokenIdsMemo:
         # hashing just read, and a 30 KB history is worth not hashing twice per call
         self._recent: dict[int, tuple[str, str, Sequence[int]]] = {}
 
-    def ids(self, encoding: tiktoken.Encoding, text: str) -> Sequence[int]:
+    def ids(
+        self, encoding: tiktoken.Encoding, text: str, digest: bytes | None = None
+    ) -> Sequence[int]:
+        """The ids of `text`. `digest`, when given, is the caller's collision-resistant digest
+        of something that determines `text` (a prompt block's SHA-256): it keys the entry
+        instead of a BLAKE2b of the text, so a 30 KB history is not hashed a second time.
+        It must be 20 bytes or more (never the 16 of the memo's own digests)."""
         recent = self._recent.get(id(text))
         if recent is not None and recent[0] is text and recent[1] == encoding.name:
             return recent[2]
-        found = self._lookup(encoding, text)
+        if digest is not None and len(digest) < MIN_CALLER_DIGEST_BYTES:
+            raise ValueError(f"a caller's digest needs {MIN_CALLER_DIGEST_BYTES}+ bytes")
+        found = self._lookup(encoding, text, digest)
         self._recent[id(text)] = (text, encoding.name, found)
         if len(self._recent) > RECENT_TEXTS:
             del self._recent[next(iter(self._recent))]
         return found
 
-    def _lookup(self, encoding: tiktoken.Encoding, text: str) -> Sequence[int]:
-        key = (encoding.name, hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest())
+    def _lookup(
+        self, encoding: tiktoken.Encoding, text: str, digest: bytes | None
+    ) -> Sequence[int]:
+        if digest is None:
+            digest = hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
+        key = (encoding.name, digest)
         found = self._entries.get(key)
         if found is not None:
             self._entries.move_to_end(key)
@@ -105,6 +119,8 @@ class TokenCounter:
     def __init__(self, memo: TokenIdsMemo | None = None) -> None:
         self._encodings: dict[str, tiktoken.Encoding] = {}
         self.memo = memo
+        # token counts of roles and names (a handful of short strings, a tiktoken call each)
+        self._names: dict[tuple[str, str], int] = {}
 
     def encoding(self, model: str) -> tiktoken.Encoding:
         name = encoding_name_for(model)
@@ -114,10 +130,11 @@ class TokenCounter:
             found = self._encodings[name] = tiktoken.get_encoding(name)
         return found
 
-    def encode(self, model: str, text: str) -> Sequence[int]:
-        """Token ids of `text` (memoised whatever its length when the counter has a memo)."""
+    def encode(self, model: str, text: str, digest: bytes | None = None) -> Sequence[int]:
+        """Token ids of `text` (memoised whatever its length when the counter has a memo;
+        `digest` as in `TokenIdsMemo.ids`)."""
         enc = self.encoding(model)
-        return enc.encode_ordinary(text) if self.memo is None else self.memo.ids(enc, text)
+        return enc.encode_ordinary(text) if self.memo is None else self.memo.ids(enc, text, digest)
 
     def count_text(self, model: str, text: str) -> int:
         return self._len(self.encoding(model), text)
@@ -127,13 +144,23 @@ class TokenCounter:
             return len(enc.encode_ordinary(text))
         return len(self.memo.ids(enc, text))
 
+    def _name_len(self, enc: tiktoken.Encoding, name: str) -> int:
+        """`len(enc.encode_ordinary(name))` for a role or a name, memoised (bounded)."""
+        key = (enc.name, name)
+        found = self._names.get(key)
+        if found is None:
+            if len(self._names) >= MAX_NAMES:
+                self._names.clear()  # a bound, not an LRU: names are few
+            found = self._names[key] = len(enc.encode_ordinary(name))
+        return found
+
     def count_request(self, req: ChatRequest) -> int:
         """Prompt tokens the way OpenAI bills a chat call: per-message overhead, content, tool
         schemas as compact JSON, and the reply priming."""
         enc = self.encoding(req.model)
         total = REPLY_PRIMING_TOKENS
         if req.system:
-            total += TOKENS_PER_MESSAGE + len(enc.encode_ordinary("system"))
+            total += TOKENS_PER_MESSAGE + self._name_len(enc, "system")
             total += sum(self._len(enc, p.text) for p in req.system)
         for msg in req.messages:
             total += self._count_message(enc, msg)
@@ -146,16 +173,16 @@ class TokenCounter:
         return total
 
     def _count_message(self, enc: tiktoken.Encoding, msg: Message) -> int:
-        total = TOKENS_PER_MESSAGE + len(enc.encode_ordinary(msg.role))
+        total = TOKENS_PER_MESSAGE + self._name_len(enc, msg.role)
         if msg.name is not None:
-            total += TOKENS_PER_NAME + len(enc.encode_ordinary(msg.name))
+            total += TOKENS_PER_NAME + self._name_len(enc, msg.name)
         for part in msg.content:
             if isinstance(part, TextPart):
                 total += self._len(enc, part.text)
             elif isinstance(part, ImagePart):
                 total += IMAGE_TOKENS
             elif isinstance(part, ToolUsePart):
-                total += len(enc.encode_ordinary(part.name))
+                total += self._name_len(enc, part.name)
                 total += self._len(enc, part.arguments_json)
             elif isinstance(part, ToolResultPart):
                 for inner in part.content:

@@ -140,7 +140,10 @@ def canonical_tool_schemas(
     tools: tuple[ToolSpec, ...], memo: SchemaMemo | None = None
 ) -> tuple[ToolSpec, ...]:
     canonical = canonical_schema if memo is None else memo.canonical
-    return tuple(replace(t, input_schema=canonical(t.input_schema)) for t in tools)
+    # built directly, not with dataclasses.replace (a tool per call each: ~2x the cost)
+    return tuple(
+        ToolSpec(t.name, t.description, canonical(t.input_schema), t.cache_control) for t in tools
+    )
 
 
 def canonical_history_arguments(request: ChatRequest) -> ChatRequest:

@@ -156,14 +156,27 @@ def diagnose(
     return CacheDiagnosis(Reason.KEPT, True, stable, expected, expected, None, gap_s)
 
 
+CACHE_OPTIONS = ("thinking", "reasoning_effort", "reasoning")  # the `extra` keys that count
+
+
+def _options_json_digest(options: dict[str, object]) -> bytes:
+    return hashlib.sha256(json.dumps(options, sort_keys=True, default=str).encode()).digest()
+
+
+# most calls set none of them: `_options_json_digest` of all four None (a test recomputes it)
+NO_OPTIONS_DIGEST = bytes.fromhex(
+    "93c8ed76cfb18bddb9f363def33ebba2b54454675a0bef24f0dd37025d5fb477"
+)
+
+
 def options_digest(request: ChatRequest) -> bytes:
     """Request options whose change invalidates the cached messages (Anthropic's table:
     tool_choice, thinking; OpenAI: reasoning effort)."""
-    options = {
-        "tool_choice": request.tool_choice,
-        **{k: request.extra.get(k) for k in ("thinking", "reasoning_effort", "reasoning")},
-    }
-    return hashlib.sha256(json.dumps(options, sort_keys=True, default=str).encode()).digest()
+    extra = request.extra
+    if request.tool_choice is None and all(extra.get(k) is None for k in CACHE_OPTIONS):
+        return NO_OPTIONS_DIGEST
+    options = {"tool_choice": request.tool_choice, **{k: extra.get(k) for k in CACHE_OPTIONS}}
+    return _options_json_digest(options)
 
 
 def _first_difference(previous: PromptFingerprint, current: PromptFingerprint) -> int | None:

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from adapters.types import JSON, CacheControl, ChatRequest, Message
-from cachekeys.layout import Locator, PromptLayout
+from adapters.types import JSON, CacheControl, ChatRequest, ContentPart
+from cachekeys.layout import PromptLayout
 
 Ttl = Literal["5m", "1h"]
 MAX_BREAKPOINTS = 4
@@ -121,30 +121,39 @@ def _breaks_ttl_order(client: Mapping[int, str | None], index: int, ttl: Ttl) ->
 def apply_to_request(
     request: ChatRequest, layout: PromptLayout, plan: BreakpointPlan
 ) -> ChatRequest:
+    """The request with a marker on each planned block; one copy of the request for all of them
+    (each level and message copied once), not one per marker."""
+    if not plan.indices:
+        return request
     marker = CacheControl(ttl=plan.ttl)
-    out = request
+    tools, system = list(request.tools), list(request.system)
+    messages: dict[int, list[ContentPart]] = {}
     for index in plan.indices:
-        out = _mark_canonical(out, layout.blocks[index].locator, marker)
-    return out
-
-
-def _mark_canonical(request: ChatRequest, locator: Locator, marker: CacheControl) -> ChatRequest:
-    level, i, *rest = locator
-    if level == "tools":
-        tools = list(request.tools)
-        tools[i] = replace(tools[i], cache_control=marker)  # type: ignore[index]
-        return replace(request, tools=tuple(tools))
-    if level == "system":
-        system = list(request.system)
-        system[i] = replace(system[i], cache_control=marker)  # type: ignore[index]
-        return replace(request, system=tuple(system))
-    messages = list(request.messages)
-    message: Message = messages[i]  # type: ignore[index]
-    parts = list(message.content)
-    k = rest[0]
-    parts[k] = replace(parts[k], cache_control=marker)  # type: ignore[index]
-    messages[i] = replace(message, content=tuple(parts))  # type: ignore[index]
-    return replace(request, messages=tuple(messages))
+        level, i, *rest = layout.blocks[index].locator
+        assert isinstance(i, int)
+        if level == "tools":
+            tools[i] = replace(tools[i], cache_control=marker)
+        elif level == "system":
+            system[i] = replace(system[i], cache_control=marker)
+        else:
+            parts = messages.get(i)
+            if parts is None:
+                parts = messages[i] = list(request.messages[i].content)
+            k = rest[0]
+            assert isinstance(k, int)
+            parts[k] = replace(parts[k], cache_control=marker)
+    edits: dict[str, Any] = {}
+    levels = {layout.blocks[index].level for index in plan.indices}
+    if "tools" in levels:
+        edits["tools"] = tuple(tools)
+    if "system" in levels:
+        edits["system"] = tuple(system)
+    if messages:
+        edited = list(request.messages)
+        for i, parts in messages.items():
+            edited[i] = replace(edited[i], content=tuple(parts))
+        edits["messages"] = tuple(edited)
+    return replace(request, **edits)
 
 
 def apply_to_anthropic(

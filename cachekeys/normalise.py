@@ -59,10 +59,13 @@ class NormaliseOptions:
 def normalise_request(request: ChatRequest, options: NormaliseOptions) -> ChatRequest:
     """Apply the enabled switches in a fixed order: schemas, tool order, history args, relocation."""
     out = request
-    if options.canonical_json and out.tools:
-        out = replace(out, tools=canonical_tool_schemas(out.tools, options.schemas))
-    if options.order_tools and out.tools:
-        out = replace(out, tools=order_tools(out.tools, options.is_public_tool))
+    tools = request.tools
+    if options.canonical_json and tools:
+        tools = canonical_tool_schemas(tools, options.schemas)
+    if options.order_tools and tools:
+        tools = order_tools(tools, options.is_public_tool)
+    if tools is not request.tools:  # one copy of the request for both tool edits
+        out = replace(out, tools=tools)
     if options.canonical_tool_args:
         out = canonical_history_arguments(out)
     if options.relocate_volatile:

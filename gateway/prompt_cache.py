@@ -48,6 +48,7 @@ from cachekeys.normalise import NormaliseOptions, PublicPrefix, normalise_reques
 from cachekeys.raw import normalise_raw
 from cachekeys.volatile import VolatileMatcher
 from gateway.ports import CacheVerdict, PreparedPrompt
+from gateway.telemetry import LabelChildren
 from policies.cache import CachePolicy
 from policies.model import TenantPolicy
 
@@ -57,9 +58,10 @@ MAX_POLICY_OPTIONS = 1024  # normalise options kept, one per tenant policy objec
 
 
 class Encoder(Protocol):
-    """Token ids of a text for a model (adapters.tokens.TokenCounter fits via `TiktokenEncoder`)."""
+    """Token ids of a text for a model (adapters.tokens.TokenCounter fits via `TiktokenEncoder`).
+    `digest`, when given, determines the text (a prompt block's digest): a memo may key on it."""
 
-    def encode(self, model: str, text: str) -> Sequence[int]: ...
+    def encode(self, model: str, text: str, digest: bytes | None = None) -> Sequence[int]: ...
 
 
 class TiktokenEncoder:
@@ -76,8 +78,8 @@ class TiktokenEncoder:
         self._counter = counter
         self._memo = counter.memo
 
-    def encode(self, model: str, text: str) -> Sequence[int]:
-        return self._memo.ids(self._counter.encoding(model), text)
+    def encode(self, model: str, text: str, digest: bytes | None = None) -> Sequence[int]:
+        return self._memo.ids(self._counter.encoding(model), text, digest)
 
     @property
     def num_cached_tokens(self) -> int:
@@ -141,7 +143,8 @@ def prepare(
 ) -> PreparedPrompt:
     """Normalise, place markers, key and hash one call. Pure apart from the encoder."""
     options = normalise_options(policy)
-    return _prepare(wire, body, request, policy, tenant_id, secret, encoder, options)
+    salt = salt_for(policy, secret, tenant_id)
+    return _prepare(wire, body, request, policy, tenant_id, salt, encoder, options)
 
 
 def _prepare(
@@ -150,17 +153,16 @@ def _prepare(
     request: ChatRequest,
     policy: CachePolicy,
     tenant_id: str,
-    secret: bytes,
+    salt: str,
     encoder: Encoder,
     options: NormaliseOptions,
     memo: PrefixHashMemo | None = None,
     tool_texts: ToolTextMemo | None = None,
 ) -> PreparedPrompt:
-    salt = salt_for(policy, secret, tenant_id)
     edited = normalise_request(request, options)
     new_body = normalise_raw(wire, body, options)
     blocks = request_blocks(edited, options.public, tool_texts)
-    ids = [encoder.encode(request.model, b.text) for b in blocks]
+    ids = [encoder.encode(request.model, b.text, b.digest) for b in blocks]
     layout = PromptLayout(blocks, tuple(len(i) for i in ids))
     caching = policy.scope != "none"
     marked: tuple[int, ...] = ()
@@ -211,7 +213,7 @@ def _mark_raw(
     tokens = (
         canonical.tokens
         if same_shape
-        else tuple(len(encoder.encode(model, b.text)) for b in blocks)
+        else tuple(len(encoder.encode(model, b.text, b.digest)) for b in blocks)
     )
     layout = PromptLayout(blocks, tokens)
     automatic = 1 if "cache_control" in body else 0  # the request-level marker takes a slot
@@ -311,6 +313,7 @@ class CacheMetrics:
             ["tenant", "direction"],
             registry=r,
         )
+        self.child = LabelChildren()
 
 
 RECONCILE_SLACK_TOKENS = 64  # our tokenizer is not the provider's: small deltas are expected
@@ -322,14 +325,14 @@ def reconcile(report_json: str, reported_cache_read_tokens: int, metrics: CacheM
     tokenizer slack counts as a prediction miss ("less": a break Lantern did not foresee)."""
     body = orjson.loads(report_json)
     tenant, predicted = str(body["tenant"]), int(body["predicted_read_tokens"])
-    metrics.predicted.labels(tenant).inc(predicted)
-    metrics.reported.labels(tenant).inc(reported_cache_read_tokens)
+    metrics.child(metrics.predicted, tenant).inc(predicted)
+    metrics.child(metrics.reported, tenant).inc(reported_cache_read_tokens)
     delta = reported_cache_read_tokens - predicted
     slack = RECONCILE_SLACK_TOKENS + RECONCILE_SLACK_RATIO * max(
         predicted, reported_cache_read_tokens
     )
     if abs(delta) > slack:
-        metrics.surprises.labels(tenant, "more" if delta > 0 else "less").inc()
+        metrics.child(metrics.surprises, tenant, "more" if delta > 0 else "less").inc()
     return delta
 
 
@@ -354,6 +357,7 @@ class PromptCachePort:
         self._tool_texts = ToolTextMemo()
         # options per tenant policy object (a reload makes a new one): built twice a call before
         self._options: dict[int, tuple[CachePolicy, NormaliseOptions]] = {}
+        self._salts: dict[str, str] = {}  # tenant id -> its salt (HMAC of the port's secret)
         self.tracker = SessionCacheTracker(max_sessions)
         self.metrics = CacheMetrics(registry)
 
@@ -372,7 +376,7 @@ class PromptCachePort:
             request,
             tenant.cache,
             tenant.tenant,
-            self._secret,
+            self._salt_for(tenant.cache, tenant.tenant),
             self._encoder,
             options,
             self._hashes,
@@ -392,11 +396,23 @@ class PromptCachePort:
         self._options[id(policy)] = (policy, options)
         return options
 
+    def _salt_for(self, policy: CachePolicy, tenant_id: str) -> str:
+        """`salt_for` with the HMAC memoised per tenant id (the secret is the port's own)."""
+        if policy.scope == "shared":
+            return ""
+        salt = self._salts.get(tenant_id)
+        if salt is None:
+            if len(self._salts) >= MAX_POLICY_OPTIONS:
+                self._salts.clear()  # a bound, as the options memo
+            salt = self._salts[tenant_id] = tenant_salt(self._secret, tenant_id)
+        return salt
+
     def observe(
         self, tenant: TenantPolicy, session_id: str, prepared: PreparedPrompt
     ) -> CacheVerdict:
         report = self.tracker.observe(tenant.tenant, session_id, prepared, self._clock())
-        self.metrics.calls.labels(tenant.tenant, report.diagnosis.reason.value).inc()
+        metrics = self.metrics
+        metrics.child(metrics.calls, tenant.tenant, report.diagnosis.reason.value).inc()
         return CacheVerdict(header=report.header_value(), diagnosis_json=report.to_json())
 
     def reconcile(self, verdict: CacheVerdict, usage: Usage) -> None:
@@ -420,14 +436,14 @@ class PromptCachePort:
                 ChatRequest(model, messages=(echoed,)), options.public, self._tool_texts
             )
             pairs = [*zip(*known, strict=True)]
-            pairs += [(b, self._encoder.encode(model, b.text)) for b in added]
+            pairs += [(b, self._encoder.encode(model, b.text, b.digest)) for b in added]
             kept = [(b, i) for b, i in pairs if not b.is_volatile]
             blocks, ids = tuple(b for b, _ in kept), [i for _, i in kept]
         else:  # a PreparedPrompt made elsewhere: lay the whole extended prompt out again
             extended = replace(prepared.request, messages=(*prepared.request.messages, echoed))
             all_blocks = request_blocks(extended, options.public, self._tool_texts)
             blocks = tuple(b for b in all_blocks if not b.is_volatile)
-            ids = [self._encoder.encode(model, b.text) for b in blocks]
+            ids = [self._encoder.encode(model, b.text, b.digest) for b in blocks]
         layout = PromptLayout(blocks, tuple(len(i) for i in ids))
         return self._hashes.prefix_hashes(layout, ids, prepared.cache_salt, model)
 

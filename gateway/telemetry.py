@@ -46,6 +46,22 @@ class CallSpan:
     latency_s: float
 
 
+class LabelChildren:
+    """`metric.labels(*values)`, memoised by (metric, label values): `labels()` costs ~10 us a
+    lookup, and a call records up to ten. The set is bounded by tenants x models x backends x
+    outcomes; nothing here removes a label set (a removed one would stay memoised)."""
+
+    def __init__(self) -> None:
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+    def __call__(self, metric: MetricWrapperBase, *values: str) -> Any:
+        key = (id(metric), values)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*values)
+        return found
+
+
 class Metrics:
     """Prometheus metrics of one gateway process; other components register on `registry`."""
 
@@ -81,17 +97,7 @@ class Metrics:
         self.policy_errors = Gauge(
             "lantern_policy_errors", "Tenant policy files currently invalid", registry=r
         )
-        # label children by (metric id, label values): `labels()` costs ~10 us a lookup, and a
-        # call records up to ten; the set is bounded by tenants x models x backends x outcomes
-        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
-
-    def child(self, metric: MetricWrapperBase, *values: str) -> Any:
-        """`metric.labels(*values)`, memoised."""
-        key = (id(metric), values)
-        found = self._children.get(key)
-        if found is None:
-            found = self._children[key] = metric.labels(*values)
-        return found
+        self.child = LabelChildren()
 
     def record_attempt(
         self,

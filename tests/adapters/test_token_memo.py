@@ -69,3 +69,30 @@ def test_memo_stays_within_its_token_budget() -> None:
         text = f"document {i}: " + "alpha beta gamma " * 10
         assert len(counter.encode("gpt-4o", text)) == TokenCounter().count_text("gpt-4o", text)
         assert memo.num_tokens <= 50
+
+
+def test_a_callers_digest_keys_the_entry_and_gives_the_plain_ids() -> None:
+    import hashlib
+
+    import pytest
+
+    memo = TokenIdsMemo()
+    counter = TokenCounter(memo)
+    enc = TokenCounter().encoding("gpt-4o")
+    block = hashlib.sha256(b"user\0start\0text\0" + HISTORY.encode()).digest()
+    assert list(counter.encode("gpt-4o", HISTORY, block)) == enc.encode_ordinary(HISTORY)
+    tokens = memo.num_tokens
+    copy = "".join(list(HISTORY))  # equal text, another object: found by the same digest
+    assert list(counter.encode("gpt-4o", copy, block)) == enc.encode_ordinary(HISTORY)
+    assert memo.num_tokens == tokens  # not encoded again
+    # another caller digest of the same text is its own entry, with the same ids
+    other = hashlib.sha256(b"assistant\0next\0text\0" + HISTORY.encode()).digest()
+    assert list(counter.encode("gpt-4o", "".join(list(HISTORY)), other)) == list(
+        counter.encode("gpt-4o", "".join(list(HISTORY)))
+    )
+    assert memo.num_tokens == 3 * tokens  # by `other` and by the memo's own BLAKE2b of the text
+    # the digest names an entry per encoding, never another encoding's ids
+    cl100k = TokenCounter().encoding("gpt-4").encode_ordinary(HISTORY)
+    assert list(counter.encode("gpt-4", "".join(list(HISTORY)), block)) == cl100k
+    with pytest.raises(ValueError, match="20"):  # too short: could collide with BLAKE2b keys
+        counter.encode("gpt-4o", "".join(list(HISTORY)), b"\0" * 16)

@@ -76,6 +76,10 @@ def test_request_count_follows_the_per_message_rule() -> None:
     assert counter.count_text("gpt-4o-mini", tools_json) == 17
     # priming 3 + system (3+1+2) + user (3+1+1) + assistant (3+1+1+5) + tool (3+1+2) + tools 17
     assert counter.count_request(req) == 47
+    assert counter.count_request(req) == 47  # role and name counts now memoised: the same
+    # the memo keys names by encoding too: a cl100k count on the same counter is a fresh one's
+    cl100k = openai_wire.decode_request({**BODY, "model": "gpt-4"})
+    assert counter.count_request(cl100k) == TokenCounter().count_request(cl100k)
 
 
 def test_bundled_files_work_without_a_cache_dir_set() -> None:

@@ -146,3 +146,27 @@ def test_options_changed_keeps_tools_and_system_only() -> None:
     )
     assert diagnose(before, 0.0, thinking, 10.0).reason == Reason.OPTIONS_CHANGED
     assert diagnose(before, 0.0, with_options(SECOND), 10.0).reason == Reason.KEPT
+
+
+def test_options_digest_fast_path_equals_the_computed_digest() -> None:
+    import hashlib
+    import json
+
+    from cachekeys.diagnosis import CACHE_OPTIONS, NO_OPTIONS_DIGEST, options_digest
+
+    def computed(request: ChatRequest) -> bytes:
+        options = {
+            "tool_choice": request.tool_choice,
+            **{k: request.extra.get(k) for k in CACHE_OPTIONS},
+        }
+        return hashlib.sha256(json.dumps(options, sort_keys=True, default=str).encode()).digest()
+
+    assert computed(FIRST) == NO_OPTIONS_DIGEST == options_digest(FIRST)
+    other_extra = replace(FIRST, extra={"metadata": {"a": 1}, "reasoning": None})
+    assert options_digest(other_extra) == NO_OPTIONS_DIGEST == computed(other_extra)
+    for request in (
+        replace(FIRST, tool_choice="auto"),
+        replace(FIRST, extra={"reasoning_effort": "low"}),
+        replace(FIRST, extra={"thinking": {"type": "enabled", "budget_tokens": 1024}}),
+    ):
+        assert options_digest(request) == computed(request) != NO_OPTIONS_DIGEST

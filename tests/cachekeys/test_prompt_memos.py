@@ -106,3 +106,40 @@ def test_options_do_not_cross_tenants() -> None:
         fresh = PromptCachePort(SECRET, encoder=ENCODER)
         assert _key(port, private) == _key(fresh, private)
         assert _key(port, public) == _key(fresh, public)
+
+
+def test_the_port_with_its_memos_prepares_what_the_plain_function_does() -> None:
+    """Salts memoised per tenant, token ids keyed by block digest, schemas, tool texts, chain
+    segments: call after call, for tenants that alternate, each field equals `prepare`'s."""
+    from gateway.prompt_cache import prepare
+
+    port = PromptCachePort(SECRET, encoder=ENCODER)
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": f"t{i}", "description": "d " * 30, "parameters": {"b": 1, "a": i}},
+        }
+        for i in (2, 0, 1)
+    ]
+    tenants = [_tenant("a"), _tenant("b"), _tenant("a", "rules"), _tenant("c")]
+    tenants.append(TenantPolicy.model_validate({"tenant": "d", "cache": {"scope": "shared"}}))
+    for turn in range(3):
+        body = {
+            **BODY,
+            "tools": tools,
+            "messages": [*BODY["messages"], {"role": "user", "content": "x " * (200 + turn)}],
+        }
+        for policy in tenants:
+            request = openai_wire.decode_request(body)
+            got = port.prepare("openai", body, request, policy, "gpt-4o")
+            want = prepare("openai", body, request, policy.cache, policy.tenant, SECRET, ENCODER)
+            assert got.body == want.body and got.request == want.request
+            assert (got.cache_salt, got.session_root) == (want.cache_salt, want.session_root)
+            assert got.prefix_hashes == want.prefix_hashes and len(got.prefix_hashes) > 10
+    salts = {
+        policy.tenant: port.prepare(
+            "openai", BODY, openai_wire.decode_request(BODY), policy, "gpt-4o"
+        ).cache_salt
+        for policy in tenants
+    }
+    assert salts["d"] == "" and len({salts["a"], salts["b"], salts["c"]}) == 3
