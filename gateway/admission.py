@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from adapters.types import Usage
 from gateway.ids import uuid4_hex
+from gateway.telemetry import LabelChildren
 from policies.limits import LimitsPolicy, TokenWeights
 from policies.model import TenantPolicy
 from quotas.errors import LimitNeverFits, QuotaError, QuotaExceeded, QuotaStoreUnavailable
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("lantern.admission")
 REDIS_KEY_PREFIX = "lantern:quota:"
+MAX_LIMITS_MEMO = 1024  # limits kept, one per tenant limits policy object
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +131,7 @@ class AdmissionMetrics:
         self.alarms = Counter(
             "lantern_budget_alarms", "Budget alarm thresholds crossed", ["tenant"], registry=r
         )
+        self.child = LabelChildren()
 
     def on_store_change(self, is_down: bool, reason: str) -> None:
         self.store_down.set(1 if is_down else 0)
@@ -159,6 +162,8 @@ class Admission:
         self._webhook_timeout_s = webhook_timeout_s
         self._alarmed: set[tuple[str, str]] = set()
         self._background: set[asyncio.Future[Any]] = set()
+        # per tenant limits policy object (a reload makes a new one): built once, not per call
+        self._limits: dict[int, tuple[LimitsPolicy, Limits]] = {}
 
     @classmethod
     def from_settings(
@@ -208,7 +213,7 @@ class Admission:
         """Hold the call's worst case. Raises `QuotaExceeded`, `LimitNeverFits` or
         `QuotaStoreUnavailable` (their attributes carry what HTTP needs; see quotas.errors)."""
         policy = tenant.limits
-        limits = limits_from_policy(policy)
+        limits = self._limits_of(policy)
         tokens = reserved_tokens(prompt_tokens, max_output_tokens, policy.token_weights)
         ask = Ask(tokens, max(0.0, worst_case_usd), session_id)
         try:
@@ -228,6 +233,18 @@ class Admission:
         if reservation.store != self._store.name:
             self.metrics.fallback.labels(tenant.tenant).inc()
         return Ticket(reservation, limits, policy)
+
+    def _limits_of(self, policy: LimitsPolicy) -> Limits:
+        """`limits_from_policy`, memoised per policy object: the entry holds the policy, so its
+        identity is not reused while the entry lives; a reloaded policy is a new entry."""
+        found = self._limits.get(id(policy))
+        if found is not None and found[0] is policy:
+            return found[1]
+        limits = limits_from_policy(policy)
+        if len(self._limits) >= MAX_LIMITS_MEMO:
+            self._limits.clear()  # a bound: old policies are not kept alive forever
+        self._limits[id(policy)] = (policy, limits)
+        return limits
 
     async def settle(
         self, ticket: Ticket, *, usage: Usage, cost_usd: float, now_s: float | None = None
@@ -253,7 +270,7 @@ class Admission:
             )
             self.metrics.overrun.labels(tenant).inc(settled.overrun_tokens)
         if settled.period_spend_usd is not None:
-            self.metrics.spend.labels(tenant).set(settled.period_spend_usd)
+            self.metrics.child(self.metrics.spend, tenant).set(settled.period_spend_usd)
             self._check_alarm(ticket, settled.period_spend_usd)
 
     def rate_headers(self, ticket_or_error: Ticket | QuotaExceeded) -> dict[str, str]:

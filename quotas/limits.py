@@ -175,10 +175,18 @@ def micro_to_usd(micro: int) -> float:
 
 def budget_period(now_ms: int) -> tuple[str, int]:
     """The UTC calendar month holding `now_ms` (`"2026-11"`) and the ms when it ends."""
+    name, _, end_ms = budget_period_span(now_ms)
+    return name, end_ms
+
+
+def budget_period_span(now_ms: int) -> tuple[str, int, int]:
+    """`budget_period` with the ms the month starts: (name, start, end), start <= now < end."""
     moment = datetime.fromtimestamp(now_ms / 1000, tz=UTC)
     year, month = (moment.year + 1, 1) if moment.month == 12 else (moment.year, moment.month + 1)
+    start = datetime(moment.year, moment.month, 1, tzinfo=UTC)
     end = datetime(year, month, 1, tzinfo=UTC)
-    return f"{moment.year:04d}-{moment.month:02d}", int(end.timestamp() * 1000)
+    name = f"{moment.year:04d}-{moment.month:02d}"
+    return name, int(start.timestamp() * 1000), int(end.timestamp() * 1000)
 
 
 def check_never_fits(limits: Limits, ask: Ask) -> None:

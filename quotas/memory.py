@@ -23,7 +23,7 @@ from quotas.limits import (
     SettleStatus,
     UsageSnapshot,
     WindowUse,
-    budget_period,
+    budget_period_span,
     check_never_fits,
     micro_to_usd,
 )
@@ -67,6 +67,7 @@ class MemoryQuotaStore:
 
     def __init__(self) -> None:
         self._books: dict[str, _Book] = {}
+        self._period = ("", 0, 0)  # the last `budget_period_span`: a month serves many calls
 
     async def reserve(
         self, tenant: str, limits: Limits, ask: Ask, *, reservation_id: str, now_ms: int
@@ -76,12 +77,11 @@ class MemoryQuotaStore:
         now = self._advance(book, limits, now_ms)
         if reservation_id in book.records:
             raise ReservationConflict(reservation_id)
-        period, period_end_ms = budget_period(now_ms)
+        period, period_end_ms = self._budget_period(now_ms)
         failure = self._first_failure(book, limits, ask, now, period, period_end_ms)
-        window = self._window_use(book, limits, now)
         if failure is not None:
             name, value, current, retry_ms = failure
-            raise QuotaExceeded(name, value, current, retry_ms, window)
+            raise QuotaExceeded(name, value, current, retry_ms, self._window_use(book, limits, now))
         cost = ask.cost_micro_usd
         book.window[reservation_id] = (now, ask.tokens)
         book.tokens_used += ask.tokens
@@ -141,7 +141,7 @@ class MemoryQuotaStore:
     ) -> UsageSnapshot:
         book = self._books.setdefault(tenant, _Book())
         now = self._advance(book, limits, now_ms)
-        period, _ = budget_period(now_ms)
+        period, _ = self._budget_period(now_ms)
         window = self._window_use(book, limits, now)
         session_calls = self._session_calls(book, session_id, now) if session_id else 0
         return UsageSnapshot(
@@ -158,6 +158,13 @@ class MemoryQuotaStore:
 
     async def close(self) -> None:
         self._books.clear()
+
+    def _budget_period(self, now_ms: int) -> tuple[str, int]:
+        """`budget_period(now_ms)`, worked out again only when `now_ms` leaves the last month."""
+        name, start_ms, end_ms = self._period
+        if not start_ms <= now_ms < end_ms:
+            name, start_ms, end_ms = self._period = budget_period_span(now_ms)
+        return name, end_ms
 
     # --- the steps every operation shares (mirrored by the Lua prelude) -----------------------
 

@@ -325,3 +325,29 @@ def ledger_row(row_id: str, name: str, ts: datetime, cost: Decimal) -> UsageReco
         cache_diagnosis=None,
         request_id=row_id,
     )
+
+
+def test_a_reloaded_limits_policy_applies_at_once() -> None:
+    """Limits are memoised per policy object: the same object reuses them, a reload (a new
+    object, here a tighter tokens_per_minute) takes effect on the very next call."""
+
+    async def main() -> None:
+        admission, _, _ = build()
+        loose = tenant(tokens_per_minute=10_000)
+        for _ in range(2):
+            ticket = await admission.reserve(
+                loose, session_id=None, prompt_tokens=1000, max_output_tokens=0, worst_case_usd=0
+            )
+            assert ticket.limits.tokens_per_minute == 10_000
+        tight = tenant(tokens_per_minute=2_500)  # 2,000 already held: 1,000 more does not fit
+        with pytest.raises(QuotaExceeded) as caught:
+            await admission.reserve(
+                tight, session_id=None, prompt_tokens=1000, max_output_tokens=0, worst_case_usd=0
+            )
+        assert (caught.value.limit, caught.value.limit_value) == ("tokens_per_minute", 2_500)
+        ticket = await admission.reserve(
+            loose, session_id=None, prompt_tokens=1000, max_output_tokens=0, worst_case_usd=0
+        )
+        assert ticket.limits.tokens_per_minute == 10_000  # the old object still gives its own
+
+    asyncio.run(main())

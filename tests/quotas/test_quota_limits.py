@@ -275,3 +275,18 @@ def test_seed_spend_raises_never_lowers(store_factory: StoreFactory) -> None:
         assert (err.limit, err.current) == ("monthly_budget_usd", 4.0)
 
     run(store_factory, body)
+
+
+def test_budget_period_span_bounds_the_month_of_now() -> None:
+    from quotas.limits import budget_period, budget_period_span
+
+    nov_1 = int(datetime(2026, 11, 1, tzinfo=UTC).timestamp() * 1000)
+    dec_1 = int(datetime(2026, 12, 1, tzinfo=UTC).timestamp() * 1000)
+    jan_1 = int(datetime(2027, 1, 1, tzinfo=UTC).timestamp() * 1000)
+    assert budget_period_span(nov_1) == ("2026-11", nov_1, dec_1)
+    assert budget_period_span(dec_1 - 1) == ("2026-11", nov_1, dec_1)
+    assert budget_period_span(dec_1) == ("2026-12", dec_1, jan_1)
+    assert budget_period_span(jan_1 - 1) == ("2026-12", dec_1, jan_1)
+    for now in (nov_1, nov_1 + 1, dec_1 - 1, dec_1, jan_1 - 1, jan_1):
+        name, start, end = budget_period_span(now)
+        assert start <= now < end and budget_period(now) == (name, end)
