@@ -1,5 +1,6 @@
 """Who the slowest calls of a fleet simulation are (`bench/fleet_sim.py --trace`): how the router
-placed them, what it predicted, and where their time went, against all calls."""
+placed them, what it predicted, and where their time went, against all calls; and how often
+sessions moved, bounced between replicas, or moved to a replica that kept them waiting."""
 
 from __future__ import annotations
 
@@ -41,7 +42,36 @@ def tail_report(traced: Sequence[Req], share: float = 0.05) -> list[str]:
         "slowest calls by 30 s window of arrival: "
         + ", ".join(f"{t}s:{n}" for t, n in sorted(windows.items()))
     )
+    lines.append(move_report(traced))
     return lines
+
+
+def move_report(traced: Sequence[Req], late_s: float = 0.5) -> str:
+    """Moves among the traced calls, per session in arrival order: how many came within two
+    calls of the session's previous move (bounces), went back to a replica it had used, or
+    waited for admission more than `late_s` beyond the predicted wait (a target that could
+    not admit it either)."""
+    by_session: dict[str, list[Req]] = {}
+    for q in sorted(traced, key=lambda q: q.arrival):
+        by_session.setdefault(q.session.sid, []).append(q)
+    moves = bounces = back = late = 0
+    for calls in by_session.values():
+        last_move = None
+        for i, q in enumerate(calls):
+            if q.attempt is None or q.attempt.reason != "sticky_broken_gate":
+                continue
+            moves += 1
+            bounces += last_move is not None and i - last_move <= 2
+            used = {c.attempt.candidate.replica for c in calls[:i] if c.attempt is not None}
+            back += q.attempt.candidate.replica in used
+            waited = (q.admitted_at or q.arrival) - q.arrival
+            late += waited > q.predicted_wait + late_s
+            last_move = i
+    return (
+        f"moves: {moves}; within two calls of the session's previous move: {bounces};"
+        f" back to a replica it used before: {back};"
+        f" admitted more than {late_s:g} s later than predicted: {late}"
+    )
 
 
 def _kind(q: Req) -> str:

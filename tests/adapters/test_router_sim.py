@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from bench.fleet_sim import Pool, SimConfig, Simulation
+import random
+
+from bench.fleet_sim import Pool, Req, Session, SimConfig, Simulation
+from bench.fleet_trace import move_report
+from gateway.ports import Attempt, Candidate
 
 
 def test_pool_evicts_tails_first_and_never_pinned_blocks() -> None:
@@ -54,3 +58,25 @@ def test_replicas_report_load_at_the_poll_cadence_and_the_oracle_sees_it_fresh()
     oracle.run()
     fresh = {oracle.fleet.signals.last(r.key).sampled_at for r in oracle.replicas}  # type: ignore[union-attr]
     assert len(fresh) == 1 and fresh.pop() % 2.0 != 0.0  # sampled at a decision, not a poll
+
+
+def test_move_report_counts_bounces_returns_and_late_admissions() -> None:
+    def call(sid: str, t: float, replica: str, reason: str, waited: float = 0.0) -> Req:
+        session = Session(sid, [], 0, 0, random.Random(0))
+        attempt = Attempt(Candidate(None, "engine", "selfhost", replica), reason)  # type: ignore[arg-type]
+        return Req(session, t, [], [], attempt, admitted_at=t + waited, predicted_wait=0.25)
+
+    traced = [
+        call("s1", 1.0, "r0", "prefix_match"),
+        call("s1", 2.0, "r1", "sticky_broken_gate", waited=1.0),  # 0.75 s later than predicted
+        call("s1", 3.0, "r0", "sticky_broken_gate"),  # the next call: a bounce, back to r0
+        call("s1", 4.0, "r0", "sticky"),
+        call("s1", 5.0, "r0", "sticky"),
+        call("s1", 6.0, "r2", "sticky_broken_gate", waited=0.7),  # three calls on: no bounce
+        call("s2", 1.5, "r1", "least_ttft"),
+        call("s2", 2.5, "r1", "sticky"),
+    ]
+    assert move_report(traced[::-1]) == (
+        "moves: 3; within two calls of the session's previous move: 1;"
+        " back to a replica it used before: 1; admitted more than 0.5 s later than predicted: 1"
+    )
