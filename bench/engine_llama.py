@@ -94,7 +94,20 @@ def server_argv(
         "--no-webui",
         "--poll",  # 0: worker threads sleep instead of spinning (the machine's cores are shared)
         "0",
+        *(["--no-repack"] if cpu_has_amx() else []),
     ]
+
+
+def cpu_has_amx(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """Whether the CPU reports AMX tiles. On such a host (a KVM Xeon, 2026-12-01) llama-server
+    0.3.36 built with GGML_NATIVE puts the Q4_1 weights in its AMX buffer and the first matmul
+    faults at `ldtilecfg` (ggml_backend_amx_mul_mat, SIGSEGV/SIGILL); `--no-repack` keeps the
+    weights in plain CPU buffers, served by its AVX512 kernels."""
+    try:
+        flags = next(line for line in cpuinfo.read_text().splitlines() if line.startswith("flags"))
+    except (OSError, StopIteration):
+        return False
+    return "amx_tile" in flags.split()
 
 
 def version(binary: Path) -> str:
