@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from adapters.types import Usage
 from gateway.ids import uuid4_hex
+from gateway.memo import PerObjectMemo
 from gateway.telemetry import LabelChildren
 from policies.limits import LimitsPolicy, TokenWeights
 from policies.model import TenantPolicy
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("lantern.admission")
 REDIS_KEY_PREFIX = "lantern:quota:"
-MAX_LIMITS_MEMO = 1024  # limits kept, one per tenant limits policy object
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +163,7 @@ class Admission:
         self._alarmed: set[tuple[str, str]] = set()
         self._background: set[asyncio.Future[Any]] = set()
         # per tenant limits policy object (a reload makes a new one): built once, not per call
-        self._limits: dict[int, tuple[LimitsPolicy, Limits]] = {}
+        self._limits_of: PerObjectMemo[LimitsPolicy, Limits] = PerObjectMemo(limits_from_policy)
 
     @classmethod
     def from_settings(
@@ -233,18 +233,6 @@ class Admission:
         if reservation.store != self._store.name:
             self.metrics.fallback.labels(tenant.tenant).inc()
         return Ticket(reservation, limits, policy)
-
-    def _limits_of(self, policy: LimitsPolicy) -> Limits:
-        """`limits_from_policy`, memoised per policy object: the entry holds the policy, so its
-        identity is not reused while the entry lives; a reloaded policy is a new entry."""
-        found = self._limits.get(id(policy))
-        if found is not None and found[0] is policy:
-            return found[1]
-        limits = limits_from_policy(policy)
-        if len(self._limits) >= MAX_LIMITS_MEMO:
-            self._limits.clear()  # a bound: old policies are not kept alive forever
-        self._limits[id(policy)] = (policy, limits)
-        return limits
 
     async def settle(
         self, ticket: Ticket, *, usage: Usage, cost_usd: float, now_s: float | None = None

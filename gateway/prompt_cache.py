@@ -47,6 +47,7 @@ from cachekeys.markers import (
 from cachekeys.normalise import NormaliseOptions, PublicPrefix, normalise_request
 from cachekeys.raw import normalise_raw
 from cachekeys.volatile import VolatileMatcher
+from gateway.memo import MAX_ENTRIES, PerObjectMemo
 from gateway.ports import CacheVerdict, PreparedPrompt
 from gateway.telemetry import LabelChildren
 from policies.cache import CachePolicy
@@ -54,7 +55,6 @@ from policies.model import TenantPolicy
 
 TTL_S = {"5m": 300.0, "1h": 3600.0}
 MAX_SESSIONS = 100_000
-MAX_POLICY_OPTIONS = 1024  # normalise options kept, one per tenant policy object
 
 
 class Encoder(Protocol):
@@ -115,8 +115,15 @@ def normalise_options(
     )
 
 
-def salt_for(policy: CachePolicy, secret: bytes, tenant_id: str) -> str:
-    return "" if policy.scope == "shared" else tenant_salt(secret, tenant_id)
+def salt_for(
+    policy: CachePolicy,
+    secret: bytes,
+    tenant_id: str,
+    hmac: Callable[[bytes, str], str] = tenant_salt,
+) -> str:
+    """The tenant's cache salt: none under a shared scope, else `hmac(secret, tenant_id)`
+    (`tenant_salt`, or a memo of it)."""
+    return "" if policy.scope == "shared" else hmac(secret, tenant_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,7 +363,9 @@ class PromptCachePort:
         self._schemas = SchemaMemo()
         self._tool_texts = ToolTextMemo()
         # options per tenant policy object (a reload makes a new one): built twice a call before
-        self._options: dict[int, tuple[CachePolicy, NormaliseOptions]] = {}
+        self._options_for: PerObjectMemo[CachePolicy, NormaliseOptions] = PerObjectMemo(
+            lambda policy: normalise_options(policy, self._matchers, self._schemas)
+        )
         self._salts: dict[str, str] = {}  # tenant id -> its salt (HMAC of the port's secret)
         self.tracker = SessionCacheTracker(max_sessions)
         self.metrics = CacheMetrics(registry)
@@ -376,35 +385,20 @@ class PromptCachePort:
             request,
             tenant.cache,
             tenant.tenant,
-            self._salt_for(tenant.cache, tenant.tenant),
+            salt_for(tenant.cache, self._secret, tenant.tenant, self._tenant_salt),
             self._encoder,
             options,
             self._hashes,
             self._tool_texts,
         )
 
-    def _options_for(self, policy: CachePolicy) -> NormaliseOptions:
-        """`normalise_options` of a policy, built once per policy object: the entry holds the
-        policy, so its identity is not reused while the entry lives; a reloaded policy is a new
-        object and a new entry."""
-        found = self._options.get(id(policy))
-        if found is not None and found[0] is policy:
-            return found[1]
-        options = normalise_options(policy, self._matchers, self._schemas)
-        if len(self._options) >= MAX_POLICY_OPTIONS:
-            self._options.clear()  # a bound: old policies are not kept alive forever
-        self._options[id(policy)] = (policy, options)
-        return options
-
-    def _salt_for(self, policy: CachePolicy, tenant_id: str) -> str:
-        """`salt_for` with the HMAC memoised per tenant id (the secret is the port's own)."""
-        if policy.scope == "shared":
-            return ""
+    def _tenant_salt(self, secret: bytes, tenant_id: str) -> str:
+        """`tenant_salt`, memoised per tenant id (the secret is always the port's own)."""
         salt = self._salts.get(tenant_id)
         if salt is None:
-            if len(self._salts) >= MAX_POLICY_OPTIONS:
+            if len(self._salts) >= MAX_ENTRIES:
                 self._salts.clear()  # a bound, as the options memo
-            salt = self._salts[tenant_id] = tenant_salt(self._secret, tenant_id)
+            salt = self._salts[tenant_id] = tenant_salt(secret, tenant_id)
         return salt
 
     def observe(

@@ -162,6 +162,10 @@ def test_options_digest_fast_path_equals_the_computed_digest() -> None:
         return hashlib.sha256(json.dumps(options, sort_keys=True, default=str).encode()).digest()
 
     assert computed(FIRST) == NO_OPTIONS_DIGEST == options_digest(FIRST)
+    # part of every cache key's options: unchanged across releases
+    assert NO_OPTIONS_DIGEST.hex() == (
+        "93c8ed76cfb18bddb9f363def33ebba2b54454675a0bef24f0dd37025d5fb477"
+    )
     other_extra = replace(FIRST, extra={"metadata": {"a": 1}, "reasoning": None})
     assert options_digest(other_extra) == NO_OPTIONS_DIGEST == computed(other_extra)
     for request in (
