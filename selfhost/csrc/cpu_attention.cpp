@@ -71,7 +71,7 @@ inline __m512 sum_all(__m512 v) {
 // instead of running back to back, which is what bounded a block's time.
 template <typename T, int G, int D>
 void attend_block(const T* q, const T* k, const T* v, int64_t stride, int count, float scale,
-                  RowState* state, float* acc) {
+                  RowState* state, float* acc, const T* next_k, const T* next_v) {
   constexpr int NC = D / 16;
   const __mmask16 valid = static_cast<__mmask16>((1u << count) - 1);
   const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
@@ -100,6 +100,12 @@ void attend_block(const T* q, const T* k, const T* v, int64_t stride, int count,
     for (int c = 0; c < NC; ++c)
       acc_v[g][c] = _mm512_mul_ps(_mm512_loadu_ps(acc + g * D + c * 16), alpha[g]);
   for (int t = 0; t < count; ++t) {
+    if (next_k != nullptr) {  // this head's rows of the next block, a token per token
+      for (int byte = 0; byte < D * static_cast<int>(sizeof(T)); byte += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(next_k + t * stride) + byte, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(next_v + t * stride) + byte, _MM_HINT_T0);
+      }
+    }
     __m512 vv[NC];
     for (int c = 0; c < NC; ++c) vv[c] = load16(v + t * stride + c * 16);
     for (int g = 0; g < G; ++g) {
@@ -112,7 +118,8 @@ void attend_block(const T* q, const T* k, const T* v, int64_t stride, int count,
 }
 
 template <typename T>
-using BlockFn = void (*)(const T*, const T*, const T*, int64_t, int, float, RowState*, float*);
+using BlockFn = void (*)(const T*, const T*, const T*, int64_t, int, float, RowState*, float*,
+                         const T*, const T*);
 
 template <typename T, int D>
 BlockFn<T> block_fn_for_group(int64_t group) {
@@ -145,27 +152,22 @@ struct Pools {
   BlockFn<T> attend;
 
   // The rows of q_token for KV heads [h0, h1) attend to one block; state/acc start at head 0.
+  // next_block (-1: none) is loaded into cache meanwhile, a token's rows per token of this block:
+  // a block table jumps around the pool (the hardware prefetcher cannot follow it), and the
+  // whole next block prefetched at once (192 lines) stalled on the few line-fill buffers until
+  // most of it had arrived, so loads and compute ran one after the other (batch-16 decode, 30
+  // layers from memory: 7.6 -> 5.1 ms; cpu_attention.cpp history in docs/bench/engine.md).
   void attend_heads(int64_t q_token, int64_t h0, int64_t h1, int64_t block_id, int count,
-                    RowState* state, float* acc) const {
+                    RowState* state, float* acc, int64_t next_block = -1) const {
     const int64_t group = heads / kv, stride = kv * dim, base = block_id * kBlock * stride;
+    const int64_t next = next_block * kBlock * stride;
     for (int64_t h = h0; h < h1; ++h)
       attend(q + (q_token * heads + h * group) * dim, k + base + h * dim, v + base + h * dim,
-             stride, count, scale, state + h * group, acc + h * group * dim);
+             stride, count, scale, state + h * group, acc + h * group * dim,
+             next_block < 0 ? nullptr : k + next + h * dim,
+             next_block < 0 ? nullptr : v + next + h * dim);
   }
 };
-
-// Starts loading one block's K and V (all KV heads) into cache: a block table jumps around the
-// pool, so the hardware prefetcher cannot see the next block coming.
-template <typename T>
-void prefetch_block(const Pools<T>& p, int64_t block_id) {
-  const int64_t count = kBlock * p.kv * p.dim, offset = block_id * count;
-  const char* k = reinterpret_cast<const char*>(p.k + offset);
-  const char* v = reinterpret_cast<const char*>(p.v + offset);
-  for (int64_t byte = 0; byte < count * static_cast<int64_t>(sizeof(T)); byte += 64) {
-    _mm_prefetch(k + byte, _MM_HINT_T0);
-    _mm_prefetch(v + byte, _MM_HINT_T0);
-  }
-}
 
 template <typename T>
 void write_rows(const RowState* state, const float* acc, int64_t rows, int64_t dim, T* out) {
@@ -191,17 +193,20 @@ void decode_chunk(const Pools<T>& p, const DecodeTables& d, int64_t b0, int64_t 
   std::vector<float> acc(rows * p.dim, 0.0f);
   auto row = [&](int64_t b) { return (b - b0) * p.heads; };
   for (int64_t i = 0; i < d.num_shared; ++i) {
-    if (i + 1 < d.num_shared) prefetch_block(p, d.shared[i + 1]);
+    const int64_t next = i + 1 < d.num_shared ? d.shared[i + 1] : -1;
     for (int64_t b = b0; b < b1; ++b)
-      p.attend_heads(b, h0, h1, d.shared[i], kBlock, &state[row(b)], &acc[row(b) * p.dim]);
+      p.attend_heads(b, h0, h1, d.shared[i], kBlock, &state[row(b)], &acc[row(b) * p.dim],
+                     b == b0 ? next : -1);
   }
   for (int64_t b = b0; b < b1; ++b) {
     const int64_t blocks = std::min(d.width, (d.lens[b] + kBlock - 1) / kBlock);
     for (int64_t i = 0; i < blocks; ++i) {
-      if (i + 1 < blocks) prefetch_block(p, d.tables[b * d.width + i + 1]);
+      const int64_t next = i + 1 < blocks ? d.tables[b * d.width + i + 1]
+                           : b + 1 < b1 && d.lens[b + 1] > 0 ? d.tables[(b + 1) * d.width]
+                                                              : -1;
       const int count = static_cast<int>(std::min(kBlock, d.lens[b] - i * kBlock));
       p.attend_heads(b, h0, h1, d.tables[b * d.width + i], count, &state[row(b)],
-                     &acc[row(b) * p.dim]);
+                     &acc[row(b) * p.dim], next);
     }
   }
   for (int64_t b = b0; b < b1; ++b) {
