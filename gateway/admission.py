@@ -10,7 +10,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -26,7 +26,7 @@ from policies.limits import LimitsPolicy, TokenWeights
 from policies.model import TenantPolicy
 from quotas.errors import LimitNeverFits, QuotaError, QuotaExceeded, QuotaStoreUnavailable
 from quotas.failover import FailoverQuotaStore
-from quotas.limits import Actual, Ask, Limits, Reservation, budget_period, usd_to_micro
+from quotas.limits import Actual, Ask, Limits, Reservation, Settlement, budget_period, usd_to_micro
 from quotas.memory import MemoryQuotaStore
 from quotas.redis_store import RedisQuotaStore
 from quotas.store import QuotaStore
@@ -241,14 +241,9 @@ class Admission:
         Never raises: a settle the store cannot take is logged, and its lease expires."""
         tenant = ticket.reservation.tenant
         actual = Actual(counted_tokens(usage, ticket.policy.token_weights), max(0.0, cost_usd))
-        # shielded: a cancelled caller (the client went away) must not cancel the settle itself
-        pending = asyncio.ensure_future(
-            self._store.settle(ticket.reservation, actual, now_ms=self._now_ms(now_s))
-        )
-        self._background.add(pending)
-        pending.add_done_callback(self._background.discard)
+        settling = self._store.settle(ticket.reservation, actual, now_ms=self._now_ms(now_s))
         try:
-            settled = await asyncio.shield(pending)
+            settled = await (settling if self._store.settles_inline else self._shielded(settling))
         except QuotaError:
             log.exception("settle failed for tenant %s; its lease will expire", tenant)
             return
@@ -260,6 +255,15 @@ class Admission:
         if settled.period_spend_usd is not None:
             self.metrics.child(self.metrics.spend, tenant).set(settled.period_spend_usd)
             self._check_alarm(ticket, settled.period_spend_usd)
+
+    async def _shielded(self, settling: Coroutine[Any, Any, Settlement]) -> Settlement:
+        """A settle that may suspend runs in its own task: a cancelled caller (the client went
+        away) must not cancel the settle itself. A store that settles inline needs none of this
+        (no cancellation can land inside it), and the reply then waits for no extra loop turn."""
+        pending = asyncio.ensure_future(settling)
+        self._background.add(pending)
+        pending.add_done_callback(self._background.discard)
+        return await asyncio.shield(pending)
 
     def rate_headers(self, ticket_or_error: Ticket | QuotaExceeded) -> dict[str, str]:
         return rate_limit_headers(ticket_or_error)

@@ -93,9 +93,11 @@ def serve(settings: Settings) -> int:
     """Run the gateway in the foreground (the `lantern serve` command)."""
     import uvicorn
 
+    from gateway.http_server import TickServer
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     app = create_app(settings, freeze_gc=True)
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
@@ -105,4 +107,5 @@ def serve(settings: Settings) -> int:
         access_log=False,
         timeout_graceful_shutdown=5,
     )
+    TickServer(config).run()
     return 0

@@ -56,6 +56,10 @@ class FailoverQuotaStore:
         return self._primary.name
 
     @property
+    def settles_inline(self) -> bool:
+        return False  # the primary's settle is a round trip (and a replay may run before it)
+
+    @property
     def is_primary_down(self) -> bool:
         return self._down_since_ms is not None
 

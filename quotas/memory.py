@@ -64,6 +64,7 @@ class MemoryQuotaStore:
     """Quotas for one process. Every method runs without awaiting, so each is atomic."""
 
     name: Literal["memory"] = "memory"
+    settles_inline: bool = True  # a subclass whose settle awaits must say False
 
     def __init__(self) -> None:
         self._books: dict[str, _Book] = {}

@@ -50,6 +50,7 @@ class RedisQuotaStore:
     """Quotas in one Redis (or one cluster slot per tenant), atomic across processes."""
 
     name: Literal["redis"] = "redis"
+    settles_inline: bool = False  # a round trip to Redis
 
     def __init__(self, client: Redis, *, key_prefix: str = "lantern:quota:") -> None:
         self._client = client

@@ -27,6 +27,13 @@ class QuotaStore(Protocol):
         """The store's kind; a `Reservation` names the store that holds it."""
         ...
 
+    @property
+    def settles_inline(self) -> bool:
+        """True when `settle` never suspends (it runs to its end in one step, as the in-process
+        store does): a caller may then await it directly, since no cancellation can land inside
+        it, instead of shielding it in a task of its own."""
+        ...
+
     async def reserve(
         self, tenant: str, limits: Limits, ask: Ask, *, reservation_id: str, now_ms: int
     ) -> Reservation:

@@ -197,6 +197,8 @@ def test_budget_alarm_fires_once_with_webhook() -> None:
 class GatedStore(MemoryQuotaStore):
     """Settles only once the test opens the gate: a Redis round trip in flight."""
 
+    settles_inline = False  # its settle awaits the gate
+
     def __init__(self) -> None:
         super().__init__()
         self.gate = asyncio.Event()
@@ -229,6 +231,30 @@ def test_settle_survives_the_caller_being_cancelled() -> None:
         assert caller.cancelled()
         assert await tokens_used(admission, acme) == 937
         again = await admission.reserve(
+            acme, session_id=None, prompt_tokens=1, max_output_tokens=1, worst_case_usd=0.0
+        )
+        assert isinstance(again, Ticket)
+
+    asyncio.run(main())
+
+
+def test_in_process_settle_finishes_in_one_step() -> None:
+    """The memory store settles inline: `Admission.settle` completes on its first step, with no
+    task and no loop turn before the reply (a suspending store goes through the shield, above)."""
+    acme = tenant(tokens_per_minute=10_000, concurrent_requests=1)
+
+    async def main() -> None:
+        admission, registry, _ = build()
+        ticket = await admission.reserve(
+            acme, session_id=None, prompt_tokens=900, max_output_tokens=1000, worst_case_usd=1.0
+        )
+        settling = admission.settle(ticket, usage=Usage(900, 37), cost_usd=0.25)
+        with pytest.raises(StopIteration):
+            settling.send(None)
+        assert not admission._background
+        assert await tokens_used(admission, acme) == 937
+        assert registry.get_sample_value("lantern_budget_spend_usd", {"tenant": "acme"}) == 0.25
+        again = await admission.reserve(  # the concurrency slot is free again
             acme, session_id=None, prompt_tokens=1, max_output_tokens=1, worst_case_usd=0.0
         )
         assert isinstance(again, Ticket)
