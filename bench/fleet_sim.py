@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from adapters.routing_index import PrefixIndex
 from adapters.types import ChatRequest, Usage
-from bench.fleet_trace import tail_report
+from bench.fleet_trace import SignalError, signal_report, tail_report
 from gateway.fleet import Fleet, ReplicaSpec
 from gateway.fleet_signals import EngineLoad
 from gateway.ports import Attempt, Candidate, ModelRoute, PreparedPrompt
@@ -56,6 +56,7 @@ class SimConfig:
     # up to poll_s stale; 0: no engine signal (router-side counts only). The oracle sees the
     # true state at every decision.
     poll_s: float = 1.0
+    check_signal: bool = False  # record the fleet's view of each engine against the truth
 
 
 class Pool:
@@ -216,6 +217,7 @@ class Simulation:
         self.request = ChatRequest(model="m", messages=())
         self.records: list[tuple[float, int, int]] = []  # (ttft, hit tokens, prompt tokens)
         self.traced: list[Req] = []  # the same calls, for tail_report
+        self.signal_errors: list[SignalError] = []  # with cfg.check_signal, for signal_report
         self.ws_samples: list[int] = []
         self.live: dict[str, Session] = {}
         self.sids = itertools.count()
@@ -285,6 +287,8 @@ class Simulation:
         bt = self.cfg.block_tokens
         if self.strategy == "oracle" and self.cfg.poll_s > 0:
             self.poll()
+        if self.cfg.check_signal and self.now >= self.cfg.warmup_s:
+            self.check_signal()
         prepared = PreparedPrompt({}, self.request, "root", "salt", tuple(req.prompt))
         plan = self.fleet.plan(
             self.route,
@@ -304,6 +308,21 @@ class Simulation:
                 req.predicted_wait = float(score["wait_ms"]) / 1000  # type: ignore[index]
         replica.waiting.append(req)
         self.kick(replica)
+
+    def check_signal(self) -> None:
+        """The fleet's view of every replica (what the router is about to read) against the
+        engine's true queue and free KV; read-only, so the run's decisions do not change."""
+        for state in self.fleet.snapshot(self.now).replicas:
+            r, last = self.by_key[state.key], self.fleet.signals.last(state.key)
+            if state.kv_free_blocks is None or last is None:
+                continue
+            self.signal_errors.append(
+                SignalError(
+                    bool(last.waiting),
+                    state.kv_free_blocks - (r.pool.capacity - len(r.pool.ref)),
+                    state.queue_depth - len(r.waiting),
+                )
+            )
 
     # --- engine -----------------------------------------------------------------------------
 
@@ -472,6 +491,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         kv_blocks=args.kv_blocks,
         agent_types=args.agent_types,
         poll_s=args.poll_s,
+        check_signal=args.trace,
     )
     for seed in args.seeds:
         kv, ws = (cfg.kv_blocks, 0.0) if cfg.kv_blocks else size_kv(cfg, seed)
@@ -493,7 +513,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                 flush=True,
             )
             if args.trace:
-                print("\n".join(["", f"{strategy}, seed {seed}:", *tail_report(sim.traced), ""]))
+                report = [*tail_report(sim.traced), signal_report(sim.signal_errors)]
+                print("\n".join(["", f"{strategy}, seed {seed}:", *report, ""]))
 
 
 if __name__ == "__main__":

@@ -1,11 +1,13 @@
 """Who the slowest calls of a fleet simulation are (`bench/fleet_sim.py --trace`): how the router
-placed them, what it predicted, and where their time went, against all calls; and how often
-sessions moved, bounced between replicas, or moved to a replica that kept them waiting."""
+placed them, what it predicted, and where their time went, against all calls; how often
+sessions moved, bounced between replicas, or moved to a replica that kept them waiting; and how
+far the fleet's view of each engine (sample brought up to date) was from the engine's truth."""
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -72,6 +74,34 @@ def move_report(traced: Sequence[Req], late_s: float = 0.5) -> str:
         f" back to a replica it used before: {back};"
         f" admitted more than {late_s:g} s later than predicted: {late}"
     )
+
+
+@dataclass(frozen=True, slots=True)
+class SignalError:
+    """At one decision, one replica: the fleet's view less the engine's true state."""
+
+    sample_queued: bool  # the engine sample the view starts from showed requests waiting
+    free_blocks: int  # brought-up-to-date free KV less the engine's (capacity - held by running)
+    queue_depth: int  # brought-up-to-date waiting requests less the engine's
+
+
+def signal_report(errors: Sequence[SignalError]) -> str:
+    """Bias (mean error) and mean absolute error of the view's free KV, apart for samples
+    that showed a queue and those that did not, and of its waiting requests."""
+    parts = []
+    for label, queued in (("a queue", True), ("no queue", False)):
+        free = [e.free_blocks for e in errors if e.sample_queued == queued]
+        if free:
+            parts.append(
+                f"free KV where the sample showed {label}: bias {_mean(free):+.1f},"
+                f" mean abs {_mean(abs(x) for x in free):.1f} blocks ({len(free)})"
+            )
+    queue = [e.queue_depth for e in errors]
+    if queue:
+        parts.append(
+            f"waiting requests: bias {_mean(queue):+.2f}, mean abs {_mean(abs(x) for x in queue):.2f}"
+        )
+    return "engine view at decisions, less the truth: " + ("; ".join(parts) or "no signal")
 
 
 def _kind(q: Req) -> str:
