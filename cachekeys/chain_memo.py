@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from cachekeys.blockhash import BLOCK_SIZE, ROOT_PARENT
 from cachekeys.layout import PromptLayout
 
+ChainState = tuple[bytes, int, tuple[int, ...]]  # (memo key, hashes so far, pending ids)
+
 
 @dataclass(frozen=True, slots=True)
 class ChainSegment:
@@ -76,12 +78,32 @@ class PrefixHashMemo:
     ) -> tuple[bytes, ...]:
         """`keys.prefix_hashes(layout, block_token_ids, salt)`; `tokenizer` names what made the
         ids (the model name will do), since equal text gives other ids under another one."""
+        return self.walk(layout, block_token_ids, salt, tokenizer)[0]
+
+    def walk(
+        self,
+        layout: PromptLayout,
+        block_token_ids: Sequence[Sequence[int]],
+        salt: str,
+        tokenizer: str,
+        resume: tuple[tuple[bytes, ...], Sequence[ChainState]] | None = None,
+    ) -> tuple[tuple[bytes, ...], tuple[ChainState, ...]]:
+        """`prefix_hashes` and the chain's state after each stable block. `resume` is an earlier
+        walk's (hashes, states) for a prompt whose first `len(states)` blocks are this one's
+        (same digests, tokenizer, salt and public tokens: the caller checks): those blocks are
+        not walked again. The same hashes either way (tested)."""
         public_tokens = layout.public_tokens()
-        root = f"{tokenizer}\0{salt}\0{public_tokens}\0{self._block_size}".encode()
-        key = hashlib.blake2b(root, digest_size=16).digest()
-        hashes: list[bytes] = []
-        pending: tuple[int, ...] = ()
-        for i in range(layout.last_stable() + 1):
+        stop = layout.last_stable() + 1
+        states: list[ChainState]
+        if resume and resume[1] and len(resume[1]) <= stop:
+            states = list(resume[1])
+            key, count, pending = states[-1]
+            hashes = list(resume[0][:count])
+        else:
+            root = f"{tokenizer}\0{salt}\0{public_tokens}\0{self._block_size}".encode()
+            key = hashlib.blake2b(root, digest_size=16).digest()
+            hashes, pending, states = [], (), []
+        for i in range(len(states), stop):
             key = hashlib.blake2b(key + layout.blocks[i].digest, digest_size=16).digest()
             segment = self._segments.get(key)
             if segment is None:
@@ -100,7 +122,8 @@ class PrefixHashMemo:
                 self._segments.move_to_end(key)
             hashes.extend(segment.hashes)
             pending = segment.pending
-        return tuple(hashes)
+            states.append((key, len(hashes), pending))
+        return tuple(hashes), tuple(states)
 
     def _remember(self, key: bytes, segment: ChainSegment) -> None:
         self._segments[key] = segment

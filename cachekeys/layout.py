@@ -105,8 +105,20 @@ def request_blocks(
     request: ChatRequest,
     public: PublicPrefix = PublicPrefix(),
     tool_texts: ToolTextMemo | None = None,
+    known: tuple[Sequence[PromptBlock], int] | None = None,
 ) -> tuple[PromptBlock, ...]:
-    blocks: list[PromptBlock] = []
+    """The request's blocks. `known` = (blocks, n): an earlier call's blocks of this request's
+    tools, system and first n messages, equal to this one's (the caller checks, as
+    `cachekeys.session_layout` does): only the messages after them are laid out."""
+    if known is not None:
+        head, first = known
+        blocks = list(head)
+        for m in range(first, len(request.messages)):
+            message = request.messages[m]
+            for k, content_part in enumerate(message.content):
+                blocks.append(_part_block(("messages", m, k), message.role, k == 0, content_part))
+        return _mark_public_run(blocks)
+    blocks = []
     for i, tool in enumerate(request.tools):
         text, digest = (
             _tool_text_and_digest(tool) if tool_texts is None else tool_texts.text_and_digest(tool)

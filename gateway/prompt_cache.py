@@ -1,7 +1,9 @@
 """Prompt-cache glue for the pipeline: policy → cachekeys options, `prepare`, session diagnosis.
 
 Owns the per-process session table (bounded LRU, injected clock) and the cache metrics; all
-prompt logic lives in cachekeys. Never stores prompt text: only digests and token counts.
+prompt logic lives in cachekeys. The session table keeps digests and token counts only; the
+port's layout memo (`cachekeys.session_layout`) keeps each conversation's previous request parts
+in memory (bounded), so a call that re-sends its history lays out only the new tail.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from cachekeys.markers import (
 )
 from cachekeys.normalise import NormaliseOptions, PublicPrefix, normalise_request
 from cachekeys.raw import normalise_raw
+from cachekeys.session_layout import LayoutEntry, LayoutMatch, SessionLayoutMemo
 from cachekeys.volatile import VolatileMatcher
 from gateway.memo import MAX_ENTRIES, PerObjectMemo
 from gateway.ports import CacheVerdict, PreparedPrompt
@@ -165,11 +168,24 @@ def _prepare(
     options: NormaliseOptions,
     memo: PrefixHashMemo | None = None,
     tool_texts: ToolTextMemo | None = None,
+    layouts: SessionLayoutMemo | None = None,
 ) -> PreparedPrompt:
     edited = normalise_request(request, options)
     new_body = normalise_raw(wire, body, options)
-    blocks = request_blocks(edited, options.public, tool_texts)
-    ids = [encoder.encode(request.model, b.text, b.digest) for b in blocks]
+    normalised = edited  # as laid out (the markers below change no block)
+    layouts = layouts if memo is not None else None  # an entry keeps the memo's chain states
+    found: LayoutMatch | None = None
+    if layouts is not None:
+        layout_key = layouts.key(tenant_id, wire, edited)
+        found = layouts.match(layout_key, edited, options, salt)
+    if found is None:
+        blocks = request_blocks(edited, options.public, tool_texts)
+        ids = [encoder.encode(request.model, b.text, b.digest) for b in blocks]
+    else:  # the conversation's previous call: its blocks and ids for the part re-sent
+        blocks = request_blocks(edited, options.public, tool_texts, found.known())
+        reused = found.num_blocks
+        ids = [*found.entry.block_ids[:reused]]
+        ids += [encoder.encode(request.model, b.text, b.digest) for b in blocks[reused:]]
     layout = PromptLayout(blocks, tuple(len(i) for i in ids))
     caching = policy.scope != "none"
     marked: tuple[int, ...] = ()
@@ -190,11 +206,17 @@ def _prepare(
     fingerprint = PromptFingerprint.of(
         layout, tenant_id, request.model, marked, mode, TTL_S[policy.ttl], options_digest(request)
     )
-    hashes = (
-        prefix_hashes(layout, ids, salt)
-        if memo is None
-        else memo.prefix_hashes(layout, ids, salt, request.model)
-    )
+    if memo is None:
+        hashes = prefix_hashes(layout, ids, salt)
+    else:
+        public_tokens = layout.public_tokens()
+        resume = None if found is None else found.chain(public_tokens)
+        hashes, states = memo.walk(layout, ids, salt, request.model, resume)
+        if layouts is not None:
+            entry = LayoutEntry.of(
+                options, salt, normalised, blocks, tuple(ids), public_tokens, hashes, states
+            )
+            layouts.remember(layout_key, entry)
     return PreparedPrompt(
         body=new_body,
         request=edited,
@@ -360,6 +382,7 @@ class PromptCachePort:
         self._clock = clock
         self._matchers: dict[tuple[str, ...], VolatileMatcher] = {}
         self._hashes = PrefixHashMemo()
+        self._layouts = SessionLayoutMemo()
         self._schemas = SchemaMemo()
         self._tool_texts = ToolTextMemo()
         # options per tenant policy object (a reload makes a new one): built twice a call before
@@ -390,6 +413,7 @@ class PromptCachePort:
             options,
             self._hashes,
             self._tool_texts,
+            self._layouts,
         )
 
     def _tenant_salt(self, secret: bytes, tenant_id: str) -> str:

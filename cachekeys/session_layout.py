@@ -1,0 +1,182 @@
+"""The previous call's layout per conversation, so a call that re-sends it lays out only its tail.
+
+An agent re-sends its whole history on every call and appends a turn or two. This memo keeps,
+per (tenant, conversation) key, the last call's canonical request parts, blocks, token ids and
+prefix-hash chain states. A new call whose tools and system equal the entry's, and whose first n
+messages equal the entry's first n, takes those blocks, ids and chain states as they are: only
+the messages after them are laid out, tokenised and hashed. Equality is exact (`==` on frozen
+dataclasses of strings, the schema object itself for a tool: `SchemaMemo` shares them), so the
+result is the same as laying the whole prompt out (tested against random agent histories).
+
+Holds the previous call's request parts (prompt text) in process memory only, bounded by a
+count of entries and of characters (LRU); never written out. Keys start with the tenant id and
+an entry also records the salt it was hashed under, so one tenant never reads another's entry.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from adapters.types import ChatRequest, Message, TextPart, ToolSpec
+from cachekeys.chain_memo import ChainState
+from cachekeys.layout import PromptBlock
+
+MAX_ENTRIES = 4096
+MAX_CHARS = 32_000_000  # prompt characters held across all entries
+
+LayoutKey = tuple[str, str, str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class LayoutEntry:
+    """One call's layout, as the next call of its conversation may reuse it."""
+
+    options: object  # the normalise options object the call was laid out under (identity)
+    salt: str
+    model: str
+    tools: tuple[ToolSpec, ...]
+    system: tuple[TextPart, ...]
+    messages: tuple[Message, ...]
+    blocks: tuple[PromptBlock, ...]
+    block_ids: tuple[Sequence[int], ...]
+    message_ends: tuple[int, ...]  # blocks before message m (m = 0 .. len(messages))
+    public_tokens: int
+    hashes: tuple[bytes, ...]
+    states: tuple[ChainState, ...]  # the hash chain after each stable block
+    chars: int
+
+    @classmethod
+    def of(
+        cls,
+        options: object,
+        salt: str,
+        request: ChatRequest,
+        blocks: tuple[PromptBlock, ...],
+        block_ids: tuple[Sequence[int], ...],
+        public_tokens: int,
+        hashes: tuple[bytes, ...],
+        states: tuple[ChainState, ...],
+    ) -> LayoutEntry:
+        ends = [len(request.tools) + len(request.system)]
+        for message in request.messages:
+            ends.append(ends[-1] + len(message.content))
+        if ends[-1] != len(blocks):
+            raise ValueError(f"{len(blocks)} blocks for a request of {ends[-1]} parts")
+        chars = sum(len(b.text) for b in blocks)
+        return cls(
+            options,
+            salt,
+            request.model,
+            request.tools,
+            request.system,
+            request.messages,
+            blocks,
+            block_ids,
+            tuple(ends),
+            public_tokens,
+            hashes,
+            states,
+            chars,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class LayoutMatch:
+    """How much of an entry a new call shares: its tools, system and first `messages` messages."""
+
+    entry: LayoutEntry
+    messages: int
+
+    @property
+    def num_blocks(self) -> int:
+        return self.entry.message_ends[self.messages]
+
+    def known(self) -> tuple[tuple[PromptBlock, ...], int]:
+        """`request_blocks`' `known` argument."""
+        return self.entry.blocks[: self.num_blocks], self.messages
+
+    def chain(self, public_tokens: int) -> tuple[tuple[bytes, ...], tuple[ChainState, ...]] | None:
+        """`PrefixHashMemo.walk`'s `resume` argument, when the chain can resume: the same public
+        tokens (they decide which hashes are salted), and only blocks that were hashed."""
+        entry = self.entry
+        if public_tokens != entry.public_tokens:
+            return None
+        states = entry.states[: min(self.num_blocks, len(entry.states))]
+        return (entry.hashes, states) if states else None
+
+
+def _same_tools(a: tuple[ToolSpec, ...], b: tuple[ToolSpec, ...]) -> bool:
+    # the schema by identity: `==` on JSON would take 1, 1.0 and true for one value
+    return len(a) == len(b) and all(
+        x.name == y.name
+        and x.description == y.description
+        and x.input_schema is y.input_schema
+        and x.cache_control == y.cache_control
+        for x, y in zip(a, b, strict=True)
+    )
+
+
+class SessionLayoutMemo:
+    """Bounded LRU of `LayoutEntry`, one per (tenant, conversation) key."""
+
+    def __init__(self, max_entries: int = MAX_ENTRIES, max_chars: int = MAX_CHARS) -> None:
+        self._entries: OrderedDict[LayoutKey, LayoutEntry] = OrderedDict()
+        self._max_entries = max_entries
+        self._max_chars = max_chars
+        self._chars = 0
+        self.hits = 0  # calls that reused an entry
+        self.reused_blocks = 0  # blocks those calls took from their entries
+
+    @staticmethod
+    def key(tenant: str, wire: str, request: ChatRequest) -> LayoutKey:
+        """The client's session id when it sends one; else the first message's length tells the
+        conversations of one tenant apart cheaply (a clash only costs a miss)."""
+        first = request.messages[0].content if request.messages else ()
+        size = sum(len(p.text) for p in first if isinstance(p, TextPart))
+        return tenant, wire, request.session_id or "", size
+
+    def match(
+        self, key: LayoutKey, request: ChatRequest, options: object, salt: str
+    ) -> LayoutMatch | None:
+        """The entry for `key` if `request` (normalised under `options`) shares its tools and
+        system, and how many leading messages it shares."""
+        entry = self._entries.get(key)
+        if (
+            entry is None
+            or entry.options is not options
+            or entry.salt != salt
+            or entry.model != request.model
+            or entry.system != request.system
+            or not _same_tools(entry.tools, request.tools)
+        ):
+            return None
+        n = 0
+        for old, new in zip(entry.messages, request.messages, strict=False):
+            if old != new:
+                break
+            n += 1
+        found = LayoutMatch(entry, n)
+        self.hits += 1
+        self.reused_blocks += found.num_blocks
+        return found
+
+    def remember(self, key: LayoutKey, entry: LayoutEntry) -> None:
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self._chars -= old.chars
+        if entry.chars > self._max_chars:
+            return
+        self._entries[key] = entry
+        self._chars += entry.chars
+        while len(self._entries) > self._max_entries or self._chars > self._max_chars:
+            _, evicted = self._entries.popitem(last=False)
+            self._chars -= evicted.chars
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def num_chars(self) -> int:
+        return self._chars
