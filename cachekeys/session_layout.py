@@ -46,6 +46,9 @@ class LayoutEntry:
     hashes: tuple[bytes, ...]
     states: tuple[ChainState, ...]  # the hash chain after each stable block
     chars: int
+    cache_key: str = ""  # its prompt_cache_key ("": not kept), made with `client_key`
+    client_key: str | None = None
+    root: str = ""  # its session root ("": not kept)
 
     @classmethod
     def of(
@@ -58,6 +61,8 @@ class LayoutEntry:
         public_tokens: int,
         hashes: tuple[bytes, ...],
         states: tuple[ChainState, ...],
+        cache_key: str = "",
+        root: str = "",
     ) -> LayoutEntry:
         ends = [len(request.tools) + len(request.system)]
         for message in request.messages:
@@ -79,6 +84,9 @@ class LayoutEntry:
             hashes,
             states,
             chars,
+            cache_key,
+            request.prompt_cache_key,
+            root,
         )
 
 
@@ -105,6 +113,17 @@ class LayoutMatch:
             return None
         states = entry.states[: min(self.num_blocks, len(entry.states))]
         return (entry.hashes, states) if states else None
+
+    def cache_key(self, client_key: str | None) -> str | None:
+        """The entry's `prompt_cache_key` when it holds for the new call: it depends on the
+        stable tools and system blocks (the same), the salt (the same) and the client's key."""
+        entry = self.entry
+        return entry.cache_key if entry.cache_key and entry.client_key == client_key else None
+
+    def root(self) -> str | None:
+        """The entry's session root when the first message is shared too (the root is the
+        tools, system and first message)."""
+        return self.entry.root if self.entry.root and self.messages >= 1 else None
 
 
 def _same_tools(a: tuple[ToolSpec, ...], b: tuple[ToolSpec, ...]) -> bool:

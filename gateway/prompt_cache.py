@@ -197,7 +197,12 @@ def _prepare(
         edited, marked = apply_to_request(edited, layout, plan), plan.indices
         if wire == "anthropic":
             new_body = _mark_raw(new_body, layout, request.model, policy, minimum, options, encoder)
-    key = prompt_cache_key(layout, salt, request.prompt_cache_key)
+    key = None if found is None else found.cache_key(request.prompt_cache_key)
+    if key is None:
+        key = prompt_cache_key(layout, salt, request.prompt_cache_key)
+    root = None if found is None else found.root()
+    if root is None:
+        root = session_root(layout, salt)
     if caching:  # canonical too: a translated call to an OpenAI backend carries it
         edited = replace(edited, prompt_cache_key=key)
         if wire == "openai":
@@ -214,13 +219,22 @@ def _prepare(
         hashes, states = memo.walk(layout, ids, salt, request.model, resume)
         if layouts is not None:
             entry = LayoutEntry.of(
-                options, salt, normalised, blocks, tuple(ids), public_tokens, hashes, states
+                options,
+                salt,
+                normalised,
+                blocks,
+                tuple(ids),
+                public_tokens,
+                hashes,
+                states,
+                key,
+                root,
             )
             layouts.remember(layout_key, entry)
     return PreparedPrompt(
         body=new_body,
         request=edited,
-        session_root=session_root(layout, salt),
+        session_root=root,
         cache_salt=salt,
         prefix_hashes=hashes,
         stable_prefix_tokens=layout.stable_tokens(),

@@ -91,6 +91,9 @@ class Conversation:
             self.turns = self.turns[: n - 1 - arg % 2]  # history truncated
         elif op == 9:
             self.tools.append((len(self.tools) + arg % 3, 0))
+        elif op == 10:  # the first turn edited, its length kept (the memo's key uses it)
+            role, text = self.turns[0]
+            self.turns[0] = (role, f"{arg % 10}{text[1:]}")
 
     def body(self, wire: str, model: str) -> dict[str, Any]:
         tools = [_tool(i, v) for i, v in self.tools]
@@ -132,21 +135,22 @@ def _sometimes(*values: Any) -> st.SearchStrategy[Any]:
 
 STEPS = st.lists(
     st.tuples(
-        st.integers(0, 9),  # op
+        st.integers(0, 10),  # op
         st.integers(0, 1000),  # its argument
         _sometimes(*range(len(TENANTS))),  # who sends the call
         _sometimes("openai", "anthropic"),
         _sometimes("gpt-4o-mini", "claude-sonnet-4"),
         _sometimes("", "s1", "s2"),  # the client's session id ("": none)
+        _sometimes("", "k1", "k2"),  # the client's prompt_cache_key ("": none)
     ),
     min_size=1,
     max_size=20,
 )
 
 
-def _decode(wire: str, body: dict[str, Any], session: str) -> ChatRequest:
+def _decode(wire: str, body: dict[str, Any], session: str, client_key: str) -> ChatRequest:
     request = (openai_wire if wire == "openai" else anthropic_wire).decode_request(body)
-    return replace(request, session_id=session or None)
+    return replace(request, session_id=session or None, prompt_cache_key=client_key or None)
 
 
 @settings(max_examples=120, deadline=None)
@@ -155,19 +159,25 @@ def test_memoised_prepare_equals_the_plain_function(steps: list[tuple[Any, ...]]
     port = PromptCachePort(SECRET, encoder=ENCODER)
     reference = SessionCacheTracker()
     conversation = Conversation()
-    who, wire, model, session = 0, "openai", "gpt-4o-mini", ""
+    who, wire, model, session, client_key = 0, "openai", "gpt-4o-mini", "", ""
     for now, (op, arg, *changes) in enumerate(steps):
-        who, wire, model, session = (
+        who, wire, model, session, client_key = (
             old if new is KEEP else new
-            for old, new in zip((who, wire, model, session), changes, strict=True)
+            for old, new in zip((who, wire, model, session, client_key), changes, strict=True)
         )
         conversation.apply(op, arg)
         conversation.calls += 1
         tenant = TENANTS[who]
         body = conversation.body(wire, model)
-        got = port.prepare(wire, body, _decode(wire, body, session), tenant, model)
+        got = port.prepare(wire, body, _decode(wire, body, session, client_key), tenant, model)
         want = prepare(
-            wire, body, _decode(wire, body, session), tenant.cache, tenant.tenant, SECRET, ENCODER
+            wire,
+            body,
+            _decode(wire, body, session, client_key),
+            tenant.cache,
+            tenant.tenant,
+            SECRET,
+            ENCODER,
         )
         assert got.body == want.body
         assert got.request == want.request
