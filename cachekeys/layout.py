@@ -112,13 +112,8 @@ def request_blocks(
     `cachekeys.session_layout` does): only the messages after them are laid out."""
     if known is not None:
         head, first = known
-        blocks = list(head)
-        for m in range(first, len(request.messages)):
-            message = request.messages[m]
-            for k, content_part in enumerate(message.content):
-                blocks.append(_part_block(("messages", m, k), message.role, k == 0, content_part))
-        return _mark_public_run(blocks)
-    blocks = []
+        return _mark_public_run(_message_blocks(request, list(head), first))
+    blocks: list[PromptBlock] = []
     for i, tool in enumerate(request.tools):
         text, digest = (
             _tool_text_and_digest(tool) if tool_texts is None else tool_texts.text_and_digest(tool)
@@ -149,10 +144,18 @@ def request_blocks(
                 bool(part.text),
             )
         )
-    for m, message in enumerate(request.messages):
+    return _mark_public_run(_message_blocks(request, blocks, 0))
+
+
+def _message_blocks(
+    request: ChatRequest, blocks: list[PromptBlock], first: int
+) -> list[PromptBlock]:
+    """`blocks` with a block appended for each content part of messages `first` onward."""
+    for m in range(first, len(request.messages)):
+        message = request.messages[m]
         for k, content_part in enumerate(message.content):
             blocks.append(_part_block(("messages", m, k), message.role, k == 0, content_part))
-    return _mark_public_run(blocks)
+    return blocks
 
 
 def _part_block(
