@@ -12,6 +12,7 @@ import asyncio
 import hashlib
 import json
 import random
+import sqlite3
 import statistics
 import tempfile
 import time
@@ -54,11 +55,26 @@ WORDS = [
 
 
 @dataclass
+class Call:
+    """One call as the client saw it; the replica comes from the gateway's ledger."""
+
+    session: str
+    began: float  # seconds since the run's first call went out
+    latency: float
+    prompt: int
+    cached: int
+    request_id: str
+    replica: str = "?"
+
+
+@dataclass
 class Tally:
     prompt: int = 0
     cached: int = 0
     latencies: list[float] = field(default_factory=list)
     errors: int = 0
+    calls: list[Call] = field(default_factory=list)
+    t0: float = field(default_factory=time.monotonic)
 
 
 def text(rng: random.Random, n: int) -> str:
@@ -121,14 +137,20 @@ async def session(
             headers={"authorization": f"Bearer {KEY}", "x-session-id": sid},
             json={"model": "smollm2", "messages": messages, "max_tokens": 4, "temperature": 0},
         )
-        tally.latencies.append(time.monotonic() - began)
+        latency = time.monotonic() - began
+        tally.latencies.append(latency)
         if reply.status_code != 200:
             tally.errors += 1
             return
         body = reply.json()
         usage = body["usage"]
+        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
         tally.prompt += usage["prompt_tokens"]
-        tally.cached += (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+        tally.cached += cached
+        rid = reply.headers.get("x-lantern-request-id", "")
+        tally.calls.append(
+            Call(sid, began - tally.t0, latency, usage["prompt_tokens"], cached, rid)
+        )
         messages.append(
             {"role": "assistant", "content": body["choices"][0]["message"]["content"] or "ok"}
         )
@@ -183,6 +205,51 @@ async def drive(url: str, sessions: int, turns: int, seed: int) -> Tally:
     return tally
 
 
+def attach_replicas(calls: list[Call], db: Path) -> None:
+    """Each call's replica, from the gateway's ledger (sqlite; rows keyed by request id)."""
+    if not db.exists():
+        return
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT request_id, replica FROM usage WHERE status = 'ok'").fetchall()
+    by_id = {rid: (rep or "?").rsplit(":", 1)[-1].split("/")[0] for rid, rep in rows}
+    for c in calls:
+        c.replica = by_id.get(c.request_id, "?")
+
+
+def trace_report(calls: list[Call]) -> list[str]:
+    """Per call, in order of dispatch: replica, calls already in flight there when it went out,
+    cached / prompt tokens, latency; whether the session changed replica; the slowest 5 %."""
+    ordered = sorted(calls, key=lambda c: c.began)
+    last: dict[str, str] = {}
+    rows = []
+    for c in ordered:
+        busy = sum(
+            1 for o in ordered if o.replica == c.replica and o.began < c.began < o.began + o.latency
+        )
+        moved = c.session in last and last[c.session] != c.replica
+        last[c.session] = c.replica
+        rows.append((c, busy, moved))
+    cut = sorted(c.latency for c in calls)[int(0.95 * (len(calls) - 1))] if calls else 0.0
+    out = ["| t s | session | replica | in flight there | cached / prompt | latency s | moved |"]
+    out.append("| --- | --- | --- | --- | --- | --- | --- |")
+    for c, busy, moved in rows:
+        mark = " **(p95+)**" if c.latency >= cut else ""
+        out.append(
+            f"| {c.began:.2f} | {c.session} | {c.replica} | {busy} | {c.cached} / {c.prompt} |"
+            f" {c.latency:.2f}{mark} | {'yes' if moved else ''} |"
+        )
+    per: dict[str, list[Call]] = {}
+    for c in calls:
+        per.setdefault(c.replica, []).append(c)
+    for rep, cs in sorted(per.items()):
+        out.append(
+            f"replica {rep}: {len(cs)} calls, prompt {sum(c.prompt for c in cs)},"
+            f" cached {sum(c.cached for c in cs)}, latency sum {sum(c.latency for c in cs):.1f} s"
+        )
+    out.append(f"session moves: {sum(1 for _, _, m in rows if m)}")
+    return out
+
+
 def run(strategy: str, args: argparse.Namespace, tmp: Path) -> Tally:
     ports = [free_port() for _ in range(2)]
     engines = [
@@ -218,9 +285,11 @@ def run(strategy: str, args: argparse.Namespace, tmp: Path) -> Tally:
         )
         try:
             url = f"http://127.0.0.1:{gw_port}/v1/chat/completions"
-            return asyncio.run(drive(url, args.sessions, args.turns, args.seed))
+            tally = asyncio.run(drive(url, args.sessions, args.turns, args.seed))
         finally:
             stop(gw)
+        attach_replicas(tally.calls, tmp / strategy / "lantern.db")
+        return tally
     finally:
         for e in engines:
             stop(e)
@@ -243,6 +312,7 @@ def main() -> None:
     ap.add_argument(
         "--signal-interval-s", type=float, default=1.0, help="engine /metrics cadence; 0: off"
     )
+    ap.add_argument("--trace", action="store_true", help="every call: replica, load, cache")
     args = ap.parse_args()
     print(
         "| routing | requests | errors | prompt tokens | engine-reported cached | hit rate |"
@@ -250,9 +320,11 @@ def main() -> None:
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     d = Path(tempfile.mkdtemp(prefix="fleet_e2e-"))  # kept: engine and gateway logs
+    traces = []
     for strategy in ("round_robin", "lantern"):
         (d / strategy).mkdir()
         t = run(strategy, args, d)
+        traces.append((strategy, t))
         lat = sorted(t.latencies)
         print(
             f"| {strategy} | {len(lat)} | {t.errors} | {t.prompt} | {t.cached} |"
@@ -260,6 +332,10 @@ def main() -> None:
             f" {lat[int(0.95 * (len(lat) - 1))]:.2f} |",
             flush=True,
         )
+    if args.trace:
+        for strategy, t in traces:
+            print("\n".join(["", f"{strategy}:", *trace_report(t.calls)]), flush=True)
+    print(f"logs: {d}")
 
 
 if __name__ == "__main__":
