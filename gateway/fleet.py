@@ -14,7 +14,6 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from types import MappingProxyType
 
-from adapters.backend import BackendCall
 from adapters.router import choose, session_after
 from adapters.routing_index import PrefixIndex
 from adapters.routing_types import (
@@ -29,22 +28,24 @@ from adapters.routing_types import (
     SessionTable,
     replica_key,
 )
-from adapters.types import ChatRequest, Message, TextPart, Usage
+from adapters.types import Usage
+from gateway.fleet_probe import probe, scrape
 from gateway.fleet_signals import (
     EngineLoad,
     LoadSignals,
-    MetricsError,
     MetricsSource,
-    MetricsUnavailable,
     metrics_url,
 )
 from gateway.fleet_state import (
+    NONSTREAM_SAMPLE_MAX_OUTPUT,
     ApiRecord,
     FleetStats,
     InflightCall,
     ReplicaRecord,
     ReplicaSpec,
     first_score,
+    only_candidate_plan,
+    pending_prefills,
     plan_details,
 )
 from gateway.ports import Attempt, Candidate, ModelRoute, PreparedPrompt, RoutePlan
@@ -52,9 +53,6 @@ from policies.model import TenantPolicy
 from policies.routing import RoutingPolicy
 
 log = logging.getLogger("lantern.fleet")
-
-# a non-streamed call is a prefill sample only when its answer is at most this many tokens
-NONSTREAM_SAMPLE_MAX_OUTPUT = 16
 
 
 __all__ = ["Fleet", "FleetStats", "ReplicaSpec"]
@@ -81,6 +79,7 @@ class Fleet:
         signal_max_age_s: float = 5.0,
         signal_timeout_s: float = 0.5,
         live_window_s: float = 10.0,
+        index_lone_replicas: bool = True,
     ) -> None:
         self.prices = prices or Prices()
         self._specs = dict(specs or {})
@@ -102,6 +101,9 @@ class Fleet:
         # a block touched this recently belongs to a live session (its next call is coming)
         self._live_window_s = live_window_s
         self.signals = LoadSignals(interval_s=signal_interval_s, max_age_s=signal_max_age_s)
+        # False: a replica alone in every route naming it keeps no prefix index (`_lone`)
+        self._index_lone = index_lone_replicas
+        self._pool: dict[str, int] = {}  # replica key -> the most candidates of a route naming it
         for route in routes:
             self._register(route)
 
@@ -111,6 +113,8 @@ class Fleet:
         for c in route.candidates:
             if c.venue == "selfhost":
                 key = replica_key(c.backend_name, c.replica)
+                if self._pool.get(key, 0) < len(route.candidates):
+                    self._pool[key] = len(route.candidates)
                 if key not in self._replicas:
                     spec = self._specs.get(c.backend_name, ReplicaSpec())
                     self._replicas[key] = ReplicaRecord(c, route.name, spec)
@@ -152,25 +156,10 @@ class Fleet:
         )
 
     def snapshot(self, now: float) -> FleetSnapshot:
-        pending = self._pending_prefills(now)
+        pending = pending_prefills(self._inflight.values(), self._replicas, now)
         reps = tuple(self._state(k, r, now, pending.get(k, ())) for k, r in self._replicas.items())
         apis = tuple(ApiState(n, a.model, True, a.cooldown_until) for n, a in self._apis.items())
         return FleetSnapshot(reps, apis, self.index, self._seq)
-
-    def _pending_prefills(self, now: float) -> dict[str, list[tuple[int, float]]]:
-        """Per replica, the calls whose prefill has not visibly finished: (queued prefill
-        tokens at dispatch, seconds since, less the fixed cost). Only calls bounded to a short
-        answer count: the fleet cannot tell a streamed call from a non-streamed one, and a
-        long non-streamed answer's wait is mostly decode."""
-        out: dict[str, list[tuple[int, float]]] = {}
-        for _, rec in self._inflight.values():
-            if rec.key is None or rec.prefill_released:
-                continue
-            if rec.max_tokens > NONSTREAM_SAMPLE_MAX_OUTPUT:
-                continue
-            base = self._replicas[rec.key].spec.base_ttft_s
-            out.setdefault(rec.key, []).append((rec.queued_tokens, now - rec.dispatched_at - base))
-        return out
 
     def sessions(self) -> SessionTable:
         return SessionTable(MappingProxyType(self._sessions))
@@ -208,6 +197,11 @@ class Fleet:
         max_tokens: int,
     ) -> RoutePlan:
         self._register(route)
+        lone = self._lone(route, tenant)
+        if lone is not None:
+            self._seq += 1
+            self._planned[session_id] = (prompt_tokens, max_tokens)
+            return only_candidate_plan(lone.candidate)
         features = RequestFeatures(
             tenant.tenant,
             session_id,
@@ -225,6 +219,27 @@ class Fleet:
         attempts = (first,) + rest
         return RoutePlan(attempts, plan_details(decision))
 
+    def _lone(self, route: ModelRoute, tenant: TenantPolicy) -> ReplicaRecord | None:
+        """The route's one replica when there is nothing to decide: it is the only candidate of
+        every route naming it, the tenant may use it and it is serving; else None (the full
+        decision, which also says why no candidate may serve). Unless the fleet was made with
+        `index_lone_replicas` (`lantern serve` is not), such a replica keeps no prefix index:
+        with nothing to choose, the passes over every block hash of the prompt (match, pin,
+        unpin, the answer's insert) buy nothing. Its load, health and sessions are kept as for
+        any replica; one that a later route gives a second candidate starts with a cold index."""
+        if self._index_lone or len(route.candidates) != 1:
+            return None
+        c = route.candidates[0]
+        if c.venue != "selfhost" or tenant.routing.venue == "api_only":
+            return None
+        if tenant.backends is not None and c.backend_name not in tenant.backends:
+            return None
+        key = replica_key(c.backend_name, c.replica)
+        r = self._replicas[key]
+        if self._pool[key] != 1 or not r.healthy or self._clock() < r.drained_until:
+            return None
+        return r
+
     def _candidate(self, score: CandidateScore) -> Candidate:
         if score.venue == "selfhost" and score.replica is not None:
             return self._replicas[score.replica].candidate
@@ -240,7 +255,10 @@ class Fleet:
             return
         key = replica_key(c.backend_name, c.replica)
         r = self._replicas[key]
-        matched = self.index.matched_blocks(key, hashes)
+        # the lone replica (`_lone`) keeps no index: its load is counted, nothing is matched
+        # or pinned, and its whole prompt counts as prefill still to do
+        indexed = attempt.indexed
+        matched = self.index.matched_blocks(key, hashes) if indexed else 0
         cached = min(matched * self.block_tokens, max(prompt - 1, 0))
         blocks = -(-(prompt + max_tokens) // self.block_tokens)
         now = self._clock()
@@ -255,15 +273,17 @@ class Fleet:
             dispatched_at=now,
             queued_tokens=r.inflight_tokens + prompt - cached,
             max_tokens=max_tokens,
-            hashes=hashes,
-            reserved_blocks=max(blocks - len(hashes), 0),
+            hashes=hashes if indexed else (),
+            reserved_blocks=max(blocks - len(hashes), 0) if indexed else 0,
+            indexed=indexed,
         )
         r.inflight_requests += 1
         r.dispatched += 1
         r.inflight_tokens += record.uncached_tokens
         r.inflight_blocks += blocks
-        # held outside the index's LRU until completion, with the answer's blocks reserved
-        self.index.pin(key, hashes, now, record.reserved_blocks)
+        if indexed:
+            # held outside the index's LRU until completion, with the answer's blocks reserved
+            self.index.pin(key, hashes, now, record.reserved_blocks)
         self._inflight[id(attempt)] = (attempt, record)
 
     def on_first_token(self, attempt: Attempt) -> None:
@@ -278,8 +298,11 @@ class Fleet:
     def _learn_prefill(self, rec: InflightCall, seconds: float) -> None:
         """One rate sample: the replica's queued prefill at dispatch (ours included) took
         `seconds` less the fixed cost. Work from other clients of the engine is not counted,
-        so a shared engine reads slower than it is (the router then spreads more, not less)."""
+        so a shared engine reads slower than it is (the router then spreads more, not less).
+        A call without the index (the lone replica) is no sample: its cached share is unknown."""
         assert rec.key is not None
+        if not rec.indexed:
+            return
         r = self._replicas[rec.key]
         n = r.prefill.num_samples
         if r.prefill.observe(rec.queued_tokens, seconds - r.spec.base_ttft_s) and (
@@ -313,7 +336,8 @@ class Fleet:
             # decode is a small part of it (biased slow, i.e. towards spreading the load)
             self._learn_prefill(rec, now - rec.dispatched_at)
         self._release_prefill(rec)
-        self.index.unpin(rec.key, rec.hashes, rec.reserved_blocks)
+        if rec.indexed:
+            self.index.unpin(rec.key, rec.hashes, rec.reserved_blocks)
         r.inflight_requests -= 1
         r.completed += 1
         r.inflight_blocks -= rec.blocks
@@ -328,7 +352,8 @@ class Fleet:
         work_tokens = usage.input_tokens + usage.cache_write_tokens + usage.output_tokens
         r.done.append((now, work_tokens))
         r.done_tokens += work_tokens
-        self._correct(rec, usage)
+        if rec.indexed:  # the index's accuracy: only calls it predicted
+            self._correct(rec, usage)
         self._sessions[rec.session_id] = session_after(
             rec.session_id,
             "selfhost",
@@ -367,7 +392,7 @@ class Fleet:
     def extend(self, attempt: Attempt, chain_hashes: tuple[bytes, ...]) -> None:
         """Record the answer: `chain_hashes` is the prompt's chain extended over the answer."""
         c = attempt.candidate
-        if c.venue == "selfhost":
+        if c.venue == "selfhost" and attempt.indexed:
             key = replica_key(c.backend_name, c.replica)
             self.index.insert(key, chain_hashes, self._clock())
 
@@ -383,29 +408,15 @@ class Fleet:
         """Probe every replica not cooling down with a real one-token generation."""
         now = self._clock()
         due = [(k, r) for k, r in self._replicas.items() if now >= r.drained_until]
-        results = await asyncio.gather(*(self._probe(r) for _, r in due))
+        results = await asyncio.gather(
+            *(probe(r.candidate, r.model, self._probe_timeout_s) for _, r in due)
+        )
         for (key, r), ok in zip(due, results, strict=True):
             if ok:
                 r.healthy, r.failures = True, 0
             else:
                 self._drain(key, self._clock())
         return {k: ok for (k, _), ok in zip(due, results, strict=True)}
-
-    async def _probe(self, r: ReplicaRecord) -> bool:
-        request = ChatRequest(
-            model=r.model,
-            messages=(Message("user", (TextPart("ping"),)),),
-            max_tokens=1,
-            temperature=0.0,
-        )
-        call = BackendCall(request, "openai", timeout_s=self._probe_timeout_s)
-        try:
-            response = await asyncio.wait_for(
-                r.candidate.backend.complete(call), self._probe_timeout_s
-            )
-        except Exception:  # any failure of the probe means not serving
-            return False
-        return response.usage.output_tokens >= 1 or bool(response.content)
 
     async def run_health_checks(self, interval_s: float = 10.0) -> None:
         """Run forever (start as a task in the lifespan; cancel on shutdown)."""
@@ -428,7 +439,9 @@ class Fleet:
     async def poll_signals(self) -> dict[str, bool]:
         """Scrape every due replica's metrics once, concurrently; True where a sample arrived.
         A failure keeps the last sample (it ages out) and backs the replica's scrapes off."""
-        now = self._clock()
+        source, now = self._metrics, self._clock()
+        if source is None:  # no replica has a metrics URL
+            return {}
         due = [
             (key, url)
             for key, r in self._replicas.items()
@@ -436,7 +449,9 @@ class Fleet:
             and now >= r.drained_until
             and self.signals.is_due(key, now)
         ]
-        results = await asyncio.gather(*(self._scrape(url) for _, url in due))
+        results = await asyncio.gather(
+            *(scrape(source, url, self._signal_timeout_s) for _, url in due)
+        )
         for (key, url), got in zip(due, results, strict=True):
             if isinstance(got, EngineLoad):
                 if self.signals.last(key) is None:
@@ -457,15 +472,6 @@ class Fleet:
         if self._metrics is None or path is None or base is None:
             return None
         return metrics_url(base, path)
-
-    async def _scrape(self, url: str) -> EngineLoad | MetricsError:
-        assert self._metrics is not None
-        try:
-            return await asyncio.wait_for(self._metrics.scrape(url), self._signal_timeout_s)
-        except TimeoutError:
-            return MetricsUnavailable(f"{url}: no answer in {self._signal_timeout_s:g} s")
-        except MetricsError as exc:
-            return exc
 
     async def run_signal_polls(self) -> None:
         """Scrape forever at the signal interval (a task in the lifespan; cancel on shutdown)."""

@@ -6,12 +6,16 @@ Plain data; the behaviour lives in `gateway/fleet.py`.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from adapters.routing_types import CandidateScore, Decision, ReplicaState
+from adapters.routing_types import CandidateScore, Decision, ReplicaState, replica_key
 from gateway.fleet_rate import PrefillRate
 from gateway.fleet_signals import Counts
-from gateway.ports import Candidate
+from gateway.ports import Attempt, Candidate, RoutePlan
+
+# a non-streamed call is a prefill sample only when its answer is at most this many tokens
+NONSTREAM_SAMPLE_MAX_OUTPUT = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +77,7 @@ class InflightCall:
     max_tokens: int = 0  # the answer's bound, as planned
     hashes: tuple[bytes, ...] = ()  # the prompt's blocks, pinned in the index while in flight
     reserved_blocks: int = 0  # the answer's blocks, reserved in the index while in flight
+    indexed: bool = True  # False: dispatched to a lone replica, which keeps no prefix index
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,8 +89,44 @@ class FleetStats:
     abs_error_tokens: int  # sum of |predicted - reported|: the index's accuracy
 
 
+def pending_prefills(
+    inflight: Iterable[tuple[object, InflightCall]],
+    replicas: Mapping[str, ReplicaRecord],
+    now: float,
+) -> dict[str, list[tuple[int, float]]]:
+    """Per replica, the calls whose prefill has not visibly finished: (queued prefill
+    tokens at dispatch, seconds since, less the fixed cost). Only calls bounded to a short
+    answer count: the fleet cannot tell a streamed call from a non-streamed one, and a
+    long non-streamed answer's wait is mostly decode."""
+    out: dict[str, list[tuple[int, float]]] = {}
+    for _, rec in inflight:
+        if rec.key is None or rec.prefill_released:
+            continue
+        if rec.max_tokens > NONSTREAM_SAMPLE_MAX_OUTPUT:
+            continue
+        base = replicas[rec.key].spec.base_ttft_s
+        out.setdefault(rec.key, []).append((rec.queued_tokens, now - rec.dispatched_at - base))
+    return out
+
+
 def first_score(d: Decision) -> CandidateScore:
     return next(s for s in d.scores if s.backend == d.backend and s.replica == d.replica)
+
+
+# the reason of a plan with nothing to choose (a lone replica, no index kept: `Fleet._lone`)
+ONLY_CANDIDATE = "only_candidate"
+
+
+def only_candidate_plan(c: Candidate) -> RoutePlan:
+    """The plan of a lone replica: no scores (nothing was compared), no fallback."""
+    replica = replica_key(c.backend_name, c.replica)
+    details = {
+        "venue": c.venue,
+        "backend": c.backend_name,
+        "replica": replica,
+        "reason": ONLY_CANDIDATE,
+    }
+    return RoutePlan((Attempt(c, ONLY_CANDIDATE, indexed=False),), details)
 
 
 def plan_details(d: Decision) -> dict[str, object]:

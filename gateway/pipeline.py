@@ -297,7 +297,7 @@ class Pipeline:
 
     def _extend(self, adm: Admitted, t: _Try, answer: Message) -> None:
         """Tell the router the replica now also holds the answer (the session's next prefix)."""
-        if t.attempt.candidate.venue == "selfhost":
+        if t.attempt.candidate.venue == "selfhost" and t.attempt.indexed:
             hashes = self.s.prompts.answer_hashes(
                 adm.call.wire, adm.call.tenant, adm.prepared, answer
             )

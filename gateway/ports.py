@@ -107,6 +107,9 @@ class CacheVerdict:
 class Attempt:
     candidate: Candidate
     reason: str
+    # False: the router keeps no prefix index for this candidate (the only one it could pick),
+    # so the pipeline works out no answer chain to extend it with
+    indexed: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,37 @@
+"""The fleet's two reads of a replica off the request path, each bounded by its timeout: the
+health probe (a real one-token generation) and the engine-load scrape. No state here."""
+
+from __future__ import annotations
+
+import asyncio
+
+from adapters.backend import BackendCall
+from adapters.types import ChatRequest, Message, TextPart
+from gateway.fleet_signals import EngineLoad, MetricsError, MetricsSource, MetricsUnavailable
+from gateway.ports import Candidate
+
+
+async def probe(candidate: Candidate, model: str, timeout_s: float) -> bool:
+    """True when the replica generates a token (or any content) within `timeout_s`."""
+    request = ChatRequest(
+        model=model,
+        messages=(Message("user", (TextPart("ping"),)),),
+        max_tokens=1,
+        temperature=0.0,
+    )
+    call = BackendCall(request, "openai", timeout_s=timeout_s)
+    try:
+        response = await asyncio.wait_for(candidate.backend.complete(call), timeout_s)
+    except Exception:  # any failure of the probe means not serving
+        return False
+    return response.usage.output_tokens >= 1 or bool(response.content)
+
+
+async def scrape(source: MetricsSource, url: str, timeout_s: float) -> EngineLoad | MetricsError:
+    """One engine-load sample, or why there is none (never raises a metrics error)."""
+    try:
+        return await asyncio.wait_for(source.scrape(url), timeout_s)
+    except TimeoutError:
+        return MetricsUnavailable(f"{url}: no answer in {timeout_s:g} s")
+    except MetricsError as exc:
+        return exc
