@@ -85,6 +85,8 @@ class PolicyStore:
         self._state = _State()
         self._seen: dict[str, _Seen] = {}
         self._checked_at = 0.0
+        # the directory's (mtime_ns, inode) when it was last listed, and the clock then
+        self._dir_seen: tuple[tuple[int, int], float] | None = None
         self._reload_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -155,12 +157,42 @@ class PolicyStore:
         with self._reload_lock:
             now = self._clock()
             self._checked_at = now
-            if not self._dir.is_dir():
+            if self._unchanged():
+                return False
+            try:
+                listed = os.stat(self._dir)
+            except OSError:
+                listed = None
+            if listed is None or not self._dir.is_dir():
+                self._dir_seen = None
                 issue = PolicyIssue(str(self._dir), 1, DOCUMENT_FIELD, "policy_dir does not exist")
                 return self._publish(self._state.loaded, {str(self._dir): (issue,)}, now)
+            self._dir_seen = ((listed.st_mtime_ns, listed.st_ino), now)
             outcomes = self._scan(now)
             loaded, errors = _resolve(self._state.loaded, outcomes)
             return self._publish(loaded, errors, now)
+
+    def _unchanged(self) -> bool:
+        """Stat only (the poll's common case): the directory and every file last read look
+        as they did, and none of them changed within `RACY_WINDOW_S` of being read, so a scan
+        would read nothing and change nothing. A file added, removed or renamed changes the
+        directory's mtime; an edit in place, the file's own stat."""
+        if self._dir_seen is None:
+            return False
+        listed, listed_at = self._dir_seen
+        try:
+            st = os.stat(self._dir)
+            if (st.st_mtime_ns, st.st_ino) != listed or st.st_mtime >= listed_at - RACY_WINDOW_S:
+                return False
+            for file, seen in self._seen.items():
+                st = os.stat(file)
+                if (st.st_mtime_ns, st.st_size, st.st_ino) != seen.fingerprint:
+                    return False
+                if st.st_mtime >= seen.read_at - RACY_WINDOW_S:
+                    return False
+        except OSError:
+            return False
+        return True
 
     def _scan(self, now: float) -> dict[str, _Outcome]:
         outcomes: dict[str, _Outcome] = {}

@@ -204,3 +204,33 @@ def test_missing_directory_is_an_error_not_a_crash(tmp_path: Path) -> None:
         PolicyIssue(str(tmp_path / "absent"), 1, "(document)", "policy_dir does not exist"),
     )
     assert store.snapshot().tenants == ()
+
+
+def test_a_settled_unchanged_directory_is_only_stated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The poll's common case lists and reads nothing; every kind of change still reloads."""
+    import policies.store as store_module
+
+    path = tmp_path / "acme.yaml"
+    write(path, policy("acme", ACME_KEY, 100))
+    clock = FakeClock(time.time() + 10)  # every file and the directory are settled
+    store = PolicyStore(tmp_path, clock=clock)
+    listings: list[Path] = []
+    real = store_module.policy_files
+    monkeypatch.setattr(store_module, "policy_files", lambda d: listings.append(d) or real(d))
+    assert store.reload_now() is True and len(listings) == 1
+    assert store.reload_now() is False and len(listings) == 1  # stat only
+    clock.now += 1
+    assert store.reload_now() is False and store.snapshot().checked_at == clock.now
+    path.write_text(policy("acme", ACME_KEY, 2000), encoding="utf-8")  # in place, longer
+    clock.now = time.time() + 10
+    assert store.reload_now() is True and tpm(store, "acme") == 2000
+    write(tmp_path / "beta.yaml", policy("beta", BETA_KEY, 7))  # a new file
+    clock.now = time.time() + 10
+    assert store.reload_now() is True and tpm(store, "beta") == 7
+    (tmp_path / "beta.yaml").unlink()
+    clock.now = time.time() + 10
+    assert store.reload_now() is True and store.get("beta") is None
+    n = len(listings)
+    assert store.reload_now() is False and len(listings) == n
