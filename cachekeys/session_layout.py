@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from adapters.types import ChatRequest, Message, TextPart, ToolSpec
 from cachekeys.chain_memo import ChainState
@@ -113,6 +113,16 @@ class LayoutMatch:
             return None
         states = entry.states[: min(self.num_blocks, len(entry.states))]
         return (entry.hashes, states) if states else None
+
+    def shared(self, request: ChatRequest) -> ChatRequest:
+        """`request` with its system and first `messages` messages replaced by the entry's own
+        (equal) objects: the history an agent re-sends is then the very strings the previous
+        call's token counting looked up, which the token-ids memo knows by identity."""
+        entry, n = self.entry, self.messages
+        if n == 0:
+            return request
+        kept = entry.messages[:n] + request.messages[n:]
+        return replace(request, system=entry.system, messages=kept)
 
     def cache_key(self, client_key: str | None) -> str | None:
         """The entry's `prompt_cache_key` when it holds for the new call: it depends on the

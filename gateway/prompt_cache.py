@@ -172,12 +172,14 @@ def _prepare(
 ) -> PreparedPrompt:
     edited = normalise_request(request, options)
     new_body = normalise_raw(wire, body, options)
-    normalised = edited  # as laid out (the markers below change no block)
     layouts = layouts if memo is not None else None  # an entry keeps the memo's chain states
     found: LayoutMatch | None = None
     if layouts is not None:
         layout_key = layouts.key(tenant_id, wire, edited)
         found = layouts.match(layout_key, edited, options, salt)
+        if found is not None:  # equal values, the previous call's objects (counted once)
+            edited = found.shared(edited)
+    normalised = edited  # as laid out (the markers below change no block)
     if found is None:
         blocks = request_blocks(edited, options.public, tool_texts)
         ids = [encoder.encode(request.model, b.text, b.digest) for b in blocks]

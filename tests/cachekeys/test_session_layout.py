@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adapters import anthropic_wire, openai_wire
+from adapters.tokens import TokenCounter, TokenIdsMemo
 from adapters.types import ChatRequest, Message, TextPart, ToolUsePart
 from cachekeys.layout import request_blocks
 from cachekeys.session_layout import LayoutEntry, SessionLayoutMemo
@@ -248,6 +249,33 @@ def test_an_appended_turn_reuses_the_history() -> None:
     assert layouts.hits == 1  # another tenant: its own key, no hit
     assert other.cache_salt != second.cache_salt
     assert set(other.prefix_hashes).isdisjoint(second.prefix_hashes)
+
+
+def test_the_shared_history_is_the_previous_calls_objects() -> None:
+    """Equal values either way; the same objects, so the token counter's identity memo knows
+    the re-sent history's strings and counts them without hashing them again."""
+    counter = TokenCounter(TokenIdsMemo())
+    port = PromptCachePort(SECRET, encoder=TiktokenEncoder(counter=counter))
+    tenant = TENANTS[0]
+    bodies = [orjson.loads(orjson.dumps(_turn(n))) for n in range(3)]  # new strings each call
+    calls = [port.prepare("openai", b, openai_wire.decode_request(b), tenant, "m") for b in bodies]
+    request = openai_wire.decode_request(_turn(2))
+    plain = prepare("openai", _turn(2), request, tenant.cache, tenant.tenant, SECRET, ENCODER)
+    assert calls[2].request == plain.request
+    first, second, third = (c.request for c in calls)
+    assert [p.text for p in second.system] == [p.text for p in first.system]
+    assert second.messages[0].content[0].text is first.messages[0].content[0].text  # type: ignore[union-attr]
+    assert third.messages[0].content[0].text is first.messages[0].content[0].text  # type: ignore[union-attr]
+    assert counter.memo is not None
+    hashed: list[str] = []
+    lookup = counter.memo._lookup
+    counter.memo._lookup = lambda enc, text, digest: (
+        hashed.append(text) or lookup(enc, text, digest)
+    )  # type: ignore[method-assign]
+    for call in calls[1:]:
+        counter.count_request(call.request)
+    # each call's count read its history by identity: only the tools' JSON (made anew) is hashed
+    assert hashed and all(text.startswith('[{"name":"t0"') for text in hashed)
 
 
 def test_keys_are_tenant_scoped_and_an_entry_needs_its_salt() -> None:
