@@ -174,10 +174,14 @@ async def session(
         await asyncio.sleep(rng.expovariate(1 / 0.5))  # the tool runs
 
 
-async def drive(url: str, sessions: int, turns: int, seed: int) -> Tally:
+async def drive(url: str, sessions: int, turns: int, seed: int, stagger_s: float) -> Tally:
+    """Sessions start `stagger_s` apart (each is a task at once). Before this was a flag the
+    coroutines were only gathered after the loop's sleeps, so all of them started together
+    (`--stagger-s 0`, every run recorded before 1 December 22:00 UTC)."""
     rng = random.Random(seed)
     system = "You are a coding agent. Tools: " + text(rng, 300)
-    tally, forks = Tally(), []
+    tally: Tally = Tally()
+    forks: list[asyncio.Task[None]] = []
     async with httpx.AsyncClient(timeout=600) as client:
         tasks = []
         for i in range(sessions):
@@ -185,20 +189,23 @@ async def drive(url: str, sessions: int, turns: int, seed: int) -> Tally:
                 {"role": "system", "content": system},
                 {"role": "user", "content": "task: " + text(rng, 40)},
             ]
+            if i and stagger_s > 0:
+                await asyncio.sleep(stagger_s)
             tasks.append(
-                session(
-                    client,
-                    url,
-                    f"s{seed}-{i}",
-                    messages,
-                    turns,
-                    random.Random(rng.random()),
-                    tally,
-                    forks,
-                    0.2,
+                asyncio.create_task(
+                    session(
+                        client,
+                        url,
+                        f"s{seed}-{i}",
+                        messages,
+                        turns,
+                        random.Random(rng.random()),
+                        tally,
+                        forks,
+                        0.2,
+                    )
                 )
             )
-            await asyncio.sleep(0.3)
         await asyncio.gather(*tasks)
         while forks:
             await forks.pop()
@@ -285,7 +292,7 @@ def run(strategy: str, args: argparse.Namespace, tmp: Path) -> Tally:
         )
         try:
             url = f"http://127.0.0.1:{gw_port}/v1/chat/completions"
-            tally = asyncio.run(drive(url, args.sessions, args.turns, args.seed))
+            tally = asyncio.run(drive(url, args.sessions, args.turns, args.seed, args.stagger_s))
         finally:
             stop(gw)
         attach_replicas(tally.calls, tmp / strategy / "lantern.db")
@@ -311,6 +318,9 @@ def main() -> None:
     )
     ap.add_argument(
         "--signal-interval-s", type=float, default=1.0, help="engine /metrics cadence; 0: off"
+    )
+    ap.add_argument(
+        "--stagger-s", type=float, default=0.3, help="between session starts; 0: all at once"
     )
     ap.add_argument("--trace", action="store_true", help="every call: replica, load, cache")
     args = ap.parse_args()
