@@ -246,6 +246,8 @@ bool set_linear_amx(bool enabled, int64_t min_rows) {
 #endif
 }
 
+bool set_gemv_prefetch(int64_t) { return false; }  // the AVX2 build's batch-1 GEMV only
+
 // prologue: "none" (x used as is), "rms_norm" (norm_weight, eps) or "silu_mul" (x = [gate | up]).
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_t n_out,
                      const std::string& prologue, const c10::optional<torch::Tensor>& norm_weight,

@@ -299,3 +299,24 @@ def test_fp32_engines_attend_through_the_kernels(cpu_kernels: ModuleType, make_e
     fp32 = make_engine().runner.model
     assert fp32.kernels is not None and fp32.kernel_layers == []
     assert make_engine(cpu_kernels=False).runner.model.kernels is None
+
+
+@pytest.mark.parametrize("prefetch", [0, 64, 1024, 4096])
+@pytest.mark.parametrize(("out_rows", "in_cols"), [(576, 1536), (100, 37)])
+def test_batch1_gemv_prefetch_leaves_results_bit_identical(
+    cpu_kernels: ModuleType, prefetch: int, out_rows: int, in_cols: int
+) -> None:
+    """The batch-1 GEMV's software prefetch (AVX2 build) changes only what is loaded ahead."""
+    torch.manual_seed(prefetch + out_rows)
+    x, weight, residual = bf16(1, in_cols), bf16(out_rows, in_cols), bf16(1, out_rows)
+    packed = pack_weight(weight)
+    if not cpu_kernels.set_gemv_prefetch(0):
+        pytest.skip("this kernel build has no batch-1 GEMV prefetch (AVX512 build)")
+    try:
+        plain = cpu_kernels.linear(x, packed, out_rows, "none", None, 0.0, residual)
+        cpu_kernels.set_gemv_prefetch(prefetch)
+        tuned = cpu_kernels.linear(x, packed, out_rows, "none", None, 0.0, residual)
+    finally:
+        cpu_kernels.set_gemv_prefetch(1024)  # the build's default
+    assert torch.equal(tuned, plain)
+    assert_within_bf16_rounding(tuned, x.float() @ weight.float().T + residual.float())
