@@ -17,7 +17,15 @@ from pathlib import Path
 import orjson
 import tiktoken
 
-from adapters.types import ChatRequest, ImagePart, Message, TextPart, ToolResultPart, ToolUsePart
+from adapters.types import (
+    ChatRequest,
+    ImagePart,
+    Message,
+    TextPart,
+    ToolResultPart,
+    ToolSpec,
+    ToolUsePart,
+)
 
 TOKENS_PER_MESSAGE = 3  # <|start|>{role}\n ... <|end|> in OpenAI's chat format
 TOKENS_PER_NAME = 1
@@ -27,6 +35,7 @@ _O200K_PREFIXES = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "c
 MEMO_MIN_CHARS = 64  # shorter texts encode about as fast as they hash: counted directly
 RECENT_TEXTS = 512  # texts kept by identity: one long call's blocks (alive until 512 newer pass)
 MAX_NAMES = 4096  # memoised counts of roles, message names and tool names
+MAX_TOOL_LISTS = 1024  # memoised counts of whole tool lists, by their JSON bytes
 MIN_CALLER_DIGEST_BYTES = 20  # a caller's digest key is longer than the memo's own (16 bytes)
 
 
@@ -121,6 +130,7 @@ class TokenCounter:
         self.memo = memo
         # token counts of roles and names (a handful of short strings, a tiktoken call each)
         self._names: dict[tuple[str, str], int] = {}
+        self._tool_lists: dict[tuple[str, bytes], int] = {}
 
     def encoding(self, model: str) -> tiktoken.Encoding:
         name = encoding_name_for(model)
@@ -165,12 +175,29 @@ class TokenCounter:
         for msg in req.messages:
             total += self._count_message(enc, msg)
         if req.tools:
-            schemas = [
-                {"name": t.name, "description": t.description, "parameters": dict(t.input_schema)}
-                for t in req.tools
-            ]
-            total += self._len(enc, orjson.dumps(schemas).decode())
+            total += self._tools_len(enc, req.tools)
         return total
+
+    def _tools_len(self, enc: tiktoken.Encoding, tools: tuple[ToolSpec, ...]) -> int:
+        """Tokens of the tool schemas as compact JSON, memoised by those JSON bytes (bounded):
+        an agent sends the same tools on every call, so the text is not decoded, hashed again
+        for the ids memo and looked up there per call."""
+        schemas = [
+            {
+                "name": t.name,
+                "description": t.description,
+                "parameters": s if type(s := t.input_schema) is dict else dict(s),
+            }
+            for t in tools
+        ]
+        raw = orjson.dumps(schemas)
+        key = (enc.name, raw)
+        found = self._tool_lists.get(key)
+        if found is None:
+            if len(self._tool_lists) >= MAX_TOOL_LISTS:
+                self._tool_lists.clear()  # a bound, not an LRU: an agent's tool lists are few
+            found = self._tool_lists[key] = self._len(enc, raw.decode())
+        return found
 
     def _count_message(self, enc: tiktoken.Encoding, msg: Message) -> int:
         total = TOKENS_PER_MESSAGE + self._name_len(enc, msg.role)

@@ -103,3 +103,32 @@ def test_bundled_files_work_without_a_cache_dir_set() -> None:
         timeout=120,
     )
     assert out.stdout.split() == ["2", str(folder)]
+
+
+def test_tool_list_counts_are_memoised_by_content() -> None:
+    counter = TokenCounter()
+    first = openai_wire.decode_request(BODY)
+    assert counter.count_request(first) == 47
+    # a fresh decode of the same body (new objects, equal JSON) hits the memo: the same count
+    assert counter.count_request(openai_wire.decode_request(BODY)) == 47
+    # a changed schema is another entry, counted afresh
+    changed = orjson.loads(orjson.dumps(BODY))
+    changed["tools"][0]["function"]["parameters"] = {
+        "type": "object",
+        "properties": {"q": {"type": "string", "description": "what to look for"}},
+    }
+    req = openai_wire.decode_request(changed)
+    tools_json = orjson.dumps(
+        [
+            {
+                "name": "search",
+                "description": "Search",
+                "parameters": changed["tools"][0]["function"]["parameters"],
+            }
+        ]
+    ).decode()
+    assert counter.count_request(req) == 47 - 17 + counter.count_text("gpt-4o-mini", tools_json)
+    assert counter.count_request(req) == TokenCounter().count_request(req)
+    # the same tools under another encoding are not the o200k entry
+    cl100k = openai_wire.decode_request({**changed, "model": "gpt-4"})
+    assert counter.count_request(cl100k) == TokenCounter().count_request(cl100k)
