@@ -47,6 +47,7 @@ from gateway.fleet_state import (
     only_candidate_plan,
     pending_prefills,
     plan_details,
+    slowest_learned,
 )
 from gateway.ports import Attempt, Candidate, ModelRoute, PreparedPrompt, RoutePlan
 from policies.model import TenantPolicy
@@ -95,8 +96,8 @@ class Fleet:
         # session -> (prompt tokens, max tokens) of its last plan, for on_dispatch
         self._planned: dict[str, tuple[int, int]] = {}
         self._inflight: dict[int, tuple[Attempt, InflightCall]] = {}
-        self._seq = 0
-        self._accuracy = [0, 0, 0]
+        self._seq, self._accuracy = 0, [0, 0, 0]
+        self._learned: dict[str, float] = {}  # backend -> its replicas' slowest learned rate
         self._metrics, self._signal_timeout_s = metrics, signal_timeout_s
         # a block touched this recently belongs to a live session (its next call is coming)
         self._live_window_s = live_window_s
@@ -144,7 +145,7 @@ class Fleet:
             r.inflight_tokens,
             r.inflight_blocks,
             load.queue_depth if load else 0,
-            r.prefill.capped(pending),
+            r.prefill.capped(pending, self._learned.get(c.backend_name)),
             r.spec.capacity_tok_s,
             self.index.capacity(key),
             min(util, 1.0),
@@ -304,10 +305,11 @@ class Fleet:
         if not rec.indexed:
             return
         r = self._replicas[rec.key]
-        n = r.prefill.num_samples
-        if r.prefill.observe(rec.queued_tokens, seconds - r.spec.base_ttft_s) and (
-            n < 4 or n % 10 == 9
-        ):
+        n, b = r.prefill.num_samples, r.candidate.backend_name
+        if not r.prefill.observe(rec.queued_tokens, seconds - r.spec.base_ttft_s):
+            return
+        self._learned[b] = slowest_learned(self._replicas.values(), b)
+        if n < 4 or n % 10 == 9:
             log.info(
                 "prefill rate of %s: %.0f tok/s after %d samples (%d calls dispatched)",
                 rec.key,

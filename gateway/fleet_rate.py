@@ -38,15 +38,18 @@ class PrefillRate:
             return self.start_tok_s
         return min(max(self.tokens / self.seconds, MIN_TOK_S), MAX_TOK_S)
 
-    def capped(self, pending: Iterable[tuple[int, float]]) -> float:
+    def capped(self, pending: Iterable[tuple[int, float]], sibling: float | None = None) -> float:
         """The rate, capped by prefills still unfinished: `tokens` of queued prefill (a call's
         own and what was ahead of it) dispatched `seconds` ago (less the fixed cost) with no
         first token yet mean the replica computes fewer than tokens/seconds. Before the first
         sample arrives this is the only evidence a burst of calls gives (issue 6, the first
-        burst); a pinned rate is final."""
+        burst); a pinned rate is final. `sibling`: the rate another replica of the same backend
+        has learned, which replaces the configured start while this one has no sample."""
         rate = self.tok_s
         if self.pinned:
             return rate
+        if sibling is not None and not self.num_samples:  # no sample: a sibling's learned rate
+            rate = sibling
         for tokens, seconds in pending:
             if tokens >= MIN_SAMPLE_TOKENS and seconds > 0:
                 rate = min(rate, max(tokens / seconds, MIN_TOK_S))

@@ -154,3 +154,14 @@ def plan_details(d: Decision) -> dict[str, object]:
             for s in d.scores
         ],
     }
+
+
+def slowest_learned(records: Iterable[ReplicaRecord], backend: str) -> float:
+    """The slowest prefill rate the replicas of `backend` have learned from samples. A replica of
+    it with no sample yet starts there instead of at the configured guess: in the end-to-end run
+    a fresh replica read 10x faster than its learned sibling and drew six sessions at once."""
+    return min(
+        r.prefill.tok_s
+        for r in records
+        if r.candidate.backend_name == backend and r.prefill.num_samples
+    )

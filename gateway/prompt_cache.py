@@ -177,8 +177,7 @@ def _prepare(
     if layouts is not None:
         layout_key = layouts.key(tenant_id, wire, edited)
         found = layouts.match(layout_key, edited, options, salt)
-        if found is not None:  # equal values, the previous call's objects (counted once)
-            edited = found.shared(edited)
+        edited = found.shared(edited) if found is not None else edited  # equal: last call's objects
     normalised = edited  # as laid out (the markers below change no block)
     if found is None:
         blocks = request_blocks(edited, options.public, tool_texts)

@@ -173,3 +173,38 @@ def test_the_cap_keeps_the_rate_in_range() -> None:
     assert rate.capped([(1000, 100.0)]) == 50.0  # a stalled engine: the floor
     assert rate.capped([(10, 100.0), (1000, 0.0), (1000, -1.0)]) == 2000.0  # no evidence
     assert rate.capped([(1000, 1.0), (1000, 2.0)]) == 500.0  # the tightest cap wins
+
+
+def test_a_replica_without_samples_starts_from_its_siblings_learned_rate() -> None:
+    """Issue 6 end to end: a fresh replica at the configured 2000 tok/s looked 10x faster than
+    its sibling that had learned ~200 and drew every session at once; it starts from the
+    slowest rate the backend's other replicas learned, until it has a sample of its own."""
+    clock = Clock()
+    spec = ReplicaSpec(prefill_tok_s=2000.0, base_ttft_s=0.05, metrics_path=None)
+    backend = ProbeBackend("a")
+    route = ModelRoute(
+        "smollm2",
+        tuple(Candidate(backend, "local", "selfhost", f"http://{h}/v1") for h in ("a", "b", "c")),
+    )
+    fleet = Fleet([route], clock=clock, rng=random.Random(1), specs={"local": spec})
+
+    def rates() -> dict[str, float]:
+        return {str(r.url): r.prefill_tok_s for r in fleet.snapshot(clock.now).replicas}
+
+    assert set(rates().values()) == {2000.0}  # no sample anywhere: the configured start
+    learned: dict[str, PrefillRate] = {}
+    for sid, prompt, seconds in (("s1", 1600, 8.05), ("s2", 3200, 8.05)):
+        plan = call(fleet, route, sid, prompt, 4)
+        replica = str(plan.attempts[0].candidate.replica)
+        clock.now += seconds
+        fleet.on_first_token(plan.attempts[0])
+        fleet.on_complete(plan.attempts[0], Usage(prompt, 4), ok=True)
+        # what that replica alone has seen (the calls run one after another: nothing queued)
+        learned.setdefault(replica, PrefillRate(2000.0)).observe(prompt, seconds - 0.05)
+    own = {replica: rate.tok_s for replica, rate in learned.items()}
+    slowest = min(own.values())
+    assert slowest < 2000.0
+    now = rates()
+    for replica, rate in now.items():
+        assert rate == pytest.approx(own.get(replica, slowest), rel=1e-12)
+    assert len(own) < 3  # at least one replica is still without a sample
