@@ -63,10 +63,9 @@ def test_linear_with_residual_equals_fp32_matmul(
 def test_linear_rows_of_a_batch_equal_the_rows_alone(
     cpu_kernels: ModuleType, rows: int, out_rows: int, in_cols: int
 ) -> None:
-    """Off AMX every output is one row's FMAs in K order, whatever row tile the batch size picks
-    (4/3/2/1 rows on dpbf16, 2/1 on AVX2): the same bits as each row computed alone, so a
-    GEMM change that reorders a row's sums (K slices through a partial buffer are fine, split
-    accumulators are not) shows here."""
+    """Off AMX every output is one row's FMAs in K order, whatever the tile or K slicing the
+    batch size picks (the AVX2 build slices K for tasks of 16+ rows): the same bits as each row
+    computed alone."""
     cpu_kernels.set_linear_amx(False, 8)
     try:
         torch.manual_seed(rows + out_rows)
