@@ -4,8 +4,6 @@
 #include "cpu_avx2.h"
 #include "cpu_pool.h"
 
-#include <memory>
-
 namespace lantern {
 namespace {
 
@@ -262,196 +260,6 @@ torch::Tensor prefill_typed(const torch::Tensor& q, const torch::Tensor& k_pool,
   return out;
 }
 
-// bf16 prefill chunks of kTiledMinTokens+ tokens as register-tiled products: the per-token walk
-// above converts each K/V row to fp32 once per query token and sums its dot products across
-// lanes (hadd); here each KV head's keys are converted once per call, K transposed per block
-// ([block][D][16 tokens] fp32: scores of 16 keys in two ymm, no lane sums) and V as [token][D]
-// fp32. Then 6 query rows at a time (2 tokens x 3 heads of a group, say): their scores over every
-// key they see into a row buffer, softmax over each row (max, exp, sum; fp32), O = P V with
-// 3 rows x 32 dims of accumulators per pass.
-constexpr int64_t kTiledMinTokens = 16;
-constexpr int64_t kTileTokens = 8;  // query tokens per task
-constexpr int kScoreRows = 6;       // rows per score tile: 6 x 2 ymm accumulators
-constexpr int kWeighRows = 3;       // rows per P V pass: 3 x 4 ymm accumulators
-
-struct TiledPrefill {
-  const uint16_t *q, *k, *v;
-  const int64_t* ids;
-  int64_t n, context, heads, kv, dim, blocks;
-  float scale;
-  float *kt, *vf;  // [kv][blocks][dim][16], [kv][blocks * 16][dim] (zeros past the context)
-
-  const uint16_t* row(int64_t token, int64_t h, const uint16_t* pool) const {
-    return pool + ((ids[token / kBlock] * kBlock + token % kBlock) * kv + h) * dim;
-  }
-
-  void pack(int64_t h, int64_t b) const {
-    float* kd = kt + (h * blocks + b) * dim * kBlock;
-    float* vd = vf + (h * blocks + b) * kBlock * dim;
-    const int64_t count = std::min(kBlock, context - b * kBlock);
-    for (int64_t t = 0; t < kBlock; ++t) {
-      if (t < count) {
-        const uint16_t* kr = row(b * kBlock + t, h, k);
-        const uint16_t* vr = row(b * kBlock + t, h, v);
-        for (int64_t d = 0; d < dim; ++d) kd[d * kBlock + t] = to_float(kr[d]);
-        for (int64_t d = 0; d < dim; d += 8) _mm256_storeu_ps(vd + t * dim + d, load8(vr + d));
-      } else {
-        for (int64_t d = 0; d < dim; ++d) kd[d * kBlock + t] = 0.0f;
-        for (int64_t d = 0; d < dim; ++d) vd[t * dim + d] = 0.0f;
-      }
-    }
-  }
-
-  // s[r][16 keys of block b] = qs_r . k_t for MR rows (qs scaled, fp32, [MR][dim]).
-  template <int MR, int D>
-  void scores(const float* qs, int64_t h, int64_t b, float* s, int64_t lds) const {
-    __m256 acc[MR][2];
-    for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-    const float* kb = kt + (h * blocks + b) * D * kBlock;
-    for (int d = 0; d < D; ++d) {
-      const __m256 k0 = _mm256_loadu_ps(kb + d * kBlock), k1 = _mm256_loadu_ps(kb + d * kBlock + 8);
-      for (int r = 0; r < MR; ++r) {
-        const __m256 qq = _mm256_broadcast_ss(qs + r * D + d);
-        acc[r][0] = _mm256_fmadd_ps(qq, k0, acc[r][0]);
-        acc[r][1] = _mm256_fmadd_ps(qq, k1, acc[r][1]);
-      }
-    }
-    for (int r = 0; r < MR; ++r) {
-      _mm256_storeu_ps(s + r * lds + b * kBlock, acc[r][0]);
-      _mm256_storeu_ps(s + r * lds + b * kBlock + 8, acc[r][1]);
-    }
-  }
-
-  // out_r[c0, c0 + 32) (fp32) = sum over keys [0, keys) of p_r[t] v_t, MR rows.
-  template <int MR>
-  void weigh(const float* p, int64_t ldp, int64_t h, int64_t keys, int64_t c0, float* out,
-             int64_t ldo) const {
-    __m256 acc[MR][4];
-    for (int r = 0; r < MR; ++r)
-      for (int c = 0; c < 4; ++c) acc[r][c] = _mm256_setzero_ps();
-    const float* vb = vf + h * blocks * kBlock * dim + c0;
-    for (int64_t t = 0; t < keys; ++t) {
-      __m256 vv[4];
-      for (int c = 0; c < 4; ++c) vv[c] = _mm256_loadu_ps(vb + t * dim + 8 * c);
-      for (int r = 0; r < MR; ++r) {
-        const __m256 pp = _mm256_broadcast_ss(p + r * ldp + t);
-        for (int c = 0; c < 4; ++c) acc[r][c] = _mm256_fmadd_ps(pp, vv[c], acc[r][c]);
-      }
-    }
-    for (int r = 0; r < MR; ++r)
-      for (int c = 0; c < 4; ++c) _mm256_storeu_ps(out + r * ldo + 8 * c, acc[r][c]);
-  }
-
-  // MR rows; limit[r] = keys row r sees (ascending); outputs bf16 rows.
-  template <int MR, int D>
-  void rows_tile(const float* qs, const int64_t* limit, int64_t h, uint16_t* const* out, float* s,
-                 float* o) const {
-    const int64_t nblk = (limit[MR - 1] + kBlock - 1) / kBlock, width = nblk * kBlock;
-    for (int64_t b = 0; b < nblk; ++b) scores<MR, D>(qs, h, b, s, width);
-    float inv[MR];
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    for (int r = 0; r < MR; ++r) {
-      float* sr = s + r * width;
-      const int64_t lim = limit[r];
-      auto valid = [&](int64_t t) {
-        return _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(lim - t)), lane));
-      };
-      __m256 top = _mm256_set1_ps(-INFINITY);
-      for (int64_t t = 0; t < lim; t += 8)
-        top = _mm256_max_ps(top, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_loadu_ps(sr + t), valid(t)));
-      const __m256 m = _mm256_set1_ps(hmax(top));
-      __m256 sum = _mm256_setzero_ps();
-      for (int64_t t = 0; t < width; t += 8) {
-        const __m256 e = _mm256_and_ps(exp8(_mm256_sub_ps(_mm256_loadu_ps(sr + t), m)), valid(t));
-        sum = _mm256_add_ps(sum, e);
-        _mm256_storeu_ps(sr + t, e);
-      }
-      inv[r] = 1.0f / hsum(sum);
-    }
-    for (int r0 = 0; r0 < MR; r0 += kWeighRows) {
-      const int rows = std::min(kWeighRows, MR - r0);
-      const int64_t keys = std::min(width, limit[r0 + rows - 1]);
-      for (int64_t c0 = 0; c0 < D; c0 += 32) {
-        float* ob = o + r0 * D + c0;
-        const float* pb = s + r0 * width;
-        if (rows == 3) weigh<3>(pb, width, h, keys, c0, ob, D);
-        else if (rows == 2) weigh<2>(pb, width, h, keys, c0, ob, D);
-        else weigh<1>(pb, width, h, keys, c0, ob, D);
-      }
-    }
-    for (int r = 0; r < MR; ++r)
-      for (int64_t c = 0; c < D; c += 8)
-        store8(out[r] + c, _mm256_mul_ps(_mm256_loadu_ps(o + r * D + c), _mm256_set1_ps(inv[r])));
-  }
-
-  // Tokens [i0, i1) of KV head h: rows (token, head of the group) in token order.
-  template <int D>
-  void tile(int64_t h, int64_t i0, int64_t i1, uint16_t* od) const {
-    const int64_t group = heads / kv, total = (i1 - i0) * group;
-    const int64_t width = blocks * kBlock;
-    thread_local std::vector<float> s_buf;
-    if (static_cast<int64_t>(s_buf.size()) < kScoreRows * (width + 2 * D))
-      s_buf.resize(kScoreRows * (width + 2 * D));
-    float* s = s_buf.data();
-    float* qs = s + kScoreRows * width;
-    float* o = qs + kScoreRows * D;
-    for (int64_t r0 = 0; r0 < total; r0 += kScoreRows) {
-      const int mr = static_cast<int>(std::min<int64_t>(kScoreRows, total - r0));
-      uint16_t* outs[kScoreRows];
-      int64_t limit[kScoreRows];
-      for (int r = 0; r < mr; ++r) {
-        const int64_t token = i0 + (r0 + r) / group, head = h * group + (r0 + r) % group;
-        const uint16_t* qr = q + (token * heads + head) * dim;
-        for (int64_t d = 0; d < D; d += 8)
-          _mm256_storeu_ps(qs + r * D + d, _mm256_mul_ps(load8(qr + d), _mm256_set1_ps(scale)));
-        outs[r] = od + (token * heads + head) * dim;
-        limit[r] = context - n + token + 1;
-      }
-      switch (mr) {
-        case 6: rows_tile<6, D>(qs, limit, h, outs, s, o); break;
-        case 5: rows_tile<5, D>(qs, limit, h, outs, s, o); break;
-        case 4: rows_tile<4, D>(qs, limit, h, outs, s, o); break;
-        case 3: rows_tile<3, D>(qs, limit, h, outs, s, o); break;
-        case 2: rows_tile<2, D>(qs, limit, h, outs, s, o); break;
-        default: rows_tile<1, D>(qs, limit, h, outs, s, o); break;
-      }
-    }
-  }
-};
-
-torch::Tensor prefill_tiled(const torch::Tensor& q, const torch::Tensor& k_pool,
-                            const torch::Tensor& v_pool, const torch::Tensor& block_ids,
-                            int64_t context_len, double scale) {
-  TORCH_CHECK(q.is_contiguous() && k_pool.is_contiguous() && v_pool.is_contiguous());
-  const int64_t n = q.size(0), heads = q.size(1), dim = q.size(2), kv = k_pool.size(2);
-  const int64_t blocks = (context_len + kBlock - 1) / kBlock;
-  TORCH_CHECK(block_ids.size(0) >= blocks, "paged_prefill: fewer blocks than the context needs");
-  std::unique_ptr<float[]> packed(new float[2 * kv * blocks * kBlock * dim]);
-  torch::Tensor out = torch::empty_like(q);
-  const TiledPrefill t{data<uint16_t>(q), data<uint16_t>(k_pool), data<uint16_t>(v_pool),
-                       block_ids.data_ptr<int64_t>(), n, context_len, heads, kv, dim, blocks,
-                       static_cast<float>(scale), packed.get(),
-                       packed.get() + kv * blocks * kBlock * dim};
-  constexpr int64_t kPackBlocks = 4;
-  const int64_t pack_chunks = (blocks + kPackBlocks - 1) / kPackBlocks;
-  parallel_tasks(kv * pack_chunks, [&](int64_t task) {
-    const int64_t h = task / pack_chunks, b0 = (task % pack_chunks) * kPackBlocks;
-    for (int64_t b = b0; b < std::min(blocks, b0 + kPackBlocks); ++b) t.pack(h, b);
-  });
-  uint16_t* od = data_mut<uint16_t>(out);
-  const int64_t tiles = (n + kTileTokens - 1) / kTileTokens;
-  parallel_tasks(kv * tiles, [&](int64_t task) {  // the last tiles see the most keys: first
-    const int64_t tile = tiles - 1 - task / kv, h = task % kv;
-    const int64_t i0 = tile * kTileTokens, i1 = std::min(n, i0 + kTileTokens);
-    switch (dim) {
-      case 32: t.tile<32>(h, i0, i1, od); break;
-      case 64: t.tile<64>(h, i0, i1, od); break;
-      default: t.tile<128>(h, i0, i1, od); break;
-    }
-  });
-  return out;
-}
-
 }  // namespace
 
 bool paged_attention_supports(int64_t group, int64_t dim) {
@@ -470,11 +278,8 @@ torch::Tensor paged_decode(const torch::Tensor& q, const torch::Tensor& k_pool,
 torch::Tensor paged_prefill(const torch::Tensor& q, const torch::Tensor& k_pool,
                             const torch::Tensor& v_pool, const torch::Tensor& block_ids,
                             int64_t context_len, double scale) {
-  if (q.scalar_type() == torch::kBFloat16) {
-    if (q.size(0) >= kTiledMinTokens)
-      return prefill_tiled(q, k_pool, v_pool, block_ids, context_len, scale);
+  if (q.scalar_type() == torch::kBFloat16)
     return prefill_typed<uint16_t>(q, k_pool, v_pool, block_ids, context_len, scale);
-  }
   TORCH_CHECK(q.scalar_type() == torch::kFloat32, "paged_prefill: bf16 or fp32");
   return prefill_typed<float>(q, k_pool, v_pool, block_ids, context_len, scale);
 }
