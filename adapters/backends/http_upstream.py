@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     import aiohttp
 
     from adapters.backends.aiohttp_upstream import AiohttpPool
+    from adapters.backends.http1_connection import Http1Pool
 
 
 def parse_retry_after(headers: Mapping[str, str]) -> float | None:
@@ -101,16 +102,24 @@ class Upstream(Protocol):
         ...
 
 
-HTTPClient = Union[httpx.AsyncClient, "aiohttp.ClientSession", "AiohttpPool"]
+HTTPClient = Union[httpx.AsyncClient, "aiohttp.ClientSession", "AiohttpPool", "Http1Pool"]
 
 
 def make_upstream(backend: str, http: HTTPClient, url: str, headers: Mapping[str, str]) -> Upstream:
     """httpx clients get HTTPUpstream; an aiohttp session (or AiohttpPool) gets the leaner
-    AiohttpUpstream."""
+    AiohttpUpstream; an Http1Pool gets the leanest, Http1Upstream, for `http://` URLs and its
+    aiohttp pool for the others (TLS)."""
     if isinstance(http, httpx.AsyncClient):
         return HTTPUpstream(backend, http, url, headers)
     from adapters.backends.aiohttp_upstream import AiohttpUpstream
+    from adapters.backends.http1_connection import Http1Pool
 
+    if isinstance(http, Http1Pool):
+        from adapters.backends.http1_upstream import Http1Upstream, is_plain_http
+
+        if is_plain_http(url):
+            return Http1Upstream(backend, http, url, headers)
+        return AiohttpUpstream(backend, http.tls, url, headers)
     return AiohttpUpstream(backend, http, url, headers)
 
 

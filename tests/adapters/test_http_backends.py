@@ -17,6 +17,7 @@ from adapters import openai_wire
 from adapters.backend import Backend, BackendCall
 from adapters.backends import BackendSpec, build_backend
 from adapters.backends.anthropic_native import messages_url
+from adapters.backends.http1_connection import Http1Pool
 from adapters.backends.http_upstream import parse_retry_after
 from adapters.errors import (
     ProviderRateLimited,
@@ -50,7 +51,7 @@ FOX = "The quick brown fox jumps over the lazy dog"
 Runner = Callable[[BackendSpec, Callable[[Backend], Awaitable[Any]]], Any]
 
 
-@pytest.fixture(params=["httpx", "aiohttp"])
+@pytest.fixture(params=["httpx", "aiohttp", "http1"])
 def run(request: pytest.FixtureRequest) -> Runner:
     """Builds the backend on a fresh pool of the given client library and runs `use` on it."""
 
@@ -59,6 +60,12 @@ def run(request: pytest.FixtureRequest) -> Runner:
             if request.param == "httpx":
                 async with httpx.AsyncClient() as http:
                     return await use(build_backend(spec, http=http))
+            if request.param == "http1":
+                pool = Http1Pool()
+                try:
+                    return await use(build_backend(spec, http=pool))
+                finally:
+                    await pool.aclose()
             async with aiohttp.ClientSession() as session:
                 return await use(build_backend(spec, http=session))
 
