@@ -168,7 +168,9 @@ def decode_metadata(
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("num_shared", [0, 5])
-@pytest.mark.parametrize("lens", [[1], [40], [200], [16, 17], [3, 200, 35, 64, 1, 90]])
+@pytest.mark.parametrize(
+    "lens", [[1], [40], [130], [200], [250], [16, 17], [3, 200, 35, 64, 1, 90]]
+)
 def test_paged_decode_in_place_equals_gathered_reference(
     cpu_kernels: ModuleType, lens: list[int], num_shared: int, dtype: torch.dtype
 ) -> None:
