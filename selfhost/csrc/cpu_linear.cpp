@@ -13,12 +13,16 @@ namespace {
 
 constexpr int kGroup = 64;  // output rows per packed weight group (4 zmm of 16 fp32 lanes)
 
+// Batch-1 GEMV: software prefetch this many bytes ahead in the weight stream (0: none), as in the
+// AVX2 build: the hardware prefetcher restarts at every 4 KiB page and every call's new matrix.
+std::atomic<int64_t> gemv_prefetch_bytes{1024};
+
 // Skinny GEMM: out[M, N] = x[M, K] @ W[N, K]^T, W packed as [N/64][K/2][64][2] bf16 (pairs of K
 // for one dpbf16 lane), fp32 accumulation. Each weight group is read from memory once for all M.
 
-template <int MR>
+template <int MR, bool kPrefetch = false>
 void gemm_tile(const uint16_t* x, int64_t ldx, const uint16_t* group, int64_t kp0, int64_t kpairs,
-               bool accumulate, float* acc_out) {
+               bool accumulate, float* acc_out, int64_t ahead = 0) {
   __m512 acc[MR][4];
   for (int r = 0; r < MR; ++r)
     for (int j = 0; j < 4; ++j)
@@ -26,6 +30,9 @@ void gemm_tile(const uint16_t* x, int64_t ldx, const uint16_t* group, int64_t kp
   const int32_t* xp = reinterpret_cast<const int32_t*>(x);
   for (int64_t kp = kp0; kp < kpairs; ++kp) {
     const uint16_t* w = group + kp * 2 * kGroup;
+    if (kPrefetch)  // this K pair's 4 lines, `ahead` bytes further down the weight stream
+      for (int line = 0; line < 4; ++line)
+        _mm_prefetch(reinterpret_cast<const char*>(w) + ahead + 64 * line, _MM_HINT_T0);
     __m512bh w0 = (__m512bh)_mm512_loadu_si512(w);
     __m512bh w1 = (__m512bh)_mm512_loadu_si512(w + 32);
     __m512bh w2 = (__m512bh)_mm512_loadu_si512(w + 64);
@@ -45,6 +52,10 @@ void gemm_tile(const uint16_t* x, int64_t ldx, const uint16_t* group, int64_t kp
 // acc[r][0, 64) (= or += when accumulate) over K pairs [kp0, kpairs) of one group, r < rows.
 void gemm_rows(const uint16_t* x, int64_t ldx, int64_t rows, const uint16_t* group, int64_t kp0,
                int64_t kpairs, bool accumulate, float* acc) {
+  if (rows == 1) {
+    const int64_t ahead = gemv_prefetch_bytes.load(std::memory_order_relaxed);
+    if (ahead > 0) return gemm_tile<1, true>(x, ldx, group, kp0, kpairs, accumulate, acc, ahead);
+  }
   int64_t r = 0;
   for (; r + 4 <= rows; r += 4)
     gemm_tile<4>(x + r * ldx, ldx, group, kp0, kpairs, accumulate, acc + r * kGroup);
@@ -246,7 +257,11 @@ bool set_linear_amx(bool enabled, int64_t min_rows) {
 #endif
 }
 
-bool set_gemv_prefetch(int64_t) { return false; }  // the AVX2 build's batch-1 GEMV only
+bool set_gemv_prefetch(int64_t bytes) {
+  TORCH_CHECK(bytes >= 0, "set_gemv_prefetch: bytes must be >= 0");
+  gemv_prefetch_bytes.store(bytes);
+  return true;
+}
 
 // prologue: "none" (x used as is), "rms_norm" (norm_weight, eps) or "silu_mul" (x = [gate | up]).
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_t n_out,

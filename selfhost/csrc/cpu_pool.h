@@ -1,13 +1,17 @@
 // Task pool of the CPU kernels: the calling thread and (torch threads - 1) helpers share one job's
 // tasks through an atomic counter. The caller never waits for a helper that has not started (on
 // cores shared with other processes a descheduled helper would stall a barrier-based region for a
-// time slice); it waits only for tasks a helper already claimed. Idle helpers sleep.
+// time slice); it waits only for tasks a helper already claimed. A helper that finishes a job
+// spins for a short while (spin_us, default 200 us) watching for the next one before it sleeps:
+// a decode step is ~150 jobs of 10-100 us each, and waking a sleeping helper through the kernel
+// costs about as much as one job, so it joined small GEMVs late or not at all.
 #pragma once
 
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -41,13 +45,15 @@ class TaskPool {
     uint64_t generation;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      generation = ++generation_;
+      generation = generation_.load(std::memory_order_relaxed) + 1;
       task_ = &task;
       total_ = n;
       done_.store(0);
       next_.store(generation << 32);
+      generation_.store(generation, std::memory_order_release);
     }
-    wake_.notify_all();
+    // a helper that went to sleep did so under the lock, so it is counted here by now
+    if (sleepers_.load() > 0) wake_.notify_all();
     work(generation, n, &task);
     for (int spins = 0; done_.load() < n; ++spins) {  // only tasks a helper is running now
       if (spins < 4096) {
@@ -57,6 +63,10 @@ class TaskPool {
       }
     }
   }
+
+  // Sets how long (microseconds) a helper watches for the next job before sleeping; 0: sleep
+  // at once (the behaviour before spinning). Returns the previous value.
+  int64_t set_spin_us(int64_t us) { return spin_us_.exchange(std::max<int64_t>(0, us)); }
 
  private:
   // Claims tasks of `generation` until none is left; returns at once for a finished job.
@@ -74,9 +84,14 @@ class TaskPool {
   void help() {
     uint64_t seen = 0;
     for (;;) {
+      spin_for_job(seen);
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return generation_ != seen; });
-      seen = generation_;
+      if (generation_.load(std::memory_order_relaxed) == seen) {
+        sleepers_.fetch_add(1);
+        wake_.wait(lock, [&] { return generation_.load(std::memory_order_relaxed) != seen; });
+        sleepers_.fetch_sub(1);
+      }
+      seen = generation_.load(std::memory_order_relaxed);
       const Task* task = task_;
       const int64_t n = total_;
       lock.unlock();
@@ -84,15 +99,34 @@ class TaskPool {
     }
   }
 
+  // Returns when a job after `seen` was published or spin_us passed (the clock is read every
+  // 64 pauses: a pause is ~10-140 cycles, a clock read ~20 ns).
+  void spin_for_job(uint64_t seen) const {
+    const int64_t us = spin_us_.load(std::memory_order_relaxed);
+    if (us <= 0) return;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(us);
+    for (;;) {
+      for (int i = 0; i < 64; ++i) {
+        if (generation_.load(std::memory_order_acquire) != seen) return;
+        _mm_pause();
+      }
+      if (std::chrono::steady_clock::now() >= until) return;
+    }
+  }
+
   std::mutex mutex_;
   std::condition_variable wake_;
-  uint64_t generation_ = 0;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> sleepers_{0};
+  std::atomic<int64_t> spin_us_{100};
   const Task* task_ = nullptr;
   int64_t total_ = 0;
   std::atomic<uint64_t> next_{0};  // generation << 32 | next task index
   std::atomic<int64_t> done_{0};
   int num_helpers_ = 0;
 };
+
+inline int64_t set_pool_spin_us(int64_t us) { return TaskPool::instance().set_spin_us(us); }
 
 inline void parallel_tasks(int64_t n, const TaskPool::Task& task) { TaskPool::instance().run(n, task); }
 

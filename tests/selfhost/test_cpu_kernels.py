@@ -168,7 +168,9 @@ def decode_metadata(
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("num_shared", [0, 5])
-@pytest.mark.parametrize("lens", [[1], [40], [200], [16, 17], [3, 200, 35, 64, 1, 90]])
+@pytest.mark.parametrize(
+    "lens", [[1], [40], [130], [200], [250], [16, 17], [3, 200, 35, 64, 1, 90]]
+)
 def test_paged_decode_in_place_equals_gathered_reference(
     cpu_kernels: ModuleType, lens: list[int], num_shared: int, dtype: torch.dtype
 ) -> None:
@@ -306,17 +308,37 @@ def test_fp32_engines_attend_through_the_kernels(cpu_kernels: ModuleType, make_e
 def test_batch1_gemv_prefetch_leaves_results_bit_identical(
     cpu_kernels: ModuleType, prefetch: int, out_rows: int, in_cols: int
 ) -> None:
-    """The batch-1 GEMV's software prefetch (AVX2 build) changes only what is loaded ahead."""
+    """The batch-1 GEMV's software prefetch (both builds) changes only what is loaded ahead."""
     torch.manual_seed(prefetch + out_rows)
     x, weight, residual = bf16(1, in_cols), bf16(out_rows, in_cols), bf16(1, out_rows)
     packed = pack_weight(weight)
-    if not cpu_kernels.set_gemv_prefetch(0):
-        pytest.skip("this kernel build has no batch-1 GEMV prefetch (AVX512 build)")
+    assert cpu_kernels.set_gemv_prefetch(0)
     try:
         plain = cpu_kernels.linear(x, packed, out_rows, "none", None, 0.0, residual)
         cpu_kernels.set_gemv_prefetch(prefetch)
         tuned = cpu_kernels.linear(x, packed, out_rows, "none", None, 0.0, residual)
     finally:
-        cpu_kernels.set_gemv_prefetch(1024)  # the build's default
+        cpu_kernels.set_gemv_prefetch(1024)  # the builds' default
     assert torch.equal(tuned, plain)
     assert_within_bf16_rounding(tuned, x.float() @ weight.float().T + residual.float())
+
+
+@pytest.mark.parametrize("spin_us", [0, 1, 100, 5000])
+def test_pool_spin_changes_no_result(cpu_kernels: ModuleType, spin_us: int) -> None:
+    """How long the pool's helpers watch for the next job before sleeping (0: not at all) changes
+    only who runs the tasks: back-to-back GEMMs and decodes give the same bits, every task runs
+    once (a lost or doubled task would show as a wrong or torn row)."""
+    torch.manual_seed(spin_us)
+    x, weight = bf16(3, 576), bf16(960, 576)
+    packed = pack_weight(weight)
+    previous = cpu_kernels.set_pool_spin_us(0)
+    try:
+        want = [cpu_kernels.linear(x[: r + 1], packed, 960, "none", None, 0.0, None) for r in range(3)]
+        assert cpu_kernels.set_pool_spin_us(spin_us) == 0
+        for _ in range(50):  # jobs faster than a helper falls asleep, and (0) slower
+            got = [cpu_kernels.linear(x[: r + 1], packed, 960, "none", None, 0.0, None) for r in range(3)]
+            assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
+        assert cpu_kernels.set_pool_spin_us(-5) == spin_us  # negative means 0
+        assert cpu_kernels.set_pool_spin_us(previous) == 0
+    finally:
+        cpu_kernels.set_pool_spin_us(previous)
