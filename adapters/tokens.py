@@ -94,6 +94,14 @@ class TokenIdsMemo:
             del self._recent[next(iter(self._recent))]
         return found
 
+    def seen(self, encoding: tiktoken.Encoding, text: str) -> Sequence[int] | None:
+        """The ids of this very string object when it is among the recent texts, else None:
+        a dict lookup, no hashing and no encoding."""
+        recent = self._recent.get(id(text))
+        if recent is not None and recent[0] is text and recent[1] == encoding.name:
+            return recent[2]
+        return None
+
     def _lookup(
         self, encoding: tiktoken.Encoding, text: str, digest: bytes | None
     ) -> Sequence[int]:
@@ -150,8 +158,13 @@ class TokenCounter:
         return self._len(self.encoding(model), text)
 
     def _len(self, enc: tiktoken.Encoding, text: str) -> int:
-        if self.memo is None or len(text) < MEMO_MIN_CHARS:
+        if self.memo is None:
             return len(enc.encode_ordinary(text))
+        if len(text) < MEMO_MIN_CHARS:
+            # a short text that prefix hashing just encoded (a call's new user turn, ~20 us
+            # of tiktoken with caches cold) is counted from those ids; others are not memoised
+            found = self.memo.seen(enc, text)
+            return len(found if found is not None else enc.encode_ordinary(text))
         return len(self.memo.ids(enc, text))
 
     def _name_len(self, enc: tiktoken.Encoding, name: str) -> int:

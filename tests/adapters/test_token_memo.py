@@ -62,6 +62,30 @@ def test_short_texts_are_counted_without_the_memo() -> None:
     assert memo.num_tokens > 0
 
 
+def test_a_short_text_just_encoded_is_counted_from_its_ids_and_equals_the_plain_count() -> None:
+    memo = TokenIdsMemo()
+    counter = TokenCounter(memo)
+    enc = counter.encoding("gpt-4o")
+    turn = "".join(["turn 27 ", "words:12"])  # a new object, as a decoded body's text is
+    memo.ids(enc, turn, b"d" * 32)  # prefix hashing encodes the call's blocks first
+    calls: list[str] = []
+    plain = enc.encode_ordinary
+
+    def counted(text: str) -> list[int]:
+        calls.append(text)
+        return plain(text)
+
+    enc.encode_ordinary = counted  # type: ignore[method-assign]
+    try:
+        assert counter.count_text("gpt-4o", turn) == len(plain(turn)) == 6
+        assert calls == []  # read from the memo's recent texts, not encoded again
+        assert counter.count_text("gpt-4o", "".join(list(turn))) == 6  # equal text, other object
+        assert len(calls) == 1  # encoded: short texts are still never looked up by digest
+        assert counter.count_text("gpt-4", turn) == TokenCounter().count_text("gpt-4", turn)
+    finally:
+        del enc.encode_ordinary
+
+
 def test_memo_stays_within_its_token_budget() -> None:
     memo = TokenIdsMemo(max_tokens=50)
     counter = TokenCounter(memo)
