@@ -333,10 +333,15 @@ def test_pool_spin_changes_no_result(cpu_kernels: ModuleType, spin_us: int) -> N
     packed = pack_weight(weight)
     previous = cpu_kernels.set_pool_spin_us(0)
     try:
-        want = [cpu_kernels.linear(x[: r + 1], packed, 960, "none", None, 0.0, None) for r in range(3)]
+        want = [
+            cpu_kernels.linear(x[: r + 1], packed, 960, "none", None, 0.0, None) for r in range(3)
+        ]
         assert cpu_kernels.set_pool_spin_us(spin_us) == 0
         for _ in range(50):  # jobs faster than a helper falls asleep, and (0) slower
-            got = [cpu_kernels.linear(x[: r + 1], packed, 960, "none", None, 0.0, None) for r in range(3)]
+            got = [
+                cpu_kernels.linear(x[: r + 1], packed, 960, "none", None, 0.0, None)
+                for r in range(3)
+            ]
             assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
         assert cpu_kernels.set_pool_spin_us(-5) == spin_us  # negative means 0
         assert cpu_kernels.set_pool_spin_us(previous) == 0
