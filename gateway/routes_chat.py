@@ -26,7 +26,6 @@ from gateway.pipeline import Admitted, IncomingCall, Pipeline
 from gateway.sse_reply import SSEReply
 
 log = logging.getLogger("lantern.routes")
-_DECODERS = {"openai": openai_wire.decode_request, "anthropic": anthropic_wire.decode_request}
 
 
 def error_response(
@@ -56,12 +55,17 @@ class ChatRoutes:
         self.pipeline = pipeline
         self.keys = keys
         self.stream_reply = SSEReply if lean_stream else StreamingResponse
+        self._tool_lists = openai_wire.ToolListMemo()  # the agent's tools, decoded once
 
     async def serve(self, http: Request, wire: WireFormat) -> Response:
         try:
             body = _parse(await http.body())
             caller = authenticate(http.headers, self.keys)
-            request = _DECODERS[wire](body)
+            request = (
+                openai_wire.decode_request(body, self._tool_lists)
+                if wire == "openai"
+                else anthropic_wire.decode_request(body)
+            )
             call = IncomingCall(
                 wire, caller.tenant, caller.key_id, request, body, http.headers.get("x-session-id")
             )

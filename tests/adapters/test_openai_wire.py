@@ -233,6 +233,33 @@ def test_errors_name_the_json_path(body: dict, field: str) -> None:
     assert info.value.field == field
 
 
+def test_tool_list_memo_decodes_as_the_plain_path_with_objects_of_its_own() -> None:
+    import copy
+
+    memo = openai_wire.ToolListMemo(max_entries=2)
+    cached_tool = {**WEATHER_TOOL, "cache_control": {"type": "ephemeral"}}
+    custom = {"type": "custom", "custom": {"name": "x"}}
+    for tools in ([WEATHER_TOOL], [WEATHER_TOOL, cached_tool], [custom, WEATHER_TOOL]):
+        body = copy.deepcopy({**AGENT_BODY, "tools": tools})
+        first = openai_wire.decode_request(body, memo)
+        assert first == openai_wire.decode_request(copy.deepcopy(body))
+        body["tools"][-1]["function"]["parameters"]["required"].append("mutated")  # the caller's
+        again = openai_wire.decode_request(copy.deepcopy({**AGENT_BODY, "tools": tools}), memo)
+        assert again.tools is first.tools  # one decode, shared read-only objects
+        assert again.tools[-1].input_schema["required"] == ["city"]  # not the caller's dict
+    assert len(memo) == 1  # a bound: cleared when full, the last list kept
+    # equal under `==` is not equal JSON: 1 and 1.0 and true are three lists
+    schemas = [{"type": "object", "default": v} for v in (1, 1.0, True)]
+    decoded = [
+        memo.decode([{"type": "function", "function": {"name": "f", "parameters": s}}])
+        for s in schemas
+    ]
+    assert [repr(d[0].input_schema["default"]) for d in decoded] == ["1", "1.0", "True"]
+    with pytest.raises(WireFormatError) as info:  # errors as the plain decode, nothing kept
+        memo.decode([{"type": "function"}])
+    assert info.value.field == "tools[0].function"
+
+
 def test_usage_mapping_counts_cache_inside_prompt_tokens() -> None:
     usage = Usage(input_tokens=100, output_tokens=20, cache_read_tokens=900, cache_write_tokens=50)
     wire = openai_wire.encode_usage(usage)
