@@ -37,11 +37,17 @@ class TaskPool {
   }
 
   // Runs task(0) .. task(n - 1), each exactly once, and returns when all have finished.
+  // Callers on other threads (the kernels release the GIL) and a task that calls back in run
+  // their job alone while one is in flight: the pool holds one job at a time.
   void run(int64_t n, const Task& task) {
-    if (n <= 1 || num_helpers_ == 0) {
+    if (n <= 1 || num_helpers_ == 0 || in_flight_.exchange(true, std::memory_order_acquire)) {
       for (int64_t i = 0; i < n; ++i) task(i);
       return;
     }
+    struct Done {
+      std::atomic<bool>& flag;
+      ~Done() { flag.store(false, std::memory_order_release); }
+    } done_guard{in_flight_};
     uint64_t generation;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -119,6 +125,7 @@ class TaskPool {
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> sleepers_{0};
   std::atomic<int64_t> spin_us_{100};
+  std::atomic<bool> in_flight_{false};  // a job is published and not yet finished
   const Task* task_ = nullptr;
   int64_t total_ = 0;
   std::atomic<uint64_t> next_{0};  // generation << 32 | next task index

@@ -4,6 +4,7 @@ every output within one bf16 rounding of the reference; and the fallback when th
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 from types import ModuleType
 
@@ -347,3 +348,31 @@ def test_pool_spin_changes_no_result(cpu_kernels: ModuleType, spin_us: int) -> N
         assert cpu_kernels.set_pool_spin_us(previous) == 0
     finally:
         cpu_kernels.set_pool_spin_us(previous)
+
+
+def test_kernels_called_from_several_threads_at_once_give_the_serial_results(
+    cpu_kernels: ModuleType,
+) -> None:
+    """The kernels release the GIL, so two Python threads can be inside them together; the task
+    pool holds one job at a time and runs a second caller's job on that caller's thread alone."""
+    torch.manual_seed(7)
+    weights = [pack_weight(bf16(960, 576)) for _ in range(4)]
+    inputs = [bf16(rows, 576) for rows in (1, 3, 16, 40)]
+    want = [
+        [cpu_kernels.linear(x, w, 960, "none", None, 0.0, None) for x in inputs] for w in weights
+    ]
+    failures: list[str] = []
+
+    def hammer(index: int) -> None:
+        for _ in range(40):
+            for j, x in enumerate(inputs):
+                got = cpu_kernels.linear(x, weights[index], 960, "none", None, 0.0, None)
+                if not torch.equal(got, want[index][j]):
+                    failures.append(f"thread {index}, input {j}")
+
+    threads = [threading.Thread(target=hammer, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
