@@ -13,9 +13,13 @@ namespace {
 
 constexpr int kGroup = 64;  // output rows per packed weight group (4 zmm of 16 fp32 lanes)
 
-// Batch-1 GEMV: software prefetch this many bytes ahead in the weight stream (0: none), as in the
-// AVX2 build: the hardware prefetcher restarts at every 4 KiB page and every call's new matrix.
+// Batch-1 GEMV: software prefetch this many bytes ahead in the weight stream into L1 (0: none),
+// as in the AVX2 build: the hardware prefetcher restarts at every 4 KiB page and every call's new
+// matrix; and kL2Factor times as far ahead into L2, which keeps more lines in flight than the
+// core's L1 fill buffers allow (Xeon host, 01:39 UTC, three interleaved pairs of engine steps:
+// 22.2 -> 19.9, 22.5 -> 21.4, 20.1 -> 20.1 ms).
 std::atomic<int64_t> gemv_prefetch_bytes{1024};
+constexpr int64_t kL2Factor = 8;
 
 // Skinny GEMM: out[M, N] = x[M, K] @ W[N, K]^T, W packed as [N/64][K/2][64][2] bf16 (pairs of K
 // for one dpbf16 lane), fp32 accumulation. Each weight group is read from memory once for all M.
@@ -30,9 +34,12 @@ void gemm_tile(const uint16_t* x, int64_t ldx, const uint16_t* group, int64_t kp
   const int32_t* xp = reinterpret_cast<const int32_t*>(x);
   for (int64_t kp = kp0; kp < kpairs; ++kp) {
     const uint16_t* w = group + kp * 2 * kGroup;
-    if (kPrefetch)  // this K pair's 4 lines, `ahead` bytes further down the weight stream
+    if (kPrefetch) {  // this K pair's 4 lines, `ahead` bytes further down the weight stream
       for (int line = 0; line < 4; ++line)
         _mm_prefetch(reinterpret_cast<const char*>(w) + ahead + 64 * line, _MM_HINT_T0);
+      for (int line = 0; line < 4; ++line)
+        _mm_prefetch(reinterpret_cast<const char*>(w) + kL2Factor * ahead + 64 * line, _MM_HINT_T1);
+    }
     __m512bh w0 = (__m512bh)_mm512_loadu_si512(w);
     __m512bh w1 = (__m512bh)_mm512_loadu_si512(w + 32);
     __m512bh w2 = (__m512bh)_mm512_loadu_si512(w + 64);
