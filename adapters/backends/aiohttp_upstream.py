@@ -8,10 +8,13 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import aiohttp
-import orjson
 
-from adapters.backends.http_upstream import status_error, transport_error
-from adapters.errors import ProviderUnavailable
+from adapters.backends.http_upstream import (
+    ReadsAsEvents,
+    json_reply,
+    status_error,
+    transport_error,
+)
 from adapters.sse import SSEParser, SSEvent
 
 
@@ -44,8 +47,9 @@ class AiohttpPool:
             self._session, self._loop = None, None
 
 
-class AiohttpUpstream:
-    """POSTs to one URL through a shared aiohttp session, with a per-call timeout."""
+class AiohttpUpstream(ReadsAsEvents):
+    """POSTs to one URL through a shared aiohttp session, with a per-call timeout (for SSE:
+    `timeout_s` bounds the connect and each read)."""
 
     def __init__(
         self,
@@ -84,20 +88,7 @@ class AiohttpUpstream:
                 content = await resp.read()
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise transport_error(self._backend, exc) from exc
-        if resp.status >= 400:
-            raise status_error(self._backend, resp.status, resp.headers, content)
-        try:
-            return orjson.loads(content)
-        except orjson.JSONDecodeError as exc:
-            raise ProviderUnavailable(self._backend, "reply is not JSON", resp.status) from exc
-
-    async def post_sse(
-        self, body: bytes, *, timeout_s: float, headers: Mapping[str, str] | None = None
-    ) -> AsyncIterator[SSEvent]:
-        """SSE events as they arrive; `timeout_s` bounds the connect and each read."""
-        async for events in self.post_sse_reads(body, timeout_s=timeout_s, headers=headers):
-            for event in events:
-                yield event
+        return json_reply(self._backend, resp.status, resp.headers, content)
 
     async def post_sse_reads(
         self, body: bytes, *, timeout_s: float, headers: Mapping[str, str] | None = None

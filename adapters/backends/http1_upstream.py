@@ -13,11 +13,13 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-import orjson
-
 from adapters.backends.http1_connection import Http1Connection, Http1Pool
-from adapters.backends.http_upstream import status_error, transport_error
-from adapters.errors import ProviderUnavailable
+from adapters.backends.http_upstream import (
+    ReadsAsEvents,
+    json_reply,
+    status_error,
+    transport_error,
+)
 from adapters.sse import SSEParser, SSEvent
 
 # aiohttp's rule (RFC 9110 5.5): no control characters but tab in a header name or value
@@ -44,8 +46,9 @@ def header_lines(headers: Mapping[str, str]) -> bytes:
     return "".join(lines).encode("utf-8")
 
 
-class Http1Upstream:
-    """POSTs to one `http://` URL through the shared `Http1Pool`, with a per-call timeout."""
+class Http1Upstream(ReadsAsEvents):
+    """POSTs to one `http://` URL through the shared `Http1Pool`, with a per-call timeout (for
+    SSE: `timeout_s` bounds the connect and each read)."""
 
     def __init__(self, backend: str, pool: Http1Pool, url: str, headers: Mapping[str, str]) -> None:
         if not is_plain_http(url):
@@ -89,20 +92,7 @@ class Http1Upstream:
         finally:
             if conn is not None:
                 self._pool.release(conn, self._host, self._port)
-        if status >= 400:
-            raise status_error(self._backend, status, reply_headers, content)
-        try:
-            return orjson.loads(content)
-        except orjson.JSONDecodeError as exc:
-            raise ProviderUnavailable(self._backend, "reply is not JSON", status) from exc
-
-    async def post_sse(
-        self, body: bytes, *, timeout_s: float, headers: Mapping[str, str] | None = None
-    ) -> AsyncIterator[SSEvent]:
-        """SSE events as they arrive; `timeout_s` bounds the connect and each read."""
-        async for events in self.post_sse_reads(body, timeout_s=timeout_s, headers=headers):
-            for event in events:
-                yield event
+        return json_reply(self._backend, status, reply_headers, content)
 
     async def post_sse_reads(
         self, body: bytes, *, timeout_s: float, headers: Mapping[str, str] | None = None

@@ -6,6 +6,7 @@ Shared by the OpenAI-compatible and Anthropic backends; knows no wire schema.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import email.utils
 import time
@@ -84,6 +85,34 @@ def transport_error(backend: str, exc: Exception) -> UpstreamError:
     return ProviderUnavailable(backend, f"{type(exc).__name__}: {exc}")
 
 
+def json_reply(backend: str, status: int, headers: Mapping[str, str], content: bytes) -> Any:
+    """A finished JSON reply: the typed error of its status (400+), else its decoded body."""
+    if status >= 400:
+        raise status_error(backend, status, headers, content)
+    try:
+        return orjson.loads(content)
+    except orjson.JSONDecodeError as exc:
+        raise ProviderUnavailable(backend, "reply is not JSON", status) from exc
+
+
+class ReadsAsEvents(abc.ABC):
+    """`post_sse` of an upstream from its `post_sse_reads`: the same events, one at a time."""
+
+    @abc.abstractmethod
+    def post_sse_reads(
+        self, body: bytes, *, timeout_s: float, headers: Mapping[str, str] | None = None
+    ) -> AsyncIterator[list[SSEvent]]:
+        """The events completed by each read, one non-empty list per read."""
+
+    async def post_sse(
+        self, body: bytes, *, timeout_s: float, headers: Mapping[str, str] | None = None
+    ) -> AsyncIterator[SSEvent]:
+        """SSE events as they arrive (the timeouts are `post_sse_reads`')."""
+        async for events in self.post_sse_reads(body, timeout_s=timeout_s, headers=headers):
+            for event in events:
+                yield event
+
+
 class Upstream(Protocol):
     """One upstream endpoint: POST a JSON body, get JSON back or a stream of SSE events."""
 
@@ -123,8 +152,9 @@ def make_upstream(backend: str, http: HTTPClient, url: str, headers: Mapping[str
     return AiohttpUpstream(backend, http, url, headers)
 
 
-class HTTPUpstream:
-    """POSTs to one URL through the shared connection pool, with a per-call timeout."""
+class HTTPUpstream(ReadsAsEvents):
+    """POSTs to one URL through the shared connection pool, with a per-call timeout; `post_sse`'s
+    `timeout_s` bounds the wait for each read."""
 
     def __init__(
         self, backend: str, http: httpx.AsyncClient, url: str, headers: Mapping[str, str]
@@ -151,20 +181,7 @@ class HTTPUpstream:
                 )
         except (httpx.HTTPError, TimeoutError) as exc:
             raise transport_error(self._backend, exc) from exc
-        if resp.status_code >= 400:
-            raise status_error(self._backend, resp.status_code, resp.headers, resp.content)
-        try:
-            return orjson.loads(resp.content)
-        except orjson.JSONDecodeError as exc:
-            raise ProviderUnavailable(self._backend, "reply is not JSON", resp.status_code) from exc
-
-    async def post_sse(
-        self, body: bytes, *, timeout_s: float, headers: Mapping[str, str] | None = None
-    ) -> AsyncIterator[SSEvent]:
-        """SSE events as they arrive; `timeout_s` bounds the wait for each read."""
-        async for events in self.post_sse_reads(body, timeout_s=timeout_s, headers=headers):
-            for event in events:
-                yield event
+        return json_reply(self._backend, resp.status_code, resp.headers, resp.content)
 
     async def post_sse_reads(
         self, body: bytes, *, timeout_s: float, headers: Mapping[str, str] | None = None
