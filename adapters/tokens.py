@@ -83,9 +83,9 @@ class TokenIdsMemo:
         of something that determines `text` (a prompt block's SHA-256): it keys the entry
         instead of a BLAKE2b of the text, so a 30 KB history is not hashed a second time.
         It must be 20 bytes or more (never the 16 of the memo's own digests)."""
-        recent = self._recent.get(id(text))
-        if recent is not None and recent[0] is text and recent[1] == encoding.name:
-            return recent[2]
+        known = self.seen(encoding, text)
+        if known is not None:
+            return known
         if digest is not None and len(digest) < MIN_CALLER_DIGEST_BYTES:
             raise ValueError(f"a caller's digest needs {MIN_CALLER_DIGEST_BYTES}+ bytes")
         found = self._lookup(encoding, text, digest)

@@ -71,8 +71,9 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_
 // Whether linear() may use AMX tiles for batches of min_rows+ rows (default: yes, 8); returns
 // whether it will (false where the build, CPU or kernel has no AMX). For A/B runs and the tests.
 bool set_linear_amx(bool enabled, int64_t min_rows);
-// Software prefetch distance (bytes, 0: none) of the batch-1 GEMV weight stream, AVX2 build; returns
-// false where the build has no such path (AVX512). For A/B runs and the tests.
+// Software prefetch distance (bytes, 0: none) of the batch-1 GEMV weight stream, both builds (the
+// AVX512 one also prefetches 8x as far into L2); returns whether the build has such a path. For
+// A/B runs and the tests.
 bool set_gemv_prefetch(int64_t bytes);
 // cpu_rope.cpp (bf16 and fp32, portable C++)
 torch::Tensor rope_write_kv(const torch::Tensor& qkv, const torch::Tensor& positions,

@@ -2,7 +2,7 @@
 // tasks through an atomic counter. The caller never waits for a helper that has not started (on
 // cores shared with other processes a descheduled helper would stall a barrier-based region for a
 // time slice); it waits only for tasks a helper already claimed. A helper that finishes a job
-// spins for a short while (spin_us, default 200 us) watching for the next one before it sleeps:
+// spins for a short while (spin_us, default 100 us) watching for the next one before it sleeps:
 // a decode step is ~150 jobs of 10-100 us each, and waking a sleeping helper through the kernel
 // costs about as much as one job, so it joined small GEMVs late or not at all.
 #pragma once
