@@ -75,6 +75,9 @@ bool set_linear_amx(bool enabled, int64_t min_rows);
 // AVX512 one also prefetches 8x as far into L2); returns whether the build has such a path. For
 // A/B runs and the tests.
 bool set_gemv_prefetch(int64_t bytes);
+// Whether decode-batch GEMMs (2-64 rows) prefetch the next group a thread will claim into L2
+// (AVX512 build; default on); returns the previous setting. For A/B runs and the tests.
+bool set_gemm_group_prefetch(bool enabled);
 // cpu_rope.cpp (bf16 and fp32, portable C++)
 torch::Tensor rope_write_kv(const torch::Tensor& qkv, const torch::Tensor& positions,
                             const torch::Tensor& cos, const torch::Tensor& sin,

@@ -21,12 +21,21 @@ constexpr int kGroup = 64;  // output rows per packed weight group (4 zmm of 16 
 std::atomic<int64_t> gemv_prefetch_bytes{1024};
 constexpr int64_t kL2Factor = 8;
 
+// Decode batches (2-64 rows, one task per weight group): while a task computes its group, it
+// prefetches into L2 the group a thread is likely to claim next (this group + the pool's thread
+// count: threads claim groups in turn), spread over the group's K pairs. A group is read from
+// memory by its first 4-row tile and from L2 by the rest, so without it memory sat idle through
+// three quarters of a batch-16 GEMM and compute through the first quarter.
+std::atomic<bool> gemm_group_prefetch{true};
+
 // Skinny GEMM: out[M, N] = x[M, K] @ W[N, K]^T, W packed as [N/64][K/2][64][2] bf16 (pairs of K
 // for one dpbf16 lane), fp32 accumulation. Each weight group is read from memory once for all M.
 
+// next: lines of another group to prefetch into L2, `lines_per_kp` per K pair (0: none).
 template <int MR, bool kPrefetch = false>
 void gemm_tile(const uint16_t* x, int64_t ldx, const uint16_t* group, int64_t kp0, int64_t kpairs,
-               bool accumulate, float* acc_out, int64_t ahead = 0) {
+               bool accumulate, float* acc_out, int64_t ahead = 0, const char* next = nullptr,
+               int lines_per_kp = 0) {
   __m512 acc[MR][4];
   for (int r = 0; r < MR; ++r)
     for (int j = 0; j < 4; ++j)
@@ -34,6 +43,8 @@ void gemm_tile(const uint16_t* x, int64_t ldx, const uint16_t* group, int64_t kp
   const int32_t* xp = reinterpret_cast<const int32_t*>(x);
   for (int64_t kp = kp0; kp < kpairs; ++kp) {
     const uint16_t* w = group + kp * 2 * kGroup;
+    for (int line = 0; line < lines_per_kp; ++line)
+      _mm_prefetch(next + ((kp - kp0) * lines_per_kp + line) * 64, _MM_HINT_T1);
     if (kPrefetch) {  // this K pair's 4 lines, `ahead` bytes further down the weight stream
       for (int line = 0; line < 4; ++line)
         _mm_prefetch(reinterpret_cast<const char*>(w) + ahead + 64 * line, _MM_HINT_T0);
@@ -57,21 +68,36 @@ void gemm_tile(const uint16_t* x, int64_t ldx, const uint16_t* group, int64_t kp
 }
 
 // acc[r][0, 64) (= or += when accumulate) over K pairs [kp0, kpairs) of one group, r < rows.
+// next (may be null): a group of the same shape to bring into L2 meanwhile, a share per row tile.
 void gemm_rows(const uint16_t* x, int64_t ldx, int64_t rows, const uint16_t* group, int64_t kp0,
-               int64_t kpairs, bool accumulate, float* acc) {
+               int64_t kpairs, bool accumulate, float* acc, const uint16_t* next = nullptr) {
   if (rows == 1) {
     const int64_t ahead = gemv_prefetch_bytes.load(std::memory_order_relaxed);
     if (ahead > 0) return gemm_tile<1, true>(x, ldx, group, kp0, kpairs, accumulate, acc, ahead);
   }
+  // a group is 4 lines per K pair: each of the `tiles` row tiles fetches its share of them
+  const int64_t tiles = (rows + 3) / 4;
+  const int per_kp = next != nullptr && kp0 == 0 ? static_cast<int>((4 + tiles - 1) / tiles) : 0;
+  auto share = [&](int64_t tile) {  // where this tile's share starts (past the group: none)
+    const int64_t start = tile * kpairs * per_kp;
+    return start < 4 * kpairs ? reinterpret_cast<const char*>(next) + start * 64 : nullptr;
+  };
+  auto lines = [&](int64_t tile) {
+    return share(tile) == nullptr ? 0 : static_cast<int>(std::min<int64_t>(
+        per_kp, (4 * kpairs - tile * kpairs * per_kp + kpairs - 1) / kpairs));
+  };
   int64_t r = 0;
   for (; r + 4 <= rows; r += 4)
-    gemm_tile<4>(x + r * ldx, ldx, group, kp0, kpairs, accumulate, acc + r * kGroup);
+    gemm_tile<4>(x + r * ldx, ldx, group, kp0, kpairs, accumulate, acc + r * kGroup, 0,
+                 share(r / 4), lines(r / 4));
   const uint16_t* xr = x + r * ldx;
   float* ar = acc + r * kGroup;
+  const char* nx = share(r / 4);
+  const int nl = lines(r / 4);
   switch (rows - r) {
-    case 3: gemm_tile<3>(xr, ldx, group, kp0, kpairs, accumulate, ar); break;
-    case 2: gemm_tile<2>(xr, ldx, group, kp0, kpairs, accumulate, ar); break;
-    case 1: gemm_tile<1>(xr, ldx, group, kp0, kpairs, accumulate, ar); break;
+    case 3: gemm_tile<3>(xr, ldx, group, kp0, kpairs, accumulate, ar, 0, nx, nl); break;
+    case 2: gemm_tile<2>(xr, ldx, group, kp0, kpairs, accumulate, ar, 0, nx, nl); break;
+    case 1: gemm_tile<1>(xr, ldx, group, kp0, kpairs, accumulate, ar, 0, nx, nl); break;
     default: break;
   }
 }
@@ -235,7 +261,7 @@ bool amx_used_for(int64_t rows) {
 
 // One task's rows [r0, r0 + count) of weight group `group` into acc[count][64] fp32.
 void group_rows(const uint16_t* x, int64_t kp, int64_t count, const uint16_t* group,
-                int64_t kpairs, bool amx, float* acc) {
+                int64_t kpairs, bool amx, float* acc, const uint16_t* next) {
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__)
   if (amx) {
     const int64_t kfull = kpairs / kTilePairs * kTilePairs;
@@ -247,7 +273,7 @@ void group_rows(const uint16_t* x, int64_t kp, int64_t count, const uint16_t* gr
   }
 #endif
   (void)amx;
-  gemm_rows(x, kp, count, group, 0, kpairs, false, acc);
+  gemm_rows(x, kp, count, group, 0, kpairs, false, acc, next);
 }
 
 }  // namespace
@@ -263,6 +289,8 @@ bool set_linear_amx(bool enabled, int64_t min_rows) {
   return false;
 #endif
 }
+
+bool set_gemm_group_prefetch(bool enabled) { return gemm_group_prefetch.exchange(enabled); }
 
 bool set_gemv_prefetch(int64_t bytes) {
   TORCH_CHECK(bytes >= 0, "set_gemv_prefetch: bytes must be >= 0");
@@ -302,11 +330,17 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_
   // One task = one weight group x up to 64 rows; row chunks of a group run back to back (its
   // weights stay in cache).
   const int64_t chunks = (rows + kGroup - 1) / kGroup;
+  const int64_t ahead = chunks == 1 && rows > 1 && !amx &&
+                                gemm_group_prefetch.load(std::memory_order_relaxed)
+                            ? at::get_num_threads()
+                            : 0;
   parallel_tasks(groups * chunks, [&](int64_t task) {
     const int64_t g = task / chunks, r0 = (task % chunks) * kGroup;
     const int64_t count = std::min<int64_t>(kGroup, rows - r0);
     alignas(64) float acc[kGroup * kGroup];
-    group_rows(xs + r0 * kp, kp, count, w + g * kpairs * 2 * kGroup, kpairs, amx, acc);
+    const uint16_t* next = ahead > 0 && g + ahead < groups ? w + (g + ahead) * kpairs * 2 * kGroup
+                                                           : nullptr;
+    group_rows(xs + r0 * kp, kp, count, w + g * kpairs * 2 * kGroup, kpairs, amx, acc, next);
     const int64_t n0 = g * kGroup, width = std::min<int64_t>(kGroup, n_out - n0);
     for (int64_t r = r0; r < r0 + count; ++r)
       store_row(acc + (r - r0) * kGroup, width, res ? res + r * n_out + n0 : nullptr,

@@ -324,6 +324,28 @@ def test_batch1_gemv_prefetch_leaves_results_bit_identical(
     assert_within_bf16_rounding(tuned, x.float() @ weight.float().T + residual.float())
 
 
+@pytest.mark.parametrize("rows", [2, 3, 5, 9, 16, 17, 64])
+@pytest.mark.parametrize(("out_rows", "in_cols"), [(576, 1536), (1000, 37)])
+def test_decode_batch_group_prefetch_leaves_results_bit_identical(
+    cpu_kernels: ModuleType, rows: int, out_rows: int, in_cols: int
+) -> None:
+    """The decode-batch GEMMs' L2 prefetch of the next group a thread claims (AVX512 build)
+    changes only what is loaded ahead: every row-tile count (1-16 tiles, a partial last tile),
+    groups past the last one, K not a multiple of anything."""
+    torch.manual_seed(rows + out_rows)
+    x, weight, residual = bf16(rows, in_cols), bf16(out_rows, in_cols), bf16(rows, out_rows)
+    packed = pack_weight(weight)
+    was_on = cpu_kernels.set_gemm_group_prefetch(False)
+    try:
+        plain = cpu_kernels.linear(x, packed, out_rows, "none", None, 0.0, residual)
+        cpu_kernels.set_gemm_group_prefetch(True)
+        tuned = cpu_kernels.linear(x, packed, out_rows, "none", None, 0.0, residual)
+    finally:
+        cpu_kernels.set_gemm_group_prefetch(was_on)
+    assert torch.equal(tuned, plain)
+    assert_within_bf16_rounding(tuned, x.float() @ weight.float().T + residual.float())
+
+
 @pytest.mark.parametrize("spin_us", [0, 1, 100, 5000])
 def test_pool_spin_changes_no_result(cpu_kernels: ModuleType, spin_us: int) -> None:
     """How long the pool's helpers watch for the next job before sleeping (0: not at all) changes
