@@ -78,7 +78,7 @@ def build_engine(
         runner=ModelRunner(model, config.num_blocks, config.block_size),
         tokenizer=tokenizer,
         scheduler=Scheduler(scheduler_config, block_manager),
-        sampler=Sampler(config.seed),
+        sampler=Sampler(config.seed, argmax=model.kernels.argmax_rows if model.kernels else None),
         max_model_len=max_model_len,
     )
 

@@ -27,6 +27,7 @@ SOURCES = {
         "cpu_attention.cpp",
         "cpu_rope.cpp",
         "cpu_forward.cpp",
+        "cpu_sample.cpp",
     ),
     "avx2": (
         "cpu_module.cpp",
@@ -34,6 +35,7 @@ SOURCES = {
         "attention_avx2.cpp",
         "cpu_rope.cpp",
         "cpu_forward.cpp",
+        "cpu_sample.cpp",
     ),
 }
 GROUP_ROWS = 64  # output rows per packed group (cpu_linear.cpp kGroup)

@@ -5,6 +5,7 @@ Each request with a seed owns its own torch.Generator, so its samples do not dep
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -26,9 +27,15 @@ class SampledToken:
 
 
 class Sampler:
-    def __init__(self, seed: int) -> None:
+    """`argmax`: the greedy choice of contiguous fp32 CPU logits [B, V] -> long [B], as
+    torch.argmax(dim=-1) (the CPU kernels' argmax_rows: torch's took ~2 % of a batch-16 step)."""
+
+    def __init__(
+        self, seed: int, argmax: Callable[[torch.Tensor], torch.Tensor] | None = None
+    ) -> None:
         self._default = torch.Generator().manual_seed(seed)
         self._generators: dict[str, torch.Generator] = {}
+        self._argmax = argmax
 
     def release(self, request_id: str) -> None:
         self._generators.pop(request_id, None)
@@ -37,7 +44,12 @@ class Sampler:
         self, logits: torch.Tensor, request_ids: list[str], params: list[SamplingParams]
     ) -> list[SampledToken]:
         """logits: [B, V] (any device). Only rows that draw or report logprobs leave the device."""
-        greedy = logits.argmax(dim=-1).tolist()
+        argmax = self._argmax
+        on_kernel = logits.device.type == "cpu" and logits.dtype == torch.float32
+        if argmax is None or not on_kernel or not logits.is_contiguous():
+            greedy = logits.argmax(dim=-1).tolist()
+        else:
+            greedy = argmax(logits).tolist()
         need_row = [not p.is_greedy or p.logprobs is not None for p in params]
         rows = logits.float().cpu() if any(need_row) else None
         tokens: list[SampledToken] = []

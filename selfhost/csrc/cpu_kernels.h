@@ -92,6 +92,8 @@ torch::Tensor paged_prefill(const torch::Tensor& q, const torch::Tensor& k_pool,
                             const torch::Tensor& v_pool, const torch::Tensor& block_ids,
                             int64_t context_len, double scale);
 
+// cpu_sample.cpp (both builds): torch.argmax(logits, dim=-1) of contiguous fp32 [rows, vocab]
+torch::Tensor argmax_rows(const torch::Tensor& logits);
 // cpu_forward.cpp (both builds): one prefill chunk's attention, on the path this build runs best
 torch::Tensor prefill_attention(const torch::Tensor& q, const torch::Tensor& k_pool,
                                 const torch::Tensor& v_pool, const torch::Tensor& block_ids,

@@ -18,5 +18,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("paged_decode", &lantern::paged_decode, release());
   m.def("paged_prefill", &lantern::paged_prefill, release());
   m.def("prefill_attention", &lantern::prefill_attention, release());
+  m.def("argmax_rows", &lantern::argmax_rows, release());
   m.def("forward_layers", &lantern::forward_layers, release());
 }

@@ -398,3 +398,31 @@ def test_kernels_called_from_several_threads_at_once_give_the_serial_results(
     for thread in threads:
         thread.join()
     assert failures == []
+
+
+@pytest.mark.parametrize("width", [1, 15, 16, 17, 49_152, 49_153])
+def test_argmax_rows_is_torch_argmax(cpu_kernels: ModuleType, width: int) -> None:
+    """The sampler's greedy choice on the kernels equals torch.argmax(dim=-1) row by row: random
+    rows, ties (the first maximum wins, in the vectorised body and in the tail), a row of -inf,
+    rows with NaN (torch picks the first NaN) and +inf."""
+    torch.manual_seed(width)
+    logits = torch.randn(8, width)
+    logits[1] = 0.5  # all tied
+    logits[2, width // 3] = logits[2, width - 1] = 99.0  # tie between body and tail
+    logits[3] = float("-inf")
+    logits[4, width // 2] = float("nan")
+    logits[4, width - 1] = float("nan")
+    logits[5, width - 1] = float("inf")
+    logits[6, 0] = float("nan")
+    got = cpu_kernels.argmax_rows(logits)
+    assert got.dtype == torch.long
+    assert torch.equal(got, logits.argmax(dim=-1))
+
+
+def test_argmax_rows_refuses_what_it_cannot_read(cpu_kernels: ModuleType) -> None:
+    with pytest.raises(RuntimeError, match="argmax_rows"):
+        cpu_kernels.argmax_rows(torch.randn(4, 10).bfloat16())
+    with pytest.raises(RuntimeError, match="argmax_rows"):
+        cpu_kernels.argmax_rows(torch.randn(10, 4).T)
+    with pytest.raises(RuntimeError, match="argmax_rows"):
+        cpu_kernels.argmax_rows(torch.randn(4, 0))

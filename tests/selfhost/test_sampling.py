@@ -56,6 +56,24 @@ def test_greedy_and_logprobs() -> None:
     assert [t for t, _ in token.logprobs.top] == [1, 2]
 
 
+def test_greedy_uses_the_given_argmax_only_where_it_reads_the_logits() -> None:
+    """A kernel argmax serves contiguous fp32 CPU logits; anything else goes to torch."""
+    calls: list[torch.Tensor] = []
+
+    def argmax(logits: torch.Tensor) -> torch.Tensor:
+        calls.append(logits)
+        return logits.argmax(dim=-1)
+
+    sampler = Sampler(seed=0, argmax=argmax)
+    greedy = SamplingParams(temperature=0.0)
+    logits = torch.tensor([[0.0, 2.0, 1.0], [3.0, 2.0, 1.0]])
+    assert [t.token_id for t in sampler.sample(logits, ["a", "b"], [greedy, greedy])] == [1, 0]
+    assert len(calls) == 1
+    for other in (logits.T.contiguous().T, logits.double(), logits.bfloat16()):
+        assert [t.token_id for t in sampler.sample(other, ["a", "b"], [greedy, greedy])] == [1, 0]
+    assert len(calls) == 1
+
+
 def test_stop_string_cuts_text_and_holds_back_partial_matches() -> None:
     detok = IncrementalDetokenizer(CharDecoder(), stop=("END",))
     emitted = [detok.add(ord(c)) for c in "abEN"]
