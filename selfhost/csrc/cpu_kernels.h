@@ -75,9 +75,12 @@ bool set_linear_amx(bool enabled, int64_t min_rows);
 // AVX512 one also prefetches 8x as far into L2); returns whether the build has such a path. For
 // A/B runs and the tests.
 bool set_gemv_prefetch(int64_t bytes);
-// Whether decode-batch GEMMs (2-64 rows) prefetch the next group a thread will claim into L2
-// (AVX512 build; default on); returns the previous setting. For A/B runs and the tests.
+// Whether decode-batch GEMMs (1-64 rows) prefetch the next group a thread will claim (AVX512
+// build; default on); returns the previous setting. For A/B runs and the tests.
 bool set_gemm_group_prefetch(bool enabled);
+// Batch-1 GEMV tasks: spans of consecutive weight groups, spans_per_thread per pool thread (0: a
+// group per task); returns the previous value (AVX512 build, default 4). For A/B runs and tests.
+int64_t set_gemv_spans(int64_t spans_per_thread);
 // cpu_rope.cpp (bf16 and fp32, portable C++)
 torch::Tensor rope_write_kv(const torch::Tensor& qkv, const torch::Tensor& positions,
                             const torch::Tensor& cos, const torch::Tensor& sin,

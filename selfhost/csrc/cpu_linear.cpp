@@ -21,17 +21,32 @@ constexpr int kGroup = 64;  // output rows per packed weight group (4 zmm of 16 
 std::atomic<int64_t> gemv_prefetch_bytes{1024};
 constexpr int64_t kL2Factor = 8;
 
-// Decode batches (2-64 rows, one task per weight group): while a task computes its group, it
-// prefetches into L2 the group a thread is likely to claim next (this group + the pool's thread
-// count: threads claim groups in turn), spread over the group's K pairs. A group is read from
-// memory by its first 4-row tile and from L2 by the rest, so without it memory sat idle through
-// three quarters of a batch-16 GEMM and compute through the first quarter.
+// Decode batches (1-64 rows, one task per weight group): while a task computes its group, it
+// prefetches the group a thread is likely to claim next (this group + the pool's thread count:
+// threads claim groups in turn). At 2-64 rows: into L2, spread over the group's K pairs (a group
+// is read from memory by its first 4-row tile and from L2 by the rest, so without it memory sat
+// idle through three quarters of a batch-16 GEMM and compute through the first quarter). At 1
+// row: the GEMV's prefetch stream runs on into that group instead of into the group next to this
+// one in memory, which the other thread is reading at the same time.
 std::atomic<bool> gemm_group_prefetch{true};
+
+// Batch 1: spans of consecutive groups per task, this many per thread (0: a group per task).
+std::atomic<int64_t> gemv_spans_per_thread{4};
 
 // Skinny GEMM: out[M, N] = x[M, K] @ W[N, K]^T, W packed as [N/64][K/2][64][2] bf16 (pairs of K
 // for one dpbf16 lane), fp32 accumulation. Each weight group is read from memory once for all M.
 
-// next: lines of another group to prefetch into L2, `lines_per_kp` per K pair (0: none).
+// The byte `ahead` bytes past K pair kp of a group's weight stream, which continues past the
+// group's end into `next` (the group this thread will likely claim next) where there is one.
+inline const char* stream_at(const uint16_t* group, int64_t kpairs, const char* next, int64_t kp,
+                             int64_t ahead) {
+  const int64_t offset = kp * 2 * kGroup * 2 + ahead, end = kpairs * 2 * kGroup * 2;
+  if (offset < end || next == nullptr) return reinterpret_cast<const char*>(group) + offset;
+  return next + (offset - end);
+}
+
+// next: another group to prefetch: into L2, `lines_per_kp` lines per K pair (rows > 1), or
+// (kPrefetch, batch 1) where the GEMV's prefetch stream runs past this group's end.
 template <int MR, bool kPrefetch = false>
 void gemm_tile(const uint16_t* x, int64_t ldx, const uint16_t* group, int64_t kp0, int64_t kpairs,
                bool accumulate, float* acc_out, int64_t ahead = 0, const char* next = nullptr,
@@ -46,10 +61,10 @@ void gemm_tile(const uint16_t* x, int64_t ldx, const uint16_t* group, int64_t kp
     for (int line = 0; line < lines_per_kp; ++line)
       _mm_prefetch(next + ((kp - kp0) * lines_per_kp + line) * 64, _MM_HINT_T1);
     if (kPrefetch) {  // this K pair's 4 lines, `ahead` bytes further down the weight stream
-      for (int line = 0; line < 4; ++line)
-        _mm_prefetch(reinterpret_cast<const char*>(w) + ahead + 64 * line, _MM_HINT_T0);
-      for (int line = 0; line < 4; ++line)
-        _mm_prefetch(reinterpret_cast<const char*>(w) + kL2Factor * ahead + 64 * line, _MM_HINT_T1);
+      const char* l1 = stream_at(group, kpairs, next, kp, ahead);
+      const char* l2 = stream_at(group, kpairs, next, kp, kL2Factor * ahead);
+      for (int line = 0; line < 4; ++line) _mm_prefetch(l1 + 64 * line, _MM_HINT_T0);
+      for (int line = 0; line < 4; ++line) _mm_prefetch(l2 + 64 * line, _MM_HINT_T1);
     }
     __m512bh w0 = (__m512bh)_mm512_loadu_si512(w);
     __m512bh w1 = (__m512bh)_mm512_loadu_si512(w + 32);
@@ -73,7 +88,9 @@ void gemm_rows(const uint16_t* x, int64_t ldx, int64_t rows, const uint16_t* gro
                int64_t kpairs, bool accumulate, float* acc, const uint16_t* next = nullptr) {
   if (rows == 1) {
     const int64_t ahead = gemv_prefetch_bytes.load(std::memory_order_relaxed);
-    if (ahead > 0) return gemm_tile<1, true>(x, ldx, group, kp0, kpairs, accumulate, acc, ahead);
+    if (ahead > 0)
+      return gemm_tile<1, true>(x, ldx, group, kp0, kpairs, accumulate, acc, ahead,
+                                reinterpret_cast<const char*>(next));
   }
   // a group is 4 lines per K pair: each of the `tiles` row tiles fetches its share of them
   const int64_t tiles = (rows + 3) / 4;
@@ -292,6 +309,11 @@ bool set_linear_amx(bool enabled, int64_t min_rows) {
 
 bool set_gemm_group_prefetch(bool enabled) { return gemm_group_prefetch.exchange(enabled); }
 
+int64_t set_gemv_spans(int64_t spans_per_thread) {
+  TORCH_CHECK(spans_per_thread >= 0, "set_gemv_spans: spans_per_thread must be >= 0");
+  return gemv_spans_per_thread.exchange(spans_per_thread);
+}
+
 bool set_gemv_prefetch(int64_t bytes) {
   TORCH_CHECK(bytes >= 0, "set_gemv_prefetch: bytes must be >= 0");
   gemv_prefetch_bytes.store(bytes);
@@ -328,23 +350,35 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_
   const uint16_t* res = residual ? data<uint16_t>(*residual) : nullptr;
   uint16_t* dst = data_mut<uint16_t>(out);
   // One task = one weight group x up to 64 rows; row chunks of a group run back to back (its
-  // weights stay in cache).
-  const int64_t chunks = (rows + kGroup - 1) / kGroup;
-  const int64_t ahead = chunks == 1 && rows > 1 && !amx &&
-                                gemm_group_prefetch.load(std::memory_order_relaxed)
-                            ? at::get_num_threads()
-                            : 0;
-  parallel_tasks(groups * chunks, [&](int64_t task) {
-    const int64_t g = task / chunks, r0 = (task % chunks) * kGroup;
+  // weights stay in cache). Batch 1 (a GEMV): one task = a span of consecutive groups, so each
+  // thread streams long runs of memory as a plain sum does (gemv_spans_per_thread spans per
+  // thread; 0: one group per task, as for batches).
+  const int64_t chunks = (rows + kGroup - 1) / kGroup, threads = at::get_num_threads();
+  const int64_t spans = rows == 1 && !amx ? gemv_spans_per_thread.load() * threads : 0;
+  const int64_t span = spans > 0 ? std::max<int64_t>(1, (groups + spans - 1) / spans) : 1;
+  const bool ahead = chunks == 1 && !amx && gemm_group_prefetch.load(std::memory_order_relaxed);
+  const int64_t group_elems = kpairs * 2 * kGroup;
+  auto run_group = [&](int64_t g, int64_t r0, const uint16_t* next) {
     const int64_t count = std::min<int64_t>(kGroup, rows - r0);
     alignas(64) float acc[kGroup * kGroup];
-    const uint16_t* next = ahead > 0 && g + ahead < groups ? w + (g + ahead) * kpairs * 2 * kGroup
-                                                           : nullptr;
-    group_rows(xs + r0 * kp, kp, count, w + g * kpairs * 2 * kGroup, kpairs, amx, acc, next);
+    group_rows(xs + r0 * kp, kp, count, w + g * group_elems, kpairs, amx, acc, next);
     const int64_t n0 = g * kGroup, width = std::min<int64_t>(kGroup, n_out - n0);
     for (int64_t r = r0; r < r0 + count; ++r)
       store_row(acc + (r - r0) * kGroup, width, res ? res + r * n_out + n0 : nullptr,
                 dst + r * n_out + n0);
+  };
+  if (span > 1) {  // the next group of a span is this thread's next; the span's last has none
+    parallel_tasks((groups + span - 1) / span, [&](int64_t task) {
+      const int64_t end = std::min(groups, (task + 1) * span);
+      for (int64_t g = task * span; g < end; ++g)
+        run_group(g, 0, ahead && g + 1 < end ? w + (g + 1) * group_elems : nullptr);
+    });
+    return out;
+  }
+  parallel_tasks(groups * chunks, [&](int64_t task) {
+    const int64_t g = task / chunks;
+    run_group(g, (task % chunks) * kGroup,
+              ahead && g + threads < groups ? w + (g + threads) * group_elems : nullptr);
   });
   return out;
 }

@@ -12,6 +12,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("min_rows") = 8);
   m.def("set_gemv_prefetch", &lantern::set_gemv_prefetch);
   m.def("set_gemm_group_prefetch", &lantern::set_gemm_group_prefetch);
+  m.def("set_gemv_spans", &lantern::set_gemv_spans);
   m.def("set_pool_spin_us", &lantern::set_pool_spin_us);
   m.def("rope_write_kv", &lantern::rope_write_kv, release());
   m.def("paged_attention_supports", &lantern::paged_attention_supports);

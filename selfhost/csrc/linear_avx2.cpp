@@ -157,6 +157,7 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_
 bool set_linear_amx(bool, int64_t) { return false; }  // the AVX2 build has no AMX path
 // The next-group L2 prefetch of decode batches is the AVX512 build's (measured there only).
 bool set_gemm_group_prefetch(bool) { return false; }
+int64_t set_gemv_spans(int64_t) { return 0; }
 
 bool set_gemv_prefetch(int64_t bytes) {
   TORCH_CHECK(bytes >= 0, "set_gemv_prefetch: bytes must be >= 0");

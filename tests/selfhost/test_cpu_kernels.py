@@ -346,6 +346,50 @@ def test_decode_batch_group_prefetch_leaves_results_bit_identical(
     assert_within_bf16_rounding(tuned, x.float() @ weight.float().T + residual.float())
 
 
+@pytest.mark.parametrize("spans", [0, 1, 3, 4, 64])
+@pytest.mark.parametrize("out_rows", [64, 576, 1000, 49_152])
+def test_batch1_gemv_spans_leave_results_bit_identical(
+    cpu_kernels: ModuleType, spans: int, out_rows: int
+) -> None:
+    """Batch-1 GEMV tasks as spans of consecutive groups (AVX512 build; 0: a group per task)
+    change only who computes which group: 1 group, 9, a partial last group, 768, and more spans
+    than groups, with the next-group prefetch on and off."""
+    torch.manual_seed(spans + out_rows)
+    x, weight, residual = bf16(1, 576), bf16(out_rows, 576), bf16(1, out_rows)
+    packed = pack_weight(weight)
+    previous = cpu_kernels.set_gemv_spans(0)
+    try:
+        plain = cpu_kernels.linear(x, packed, out_rows, "none", None, 0.0, residual)
+        cpu_kernels.set_gemv_spans(spans)
+        for prefetch in (False, True):
+            was = cpu_kernels.set_gemm_group_prefetch(prefetch)
+            try:
+                tuned = cpu_kernels.linear(x, packed, out_rows, "none", None, 0.0, residual)
+            finally:
+                cpu_kernels.set_gemm_group_prefetch(was)
+            assert torch.equal(tuned, plain)
+    finally:
+        cpu_kernels.set_gemv_spans(previous)
+    assert_within_bf16_rounding(plain, x.float() @ weight.float().T + residual.float())
+
+
+def test_gemv_spans_setting(cpu_kernels: ModuleType) -> None:
+    """The AVX512 build keeps the span count and refuses a negative one; the AVX2 build has no
+    such path and says so by returning 0 for anything."""
+    if "avx2" in cpu_kernels.__name__:
+        assert cpu_kernels.set_gemv_spans(7) == 0
+        assert cpu_kernels.set_gemv_spans(-1) == 0
+        return
+    previous = cpu_kernels.set_gemv_spans(7)
+    try:
+        assert cpu_kernels.set_gemv_spans(2) == 7
+        with pytest.raises(RuntimeError, match="set_gemv_spans"):
+            cpu_kernels.set_gemv_spans(-1)
+        assert cpu_kernels.set_gemv_spans(2) == 2
+    finally:
+        cpu_kernels.set_gemv_spans(previous)
+
+
 @pytest.mark.parametrize("spin_us", [0, 1, 100, 5000])
 def test_pool_spin_changes_no_result(cpu_kernels: ModuleType, spin_us: int) -> None:
     """How long the pool's helpers watch for the next job before sleeping (0: not at all) changes
