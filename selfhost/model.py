@@ -222,15 +222,9 @@ class LlamaModel(nn.Module):
         """hidden [S, hidden] rows of the residual stream -> fp32 logits [S, V] (final norm + head)."""
         cfg = self.config
         if self.kernels is not None and self.kernel_head is not None:  # bf16 kernel path
-            return self.kernels.linear(
-                hidden,
-                self.kernel_head,
-                cfg.vocab_size,
-                "rms_norm",
-                self.norm,
-                cfg.rms_norm_eps,
-                None,
-            ).float()
+            return self.kernels.linear_logits(
+                hidden, self.kernel_head, cfg.vocab_size, "rms_norm", self.norm, cfg.rms_norm_eps
+            )
         hidden = F.rms_norm(hidden, (cfg.hidden_size,), self.norm, cfg.rms_norm_eps)
         if self.packed_head is not None:
             logits = torch.ops.mkldnn._linear_pointwise(

@@ -39,7 +39,9 @@ class ModelRunner:
         """Run the step; return logits [S, V] for the sequences that reached their last token."""
         inputs = prepare_step(output, self.block_size, self.device)
         hidden = self.model(inputs.input_ids, inputs.positions, self.kv_cache, inputs.meta)
-        return self.model.compute_logits(hidden[inputs.sample_rows]), inputs.sampled
+        rows = inputs.sample_rows  # increasing: as many as the rows means every row, in order
+        sampled = hidden if rows.numel() == hidden.shape[0] else hidden[rows]
+        return self.model.compute_logits(sampled), inputs.sampled
 
 
 def prepare_step(output: SchedulerOutput, block_size: int, device: torch.device) -> StepInputs:

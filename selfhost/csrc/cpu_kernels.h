@@ -68,6 +68,11 @@ inline __m512 exp_ps(__m512 x) {
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_t n_out,
                      const std::string& prologue, const c10::optional<torch::Tensor>& norm_weight,
                      double eps, const c10::optional<torch::Tensor>& residual);
+// linear() into fp32 [rows, n_out]: its bf16-rounded results widened (logits for the sampler;
+// no residual), without a separate conversion pass (torch's .float() ran on its OpenMP pool).
+torch::Tensor linear_logits(const torch::Tensor& x, const torch::Tensor& packed, int64_t n_out,
+                            const std::string& prologue,
+                            const c10::optional<torch::Tensor>& norm_weight, double eps);
 // Whether linear() may use AMX tiles for batches of min_rows+ rows (default: yes, 8); returns
 // whether it will (false where the build, CPU or kernel has no AMX). For A/B runs and the tests.
 bool set_linear_amx(bool enabled, int64_t min_rows);

@@ -320,10 +320,23 @@ bool set_gemv_prefetch(int64_t bytes) {
   return true;
 }
 
+namespace {
+
+// out[0:width] = bf16(acc) widened to fp32: the values of linear()'s bf16 output, as fp32.
+inline void store_row_fp32(const float* acc, int64_t width, float* out) {
+  for (int64_t j = 0; j < width; j += 16) {
+    const __mmask16 lanes = tail_mask(width, j);
+    const __m512 v = _mm512_cvtpbh_ps(_mm512_cvtneps_pbh(_mm512_loadu_ps(acc + j)));
+    _mm512_mask_storeu_ps(out + j, lanes, v);
+  }
+}
+
 // prologue: "none" (x used as is), "rms_norm" (norm_weight, eps) or "silu_mul" (x = [gate | up]).
-torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_t n_out,
-                     const std::string& prologue, const c10::optional<torch::Tensor>& norm_weight,
-                     double eps, const c10::optional<torch::Tensor>& residual) {
+// fp32_out: the bf16-rounded results widened to fp32 (logits for the sampler; no residual).
+torch::Tensor linear_impl(const torch::Tensor& x, const torch::Tensor& packed, int64_t n_out,
+                          const std::string& prologue,
+                          const c10::optional<torch::Tensor>& norm_weight, double eps,
+                          const c10::optional<torch::Tensor>& residual, bool fp32_out) {
   TORCH_CHECK(x.dtype() == torch::kBFloat16 && x.is_contiguous() && x.dim() == 2);
   const int64_t rows = x.size(0), groups = packed.size(0), kpairs = packed.size(1);
   const int64_t kp = 2 * kpairs;
@@ -344,11 +357,14 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_
     if (padded_rows != rows) xin.narrow(0, rows, padded_rows - rows).zero_();
   }
   TORCH_CHECK(!residual || (residual->is_contiguous() && residual->size(1) == n_out));
-  torch::Tensor out = torch::empty({rows, n_out}, x.options());
+  TORCH_CHECK(!(fp32_out && residual), "linear: fp32 output takes no residual");
+  torch::Tensor out = torch::empty({rows, n_out}, x.options().dtype(fp32_out ? torch::kFloat32
+                                                                              : torch::kBFloat16));
   const uint16_t* xs = data<uint16_t>(xin);
   const uint16_t* w = data<uint16_t>(packed);
   const uint16_t* res = residual ? data<uint16_t>(*residual) : nullptr;
-  uint16_t* dst = data_mut<uint16_t>(out);
+  uint16_t* dst = fp32_out ? nullptr : data_mut<uint16_t>(out);
+  float* dst32 = fp32_out ? out.data_ptr<float>() : nullptr;
   // One task = one weight group x up to 64 rows; row chunks of a group run back to back (its
   // weights stay in cache). Batch 1 (a GEMV): one task = a span of consecutive groups, so each
   // thread streams long runs of memory as a plain sum does (gemv_spans_per_thread spans per
@@ -363,9 +379,13 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_
     alignas(64) float acc[kGroup * kGroup];
     group_rows(xs + r0 * kp, kp, count, w + g * group_elems, kpairs, amx, acc, next);
     const int64_t n0 = g * kGroup, width = std::min<int64_t>(kGroup, n_out - n0);
-    for (int64_t r = r0; r < r0 + count; ++r)
-      store_row(acc + (r - r0) * kGroup, width, res ? res + r * n_out + n0 : nullptr,
-                dst + r * n_out + n0);
+    for (int64_t r = r0; r < r0 + count; ++r) {
+      if (dst32 != nullptr)
+        store_row_fp32(acc + (r - r0) * kGroup, width, dst32 + r * n_out + n0);
+      else
+        store_row(acc + (r - r0) * kGroup, width, res ? res + r * n_out + n0 : nullptr,
+                  dst + r * n_out + n0);
+    }
   };
   if (span > 1) {  // the next group of a span is this thread's next; the span's last has none
     parallel_tasks((groups + span - 1) / span, [&](int64_t task) {
@@ -381,6 +401,20 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_
               ahead && g + threads < groups ? w + (g + threads) * group_elems : nullptr);
   });
   return out;
+}
+
+}  // namespace
+
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_t n_out,
+                     const std::string& prologue, const c10::optional<torch::Tensor>& norm_weight,
+                     double eps, const c10::optional<torch::Tensor>& residual) {
+  return linear_impl(x, packed, n_out, prologue, norm_weight, eps, residual, false);
+}
+
+torch::Tensor linear_logits(const torch::Tensor& x, const torch::Tensor& packed, int64_t n_out,
+                            const std::string& prologue,
+                            const c10::optional<torch::Tensor>& norm_weight, double eps) {
+  return linear_impl(x, packed, n_out, prologue, norm_weight, eps, c10::nullopt, true);
 }
 
 }  // namespace lantern

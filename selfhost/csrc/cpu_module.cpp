@@ -8,6 +8,7 @@
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using release = pybind11::call_guard<pybind11::gil_scoped_release>;
   m.def("linear", &lantern::linear, release());
+  m.def("linear_logits", &lantern::linear_logits, release());
   m.def("set_linear_amx", &lantern::set_linear_amx, pybind11::arg("enabled"),
         pybind11::arg("min_rows") = 8);
   m.def("set_gemv_prefetch", &lantern::set_gemv_prefetch);

@@ -122,11 +122,16 @@ inline void store_row(const float* acc, int64_t width, const uint16_t* res, uint
   for (; j < width; ++j) out[j] = float_to_bf16(acc[j] + (res ? to_float(res[j]) : 0.0f));
 }
 
-}  // namespace
+// out[0:width] = bf16(acc) widened to fp32: the values of linear()'s bf16 output, as fp32.
+inline void store_row_fp32(const float* acc, int64_t width, float* out) {
+  for (int64_t j = 0; j < width; ++j) out[j] = to_float(float_to_bf16(acc[j]));
+}
 
-torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_t n_out,
-                     const std::string& prologue, const c10::optional<torch::Tensor>& norm_weight,
-                     double eps, const c10::optional<torch::Tensor>& residual) {
+// fp32_out: the bf16-rounded results widened to fp32 (logits for the sampler; no residual).
+torch::Tensor linear_impl(const torch::Tensor& x, const torch::Tensor& packed, int64_t n_out,
+                          const std::string& prologue,
+                          const c10::optional<torch::Tensor>& norm_weight, double eps,
+                          const c10::optional<torch::Tensor>& residual, bool fp32_out) {
   TORCH_CHECK(x.dtype() == torch::kBFloat16 && x.is_contiguous() && x.dim() == 2);
   TORCH_CHECK(prologue == "none" || prologue == "silu_mul" || (prologue == "rms_norm" && norm_weight),
               "linear: prologue none, rms_norm (with its weight) or silu_mul");
@@ -135,10 +140,13 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_
   std::vector<float> xf(rows * kp);
   input_rows(x, prologue, norm_weight, eps, xf.data(), kp);
   TORCH_CHECK(!residual || (residual->is_contiguous() && residual->size(1) == n_out));
-  torch::Tensor out = torch::empty({rows, n_out}, x.options());
+  TORCH_CHECK(!(fp32_out && residual), "linear: fp32 output takes no residual");
+  torch::Tensor out = torch::empty({rows, n_out}, x.options().dtype(fp32_out ? torch::kFloat32
+                                                                              : torch::kBFloat16));
   const uint16_t* w = data<uint16_t>(packed);
   const uint16_t* res = residual ? data<uint16_t>(*residual) : nullptr;
-  uint16_t* dst = data_mut<uint16_t>(out);
+  uint16_t* dst = fp32_out ? nullptr : data_mut<uint16_t>(out);
+  float* dst32 = fp32_out ? out.data_ptr<float>() : nullptr;
   // One task = one weight group x up to 64 rows; row chunks of a group run back to back.
   const int64_t chunks = (rows + kGroup - 1) / kGroup;
   parallel_tasks(groups * chunks, [&](int64_t task) {
@@ -147,11 +155,29 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_
     alignas(64) float acc[kGroup * kGroup];
     gemm_rows(xf.data() + r0 * kp, kp, count, w + g * kpairs * 2 * kGroup, kpairs, acc);
     const int64_t n0 = g * kGroup, width = std::min<int64_t>(kGroup, n_out - n0);
-    for (int64_t r = r0; r < r0 + count; ++r)
-      store_row(acc + (r - r0) * kGroup, width, res ? res + r * n_out + n0 : nullptr,
-                dst + r * n_out + n0);
+    for (int64_t r = r0; r < r0 + count; ++r) {
+      if (dst32 != nullptr)
+        store_row_fp32(acc + (r - r0) * kGroup, width, dst32 + r * n_out + n0);
+      else
+        store_row(acc + (r - r0) * kGroup, width, res ? res + r * n_out + n0 : nullptr,
+                  dst + r * n_out + n0);
+    }
   });
   return out;
+}
+
+}  // namespace
+
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_t n_out,
+                     const std::string& prologue, const c10::optional<torch::Tensor>& norm_weight,
+                     double eps, const c10::optional<torch::Tensor>& residual) {
+  return linear_impl(x, packed, n_out, prologue, norm_weight, eps, residual, false);
+}
+
+torch::Tensor linear_logits(const torch::Tensor& x, const torch::Tensor& packed, int64_t n_out,
+                            const std::string& prologue,
+                            const c10::optional<torch::Tensor>& norm_weight, double eps) {
+  return linear_impl(x, packed, n_out, prologue, norm_weight, eps, c10::nullopt, true);
 }
 
 bool set_linear_amx(bool, int64_t) { return false; }  // the AVX2 build has no AMX path

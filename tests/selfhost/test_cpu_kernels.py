@@ -470,3 +470,19 @@ def test_argmax_rows_refuses_what_it_cannot_read(cpu_kernels: ModuleType) -> Non
         cpu_kernels.argmax_rows(torch.randn(10, 4).T)
     with pytest.raises(RuntimeError, match="argmax_rows"):
         cpu_kernels.argmax_rows(torch.randn(4, 0))
+
+
+@pytest.mark.parametrize("rows", [1, 3, 16, 70])
+@pytest.mark.parametrize("out_rows", [100, 49_152])
+def test_linear_logits_are_linear_widened_to_fp32(
+    cpu_kernels: ModuleType, rows: int, out_rows: int
+) -> None:
+    """The LM head's fp32 logits are the bf16 results of linear() (same prologue), widened: the
+    sampler sees exactly the values the bf16 head gave before, with no conversion pass."""
+    torch.manual_seed(rows + out_rows)
+    x, weight, norm = bf16(rows, 576), bf16(out_rows, 576), bf16(576)
+    packed = pack_weight(weight)
+    logits = cpu_kernels.linear_logits(x, packed, out_rows, "rms_norm", norm, 1e-5)
+    assert logits.dtype == torch.float32 and logits.shape == (rows, out_rows)
+    bf16_out = cpu_kernels.linear(x, packed, out_rows, "rms_norm", norm, 1e-5, None)
+    assert torch.equal(logits, bf16_out.float())
