@@ -64,15 +64,25 @@ inline __m512 exp_ps(__m512 x) {
 }
 #endif  // __AVX512F__
 
-// cpu_linear.cpp / linear_avx2.cpp (bf16 only)
-torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_t n_out,
-                     const std::string& prologue, const c10::optional<torch::Tensor>& norm_weight,
-                     double eps, const c10::optional<torch::Tensor>& residual);
+// cpu_linear.cpp / linear_avx2.cpp (bf16 only): the skinny GEMM of either build; fp32_out
+// writes its bf16-rounded results widened to fp32 (no residual then).
+torch::Tensor linear_impl(const torch::Tensor& x, const torch::Tensor& packed, int64_t n_out,
+                          const std::string& prologue,
+                          const c10::optional<torch::Tensor>& norm_weight, double eps,
+                          const c10::optional<torch::Tensor>& residual, bool fp32_out);
+inline torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_t n_out,
+                            const std::string& prologue,
+                            const c10::optional<torch::Tensor>& norm_weight, double eps,
+                            const c10::optional<torch::Tensor>& residual) {
+  return linear_impl(x, packed, n_out, prologue, norm_weight, eps, residual, false);
+}
 // linear() into fp32 [rows, n_out]: its bf16-rounded results widened (logits for the sampler;
 // no residual), without a separate conversion pass (torch's .float() ran on its OpenMP pool).
-torch::Tensor linear_logits(const torch::Tensor& x, const torch::Tensor& packed, int64_t n_out,
-                            const std::string& prologue,
-                            const c10::optional<torch::Tensor>& norm_weight, double eps);
+inline torch::Tensor linear_logits(const torch::Tensor& x, const torch::Tensor& packed,
+                                   int64_t n_out, const std::string& prologue,
+                                   const c10::optional<torch::Tensor>& norm_weight, double eps) {
+  return linear_impl(x, packed, n_out, prologue, norm_weight, eps, c10::nullopt, true);
+}
 // Whether linear() may use AMX tiles for batches of min_rows+ rows (default: yes, 8); returns
 // whether it will (false where the build, CPU or kernel has no AMX). For A/B runs and the tests.
 bool set_linear_amx(bool enabled, int64_t min_rows);

@@ -331,6 +331,8 @@ inline void store_row_fp32(const float* acc, int64_t width, float* out) {
   }
 }
 
+}  // namespace
+
 // prologue: "none" (x used as is), "rms_norm" (norm_weight, eps) or "silu_mul" (x = [gate | up]).
 // fp32_out: the bf16-rounded results widened to fp32 (logits for the sampler; no residual).
 torch::Tensor linear_impl(const torch::Tensor& x, const torch::Tensor& packed, int64_t n_out,
@@ -401,20 +403,6 @@ torch::Tensor linear_impl(const torch::Tensor& x, const torch::Tensor& packed, i
               ahead && g + threads < groups ? w + (g + threads) * group_elems : nullptr);
   });
   return out;
-}
-
-}  // namespace
-
-torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_t n_out,
-                     const std::string& prologue, const c10::optional<torch::Tensor>& norm_weight,
-                     double eps, const c10::optional<torch::Tensor>& residual) {
-  return linear_impl(x, packed, n_out, prologue, norm_weight, eps, residual, false);
-}
-
-torch::Tensor linear_logits(const torch::Tensor& x, const torch::Tensor& packed, int64_t n_out,
-                            const std::string& prologue,
-                            const c10::optional<torch::Tensor>& norm_weight, double eps) {
-  return linear_impl(x, packed, n_out, prologue, norm_weight, eps, c10::nullopt, true);
 }
 
 }  // namespace lantern

@@ -127,6 +127,8 @@ inline void store_row_fp32(const float* acc, int64_t width, float* out) {
   for (int64_t j = 0; j < width; ++j) out[j] = to_float(float_to_bf16(acc[j]));
 }
 
+}  // namespace
+
 // fp32_out: the bf16-rounded results widened to fp32 (logits for the sampler; no residual).
 torch::Tensor linear_impl(const torch::Tensor& x, const torch::Tensor& packed, int64_t n_out,
                           const std::string& prologue,
@@ -164,20 +166,6 @@ torch::Tensor linear_impl(const torch::Tensor& x, const torch::Tensor& packed, i
     }
   });
   return out;
-}
-
-}  // namespace
-
-torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_t n_out,
-                     const std::string& prologue, const c10::optional<torch::Tensor>& norm_weight,
-                     double eps, const c10::optional<torch::Tensor>& residual) {
-  return linear_impl(x, packed, n_out, prologue, norm_weight, eps, residual, false);
-}
-
-torch::Tensor linear_logits(const torch::Tensor& x, const torch::Tensor& packed, int64_t n_out,
-                            const std::string& prologue,
-                            const c10::optional<torch::Tensor>& norm_weight, double eps) {
-  return linear_impl(x, packed, n_out, prologue, norm_weight, eps, c10::nullopt, true);
 }
 
 bool set_linear_amx(bool, int64_t) { return false; }  // the AVX2 build has no AMX path
