@@ -92,16 +92,16 @@ void gemm_rows(const uint16_t* x, int64_t ldx, int64_t rows, const uint16_t* gro
       return gemm_tile<1, true>(x, ldx, group, kp0, kpairs, accumulate, acc, ahead,
                                 reinterpret_cast<const char*>(next));
   }
-  // a group is 4 lines per K pair: each of the `tiles` row tiles fetches its share of them
+  // the next group is 4 * kpairs lines: row tile t fetches the run of lines(t) * kpairs of them
+  // starting t * per_kp * kpairs lines in, lines(t) per K pair of its loop (none past the end)
   const int64_t tiles = (rows + 3) / 4;
   const int per_kp = next != nullptr && kp0 == 0 ? static_cast<int>((4 + tiles - 1) / tiles) : 0;
-  auto share = [&](int64_t tile) {  // where this tile's share starts (past the group: none)
-    const int64_t start = tile * kpairs * per_kp;
-    return start < 4 * kpairs ? reinterpret_cast<const char*>(next) + start * 64 : nullptr;
-  };
   auto lines = [&](int64_t tile) {
-    return share(tile) == nullptr ? 0 : static_cast<int>(std::min<int64_t>(
-        per_kp, (4 * kpairs - tile * kpairs * per_kp + kpairs - 1) / kpairs));
+    return static_cast<int>(std::clamp<int64_t>(4 - tile * per_kp, 0, per_kp));
+  };
+  auto share = [&](int64_t tile) {
+    return lines(tile) == 0 ? nullptr
+                            : reinterpret_cast<const char*>(next) + tile * per_kp * kpairs * 64;
   };
   int64_t r = 0;
   for (; r + 4 <= rows; r += 4)

@@ -124,7 +124,9 @@ inline void store_row(const float* acc, int64_t width, const uint16_t* res, uint
 
 // out[0:width] = bf16(acc) widened to fp32: the values of linear()'s bf16 output, as fp32.
 inline void store_row_fp32(const float* acc, int64_t width, float* out) {
-  for (int64_t j = 0; j < width; ++j) out[j] = to_float(float_to_bf16(acc[j]));
+  int64_t j = 0;
+  for (; j + 8 <= width; j += 8) _mm256_storeu_ps(out + j, round_bf16(_mm256_loadu_ps(acc + j)));
+  for (; j < width; ++j) out[j] = to_float(float_to_bf16(acc[j]));
 }
 
 }  // namespace
