@@ -402,6 +402,8 @@ class Simulation:
         return {
             "requests": len(ttfts),
             "hit_rate": hit / prompt if prompt else 0.0,
+            "hit_tokens": hit,
+            "prompt_tokens": prompt,
             "ttft_p50": ttfts[len(ttfts) // 2],
             "ttft_p95": ttfts[int(len(ttfts) * 0.95)],
             "spread_cv": statistics.pstdev(work) / statistics.fmean(work),
