@@ -3,7 +3,7 @@ run under round-robin, Lantern and both oracles, with each cell's ratios and wha
 say together.
 
     .venv/bin/python -m bench.fleet_grid --seeds 1-24 --workers 2 --json var/fleet_grid.json
-    .venv/bin/python -m bench.fleet_grid --from var/fleet_grid.json   # the report again
+    .venv/bin/python -m bench.fleet_grid --from var/fleet_grid.json   # the report again (or several)
 
 Scenario A: one shared system prompt; B: four agent types (`--agent-types 4`); 0.3 sessions/s,
 600 simulated seconds, the working set at 70 % of the fleet's KV (the settings of
@@ -45,11 +45,21 @@ P95_BAR = 3.0
 Cell = dict[str, object]
 
 
-def run_cell(scenario: str, seed: int, cfg: SimConfig, strategies: Sequence[str]) -> Cell:
-    """One (scenario, seed): the KV sizing pilot, then every strategy on the same trace."""
+def run_cell(
+    scenario: str, seed: int, cfg: SimConfig, strategies: Sequence[str], saved: Cell | None = None
+) -> Cell:
+    """One (scenario, seed): the KV sizing pilot, then every strategy on the same trace. With
+    `saved` (the same cell from an earlier run at the same settings), its KV size and its
+    figures for the strategies not run are reused: each cell is deterministic, so re-running a
+    policy that did not change would reproduce them."""
     cfg = replace(cfg, agent_types=SCENARIOS[scenario])
-    kv, ws = (cfg.kv_blocks, 0.0) if cfg.kv_blocks else size_kv(cfg, seed)
-    results: dict[str, dict[str, float]] = {}
+    if saved is not None:
+        kv, ws = int(saved["kv_blocks"]), float(saved["working_set"])  # type: ignore[call-overload, arg-type]
+    else:
+        kv, ws = (cfg.kv_blocks, 0.0) if cfg.kv_blocks else size_kv(cfg, seed)
+    results: dict[str, dict[str, float]] = {
+        k: v for k, v in (saved or {}).items() if k in STRATEGIES and k not in strategies
+    }  # type: ignore[misc]
     for strategy in strategies:
         sim = Simulation(cfg, strategy, seed, kv)
         sim.run()
@@ -203,18 +213,49 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--rate", type=float, default=0.3, help="new sessions per second")
     ap.add_argument("--poll-s", type=float, default=1.0, help="engine metrics cadence; 0: none")
     ap.add_argument("--workers", type=int, default=2, help="cells run in parallel")
+    ap.add_argument(
+        "--strategies",
+        nargs="+",
+        default=list(STRATEGIES),
+        choices=list(STRATEGIES),
+        help="run only these; the others' figures (and the KV sizes) come from --reuse",
+    )
+    ap.add_argument(
+        "--reuse",
+        type=Path,
+        nargs="+",
+        default=[],
+        help="saved --json files of the same settings: KV sizes and the strategies not run",
+    )
     ap.add_argument("--json", type=Path, help="write every cell's figures here")
-    ap.add_argument("--from", dest="load", type=Path, help="report a saved --json; run nothing")
+    ap.add_argument(
+        "--from", dest="load", type=Path, nargs="+", help="report saved --json files; run nothing"
+    )
     args = ap.parse_args(argv)
     if args.load:
-        print(report(json.loads(args.load.read_text())["cells"]))
+        print(report([c for p in args.load for c in json.loads(p.read_text())["cells"]]))
         return
     cfg = SimConfig(duration_s=args.duration, session_rate=args.rate, poll_s=args.poll_s)
     jobs = [(s, seed) for s in args.scenarios for seed in parse_seeds(args.seeds)]
+    saved: dict[tuple[str, int], Cell] = {}
+    for p in args.reuse:
+        data = json.loads(p.read_text())
+        their = {k: data["settings"][k] for k in ("duration_s", "rate")}
+        if their != {"duration_s": args.duration, "rate": args.rate}:
+            ap.error(
+                f"{p} was run at {their}, not at --duration {args.duration} --rate {args.rate}"
+            )
+        saved.update({(str(c["scenario"]), int(c["seed"])): c for c in data["cells"]})
+    missing = [f"{s}{seed}" for s, seed in jobs if (s, seed) not in saved]
+    if set(args.strategies) != set(STRATEGIES) and missing:
+        ap.error(f"--strategies without every strategy needs --reuse covering {missing}")
     cells: list[Cell] = []
     started = time.monotonic()
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
-        futures = {pool.submit(run_cell, s, seed, cfg, STRATEGIES): (s, seed) for s, seed in jobs}
+        futures = {
+            pool.submit(run_cell, s, seed, cfg, args.strategies, saved.get((s, seed))): (s, seed)
+            for s, seed in jobs
+        }
         for fut in as_completed(futures):
             cell = fut.result()
             cells.append(cell)

@@ -69,9 +69,10 @@ def test_verdict_reads_hit_together_and_p95_per_cell() -> None:
 
 def test_report_from_saved_cells(tmp_path, capsys) -> None:
     cells = [_cell("A", 2, 0.80, 0.81, 0.82, 1.0), _cell("A", 1, 0.78, 0.80, 0.79, 2.0)]
-    path = tmp_path / "grid.json"
-    path.write_text(json.dumps({"settings": {}, "cells": cells}))
-    fleet_grid.main(["--from", str(path)])
+    paths = [tmp_path / "a2.json", tmp_path / "a1.json"]  # two runs' files, reported together
+    for path, cell in zip(paths, cells, strict=True):
+        path.write_text(json.dumps({"settings": {}, "cells": [cell]}))
+    fleet_grid.main(["--from", *map(str, paths)])
     out = capsys.readouterr().out
     lines = [ln for ln in out.splitlines() if ln.startswith(("| A1 ", "| A2 "))]
     assert [ln.split(" | ")[0] for ln in lines] == ["| A1", "| A2"]  # sorted by seed
