@@ -1,5 +1,6 @@
-"""The admission-wait term of the predicted TTFT: exact values, its invariants, and how it
-moves a sticky session off a replica that cannot admit it."""
+"""The admission-wait term of the predicted TTFT: exact values, its invariants, and where it
+counts: in the prediction and the venue (overflow past the TTFT bound), not in the replica
+pick (a queue alone does not move a session)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from adapters.router import admission_wait_s
-from adapters.routing_types import ReplicaState, SessionEntry, SessionTable
+from adapters.routing_types import ApiState, ReplicaState, SessionEntry, SessionTable
 from policies.routing import RoutingPolicy
-from tests.adapters.test_router import chain, decide, features, index_with, replica
+from tests.adapters.test_router import MODEL, chain, decide, features, index_with, replica
 
 
 def test_wait_is_zero_while_the_new_blocks_fit() -> None:
@@ -72,14 +73,58 @@ def test_score_adds_the_wait_to_the_prefill_prediction() -> None:
     assert d.predicted_ttft_s == pytest.approx(0.05 + 1.5 + 0.64)  # the prediction keeps it
 
 
-def test_a_sticky_session_leaves_a_replica_that_cannot_admit_it() -> None:
+def test_an_admission_queue_alone_does_not_move_a_sticky_session() -> None:
+    # the wait clears as calls finish; a move would recompute the whole context for good
     h = chain("s", 100)
     idx = index_with({"a": h})
     table = SessionTable({"s1": SessionEntry("s1", "selfhost", "a", "a", 99.0, 1600)})
     policy = RoutingPolicy(venue="selfhost_only", stickiness_gate_s=1.0)
-    # a: 0.05 + wait + 1/1000; b cold: 1.65 s. The gate breaks once wait > 2.599 s.
-    for queue, expect in [(0, "sticky"), (4, "sticky"), (5, "sticky_broken_gate")]:
+    for queue in (0, 5, 50):
         a = replica("a", queue_depth=queue, kv_free_blocks=0, admit_interval_s=0.5)
         d = decide([a, replica("b")], f=features(hashes=h), idx=idx, table=table, policy=policy)
-        assert d.reason == expect, queue
+        assert (d.backend, d.reason) == ("a", "sticky"), queue
+        # the explanation still predicts the wait
+        assert d.predicted_ttft_s == pytest.approx(0.05 + (queue + 1) * 0.5 + 1 / 1000)
+
+
+def test_queued_prefill_still_moves_a_sticky_session_past_the_gate() -> None:
+    # a: 0.05 + (inflight + 1) / 1000 s; b cold: 0.05 + 1.6 s. Staying costs more than the
+    # 1 s gate once a's queued prefill passes 2,599 tokens.
+    h = chain("s", 100)
+    idx = index_with({"a": h})
+    table = SessionTable({"s1": SessionEntry("s1", "selfhost", "a", "a", 99.0, 1600)})
+    policy = RoutingPolicy(venue="selfhost_only", stickiness_gate_s=1.0)
+    for inflight, expect in [(2500, "sticky"), (2700, "sticky_broken_gate")]:
+        a = replica("a", inflight_tokens=inflight, queue_depth=3, kv_free_blocks=0)
+        d = decide([a, replica("b")], f=features(hashes=h), idx=idx, table=table, policy=policy)
+        assert d.reason == expect, inflight
         assert d.backend == ("a" if expect == "sticky" else "b")
+
+
+def test_a_fleet_session_behind_a_queue_past_the_slo_overflows_to_an_api() -> None:
+    # the venue reads the whole prediction, wait included: 0.05 + 6 x 0.5 s > ttft_slo_s (2 s)
+    h = chain("s", 100)
+    table = SessionTable({"s1": SessionEntry("s1", "selfhost", "a", "a", 99.0, 1600)})
+    policy = RoutingPolicy(venue="cheapest", ttft_slo_s=2.0)
+    apis = (ApiState("openai", MODEL),)
+    blocked = replica("a", queue_depth=5, kv_free_blocks=0, admit_interval_s=0.5)
+    d = decide(
+        [blocked],
+        f=features(hashes=h),
+        idx=index_with({"a": h}),
+        table=table,
+        apis=apis,
+        policy=policy,
+    )
+    assert (d.venue, d.backend) == ("api", "openai")
+    assert d.reason.startswith("overflow_ttft_slo:")
+    free = replica("a", queue_depth=0, kv_free_blocks=500, admit_interval_s=0.5)
+    d = decide(
+        [free],
+        f=features(hashes=h),
+        idx=index_with({"a": h}),
+        table=table,
+        apis=apis,
+        policy=policy,
+    )
+    assert (d.venue, d.backend, d.reason) == ("selfhost", "a", "sticky")
