@@ -107,24 +107,12 @@ def test_a_fleet_session_behind_a_queue_past_the_slo_overflows_to_an_api() -> No
     table = SessionTable({"s1": SessionEntry("s1", "selfhost", "a", "a", 99.0, 1600)})
     policy = RoutingPolicy(venue="cheapest", ttft_slo_s=2.0)
     apis = (ApiState("openai", MODEL),)
-    blocked = replica("a", queue_depth=5, kv_free_blocks=0, admit_interval_s=0.5)
-    d = decide(
-        [blocked],
-        f=features(hashes=h),
-        idx=index_with({"a": h}),
-        table=table,
-        apis=apis,
-        policy=policy,
-    )
-    assert (d.venue, d.backend) == ("api", "openai")
-    assert d.reason.startswith("overflow_ttft_slo:")
-    free = replica("a", queue_depth=0, kv_free_blocks=500, admit_interval_s=0.5)
-    d = decide(
-        [free],
-        f=features(hashes=h),
-        idx=index_with({"a": h}),
-        table=table,
-        apis=apis,
-        policy=policy,
-    )
-    assert (d.venue, d.backend, d.reason) == ("selfhost", "a", "sticky")
+    for queue, free, expect in [(5, 0, "api"), (0, 500, "selfhost")]:
+        a = replica("a", queue_depth=queue, kv_free_blocks=free, admit_interval_s=0.5)
+        idx = index_with({"a": h})
+        d = decide([a], f=features(hashes=h), idx=idx, table=table, apis=apis, policy=policy)
+        assert d.venue == expect, queue
+        if expect == "api":
+            assert (d.backend, d.reason) == ("openai", "overflow_ttft_slo:api_cheapest")
+        else:
+            assert (d.backend, d.reason) == ("a", "sticky")
