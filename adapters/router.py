@@ -106,8 +106,9 @@ def _lantern_pick(
     between blocked replicas until the fleet thrashed (bench/fleet_grid, 144 simulated runs
     against the same oracles: a hit rate 99.2 % of the better oracle's on average instead of
     98.7 %, 9 runs under 95 % instead of 16, p95 at least 3x round-robin's in all 144
-    instead of 142; docs/bench/fleet_sim.md). The wait stays in each candidate's predicted TTFT, where the
-    venue reads it: a fleet that cannot admit within `ttft_slo_s` overflows to an API."""
+    instead of 142; docs/bench/fleet_sim.md). The wait stays in each candidate's predicted
+    TTFT, where the venue reads it: under `cheapest` a pick past `ttft_slo_s` moves to a
+    replica within it, or overflows to an API when none is (`choose`)."""
     ttft = [s.predicted_ttft_s - s.admission_wait_s for s in scores]
     if sticky is None:
         subset = [i for i in subset if scores[i].room_blocks >= 0] or subset
@@ -231,8 +232,22 @@ def choose(
         i, reason = _pick_replica(subset, replicas, rscores, features, sticky, fleet, policy, rng)
         chosen = rscores[i]
         if note == "overflow_ttft_slo" and chosen.predicted_ttft_s > policy.ttft_slo_s:
-            j, api_reason = _pick_api(ascores, policy)
-            chosen, reason = ascores[j], f"{note}:{api_reason}"
+            # past the bound where the pick stands (its queue included): another replica that
+            # meets it costs a recompute on hardware already paid for; only with none, an API
+            within = [k for k in subset if rscores[k].predicted_ttft_s <= policy.ttft_slo_s]
+            if within:
+                k = min(
+                    within,
+                    key=lambda k: (
+                        -rscores[k].predicted_cached_tokens,
+                        rscores[k].predicted_ttft_s,
+                        k,
+                    ),
+                )
+                chosen, reason = rscores[k], "ttft_slo_move"
+            else:
+                j, api_reason = _pick_api(ascores, policy)
+                chosen, reason = ascores[j], f"{note}:{api_reason}"
         elif note and note != "overflow_ttft_slo":
             reason = f"{note}:{reason}"
     else:

@@ -116,3 +116,22 @@ def test_a_fleet_session_behind_a_queue_past_the_slo_overflows_to_an_api() -> No
             assert (d.backend, d.reason) == ("openai", "overflow_ttft_slo:api_cheapest")
         else:
             assert (d.backend, d.reason) == ("a", "sticky")
+
+
+def test_a_fleet_session_past_the_slo_moves_within_the_fleet_before_an_api() -> None:
+    # a's queue puts it past the bound (0.05 + 6 x 0.5 s); b and c meet it: the session moves
+    # to the one holding more of its prefix, on hardware already paid for, not to the API
+    h = chain("s", 100)
+    idx = index_with({"a": h, "c": h[:50]})
+    table = SessionTable({"s1": SessionEntry("s1", "selfhost", "a", "a", 99.0, 1600)})
+    policy = RoutingPolicy(venue="cheapest", ttft_slo_s=2.0)
+    a = replica("a", queue_depth=5, kv_free_blocks=0, admit_interval_s=0.5)
+    reps = [a, replica("b"), replica("c")]
+    apis = (ApiState("openai", MODEL),)
+    d = decide(reps, f=features(hashes=h), idx=idx, table=table, apis=apis, policy=policy)
+    assert (d.venue, d.backend, d.reason) == ("selfhost", "c", "ttft_slo_move")
+    assert d.predicted_ttft_s == pytest.approx(0.05 + 800 / 1000)
+    # with every replica past the bound, the API
+    slow = [replace(r, inflight_tokens=5000) for r in reps]
+    d = decide(slow, f=features(hashes=h), idx=idx, table=table, apis=apis, policy=policy)
+    assert (d.venue, d.reason) == ("api", "overflow_ttft_slo:api_cheapest")
