@@ -83,6 +83,13 @@ def _api_score(
     return CandidateScore(a.backend, None, "api", True, cached, 0.0, usd, "warm" if warm else "")
 
 
+def _longest_match(
+    candidates: Sequence[int], scores: Sequence[CandidateScore], ttft: Sequence[float]
+) -> int:
+    """The candidate with the most predicted cached tokens; ties: least `ttft`, then order."""
+    return min(candidates, key=lambda i: (-scores[i].predicted_cached_tokens, ttft[i], i))
+
+
 def _lantern_pick(
     subset: Sequence[int],
     scores: Sequence[CandidateScore],
@@ -114,7 +121,7 @@ def _lantern_pick(
         subset = [i for i in subset if scores[i].room_blocks >= 0] or subset
     fastest = min(ttft[i] for i in subset)
     near = [i for i in subset if ttft[i] <= fastest + knobs.affinity_slack_s]
-    best = min(near, key=lambda i: (-scores[i].predicted_cached_tokens, ttft[i], i))
+    best = _longest_match(near, scores, ttft)
     if sticky is not None and sticky in subset:
         stay, move = scores[sticky], scores[best]
         penalty = ttft[sticky] + stay.stall_s - ttft[best] - move.stall_s
@@ -236,15 +243,8 @@ def choose(
             # meets it costs a recompute on hardware already paid for; only with none, an API
             within = [k for k in subset if rscores[k].predicted_ttft_s <= policy.ttft_slo_s]
             if within:
-                k = min(
-                    within,
-                    key=lambda k: (
-                        -rscores[k].predicted_cached_tokens,
-                        rscores[k].predicted_ttft_s,
-                        k,
-                    ),
-                )
-                chosen, reason = rscores[k], "ttft_slo_move"
+                ttft = [s.predicted_ttft_s for s in rscores]
+                chosen, reason = rscores[_longest_match(within, rscores, ttft)], "ttft_slo_move"
             else:
                 j, api_reason = _pick_api(ascores, policy)
                 chosen, reason = ascores[j], f"{note}:{api_reason}"

@@ -96,6 +96,11 @@ def _hit(cell: Cell, strategy: str) -> float:
     return float(cell[strategy]["hit_rate"])  # type: ignore[index]
 
 
+def _vs_better_oracle(cell: Cell) -> float:
+    """Lantern's hit rate over the higher of the two oracles' in the same cell."""
+    return _hit(cell, "lantern") / max(_hit(cell, "oracle"), _hit(cell, "oracle_cache"))
+
+
 def _pooled(cells: Iterable[Cell], strategy: str) -> float:
     cells = list(cells)
     hit = sum(float(c[strategy]["hit_tokens"]) for c in cells)  # type: ignore[index]
@@ -117,7 +122,7 @@ def cell_rows(cells: Sequence[Cell]) -> list[str]:
     for c in cells:
         rr, ln = c["round_robin"], c["lantern"]
         oc, orc = _hit(c, "oracle_cache"), _hit(c, "oracle")
-        ratio = _hit(c, "lantern") / max(oc, orc)
+        ratio = _vs_better_oracle(c)
         p95x = float(rr["ttft_p95"]) / float(ln["ttft_p95"])  # type: ignore[index]
         mark = "" if ratio >= HIT_BAR else " (below)"
         pmark = "" if p95x >= P95_BAR else " (below)"
@@ -154,9 +159,7 @@ def summary_rows(cells: Sequence[Cell]) -> list[str]:
         ]
         for label, num, den in comparisons:
             if den is None:
-                ratios = [
-                    _hit(c, num) / max(_hit(c, "oracle"), _hit(c, "oracle_cache")) for c in group
-                ]
+                ratios = [_vs_better_oracle(c) for c in group]  # num is "lantern" here
                 pooled = _pooled(group, num) / max(
                     _pooled(group, "oracle"), _pooled(group, "oracle_cache")
                 )
@@ -174,7 +177,7 @@ def summary_rows(cells: Sequence[Cell]) -> list[str]:
 
 
 def verdict(cells: Sequence[Cell]) -> list[str]:
-    better = [_hit(c, "lantern") / max(_hit(c, "oracle"), _hit(c, "oracle_cache")) for c in cells]
+    better = [_vs_better_oracle(c) for c in cells]
     st = ratio_stats(better)
     p95x = [
         float(c["round_robin"]["ttft_p95"]) / float(c["lantern"]["ttft_p95"])  # type: ignore[index]

@@ -76,6 +76,21 @@ inline torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed,
                             const c10::optional<torch::Tensor>& residual) {
   return linear_impl(x, packed, n_out, prologue, norm_weight, eps, residual, false);
 }
+// Both builds' linear_impl: write out one weight group's accumulators (rows r0..r0+count of
+// columns n0..n0+width, `stride` floats a row) as bf16 through `store(acc, width, res, out)`
+// (plus the residual row, if any) or, with dst32, as fp32 through `store32(acc, width, out)`.
+template <class Store, class Store32>
+inline void store_group(const float* acc, int64_t stride, int64_t r0, int64_t count, int64_t n0,
+                        int64_t width, int64_t n_out, const uint16_t* res, uint16_t* dst,
+                        float* dst32, Store store, Store32 store32) {
+  for (int64_t r = r0; r < r0 + count; ++r) {
+    const float* row = acc + (r - r0) * stride;
+    if (dst32 != nullptr)
+      store32(row, width, dst32 + r * n_out + n0);
+    else
+      store(row, width, res ? res + r * n_out + n0 : nullptr, dst + r * n_out + n0);
+  }
+}
 // linear() into fp32 [rows, n_out]: its bf16-rounded results widened (logits for the sampler;
 // no residual), without a separate conversion pass (torch's .float() ran on its OpenMP pool).
 inline torch::Tensor linear_logits(const torch::Tensor& x, const torch::Tensor& packed,

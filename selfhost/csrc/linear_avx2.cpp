@@ -159,13 +159,8 @@ torch::Tensor linear_impl(const torch::Tensor& x, const torch::Tensor& packed, i
     alignas(64) float acc[kGroup * kGroup];
     gemm_rows(xf.data() + r0 * kp, kp, count, w + g * kpairs * 2 * kGroup, kpairs, acc);
     const int64_t n0 = g * kGroup, width = std::min<int64_t>(kGroup, n_out - n0);
-    for (int64_t r = r0; r < r0 + count; ++r) {
-      if (dst32 != nullptr)
-        store_row_fp32(acc + (r - r0) * kGroup, width, dst32 + r * n_out + n0);
-      else
-        store_row(acc + (r - r0) * kGroup, width, res ? res + r * n_out + n0 : nullptr,
-                  dst + r * n_out + n0);
-    }
+    store_group(acc, kGroup, r0, count, n0, width, n_out, res, dst, dst32, store_row,
+                store_row_fp32);
   });
   return out;
 }
