@@ -63,6 +63,7 @@ class RunStatus(enum.StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"  # the tool ran and exited non-zero
     TIMED_OUT = "timed_out"
+    LIMIT_EXCEEDED = "limit_exceeded"  # the run's tree as a whole passed memory_mb or max_procs
     INFRA_FAILED = "infra_failed"  # the runner could not run or follow the tool
     OUTCOME_UNKNOWN = "outcome_unknown"  # started, then its owner vanished: never re-run
 
