@@ -56,6 +56,7 @@ class ToolRunRequest:
     tool: str
     arguments: tuple[tuple[str, str], ...] = ()
     limits: ToolLimits | None = None
+    max_concurrent_runs: int = 4  # the tenant's cap on its runs going at once
 
 
 class RunStatus(enum.StrEnum):
