@@ -17,6 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 from sandbox.cgroups import CgroupTree
+from sandbox.egress import Resolver
 from sandbox.idempotency import create_tables
 from sandbox.local_runner import LocalRunner
 from sandbox.sandbox_argv import SCRATCH_MB
@@ -65,8 +66,11 @@ print(json.dumps(out))
 """
 
 
-def _run(job: SandboxJob, backend: str, **runner_args: object) -> RunOutput:
-    runner = LocalRunner(logging.getLogger("lantern.test.limits"), backend=backend, **runner_args)  # type: ignore[arg-type]
+def _run(
+    job: SandboxJob, backend: str, cgroup_root: str = "auto", resolver: Resolver | None = None
+) -> RunOutput:
+    log = logging.getLogger("lantern.test.limits")
+    runner = LocalRunner(log, resolver, backend=backend, cgroup_root=cgroup_root)
     try:
         return asyncio.run(runner.run(job))
     finally:
