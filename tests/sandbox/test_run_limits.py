@@ -40,6 +40,17 @@ for pid in kids:
     os.waitpid(pid, 0)
 print("all six children held 100 MiB", sys.argv[1])
 """
+# One process, 360 MiB in memory files: outside its address space, so RLIMIT_AS never sees it.
+MEMFDS = """
+import os
+fds = []
+for n in range(6):
+    fd = os.memfd_create(f"m{n}")
+    for _ in range(60):
+        os.write(fd, b"\\1" * (1 << 20))
+    fds.append(fd)
+print("six memory files of 60 MiB held")
+"""
 SCRATCH_PROBE = r"""
 import errno, json, os, stat, sys
 cap = int(sys.argv[1]) << 20
@@ -113,10 +124,24 @@ def test_children_together_past_memory_mb_are_killed_as_a_whole(
     )
 
 
+def test_memory_outside_the_address_space_counts_against_the_run(
+    sandbox_backend: str, cgroup_tree: CgroupTree
+) -> None:
+    limits = ToolLimits(wall_s=30, memory_mb=256, cpu_s=20, output_kb=8, file_mb=64)
+    result = _run(SandboxJob("run1", "t", ("python3", "-c", MEMFDS), limits), sandbox_backend)
+    assert (result.status, result.reason, result.stdout) == (
+        RunStatus.LIMIT_EXCEEDED,
+        "memory-limit",
+        "",
+    )
+
+
 def test_without_cgroups_each_process_is_bounded_not_the_run(sandbox_backend: str) -> None:
     """The fallback (`cgroup_root: off`, or no writable tree): RLIMIT_AS holds each process to
     memory_mb and RLIMIT_NPROC (counted in the box's own user namespace) the process count, so
-    a run can hold up to memory_mb x max_procs. This pins down what docs/sandbox.md says."""
+    a run can hold up to memory_mb x max_procs, and memory outside the address space (memory
+    files, SysV shared memory) is not bounded by memory_mb at all. This pins down what
+    docs/sandbox.md says."""
     marker = f"fallback-{uuid.uuid4().hex}"
     limits = ToolLimits(wall_s=30, memory_mb=256, cpu_s=20, output_kb=8, max_procs=16)
     together = SandboxJob("run1", "t", ("python3", "-c", CHILDREN, marker), limits)
@@ -132,6 +157,9 @@ def test_without_cgroups_each_process_is_bounded_not_the_run(sandbox_backend: st
         cgroup_root="off",
     )
     assert (one.status, one.stdout) == (RunStatus.SUCCEEDED, "MemoryError\n")
+    files = SandboxJob("run3", "t", ("python3", "-c", MEMFDS), limits)
+    held = _run(files, sandbox_backend, cgroup_root="off")
+    assert (held.status, held.stdout) == (RunStatus.SUCCEEDED, "six memory files of 60 MiB held\n")
 
 
 def test_a_refused_fork_in_the_run_cgroup_is_a_pids_breach(cgroup_tree: CgroupTree) -> None:
