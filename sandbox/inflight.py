@@ -7,9 +7,13 @@ with the store's unique key and fences. redis is imported here and nowhere else 
 
 from __future__ import annotations
 
+import contextlib
 from typing import Protocol
 
 import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from sandbox.errors import SandboxUnavailable
 
 _RELEASE = """
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
@@ -60,11 +64,18 @@ class RedisRunSlots:
         self._prefix = prefix
 
     async def acquire(self, tenant: str, token: str, limit: int, ttl_s: float) -> bool:
+        """SandboxUnavailable when Redis does not answer: no run starts uncounted."""
         ttl_ms = max(1, int(ttl_s * 1000))
-        taken = await self._client.eval(
-            _ACQUIRE_SLOT, 1, self._prefix + tenant, token, limit, ttl_ms
-        )
+        try:
+            taken = await self._client.eval(
+                _ACQUIRE_SLOT, 1, self._prefix + tenant, token, limit, ttl_ms
+            )
+        except RedisError as exc:
+            message = f"tool run slots: Redis unavailable ({type(exc).__name__})"
+            raise SandboxUnavailable(message) from exc
         return bool(taken)
 
     async def release(self, tenant: str, token: str) -> None:
-        await self._client.zrem(self._prefix + tenant, token)
+        """Best effort: a slot Redis did not hear about expires with its ttl."""
+        with contextlib.suppress(RedisError):
+            await self._client.zrem(self._prefix + tenant, token)

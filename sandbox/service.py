@@ -175,7 +175,14 @@ class ToolRunService:
         none free: the claim is forgotten (nothing ran) and the caller gets a 429."""
         token = uuid.uuid4().hex
         ttl_s = job.limits.wall_s + self._store.lease_s
-        if not await self._slots.acquire(request.tenant, token, request.max_concurrent_runs, ttl_s):
+        try:
+            taken = await self._slots.acquire(
+                request.tenant, token, request.max_concurrent_runs, ttl_s
+            )
+        except SandboxUnavailable:  # the slot store is down: nothing starts uncounted
+            await asyncio.to_thread(self._store.release, record.id, record.fence)
+            raise
+        if not taken:
             await asyncio.to_thread(self._store.release, record.id, record.fence)
             raise TooManyRuns(
                 f"this tenant already has {request.max_concurrent_runs} tool runs going "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -168,3 +169,36 @@ def test_redis_run_slots_are_shared_and_expire(redis_url: str, redis_prefix: str
             await client.aclose()
 
     asyncio.run(scenario())
+
+
+def test_slots_on_a_redis_that_does_not_answer_refuse_the_run_and_free_the_key(
+    sqlite_engine: sa.Engine,
+) -> None:
+    """Fail closed with 503 (no run starts uncounted); the claim is forgotten, so the same key
+    runs once the slots answer again."""
+    store = IdempotencyStore(sqlite_engine, time.time, lease_s=30)
+    runner = LocalRunner(logging.getLogger("t"))
+
+    async def scenario() -> None:
+        closed = socket.socket()
+        closed.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+        client = aioredis.from_url(f"redis://127.0.0.1:{closed.getsockname()[1]}")
+        slots = RedisRunSlots(client, "lantern-test:")
+        service = ToolRunService(store, runner, time.time, logging.getLogger("t"), slots=slots)
+        try:
+            with pytest.raises(SandboxUnavailable) as caught:
+                await service.submit(_tools(9), _request("acme", "a1", tool="sleep"))
+            assert (caught.value.status_code, str(caught.value)) == (
+                503,
+                "tool run slots: Redis unavailable (ConnectionError)",
+            )
+            await slots.release("acme", "never-taken")  # best effort, never raises
+        finally:
+            await client.aclose()
+            closed.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        runner.close()
+    assert store.find("acme", "a1") is None
