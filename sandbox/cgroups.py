@@ -24,6 +24,7 @@ from sandbox.types import ToolLimits
 BOX_PROCESSES = 4
 # Entering: the wrapper moves itself into the run's cgroup(s), then execs the sandbox, so every
 # process of the run is born inside it.
+_PREFIX = "lantern-run-"
 # Files a kernel may lack: swap files without swap accounting (then there is no swap to bound),
 # memory.oom.group before 4.19 (then the watcher's kill takes the rest of the run).
 _OPTIONAL = frozenset({"memory.memsw.limit_in_bytes", "memory.swap.max", "memory.oom.group"})
@@ -84,9 +85,24 @@ class CgroupTree:
         probe.remove()
         return True
 
+    def sweep_stale(self, min_age_s: float = 60.0) -> int:
+        """Remove empty run cgroups older than `min_age_s` (left by a gateway killed mid-run;
+        its runs died with it). Younger ones may be another gateway's, not yet entered."""
+        removed = 0
+        now = time.time()
+        for parent in dict.fromkeys((self.memory_parent, self.pids_parent)):
+            for entry in os.scandir(parent):
+                if not entry.name.startswith(_PREFIX) or not entry.is_dir(follow_symlinks=False):
+                    continue
+                with contextlib.suppress(OSError):  # busy (processes inside) or gone
+                    if now - entry.stat().st_mtime >= min_age_s:
+                        os.rmdir(entry.path)
+                        removed += 1
+        return removed
+
     def create(self, limits: ToolLimits) -> RunCgroup:
         """A fresh cgroup with the run's limits written; OSError when it cannot be made."""
-        name = f"lantern-run-{uuid.uuid4().hex[:16]}"
+        name = f"{_PREFIX}{uuid.uuid4().hex[:16]}"
         memory_bytes = str(limits.memory_mb << 20)
         pids = str(limits.max_procs + BOX_PROCESSES)
         if self.version == 2:

@@ -102,6 +102,8 @@ class LocalRunner:
             self._cgroup_probed = True
             if self._cgroup_tree is None:
                 self._log.warning("no writable cgroup tree: limits are per process (rlimits)")
+            elif removed := self._cgroup_tree.sweep_stale():
+                self._log.info("removed %d run cgroups left by a stopped gateway", removed)
         return self._cgroup_tree
 
     def _argv(

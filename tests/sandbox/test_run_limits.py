@@ -10,6 +10,7 @@ import os
 import stat
 import subprocess
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
@@ -264,3 +265,28 @@ def test_the_sqlite_idempotency_file_is_owner_only(tmp_path: Path) -> None:
         create_tables(engine)
         engine.dispose()
     assert [stat.S_IMODE(p.stat().st_mode) for p in (fresh, existing)] == [0o600, 0o600]
+
+
+def test_stale_empty_run_cgroups_are_swept_and_busy_or_young_ones_kept(
+    cgroup_tree: CgroupTree,
+) -> None:
+    """What a gateway killed mid-run leaves: an empty cgroup. Swept once it is a minute old;
+    one with a process inside, or one just made (another gateway's, not yet entered), stays."""
+    old, busy, young = (cgroup_tree.create(ToolLimits()) for _ in range(3))
+    sleeper = subprocess.Popen(busy.enter_argv(["sleep", "60"]))
+    try:
+        while not busy.pids():
+            time.sleep(0.01)
+        for group in (old, busy):
+            for folder in group.dirs:
+                os.utime(folder, (time.time() - 120, time.time() - 120))
+        cgroup_tree.sweep_stale(60)  # its count includes what other killed gateways left here
+        assert [[os.path.isdir(f) for f in g.dirs] for g in (old, busy, young)] == [
+            [False] * len(old.dirs),
+            [True] * len(busy.dirs),
+            [True] * len(young.dirs),
+        ]
+    finally:
+        busy.remove()
+        young.remove()
+        sleeper.wait()
