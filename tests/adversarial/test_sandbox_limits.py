@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -136,7 +137,7 @@ def _post(url: str, key: str, tool: str, idem: str, arguments: dict[str, str]) -
 
 
 def test_a_tenants_run_past_its_cap_gets_429_while_another_tenant_proceeds(
-    gateways: dict[str, str], origin: HoldingOrigin
+    gateways: dict[str, str], origin: HoldingOrigin, tmp_path: Path
 ) -> None:
     flood = "lt-flooder-key"
     with ThreadPoolExecutor(2) as pool:
@@ -183,3 +184,5 @@ def test_a_tenants_run_past_its_cap_gets_429_while_another_tenant_proceeds(
         "released k3\n",
         False,
     )
+    # the database that stores the runs' output is the owner's alone
+    assert stat.S_IMODE((tmp_path / "lantern.db").stat().st_mode) == 0o600
