@@ -57,6 +57,9 @@ class SandboxSettings(_Section):
     lease_s: float = Field(default=30.0, gt=0)  # a run's lease; a dead gateway's run expires
     retention_s: float = Field(default=86400.0, gt=0)  # how long results are replayed
     egress_allow_cidrs: tuple[str, ...] = ()  # private ranges the egress proxy may dial
+    # per-run cgroups: auto (a writable v2 tree, else v1), off (rlimits only), or a delegated
+    # cgroup v2 directory (then a run never starts without it)
+    cgroup_root: str = "auto"
     fargate_region: str | None = None  # set: tools with `runner: fargate` run on ECS
     sweep_interval_s: float = Field(default=300.0, gt=0)
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from gateway.errors import GatewayError, to_http
 from policies.model import TenantPolicy
 from policies.tools import ToolPolicy
-from sandbox.errors import IdempotencyKeyInUse, InvalidToolRequest, SandboxError
+from sandbox.errors import InvalidToolRequest, SandboxError
 from sandbox.fingerprint import derive_key, parse_idempotency_key
 from sandbox.service import ToolRunService
 from sandbox.types import FargateTarget, ToolLimits, ToolRunReply, ToolRunRequest, ToolSpec
@@ -66,9 +66,7 @@ def _error(exc: SandboxError) -> JSONResponse:
     body = {
         "error": {"message": str(exc), "type": exc.error_type, "param": exc.param, "code": exc.code}
     }
-    headers = (
-        {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, IdempotencyKeyInUse) else {}
-    )
+    headers = {"Retry-After": str(exc.retry_after_s)} if exc.retry_after_s is not None else {}
     return JSONResponse(body, status_code=exc.status_code, headers=headers)
 
 
@@ -102,7 +100,8 @@ async def _parse(
         asked = {k: v for k, v in body.limits.model_dump().items() if v is not None}
         limits = dataclasses.replace(declared, **asked)
     arguments = tuple(sorted((k, str(v)) for k, v in body.arguments.items()))
-    run = ToolRunRequest(policy.tenant, key_id, key, body.tool, arguments, limits)
+    cap = policy.tool_runs.max_concurrent
+    run = ToolRunRequest(policy.tenant, key_id, key, body.tool, arguments, limits, cap)
     return run, specs
 
 

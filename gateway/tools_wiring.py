@@ -58,6 +58,7 @@ def build_tools(settings: Settings, keys: KeyLookup) -> ToolsPart:
         lease_s=cfg.lease_s,
         retention_s=cfg.retention_s,
         egress_allow_cidrs=cfg.egress_allow_cidrs,
+        cgroup_root=cfg.cgroup_root,
         redis_client=redis_client,
         ecs_client=ecs,
         logs_client=logs,

@@ -17,7 +17,7 @@ from policies.base import PolicyModel
 from policies.cache import CachePolicy
 from policies.limits import LimitsPolicy
 from policies.routing import RoutingPolicy
-from policies.tools import ToolPolicy
+from policies.tools import ToolPolicy, ToolRunsPolicy
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 _TENANT_ID = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
@@ -61,3 +61,4 @@ class TenantPolicy(PolicyModel):
     cache: CachePolicy = CachePolicy()
     routing: RoutingPolicy = RoutingPolicy()
     tools: tuple[ToolPolicy, ...] = ()
+    tool_runs: ToolRunsPolicy = ToolRunsPolicy()

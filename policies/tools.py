@@ -1,7 +1,8 @@
-"""The `tools:` section of a tenant policy (run by `sandbox/` via the gateway).
+"""The `tools:` and `tool_runs:` sections of a tenant policy (run by `sandbox/` via the gateway).
 
-Validates the declaration only (names, argv, egress syntax, Fargate fields); it decides
-nothing about running. An egress entry is `host[:port]` (default port 443) or `*.suffix[:port]`.
+Validates the declaration only (names, argv, egress syntax, Fargate fields, the tenant's cap
+on concurrent runs); it decides nothing about running. An egress entry is `host[:port]`
+(default port 443) or `*.suffix[:port]`.
 """
 
 from __future__ import annotations
@@ -34,6 +35,13 @@ class ToolLimits(PolicyModel):
     output_kb: int = Field(default=64, gt=0, le=16 * 1024)
     max_procs: int = Field(default=64, gt=0)
     file_mb: int = Field(default=64, gt=0)
+
+
+class ToolRunsPolicy(PolicyModel):
+    """The tenant's tool runs as a whole: at most `max_concurrent` going at once (the next
+    one is answered 429 with Retry-After, before anything starts)."""
+
+    max_concurrent: int = Field(default=4, ge=1, le=256, strict=True)
 
 
 class ToolPolicy(PolicyModel):

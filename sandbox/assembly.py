@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sandbox.addresses import parse_cidrs
 from sandbox.fargate import FargateRunner
 from sandbox.idempotency import IdempotencyStore, create_tables
-from sandbox.inflight import RedisInflightGate
+from sandbox.inflight import RedisInflightGate, RedisRunSlots
 from sandbox.local_runner import LocalRunner
 from sandbox.service import ToolRunService
 
@@ -28,21 +28,29 @@ def build_tool_run_service(
     lease_s: float = 30.0,
     retention_s: float = 24 * 3600.0,
     egress_allow_cidrs: tuple[str, ...] = (),
+    cgroup_root: str = "auto",
     redis_client: Any = None,
     ecs_client: Any = None,
     logs_client: Any = None,
     clock: Callable[[], float] = time.time,
 ) -> tuple[ToolRunService, LocalRunner]:
     """The service, plus its LocalRunner (call `.close()` on it at shutdown). Fargate runs
-    are enabled when both boto3 clients are given; the Redis gate when a client is given."""
+    are enabled when both boto3 clients are given; with a Redis client, the in-flight gate and
+    the tenants' run slots are shared among gateway processes (else counted per process)."""
     create_tables(engine)
     store = IdempotencyStore(engine, clock, lease_s=lease_s, retention_s=retention_s)
     local = LocalRunner(
-        logger, allow_cidrs=parse_cidrs(egress_allow_cidrs), backend=backend, clock=clock
+        logger,
+        allow_cidrs=parse_cidrs(egress_allow_cidrs),
+        backend=backend,
+        clock=clock,
+        cgroup_root=cgroup_root,
     )
     fargate = None
     if ecs_client is not None and logs_client is not None:
         fargate = FargateRunner(ecs_client, logs_client, clock, logger)
-    gate = RedisInflightGate(redis_client) if redis_client is not None else None
-    service = ToolRunService(store, local, clock, logger, fargate=fargate, gate=gate)
+    gate = slots = None
+    if redis_client is not None:
+        gate, slots = RedisInflightGate(redis_client), RedisRunSlots(redis_client)
+    service = ToolRunService(store, local, clock, logger, fargate=fargate, gate=gate, slots=slots)
     return service, local

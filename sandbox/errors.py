@@ -13,6 +13,7 @@ class SandboxError(Exception):
     code = "sandbox_error"
     error_type = "server_error"
     param: str | None = None
+    retry_after_s: int | None = None  # set: the reply carries Retry-After
 
 
 class SandboxUnavailable(SandboxError):
@@ -68,6 +69,16 @@ class IdempotencyKeyInUse(SandboxError):
     code = "idempotency_key_in_use"
     error_type = "invalid_request_error"
     param = "Idempotency-Key"
+    retry_after_s = 1
+
+
+class TooManyRuns(SandboxError):
+    """The tenant already has `tool_runs.max_concurrent` runs going; nothing was started."""
+
+    status_code = 429
+    code = "tool_runs_concurrency_exceeded"
+    error_type = "rate_limit_error"
+    param = "tool_runs.max_concurrent"
     retry_after_s = 1
 
 

@@ -8,6 +8,7 @@ takeover, so a worker that lost its lease writes nothing. No HTTP, no runners he
 from __future__ import annotations
 
 import dataclasses
+import os
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -40,12 +41,29 @@ tool_runs = sa.Table(
 
 def create_tables(engine: sa.Engine) -> None:
     """Create the table if missing; the gateway calls this at start-up. Several processes
-    may race to create it: losing that race is fine once the table exists."""
+    may race to create it: losing that race is fine once the table exists. A SQLite file is
+    made (or left) 0600 first: its rows hold tools' output, the tenants' data."""
+    _private_sqlite_file(engine)
     try:
         metadata.create_all(engine, tables=[tool_runs])
     except sa.exc.DBAPIError:
         if not sa.inspect(engine).has_table(tool_runs.name):
             raise
+
+
+def _private_sqlite_file(engine: sa.Engine) -> None:
+    """Owner-only permissions on a SQLite database file (SQLite gives its journal and WAL
+    files the database's own mode)."""
+    url = engine.url
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return
+    if url.query.get("uri") or url.database.startswith("file:"):
+        return  # a URI filename: SQLite opens it as it says; nothing to create here
+    descriptor = os.open(url.database, os.O_CREAT | os.O_RDONLY, 0o600)
+    try:
+        os.fchmod(descriptor, 0o600)
+    finally:
+        os.close(descriptor)
 
 
 @dataclass(frozen=True)

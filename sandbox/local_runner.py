@@ -1,8 +1,9 @@
-"""The local runner: one tool process in bubblewrap (or `unshare` when bwrap is missing).
+"""The local runner: one tool run in bubblewrap (or `unshare` when bwrap is missing).
 
 New user/pid/mount/net/ipc/uts namespaces, a read-only system tree and nothing of the host's
-home, work or temp directories, a tmpfs scratch dir, a clean environment, rlimits, a wall-clock
-kill of the whole group. It must never run a tool without isolation: it raises instead.
+home, work or temp directories, size-capped tmpfs scratch, a clean environment, rlimits, one
+cgroup per run for the tree's memory and process count (when a cgroup tree is writable), a
+wall-clock kill of the whole run. It must never run a tool without isolation: it raises instead.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import contextlib
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -20,19 +20,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sandbox.addresses import IPNetwork
+from sandbox.box_process import follow
+from sandbox.cgroups import CgroupTree, RunCgroup
 from sandbox.egress import EgressPolicy, EgressProxy, Resolver, SystemResolver, parse_rules
 from sandbox.errors import RunnerFailed, SandboxUnavailable
 from sandbox.limits import rlimit_spec
-from sandbox.sandbox_argv import SandboxLayout, bwrap_argv, unshare_argv
-from sandbox.types import RunOutput, RunStatus, SandboxJob
+from sandbox.sandbox_argv import SCRATCH_MB, SandboxLayout, bwrap_argv, unshare_argv
+from sandbox.types import RunOutput, SandboxJob
 
 PROXY_PORT = 3128
-_SIGNAL_REASONS = {
-    128 + signal.SIGXCPU: "cpu-limit",
-    128 + signal.SIGKILL: "killed",
-    128 + signal.SIGXFSZ: "file-size-limit",
-    128 + signal.SIGSEGV: "segfault",
-}
 
 
 class LocalRunner:
@@ -44,6 +40,7 @@ class LocalRunner:
         backend: str = "auto",
         clock: Callable[[], float] = time.time,
         sandbox_uid: int = 65534,
+        cgroup_root: str = "auto",
     ) -> None:
         self._log = logger
         self._resolver = resolver or SystemResolver()
@@ -55,6 +52,9 @@ class LocalRunner:
         self._launcher_dir: str | None = None
         self._layout_cache: SandboxLayout | None = None
         self._closed = False
+        self._cgroup_root = cgroup_root
+        self._cgroup_tree: CgroupTree | None = None
+        self._cgroup_probed = False
 
     @property
     def _layout(self) -> SandboxLayout:
@@ -92,6 +92,20 @@ class LocalRunner:
                 )
         return self._backend
 
+    def cgroups(self) -> CgroupTree | None:
+        """The tree runs' cgroups are made in, probed once; None: per-process rlimits only."""
+        if not self._cgroup_probed:
+            try:
+                self._cgroup_tree = CgroupTree.detect(self._cgroup_root)
+            except ValueError as exc:  # a configured tree that is not usable: never run less
+                raise SandboxUnavailable(f"sandbox cgroup_root: {exc}") from exc
+            self._cgroup_probed = True
+            if self._cgroup_tree is None:
+                self._log.warning("no writable cgroup tree: limits are per process (rlimits)")
+            elif removed := self._cgroup_tree.sweep_stale():
+                self._log.info("removed %d run cgroups left by a stopped gateway", removed)
+        return self._cgroup_tree
+
     def _argv(
         self, backend: str, inner: list[str], proxy_dir: str | None, scratch_mb: int
     ) -> list[str]:
@@ -124,12 +138,30 @@ class LocalRunner:
         inner = [self._layout.python, "-I", "-S", self._layout.launcher_target]
         for name, value in rlimit_spec(job.limits).items():
             inner += ["--rlimit", f"{name}={value}"]
-        async with self._egress(job) as proxy_dir:
+        async with self._egress(job) as proxy_dir, self._cgroup(job) as group:
             if proxy_dir is not None:
                 inner += ["--proxy", f"{self._layout.proxy_socket_target}:{PROXY_PORT}"]
-            argv = self._argv(backend, [*inner, "--", *job.argv], proxy_dir, 64)
+            argv = self._argv(backend, [*inner, "--", *job.argv], proxy_dir, SCRATCH_MB)
+            if group is not None:
+                argv = group.enter_argv(argv)
             env = self._environment(job, proxy_dir is not None)
-            return await self._execute(argv, env, job)
+            return await follow(argv, env, job, group, self._clock)
+
+    @contextlib.asynccontextmanager
+    async def _cgroup(self, job: SandboxJob):  # type: ignore[no-untyped-def]
+        """The run's own cgroup, removed (whatever is left in it killed) when the run ends."""
+        tree = await asyncio.to_thread(self.cgroups)
+        if tree is None:
+            yield None
+            return
+        try:
+            group: RunCgroup = await asyncio.to_thread(tree.create, job.limits)
+        except OSError as exc:  # nothing was started
+            raise RunnerFailed(f"cannot create the run's cgroup: {exc}") from exc
+        try:
+            yield group
+        finally:
+            await asyncio.to_thread(group.remove)
 
     def _environment(self, job: SandboxJob, has_proxy: bool) -> dict[str, str]:
         env = {
@@ -152,70 +184,15 @@ class LocalRunner:
             return
         policy = EgressPolicy(job.tool, parse_rules(job.egress), self._allow_cidrs)
         proxy = EgressProxy(policy, self._resolver, self._log)
-        folder = tempfile.mkdtemp(prefix="lantern-egress-")
-        os.chmod(folder, 0o755)
+        folder = tempfile.mkdtemp(prefix="lantern-egress-")  # 0700, private to its owner
         path = os.path.join(folder, "egress.sock")
         server = await proxy.serve_unix(path)
-        os.chmod(path, 0o666)
+        os.chmod(path, 0o600)
+        if os.geteuid() == 0:  # the box (and bwrap, which binds it) runs as the sandbox uid
+            for owned in (folder, path):
+                os.chown(owned, self._uid, self._uid)
         try:
             yield folder
         finally:
             server.close()
             shutil.rmtree(folder, ignore_errors=True)
-
-    async def _execute(self, argv: list[str], env: dict[str, str], job: SandboxJob) -> RunOutput:
-        started = self._clock()
-        cap = job.limits.output_kb * 1024
-        proc = await self._spawn(argv, env)
-        assert proc.stdout is not None and proc.stderr is not None
-        readers = asyncio.gather(_read_capped(proc.stdout, cap), _read_capped(proc.stderr, cap))
-        timed_out = False
-        try:
-            await asyncio.wait_for(proc.wait(), job.limits.wall_s)
-        except TimeoutError:
-            timed_out = True
-        finally:
-            if proc.returncode is None:  # timed out or cancelled; not reaped, so still ours
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                await proc.wait()
-        (out, out_cut), (err, err_cut) = await readers
-        code = proc.returncode
-        if code is not None and code < 0:  # unshare re-raises the child's signal on itself
-            code = 128 - code
-        if timed_out:
-            status, reason, code = (
-                RunStatus.TIMED_OUT,
-                f"wall time limit {job.limits.wall_s}s",
-                None,
-            )
-        else:
-            status = RunStatus.SUCCEEDED if code == 0 else RunStatus.FAILED
-            reason = _SIGNAL_REASONS.get(code or 0, "")
-        return RunOutput(status, code, out, err, out_cut, err_cut, started, self._clock(), reason)
-
-    async def _spawn(self, argv: list[str], env: dict[str, str]) -> asyncio.subprocess.Process:
-        """bwrap/unshare in a new session (its own process group)."""
-        try:
-            return await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=env,
-                start_new_session=True,
-            )
-        except OSError as exc:  # nothing was started
-            raise RunnerFailed(f"cannot start the sandbox: {exc.strerror}") from exc
-
-
-async def _read_capped(stream: asyncio.StreamReader, cap: int) -> tuple[str, bool]:
-    """Up to `cap` bytes, decoded; the rest is drained and dropped so the child never blocks."""
-    kept = bytearray()
-    truncated = False
-    while chunk := await stream.read(65536):
-        room = cap - len(kept)
-        if len(chunk) > room:
-            truncated = True
-        kept += chunk[: max(room, 0)]
-    return kept.decode("utf-8", errors="replace"), truncated

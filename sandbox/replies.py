@@ -11,6 +11,7 @@ HTTP_FOR_STATUS = {
     RunStatus.SUCCEEDED: 200,
     RunStatus.FAILED: 200,  # the tool ran; its non-zero exit is a result, replayed as such
     RunStatus.TIMED_OUT: 200,
+    RunStatus.LIMIT_EXCEEDED: 200,  # killed as a whole at its limit: a result, like a timeout
     RunStatus.INFRA_FAILED: 502,
     RunStatus.OUTCOME_UNKNOWN: 500,
 }

@@ -1,7 +1,9 @@
 """Command lines that build the box: bubblewrap flags, or an `unshare` + mount script.
 
 Both give the same layout: read-only /usr (and its /bin, /lib symlinks), a few /etc files,
-fresh /proc and /dev, tmpfs /tmp and /work, the launcher at /run/lantern. Nothing else.
+fresh /proc, a read-only /dev with its few device nodes, tmpfs /tmp and /work (and /dev/shm
+under bwrap) each capped at SCRATCH_MB, the launcher and the egress socket read-only at
+/run/lantern. Nothing else is writable.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ ETC_PATHS = (
 )
 TOP_LINKS = ("/bin", "/lib", "/lib64", "/sbin", "/lib32", "/libx32")
 RUN_DIR = "/run/lantern"
+SCRATCH_MB = 64  # the size of each writable tmpfs in the box
 DEVICES = ("null", "zero", "random", "urandom", "full")
 
 
@@ -77,7 +80,13 @@ def bwrap_argv(
     argv += [
         "--proc",
         "/proc",
-        "--dev",
+        "--dev",  # a tmpfs as large as host memory: capped /dev/shm inside, then read-only
+        "/dev",
+        "--size",
+        str(scratch_mb << 20),
+        "--tmpfs",
+        "/dev/shm",
+        "--remount-ro",
         "/dev",
         "--size",
         str(scratch_mb << 20),
@@ -91,8 +100,8 @@ def bwrap_argv(
         layout.launcher_host,
         layout.launcher_target,
     ]
-    if proxy_dir is not None:
-        argv += ["--bind", proxy_dir, layout.proxy_dir_target]
+    if proxy_dir is not None:  # connect() needs no writable mount; files there would be host's
+        argv += ["--ro-bind", proxy_dir, layout.proxy_dir_target]
     return [*argv, "--remount-ro", "/", "--chdir", "/work", "--", *inner]
 
 
@@ -151,7 +160,7 @@ def unshare_argv(
         binds += ["ro", path, path]
     binds += ["ro", layout.launcher_host, layout.launcher_target]
     if proxy_dir is not None:
-        binds += ["rw", proxy_dir, layout.proxy_dir_target]
+        binds += ["ro", proxy_dir, layout.proxy_dir_target]
     script = _UNSHARE_SCRIPT.replace("LO_UP", f'{layout.python} -I -S -c "{_LO_UP}"')
     return [
         "unshare",

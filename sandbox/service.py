@@ -25,6 +25,7 @@ from sandbox.errors import (
     RunNotFound,
     SandboxUnavailable,
     ToolNotAllowed,
+    TooManyRuns,
 )
 from sandbox.fargate import FargateRunner
 from sandbox.fingerprint import client_token, fingerprint
@@ -32,6 +33,7 @@ from sandbox.idempotency import IdempotencyStore, RunRecord
 from sandbox.inflight import InflightGate
 from sandbox.limits import fill_command, resolve_limits
 from sandbox.replies import HTTP_FOR_STATUS, pending_object, post_body, run_object
+from sandbox.run_slots import LocalRunSlots, RunSlots
 from sandbox.types import RunOutput, RunStatus, SandboxJob, ToolRunReply, ToolRunRequest, ToolSpec
 
 
@@ -59,6 +61,7 @@ class ToolRunService:
         logger: logging.Logger,
         fargate: FargateRunner | None = None,
         gate: InflightGate | None = None,
+        slots: RunSlots | None = None,
     ) -> None:
         self._store = store
         self._local = local
@@ -66,6 +69,7 @@ class ToolRunService:
         self._clock = clock
         self._log = logger
         self._gate = gate
+        self._slots = slots if slots is not None else LocalRunSlots()
         self._background: set[asyncio.Future[ToolRunReply]] = set()
 
     async def submit(self, tools: tuple[ToolSpec, ...], request: ToolRunRequest) -> ToolRunReply:
@@ -160,7 +164,34 @@ class ToolRunService:
             if record.state == "done":
                 return _replay(record)
         job = dataclasses.replace(prepared.job, run_id=record.id)
-        return await self._execute(record, prepared.spec, job)
+        if record.state != "claimed":  # reattaching to a started Fargate task: nothing new runs
+            return await self._execute(record, prepared.spec, job)
+        return await self._execute_in_slot(request, record, prepared.spec, job)
+
+    async def _execute_in_slot(
+        self, request: ToolRunRequest, record: RunRecord, spec: ToolSpec, job: SandboxJob
+    ) -> ToolRunReply:
+        """One of the tenant's run slots for the run's whole life, given back however it ends;
+        none free: the claim is forgotten (nothing ran) and the caller gets a 429."""
+        token = uuid.uuid4().hex
+        ttl_s = job.limits.wall_s + self._store.lease_s
+        try:
+            taken = await self._slots.acquire(
+                request.tenant, token, request.max_concurrent_runs, ttl_s
+            )
+        except SandboxUnavailable:  # the slot store is down: nothing starts uncounted
+            await asyncio.to_thread(self._store.release, record.id, record.fence)
+            raise
+        if not taken:
+            await asyncio.to_thread(self._store.release, record.id, record.fence)
+            raise TooManyRuns(
+                f"this tenant already has {request.max_concurrent_runs} tool runs going "
+                f"(tool_runs.max_concurrent); retry after {TooManyRuns.retry_after_s}s"
+            )
+        try:
+            return await self._execute(record, spec, job)
+        finally:
+            await self._slots.release(request.tenant, token)
 
     async def _recover(self, stale: RunRecord) -> RunRecord:
         """A lease ran out. Unstarted: take it over and run. Started locally: the outcome is

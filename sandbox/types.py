@@ -56,6 +56,7 @@ class ToolRunRequest:
     tool: str
     arguments: tuple[tuple[str, str], ...] = ()
     limits: ToolLimits | None = None
+    max_concurrent_runs: int = 4  # the tenant's cap on its runs going at once
 
 
 class RunStatus(enum.StrEnum):
@@ -63,6 +64,7 @@ class RunStatus(enum.StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"  # the tool ran and exited non-zero
     TIMED_OUT = "timed_out"
+    LIMIT_EXCEEDED = "limit_exceeded"  # the run's tree as a whole passed memory_mb or max_procs
     INFRA_FAILED = "infra_failed"  # the runner could not run or follow the tool
     OUTCOME_UNKNOWN = "outcome_unknown"  # started, then its owner vanished: never re-run
 

@@ -95,7 +95,8 @@ def _setup(var_dir: Path, origin: HitCounter) -> Path:
         "egress": [f"localhost:{origin.port}"],
         "limits": {"wall_s": 60, "memory_mb": 256, "cpu_s": 10, "output_kb": 4},
     }
-    write_policy(var_dir / "policies", "acme", KEY, tools=[tool])
+    # 20 keys at once per gateway: the tenant's run cap is not what this test is about
+    write_policy(var_dir / "policies", "acme", KEY, tools=[tool], tool_runs={"max_concurrent": 80})
     return write_config(var_dir / "lantern.yaml", var_dir, [])
 
 
