@@ -12,8 +12,8 @@ from typing import Literal, TypeVar
 
 from redis import exceptions as redis_errors
 from redis.asyncio import BlockingConnectionPool, Redis
-from redis.backoff import NoBackoff
 from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from quotas import lua
 from quotas.errors import QuotaExceeded, QuotaStoreUnavailable, ReservationConflict

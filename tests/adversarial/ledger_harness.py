@@ -49,39 +49,35 @@ def wait_until(predicate: Callable[[], bool], what: str, limit_s: float = 60.0) 
         time.sleep(0.05)
 
 
-def gateway_config(var_dir: Path, upstream: Any, database_url: str, **extra: Any) -> Path:
-    """Two models on the fake upstream: one per wire (OpenAI chat, Anthropic messages)."""
+def model_entry(upstream: Any, wire: str, name: str, backend: str) -> dict[str, Any]:
+    """A model served by the fake upstream on `wire` (openai or anthropic) via `backend`."""
+    if wire == "openai":
+        spec = {"kind": "openai_compatible", "base_url": upstream.openai_base_url}
+        spec["model"] = "gpt-4o-mini"
+    else:
+        spec = {"kind": "anthropic", "base_url": upstream.base_url, "api_key_env": None}
+        spec["model"] = "claude-sonnet-4-5"
+    return {"name": name, "backends": [{**spec, "name": backend, "timeout_s": 10}]}
+
+
+def gateway_config(
+    var_dir: Path,
+    upstream: Any,
+    database_url: str,
+    models: list[dict[str, Any]] | None = None,
+    **extra: Any,
+) -> Path:
+    """By default two models on the fake upstream, one per wire (OpenAI chat, Anthropic
+    messages); the tenant may run the `run_python` tool."""
     (var_dir / "policies").mkdir(parents=True, exist_ok=True)
     write_policy(
         var_dir / "policies", TENANT, KEY, limits={"tokens_per_minute": 10_000_000}, tools=[TOOL]
     )
-    models = [
-        {
-            "name": "gpt-4o-mini",
-            "backends": [
-                {
-                    "kind": "openai_compatible",
-                    "name": "fake-openai",
-                    "base_url": upstream.openai_base_url,
-                    "model": "gpt-4o-mini",
-                    "timeout_s": 10,
-                }
-            ],
-        },
-        {
-            "name": "claude-sonnet-4-5",
-            "backends": [
-                {
-                    "kind": "anthropic",
-                    "name": "fake-anthropic",
-                    "base_url": upstream.base_url,
-                    "model": "claude-sonnet-4-5",
-                    "api_key_env": None,
-                    "timeout_s": 10,
-                }
-            ],
-        },
-    ]
+    if models is None:
+        models = [
+            model_entry(upstream, "openai", "gpt-4o-mini", "fake-openai"),
+            model_entry(upstream, "anthropic", "claude-sonnet-4-5", "fake-anthropic"),
+        ]
     return write_config(
         var_dir / "lantern.yaml", var_dir, models, database_url=database_url, **extra
     )

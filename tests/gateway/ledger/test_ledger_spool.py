@@ -43,9 +43,7 @@ def test_a_segment_goes_once_its_rows_are_stored_and_it_is_no_longer_current(tmp
     assert segments(tmp_path) == []
 
 
-def test_rows_given_up_are_read_back_and_a_live_writers_segment_is_left_alone(
-    tmp_path, make_row
-):
+def test_rows_given_up_are_read_back_and_a_live_writers_segment_is_left_alone(tmp_path, make_row):
     a, b = Spool(tmp_path, 1 << 20), Spool(tmp_path, 1 << 20)
     a.open()
     b.open()
