@@ -122,7 +122,7 @@ class UsageRecorder:
         """Appends `row` to the spool (once this returns, the row survives the process) and
         queues it for the database; never waits on the database. A row recorded before
         `start()` is queued in memory only; one recorded after `close()` is logged whole."""
-        line = (row.to_json() + "\n").encode()
+        line = row.to_line()
         with self._wakeup:
             self._counts["recorded"] += 1
             if not self._is_closed:
