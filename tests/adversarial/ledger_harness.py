@@ -65,14 +65,16 @@ def gateway_config(
     upstream: Any,
     database_url: str,
     models: list[dict[str, Any]] | None = None,
+    *,
+    tenant: str = TENANT,
+    limits: dict[str, Any] | None = None,
     **extra: Any,
 ) -> Path:
     """By default two models on the fake upstream, one per wire (OpenAI chat, Anthropic
-    messages); the tenant may run the `run_python` tool."""
+    messages); `tenant` (key `KEY`) may run the `run_python` tool."""
     (var_dir / "policies").mkdir(parents=True, exist_ok=True)
-    write_policy(
-        var_dir / "policies", TENANT, KEY, limits={"tokens_per_minute": 10_000_000}, tools=[TOOL]
-    )
+    limits = limits or {"tokens_per_minute": 10_000_000}
+    write_policy(var_dir / "policies", tenant, KEY, limits=limits, tools=[TOOL])
     if models is None:
         models = [
             model_entry(upstream, "openai", "gpt-4o-mini", "fake-openai"),
