@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter, Request
+from sqlalchemy.engine import Engine
 
 from adapters.backends.http1_connection import Http1Pool
 from gateway.admission import Admission
@@ -182,7 +183,7 @@ def build_components(
 
 
 def _prepare_ledger(
-    engine: Any, admission: Admission, loop: list[asyncio.AbstractEventLoop]
+    engine: Engine, admission: Admission, loop: list[asyncio.AbstractEventLoop]
 ) -> None:
     """Runs in the ledger writer thread until it succeeds, so the gateway starts and serves
     while the database is down: the migrations, then this month's spend per tenant seeded
