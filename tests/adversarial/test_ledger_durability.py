@@ -68,8 +68,8 @@ def test_kill_9_mid_traffic_loses_no_row_and_duplicates_none(
     finally:
         traffic.stop()
     succeeded, upstream_calls = list(traffic.succeeded), num_upstream_calls(upstream)
-    assert traffic.num_failed >= 1  # the kill really cut calls in flight
-    assert len(ledger_request_ids(database_url)) < len(succeeded)  # and rows waited in the spool
+    # the kill really caught rows outside the database: they are only in the dead one's spool
+    assert len(ledger_request_ids(database_url)) < len(succeeded)
     with running(GatewayProcess(config, tmp_path / "second.log")):
         wait_until(
             lambda: set(succeeded) <= set(ledger_request_ids(database_url)),
