@@ -325,12 +325,13 @@ class Pipeline:
         cost = self.s.pricing.cost_usd(adm.route.name, usage)
         await self.s.admission.settle(adm.ticket, usage=usage, cost_usd=cost)
         out = _Outcome(status, error_kind, usage, ttft_s, cost, self.s.clock())
+        self.s.ledger.record(self._call_record(adm, t, out))  # before the reply completes
         self.after_reply.add(self._close_attempt, adm, t, out)
 
     def _close_attempt(self, adm: Admitted, t: _Try, out: _Outcome) -> None:
         self.s.routing.on_complete(t.attempt, out.usage, ok=out.status == "ok")
         self.s.prompts.reconcile(adm.verdict, out.usage)
-        self._write_record(adm, t, out)
+        self._write_telemetry(adm, t, out)
 
     async def _settle_failed(self, adm: Admitted) -> None:
         await self.s.admission.settle(adm.ticket, usage=Usage(), cost_usd=0.0)
@@ -346,13 +347,14 @@ class Pipeline:
     ) -> None:
         cost = self.s.pricing.cost_usd(adm.route.name, usage)
         out = _Outcome(status, error_kind, usage, ttft_s, cost, self.s.clock())
-        self.after_reply.add(self._write_record, adm, t, out)
+        self.s.ledger.record(self._call_record(adm, t, out))  # before the reply completes
+        self.after_reply.add(self._write_telemetry, adm, t, out)
 
-    def _write_record(self, adm: Admitted, t: _Try, out: _Outcome) -> None:
-        """One ledger row, the attempt's metrics and its span."""
-        model, usage, now = adm.route.name, out.usage, out.ended
+    def _call_record(self, adm: Admitted, t: _Try, out: _Outcome) -> CallRecord:
+        """The attempt's ledger row."""
+        model, usage = adm.route.name, out.usage
         candidate = t.attempt.candidate
-        row = CallRecord(
+        return CallRecord(
             request_id=adm.request_id,
             attempt=t.number,
             tenant=adm.call.tenant.tenant,
@@ -367,10 +369,14 @@ class Pipeline:
             cost_usd=out.cost_usd,
             uncached_cost_usd=self.s.pricing.uncached_cost_usd(model, usage),
             ttft_ms=None if out.ttft_s is None else out.ttft_s * 1000.0,
-            latency_ms=(now - t.began) * 1000.0,
+            latency_ms=(out.ended - t.began) * 1000.0,
             cache_diagnosis=adm.verdict.diagnosis_json,
         )
-        self.s.ledger.record(row)
+
+    def _write_telemetry(self, adm: Admitted, t: _Try, out: _Outcome) -> None:
+        """The attempt's metrics and its span."""
+        model, usage, now = adm.route.name, out.usage, out.ended
+        candidate = t.attempt.candidate
         labels = CallLabels(adm.call.tenant.tenant, model, candidate.backend_name)
         self.s.telemetry.metrics.record_attempt(
             labels, out.status, usage, out.cost_usd, now - t.began, out.ttft_s, out.error_kind

@@ -161,7 +161,10 @@ class CallRecord:
 
 
 class LedgerPort(Protocol):
-    def record(self, row: CallRecord) -> None: ...
+    def record(self, row: CallRecord) -> None:
+        """Called before the call's reply completes. Returns once the row survives the death
+        of the process (in the local spool); never waits on the database, never raises."""
+        ...
 
 
 class ModelTable(Protocol):

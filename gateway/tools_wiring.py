@@ -21,6 +21,7 @@ from policies.model import TenantPolicy
 from sandbox.assembly import build_tool_run_service
 
 log = logging.getLogger("lantern.sandbox")
+TOOL_DB_CONNECT_S = 5  # an unreachable database answers 503 after this, not a hung request
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +35,9 @@ def _tool_engine(database_url: str) -> sa.Engine:
     """Its own pool: tool runs hold rows for seconds, the ledger must never wait on them."""
     if database_url.startswith("sqlite"):
         return sa.create_engine(database_url, connect_args={"timeout": 30})
-    return sa.create_engine(database_url, pool_pre_ping=True)
+    return sa.create_engine(
+        database_url, pool_pre_ping=True, connect_args={"connect_timeout": TOOL_DB_CONNECT_S}
+    )
 
 
 def build_tools(settings: Settings, keys: KeyLookup) -> ToolsPart:

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter, Request
+from sqlalchemy.engine import Engine
 
 from adapters.backends.http1_connection import Http1Pool
 from gateway.admission import Admission
@@ -41,6 +42,8 @@ log = logging.getLogger("lantern.wiring")
 # 0.5 s: an insert of a few rows still costs ~0.5 ms of cold CPU on the 2-vCPU hosts, so five
 # batches a second were ~0.1 ms per call at 25 calls/s; two are ~0.04.
 LEDGER_LINGER_S = 0.5
+LEDGER_SEED_TIMEOUT_S = 60.0
+LEDGER_FIRST_TRY_S = 30.0
 JsonView = Callable[[Request], Awaitable[Any]]
 
 
@@ -87,12 +90,15 @@ def build_components(
     keys = PolicyStore(settings.policy_dir, poll_interval_s=settings.policy_poll_interval_s)
 
     engine = create_ledger_engine(settings.database_url)
+    loop: list[asyncio.AbstractEventLoop] = []  # the serving loop, known once started
+    admission = Admission.from_settings(settings, registry=metrics.registry)
     recorder = UsageRecorder(
-        engine, RecorderConfig(spool_dir=settings.var_dir / "spool", linger_s=LEDGER_LINGER_S)
+        engine,
+        RecorderConfig(spool_dir=settings.var_dir / "spool", linger_s=LEDGER_LINGER_S),
+        prepare=lambda db: _prepare_ledger(db, admission, loop),
     )
     metrics.registry.register(RecorderCollector(recorder))
     ledger = CallLedger(recorder, lambda: datetime.now(UTC))
-    admission = Admission.from_settings(settings, registry=metrics.registry)
     counting = TiktokenCounting()  # one memo of token ids for counting and prefix hashing
     for model in settings.models:  # load the BPE tables now, not in the first call (~0.4 s)
         counting.counter.encoding(model.name)
@@ -143,9 +149,10 @@ def build_components(
     async def start() -> None:
         keys.reload_now()
         keys.start()
-        await asyncio.to_thread(migrate_engine, engine)
-        recorder.start()
-        await admission.start(engine)
+        loop.append(asyncio.get_running_loop())
+        recorder.start()  # migrates and seeds spend once the database answers
+        # serve once the first try ended: with the database up, budgets are seeded first
+        await asyncio.to_thread(recorder.wait_first_drain, LEDGER_FIRST_TRY_S)
         for child in children:
             await child.start()
         await fleet.check_health()  # start serving with a known fleet state
@@ -173,6 +180,17 @@ def build_components(
     parts.on_start.append(start)
     parts.on_stop.append(stop)
     return parts
+
+
+def _prepare_ledger(
+    engine: Engine, admission: Admission, loop: list[asyncio.AbstractEventLoop]
+) -> None:
+    """Runs in the ledger writer thread until it succeeds, so the gateway starts and serves
+    while the database is down: the migrations, then this month's spend per tenant seeded
+    into the quota store (seeding never lowers a spend, so late seeding is safe)."""
+    migrate_engine(engine)
+    seeded = asyncio.run_coroutine_threadsafe(admission.start(engine), loop[0])
+    seeded.result(timeout=LEDGER_SEED_TIMEOUT_S)
 
 
 def _admin_views(settings: Settings, keys: PolicyStore, engine: Any) -> dict[str, JsonView]:

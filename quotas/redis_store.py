@@ -12,8 +12,8 @@ from typing import Literal, TypeVar
 
 from redis import exceptions as redis_errors
 from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from quotas import lua
 from quotas.errors import QuotaExceeded, QuotaStoreUnavailable, ReservationConflict
@@ -70,14 +70,17 @@ class RedisQuotaStore:
         max_connections: int = 64,
     ) -> RedisQuotaStore:
         """A bounded pool (calls wait up to `timeout_s` for a connection rather than opening
-        hundreds at once) and no silent retries (a retried reserve could apply twice)."""
+        hundreds at once). A command that meets a connection error (a pooled connection that
+        went stale when Redis restarted: reset, or closed by the server) is sent once more on a
+        fresh connection; a timeout is never retried (the command may have run). A retry cannot
+        apply twice: a reserve's id is refused as `dup`, a second settle is a `duplicate`."""
         pool = BlockingConnectionPool.from_url(
             url,
             max_connections=max_connections,
             timeout=timeout_s,
             socket_timeout=timeout_s,
             socket_connect_timeout=timeout_s,
-            retry=Retry(NoBackoff(), 0),
+            retry=Retry(NoBackoff(), 1, supported_errors=(redis_errors.ConnectionError,)),
             retry_on_error=[],
             decode_responses=True,
         )

@@ -1,6 +1,7 @@
 """Assembles a ToolRunService from plain settings values (the gateway's one call at start-up).
 
-Creates the idempotency table if missing; builds nothing at import time.
+Creates the idempotency table if missing (on first use when the database is down at start-up);
+builds nothing at import time.
 """
 
 from __future__ import annotations
@@ -37,7 +38,10 @@ def build_tool_run_service(
     """The service, plus its LocalRunner (call `.close()` on it at shutdown). Fargate runs
     are enabled when both boto3 clients are given; with a Redis client, the in-flight gate and
     the tenants' run slots are shared among gateway processes (else counted per process)."""
-    create_tables(engine)
+    try:
+        create_tables(engine)
+    except sa.exc.OperationalError:  # the database is down: the store creates it on first use
+        logger.warning("tool runs: database unreachable at start-up; runs answer 503 until back")
     store = IdempotencyStore(engine, clock, lease_s=lease_s, retention_s=retention_s)
     local = LocalRunner(
         logger,

@@ -23,6 +23,16 @@ class SandboxUnavailable(SandboxError):
     code = "sandbox_unavailable"
 
 
+class ToolStoreUnavailable(SandboxError):
+    """The database holding idempotency keys is unreachable: nothing ran, retry later."""
+
+    status_code = 503
+    code = "tool_store_unavailable"
+
+    def __init__(self) -> None:
+        super().__init__("the tool-run store (database) is unreachable; nothing ran, retry later")
+
+
 class ToolNotAllowed(SandboxError):
     """The tool is not declared in the tenant's policy."""
 

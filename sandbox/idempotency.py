@@ -10,11 +10,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
 import sqlalchemy as sa
+
+from sandbox.errors import ToolStoreUnavailable
 
 metadata = sa.MetaData()
 
@@ -37,6 +40,14 @@ tool_runs = sa.Table(
     sa.Column("expires_at", sa.Float, nullable=False),
     sa.UniqueConstraint("tenant", "idem_key", name="uq_lantern_tool_runs_tenant_key"),
 )
+
+
+@contextmanager
+def _unavailable_as_typed() -> Iterator[None]:
+    try:
+        yield
+    except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
+        raise ToolStoreUnavailable() from exc
 
 
 def create_tables(engine: sa.Engine) -> None:
@@ -108,6 +119,28 @@ class IdempotencyStore:
         self._clock = clock
         self.lease_s = lease_s
         self.retention_s = retention_s
+        self._has_table = False
+
+    @contextmanager
+    def _begin(self) -> Iterator[sa.Connection]:
+        """A transaction; an unreachable database raises `ToolStoreUnavailable` (503), and
+        the table is created on first use when start-up could not reach the database."""
+        with _unavailable_as_typed():
+            self._ensure_table()
+            with self._engine.begin() as conn:
+                yield conn
+
+    @contextmanager
+    def _connect(self) -> Iterator[sa.Connection]:
+        with _unavailable_as_typed():
+            self._ensure_table()
+            with self._engine.connect() as conn:
+                yield conn
+
+    def _ensure_table(self) -> None:
+        if not self._has_table:
+            create_tables(self._engine)
+            self._has_table = True
 
     def claim(self, tenant: str, key: str, fingerprint: str, tool: str, runner: str) -> Claim:
         for _ in range(3):
@@ -129,7 +162,7 @@ class IdempotencyStore:
                 expires_at=now + self.retention_s,
             )
             try:
-                with self._engine.begin() as conn:
+                with self._begin() as conn:
                     conn.execute(tool_runs.insert().values(dataclasses.asdict(record)))
                 return Claim("new", record)
             except sa.exc.IntegrityError:
@@ -160,7 +193,7 @@ class IdempotencyStore:
         return self._one(query)
 
     def _one(self, query: sa.Select) -> RunRecord | None:
-        with self._engine.connect() as conn:
+        with self._connect() as conn:
             row = conn.execute(query).mappings().first()
         return None if row is None else RunRecord(**row)
 
@@ -201,7 +234,7 @@ class IdempotencyStore:
         statement = tool_runs.delete().where(
             tool_runs.c.id == run_id, tool_runs.c.fence == fence, tool_runs.c.state != "done"
         )
-        with self._engine.begin() as conn:
+        with self._begin() as conn:
             return conn.execute(statement).rowcount == 1
 
     def sweep(self) -> int:
@@ -209,14 +242,14 @@ class IdempotencyStore:
         statement = tool_runs.delete().where(
             tool_runs.c.state == "done", tool_runs.c.expires_at <= self._clock()
         )
-        with self._engine.begin() as conn:
+        with self._begin() as conn:
             return conn.execute(statement).rowcount
 
     def _delete_expired(self, run_id: str, now: float) -> None:
         statement = tool_runs.delete().where(
             tool_runs.c.id == run_id, tool_runs.c.state == "done", tool_runs.c.expires_at <= now
         )
-        with self._engine.begin() as conn:
+        with self._begin() as conn:
             conn.execute(statement)
 
     def _fenced(self, run_id: str, fence: int, values: Mapping[str, object]) -> bool:
@@ -227,5 +260,5 @@ class IdempotencyStore:
             )
             .values(values)
         )
-        with self._engine.begin() as conn:
+        with self._begin() as conn:
             return conn.execute(statement).rowcount == 1

@@ -1,12 +1,14 @@
 """Engines for the ledger database and its schema, which only ever comes from Alembic migrations.
 
-SQLite (WAL, parent directory created) by default; PostgreSQL through psycopg 3. Sync API: async
+SQLite (WAL; the file 0600, a missing parent directory 0700) by default; PostgreSQL through psycopg 3. Sync API: async
 callers run these in a thread.
 """
 
 from __future__ import annotations
 
 import fcntl
+import os
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -69,12 +71,27 @@ def _sqlite_file_lock(engine: Engine) -> Iterator[None]:
     ):
         yield
         return
-    with open(f"{database}.migrate-lock", "a") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+    fd = os.open(f"{database}.migrate-lock", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def private_file(path: Path) -> None:
+    """The SQLite file, created 0600 before SQLite opens it (SQLite gives its -wal and -shm
+    files the database file's mode); missing parent directories are created 0700. An existing
+    file of ours with group or other bits, and its -wal/-shm, are tightened."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+    for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
         try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+            info = file.stat()
+        except FileNotFoundError:
+            continue
+        if stat.S_IMODE(info.st_mode) & 0o077 and info.st_uid == os.geteuid():
+            file.chmod(0o600)
 
 
 def alembic_config() -> Config:
@@ -86,7 +103,7 @@ def alembic_config() -> Config:
 def _sqlite_engine(url: sa.URL) -> Engine:
     database = url.database or ""
     if database and database != ":memory:" and not database.startswith("file:"):
-        Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        private_file(Path(database).expanduser())
     engine = sa.create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
 
     @sa.event.listens_for(engine, "connect")

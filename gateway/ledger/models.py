@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, Literal, cast
 
+import orjson
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -128,16 +129,23 @@ class UsageRow:
             _check_diagnosis(self.cache_diagnosis)
 
     def to_json(self) -> str:
-        """One spool line; money as decimal strings so nothing is rounded through floats."""
-        return json.dumps(
-            {
-                **{name: getattr(self, name) for name in _PLAIN_FIELDS},
-                "ts": self.ts.isoformat(),
-                "cost_usd": str(self.cost_usd),
-                "uncached_cost_usd": str(self.uncached_cost_usd),
-            },
-            separators=(",", ":"),
-        )
+        """The row as compact JSON; money as decimal strings so nothing is rounded through
+        floats."""
+        return self.to_line()[:-1].decode()
+
+    def to_line(self) -> bytes:
+        """One spool line, newline included (orjson: it is written on the request path; the
+        standard library's escapes take what orjson refuses, such as a lone surrogate)."""
+        values = {
+            **{name: getattr(self, name) for name in _PLAIN_FIELDS},
+            "ts": self.ts.isoformat(),
+            "cost_usd": str(self.cost_usd),
+            "uncached_cost_usd": str(self.uncached_cost_usd),
+        }
+        try:
+            return orjson.dumps(values, option=orjson.OPT_APPEND_NEWLINE)
+        except orjson.JSONEncodeError:
+            return (json.dumps(values, separators=(",", ":")) + "\n").encode()
 
     @classmethod
     def from_json(cls, line: str) -> UsageRow:

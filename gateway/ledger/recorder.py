@@ -1,9 +1,12 @@
-"""`UsageRecorder`: takes usage rows without blocking and gets every one into the database.
+"""`UsageRecorder`: takes usage rows without waiting on the database and gets each one into it.
 
-`record()` only appends to memory; one writer thread batches inserts (idempotent by row id). While
-the database is unreachable rows go to the fsynced on-disk spool and are retried with backoff; the
-spool is drained at start-up. A full spool is the one loss path: each overflow row is logged whole
-at ERROR (it holds no prompt text, so it can be re-imported from the log) and counted.
+`record()` appends the row to this process's spool segment (one write(2), no fsync: the row then
+survives the death of the process) and queues it in memory; one writer thread batches inserts
+(idempotent by row id) and removes segments whose rows are all stored. While the database is
+unreachable (or not yet migrated: `prepare`) the rows wait in the spool, retried with backoff; the
+segments of processes that died are drained at start-up. A full spool is the one loss path: an
+overflow row that cannot reach the database is logged whole at ERROR (it holds no prompt text, so
+it can be re-imported from the log) and counted.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,15 +25,18 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 
 from gateway.ledger.models import UsageRecord, UsageRow
-from gateway.ledger.spool import Spool
+from gateway.ledger.spool import DEFAULT_ROTATE_BYTES, Spool
 
 log = logging.getLogger(__name__)
+Prepare = Callable[[Engine], None]
+_Entry = tuple[int | None, UsageRow]  # (spool segment number, or None: in memory only; row)
 
 
 @dataclass(frozen=True, slots=True)
 class RecorderConfig:
     spool_dir: Path
     spool_max_bytes: int = 256 * 1024 * 1024
+    spool_rotate_bytes: int = DEFAULT_ROTATE_BYTES
     batch_size: int = 500
     retry_initial_s: float = 0.5
     retry_max_s: float = 30.0
@@ -42,9 +48,10 @@ class RecorderConfig:
 @dataclass(frozen=True, slots=True)
 class RecorderStats:
     """Counters since start. `num_written` counts rows sent to the database (a row re-sent
-    after a lost acknowledgement counts twice, is stored once). `num_overflowed` (spool full or
-    unwritable, or recorded after close) and `num_rejected` (refused by the database) rows exist
-    only in the ERROR log."""
+    after a lost acknowledgement counts twice, is stored once). `num_spooled` counts rows left
+    in the spool for a later drain (the database did not take them). `num_overflowed` (not in
+    the spool, database down, or recorded after close) and `num_rejected` (refused by the
+    database) rows exist only in the ERROR log. `spool_bytes`: rows waiting on disk."""
 
     num_recorded: int
     num_written: int
@@ -72,20 +79,27 @@ def _is_row_error(error: Exception) -> bool:
 
 
 class UsageRecorder:
-    """Call `start()` once, `record()` from anywhere (never blocks), `aclose()`/`close()` at exit."""
+    """Call `start()` once, `record()` from anywhere, `aclose()`/`close()` at exit.
+
+    `prepare(engine)` (the migrations) runs in the writer thread before the first insert and
+    again after a failure, until it succeeds: the process serves while the database is down.
+    """
 
     def __init__(
         self,
         engine: Engine,
         config: RecorderConfig,
         *,
+        prepare: Prepare | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._engine = engine
         self._config = config
+        self._prepare = prepare
+        self._is_prepared = prepare is None
         self._monotonic = monotonic
-        self._spool = Spool(config.spool_dir, config.spool_max_bytes)
-        self._pending: deque[UsageRow] = deque()
+        self._spool = Spool(config.spool_dir, config.spool_max_bytes, config.spool_rotate_bytes)
+        self._pending: deque[_Entry] = deque()
         self._wakeup = threading.Condition()
         self._thread: threading.Thread | None = None
         self._is_stopping = False
@@ -93,25 +107,27 @@ class UsageRecorder:
         self._is_db_up = True
         self._retry_delay_s = config.retry_initial_s
         self._retry_at = 0.0
-        self._spool_bytes = 0  # the writer thread's last look at the spool (stats() reads it)
         self._counts = {"recorded": 0, "written": 0, "spooled": 0, "overflowed": 0, "rejected": 0}
+        self._first_drain = threading.Event()
 
     def start(self) -> None:
-        """Opens the spool and starts the writer, which first drains what earlier runs spooled."""
+        """Opens the spool and starts the writer, which first drains what earlier runs left."""
         if self._thread is not None:
             raise RuntimeError("UsageRecorder already started")
         self._spool.open()
-        self._spool_bytes = self._spool.num_bytes
         self._thread = threading.Thread(target=self._run, name="usage-recorder", daemon=True)
         self._thread.start()
 
     def record(self, row: UsageRow) -> None:
-        """Queues `row` in memory and returns; no I/O happens on the caller's thread (except
-        for a row recorded after `close()`, which is logged whole since nothing can store it)."""
+        """Appends `row` to the spool (once this returns, the row survives the process) and
+        queues it for the database; never waits on the database. A row recorded before
+        `start()` is queued in memory only; one recorded after `close()` is logged whole."""
+        line = row.to_line()
         with self._wakeup:
             self._counts["recorded"] += 1
             if not self._is_closed:
-                self._pending.append(row)
+                number = self._spool.append(line) if self._spool.is_open else None
+                self._pending.append((number, row))
                 n = len(self._pending)
                 if n == 1 or n >= self._config.batch_size:  # the writer waits only when empty
                     self._wakeup.notify()
@@ -119,6 +135,7 @@ class UsageRecorder:
         self._overflow([row], "recorder already closed")
 
     def stats(self) -> RecorderStats:
+        spool_bytes = self._spool.backlog_bytes
         with self._wakeup:
             return RecorderStats(
                 num_recorded=self._counts["recorded"],
@@ -127,12 +144,12 @@ class UsageRecorder:
                 num_overflowed=self._counts["overflowed"],
                 num_rejected=self._counts["rejected"],
                 num_pending=len(self._pending),
-                spool_bytes=self._spool_bytes,
+                spool_bytes=spool_bytes,
                 is_database_up=self._is_db_up,
             )
 
     def close(self) -> None:
-        """Writes everything queued (to the database, else the spool), then stops the writer."""
+        """Writes everything queued (to the database, else leaves it in the spool), then stops."""
         with self._wakeup:
             self._is_closed = True
             self._is_stopping = True
@@ -141,16 +158,19 @@ class UsageRecorder:
             self._thread.join()
             self._thread = None
         self._spool.close()
-        with self._wakeup:
-            self._spool_bytes = self._spool.num_bytes
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.close)
+
+    def wait_first_drain(self, timeout_s: float) -> bool:
+        """Blocks until the writer's first `prepare` and drain ended (in success or not)."""
+        return self._first_drain.wait(timeout_s)
 
     # --- the writer thread ---------------------------------------------------------------
 
     def _run(self) -> None:
         self._drain_spool()
+        self._first_drain.set()
         while True:
             try:
                 if self._step():
@@ -164,15 +184,16 @@ class UsageRecorder:
         batch, is_stopping = self._take_batch()
         if batch:
             self._write(batch)
-        if not self._spool.is_empty and self._monotonic() >= self._retry_at:
+        self._spool.rotate_if_due()
+        if self._spool.has_backlog and self._monotonic() >= self._retry_at:
             self._drain_spool()
         if is_stopping and not batch:
-            if not self._spool.is_empty:
+            if self._spool.has_backlog:
                 self._drain_spool()  # one last try, whatever the backoff says
             return True
         return False
 
-    def _take_batch(self) -> tuple[list[UsageRow], bool]:
+    def _take_batch(self) -> tuple[list[_Entry], bool]:
         with self._wakeup:
             if not self._pending and not self._is_stopping:
                 self._wakeup.wait(timeout=self._idle_wait_s())
@@ -185,42 +206,50 @@ class UsageRecorder:
             return [self._pending.popleft() for _ in range(size)], self._is_stopping
 
     def _idle_wait_s(self) -> float | None:
-        if self._spool.is_empty:
+        if not self._spool.has_backlog:
             return None
         return max(0.0, self._retry_at - self._monotonic())
 
-    def _write(self, batch: list[UsageRow]) -> None:
-        if not self._is_db_up or not self._spool.is_empty:
-            self._to_spool(batch)  # keep the outage's rows together; the drain writes them
+    def _write(self, batch: list[_Entry]) -> None:
+        if not self._is_db_up or self._spool.has_backlog:
+            self._leave_in_spool(batch)  # keep the outage's rows together; the drain writes them
             return
         try:
-            self._insert(batch)
+            self._insert([row for _, row in batch])
         except Exception as error:  # noqa: BLE001 - any failure: keep the rows, retry later
             self._mark_down(error)
-            self._to_spool(batch)
+            self._leave_in_spool(batch)
+            return
+        self._spool.acknowledge(Counter(n for n, _ in batch if n is not None))
 
     def _drain_spool(self) -> None:
         num_rows = 0
         try:
-            for batch in self._spool.read_all(self._config.batch_size):
+            self._prepare_once()
+            for batch in self._spool.read_backlog(self._config.batch_size):
                 self._insert(batch)
                 num_rows += len(batch)
-            self._spool.clear()
+            self._spool.clear_backlog()
         except Exception as error:  # noqa: BLE001 - the spool keeps them; retry with backoff
             self._spool.release()
-            self._note_spool()
             self._mark_down(error)
             return
-        self._note_spool()
         if num_rows:
             log.warning("usage ledger: wrote %d spooled rows", num_rows)
         with self._wakeup:
             self._is_db_up = True
         self._retry_delay_s = self._config.retry_initial_s
 
+    def _prepare_once(self) -> None:
+        if not self._is_prepared and self._prepare is not None:
+            self._prepare(self._engine)
+            self._is_prepared = True
+            log.info("usage ledger: database ready")
+
     def _insert(self, batch: list[UsageRow]) -> None:
         """Inserts `batch`; if the database refuses a row (not the connection), the batch is
         retried row by row so one bad row cannot hold the others back."""
+        self._prepare_once()
         try:
             insert_rows(self._engine, batch)
         except Exception as error:
@@ -254,16 +283,16 @@ class UsageRecorder:
         self._retry_at = self._monotonic() + self._retry_delay_s
         self._retry_delay_s = min(self._retry_delay_s * 2, self._config.retry_max_s)
 
-    def _to_spool(self, batch: list[UsageRow]) -> None:
+    def _leave_in_spool(self, batch: list[_Entry]) -> None:
+        spooled = [n for n, _ in batch if n is not None]
         try:
-            result = self._spool.append(batch)
-        except OSError:
-            log.exception("usage ledger: spool write failed")
-            self._overflow(batch, "spool write failed")
-            return
-        self._count("spooled", result.num_written)
-        if result.overflow:
-            self._overflow(list(result.overflow), "spool full")
+            self._spool.give_up(spooled)
+        except OSError:  # fsync failed: the rows are still in the page cache; say so
+            log.exception("usage ledger: spool fsync failed")
+        self._count("spooled", len(spooled))
+        lost = [row for n, row in batch if n is None]
+        if lost:
+            self._overflow(lost, "spool full")
 
     def _overflow(self, rows: list[UsageRow], reason: str) -> None:
         for row in rows:
@@ -273,9 +302,3 @@ class UsageRecorder:
     def _count(self, name: str, n: int) -> None:
         with self._wakeup:
             self._counts[name] += n
-        self._note_spool()
-
-    def _note_spool(self) -> None:
-        with self._wakeup:
-            if self._spool.is_open:
-                self._spool_bytes = self._spool.num_bytes

@@ -183,16 +183,17 @@ def incoming(stream: bool = False) -> IncomingCall:
     return IncomingCall("openai", TenantPolicy(tenant="acme"), "k1", request, body, "s1")
 
 
-def test_the_row_comes_after_the_reply_and_the_settle_before_it() -> None:
-    async def main() -> tuple[int, int, Fakes, InMemorySpanExporter]:
+def test_the_settle_and_the_row_come_before_the_reply_and_the_telemetry_after_it() -> None:
+    async def main() -> tuple[int, int, int, Fakes, InMemorySpanExporter]:
         pipeline, fakes, spans = build(Backend())
         await pipeline.complete(await pipeline.admit(incoming()))
-        at_reply = (len(fakes.settled), len(fakes.rows))
+        at_reply = (len(fakes.settled), len(fakes.rows), len(spans.get_finished_spans()))
         await asyncio.sleep(0)
         return (*at_reply, fakes, spans)
 
-    settled, rows, fakes, spans = asyncio.run(main())
-    assert (settled, rows) == (1, 0)  # the reply did not wait for the ledger row
+    settled, rows, num_spans, fakes, spans = asyncio.run(main())
+    # the row is in the ledger (its durable spool) before the reply completes; the span waits
+    assert (settled, rows, num_spans) == (1, 1, 0)
     assert [(r.status, r.usage, r.cost_usd) for r in fakes.rows] == [("ok", USAGE, 7e-6 + 6e-6)]
     assert fakes.completed == [True] and fakes.reconciled == 1
     assert len(spans.get_finished_spans()) == 1

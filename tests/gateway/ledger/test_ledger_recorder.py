@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 from prometheus_client import CollectorRegistry, generate_latest
 
-from gateway.ledger.db import create_ledger_engine, migrate
+from gateway.ledger.db import create_ledger_engine, migrate, migrate_engine
 from gateway.ledger.metrics import RecorderCollector
 from gateway.ledger.models import UsageRow
 from gateway.ledger.recorder import RecorderConfig, UsageRecorder
@@ -255,6 +255,33 @@ def test_rows_wait_in_the_spool_until_the_schema_exists(sqlite_url, make_row, tm
     again.start()
     again.close()
     assert stored(engine)[0] == sorted(r.id for r in rows)
+    engine.dispose()
+
+
+def test_rows_wait_in_the_spool_until_prepare_succeeds(sqlite_url, make_row, tmp_path):
+    engine = create_ledger_engine(sqlite_url)  # not migrated: `prepare` does it
+    tries: list[int] = []
+
+    def prepare(db: sa.Engine) -> None:  # the database answers from the third try on
+        tries.append(len(tries) + 1)
+        if len(tries) < 3:
+            raise OSError("database unreachable")
+        migrate_engine(db)
+
+    recorder = UsageRecorder(engine, fast_retry(tmp_path / "spool"), prepare=prepare)
+    recorder.start()
+    assert recorder.wait_first_drain(60)
+    assert not recorder.stats().is_database_up
+    rows = [make_row() for _ in range(30)]
+    for row in rows:
+        recorder.record(row)
+    wait_until(lambda: recorder.stats().num_written == 30, "rows written once prepared")
+    recorder.close()
+    assert stored(engine)[0] == sorted(r.id for r in rows)
+    assert tries == [1, 2, 3]
+    stats = recorder.stats()
+    assert (stats.num_spooled, stats.spool_bytes, stats.is_database_up) == (30, 0, True)
+    assert list((tmp_path / "spool").glob("*.jsonl")) == []
     engine.dispose()
 
 
