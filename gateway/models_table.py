@@ -11,7 +11,16 @@ from decimal import Decimal
 from adapters.backends.factory import build_backend
 from adapters.backends.http_upstream import HTTPClient
 from adapters.backends.spec import BackendSpec
-from adapters.pricing import Price, PriceBook, UnknownPrice, cost, uncached_cost
+from adapters.pricing import (
+    CACHE_WRITE_1H_FACTOR,
+    CACHE_WRITE_FACTOR,
+    Price,
+    PriceBook,
+    UnknownPrice,
+    cost,
+    uncached_cost,
+    worst_case_cost,
+)
 from adapters.routing_types import Prices, TokenPrices
 from adapters.types import Usage
 from gateway.engine_child import EngineChild
@@ -99,7 +108,12 @@ def _override(o: PriceOverride, base: Price | None, model: str) -> Price:
         input=inp,
         output=per_token(o.output, base.output if base else None),
         cache_read=per_token(o.cache_read, base.cache_read if base else inp * Decimal("0.1")),
-        cache_write=per_token(o.cache_write, base.cache_write if base else inp * Decimal("1.25")),
+        cache_write=per_token(
+            o.cache_write, base.cache_write if base else inp * CACHE_WRITE_FACTOR
+        ),
+        cache_write_1h=per_token(
+            o.cache_write_1h, base.cache_write_1h if base else inp * CACHE_WRITE_1H_FACTOR
+        ),
     )
 
 
@@ -135,6 +149,11 @@ class RoutePricing:
 
     def uncached_cost_usd(self, model: str, usage: Usage) -> float:
         return uncached_cost(usage, self._prices[model])
+
+    def worst_case_usd(
+        self, model: str, prompt_tokens: int, max_output_tokens: int, write_ttl: str
+    ) -> float:
+        return worst_case_cost(prompt_tokens, max_output_tokens, self._prices[model], write_ttl)
 
 
 def _per_mtok(value: Decimal) -> float:

@@ -240,7 +240,19 @@ def _prepare(
         prefix_hashes=hashes,
         stable_prefix_tokens=layout.stable_tokens(),
         diagnosis=PromptFacts(tenant_id, fingerprint, key, layout, tuple(ids)),
+        write_ttl=_write_ttl(policy, layout, new_body),
     )
+
+
+def _write_ttl(policy: CachePolicy, layout: PromptLayout, body: Mapping[str, JSON]) -> str:
+    """ "1h" when any cache write of the call may have the 1 h TTL (Lantern's markers under
+    `ttl: 1h`, or a marker of the client's own), else "5m"."""
+    if policy.scope != "none" and policy.ttl == "1h":
+        return "1h"
+    request_level = body.get("cache_control")
+    if isinstance(request_level, Mapping) and request_level.get("ttl") == "1h":
+        return "1h"
+    return "1h" if any(b.marker_ttl == "1h" for b in layout.blocks) else "5m"
 
 
 def _mark_raw(

@@ -78,7 +78,8 @@ class PriceOverride(_Section):
     input: float | None = Field(default=None, ge=0)
     output: float | None = Field(default=None, ge=0)
     cache_read: float | None = Field(default=None, ge=0)
-    cache_write: float | None = Field(default=None, ge=0)
+    cache_write: float | None = Field(default=None, ge=0)  # a 5-minute cache write
+    cache_write_1h: float | None = Field(default=None, ge=0)  # a 1-hour cache write
 
 
 class _Backend(_Section):
