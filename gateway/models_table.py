@@ -66,8 +66,11 @@ def _specs(b: BackendSettings, children: list[EngineChild]) -> list[tuple[Backen
     if isinstance(b, SelfhostBackend):
         return [(spec(base_url=url, model=b.model), url) for url in b.base_urls()]
     if isinstance(b, OpenAICompatibleBackend):
-        key = b.api_key()
-        return [(spec(base_url=url, model=b.model, api_key=key), url) for url in b.base_urls()]
+        key, extra = b.api_key(), {"send_cache_salt": b.cache_salt}
+        return [
+            (spec(base_url=url, model=b.model, api_key=key, extra=extra), url)
+            for url in b.base_urls()
+        ]
     if isinstance(b, AnthropicBackend):
         return [(spec(base_url=b.base_url, model=b.model, api_key=b.api_key()), None)]
     if isinstance(b, LiteLLMBackend):
@@ -93,6 +96,24 @@ def build_model_table(
                 )
         routes.append(ModelRoute(route.name, tuple(candidates)))
     return ModelTableImpl(routes), children
+
+
+def shares_provider_cache(backend: BackendSettings) -> bool:
+    """Whether tenants calling through this backend could share prompt-cache entries: an API
+    provider behind shared credentials, or an OpenAI-compatible server not sent `cache_salt`.
+    The bundled engine keys its prefix cache with the salt."""
+    if backend.dedicated_credentials or isinstance(backend, SelfhostBackend):
+        return False
+    if isinstance(backend, OpenAICompatibleBackend):
+        return not backend.cache_salt
+    return True
+
+
+def shared_cache_models(settings: Settings) -> frozenset[str]:
+    """The model routes with at least one backend whose provider cache tenants would share."""
+    return frozenset(
+        route.name for route in settings.models if any(map(shares_provider_cache, route.backends))
+    )
 
 
 def _override(o: PriceOverride, base: Price | None, model: str) -> Price:

@@ -74,8 +74,13 @@ class PromptCachePort:
         encoder: Encoder | None = None,
         clock: Callable[[], float] = time.monotonic,
         max_sessions: int = MAX_SESSIONS,
+        shared_cache_models: frozenset[str] = frozenset(),
     ) -> None:
+        """`shared_cache_models`: the model routes with a backend whose provider prompt cache
+        tenants would share (`gateway.models_table.shared_cache_models`): their calls carry
+        the tenant's scope line."""
         self._secret = secret
+        self._shared_cache_models = shared_cache_models
         self._encoder = encoder or TiktokenEncoder()
         self._clock = clock
         self._matchers: dict[tuple[str, ...], VolatileMatcher] = {}
@@ -112,6 +117,7 @@ class PromptCachePort:
             self._hashes,
             self._tool_texts,
             self._layouts,
+            isolate=model in self._shared_cache_models,
         )
 
     def _tenant_salt(self, secret: bytes, tenant_id: str) -> str:

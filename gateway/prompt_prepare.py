@@ -24,6 +24,7 @@ from cachekeys.diagnosis import (
     PromptFingerprint,
     options_digest,
 )
+from cachekeys.isolation import isolate_raw, isolate_request, scope_line
 from cachekeys.keys import prefix_hashes, prompt_cache_key, session_root
 from cachekeys.layout import PromptLayout, ToolTextMemo, anthropic_blocks, request_blocks
 from cachekeys.markers import (
@@ -132,11 +133,16 @@ def prepare(
     tenant_id: str,
     secret: bytes,
     encoder: Encoder,
+    *,
+    isolate: bool = False,
 ) -> PreparedPrompt:
-    """Normalise, place markers, key and hash one call. Pure apart from the encoder."""
+    """Normalise, place markers, key and hash one call. Pure apart from the encoder.
+    `isolate`: the call may reach a provider whose cache tenants share (see `prepare_call`)."""
     options = normalise_options(policy)
     salt = salt_for(policy, secret, tenant_id)
-    return prepare_call(wire, body, request, policy, tenant_id, salt, encoder, options)
+    return prepare_call(
+        wire, body, request, policy, tenant_id, salt, encoder, options, isolate=isolate
+    )
 
 
 def prepare_call(
@@ -151,9 +157,18 @@ def prepare_call(
     memo: PrefixHashMemo | None = None,
     tool_texts: ToolTextMemo | None = None,
     layouts: SessionLayoutMemo | None = None,
+    *,
+    isolate: bool = False,
 ) -> PreparedPrompt:
+    """`isolate`: the call may reach a provider whose prompt cache is shared by every tenant of
+    its credentials; unless the tenant shares its cache (`scope: shared`, no salt), its
+    prompt then carries its scope line (cachekeys.isolation) after its declared-public head."""
     edited = normalise_request(request, options)
     new_body = normalise_raw(wire, body, options)
+    if isolate and salt:
+        line = scope_line(salt)
+        edited = isolate_request(edited, line, options.public)
+        new_body = isolate_raw(wire, new_body, line, options.public)
     layouts = layouts if memo is not None else None  # an entry keeps the memo's chain states
     found: LayoutMatch | None = None
     if layouts is not None:

@@ -93,6 +93,10 @@ class _Backend(_Section):
     kv_capacity_blocks: int | None = Field(default=None, gt=0)  # 16-token KV blocks
     # engine load metrics (Prometheus text) under the replica's server root; null: not scraped
     metrics_path: str | None = "/metrics"
+    # true: these credentials serve one tenant only (its tenant policy is the only one whose
+    # `backends:` names this backend), so the provider's cache is not shared and calls carry
+    # no cache-scope line (docs/security.md)
+    dedicated_credentials: bool = False
 
     def api_key(self, environ: Mapping[str, str] | None = None) -> str | None:
         """The key from the env var named by `api_key_env` (None when unset or not used)."""
@@ -113,6 +117,9 @@ class OpenAICompatibleBackend(_Backend):
     base_url: str | None = None
     model: str
     api_key_env: str | None = None
+    # send the tenant's `cache_salt` (vLLM and SGLang key their prefix cache with it); false for
+    # a server that rejects or ignores it: its calls then carry the cache-scope line instead
+    cache_salt: bool = True
 
     @model_validator(mode="after")
     def _has_url(self) -> OpenAICompatibleBackend:

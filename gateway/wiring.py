@@ -25,7 +25,13 @@ from gateway.ledger.call_ledger import CallLedger
 from gateway.ledger.db import create_ledger_engine, migrate_engine, session_factory
 from gateway.ledger.metrics import RecorderCollector
 from gateway.ledger.recorder import RecorderConfig, UsageRecorder
-from gateway.models_table import ModelTableImpl, RoutePricing, build_model_table, fleet_inputs
+from gateway.models_table import (
+    ModelTableImpl,
+    RoutePricing,
+    build_model_table,
+    fleet_inputs,
+    shared_cache_models,
+)
 from gateway.pipeline import Pipeline, Services
 from gateway.prompt_cache import PromptCachePort, TiktokenEncoder
 from gateway.settings import Settings
@@ -101,6 +107,7 @@ def build_components(
         registry=metrics.registry,
         clock=clock,
         encoder=TiktokenEncoder(counter=counting.counter),
+        shared_cache_models=shared_cache_models(settings),
     )
     prices, replica_specs = fleet_inputs(settings, pricing)
     fs = settings.fleet
