@@ -15,10 +15,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import httpx
 from fastapi import APIRouter, Request
 
 from adapters.backends.http1_connection import Http1Pool
 from gateway.admission import Admission
+from gateway.engine_tokens import EngineTokenizers
 from gateway.fleet import Fleet
 from gateway.fleet_signals import HttpMetricsSource
 from gateway.ledger.call_ledger import CallLedger
@@ -36,7 +38,7 @@ from gateway.pipeline import Pipeline, Services
 from gateway.prompt_cache import PromptCachePort, TiktokenEncoder
 from gateway.settings import Settings
 from gateway.telemetry import Metrics, Telemetry, build_tracer_provider
-from gateway.token_count import TiktokenCounting
+from gateway.token_count import TiktokenCounting, route_counting
 from gateway.tools_wiring import build_tools
 from policies.store import PolicyStore
 
@@ -76,6 +78,16 @@ class Components:
                 log.exception("shutdown step failed")
 
 
+async def fetch_tokenizers(tokenizers: EngineTokenizers, retry_s: float = 2.0) -> None:
+    """Each self-hosted replica's tokenizer, once; until then its calls are reserved at an
+    upper bound (gateway/token_count.py)."""
+    async with httpx.AsyncClient() as client:
+        while tokenizers.num_missing:
+            await tokenizers.fetch_missing(client)
+            if tokenizers.num_missing:
+                await asyncio.sleep(retry_s)
+
+
 def build_components(
     settings: Settings, *, clock: Callable[[], float] = time.monotonic
 ) -> Components:
@@ -99,9 +111,10 @@ def build_components(
     metrics.registry.register(RecorderCollector(recorder))
     ledger = CallLedger(recorder, lambda: datetime.now(UTC))
     admission = Admission.from_settings(settings, registry=metrics.registry)
-    counting = TiktokenCounting()  # one memo of token ids for counting and prefix hashing
+    tiktoken = TiktokenCounting()  # one memo of token ids for counting and prefix hashing
     for model in settings.models:  # load the BPE tables now, not in the first call (~0.4 s)
-        counting.counter.encoding(model.name)
+        tiktoken.counter.encoding(model.name)
+    counting = route_counting(settings, models.routes(), tiktoken)
     prompts = PromptCachePort(
         settings.resolve_server_secret(),
         registry=metrics.registry,
@@ -156,6 +169,10 @@ def build_components(
         for child in children:
             await child.start()
         await fleet.check_health()  # start serving with a known fleet state
+        async with httpx.AsyncClient() as client:  # before serving: the first calls exact
+            await counting.tokenizers.fetch_missing(client)
+        if counting.tokenizers.num_missing:
+            parts.tasks.append(asyncio.create_task(fetch_tokenizers(counting.tokenizers)))
 
         async def health_loop(interval_s: float) -> None:
             await asyncio.sleep(interval_s)
