@@ -127,7 +127,9 @@ class EngineTokenizers:
                 response.raise_for_status()
                 card = response.json()
                 key = hashlib.sha256(response.content).digest()
-                counter = self._by_card.get(key) or await asyncio.to_thread(ChatPromptCounter, card)
+                counter = self._by_card.get(key)
+                if counter is None:  # building it parses a few MB of JSON: off the loop
+                    counter = await asyncio.to_thread(ChatPromptCounter, card)
             except (httpx.HTTPError, ValueError, KeyError, TypeError, TemplateError) as exc:
                 log.info("tokenizer of %s not fetched (%s)", replica, exc)
                 continue

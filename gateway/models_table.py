@@ -75,8 +75,8 @@ def _specs(b: BackendSettings, children: list[EngineChild]) -> list[tuple[Backen
         return [(spec(base_url=b.base_url, model=b.model, api_key=b.api_key()), None)]
     if isinstance(b, LiteLLMBackend):
         return [(spec(base_url=b.api_base, model=b.model, api_key=b.api_key()), None)]
-    extra = {"region": b.region} if b.region else {}  # none: the AWS chain decides
-    return [(spec(model=b.model, base_url=b.endpoint_url, extra=extra), None)]
+    region = {"region": b.region} if b.region else {}  # none: the AWS chain decides
+    return [(spec(model=b.model, base_url=b.endpoint_url, extra=region), None)]
 
 
 def build_model_table(

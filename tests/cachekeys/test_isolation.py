@@ -15,7 +15,7 @@ SCHEMA = {"type": "object", "properties": {}}
 
 def test_line_is_keyed_and_does_not_carry_the_salt() -> None:
     tag = hashlib.sha256(b"lantern-provider-scope\0salt-of-alpha").hexdigest()[:16]
-    assert LINE == f"[cache scope {tag}]\n"
+    assert f"[cache scope {tag}]\n" == LINE
     assert scope_line("salt-of-beta") != LINE and "salt" not in LINE
 
 

@@ -22,7 +22,10 @@ from tests.e2e.harness import RunningGateway, start_gateway, write_config, write
 
 pytestmark = pytest.mark.slow
 
-KEYS = {"acme": "lt-acme-count-key-00000000000000000001", "tight": "lt-tight-count-key-0000000000001"}
+KEYS = {
+    "acme": "lt-acme-count-key-00000000000000000001",
+    "tight": "lt-tight-count-key-0000000000001",
+}
 MAX_TOKENS = 4
 QUESTION = "Why does a shared prompt prefix make agent calls cheaper?"
 
