@@ -69,11 +69,11 @@ def start(tmp_path: Path, cache: dict) -> tuple[RunningGateway, PromptCacheFake,
 @pytest.fixture
 def isolated(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[tuple[RunningGateway, PromptCacheFake]]:
+) -> Iterator[tuple[RunningGateway, PromptCacheFake, FakeUpstream]]:
     monkeypatch.setenv("ISOLATION_PROVIDER_KEY", PROVIDER_KEY)
     gateway, fake, upstream = start(tmp_path, {})
     try:
-        yield gateway, fake
+        yield gateway, fake, upstream
     finally:
         gateway.stop()
         upstream.__exit__(None, None, None)
@@ -102,9 +102,9 @@ def post(client: httpx.Client, tenant: str, path: str, body: dict) -> httpx.Resp
 
 
 def test_identical_prompts_of_two_tenants_never_share_an_entry(
-    isolated: tuple[RunningGateway, PromptCacheFake],
+    isolated: tuple[RunningGateway, PromptCacheFake, FakeUpstream],
 ) -> None:
-    gateway, fake = isolated
+    gateway, fake, _ = isolated
     body = anthropic_call(RULES, "Review PR 4412." + " diff" * 300)
     with httpx.Client(base_url=gateway.url, timeout=30) as client:
         for tenant in ("alpha", "beta", "alpha", "beta"):
@@ -118,9 +118,9 @@ def test_identical_prompts_of_two_tenants_never_share_an_entry(
 
 
 def test_openai_automatic_caching_is_isolated_too(
-    isolated: tuple[RunningGateway, PromptCacheFake],
+    isolated: tuple[RunningGateway, PromptCacheFake, FakeUpstream],
 ) -> None:
-    gateway, fake = isolated
+    gateway, fake, upstream = isolated
     body = {
         "model": GPT,
         "max_tokens": 16,
@@ -135,6 +135,8 @@ def test_openai_automatic_caching_is_isolated_too(
     alpha_1, beta_1, alpha_2 = calls(fake, "openai")
     assert alpha_1.read == 0 and beta_1.read == 0  # beta's identical prompt: a miss
     assert alpha_2.read == alpha_1.write > 1024  # alpha's own entries: a hit
+    sent = [r.json() for r in upstream.app.requests if r.path == "/v1/chat/completions"]
+    assert not [b for b in sent if "cache_salt" in b]  # `cache_salt: false` on this backend
 
 
 def test_a_declared_public_prefix_is_still_shared(
@@ -157,7 +159,8 @@ def test_a_declared_public_prefix_is_still_shared(
         gateway.stop()
         upstream.__exit__(None, None, None)
     counter = TokenCounter()
-    sent = upstream.app.requests[1].json()  # beta's first call as the provider got it
+    messages = [r for r in upstream.app.requests if r.path == "/v1/messages"]
+    sent = messages[1].json()  # beta's first call as the provider got it
     blocks = anthropic_blocks(sent, lambda text: counter.count_text(CLAUDE, text))
     public_end = blocks[1].end  # the public tool, then the public rules
     _, beta_1, beta_2 = calls(fake, "anthropic")
