@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import re
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -32,6 +34,7 @@ FETCH_TIMEOUT_S = 5.0
 # separators) per message and once for a default system prompt and the reply priming.
 TEMPLATE_ALLOWANCE_PER_MESSAGE = 16
 TEMPLATE_ALLOWANCE_FIXED = 256
+MEMO_MAX_CHARS = 16_000_000  # rendered prompt pieces kept with their token counts (~4M tokens)
 
 
 def _raise_exception(message: str) -> None:
@@ -62,12 +65,59 @@ def bound(messages: Sequence[Mapping[str, Any]]) -> int:
     return size + TEMPLATE_ALLOWANCE_PER_MESSAGE * len(messages) + TEMPLATE_ALLOWANCE_FIXED
 
 
+class PieceCounts:
+    """Token counts of a rendered prompt, memoised per piece between added tokens (bounded LRU
+    by characters). A `tokenizers` tokenizer splits its input at added tokens before anything
+    else, so the count is the pieces' counts plus one per added token; an agent re-sends its
+    history, so a call encodes only its new pieces. Tokenizers whose added tokens strip or match
+    whole words only are encoded whole (`_splitter` is None)."""
+
+    def __init__(self, tokenizer: Tokenizer, max_chars: int = MEMO_MAX_CHARS) -> None:
+        self._tokenizer = tokenizer
+        added = tokenizer.get_added_tokens_decoder().values()
+        plain = all(not (a.lstrip or a.rstrip or a.single_word or a.normalized) for a in added)
+        contents = sorted({a.content for a in added}, key=len, reverse=True)
+        self._splitter = (
+            re.compile("|".join(re.escape(c) for c in contents)) if plain and contents else None
+        )
+        self._memo: OrderedDict[str, int] = OrderedDict()
+        self._chars = 0
+        self._max_chars = max_chars
+
+    def count(self, text: str) -> int:
+        if self._splitter is None:
+            return self._encode(text)
+        total, start = 0, 0
+        for match in self._splitter.finditer(text):
+            total += self._piece(text[start : match.start()]) + 1
+            start = match.end()
+        return total + self._piece(text[start:])
+
+    def _encode(self, text: str) -> int:
+        return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def _piece(self, piece: str) -> int:
+        if not piece:
+            return 0
+        found = self._memo.get(piece)
+        if found is not None:
+            self._memo.move_to_end(piece)
+            return found
+        found = self._memo[piece] = self._encode(piece)
+        self._chars += len(piece)
+        while self._chars > self._max_chars:
+            evicted, _ = self._memo.popitem(last=False)
+            self._chars -= len(evicted)
+        return found
+
+
 class ChatPromptCounter:
     """One engine's tokenizer and chat template (a sandboxed jinja2 environment, as the engine
     renders it); `count` is exact for the prompt the engine will build from the messages."""
 
     def __init__(self, card: Mapping[str, Any]) -> None:
         self._tokenizer = Tokenizer.from_str(str(card["tokenizer"]))
+        self._pieces = PieceCounts(self._tokenizer)
         source = card.get("chat_template")
         env = ImmutableSandboxedEnvironment(
             trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols]
@@ -94,7 +144,7 @@ class ChatPromptCounter:
             text = self.render(messages)
         except TemplateError:
             return bound(messages)
-        return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
+        return self._pieces.count(text)
 
 
 class EngineTokenizers:

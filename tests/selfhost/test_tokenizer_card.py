@@ -100,3 +100,16 @@ def test_a_client_split_system_is_counted_exactly(
     request = openai_wire.decode_request({"model": "smollm2", **body})
     # the raw body is relayed as sent: two system messages, as engine_messages counts them
     assert counter.count(engine_messages(request)) == engine_prompt_tokens(smollm_files[1], body)
+
+
+def test_memoised_pieces_count_a_growing_conversation_exactly(
+    counter: ChatPromptCounter, smollm_files: tuple[LoadedWeights, TextTokenizer]
+) -> None:
+    history: list[dict] = [{"role": "system", "content": "You are a careful agent. " * 20}]
+    for turn in range(6):  # each call re-sends the history: its pieces come from the memo
+        history.append({"role": "user", "content": f"Result {turn}: <|im_end|> ok " * 15})
+        request = openai_wire.decode_request({"model": "smollm2", "messages": history})
+        sent = openai_wire.encode_request(request)
+        exact = engine_prompt_tokens(smollm_files[1], sent)
+        assert counter.count(engine_messages(request)) == exact
+        history.append({"role": "assistant", "content": f"Step {turn} done."})
