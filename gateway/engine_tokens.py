@@ -1,6 +1,7 @@
 """Prompt tokens as a self-hosted engine bills them: the engine's own tokenizer and chat template,
-fetched once per replica (`GET /v1/tokenizer`, served by the bundled engine) and then applied
-locally, so counting a call costs no network round trip.
+fetched once per replica (`GET /v1/tokenizer`, served by the bundled engine) or read from the
+model's tokenizer files (`tokenizer_dir`, for vLLM and SGLang) and then applied locally, so
+counting a call costs no network round trip.
 
 Must not import `selfhost` (the engine is another process; this is its wire contract). Where a
 replica's tokenizer is not known yet, `bound` gives an upper bound instead of a count.
@@ -10,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import re
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -147,6 +150,25 @@ class ChatPromptCounter:
         return self._pieces.count(text)
 
 
+def card_from_dir(path: Path) -> dict[str, Any]:
+    """A tokenizer card from a Hugging Face model directory (`tokenizer.json`, and the chat
+    template and special tokens of `tokenizer_config.json`): the files vLLM and SGLang serve
+    the model with, for servers that do not serve their tokenizer."""
+    config_path = path / "tokenizer_config.json"
+    config = json.loads(config_path.read_text()) if config_path.exists() else {}
+    template = config.get("chat_template")
+    return {
+        "tokenizer": (path / "tokenizer.json").read_text(),
+        "chat_template": template if isinstance(template, str) else None,
+        "bos_token": _token_text(config.get("bos_token")),
+        "eos_token": _token_text(config.get("eos_token")),
+    }
+
+
+def _token_text(value: Any) -> str:
+    return str(value.get("content", "")) if isinstance(value, Mapping) else str(value or "")
+
+
 class EngineTokenizers:
     """The counters of self-hosted replicas by base URL, fetched once each (`fetch_missing`);
     replicas serving the same tokenizer and template share one counter."""
@@ -155,6 +177,11 @@ class EngineTokenizers:
         self._missing = set(replicas)
         self._counters: dict[str, ChatPromptCounter] = {}
         self._by_card: dict[bytes, ChatPromptCounter] = {}
+
+    def preload(self, replica: str, counter: ChatPromptCounter) -> None:
+        """A replica whose tokenizer the configuration gives (`tokenizer_dir`): never fetched."""
+        self._counters[replica] = counter
+        self._missing.discard(replica)
 
     def get(self, replica: str) -> ChatPromptCounter | None:
         return self._counters.get(replica)

@@ -120,6 +120,16 @@ class OpenAICompatibleBackend(_Backend):
     # send the tenant's `cache_salt` (vLLM and SGLang key their prefix cache with it); false for
     # a server that rejects or ignores it: its calls then carry the cache-scope line instead
     cache_salt: bool = True
+    # the served model's Hugging Face tokenizer files (tokenizer.json, tokenizer_config.json):
+    # prompts are then counted with its tokenizer and chat template, as the server bills them
+    tokenizer_dir: Path | None = None
+
+    @field_validator("tokenizer_dir")
+    @classmethod
+    def _has_tokenizer(cls, path: Path | None) -> Path | None:
+        if path is not None and not (path / "tokenizer.json").is_file():
+            raise ValueError(f"{path} holds no tokenizer.json")
+        return path
 
     @model_validator(mode="after")
     def _has_url(self) -> OpenAICompatibleBackend:

@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING
 
 from adapters.tokens import TokenCounter, TokenIdsMemo
 from adapters.types import ChatRequest
-from gateway.engine_tokens import EngineTokenizers, bound, engine_messages
+from gateway.engine_tokens import (
+    ChatPromptCounter,
+    EngineTokenizers,
+    bound,
+    card_from_dir,
+    engine_messages,
+)
+from gateway.settings import OpenAICompatibleBackend
 
 if TYPE_CHECKING:
     from gateway.ports import ModelRoute
@@ -38,7 +45,7 @@ class RouteTokenCounting:
     bills. An API backend: the tiktoken count. A self-hosted replica whose tokenizer is known:
     its engine's exact count. One whose tokenizer is not known yet: the upper bound
     (`engine_tokens.bound`) for the bundled engine (`bounded`), the tiktoken estimate for other
-    OpenAI-compatible servers (which need not serve their tokenizer)."""
+    OpenAI-compatible servers that serve no tokenizer and were given no `tokenizer_dir`."""
 
     def __init__(
         self,
@@ -86,8 +93,15 @@ def route_counting(
     settings: Settings, routes: Sequence[ModelRoute], base: TiktokenCounting
 ) -> RouteTokenCounting:
     """The counting of the configured routes: the self-hosted replicas of each (their base
-    URLs, as the model table built them) and which of them run the bundled engine."""
+    URLs, as the model table built them), which of them are counted exactly (the bundled
+    engine, once fetched; a server given `tokenizer_dir`, from the start)."""
     kinds = {b.name: b.kind for m in settings.models for b in m.backends}
+    dirs = {
+        b.name: b.tokenizer_dir
+        for m in settings.models
+        for b in m.backends
+        if isinstance(b, OpenAICompatibleBackend) and b.tokenizer_dir is not None
+    }
     replicas: dict[str, tuple[str, ...]] = {}
     bounded: set[str] = set()
     api_routes: set[str] = set()
@@ -98,11 +112,14 @@ def route_counting(
                 api_routes.add(route.name)
                 continue
             urls.append(c.replica)
-            if kinds.get(c.backend_name) == "selfhost":
+            if kinds.get(c.backend_name) == "selfhost" or c.backend_name in dirs:
                 bounded.add(c.replica)
         if urls:
             replicas[route.name] = tuple(dict.fromkeys(urls))
-    every = sorted({u for urls in replicas.values() for u in urls})
-    return RouteTokenCounting(
-        base, EngineTokenizers(every), replicas, frozenset(bounded), frozenset(api_routes)
-    )
+    tokenizers = EngineTokenizers(sorted({u for urls in replicas.values() for u in urls}))
+    counters = {name: ChatPromptCounter(card_from_dir(path)) for name, path in dirs.items()}
+    for route in routes:
+        for c in route.candidates:
+            if c.backend_name in counters and c.replica is not None:
+                tokenizers.preload(c.replica, counters[c.backend_name])
+    return RouteTokenCounting(base, tokenizers, replicas, frozenset(bounded), frozenset(api_routes))

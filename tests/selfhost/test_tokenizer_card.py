@@ -4,14 +4,22 @@ doors produce, and the bound used before the card is fetched is never below eith
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from adapters import anthropic_wire, openai_wire
+from adapters.backends.http1_connection import Http1Pool
 from adapters.types import ChatRequest
 from gateway.engine_tokens import ChatPromptCounter, bound, engine_messages
+from gateway.models_table import build_model_table
+from gateway.settings import load_settings
+from gateway.token_count import TiktokenCounting, route_counting
 from selfhost.loader import LoadedWeights
 from selfhost.protocol import ChatRequest as EngineChatRequest
 from selfhost.tokenizer import TextTokenizer
+from tests.e2e.harness import write_config
 
 OPENAI_BODIES = [
     {"messages": [{"role": "user", "content": "Hi"}]},
@@ -113,3 +121,37 @@ def test_memoised_pieces_count_a_growing_conversation_exactly(
         exact = engine_prompt_tokens(smollm_files[1], sent)
         assert counter.count(engine_messages(request)) == exact
         history.append({"role": "assistant", "content": f"Step {turn} done."})
+
+
+def test_a_server_given_tokenizer_dir_is_counted_with_it(
+    tmp_path: Path, smollm_files: tuple[LoadedWeights, TextTokenizer]
+) -> None:
+    """vLLM or SGLang serve no tokenizer card: `tokenizer_dir` (the model's HF files) gives it."""
+    tokenizer = smollm_files[1]
+    assert tokenizer.chat_template is not None
+    files = tmp_path / "smollm2-hf"
+    files.mkdir()
+    tokenizer.tokenizer.save(str(files / "tokenizer.json"))
+    config = {
+        "chat_template": tokenizer.chat_template.source,
+        "bos_token": tokenizer.bos_token,
+        "eos_token": {"content": tokenizer.eos_token},
+    }
+    (files / "tokenizer_config.json").write_text(json.dumps(config))
+    backend = {
+        "kind": "openai_compatible",
+        "name": "vllm",
+        "base_url": "http://127.0.0.1:9/v1",
+        "model": "smollm2",
+        "tokenizer_dir": str(files),
+    }
+    path = write_config(
+        tmp_path / "lantern.yaml", tmp_path, [{"name": "smollm2", "backends": [backend]}]
+    )
+    settings = load_settings(path)
+    models, _ = build_model_table(settings, Http1Pool())
+    counting = route_counting(settings, models.routes(), TiktokenCounting())
+    assert counting.tokenizers.num_missing == 0  # nothing to fetch
+    request = requests()[1]
+    exact = engine_prompt_tokens(tokenizer, openai_wire.encode_request(request))
+    assert counting.count_prompt(request) == exact
