@@ -43,16 +43,29 @@ def decode_usage(usage: Mapping[str, Any] | None) -> Usage:
         output_tokens=usage.get("output_tokens") or 0,
         cache_read_tokens=usage.get("cache_read_input_tokens") or 0,
         cache_write_tokens=usage.get("cache_creation_input_tokens") or 0,
+        cache_write_1h_tokens=one_hour_writes(usage),
     )
 
 
+def one_hour_writes(usage: Mapping[str, Any]) -> int:
+    """`cache_creation.ephemeral_1h_input_tokens`: the part of the cache writes with a 1 h TTL."""
+    split = usage.get("cache_creation")
+    return int(split.get("ephemeral_1h_input_tokens") or 0) if isinstance(split, Mapping) else 0
+
+
 def encode_usage(usage: Usage) -> dict[str, Any]:
-    return {
+    wire: dict[str, Any] = {
         "input_tokens": usage.input_tokens,
         "cache_creation_input_tokens": usage.cache_write_tokens,
         "cache_read_input_tokens": usage.cache_read_tokens,
         "output_tokens": usage.output_tokens,
     }
+    if usage.cache_write_1h_tokens:  # absent, a client reads every write as a 5-minute one
+        wire["cache_creation"] = {
+            "ephemeral_5m_input_tokens": usage.cache_write_tokens - usage.cache_write_1h_tokens,
+            "ephemeral_1h_input_tokens": usage.cache_write_1h_tokens,
+        }
+    return wire
 
 
 def decode_response(body: Mapping[str, Any]) -> ChatResponse:

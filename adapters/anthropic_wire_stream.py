@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 from adapters.anthropic_wire import STOP_FROM_WIRE, STOP_TO_WIRE, encode_usage
+from adapters.anthropic_wire_response import one_hour_writes
 from adapters.errors import ProviderRateLimited, ProviderUnavailable, UpstreamError, WireFormatError
 from adapters.sse import frame
 from adapters.types import (
@@ -33,6 +34,7 @@ def _usage_update(usage: Usage, wire: dict[str, Any]) -> Usage:
         output_tokens=wire.get("output_tokens") or usage.output_tokens,
         cache_read_tokens=wire.get("cache_read_input_tokens") or usage.cache_read_tokens,
         cache_write_tokens=wire.get("cache_creation_input_tokens") or usage.cache_write_tokens,
+        cache_write_1h_tokens=one_hour_writes(wire) or usage.cache_write_1h_tokens,
     )
 
 
@@ -162,6 +164,7 @@ class AnthropicStreamEncoder:
                     1,
                     self._start_usage.cache_read_tokens,
                     self._start_usage.cache_write_tokens,
+                    self._start_usage.cache_write_1h_tokens,
                 )
             ),
         }

@@ -19,6 +19,7 @@ from adapters.types import Usage
 
 CACHE_READ_FACTOR = Decimal("0.1")  # provider norm (note C2): a cache read costs 0.1 x input
 CACHE_WRITE_FACTOR = Decimal("1.25")  # a 5-minute cache write costs 1.25 x input
+CACHE_WRITE_1H_FACTOR = Decimal("2")  # a 1-hour cache write costs 2 x input
 
 
 class UnknownPrice(AdapterError):
@@ -36,7 +37,15 @@ class Price:
     input: Decimal
     output: Decimal
     cache_read: Decimal
-    cache_write: Decimal
+    cache_write: Decimal  # a write with the 5-minute TTL
+    cache_write_1h: Decimal  # a write with the 1-hour TTL
+
+    def heaviest_prompt_token(self, write_ttl: str) -> Decimal:
+        """The most one prompt token can cost when the call's cache writes have `write_ttl`
+        ("5m" or "1h"; automatic caching writes at the 5-minute rate): what a dollar hold
+        prices the prompt at."""
+        write = self.cache_write_1h if write_ttl == "1h" else self.cache_write
+        return max(self.input, self.cache_read, write)
 
 
 def import_litellm_offline() -> ModuleType:
@@ -60,7 +69,8 @@ def price_from_entry(entry: Mapping[str, Any]) -> Price | None:
     """A Price from one LiteLLM cost-map entry.
 
     When the entry lacks cache prices they are derived from the input price: read = 0.1 x
-    input, write = 1.25 x input (the 5-minute write premium). None when no input/output price.
+    input, write = 1.25 x input (5 minutes), 1 h write = 2 x input. None when no input/output
+    price.
     """
     input_price = _decimal(entry.get("input_cost_per_token"))
     output_price = _decimal(entry.get("output_cost_per_token"))
@@ -68,11 +78,13 @@ def price_from_entry(entry: Mapping[str, Any]) -> Price | None:
         return None
     read = _decimal(entry.get("cache_read_input_token_cost"))
     write = _decimal(entry.get("cache_creation_input_token_cost"))
+    write_1h = _decimal(entry.get("cache_creation_input_token_cost_above_1hr"))
     return Price(
         input=input_price,
         output=output_price,
         cache_read=read if read is not None else input_price * CACHE_READ_FACTOR,
         cache_write=write if write is not None else input_price * CACHE_WRITE_FACTOR,
+        cache_write_1h=write_1h if write_1h is not None else input_price * CACHE_WRITE_1H_FACTOR,
     )
 
 
@@ -118,12 +130,23 @@ class PriceBook:
 
 
 def cost_decimal(usage: Usage, price: Price) -> Decimal:
+    one_hour = min(usage.cache_write_1h_tokens, usage.cache_write_tokens)
     return (
         usage.input_tokens * price.input
         + usage.output_tokens * price.output
         + usage.cache_read_tokens * price.cache_read
-        + usage.cache_write_tokens * price.cache_write
+        + (usage.cache_write_tokens - one_hour) * price.cache_write
+        + one_hour * price.cache_write_1h
     )
+
+
+def worst_case_cost(
+    prompt_tokens: int, max_output_tokens: int, price: Price, write_ttl: str
+) -> float:
+    """The dollar hold of a call: every prompt token at the heaviest price it can be billed at
+    (a cache write with `write_ttl` included), every allowed output token at the output price."""
+    heaviest = price.heaviest_prompt_token(write_ttl)
+    return float(prompt_tokens * heaviest + max_output_tokens * price.output)
 
 
 def cost(usage: Usage, price: Price) -> float:

@@ -106,6 +106,8 @@ class Usage:
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    # of `cache_write_tokens`, those written with a 1 h TTL (priced at the 1 h write rate)
+    cache_write_1h_tokens: int = 0
 
     @property
     def prompt_tokens(self) -> int:
@@ -122,6 +124,7 @@ class Usage:
             self.output_tokens + other.output_tokens,
             self.cache_read_tokens + other.cache_read_tokens,
             self.cache_write_tokens + other.cache_write_tokens,
+            self.cache_write_1h_tokens + other.cache_write_1h_tokens,
         )
 
 

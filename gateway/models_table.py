@@ -11,7 +11,16 @@ from decimal import Decimal
 from adapters.backends.factory import build_backend
 from adapters.backends.http_upstream import HTTPClient
 from adapters.backends.spec import BackendSpec
-from adapters.pricing import Price, PriceBook, UnknownPrice, cost, uncached_cost
+from adapters.pricing import (
+    CACHE_WRITE_1H_FACTOR,
+    CACHE_WRITE_FACTOR,
+    Price,
+    PriceBook,
+    UnknownPrice,
+    cost,
+    uncached_cost,
+    worst_case_cost,
+)
 from adapters.routing_types import Prices, TokenPrices
 from adapters.types import Usage
 from gateway.engine_child import EngineChild
@@ -57,14 +66,17 @@ def _specs(b: BackendSettings, children: list[EngineChild]) -> list[tuple[Backen
     if isinstance(b, SelfhostBackend):
         return [(spec(base_url=url, model=b.model), url) for url in b.base_urls()]
     if isinstance(b, OpenAICompatibleBackend):
-        key = b.api_key()
-        return [(spec(base_url=url, model=b.model, api_key=key), url) for url in b.base_urls()]
+        key, extra = b.api_key(), {"send_cache_salt": b.cache_salt}
+        return [
+            (spec(base_url=url, model=b.model, api_key=key, extra=extra), url)
+            for url in b.base_urls()
+        ]
     if isinstance(b, AnthropicBackend):
         return [(spec(base_url=b.base_url, model=b.model, api_key=b.api_key()), None)]
     if isinstance(b, LiteLLMBackend):
         return [(spec(base_url=b.api_base, model=b.model, api_key=b.api_key()), None)]
-    extra = {"region": b.region} if b.region else {}  # none: the AWS chain decides
-    return [(spec(model=b.model, base_url=b.endpoint_url, extra=extra), None)]
+    region = {"region": b.region} if b.region else {}  # none: the AWS chain decides
+    return [(spec(model=b.model, base_url=b.endpoint_url, extra=region), None)]
 
 
 def build_model_table(
@@ -86,6 +98,24 @@ def build_model_table(
     return ModelTableImpl(routes), children
 
 
+def shares_provider_cache(backend: BackendSettings) -> bool:
+    """Whether tenants calling through this backend could share prompt-cache entries: an API
+    provider behind shared credentials, or an OpenAI-compatible server not sent `cache_salt`.
+    The bundled engine keys its prefix cache with the salt."""
+    if backend.dedicated_credentials or isinstance(backend, SelfhostBackend):
+        return False
+    if isinstance(backend, OpenAICompatibleBackend):
+        return not backend.cache_salt
+    return True
+
+
+def shared_cache_models(settings: Settings) -> frozenset[str]:
+    """The model routes with at least one backend whose provider cache tenants would share."""
+    return frozenset(
+        route.name for route in settings.models if any(map(shares_provider_cache, route.backends))
+    )
+
+
 def _override(o: PriceOverride, base: Price | None, model: str) -> Price:
     def per_token(value: float | None, fallback: Decimal | None) -> Decimal:
         if value is not None:
@@ -99,7 +129,12 @@ def _override(o: PriceOverride, base: Price | None, model: str) -> Price:
         input=inp,
         output=per_token(o.output, base.output if base else None),
         cache_read=per_token(o.cache_read, base.cache_read if base else inp * Decimal("0.1")),
-        cache_write=per_token(o.cache_write, base.cache_write if base else inp * Decimal("1.25")),
+        cache_write=per_token(
+            o.cache_write, base.cache_write if base else inp * CACHE_WRITE_FACTOR
+        ),
+        cache_write_1h=per_token(
+            o.cache_write_1h, base.cache_write_1h if base else inp * CACHE_WRITE_1H_FACTOR
+        ),
     )
 
 
@@ -135,6 +170,11 @@ class RoutePricing:
 
     def uncached_cost_usd(self, model: str, usage: Usage) -> float:
         return uncached_cost(usage, self._prices[model])
+
+    def worst_case_usd(
+        self, model: str, prompt_tokens: int, max_output_tokens: int, write_ttl: str
+    ) -> float:
+        return worst_case_cost(prompt_tokens, max_output_tokens, self._prices[model], write_ttl)
 
 
 def _per_mtok(value: Decimal) -> float:

@@ -125,7 +125,9 @@ class Pipeline:
                 field="messages",
             )
         session_id = self._session_id(call, prepared)
-        worst = self.s.pricing.cost_usd(route.name, Usage(prompt_tokens, max_tokens))
+        worst = self.s.pricing.worst_case_usd(
+            route.name, prompt_tokens, max_tokens, prepared.write_ttl
+        )
         ticket = await self.s.admission.reserve(
             call.tenant,
             session_id=session_id,

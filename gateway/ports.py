@@ -44,6 +44,12 @@ class Pricing(Protocol):
 
     def uncached_cost_usd(self, model: str, usage: Usage) -> float: ...
 
+    def worst_case_usd(
+        self, model: str, prompt_tokens: int, max_output_tokens: int, write_ttl: str
+    ) -> float:
+        """An upper bound of the call's cost: the dollar hold (cache-write premium included)."""
+        ...
+
 
 # An admitted reservation: opaque to the pipeline, read only by the admission that issued it.
 Ticket = Any
@@ -74,6 +80,7 @@ class PreparedPrompt:
     prefix_hashes: tuple[bytes, ...] = ()
     stable_prefix_tokens: int = 0
     diagnosis: object | None = None  # what prepare() learned, for observe() (opaque here)
+    write_ttl: str = "5m"  # the longest TTL of a cache marker in the prompt ("5m" or "1h")
 
 
 class PromptPort(Protocol):

@@ -81,7 +81,8 @@ class PriceOverride(_Section):
     input: float | None = Field(default=None, ge=0)
     output: float | None = Field(default=None, ge=0)
     cache_read: float | None = Field(default=None, ge=0)
-    cache_write: float | None = Field(default=None, ge=0)
+    cache_write: float | None = Field(default=None, ge=0)  # a 5-minute cache write
+    cache_write_1h: float | None = Field(default=None, ge=0)  # a 1-hour cache write
 
 
 class _Backend(_Section):
@@ -95,6 +96,10 @@ class _Backend(_Section):
     kv_capacity_blocks: int | None = Field(default=None, gt=0)  # 16-token KV blocks
     # engine load metrics (Prometheus text) under the replica's server root; null: not scraped
     metrics_path: str | None = "/metrics"
+    # true: these credentials serve one tenant only (its tenant policy is the only one whose
+    # `backends:` names this backend), so the provider's cache is not shared and calls carry
+    # no cache-scope line (docs/security.md)
+    dedicated_credentials: bool = False
 
     def api_key(self, environ: Mapping[str, str] | None = None) -> str | None:
         """The key from the env var named by `api_key_env` (None when unset or not used)."""
@@ -115,6 +120,19 @@ class OpenAICompatibleBackend(_Backend):
     base_url: str | None = None
     model: str
     api_key_env: str | None = None
+    # send the tenant's `cache_salt` (vLLM and SGLang key their prefix cache with it); false for
+    # a server that rejects or ignores it: its calls then carry the cache-scope line instead
+    cache_salt: bool = True
+    # the served model's Hugging Face tokenizer files (tokenizer.json, tokenizer_config.json):
+    # prompts are then counted with its tokenizer and chat template, as the server bills them
+    tokenizer_dir: Path | None = None
+
+    @field_validator("tokenizer_dir")
+    @classmethod
+    def _has_tokenizer(cls, path: Path | None) -> Path | None:
+        if path is not None and not (path / "tokenizer.json").is_file():
+            raise ValueError(f"{path} holds no tokenizer.json")
+        return path
 
     @model_validator(mode="after")
     def _has_url(self) -> OpenAICompatibleBackend:

@@ -15,23 +15,31 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import httpx
 from fastapi import APIRouter, Request
 from sqlalchemy.engine import Engine
 
 from adapters.backends.http1_connection import Http1Pool
 from gateway.admission import Admission
+from gateway.engine_tokens import EngineTokenizers
 from gateway.fleet import Fleet
 from gateway.fleet_signals import HttpMetricsSource
 from gateway.ledger.call_ledger import CallLedger
 from gateway.ledger.db import create_ledger_engine, migrate_engine, session_factory
 from gateway.ledger.metrics import RecorderCollector
 from gateway.ledger.recorder import RecorderConfig, UsageRecorder
-from gateway.models_table import ModelTableImpl, RoutePricing, build_model_table, fleet_inputs
+from gateway.models_table import (
+    ModelTableImpl,
+    RoutePricing,
+    build_model_table,
+    fleet_inputs,
+    shared_cache_models,
+)
 from gateway.pipeline import Pipeline, Services
 from gateway.prompt_cache import PromptCachePort, TiktokenEncoder
 from gateway.settings import Settings
 from gateway.telemetry import Metrics, Telemetry, build_tracer_provider
-from gateway.token_count import TiktokenCounting
+from gateway.token_count import TiktokenCounting, route_counting
 from gateway.tools_wiring import build_tools
 from policies.store import PolicyStore
 
@@ -73,6 +81,16 @@ class Components:
                 log.exception("shutdown step failed")
 
 
+async def fetch_tokenizers(tokenizers: EngineTokenizers, retry_s: float = 2.0) -> None:
+    """Each self-hosted replica's tokenizer, once; until then its calls are reserved at an
+    upper bound (gateway/token_count.py)."""
+    async with httpx.AsyncClient() as client:
+        while tokenizers.num_missing:
+            await tokenizers.fetch_missing(client)
+            if tokenizers.num_missing:
+                await asyncio.sleep(retry_s)
+
+
 def build_components(
     settings: Settings, *, clock: Callable[[], float] = time.monotonic
 ) -> Components:
@@ -99,14 +117,16 @@ def build_components(
     )
     metrics.registry.register(RecorderCollector(recorder))
     ledger = CallLedger(recorder, lambda: datetime.now(UTC))
-    counting = TiktokenCounting()  # one memo of token ids for counting and prefix hashing
+    tiktoken = TiktokenCounting()  # one memo of token ids for counting and prefix hashing
     for model in settings.models:  # load the BPE tables now, not in the first call (~0.4 s)
-        counting.counter.encoding(model.name)
+        tiktoken.counter.encoding(model.name)
+    counting = route_counting(settings, models.routes(), tiktoken)
     prompts = PromptCachePort(
         settings.resolve_server_secret(),
         registry=metrics.registry,
         clock=clock,
         encoder=TiktokenEncoder(counter=counting.counter),
+        shared_cache_models=shared_cache_models(settings),
     )
     prices, replica_specs = fleet_inputs(settings, pricing)
     fs = settings.fleet
@@ -156,6 +176,10 @@ def build_components(
         for child in children:
             await child.start()
         await fleet.check_health()  # start serving with a known fleet state
+        async with httpx.AsyncClient() as client:  # before serving: the first calls exact
+            await counting.tokenizers.fetch_missing(client)
+        if counting.tokenizers.num_missing:
+            parts.tasks.append(asyncio.create_task(fetch_tokenizers(counting.tokenizers)))
 
         async def health_loop(interval_s: float) -> None:
             await asyncio.sleep(interval_s)

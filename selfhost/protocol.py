@@ -68,6 +68,19 @@ class ChatRequest(GenerationRequest):
         return [{**m, "content": _content_text(m.get("content"))} for m in self.messages]
 
 
+class TokenizeRequest(BaseModel):
+    """vLLM's `/tokenize` body: chat `messages` (template applied) or a plain `prompt`."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    messages: list[dict[str, Any]] | None = None
+    prompt: str | None = None
+
+    def text_messages(self) -> list[dict[str, Any]]:
+        return [{**m, "content": _content_text(m.get("content"))} for m in self.messages or []]
+
+
 class CompletionRequest(GenerationRequest):
     prompt: str | list[int] | list[str]
     logprobs: int | None = Field(default=None, ge=0, le=20)

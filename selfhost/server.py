@@ -23,6 +23,7 @@ from selfhost.protocol import (
     ChatRequest,
     CompletionRequest,
     GenerationRequest,
+    TokenizeRequest,
     chat_logprobs,
     completion_logprobs,
 )
@@ -79,6 +80,31 @@ class GenerationService:
         collected = await _collect_unless_disconnected(request, _chain(first, outputs))
         return JSONResponse(shape.full(request_id, collected), headers=headers)
 
+    async def tokenizer_card(self) -> Any:
+        """What a gateway needs to count a chat prompt exactly as `chat` does, fetched once per
+        replica: the tokenizer (tokenizer.json text), the chat template and its special tokens
+        (no template: `TextTokenizer.render_chat`'s plain `role: content` lines)."""
+        t = self.tokenizer
+        return {
+            "model": self.model_name,
+            "tokenizer": t.tokenizer.to_str(),
+            "chat_template": None if t.chat_template is None else t.chat_template.source,
+            "bos_token": t.bos_token,
+            "eos_token": t.eos_token,
+            "max_model_len": self.engine.engine.max_model_len,
+        }
+
+    async def tokenize(self, body: TokenizeRequest) -> Any:
+        """vLLM's `/tokenize`: the prompt tokens of `messages` (chat template applied, as
+        `chat` renders them) or of a plain `prompt`."""
+        if body.messages is not None:
+            text = self.tokenizer.render_chat(body.text_messages())
+        else:
+            text = body.prompt or ""
+        tokens = await asyncio.to_thread(self.tokenizer.encode, text)
+        limit = self.engine.engine.max_model_len
+        return {"count": len(tokens), "max_model_len": limit, "tokens": tokens}
+
     async def health(self) -> Any:
         params = SamplingParams(temperature=0.0, max_tokens=1)
         prompt = self.tokenizer.encode("ping")
@@ -106,6 +132,8 @@ def create_app(engine: AsyncEngine, model_name: str, default_max_tokens: int = 2
     app.add_api_route("/v1/chat/completions", service.chat, methods=["POST"])
     app.add_api_route("/v1/completions", service.complete, methods=["POST"])
     app.add_api_route("/health", service.health, methods=["GET"])
+    app.add_api_route("/v1/tokenizer", service.tokenizer_card, methods=["GET"])
+    app.add_api_route("/tokenize", service.tokenize, methods=["POST"])
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:

@@ -15,7 +15,9 @@ class HalfCached:
     def __init__(self) -> None:
         self.calls: list[tuple[str, int]] = []
 
-    def account(self, wire: str, body: dict, prompt_tokens: int) -> tuple[int, int, int]:
+    def account(
+        self, wire: str, body: dict, prompt_tokens: int, api_key: str = ""
+    ) -> tuple[int, int, int]:
         self.calls.append((wire, prompt_tokens))
         read = prompt_tokens // 2
         return prompt_tokens - read - 3, read, 3

@@ -73,6 +73,10 @@ class Pricing:
             + usage.output_tokens * USD_PER_TOKEN["output"]
         )
 
+    def worst_case_usd(self, model: str, prompt: int, max_output: int, write_ttl: str) -> float:
+        heaviest = max(USD_PER_TOKEN["input"], USD_PER_TOKEN["cache_write"])
+        return prompt * heaviest + max_output * USD_PER_TOKEN["output"]
+
 
 class Admission:
     """Counts reservations and settlements; the pipeline must settle each ticket exactly once."""

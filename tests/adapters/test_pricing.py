@@ -14,6 +14,7 @@ from adapters.pricing import (
     cost_decimal,
     uncached_cost,
     uncached_cost_decimal,
+    worst_case_cost,
 )
 from adapters.types import Usage
 
@@ -27,6 +28,7 @@ def book() -> PriceBook:
                 Decimal("0.000002"),
                 Decimal("0.0000001"),
                 Decimal("0.00000125"),
+                Decimal("0.000002"),
             )
         }
     )
@@ -35,8 +37,8 @@ def book() -> PriceBook:
 def test_gpt_4o_mini_from_the_local_map(book: PriceBook) -> None:
     price = book.price_for("gpt-4o-mini")
     assert price == Price(
-        Decimal("1.5E-7"), Decimal("6E-7"), Decimal("7.5E-8"), Decimal("1.875E-7")
-    )  # no write price in the map: 1.25 x input
+        Decimal("1.5E-7"), Decimal("6E-7"), Decimal("7.5E-8"), Decimal("1.875E-7"), Decimal("3E-7")
+    )  # no write prices in the map: 1.25 x input (5 minutes), 2 x input (1 hour)
     usage = Usage(input_tokens=1_000_000, output_tokens=1_000_000, cache_read_tokens=2_000_000)
     assert cost_decimal(usage, price) == Decimal("0.90")
     assert cost(usage, price) == 0.9
@@ -47,8 +49,12 @@ def test_gpt_4o_mini_from_the_local_map(book: PriceBook) -> None:
 def test_claude_with_cache_prices(book: PriceBook) -> None:
     price = book.price_for("anthropic/claude-sonnet-4-5")
     assert price == Price(
-        Decimal("3E-6"), Decimal("0.000015"), Decimal("3E-7"), Decimal("0.00000375")
-    )
+        Decimal("3E-6"),
+        Decimal("0.000015"),
+        Decimal("3E-7"),
+        Decimal("0.00000375"),
+        Decimal("6E-6"),
+    )  # the 1 h write price from the map's cache_creation_input_token_cost_above_1hr
     usage = Usage(
         input_tokens=100_000,
         output_tokens=20_000,
@@ -77,7 +83,26 @@ def test_missing_cache_prices_are_derived() -> None:
         }
     )
     assert book.price_for("m") == Price(
-        Decimal("0.000002"), Decimal("0.000008"), Decimal("2E-7"), Decimal("0.0000025")
+        Decimal("0.000002"),
+        Decimal("0.000008"),
+        Decimal("2E-7"),
+        Decimal("0.0000025"),
+        Decimal("0.000004"),
     )
     with pytest.raises(UnknownPrice):
         book.price_for("image-only")
+
+
+def test_one_hour_writes_cost_the_one_hour_rate(book: PriceBook) -> None:
+    price = book.price_for("claude-sonnet-4-5")
+    usage = Usage(100, 10, 0, 1000, cache_write_1h_tokens=600)
+    # 100 x $3 + 10 x $15 + 400 x $3.75 + 600 x $6, per Mtok
+    assert cost_decimal(usage, price) == Decimal("0.00555")
+
+
+def test_worst_case_holds_the_write_premium_of_the_ttl(book: PriceBook) -> None:
+    price = book.price_for("claude-sonnet-4-5")
+    assert worst_case_cost(1000, 100, price, "5m") == 0.00525  # 1000 x 3.75 + 100 x 15
+    assert worst_case_cost(1000, 100, price, "1h") == 0.0075  # 1000 x 6 + 100 x 15
+    every_write = Usage(0, 100, 0, 1000, cache_write_1h_tokens=1000)
+    assert cost(every_write, price) == worst_case_cost(1000, 100, price, "1h")

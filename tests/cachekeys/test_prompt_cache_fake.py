@@ -161,13 +161,17 @@ def openai_body(n_words: int, key: str | None = None) -> dict:
     return b
 
 
-def test_openai_automatic_prefix_in_128_token_steps_keyed_by_prompt_cache_key() -> None:
+def test_openai_automatic_prefix_in_128_token_steps_shared_per_api_key() -> None:
     fake = PromptCacheFake(Clock())
     first = send(fake, "openai", openai_body(1500, "k1"))
     assert first.read == 0 and first.write == 1024 + (first.prompt_tokens - 3 - 1024) // 128 * 128
     again = send(fake, "openai", openai_body(1500, "k1"))
     assert again.read == first.write and (again.read - 1024) % 128 == 0
-    assert send(fake, "openai", openai_body(1500, "k2")).read == 0
+    # prompt_cache_key is a routing hint, not a boundary: same API key, same prefix, shared
+    assert send(fake, "openai", openai_body(1500, "k2")).read == first.write
+    b = openai_body(1500, "k1")
+    other = fake.account("openai", b, COUNTER.count_request(openai_wire.decode_request(b)), "sk-2")
+    assert other == (first.prompt_tokens - first.write, 0, first.write)  # another key: a miss
     assert send(fake, "openai", openai_body(900)).write == 0  # under 1024 tokens: never cached
 
 
@@ -193,3 +197,25 @@ def test_request_level_marker_marks_the_last_block() -> None:
     first = send(fake, "anthropic", b)
     assert first.write == first.prompt_tokens - 3
     assert send(fake, "anthropic", b).read == first.write
+
+
+def test_anthropic_entries_are_shared_per_api_key_and_only_per_key() -> None:
+    fake = PromptCacheFake(Clock())
+    b = body(2)
+    prompt = COUNTER.count_request(anthropic_wire.decode_request(b))
+    _, _, written = fake.account("anthropic", b, prompt, "sk-one")
+    assert written == prompt - 3
+    assert fake.account("anthropic", b, prompt, "sk-one") == (3, written, 0)  # same key: read
+    assert fake.account("anthropic", b, prompt, "sk-two") == (3, 0, written)  # other key: miss
+    assert [c.api_key for c in fake.calls] == ["sk-one", "sk-one", "sk-two"]
+
+
+def test_one_hour_writes_are_split_out_and_priced_at_two() -> None:
+    fake = PromptCacheFake(Clock())
+    b = body(2)
+    b["system"] = [{"type": "text", "text": b["system"], "cache_control": {**MARK, "ttl": "1h"}}]
+    call = send(fake, "anthropic", b)
+    system_end = anthropic_blocks(b, lambda t: COUNTER.count_text(b["model"], t))[0].end
+    assert call.write == call.prompt_tokens - 3 and call.write_1h == system_end
+    five = call.write - system_end
+    assert call.cost() == pytest.approx(3 + 2.0 * system_end + 1.25 * five)

@@ -141,11 +141,12 @@ class FakeBedrock:
 
     # --- the prompt cache -----------------------------------------------------------------
 
-    def usage_for(self, body: dict[str, Any]) -> dict[str, int]:
+    def usage_for(self, body: dict[str, Any], account: str = "") -> dict[str, int]:
         """Exact-prefix cache: writes at cache points; a read finds the longest live prefix at a
-        block boundary up to LOOKBACK_BLOCKS before a cache point (Anthropic-style look-back)."""
+        block boundary up to LOOKBACK_BLOCKS before a cache point (Anthropic-style look-back).
+        Entries are per AWS access key (`account`): calls signed with one key share them."""
         now = self.clock()
-        digest, tokens = hashlib.sha256(), 0
+        digest, tokens = hashlib.sha256(account.encode() + b"\0"), 0
         boundaries: list[tuple[str, int]] = []  # after each content block: (prefix key, tokens)
         points: list[int] = []  # indices into boundaries
         for block in _blocks_in_order(body):
@@ -191,7 +192,7 @@ class FakeBedrock:
             self._error(h, 400, "ValidationException", "messages must not be empty")
             return
         reply = self.replies.popleft() if self.replies else Reply()
-        usage = self.usage_for(body)
+        usage = self.usage_for(body, auth.split("Credential=", 1)[1].split("/", 1)[0])
         usage["outputTokens"] = _words(reply.text) + (
             _words(reply.tool_use[2]) if reply.tool_use else 0
         )

@@ -3,7 +3,10 @@
 Implements `PromptCacheModel` of tests/fakes/upstream.py. Anthropic: entries only at
 `cache_control` breakpoints (at most 4), prefix order tools → system → messages, 20-block
 look-back, per-model minimum length, 5m/1h TTL refreshed on read. OpenAI: automatic caching of
-prompts of 1024+ tokens in 128-token steps, keyed by model and `prompt_cache_key`. Tokens per
+prompts of 1024+ tokens in 128-token steps. Entries are shared by every call made with the same
+API key (as at the real providers, whose caches are per organisation or workspace): two tenants
+of a gateway that share one key share entries unless their prefix bytes differ;
+`prompt_cache_key` is only a routing hint at OpenAI, so it partitions nothing here. Tokens per
 block follow adapters.tokens.TokenCounter, so the split sums to the upstream's prompt_tokens.
 Independent of cachekeys on purpose: it is the referee of Lantern's cache edits.
 """
@@ -56,11 +59,14 @@ class Accounting:
     read: int
     write: int
     write_ttl: str | None
+    write_1h: int = 0  # of `write`, the tokens written with the 1 h TTL
+    api_key: str = ""
 
     def cost(self) -> float:
         """In input-token units: uncached 1, read 0.1, write 1.25 (5m) or 2.0 (1h)."""
-        write_price = PRICE_WRITE.get(self.write_ttl or "5m", 1.25)
-        return self.uncached + PRICE_READ * self.read + write_price * self.write
+        five = self.write - self.write_1h
+        writes = PRICE_WRITE["5m"] * five + PRICE_WRITE["1h"] * self.write_1h
+        return self.uncached + PRICE_READ * self.read + writes
 
 
 def min_tokens_for(model: str) -> int:
@@ -80,17 +86,24 @@ class PromptCacheFake:
     entries: dict[bytes, Entry] = field(default_factory=dict)
     calls: list[Accounting] = field(default_factory=list)
 
-    def account(self, wire: str, body: dict[str, Any], prompt_tokens: int) -> tuple[int, int, int]:
+    def account(
+        self, wire: str, body: dict[str, Any], prompt_tokens: int, api_key: str = ""
+    ) -> tuple[int, int, int]:
         model = str(body.get("model", ""))
+        scope = f"{api_key}\0{model}"
+        write_1h = 0
         if wire == "anthropic":
             blocks = anthropic_blocks(body, lambda text: self.counter.count_text(model, text))
-            read, write, ttl = self._anthropic(model, blocks)
+            read, write, ttl, write_1h = self._anthropic(scope, model, blocks)
         else:
             blocks = openai_blocks(body, lambda text: self.counter.count_text(model, text))
-            read, write, ttl = self._openai(model, body, blocks)
+            read, write, ttl = self._openai(scope, blocks)
         read, write = min(read, prompt_tokens), min(write, prompt_tokens - min(read, prompt_tokens))
         uncached = prompt_tokens - read - write
-        self.calls.append(Accounting(wire, prompt_tokens, uncached, read, write, ttl))
+        write_1h = min(write_1h, write)
+        self.calls.append(
+            Accounting(wire, prompt_tokens, uncached, read, write, ttl, write_1h, api_key)
+        )
         return uncached, read, write
 
     def _alive(self, key: bytes, now: float) -> Entry | None:
@@ -99,14 +112,16 @@ class PromptCacheFake:
             return None
         return entry
 
-    def _anthropic(self, model: str, blocks: list[Block]) -> tuple[int, int, str | None]:
+    def _anthropic(
+        self, scope: str, model: str, blocks: list[Block]
+    ) -> tuple[int, int, str | None, int]:
         marked = [i for i, b in enumerate(blocks) if b.ttl is not None]
         _check_markers(blocks, marked)
         now = self.clock()
         hit = -1
         for point in marked:  # each breakpoint looks back up to 20 blocks for a live entry
             for i in range(point, max(point - LOOKBACK_BLOCKS, -1), -1):
-                entry = self._alive(_key(model, blocks[i].digest), now)
+                entry = self._alive(_key(scope, blocks[i].digest), now)
                 if entry is not None:
                     entry.expires_s = now + entry.ttl_s  # reads refresh the lifetime for free
                     hit = max(hit, i)
@@ -116,18 +131,17 @@ class PromptCacheFake:
         written = [p for p in marked if p > hit and blocks[p].end >= minimum]
         for point in written:
             ttl_s = TTL_S[blocks[point].ttl or "5m"]
-            self.entries[_key(model, blocks[point].digest)] = Entry(
+            self.entries[_key(scope, blocks[point].digest)] = Entry(
                 now + ttl_s, blocks[point].end, ttl_s
             )
         if not written:
-            return read, 0, None
-        return read, blocks[written[-1]].end - read, blocks[written[-1]].ttl
+            return read, 0, None, 0
+        # 1 h markers come first: the writes up to the last of them are billed at the 1 h rate
+        end_1h = max((blocks[p].end for p in written if blocks[p].ttl == "1h"), default=read)
+        return read, blocks[written[-1]].end - read, blocks[written[-1]].ttl, end_1h - read
 
-    def _openai(
-        self, model: str, body: Mapping[str, Any], blocks: list[Block]
-    ) -> tuple[int, int, str | None]:
+    def _openai(self, scope: str, blocks: list[Block]) -> tuple[int, int, str | None]:
         now = self.clock()
-        scope = f"{model}\0{body.get('prompt_cache_key') or ''}"
         common = 0
         for block in blocks:
             entry = self._alive(_key(scope, block.digest), now)

@@ -47,8 +47,11 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 
 class PromptCacheModel(Protocol):
-    def account(self, wire: str, body: dict[str, Any], prompt_tokens: int) -> tuple[int, int, int]:
-        """(uncached_input_tokens, cache_read_tokens, cache_write_tokens), summing to prompt."""
+    def account(
+        self, wire: str, body: dict[str, Any], prompt_tokens: int, api_key: str = ""
+    ) -> tuple[int, int, int]:
+        """(uncached_input_tokens, cache_read_tokens, cache_write_tokens), summing to prompt;
+        `api_key`: the credential the call came with (provider caches are per key)."""
         ...
 
 
@@ -174,9 +177,10 @@ class FakeUpstreamApp:
         ):
             await _respond(send, 401, _error_body(wire, "bad api key", "authentication_error"))
             return
-        await self._complete(wire, body, send)
+        key = headers.get("x-api-key") or headers.get("authorization", "")[7:]
+        await self._complete(wire, body, send, key)
 
-    async def _complete(self, wire: str, raw: bytes, send: Send) -> None:
+    async def _complete(self, wire: str, raw: bytes, send: Send, api_key: str = "") -> None:
         try:
             body = orjson.loads(raw)
             codec = openai_wire if wire == "openai" else anthropic_wire
@@ -184,7 +188,7 @@ class FakeUpstreamApp:
         except (orjson.JSONDecodeError, WireFormatError) as exc:
             await _respond(send, 400, _error_body(wire, str(exc), "invalid_request_error"))
             return
-        resp = self._reply(wire, body, req)
+        resp = self._reply(wire, body, req, api_key)
         if req.stream:
             await self._stream(wire, body, resp, send)
         elif wire == "openai":
@@ -192,13 +196,21 @@ class FakeUpstreamApp:
         else:
             await _respond(send, 200, orjson.dumps(anthropic_wire.encode_response(resp)))
 
-    def _reply(self, wire: str, body: dict[str, Any], req: ChatRequest) -> ChatResponse:
+    def _reply(
+        self, wire: str, body: dict[str, Any], req: ChatRequest, api_key: str = ""
+    ) -> ChatResponse:
         prompt = self.counter.count_request(req)
         uncached, read, write = (
-            (prompt, 0, 0) if self.cache is None else self.cache.account(wire, body, prompt)
+            (prompt, 0, 0)
+            if self.cache is None
+            else self.cache.account(wire, body, prompt, api_key=api_key)
         )
         if uncached + read + write != prompt:
             raise AssertionError("PromptCacheModel.account must split prompt_tokens exactly")
+        # the 1 h share of the writes, from a cache that tells (tests.fakes.prompt_cache)
+        calls = getattr(self.cache, "calls", None)
+        last = calls[-1] if calls else None
+        write_1h = last.write_1h if write and hasattr(last, "write_1h") else 0
         n = next(self._ids)
         reply = plan_reply(req, self.counter, self.reply_words, n)
         prefix = "chatcmpl-fake-" if wire == "openai" else "msg_fake_"
@@ -207,7 +219,7 @@ class FakeUpstreamApp:
             req.model,
             reply.content,
             reply.stop_reason,
-            Usage(uncached, reply.output_tokens, read, write),
+            Usage(uncached, reply.output_tokens, read, write, write_1h),
             reply.stop_sequence,
         )
 
@@ -224,6 +236,7 @@ class FakeUpstreamApp:
                     0,
                     resp.usage.cache_read_tokens,
                     resp.usage.cache_write_tokens,
+                    resp.usage.cache_write_1h_tokens,
                 )
             )
         await send(

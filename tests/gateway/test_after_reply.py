@@ -126,6 +126,9 @@ class Fakes:
     def uncached_cost_usd(self, model: str, usage: Usage) -> float:
         return self.cost_usd(model, usage)
 
+    def worst_case_usd(self, model: str, prompt: int, max_output: int, write_ttl: str) -> float:
+        return self.cost_usd(model, Usage(prompt, max_output))
+
     # admission
     async def reserve(self, tenant, **kw):  # type: ignore[no-untyped-def]
         return object()

@@ -182,3 +182,17 @@ def test_cli_flags_parse() -> None:
     assert (args.max_num_batched_tokens, args.chunk_size, args.device) == (256, 128, "cpu")
     assert args.cpu_kernels is True
     assert parse_args(["--no-cpu-kernels"]).cpu_kernels is False
+
+
+def test_tokenizer_card_and_tokenize_agree_with_the_billed_prompt(
+    base_url: str, client: openai.OpenAI
+) -> None:
+    card = httpx.get(f"{base_url}/v1/tokenizer", timeout=30).json()
+    assert card["model"] == "smollm2-test" and card["max_model_len"] > 0
+    assert "im_start" in card["chat_template"] and card["eos_token"] == "<|im_end|>"
+    counted = httpx.post(f"{base_url}/tokenize", json={"messages": QUESTION}, timeout=30).json()
+    reply = client.chat.completions.create(model="m", messages=QUESTION, max_tokens=1)  # type: ignore[arg-type]
+    assert reply.usage is not None and counted["count"] == reply.usage.prompt_tokens
+    assert len(counted["tokens"]) == counted["count"]
+    plain = httpx.post(f"{base_url}/tokenize", json={"prompt": "Paris"}, timeout=30).json()
+    assert plain["count"] == len(plain["tokens"]) == 1

@@ -1,0 +1,116 @@
+"""Provider-side cache isolation: a short tenant-keyed line at the head of a prompt's private part.
+
+A provider's prompt cache is shared by every call made with one set of credentials: two tenants
+behind one key sending byte-identical prefixes would read each other's entries (a timing side
+channel). The line makes the prefix bytes differ per tenant from the first block that is not
+declared public on: into the description of the first non-public tool, else as a system block
+right after the leading public system blocks. Declared-public tools and system blocks before it
+stay byte-identical across tenants, so their entries are still shared. Pure; no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from adapters.types import JSON, ChatRequest, TextPart, ToolSpec, WireFormat
+from cachekeys.canonical import raw_tool_digest, raw_tool_name, tool_digest
+from cachekeys.layout import system_digest_hex
+from cachekeys.normalise import PublicPrefix
+
+SCOPE_TAG_HEX = 16  # 64 bits of a keyed hash: never equal for two tenants by chance
+
+
+def scope_line(salt: str) -> str:
+    """The line for the tenant whose cache salt is `salt` (an HMAC of the server secret and the
+    tenant id): a hash of it, so the salt itself never reaches a provider."""
+    tag = hashlib.sha256(b"lantern-provider-scope\0" + salt.encode()).hexdigest()
+    return f"[cache scope {tag[:SCOPE_TAG_HEX]}]\n"
+
+
+def isolate_request(request: ChatRequest, line: str, public: PublicPrefix) -> ChatRequest:
+    """The canonical request with `line` at the head of its private part."""
+    for i, tool in enumerate(request.tools):
+        if not _is_public_tool(public, tool):
+            tagged = replace(tool, description=line + tool.description)
+            return replace(request, tools=(*request.tools[:i], tagged, *request.tools[i + 1 :]))
+    at = _leading_public(public, [p.text for p in request.system])
+    system = (*request.system[:at], TextPart(line), *request.system[at:])
+    return replace(request, system=system)
+
+
+def isolate_raw(
+    wire: WireFormat, body: Mapping[str, JSON], line: str, public: PublicPrefix
+) -> dict[str, JSON]:
+    """The client's JSON with the same edit as `isolate_request` makes to its decoded form."""
+    out = dict(body)
+    tools = list(_as_list(out.get("tools")))
+    for i, tool in enumerate(tools):
+        if not _is_public_raw_tool(public, wire, tool):
+            tools[i] = _tag_raw_tool(wire, tool, line)
+            out["tools"] = tools
+            return out
+    if wire == "anthropic":
+        out["system"] = _anthropic_system(out.get("system"), line, public)
+    else:
+        out["messages"] = _openai_messages(_as_list(out.get("messages")), line, public)
+    return out
+
+
+def _is_public_tool(public: PublicPrefix, tool: ToolSpec) -> bool:
+    return public.has_tools and public.is_public_tool(tool.name, tool_digest(tool))
+
+
+def _is_public_raw_tool(public: PublicPrefix, wire: WireFormat, tool: Any) -> bool:
+    if not public.has_tools or not isinstance(tool, Mapping):
+        return False
+    return public.is_public_tool(raw_tool_name(wire, tool), raw_tool_digest(wire, tool))
+
+
+def _tag_raw_tool(wire: WireFormat, tool: Any, line: str) -> JSON:
+    if not isinstance(tool, Mapping):
+        return tool  # type: ignore[no-any-return]
+    function = tool.get("function") if wire == "openai" else None
+    if isinstance(function, Mapping):
+        described = {**function, "description": line + str(function.get("description") or "")}
+        return {**tool, "function": described}
+    return {**tool, "description": line + str(tool.get("description") or "")}
+
+
+def _leading_public(public: PublicPrefix, texts: list[str]) -> int:
+    at = 0
+    while at < len(texts) and public.is_public_system(system_digest_hex(texts[at])):
+        at += 1
+    return at
+
+
+def _anthropic_system(system: JSON, line: str, public: PublicPrefix) -> JSON:
+    parts: list[Any] = (
+        [{"type": "text", "text": system}] if isinstance(system, str) else _as_list(system)
+    )
+    texts = [str(p.get("text", "")) if isinstance(p, Mapping) else "" for p in parts]
+    at = _leading_public(public, texts)
+    return [*parts[:at], {"type": "text", "text": line}, *parts[at:]]
+
+
+def _openai_messages(messages: list[Any], line: str, public: PublicPrefix) -> list[Any]:
+    """A system message with the line after the leading system messages that are public."""
+    at = 0
+    while at < len(messages) and _is_public_system_message(public, messages[at]):
+        at += 1
+    return [*messages[:at], {"role": "system", "content": line}, *messages[at:]]
+
+
+def _is_public_system_message(public: PublicPrefix, message: Any) -> bool:
+    if not isinstance(message, Mapping) or message.get("role") not in ("system", "developer"):
+        return False
+    content = message.get("content")
+    parts = [content] if isinstance(content, str) else _as_list(content)
+    texts = [p if isinstance(p, str) else str(p.get("text", "")) for p in parts]
+    return bool(texts) and _leading_public(public, texts) == len(texts)
+
+
+def _as_list(value: JSON) -> list[Any]:
+    return list(value) if isinstance(value, list) else []

@@ -1,0 +1,80 @@
+"""The cache-scope line: where it lands, the same edit on raw JSON and canonical requests."""
+
+from __future__ import annotations
+
+import hashlib
+
+from adapters import anthropic_wire, openai_wire
+from cachekeys.isolation import isolate_raw, isolate_request, scope_line
+from cachekeys.normalise import PublicPrefix
+
+LINE = scope_line("salt-of-alpha")
+RULES = "Public house rules."
+SCHEMA = {"type": "object", "properties": {}}
+
+
+def test_line_is_keyed_and_does_not_carry_the_salt() -> None:
+    tag = hashlib.sha256(b"lantern-provider-scope\0salt-of-alpha").hexdigest()[:16]
+    assert f"[cache scope {tag}]\n" == LINE
+    assert scope_line("salt-of-beta") != LINE and "salt" not in LINE
+
+
+def anthropic_body() -> dict:
+    return {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 5,
+        "system": [{"type": "text", "text": RULES}, {"type": "text", "text": "Private notes."}],
+        "tools": [
+            {"name": "lookup", "description": "Look up.", "input_schema": SCHEMA},
+            {"name": "write", "description": "Write.", "input_schema": SCHEMA},
+        ],
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+
+
+def test_first_private_tool_gets_the_line_and_raw_agrees_with_canonical() -> None:
+    public = PublicPrefix(tool_names=frozenset({"lookup"}))
+    body = anthropic_body()
+    raw = isolate_raw("anthropic", body, LINE, public)
+    assert [t["description"] for t in raw["tools"]] == ["Look up.", LINE + "Write."]
+    assert raw["system"] == body["system"] and body["tools"][1]["description"] == "Write."
+    canonical = isolate_request(anthropic_wire.decode_request(body), LINE, public)
+    assert anthropic_wire.decode_request(raw) == canonical
+
+
+def test_without_private_tools_the_line_follows_the_public_system_blocks() -> None:
+    rules = hashlib.sha256(RULES.encode()).hexdigest()
+    public = PublicPrefix(
+        tool_names=frozenset({"lookup", "write"}), system_sha256=frozenset({rules})
+    )
+    body = anthropic_body()
+    raw = isolate_raw("anthropic", body, LINE, public)
+    assert [p["text"] for p in raw["system"]] == [RULES, LINE, "Private notes."]
+    canonical = isolate_request(anthropic_wire.decode_request(body), LINE, public)
+    assert anthropic_wire.decode_request(raw) == canonical
+    plain = isolate_raw("anthropic", {**body, "tools": [], "system": "Private."}, LINE, public)
+    assert plain["system"] == [{"type": "text", "text": LINE}, {"type": "text", "text": "Private."}]
+
+
+def test_openai_system_message_and_function_descriptions() -> None:
+    rules = hashlib.sha256(RULES.encode()).hexdigest()
+    public = PublicPrefix(system_sha256=frozenset({rules}))
+    body = {
+        "model": "gpt-4o",
+        "messages": [
+            {"role": "system", "content": RULES},
+            {"role": "system", "content": "Private notes."},
+            {"role": "user", "content": "hi"},
+        ],
+    }
+    raw = isolate_raw("openai", body, LINE, public)
+    assert [m["content"] for m in raw["messages"]] == [RULES, LINE, "Private notes.", "hi"]
+    canonical = isolate_request(openai_wire.decode_request(body), LINE, public)
+    assert openai_wire.decode_request(raw) == canonical
+    tool = {
+        "type": "function",
+        "function": {"name": "f", "description": "F.", "parameters": SCHEMA},
+    }
+    tagged = isolate_raw("openai", {**body, "tools": [tool]}, LINE, public)
+    assert tagged["tools"][0]["function"]["description"] == LINE + "F."
+    assert tagged["messages"] == body["messages"]
