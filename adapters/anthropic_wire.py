@@ -75,6 +75,8 @@ def _message(msg: Any, path: str) -> Message:
     if role not in ("user", "assistant"):
         raise WireFormatError(f"{path}.role", "expected 'user' or 'assistant'")
     content = msg.get("content")
+    if content is None:
+        raise WireFormatError(f"{path}.content", "required")
     if isinstance(content, str):
         return Message(role, (TextPart(content),) if content else ())
     blocks = expect(content, list, f"{path}.content")
@@ -116,6 +118,8 @@ def decode_request(body: Mapping[str, Any]) -> ChatRequest:
     """Canonical form of an Anthropic `/v1/messages` body; raises WireFormatError(path)."""
     expect(body, dict, "$")
     raw = expect(body.get("messages"), list, "messages")
+    if not raw:
+        raise WireFormatError("messages", "must hold at least one message")
     metadata = optional(body, "metadata", dict) or {}
     user = metadata.get("user_id")
     stop = optional(body, "stop_sequences", list) or []

@@ -52,6 +52,20 @@ class RequestRejected(GatewayError):
     """The request breaks a rule that waiting cannot fix (400)."""
 
 
+class BodyTooLarge(GatewayError):
+    """The body is over `http.max_body_bytes` (413, Anthropic's `request_too_large`)."""
+
+    status_code = 413
+    anthropic_type = "request_too_large"
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(
+            f"request body is larger than the gateway's limit of {max_bytes} bytes",
+            rule="max_body_bytes",
+            field="body",
+        )
+
+
 def _upstream_kind(exc: UpstreamError) -> tuple[str, str]:
     if isinstance(exc, ProviderRateLimited):
         return "rate_limit_error", "rate_limit_error"

@@ -14,7 +14,7 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from gateway.auth import KeyLookup, authenticate, is_admin
+from gateway.auth import KeyLookup, authenticate, is_admin, presents_token
 from gateway.error_shapes import error_body
 from gateway.errors import AuthenticationFailed
 from gateway.ports import ModelTable
@@ -47,7 +47,11 @@ def json_response(value: Any, status: int = 200) -> Response:
     return Response(body, status, media_type="application/json")
 
 
-def build_ops_router(models: ModelTable, keys: KeyLookup, metrics: Metrics) -> APIRouter:
+def build_ops_router(
+    models: ModelTable, keys: KeyLookup, metrics: Metrics, metrics_token: str | None = None
+) -> APIRouter:
+    """`metrics_token`: when set, /metrics answers 401 unless the caller presents it (Bearer or
+    x-api-key; Prometheus' `authorization` block sends it as Bearer)."""
     router = APIRouter()
 
     @router.get("/v1/models")
@@ -66,7 +70,9 @@ def build_ops_router(models: ModelTable, keys: KeyLookup, metrics: Metrics) -> A
         return json_response({"status": "ok"})
 
     @router.get("/metrics")
-    async def prometheus() -> Response:
+    async def prometheus(request: Request) -> Response:
+        if metrics_token is not None and not presents_token(request.headers, metrics_token):
+            return error_response(AuthenticationFailed("metrics token required"), "openai")
         return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     return router

@@ -26,7 +26,7 @@ from gateway.ledger.db import create_ledger_engine, migrate_engine, session_fact
 from gateway.ledger.metrics import RecorderCollector
 from gateway.ledger.recorder import RecorderConfig, UsageRecorder
 from gateway.models_table import ModelTableImpl, RoutePricing, build_model_table, fleet_inputs
-from gateway.pipeline import Pipeline, Services
+from gateway.pipeline import MeasureLane, Pipeline, Services
 from gateway.prompt_cache import PromptCachePort, TiktokenEncoder
 from gateway.settings import Settings
 from gateway.telemetry import Metrics, Telemetry, build_tracer_provider
@@ -102,6 +102,16 @@ def build_components(
         clock=clock,
         encoder=TiktokenEncoder(counter=counting.counter),
     )
+    lane_counting = TiktokenCounting()  # the large-call lane's own memos (used from a thread)
+    lane = MeasureLane(
+        PromptCachePort(
+            settings.resolve_server_secret(),
+            clock=clock,
+            encoder=TiktokenEncoder(counter=lane_counting.counter),
+        ),
+        lane_counting,
+        settings.http.offload_body_bytes,
+    )
     prices, replica_specs = fleet_inputs(settings, pricing)
     fs = settings.fleet
     scraper = (
@@ -131,6 +141,7 @@ def build_components(
             ledger=ledger,
             telemetry=telemetry,
             clock=clock,
+            measure_lane=lane,
         )
     )
     tools = build_tools(settings, keys)
