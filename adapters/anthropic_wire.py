@@ -118,12 +118,10 @@ def decode_request(body: Mapping[str, Any]) -> ChatRequest:
     """Canonical form of an Anthropic `/v1/messages` body; raises WireFormatError(path)."""
     expect(body, dict, "$")
     raw = expect(body.get("messages"), list, "messages")
-    if not raw:
-        raise WireFormatError("messages", "must hold at least one message")
     metadata = optional(body, "metadata", dict) or {}
     user = metadata.get("user_id")
     stop = optional(body, "stop_sequences", list) or []
-    return ChatRequest(
+    request = ChatRequest(
         model=expect(body.get("model"), str, "model"),
         messages=tuple(_message(m, f"messages[{i}]") for i, m in enumerate(raw)),
         system=tuple(
@@ -141,6 +139,9 @@ def decode_request(body: Mapping[str, Any]) -> ChatRequest:
         user=expect(user, str, "metadata.user_id") if user is not None else None,
         extra={k: v for k, v in body.items() if k not in _KNOWN},
     )
+    if not raw:  # checked last, so that every other field's error is named first
+        raise WireFormatError("messages", "must hold at least one message")
+    return request
 
 
 # --- encoding ------------------------------------------------------------------------------------

@@ -230,15 +230,13 @@ def decode_request(body: Mapping[str, Any], tool_lists: ToolListMemo | None = No
     expect(body, dict, "$")
     model = expect(body.get("model"), str, "model")
     raw_messages = expect(body.get("messages"), list, "messages")
-    if not raw_messages:
-        raise WireFormatError("messages", "must hold at least one message")
     _stream_options(body.get("stream_options"))
     messages = [_message(m, f"messages[{i}]") for i, m in enumerate(raw_messages)]
     system, rest = _split_system(messages)
     max_tokens = optional(body, "max_completion_tokens", int)
     if max_tokens is None:
         max_tokens = optional(body, "max_tokens", int)
-    return ChatRequest(
+    request = ChatRequest(
         model=model,
         messages=rest,
         system=system,
@@ -254,6 +252,14 @@ def decode_request(body: Mapping[str, Any], tool_lists: ToolListMemo | None = No
         user=optional(body, "user", str),
         extra={k: v for k, v in body.items() if k not in _KNOWN},
     )
+    return _with_messages(request, raw_messages)
+
+
+def _with_messages(request: ChatRequest, raw_messages: list[Any]) -> ChatRequest:
+    """Checked last, so that every other field's error is named first."""
+    if not raw_messages:
+        raise WireFormatError("messages", "must hold at least one message")
+    return request
 
 
 def _stream_options(value: Any) -> None:

@@ -66,6 +66,16 @@ class BodyTooLarge(GatewayError):
         )
 
 
+class ClientGone(GatewayError):
+    """The client closed the connection (or was closed at a read deadline) before its body
+    was complete: nobody will read the reply (499, as nginx logs it)."""
+
+    status_code = 499
+
+    def __init__(self) -> None:
+        super().__init__("client closed the connection before the body was complete")
+
+
 def _upstream_kind(exc: UpstreamError) -> tuple[str, str]:
     if isinstance(exc, ProviderRateLimited):
         return "rate_limit_error", "rate_limit_error"

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
 from adapters.errors import WireFormatError
-from gateway.errors import BodyTooLarge, RequestRejected
+from gateway.errors import BodyTooLarge, ClientGone, RequestRejected
 from gateway.settings import HttpSettings
 
 
@@ -41,11 +41,14 @@ async def read_body(request: Request, max_bytes: int) -> bytes:
         raise BodyTooLarge(max_bytes)
     chunks: list[bytes] = []
     num_bytes = 0
-    async for chunk in request.stream():
-        num_bytes += len(chunk)
-        if num_bytes > max_bytes:
-            raise BodyTooLarge(max_bytes)
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            num_bytes += len(chunk)
+            if num_bytes > max_bytes:
+                raise BodyTooLarge(max_bytes)
+            chunks.append(chunk)
+    except ClientDisconnect:  # gone, or closed at the body deadline: nobody reads a reply
+        raise ClientGone() from None
     return b"".join(chunks)
 
 
@@ -59,10 +62,11 @@ def parse_object(raw: bytes, max_depth: int) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise WireFormatError("body", "must be a JSON object")
     if exceeds_depth(body, max_depth):
+        path = too_deep_path(body, max_depth)
         raise RequestRejected(
-            f"JSON is nested deeper than the gateway's limit of {max_depth} levels",
+            f"{path}: JSON nested deeper than the gateway's limit of {max_depth} levels",
             rule="max_json_depth",
-            field=too_deep_path(body, max_depth),
+            field=path,
         )
     return body
 

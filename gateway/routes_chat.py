@@ -47,7 +47,7 @@ def decode_call(
     messages = body.get("messages")
     if isinstance(messages, list) and len(messages) > limits.max_messages:
         raise RequestRejected(
-            f"{len(messages)} messages; the gateway's limit is {limits.max_messages}",
+            f"messages: {len(messages)}; the gateway's limit is {limits.max_messages}",
             rule="max_messages",
             field="messages",
         )
