@@ -10,16 +10,19 @@ import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from adapters.types import WireFormat
+from gateway.api_schema import component_schemas
 from gateway.request_body import BodyLimits
 from gateway.routes_admin import build_admin_router, build_ops_router
 from gateway.routes_chat import ChatRoutes, build_chat_router
 from gateway.settings import Settings
+from gateway.tools_api import ToolRunBody
 from gateway.wiring import Components, build_components
 
 log = logging.getLogger("lantern.app")
@@ -44,6 +47,16 @@ class LanternApp(FastAPI):
                 await response(scope, receive, send)
                 return
         await super().__call__(scope, receive, send)
+
+    def openapi(self) -> dict[str, Any]:
+        """FastAPI's description plus the schemas of the bodies that routes parse themselves
+        (declared by reference in their `openapi_extra`)."""
+        if self.openapi_schema is None:
+            spec = super().openapi()
+            spec.setdefault("components", {}).setdefault("schemas", {}).update(
+                component_schemas((ToolRunBody,))
+            )
+        return super().openapi()
 
 
 def create_app(

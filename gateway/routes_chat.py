@@ -20,6 +20,16 @@ from adapters.anthropic_wire_stream import AnthropicStreamEncoder
 from adapters.backend import RelayedChunk
 from adapters.openai_wire_stream import OpenAIStreamEncoder
 from adapters.types import ChatRequest, StreamEvent, Usage, WireFormat
+from gateway.api_schema import (
+    AnthropicError,
+    ChatCompletion,
+    ChatCompletionRequest,
+    MessagesReply,
+    MessagesRequest,
+    OpenAIError,
+    errors,
+    json_body,
+)
 from gateway.auth import KeyLookup, authenticate
 from gateway.errors import RequestRejected, to_http
 from gateway.pipeline import Admitted, IncomingCall, Pipeline
@@ -161,9 +171,13 @@ async def _sse(
         await rest.aclose()
 
 
+CHAT_ERRORS = (400, 401, 403, 404, 413, 429, 502, 503, 504)
+
+
 def build_chat_router(routes: ChatRoutes) -> APIRouter:
-    """Plain Starlette routes: the handlers parse their own bodies, so FastAPI's parameter
-    machinery would only add CPU per call (these two doors are the hot path)."""
+    """The doors as FastAPI routes without parameters: the handlers parse their own bodies
+    (FastAPI's machinery would only add CPU per call); the bodies are declared for
+    `/openapi.json` only. `LanternApp` serves these paths before reaching this router."""
     router = APIRouter()
 
     async def chat_completions(request: Request) -> Response:
@@ -172,6 +186,20 @@ def build_chat_router(routes: ChatRoutes) -> APIRouter:
     async def messages(request: Request) -> Response:
         return await routes.serve(request, "anthropic")
 
-    router.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
-    router.add_route("/v1/messages", messages, methods=["POST"])
+    doors = (
+        ("/v1/chat/completions", chat_completions, ChatCompletionRequest, ChatCompletion),
+        ("/v1/messages", messages, MessagesRequest, MessagesReply),
+    )
+    for path, handler, asked, answered in doors:
+        error = OpenAIError if answered is ChatCompletion else AnthropicError
+        router.add_api_route(
+            path,
+            handler,
+            methods=["POST"],
+            openapi_extra=json_body(asked),
+            responses={
+                200: {"model": answered, "content": {"text/event-stream": {}}},
+                **errors(error, *CHAT_ERRORS),
+            },
+        )
     return router

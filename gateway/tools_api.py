@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from adapters.errors import WireFormatError
+from gateway.api_schema import OpenAIError, ToolRunOutcome, errors, json_body
 from gateway.errors import GatewayError, to_http
 from gateway.request_body import BodyLimits, parse_object, read_body
 from policies.model import TenantPolicy
@@ -26,7 +27,7 @@ from sandbox.types import FargateTarget, ToolLimits, ToolRunReply, ToolRunReques
 Authenticate = Callable[[Request], Awaitable[tuple[TenantPolicy, str]]]
 
 
-class _RequestedLimits(BaseModel):
+class RequestedToolLimits(BaseModel):
     """Limits a call may ask for: finite, positive, and (checked in `_limits`) no higher than
     the tool's policy."""
 
@@ -43,7 +44,7 @@ class ToolRunBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     tool: str = Field(min_length=1)
     arguments: dict[str, str | int | float] = {}  # orjson refuses NaN and Infinity
-    limits: _RequestedLimits | None = None
+    limits: RequestedToolLimits | None = None
     tool_call_id: str | None = None
 
 
@@ -95,7 +96,7 @@ async def _body(request: Request, limits: BodyLimits) -> ToolRunBody:
         raise InvalidToolRequest(exc.field, exc.reason) from exc
 
 
-def _limits(asked: _RequestedLimits, declared: ToolLimits) -> ToolLimits:
+def _limits(asked: RequestedToolLimits, declared: ToolLimits) -> ToolLimits:
     """The tool's policy limits with the call's lower ones; a higher one is refused."""
     lowered = {k: v for k, v in asked.model_dump().items() if v is not None}
     for name, value in lowered.items():
@@ -126,6 +127,17 @@ async def _parse(
     return run, specs
 
 
+RUN_ERRORS = (400, 401, 404, 409, 413, 429, 503)
+IDEMPOTENCY_KEY = {
+    "name": "idempotency-key",
+    "in": "header",
+    "required": False,
+    "description": "replays the first outcome of a run with this key (or x-session-id + "
+    "tool_call_id)",
+    "schema": {"type": "string"},
+}
+
+
 def build_tools_router(
     service: ToolRunService, authenticate: Authenticate, limits: BodyLimits | None = None
 ) -> APIRouter:
@@ -135,7 +147,11 @@ def build_tools_router(
     body_limits = limits or BodyLimits()
     router = APIRouter()
 
-    @router.post("/v1/tools/runs")
+    @router.post(
+        "/v1/tools/runs",
+        openapi_extra={**json_body(ToolRunBody), "parameters": [IDEMPOTENCY_KEY]},
+        responses={200: {"model": ToolRunOutcome}, **errors(OpenAIError, *RUN_ERRORS)},
+    )
     async def create_run(request: Request) -> Response:
         try:
             run, specs = await _parse(request, body_limits, *await authenticate(request))
@@ -145,7 +161,10 @@ def build_tools_router(
         except GatewayError as exc:
             return _gateway_error(exc)
 
-    @router.get("/v1/tools/runs/{run_id}")
+    @router.get(
+        "/v1/tools/runs/{run_id}",
+        responses={200: {"model": ToolRunOutcome}, **errors(OpenAIError, 401, 404)},
+    )
     async def read_run(run_id: str, request: Request) -> Response:
         try:
             policy, _ = await authenticate(request)
