@@ -28,6 +28,7 @@ from adapters.types import (
 from gateway.after_reply import AfterReply
 from gateway.errors import PermissionDenied, RequestRejected, UnknownModel
 from gateway.ids import uuid4_hex
+from gateway.measure_lane import MeasureLane, measure
 from gateway.ports import (
     AdmissionPort,
     Attempt,
@@ -86,20 +87,6 @@ class Admitted:
 
 
 @dataclass(frozen=True, slots=True)
-class MeasureLane:
-    """Preparation and token counting of large calls, one at a time in a worker thread, over
-    a prompt port and a counter of their own: the loop's memos are never touched from a
-    thread, and the loop keeps serving other calls meanwhile. Results equal the loop's."""
-
-    prompts: PromptPort
-    counter: TokenCounting
-    min_body_bytes: int
-    limiter: anyio.CapacityLimiter = dataclasses.field(
-        default_factory=lambda: anyio.CapacityLimiter(1)
-    )
-
-
-@dataclass(frozen=True, slots=True)
 class Services:
     models: ModelTable
     counter: TokenCounting
@@ -129,7 +116,9 @@ class Pipeline:
         started = self.s.clock()
         route = self._route_for(call)
         max_tokens = self._max_tokens(call)
-        prepared, prompt_tokens = await self._measure(call, route.name)
+        prepared, prompt_tokens = await measure(
+            self.s.prompts, self.s.counter, self.s.measure_lane, call, route.name
+        )
         cap = call.tenant.limits.max_prompt_tokens
         if cap is not None and prompt_tokens > cap:
             raise RequestRejected(
@@ -162,14 +151,6 @@ class Pipeline:
             plan,
             verdict,
             started,
-        )
-
-    async def _measure(self, call: IncomingCall, model: str) -> tuple[PreparedPrompt, int]:
-        lane = self.s.measure_lane
-        if lane is None or call.body_bytes < lane.min_body_bytes:
-            return _measure(self.s.prompts, self.s.counter, call, model)
-        return await anyio.to_thread.run_sync(
-            _measure, lane.prompts, lane.counter, call, model, limiter=lane.limiter
         )
 
     def _route_for(self, call: IncomingCall) -> ModelRoute:
@@ -427,11 +408,3 @@ def _max_tokens_field(wire: WireFormat, body: Mapping[str, JSON]) -> str:
     if wire == "openai" and "max_completion_tokens" in body:
         return "max_completion_tokens"
     return "max_tokens"
-
-
-def _measure(
-    prompts: PromptPort, counter: TokenCounting, call: IncomingCall, model: str
-) -> tuple[PreparedPrompt, int]:
-    """The call's prepared prompt and its prompt tokens."""
-    prepared = prompts.prepare(call.wire, call.body, call.request, call.tenant, model)
-    return prepared, counter.count_prompt(prepared.request)

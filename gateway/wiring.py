@@ -25,8 +25,9 @@ from gateway.ledger.call_ledger import CallLedger
 from gateway.ledger.db import create_ledger_engine, migrate_engine, session_factory
 from gateway.ledger.metrics import RecorderCollector
 from gateway.ledger.recorder import RecorderConfig, UsageRecorder
+from gateway.measure_lane import MeasureLane
 from gateway.models_table import ModelTableImpl, RoutePricing, build_model_table, fleet_inputs
-from gateway.pipeline import MeasureLane, Pipeline, Services
+from gateway.pipeline import Pipeline, Services
 from gateway.prompt_cache import PromptCachePort, TiktokenEncoder
 from gateway.settings import Settings
 from gateway.telemetry import Metrics, Telemetry, build_tracer_provider

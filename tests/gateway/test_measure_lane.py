@@ -11,7 +11,8 @@ from pathlib import Path
 
 from adapters import openai_wire
 from adapters.types import ChatRequest
-from gateway.pipeline import IncomingCall, MeasureLane, Pipeline
+from gateway.measure_lane import MeasureLane, measure
+from gateway.pipeline import IncomingCall, Pipeline
 from gateway.ports import PreparedPrompt
 from gateway.settings import load_settings
 from gateway.token_count import TiktokenCounting
@@ -65,7 +66,11 @@ def test_the_lane_measures_in_a_thread_what_the_loop_measures(tmp_path: Path) ->
 
     async def measure_all() -> list[tuple[PreparedPrompt, int]]:
         small, large = call(100), call(lane.min_body_bytes)
-        return [await pipeline._measure(c, "gpt-4o-mini") for c in (small, large, small, large)]
+        s = pipeline.s
+        return [
+            await measure(s.prompts, s.counter, s.measure_lane, c, "gpt-4o-mini")
+            for c in (small, large, small, large)
+        ]
 
     results = asyncio.run(measure_all())
     assert results[0][1] == pipeline.s.counter.count_prompt(results[0][0].request)
