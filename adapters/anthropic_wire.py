@@ -75,6 +75,8 @@ def _message(msg: Any, path: str) -> Message:
     if role not in ("user", "assistant"):
         raise WireFormatError(f"{path}.role", "expected 'user' or 'assistant'")
     content = msg.get("content")
+    if content is None:
+        raise WireFormatError(f"{path}.content", "required")
     if isinstance(content, str):
         return Message(role, (TextPart(content),) if content else ())
     blocks = expect(content, list, f"{path}.content")
@@ -119,7 +121,7 @@ def decode_request(body: Mapping[str, Any]) -> ChatRequest:
     metadata = optional(body, "metadata", dict) or {}
     user = metadata.get("user_id")
     stop = optional(body, "stop_sequences", list) or []
-    return ChatRequest(
+    request = ChatRequest(
         model=expect(body.get("model"), str, "model"),
         messages=tuple(_message(m, f"messages[{i}]") for i, m in enumerate(raw)),
         system=tuple(
@@ -137,6 +139,9 @@ def decode_request(body: Mapping[str, Any]) -> ChatRequest:
         user=expect(user, str, "metadata.user_id") if user is not None else None,
         extra={k: v for k, v in body.items() if k not in _KNOWN},
     )
+    if not raw:  # checked last, so that every other field's error is named first
+        raise WireFormatError("messages", "must hold at least one message")
+    return request
 
 
 # --- encoding ------------------------------------------------------------------------------------

@@ -47,7 +47,7 @@ def decode_simple_blocks(value: Any, path: str) -> tuple[TextPart | ImagePart, .
     parts: list[TextPart | ImagePart] = []
     for i, block in enumerate(expect(value, list, path)):
         p = f"{path}[{i}]"
-        kind = expect(block, dict, p).get("type")
+        kind = expect(expect(block, dict, p).get("type"), str, f"{p}.type")
         if kind == "text":
             parts.append(
                 TextPart(expect(block.get("text"), str, f"{p}.text"), cache_control_at(block, p))
@@ -60,7 +60,7 @@ def decode_simple_blocks(value: Any, path: str) -> tuple[TextPart | ImagePart, .
 
 
 def decode_block(block: Any, path: str) -> ContentPart | None:
-    kind = expect(block, dict, path).get("type")
+    kind = expect(expect(block, dict, path).get("type"), str, f"{path}.type")
     if kind == "text":
         return TextPart(
             expect(block.get("text"), str, f"{path}.text"), cache_control_at(block, path)

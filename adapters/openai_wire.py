@@ -123,8 +123,7 @@ def _content(value: Any, path: str) -> tuple[TextPart | ImagePart, ...]:
     parts: list[TextPart | ImagePart] = []
     for i, part in enumerate(expect(value, list, path)):
         p = f"{path}[{i}]"
-        expect(part, dict, p)
-        kind = part.get("type")
+        kind = expect(expect(part, dict, p).get("type"), str, f"{p}.type")
         if kind == "text":
             text = expect(part.get("text"), str, f"{p}.text")
             parts.append(TextPart(text, cache_control_at(part, p)))
@@ -139,6 +138,8 @@ def _message(msg: Any, path: str) -> Message:
     expect(msg, dict, path)
     role = msg.get("role")
     name = msg.get("name")
+    if role in ("system", "developer", "user", "tool") and msg.get("content") is None:
+        raise WireFormatError(f"{path}.content", f"required in a {role} message")
     if role in ("system", "developer", "user"):
         canonical_role: Role = "user" if role == "user" else "system"
         return Message(canonical_role, _content(msg.get("content"), f"{path}.content"), name)
@@ -229,12 +230,13 @@ def decode_request(body: Mapping[str, Any], tool_lists: ToolListMemo | None = No
     expect(body, dict, "$")
     model = expect(body.get("model"), str, "model")
     raw_messages = expect(body.get("messages"), list, "messages")
+    _stream_options(body.get("stream_options"))
     messages = [_message(m, f"messages[{i}]") for i, m in enumerate(raw_messages)]
     system, rest = _split_system(messages)
     max_tokens = optional(body, "max_completion_tokens", int)
     if max_tokens is None:
         max_tokens = optional(body, "max_tokens", int)
-    return ChatRequest(
+    request = ChatRequest(
         model=model,
         messages=rest,
         system=system,
@@ -250,6 +252,23 @@ def decode_request(body: Mapping[str, Any], tool_lists: ToolListMemo | None = No
         user=optional(body, "user", str),
         extra={k: v for k, v in body.items() if k not in _KNOWN},
     )
+    return _with_messages(request, raw_messages)
+
+
+def _with_messages(request: ChatRequest, raw_messages: list[Any]) -> ChatRequest:
+    """Checked last, so that every other field's error is named first."""
+    if not raw_messages:
+        raise WireFormatError("messages", "must hold at least one message")
+    return request
+
+
+def _stream_options(value: Any) -> None:
+    """`stream_options` is passed on, so its shape is checked here: an object whose
+    `include_usage`, when present, is a boolean."""
+    if value is not None:
+        usage = expect(value, dict, "stream_options").get("include_usage")
+        if usage is not None:
+            expect(usage, bool, "stream_options.include_usage")
 
 
 def _decode_tools(value: Any, memo: ToolListMemo | None) -> tuple[ToolSpec, ...]:

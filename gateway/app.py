@@ -10,15 +10,19 @@ import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from adapters.types import WireFormat
+from gateway.api_schema import component_schemas
+from gateway.request_body import BodyLimits
 from gateway.routes_admin import build_admin_router, build_ops_router
 from gateway.routes_chat import ChatRoutes, build_chat_router
 from gateway.settings import Settings
+from gateway.tools_api import ToolRunBody
 from gateway.wiring import Components, build_components
 
 log = logging.getLogger("lantern.app")
@@ -43,6 +47,16 @@ class LanternApp(FastAPI):
                 await response(scope, receive, send)
                 return
         await super().__call__(scope, receive, send)
+
+    def openapi(self) -> dict[str, Any]:
+        """FastAPI's description plus the schemas of the bodies that routes parse themselves
+        (declared by reference in their `openapi_extra`)."""
+        if self.openapi_schema is None:
+            spec = super().openapi()
+            spec.setdefault("components", {}).setdefault("schemas", {}).update(
+                component_schemas((ToolRunBody,))
+            )
+        return super().openapi()
 
 
 def create_app(
@@ -77,11 +91,14 @@ def create_app(
         title="Lantern", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None
     )
     app.state.components = parts
-    chat = ChatRoutes(parts.pipeline, parts.keys, lean_stream=lean_stream)
+    chat = ChatRoutes(
+        parts.pipeline, parts.keys, BodyLimits.from_settings(settings.http), lean_stream=lean_stream
+    )
     app.include_router(build_chat_router(chat))  # also the reference path of the doors
     if lean_doors:
         app.chat_routes = chat
-    app.include_router(build_ops_router(parts.models, parts.keys, parts.metrics))
+    metrics_token = settings.metrics_token.get_secret_value() if settings.metrics_token else None
+    app.include_router(build_ops_router(parts.models, parts.keys, parts.metrics, metrics_token))
     admin_token = settings.admin_token.get_secret_value() if settings.admin_token else None
     app.include_router(build_admin_router(admin_token, parts.admin_views))
     if parts.tools_router is not None:
@@ -93,7 +110,7 @@ def serve(settings: Settings) -> int:
     """Run the gateway in the foreground (the `lantern serve` command)."""
     import uvicorn
 
-    from gateway.http_server import TickServer
+    from gateway.http_server import TickServer, deadline_protocol
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     app = create_app(settings, freeze_gc=True)
@@ -101,8 +118,10 @@ def serve(settings: Settings) -> int:
         app,
         host=settings.host,
         port=settings.port,
-        loop="uvloop",  # named, not "auto": a missing uvicorn[standard] fails loudly instead
-        http="httptools",  # of serving on the slower pure-Python loop and parser
+        loop="uvloop",  # named, not "auto"
+        # httptools, named: a missing uvicorn[standard] fails loudly instead of serving on the
+        # slower pure-Python parser; with header and body read deadlines for slow clients
+        http=deadline_protocol(settings.http.header_timeout_s, settings.http.body_timeout_s),
         log_level="info",
         access_log=False,
         timeout_graceful_shutdown=5,

@@ -1,4 +1,5 @@
-"""Who is calling: API key (Bearer or x-api-key) → tenant policy, and the admin token check.
+"""Who is calling: API key (Bearer or x-api-key) → tenant policy, and the admin and metrics
+token checks.
 
 Key comparison is constant-time on SHA-256 hashes (done by the policy store).
 """
@@ -45,8 +46,13 @@ def authenticate(headers: Mapping[str, str], keys: KeyLookup) -> Caller:
     return Caller(tenant=found[0], key_id=found[1])
 
 
-def is_admin(headers: Mapping[str, str], admin_token: str | None) -> bool:
-    if not admin_token:
+def presents_token(headers: Mapping[str, str], token: str | None) -> bool:
+    """Whether the caller presents `token` (constant-time); never when no token is set."""
+    if not token:
         return False
     key = presented_key(headers)
-    return key is not None and hmac.compare_digest(key.encode(), admin_token.encode())
+    return key is not None and hmac.compare_digest(key.encode(), token.encode())
+
+
+def is_admin(headers: Mapping[str, str], admin_token: str | None) -> bool:
+    return presents_token(headers, admin_token)

@@ -14,6 +14,7 @@ import hashlib
 import json
 import logging
 import re
+import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -84,6 +85,7 @@ class PieceCounts:
             re.compile("|".join(re.escape(c) for c in contents)) if plain and contents else None
         )
         self._memo: OrderedDict[str, int] = OrderedDict()
+        self._lock = threading.Lock()  # the loop and the large-call lane's thread share it
         self._chars = 0
         self._max_chars = max_chars
 
@@ -102,15 +104,19 @@ class PieceCounts:
     def _piece(self, piece: str) -> int:
         if not piece:
             return 0
-        found = self._memo.get(piece)
-        if found is not None:
-            self._memo.move_to_end(piece)
-            return found
-        found = self._memo[piece] = self._encode(piece)
-        self._chars += len(piece)
-        while self._chars > self._max_chars:
-            evicted, _ = self._memo.popitem(last=False)
-            self._chars -= len(evicted)
+        with self._lock:
+            found = self._memo.get(piece)
+            if found is not None:
+                self._memo.move_to_end(piece)
+                return found
+        found = self._encode(piece)
+        with self._lock:
+            if piece not in self._memo:
+                self._memo[piece] = found
+                self._chars += len(piece)
+            while self._chars > self._max_chars:
+                evicted, _ = self._memo.popitem(last=False)
+                self._chars -= len(evicted)
         return found
 
 

@@ -52,6 +52,30 @@ class RequestRejected(GatewayError):
     """The request breaks a rule that waiting cannot fix (400)."""
 
 
+class BodyTooLarge(GatewayError):
+    """The body is over `http.max_body_bytes` (413, Anthropic's `request_too_large`)."""
+
+    status_code = 413
+    anthropic_type = "request_too_large"
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(
+            f"request body is larger than the gateway's limit of {max_bytes} bytes",
+            rule="max_body_bytes",
+            field="body",
+        )
+
+
+class ClientGone(GatewayError):
+    """The client closed the connection (or was closed at a read deadline) before its body
+    was complete: nobody will read the reply (499, as nginx logs it)."""
+
+    status_code = 499
+
+    def __init__(self) -> None:
+        super().__init__("client closed the connection before the body was complete")
+
+
 def _upstream_kind(exc: UpstreamError) -> tuple[str, str]:
     if isinstance(exc, ProviderRateLimited):
         return "rate_limit_error", "rate_limit_error"

@@ -1,6 +1,7 @@
-"""uvicorn's `Server` with a once-a-second tick: what `lantern serve` runs the app on.
+"""What `lantern serve` runs the app on: uvicorn's `Server` with a once-a-second tick, and the
+httptools protocol with read deadlines for slow clients.
 
-Owns only the server's wake-ups; no request handling, no settings.
+Owns the server's wake-ups and connection deadlines; no request handling, no settings.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import contextlib
 from types import FrameType
 
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 DATE_EVERY_TICKS = 10  # uvicorn's `on_tick` refreshes the Date header when `counter % 10 == 0`
 
@@ -45,3 +47,67 @@ class TickServer(uvicorn.Server):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._exit_asked.wait(), self.tick_s)
             should_exit = await self.on_tick(counter)
+
+
+class DeadlineProtocol(HttpToolsProtocol):
+    """httptools' protocol with two read deadlines (uvicorn has neither): a request's headers
+    must be complete within `header_timeout_s` of the connection opening or of the request's
+    first byte, and its body within `body_timeout_s` of the headers. Past one, the connection
+    is closed (after a 408 when no response has started), so a client that sends a few bytes
+    and stalls cannot hold a connection, a task or a buffer for ever. Subclasses set both
+    (see `deadline_protocol`)."""
+
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 60.0
+    _deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm(self.header_timeout_s, headers_pending=True)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self._deadline is None:
+            self._arm(self.header_timeout_s, headers_pending=True)
+
+    def on_headers_complete(self) -> None:
+        self._disarm()
+        super().on_headers_complete()
+        self._arm(self.body_timeout_s, headers_pending=False)
+
+    def on_message_complete(self) -> None:
+        self._disarm()
+        super().on_message_complete()
+
+    def _arm(self, delay_s: float, *, headers_pending: bool) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(delay_s, self._expire, headers_pending)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _expire(self, headers_pending: bool) -> None:
+        self._deadline = None
+        if self.transport.is_closing():
+            return
+        if headers_pending and (self.cycle is None or self.cycle.response_complete):
+            self.transport.write(REQUEST_TIMEOUT)
+        self.transport.close()
+
+
+REQUEST_TIMEOUT = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+
+
+def deadline_protocol(header_timeout_s: float, body_timeout_s: float) -> type[DeadlineProtocol]:
+    """The protocol class for `uvicorn.Config(http=...)`, with these deadlines."""
+    return type(
+        "DeadlineProtocol",
+        (DeadlineProtocol,),
+        {"header_timeout_s": header_timeout_s, "body_timeout_s": body_timeout_s},
+    )

@@ -28,6 +28,7 @@ from adapters.types import (
 from gateway.after_reply import AfterReply
 from gateway.errors import PermissionDenied, RequestRejected, UnknownModel
 from gateway.ids import uuid4_hex
+from gateway.measure_lane import MeasureLane, measure
 from gateway.ports import (
     AdmissionPort,
     Attempt,
@@ -59,6 +60,7 @@ class IncomingCall:
     request: ChatRequest
     body: Mapping[str, JSON]
     session_header: str | None = None
+    body_bytes: int = 0  # the size of the client's body (large ones are measured in a thread)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +102,7 @@ class Services:
     # False: every stream is decoded to events and re-encoded, also when the client speaks the
     # backend's wire format (the reference path for the relay)
     relay_streams: bool = True
+    measure_lane: MeasureLane | None = None  # None: every call is measured on the loop
 
 
 class Pipeline:
@@ -113,10 +116,9 @@ class Pipeline:
         started = self.s.clock()
         route = self._route_for(call)
         max_tokens = self._max_tokens(call)
-        prepared = self.s.prompts.prepare(
-            call.wire, call.body, call.request, call.tenant, route.name
+        prepared, prompt_tokens = await measure(
+            self.s.prompts, self.s.counter, self.s.measure_lane, call, route.name
         )
-        prompt_tokens = self.s.counter.count_prompt(prepared.request)
         cap = call.tenant.limits.max_prompt_tokens
         if cap is not None and prompt_tokens > cap:
             raise RequestRejected(

@@ -14,7 +14,8 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from gateway.auth import KeyLookup, authenticate, is_admin
+from gateway.api_schema import Health, ModelList, OpenAIError, errors
+from gateway.auth import KeyLookup, authenticate, is_admin, presents_token
 from gateway.error_shapes import error_body
 from gateway.errors import AuthenticationFailed
 from gateway.ports import ModelTable
@@ -22,6 +23,33 @@ from gateway.routes_chat import error_response
 from gateway.telemetry import Metrics
 
 JsonView = Callable[[Request], Awaitable[Any]]
+
+
+def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "schema": schema,
+        "description": description,
+    }
+
+
+_PERIOD = (
+    _query("since", {"type": "string"}, "ISO date or instant (default: the month's start)"),
+    _query("until", {"type": "string"}, "ISO date (inclusive) or instant (default: now)"),
+)
+ADMIN_QUERIES: dict[str, tuple[dict[str, Any], ...]] = {  # the query each admin view reads
+    "reports/cost": (
+        *_PERIOD,
+        _query(
+            "group_by",
+            {"type": "array", "items": {"type": "string"}},
+            "tenant, model, backend or day; repeated or comma-separated",
+        ),
+    ),
+    "reports/breakeven": _PERIOD,
+}
 
 
 def _jsonable(value: Any) -> Any:
@@ -47,10 +75,14 @@ def json_response(value: Any, status: int = 200) -> Response:
     return Response(body, status, media_type="application/json")
 
 
-def build_ops_router(models: ModelTable, keys: KeyLookup, metrics: Metrics) -> APIRouter:
+def build_ops_router(
+    models: ModelTable, keys: KeyLookup, metrics: Metrics, metrics_token: str | None = None
+) -> APIRouter:
+    """`metrics_token`: when set, /metrics answers 401 unless the caller presents it (Bearer or
+    x-api-key; Prometheus' `authorization` block sends it as Bearer)."""
     router = APIRouter()
 
-    @router.get("/v1/models")
+    @router.get("/v1/models", responses={200: {"model": ModelList}, **errors(OpenAIError, 401)})
     async def list_models(request: Request) -> Response:
         try:
             caller = authenticate(request.headers, keys)
@@ -61,12 +93,17 @@ def build_ops_router(models: ModelTable, keys: KeyLookup, metrics: Metrics) -> A
         data = [{"id": n, "object": "model", "created": 0, "owned_by": "lantern"} for n in names]
         return json_response({"object": "list", "data": data})
 
-    @router.get("/healthz")
+    @router.get("/healthz", responses={200: {"model": Health}})
     async def healthz() -> Response:
         return json_response({"status": "ok"})
 
-    @router.get("/metrics")
-    async def prometheus() -> Response:
+    @router.get(
+        "/metrics",
+        responses={200: {"content": {"text/plain": {}}}, **errors(OpenAIError, 401)},
+    )
+    async def prometheus(request: Request) -> Response:
+        if metrics_token is not None and not presents_token(request.headers, metrics_token):
+            return error_response(AuthenticationFailed("metrics token required"), "openai")
         return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     return router
@@ -91,5 +128,11 @@ def build_admin_router(admin_token: str | None, views: dict[str, JsonView]) -> A
         return handler
 
     for path, view in views.items():
-        router.add_api_route(f"/admin/{path}", guarded(view), methods=["GET"])
+        router.add_api_route(
+            f"/admin/{path}",
+            guarded(view),
+            methods=["GET"],
+            openapi_extra={"parameters": list(ADMIN_QUERIES.get(path, ()))},
+            responses={200: {"content": {"application/json": {}}}, **errors(OpenAIError, 400, 401)},
+        )
     return router

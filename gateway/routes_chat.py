@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import Any
 
+import anyio
 import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
@@ -17,12 +18,22 @@ from fastapi.responses import Response, StreamingResponse
 from adapters import anthropic_wire, openai_wire
 from adapters.anthropic_wire_stream import AnthropicStreamEncoder
 from adapters.backend import RelayedChunk
-from adapters.errors import WireFormatError
 from adapters.openai_wire_stream import OpenAIStreamEncoder
-from adapters.types import StreamEvent, Usage, WireFormat
+from adapters.types import ChatRequest, StreamEvent, Usage, WireFormat
+from gateway.api_schema import (
+    AnthropicError,
+    ChatCompletion,
+    ChatCompletionRequest,
+    MessagesReply,
+    MessagesRequest,
+    OpenAIError,
+    errors,
+    json_body,
+)
 from gateway.auth import KeyLookup, authenticate
-from gateway.errors import to_http
+from gateway.errors import RequestRejected, to_http
 from gateway.pipeline import Admitted, IncomingCall, Pipeline
+from gateway.request_body import BodyLimits, parse_object, read_body
 from gateway.sse_reply import SSEReply
 
 log = logging.getLogger("lantern.routes")
@@ -38,43 +49,49 @@ def error_response(
     return Response(orjson.dumps(err.body), err.status_code, headers, "application/json")
 
 
-def _parse(raw: bytes) -> dict[str, Any]:
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise WireFormatError("body", f"not valid JSON ({exc})") from None
-    if not isinstance(body, dict):
-        raise WireFormatError("body", "must be a JSON object")
-    return body
+def decode_call(
+    raw: bytes, wire: WireFormat, limits: BodyLimits, tool_lists: openai_wire.ToolListMemo | None
+) -> tuple[dict[str, Any], ChatRequest]:
+    """Body and canonical request; pure (`tool_lists` aside), so it may run in a thread."""
+    body = parse_object(raw, limits.max_depth)
+    messages = body.get("messages")
+    if isinstance(messages, list) and len(messages) > limits.max_messages:
+        raise RequestRejected(
+            f"messages: {len(messages)}; the gateway's limit is {limits.max_messages}",
+            rule="max_messages",
+            field="messages",
+        )
+    if wire == "openai":
+        return body, openai_wire.decode_request(body, tool_lists)
+    return body, anthropic_wire.decode_request(body)
 
 
 class ChatRoutes:
-    def __init__(self, pipeline: Pipeline, keys: KeyLookup, *, lean_stream: bool = True) -> None:
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        keys: KeyLookup,
+        limits: BodyLimits | None = None,
+        *,
+        lean_stream: bool = True,
+    ) -> None:
         """`lean_stream=False`: streams go out through Starlette's `StreamingResponse` (the
         reference path for `SSEReply`)."""
         self.pipeline = pipeline
         self.keys = keys
+        self.limits = limits or BodyLimits()
         self.stream_reply = SSEReply if lean_stream else StreamingResponse
         self._tool_lists = openai_wire.ToolListMemo()  # the agent's tools, decoded once
 
     async def serve(self, http: Request, wire: WireFormat) -> Response:
         try:
-            body = _parse(await http.body())
-            caller = authenticate(http.headers, self.keys)
-            request = (
-                openai_wire.decode_request(body, self._tool_lists)
-                if wire == "openai"
-                else anthropic_wire.decode_request(body)
-            )
-            call = IncomingCall(
-                wire, caller.tenant, caller.key_id, request, body, http.headers.get("x-session-id")
-            )
+            call = await self._incoming(http, wire)
             admitted = await self.pipeline.admit(call)
         except Exception as exc:  # every rejection becomes the client's own error shape
             return error_response(exc, wire)
         headers = admitted.headers(self.pipeline.s.admission)
-        if request.stream:
-            return await self._stream(admitted, wire, body, headers)
+        if call.request.stream:
+            return await self._stream(admitted, wire, call.body, headers)
         try:
             response = await self.pipeline.complete(admitted)
         except Exception as exc:
@@ -86,8 +103,24 @@ class ChatRoutes:
         )
         return Response(orjson.dumps(encoded), 200, headers, "application/json")
 
+    async def _incoming(self, http: Request, wire: WireFormat) -> IncomingCall:
+        """Authenticated before a byte of the body is read; the body read up to the limit; a
+        large one parsed and decoded in a worker thread (the loop keeps serving others)."""
+        caller = authenticate(http.headers, self.keys)
+        raw = await read_body(http, self.limits.max_bytes)
+        if len(raw) >= self.limits.offload_bytes:
+            body, request = await anyio.to_thread.run_sync(
+                decode_call, raw, wire, self.limits, None
+            )
+        else:
+            body, request = decode_call(raw, wire, self.limits, self._tool_lists)
+        session = http.headers.get("x-session-id")
+        return IncomingCall(
+            wire, caller.tenant, caller.key_id, request, body, session, body_bytes=len(raw)
+        )
+
     async def _stream(
-        self, adm: Admitted, wire: WireFormat, body: dict[str, Any], headers: dict[str, str]
+        self, adm: Admitted, wire: WireFormat, body: Mapping[str, Any], headers: dict[str, str]
     ) -> Response:
         encode = _stream_encoder(wire, body, adm)
         events = self.pipeline.stream(adm)
@@ -102,7 +135,7 @@ class ChatRoutes:
 
 
 def _stream_encoder(
-    wire: WireFormat, body: dict[str, Any], adm: Admitted
+    wire: WireFormat, body: Mapping[str, Any], adm: Admitted
 ) -> Callable[[StreamEvent], bytes]:
     if wire == "openai":
         return OpenAIStreamEncoder(
@@ -138,9 +171,13 @@ async def _sse(
         await rest.aclose()
 
 
+CHAT_ERRORS = (400, 401, 403, 404, 413, 429, 502, 503, 504)
+
+
 def build_chat_router(routes: ChatRoutes) -> APIRouter:
-    """Plain Starlette routes: the handlers parse their own bodies, so FastAPI's parameter
-    machinery would only add CPU per call (these two doors are the hot path)."""
+    """The doors as FastAPI routes without parameters: the handlers parse their own bodies
+    (FastAPI's machinery would only add CPU per call); the bodies are declared for
+    `/openapi.json` only. `LanternApp` serves these paths before reaching this router."""
     router = APIRouter()
 
     async def chat_completions(request: Request) -> Response:
@@ -149,6 +186,20 @@ def build_chat_router(routes: ChatRoutes) -> APIRouter:
     async def messages(request: Request) -> Response:
         return await routes.serve(request, "anthropic")
 
-    router.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
-    router.add_route("/v1/messages", messages, methods=["POST"])
+    doors = (
+        ("/v1/chat/completions", chat_completions, ChatCompletionRequest, ChatCompletion),
+        ("/v1/messages", messages, MessagesRequest, MessagesReply),
+    )
+    for path, handler, asked, answered in doors:
+        error = OpenAIError if answered is ChatCompletion else AnthropicError
+        router.add_api_route(
+            path,
+            handler,
+            methods=["POST"],
+            openapi_extra=json_body(asked),
+            responses={
+                200: {"model": answered, "content": {"text/event-stream": {}}},
+                **errors(error, *CHAT_ERRORS),
+            },
+        )
     return router

@@ -75,6 +75,19 @@ class FleetSettings(_Section):
     pin_prefill_tok_s: bool = False
 
 
+class HttpSettings(_Section):
+    """What one request may cost the gateway before it is refused (the HTTP edge)."""
+
+    # Anthropic's Messages API refuses requests over 32 MB with a 413; OpenAI's cap is similar
+    max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
+    max_json_depth: int = Field(default=64, ge=8, le=200)  # orjson writes no deeper than 254
+    max_messages: int = Field(default=100_000, gt=0)  # Anthropic's per-request message cap
+    # larger bodies are parsed, decoded, prepared and counted in a worker thread
+    offload_body_bytes: int = Field(default=256 * 1024, ge=0)
+    header_timeout_s: float = Field(default=10.0, gt=0)  # connection open -> headers complete
+    body_timeout_s: float = Field(default=60.0, gt=0)  # headers complete -> body complete
+
+
 class PriceOverride(_Section):
     """USD per million tokens; a missing value keeps the price map's own."""
 
@@ -215,9 +228,11 @@ class Settings(BaseSettings):
     policy_poll_interval_s: float = Field(default=0.5, gt=0)
     var_dir: Path = Path("./var")  # local state: SQLite file, generated server secret
     admin_token: SecretStr | None = None  # None: /admin routes are disabled
+    metrics_token: SecretStr | None = None  # set: /metrics answers 401 without it
     server_secret: SecretStr | None = None  # None: see `resolve_server_secret`
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     telemetry: TelemetrySettings = TelemetrySettings()
+    http: HttpSettings = HttpSettings()
     sandbox: SandboxSettings = SandboxSettings()
     fleet: FleetSettings = FleetSettings()
     prices: dict[str, PriceOverride] = Field(default_factory=dict)  # model -> USD per Mtok

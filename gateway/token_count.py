@@ -88,6 +88,12 @@ class RouteTokenCounting:
     def counter(self) -> TokenCounter:
         return self._base.counter
 
+    def with_base(self, base: TiktokenCounting) -> RouteTokenCounting:
+        """The same routes and engine tokenizers over other tiktoken memos (another thread's)."""
+        return RouteTokenCounting(
+            base, self.tokenizers, self._replicas, self._bounded, self._api_routes
+        )
+
 
 def route_counting(
     settings: Settings, routes: Sequence[ModelRoute], base: TiktokenCounting

@@ -13,7 +13,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from adapters.errors import WireFormatError
+from gateway.api_schema import OpenAIError, ToolRunOutcome, errors, json_body
 from gateway.errors import GatewayError, to_http
+from gateway.request_body import BodyLimits, parse_object, read_body
 from policies.model import TenantPolicy
 from policies.tools import ToolPolicy
 from sandbox.errors import InvalidToolRequest, SandboxError
@@ -24,21 +27,24 @@ from sandbox.types import FargateTarget, ToolLimits, ToolRunReply, ToolRunReques
 Authenticate = Callable[[Request], Awaitable[tuple[TenantPolicy, str]]]
 
 
-class _RequestedLimits(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    wall_s: float | None = None
-    memory_mb: int | None = None
-    cpu_s: float | None = None
-    output_kb: int | None = None
-    max_procs: int | None = None
-    file_mb: int | None = None
+class RequestedToolLimits(BaseModel):
+    """Limits a call may ask for: finite, positive, and (checked in `_limits`) no higher than
+    the tool's policy."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    wall_s: float | None = Field(default=None, gt=0)
+    memory_mb: int | None = Field(default=None, gt=0)
+    cpu_s: float | None = Field(default=None, gt=0)
+    output_kb: int | None = Field(default=None, gt=0)
+    max_procs: int | None = Field(default=None, gt=0)
+    file_mb: int | None = Field(default=None, gt=0)
 
 
 class ToolRunBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     tool: str = Field(min_length=1)
-    arguments: dict[str, str | int | float] = {}
-    limits: _RequestedLimits | None = None
+    arguments: dict[str, str | int | float] = {}  # orjson refuses NaN and Infinity
+    limits: RequestedToolLimits | None = None
     tool_call_id: str | None = None
 
 
@@ -77,16 +83,32 @@ def _reply(reply: ToolRunReply) -> Response:
     )
 
 
-async def _parse(
-    request: Request, policy: TenantPolicy, key_id: str
-) -> tuple[ToolRunRequest, tuple[ToolSpec, ...]]:
+async def _body(request: Request, limits: BodyLimits) -> ToolRunBody:
+    raw = await read_body(request, limits.max_bytes)
     try:
-        body = ToolRunBody.model_validate(await request.json())
+        return ToolRunBody.model_validate(parse_object(raw, limits.max_depth))
     except ValidationError as exc:
         where = ".".join(str(part) for part in exc.errors()[0]["loc"]) or "body"
         raise InvalidToolRequest(where, exc.errors()[0]["msg"]) from exc
-    except ValueError as exc:
-        raise InvalidToolRequest("body", "not valid JSON") from exc
+    except WireFormatError as exc:
+        raise InvalidToolRequest(exc.field, exc.reason) from exc
+
+
+def _limits(asked: RequestedToolLimits, declared: ToolLimits) -> ToolLimits:
+    """The tool's policy limits with the call's lower ones; a higher one is refused."""
+    lowered = {k: v for k, v in asked.model_dump().items() if v is not None}
+    for name, value in lowered.items():
+        cap = getattr(declared, name)
+        if value > cap:
+            raise InvalidToolRequest(f"limits.{name}", f"{value} exceeds the tool's limit {cap}")
+    return dataclasses.replace(declared, **lowered)
+
+
+async def _parse(
+    request: Request, limits: BodyLimits, policy: TenantPolicy, key_id: str
+) -> tuple[ToolRunRequest, tuple[ToolSpec, ...]]:
+    """Validated entirely before the service sees it: a refused request claims no key."""
+    body = await _body(request, limits)
     header = request.headers.get("idempotency-key")
     session = request.headers.get("x-session-id")
     if header is None and session and body.tool_call_id:
@@ -94,33 +116,54 @@ async def _parse(
     else:
         key = parse_idempotency_key(header)
     specs = tuple(tool_spec(tool) for tool in policy.tools)
-    limits = None
+    run_limits = None
     if body.limits is not None:
         declared = next((s.limits for s in specs if s.name == body.tool), ToolLimits())
-        asked = {k: v for k, v in body.limits.model_dump().items() if v is not None}
-        limits = dataclasses.replace(declared, **asked)
+        run_limits = _limits(body.limits, declared)
     arguments = tuple(sorted((k, str(v)) for k, v in body.arguments.items()))
     cap = policy.tool_runs.max_concurrent
-    run = ToolRunRequest(policy.tenant, key_id, key, body.tool, arguments, limits, cap)
+    run = ToolRunRequest(policy.tenant, key_id, key, body.tool, arguments, run_limits, cap)
     return run, specs
 
 
-def build_tools_router(service: ToolRunService, authenticate: Authenticate) -> APIRouter:
+RUN_ERRORS = (400, 401, 404, 409, 413, 429, 503)
+IDEMPOTENCY_KEY = {
+    "name": "idempotency-key",
+    "in": "header",
+    "required": False,
+    "description": "replays the first outcome of a run with this key (or x-session-id + "
+    "tool_call_id)",
+    "schema": {"type": "string"},
+}
+
+
+def build_tools_router(
+    service: ToolRunService, authenticate: Authenticate, limits: BodyLimits | None = None
+) -> APIRouter:
     """`authenticate` returns the caller's policy and key id, or raises the gateway's
-    `AuthenticationFailed` (mapped by `gateway.errors.to_http`, as for chat routes)."""
+    `AuthenticationFailed` (mapped by `gateway.errors.to_http`, as for chat routes); it runs
+    before the body is read, and the body is read no further than `limits.max_bytes`."""
+    body_limits = limits or BodyLimits()
     router = APIRouter()
 
-    @router.post("/v1/tools/runs")
+    @router.post(
+        "/v1/tools/runs",
+        openapi_extra={**json_body(ToolRunBody), "parameters": [IDEMPOTENCY_KEY]},
+        responses={200: {"model": ToolRunOutcome}, **errors(OpenAIError, *RUN_ERRORS)},
+    )
     async def create_run(request: Request) -> Response:
         try:
-            run, specs = await _parse(request, *await authenticate(request))
+            run, specs = await _parse(request, body_limits, *await authenticate(request))
             return _reply(await service.submit(specs, run))
         except SandboxError as exc:
             return _error(exc)
         except GatewayError as exc:
             return _gateway_error(exc)
 
-    @router.get("/v1/tools/runs/{run_id}")
+    @router.get(
+        "/v1/tools/runs/{run_id}",
+        responses={200: {"model": ToolRunOutcome}, **errors(OpenAIError, 401, 404)},
+    )
     async def read_run(run_id: str, request: Request) -> Response:
         try:
             policy, _ = await authenticate(request)

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from fastapi import APIRouter, Request
 
 from gateway.auth import KeyLookup, authenticate
+from gateway.request_body import BodyLimits
 from gateway.settings import Settings
 from gateway.tools_api import build_tools_router
 from policies.model import TenantPolicy
@@ -94,4 +95,5 @@ def build_tools(settings: Settings, keys: KeyLookup) -> ToolsPart:
             await redis_client.aclose()
         engine.dispose()
 
-    return ToolsPart(build_tools_router(service, caller), start, stop)
+    limits = BodyLimits.from_settings(settings.http)
+    return ToolsPart(build_tools_router(service, caller, limits), start, stop)

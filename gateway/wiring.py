@@ -28,6 +28,7 @@ from gateway.ledger.call_ledger import CallLedger
 from gateway.ledger.db import create_ledger_engine, migrate_engine, session_factory
 from gateway.ledger.metrics import RecorderCollector
 from gateway.ledger.recorder import RecorderConfig, UsageRecorder
+from gateway.measure_lane import MeasureLane
 from gateway.models_table import (
     ModelTableImpl,
     RoutePricing,
@@ -128,6 +129,18 @@ def build_components(
         encoder=TiktokenEncoder(counter=counting.counter),
         shared_cache_models=shared_cache_models(settings),
     )
+    # the large-call lane's own tiktoken memos (used from a thread); engine tokenizers shared
+    lane_counting = counting.with_base(TiktokenCounting())
+    lane = MeasureLane(
+        PromptCachePort(
+            settings.resolve_server_secret(),
+            clock=clock,
+            encoder=TiktokenEncoder(counter=lane_counting.counter),
+            shared_cache_models=shared_cache_models(settings),
+        ),
+        lane_counting,
+        settings.http.offload_body_bytes,
+    )
     prices, replica_specs = fleet_inputs(settings, pricing)
     fs = settings.fleet
     scraper = (
@@ -157,6 +170,7 @@ def build_components(
             ledger=ledger,
             telemetry=telemetry,
             clock=clock,
+            measure_lane=lane,
         )
     )
     tools = build_tools(settings, keys)

@@ -1,0 +1,128 @@
+"""Bounded reading and parsing of request bodies: the byte limit, JSON syntax and nesting depth.
+
+Owns what any JSON door does before looking at fields; it never reads past the limit, and knows
+nothing of either wire format.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from starlette.requests import ClientDisconnect, Request
+
+from adapters.errors import WireFormatError
+from gateway.errors import BodyTooLarge, ClientGone, RequestRejected
+from gateway.settings import HttpSettings
+
+
+@dataclass(frozen=True, slots=True)
+class BodyLimits:
+    """`settings.http`'s limits, as the doors apply them."""
+
+    max_bytes: int = 32 * 1024 * 1024
+    max_depth: int = 64
+    max_messages: int = 100_000
+    offload_bytes: int = 256 * 1024  # bodies this large are decoded in a worker thread
+
+    @classmethod
+    def from_settings(cls, http: HttpSettings) -> BodyLimits:
+        return cls(
+            http.max_body_bytes, http.max_json_depth, http.max_messages, http.offload_body_bytes
+        )
+
+
+async def read_body(request: Request, max_bytes: int) -> bytes:
+    """The whole body, or `BodyTooLarge` as soon as it is known to be over `max_bytes`: from
+    `Content-Length` before any of it is read, else (chunked) once the bytes read pass it."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise BodyTooLarge(max_bytes)
+    chunks: list[bytes] = []
+    num_bytes = 0
+    try:
+        async for chunk in request.stream():
+            num_bytes += len(chunk)
+            if num_bytes > max_bytes:
+                raise BodyTooLarge(max_bytes)
+            chunks.append(chunk)
+    except ClientDisconnect:  # gone, or closed at the body deadline: nobody reads a reply
+        raise ClientGone() from None
+    return b"".join(chunks)
+
+
+def parse_object(raw: bytes, max_depth: int) -> dict[str, Any]:
+    """The body as a JSON object no deeper than `max_depth`; WireFormatError or
+    RequestRejected (rule `max_json_depth`, field: the JSON path where it goes too deep)."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise WireFormatError("body", f"not valid JSON ({exc})") from None
+    if not isinstance(body, dict):
+        raise WireFormatError("body", "must be a JSON object")
+    if exceeds_depth(body, max_depth):
+        path = too_deep_path(body, max_depth)
+        raise RequestRejected(
+            f"{path}: JSON nested deeper than the gateway's limit of {max_depth} levels",
+            rule="max_json_depth",
+            field=path,
+        )
+    return body
+
+
+def exceeds_depth(value: Any, max_depth: int) -> bool:
+    """Whether any object or array sits more than `max_depth` levels deep (the top is 1).
+    Level by level, without recursion; exact `type` tests, since parsed JSON holds only
+    plain dicts and lists (about twice as fast as `isinstance` over every value)."""
+    level: list[Any] = [value]
+    depth = 1
+    while level:
+        deeper: list[Any] = []
+        for node in level:
+            for child in node.values() if type(node) is dict else node:
+                kind = type(child)
+                if kind is dict or kind is list:
+                    deeper.append(child)
+        if deeper and depth >= max_depth:
+            return True
+        level, depth = deeper, depth + 1
+    return False
+
+
+def too_deep_path(value: Any, max_depth: int, num_steps: int = 6) -> str:
+    """The JSON path down the deepest branch (`tools[0].function.parameters...`), its first
+    `num_steps` steps only: the full path would be as deep as the attack."""
+    path: list[str] = []
+    node = value
+    for _ in range(min(num_steps, max_depth)):
+        deeper = _deepest_child(node)
+        if deeper is None:
+            break
+        key, node = deeper
+        path.append(f"[{key}]" if isinstance(key, int) else f".{key}")
+    return "".join(path).lstrip(".") or "body"
+
+
+def _deepest_child(node: Any) -> tuple[Any, Any] | None:
+    items = node.items() if isinstance(node, dict) else enumerate(node)
+    best: tuple[Any, Any] | None = None
+    best_depth = 0
+    for key, child in items:
+        if isinstance(child, dict | list):
+            depth = depth_of(child)
+            if depth > best_depth:
+                best, best_depth = (key, child), depth
+    return best
+
+
+def depth_of(value: Any) -> int:
+    """Nesting depth of a container (1 for `{}` or `[]`)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return deepest
