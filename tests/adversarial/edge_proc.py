@@ -19,6 +19,8 @@ import httpx
 import orjson
 
 from bench._procs import free_port
+from cachekeys.blockhash import tenant_salt
+from cachekeys.isolation import scope_line
 from tests.e2e.conftest import models_for
 from tests.e2e.harness import write_config, write_policy
 from tests.fakes.upstream import FakeUpstream
@@ -28,6 +30,7 @@ ACME_KEY = "lt-acme-edge-key-0001"
 OTHER_KEY = "lt-other-edge-key-0002"
 METRICS_TOKEN = "metrics-edge-token"
 MAX_PROMPT_TOKENS = 2000
+SERVER_SECRET = b"test-secret"  # tests/e2e/harness.write_config's
 ECHO_TOOL = {"name": "echo", "command": ["/bin/echo", "ran"], "limits": {"wall_s": 20}}
 
 
@@ -48,6 +51,10 @@ class EdgeGateway:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
         raise AssertionError("no VmRSS line")
+
+    def scope_line(self, tenant: str) -> str:
+        """The provider-cache scope line the gateway adds to `tenant`'s prompts."""
+        return scope_line(tenant_salt(SERVER_SECRET, tenant))
 
     def connect(self) -> socket.socket:
         sock = socket.create_connection(("127.0.0.1", self.port), timeout=60)

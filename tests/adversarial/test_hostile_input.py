@@ -17,6 +17,8 @@ import pytest
 
 from adapters import anthropic_wire
 from adapters.tokens import TokenCounter
+from cachekeys.isolation import isolate_request
+from cachekeys.normalise import PublicPrefix
 from tests.adversarial.edge_proc import (
     ACME_KEY,
     MAX_PROMPT_TOKENS,
@@ -148,8 +150,9 @@ def test_1_5m_messages_get_400_while_others_are_served(roomy: EdgeGateway) -> No
 
 
 def test_large_prompt_is_counted_off_the_loop(gw: EdgeGateway) -> None:
-    """A 24 MiB prompt (under the limit): decoded, prepared and counted in a worker thread;
-    the tenant's max_prompt_tokens refuses it, and nothing reaches the upstream."""
+    """A 24 MiB prompt (under the limit): decoded, prepared and counted in a worker thread,
+    its provider-cache scope line included; the tenant's max_prompt_tokens refuses it, and
+    nothing reaches the upstream."""
     text = "lorem ipsum dolor sit amet " * (24 * MIB // 27)
     doc = {
         "model": "claude-sonnet-4-5",
@@ -157,7 +160,10 @@ def test_large_prompt_is_counted_off_the_loop(gw: EdgeGateway) -> None:
         "messages": [{"role": "user", "content": text}],
     }
     body = orjson.dumps(doc)
-    tokens = TokenCounter().count_request(anthropic_wire.decode_request(doc))
+    scoped = isolate_request(
+        anthropic_wire.decode_request(doc), gw.scope_line("acme"), PublicPrefix()
+    )
+    tokens = TokenCounter().count_request(scoped)
     upstream_before = len(gw.upstream.requests)
     with gw.connect() as sock:
         sock.sendall(request_head(DOORS["anthropic"], {**auth(), "content-length": str(len(body))}))

@@ -46,15 +46,17 @@ class ReportingUpstream(FakeUpstreamApp):
         self.failing: dict[int, int] = {}  # call -> HTTP status its every attempt gets
         self._guard = threading.Lock()
 
-    async def _complete(self, wire: str, raw: bytes, send: Send) -> None:
+    async def _complete(self, wire: str, raw: bytes, send: Send, api_key: str = "") -> None:
         status = self.failing.get(call_number(raw.decode()) or -1)
         if status is None:
-            await super()._complete(wire, raw, send)
+            await super()._complete(wire, raw, send, api_key)
         else:  # only the tagged call fails, never the gateway's health probe
             await respond(send, status, error_body(wire, "injected failure", "api_error"))
 
-    def _reply(self, wire: str, body: dict[str, Any], req: ChatRequest) -> ChatResponse:
-        resp = super()._reply(wire, body, req)
+    def _reply(
+        self, wire: str, body: dict[str, Any], req: ChatRequest, api_key: str = ""
+    ) -> ChatResponse:
+        resp = super()._reply(wire, body, req, api_key)
         n = call_number(str(body.get("messages")))
         if n is not None:  # not the gateway's health probe
             with self._guard:
