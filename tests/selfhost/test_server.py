@@ -123,7 +123,9 @@ def test_too_long_request_is_a_400(client: openai.OpenAI) -> None:
 def test_health_models_metrics_and_session_header(base_url: str) -> None:
     health = httpx.get(f"{base_url}/health", timeout=60)
     assert health.status_code == 200 and health.json() == {"status": "ok", "generated_tokens": 1}
-    assert httpx.get(f"{base_url}/v1/models", timeout=10).json()["data"][0]["id"] == "smollm2-test"
+    card = httpx.get(f"{base_url}/v1/models", timeout=10).json()["data"][0]
+    assert card["id"] == "smollm2-test"
+    assert card["max_model_len"] == 8192  # the EngineConfig default; what the gateway clamps to
     reply = httpx.post(
         f"{base_url}/v1/chat/completions",
         json={"messages": QUESTION, "max_tokens": 1, "cache_salt": "t1"},
