@@ -297,9 +297,8 @@ class Pipeline:
                     yield item
             except UpstreamError as exc:
                 if tally.started:  # too late to fall back: settle what was produced
-                    usage = tally.usage(adm.prompt_tokens)
-                    kind = type(exc).__name__
-                    await self._finish(adm, t, "error", kind, usage, tally.ttft_s, _fault(exc))
+                    usage, name = tally.usage(adm.prompt_tokens), type(exc).__name__
+                    await self._finish(adm, t, "error", name, usage, tally.ttft_s, _fault(exc))
                     raise
                 last_error = exc
                 if self._failed_before_output(adm, t, exc):
