@@ -114,7 +114,8 @@ def create_app(engine: AsyncEngine, model_name: str, default_max_tokens: int = 2
             "object": "model",
             "created": 0,
             "owned_by": "lantern",
-            "max_model_len": engine.engine.max_model_len,  # as vLLM reports it: prompt + output
+            # as vLLM reports it: prompt + output tokens one request may hold
+            "max_model_len": engine.engine.max_request_tokens,
         }
         return {"object": "list", "data": [card]}
 

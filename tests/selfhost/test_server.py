@@ -125,7 +125,8 @@ def test_health_models_metrics_and_session_header(base_url: str) -> None:
     assert health.status_code == 200 and health.json() == {"status": "ok", "generated_tokens": 1}
     card = httpx.get(f"{base_url}/v1/models", timeout=10).json()["data"][0]
     assert card["id"] == "smollm2-test"
-    assert card["max_model_len"] == 8192  # the EngineConfig default; what the gateway clamps to
+    # 128 blocks of 16, less the 1 % watermark (1 block): the KV bound is below max_model_len
+    assert card["max_model_len"] == 127 * 16
     reply = httpx.post(
         f"{base_url}/v1/chat/completions",
         json={"messages": QUESTION, "max_tokens": 1, "cache_salt": "t1"},
