@@ -17,10 +17,13 @@ class WireFormatError(AdapterError):
 
 
 class UpstreamError(AdapterError):
-    """A backend failed. `retryable` says whether a fallback backend may be tried."""
+    """A backend failed. `retryable` says whether a fallback backend may be tried;
+    `backend_fault` whether the failure says something about the backend's health (the fleet
+    drains and cools down only on those), as opposed to a request the backend refused."""
 
     status_code = 502
     retryable = True
+    backend_fault = True
 
     def __init__(self, backend: str, detail: str, upstream_status: int | None = None) -> None:
         super().__init__(f"{backend}: {detail}")
@@ -53,8 +56,18 @@ class ProviderRateLimited(UpstreamError):
         self.retry_after_s = retry_after_s
 
 
+# 4xx statuses that say the backend is misconfigured or failing whoever sends the request
+BACKEND_SIDE_4XX = frozenset({401, 403, 404, 408})
+
+
 class ProviderRejected(UpstreamError):
-    """A 4xx from the provider other than 429: the request itself is wrong; never retried."""
+    """A 4xx from the provider other than 429: never retried. The request itself is wrong
+    (400, 413, 422: no fault of the backend) unless the status is in `BACKEND_SIDE_4XX` (a bad
+    key, a model the backend does not serve: every call would fail the same way)."""
 
     status_code = 400
     retryable = False
+
+    def __init__(self, backend: str, detail: str, upstream_status: int | None = None) -> None:
+        super().__init__(backend, detail, upstream_status)
+        self.backend_fault = upstream_status in BACKEND_SIDE_4XX

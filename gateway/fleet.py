@@ -21,6 +21,7 @@ from adapters.routing_types import (
     CandidateScore,
     Decision,
     FleetSnapshot,
+    NoRouteAvailable,
     Prices,
     ReplicaState,
     RequestFeatures,
@@ -29,7 +30,7 @@ from adapters.routing_types import (
     replica_key,
 )
 from adapters.types import Usage
-from gateway.fleet_probe import probe, scrape
+from gateway.fleet_probe import probe, scrape_due
 from gateway.fleet_signals import (
     EngineLoad,
     LoadSignals,
@@ -49,12 +50,12 @@ from gateway.fleet_state import (
     plan_details,
     slowest_learned,
 )
-from gateway.ports import Attempt, Candidate, ModelRoute, PreparedPrompt, RoutePlan
+from gateway.fleet_window import ContextWindows
+from gateway.ports import Attempt, Candidate, Fault, ModelRoute, PreparedPrompt, RoutePlan
 from policies.model import TenantPolicy
 from policies.routing import RoutingPolicy
 
 log = logging.getLogger("lantern.fleet")
-
 
 __all__ = ["Fleet", "FleetStats", "ReplicaSpec"]
 
@@ -81,6 +82,7 @@ class Fleet:
         signal_timeout_s: float = 0.5,
         live_window_s: float = 10.0,
         index_lone_replicas: bool = True,
+        windows: ContextWindows | None = None,
     ) -> None:
         self.prices = prices or Prices()
         self._specs = dict(specs or {})
@@ -105,6 +107,7 @@ class Fleet:
         # False: a replica alone in every route naming it keeps no prefix index (`_lone`)
         self._index_lone = index_lone_replicas
         self._pool: dict[str, int] = {}  # replica key -> the most candidates of a route naming it
+        self.windows = windows or ContextWindows()
         for route in routes:
             self._register(route)
 
@@ -217,8 +220,13 @@ class Fleet:
         decision = self.route(features, tenant.routing, allowed)
         first = Attempt(self._candidate(first_score(decision)), decision.reason)
         rest = tuple(Attempt(self._candidate(s), "fallback") for s in decision.fallbacks)
-        attempts = (first,) + rest
+        attempts = self.windows.fitting((first, *rest), prompt_tokens + max_tokens)
+        if not attempts:  # the pipeline checked that one of the route's replicas can fit it
+            raise NoRouteAvailable(route.name, tenant.routing.venue)
         return RoutePlan(attempts, plan_details(decision))
+
+    def context_window(self, route: ModelRoute, tenant: TenantPolicy) -> int | None:
+        return self.windows.route_window(route, tenant.backends)
 
     def _lone(self, route: ModelRoute, tenant: TenantPolicy) -> ReplicaRecord | None:
         """The route's one replica when there is nothing to decide: it is the only candidate of
@@ -323,14 +331,17 @@ class Fleet:
             self._replicas[rec.key].inflight_tokens -= rec.uncached_tokens
             rec.prefill_released = True
 
-    def on_complete(self, attempt: Attempt, usage: Usage, ok: bool) -> None:
-        """Release the load (completion, error or disconnect); idempotent per attempt."""
+    def on_complete(
+        self, attempt: Attempt, usage: Usage, ok: bool, fault: Fault = "backend"
+    ) -> None:
+        """Release the load (completion, error or disconnect); idempotent per attempt. Only a
+        fault of the backend counts towards draining it or cooling it down."""
         held = self._inflight.pop(id(attempt), None)
         if held is None:
             return
         now, rec, c = self._clock(), held[1], attempt.candidate
         if rec.key is None:
-            self._api_done(c, rec, usage, ok, now)
+            self._api_done(c, rec, usage, ok, now, fault)
             return
         r = self._replicas[rec.key]
         if ok and not rec.prefill_released and usage.output_tokens <= NONSTREAM_SAMPLE_MAX_OUTPUT:
@@ -344,9 +355,10 @@ class Fleet:
         r.completed += 1
         r.inflight_blocks -= rec.blocks
         if not ok:
-            r.failures += 1
-            if r.failures >= self._failures_to_drain:
-                self._drain(rec.key, now)
+            if fault == "backend":
+                r.failures += 1
+                if r.failures >= self._failures_to_drain:
+                    self._drain(rec.key, now)
             return
         r.failures = 0
         took = now - rec.started_at
@@ -367,10 +379,11 @@ class Fleet:
         )
 
     def _api_done(
-        self, c: Candidate, rec: InflightCall, usage: Usage, ok: bool, now: float
+        self, c: Candidate, rec: InflightCall, usage: Usage, ok: bool, now: float, fault: Fault
     ) -> None:
         if not ok:
-            self._apis[c.backend_name].cooldown_until = now + self._api_cooldown_s
+            if fault == "backend":
+                self._apis[c.backend_name].cooldown_until = now + self._api_cooldown_s
             return
         self._sessions[rec.session_id] = session_after(
             rec.session_id,
@@ -410,6 +423,7 @@ class Fleet:
         """Probe every replica not cooling down with a real one-token generation."""
         now = self._clock()
         due = [(k, r) for k, r in self._replicas.items() if now >= r.drained_until]
+        await self.windows.learn(r.candidate for _, r in due)
         results = await asyncio.gather(
             *(probe(r.candidate, r.model, self._probe_timeout_s) for _, r in due)
         )
@@ -439,8 +453,7 @@ class Fleet:
         self.signals.observe(key, load, r.counts())
 
     async def poll_signals(self) -> dict[str, bool]:
-        """Scrape every due replica's metrics once, concurrently; True where a sample arrived.
-        A failure keeps the last sample (it ages out) and backs the replica's scrapes off."""
+        """Scrape every due replica's metrics once (`scrape_due`); True where a sample arrived."""
         source, now = self._metrics, self._clock()
         if source is None:  # no replica has a metrics URL
             return {}
@@ -451,23 +464,9 @@ class Fleet:
             and now >= r.drained_until
             and self.signals.is_due(key, now)
         ]
-        results = await asyncio.gather(
-            *(scrape(source, url, self._signal_timeout_s) for _, url in due)
+        return await scrape_due(
+            source, due, self._signal_timeout_s, self.signals, self.observe_load, self._clock
         )
-        for (key, url), got in zip(due, results, strict=True):
-            if isinstance(got, EngineLoad):
-                if self.signals.last(key) is None:
-                    log.info(
-                        "engine load metrics from %s (KV size %s)", url, got.kv_capacity_tokens
-                    )
-                self.observe_load(key, got)
-                continue
-            failures = self.signals.failed(key, self._clock())
-            if failures == 1 or failures % 100 == 0:
-                log.warning("metrics of %s unreadable (%d in a row): %s", url, failures, got)
-        return {
-            key: isinstance(got, EngineLoad) for (key, _), got in zip(due, results, strict=True)
-        }
 
     def _metrics_url(self, r: ReplicaRecord) -> str | None:
         path, base = r.spec.metrics_path, r.candidate.replica

@@ -4,11 +4,21 @@ health probe (a real one-token generation) and the engine-load scrape. No state 
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Callable, Sequence
 
 from adapters.backend import BackendCall
 from adapters.types import ChatRequest, Message, TextPart
-from gateway.fleet_signals import EngineLoad, MetricsError, MetricsSource, MetricsUnavailable
+from gateway.fleet_signals import (
+    EngineLoad,
+    LoadSignals,
+    MetricsError,
+    MetricsSource,
+    MetricsUnavailable,
+)
 from gateway.ports import Candidate
+
+log = logging.getLogger("lantern.fleet")
 
 
 async def probe(candidate: Candidate, model: str, timeout_s: float) -> bool:
@@ -35,3 +45,27 @@ async def scrape(source: MetricsSource, url: str, timeout_s: float) -> EngineLoa
         return MetricsUnavailable(f"{url}: no answer in {timeout_s:g} s")
     except MetricsError as exc:
         return exc
+
+
+async def scrape_due(
+    source: MetricsSource,
+    due: Sequence[tuple[str, str]],
+    timeout_s: float,
+    signals: LoadSignals,
+    observe: Callable[[str, EngineLoad], None],
+    clock: Callable[[], float],
+) -> dict[str, bool]:
+    """Scrape each (replica key, metrics URL) once, concurrently; True where a sample arrived
+    (handed to `observe`). A failure keeps the last sample (it ages out) and backs the
+    replica's scrapes off."""
+    results = await asyncio.gather(*(scrape(source, url, timeout_s) for _, url in due))
+    for (key, url), got in zip(due, results, strict=True):
+        if isinstance(got, EngineLoad):
+            if signals.last(key) is None:
+                log.info("engine load metrics from %s (KV size %s)", url, got.kv_capacity_tokens)
+            observe(key, got)
+            continue
+        failures = signals.failed(key, clock())
+        if failures == 1 or failures % 100 == 0:
+            log.warning("metrics of %s unreadable (%d in a row): %s", url, failures, got)
+    return {key: isinstance(got, EngineLoad) for (key, _), got in zip(due, results, strict=True)}

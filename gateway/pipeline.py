@@ -27,6 +27,7 @@ from adapters.types import (
 )
 from gateway.after_reply import AfterReply
 from gateway.errors import PermissionDenied, RequestRejected, UnknownModel
+from gateway.identifiers import check_identifiers
 from gateway.ids import uuid4_hex
 from gateway.measure_lane import MeasureLane, measure
 from gateway.ports import (
@@ -34,6 +35,7 @@ from gateway.ports import (
     Attempt,
     CacheVerdict,
     CallRecord,
+    Fault,
     LedgerPort,
     ModelRoute,
     ModelTable,
@@ -61,6 +63,10 @@ class IncomingCall:
     body: Mapping[str, JSON]
     session_header: str | None = None
     body_bytes: int = 0  # the size of the client's body (large ones are measured in a thread)
+
+    def __post_init__(self) -> None:
+        # the one check of client identifiers, before anything is reserved or called
+        check_identifiers(self.wire, self.request, self.session_header)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +132,7 @@ class Pipeline:
                 rule="max_prompt_tokens",
                 field="messages",
             )
+        max_tokens = self._fit_window(call, route, prompt_tokens, max_tokens)
         session_id = self._session_id(call, prepared)
         worst = self.s.pricing.worst_case_usd(
             route.name, prompt_tokens, max_tokens, prepared.write_ttl
@@ -137,10 +144,15 @@ class Pipeline:
             max_output_tokens=max_tokens,
             worst_case_usd=worst,
         )
-        plan = self.s.routing.plan(
-            route, call.tenant, session_id, prepared, prompt_tokens, max_tokens
-        )
-        verdict = self.s.prompts.observe(call.tenant, session_id, prepared)
+        try:  # from here on, any way out but an Admitted gives the reservation back
+            plan = self.s.routing.plan(
+                route, call.tenant, session_id, prepared, prompt_tokens, max_tokens
+            )
+            verdict = self.s.prompts.observe(call.tenant, session_id, prepared)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self.s.admission.settle(ticket, usage=Usage(), cost_usd=0.0)
+            raise
         return Admitted(
             call,
             uuid4_hex(),
@@ -196,6 +208,32 @@ class Pipeline:
             )
         return asked
 
+    def _fit_window(
+        self, call: IncomingCall, route: ModelRoute, prompt_tokens: int, max_tokens: int
+    ) -> int:
+        """`max_tokens` such that prompt + max_tokens fits the route's context window, where
+        known: a value the gateway filled in is lowered to fit; one the client asked for that
+        does not fit is a 400 (the backend would refuse it after the call was paid for)."""
+        window = self.s.routing.context_window(route, call.tenant)
+        if window is None or prompt_tokens + max_tokens <= window:
+            return max_tokens
+        room = window - prompt_tokens
+        if room < 1:
+            raise RequestRejected(
+                f"prompt has {prompt_tokens} tokens; the context window of model "
+                f"'{route.name}' is {window} tokens",
+                rule="context_window",
+                field="messages",
+            )
+        if call.request.max_tokens is None:
+            return room
+        raise RequestRejected(
+            f"prompt ({prompt_tokens} tokens) + max_tokens ({max_tokens}) is more than the "
+            f"context window of model '{route.name}' ({window} tokens); at most {room} fits",
+            rule="context_window",
+            field=_max_tokens_field(call.wire, call.body),
+        )
+
     @staticmethod
     def _session_id(call: IncomingCall, prepared: PreparedPrompt) -> str:
         if call.session_header:
@@ -233,9 +271,11 @@ class Pipeline:
                 if self._failed_before_output(adm, t, exc):
                     continue
                 break
-            except BaseException:  # the client went away: settle what the prompt cost
+            except BaseException as exc:  # ours, or the client went away (its prompt is paid)
+                status, kind, fault = _gone_or_ours(exc)
+                usage = Usage(adm.prompt_tokens) if fault == "client" else Usage()
                 with anyio.CancelScope(shield=True):
-                    await self._finish(adm, t, "client_disconnect", None, Usage(adm.prompt_tokens))
+                    await self._finish(adm, t, status, kind, usage, None, fault)
                 raise
             await self._finish(adm, t, "ok", None, response.usage)
             self.after_reply.add(self._extend, adm, t, Message("assistant", response.content))
@@ -261,19 +301,23 @@ class Pipeline:
                     yield item
             except UpstreamError as exc:
                 if tally.started:  # too late to fall back: settle what was produced
-                    usage = tally.usage(adm.prompt_tokens)
-                    await self._finish(adm, t, "error", type(exc).__name__, usage, tally.ttft_s)
+                    usage, name = tally.usage(adm.prompt_tokens), type(exc).__name__
+                    await self._finish(adm, t, "error", name, usage, tally.ttft_s, _fault(exc))
                     raise
                 last_error = exc
                 if self._failed_before_output(adm, t, exc):
                     continue
                 break
-            except BaseException:
-                # client went away (cancellation) or the generator was closed mid-stream;
-                # shielded, because anyio re-cancels every await inside a cancelled scope
+            except BaseException as exc:
+                # ours (an Exception: not the backend's fault), or the client went away
+                # (cancellation) or closed the generator mid-stream; shielded, because anyio
+                # re-cancels every await inside a cancelled scope
+                status, kind, fault = _gone_or_ours(exc)
+                # an error of ours before any output: nothing was produced to pay for
+                ours_early = fault == "gateway" and not tally.started
+                usage = Usage() if ours_early else tally.usage(adm.prompt_tokens)
                 with anyio.CancelScope(shield=True):
-                    usage = tally.usage(adm.prompt_tokens)
-                    await self._finish(adm, t, "client_disconnect", None, usage, tally.ttft_s)
+                    await self._finish(adm, t, status, kind, usage, tally.ttft_s, fault)
                 raise
             await self._finish(adm, t, "ok", None, tally.usage(adm.prompt_tokens), tally.ttft_s)
             self.after_reply.add(self._extend, adm, t, tally.answer())
@@ -309,7 +353,7 @@ class Pipeline:
 
     def _failed_before_output(self, adm: Admitted, t: _Try, exc: UpstreamError) -> bool:
         """Record an attempt that produced nothing; True when the next one may be tried."""
-        self.s.routing.on_complete(t.attempt, Usage(), ok=False)
+        self.s.routing.on_complete(t.attempt, Usage(), ok=False, fault=_fault(exc))
         self._record(adm, t, "error", type(exc).__name__, Usage(), None)
         return exc.retryable
 
@@ -323,17 +367,18 @@ class Pipeline:
         error_kind: str | None,
         usage: Usage,
         ttft_s: float | None = None,
+        fault: Fault = "backend",
     ) -> None:
         """Settle now (the next call of a sequential client must find its slot free); the
         rest of the bookkeeping runs after the reply is out."""
         cost = self.s.pricing.cost_usd(adm.route.name, usage)
         await self.s.admission.settle(adm.ticket, usage=usage, cost_usd=cost)
-        out = _Outcome(status, error_kind, usage, ttft_s, cost, self.s.clock())
+        out = _Outcome(status, error_kind, usage, ttft_s, cost, self.s.clock(), fault)
         self.s.ledger.record(self._call_record(adm, t, out))  # before the reply completes
         self.after_reply.add(self._close_attempt, adm, t, out)
 
     def _close_attempt(self, adm: Admitted, t: _Try, out: _Outcome) -> None:
-        self.s.routing.on_complete(t.attempt, out.usage, ok=out.status == "ok")
+        self.s.routing.on_complete(t.attempt, out.usage, out.status == "ok", out.fault)
         self.s.prompts.reconcile(adm.verdict, out.usage)
         self._write_telemetry(adm, t, out)
 
@@ -401,6 +446,7 @@ class _Outcome:
     ttft_s: float | None
     cost_usd: float
     ended: float  # the pipeline's clock when the attempt ended
+    fault: Fault = "backend"  # whose fault, when status is not ok
 
 
 @dataclass(frozen=True, slots=True)
@@ -410,6 +456,17 @@ class _Try:
     number: int
     attempt: Attempt
     began: float
+
+
+def _fault(exc: UpstreamError) -> Fault:
+    return "backend" if exc.backend_fault else "request"
+
+
+def _gone_or_ours(exc: BaseException) -> tuple[str, str | None, Fault]:
+    """(status, error kind, fault) of an attempt ended by something other than its backend."""
+    if isinstance(exc, Exception):
+        return "error", type(exc).__name__, "gateway"
+    return "client_disconnect", None, "client"
 
 
 def _max_tokens_field(wire: WireFormat, body: Mapping[str, JSON]) -> str:

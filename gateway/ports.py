@@ -15,6 +15,10 @@ from adapters.types import JSON, ChatRequest, Message, Usage, WireFormat
 from policies.model import TenantPolicy
 
 Venue = Literal["selfhost", "api"]
+# whose fault an attempt that did not end well was: only "backend" (connect refused or reset,
+# timeout, 5xx) says anything about the backend's health; "request" is a 4xx the request caused,
+# "gateway" an error on our side, "client" a client that went away
+Fault = Literal["backend", "request", "gateway", "client"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +144,11 @@ class RoutingPort(Protocol):
 
     def on_first_token(self, attempt: Attempt) -> None: ...  # prefill done: load eases
 
-    def on_complete(self, attempt: Attempt, usage: Usage, ok: bool) -> None: ...
+    def on_complete(
+        self, attempt: Attempt, usage: Usage, ok: bool, fault: Fault = "backend"
+    ) -> None: ...  # `fault` matters only when not ok
+
+    def context_window(self, route: ModelRoute, tenant: TenantPolicy) -> int | None: ...
 
     def extend(self, attempt: Attempt, chain_hashes: tuple[bytes, ...]) -> None: ...  # the answer
 

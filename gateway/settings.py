@@ -107,6 +107,8 @@ class _Backend(_Section):
     prefill_tok_s: float | None = Field(default=None, gt=0)  # the start; the fleet learns it
     capacity_tok_s: float | None = Field(default=None, gt=0)  # tokens/s at full use
     kv_capacity_blocks: int | None = Field(default=None, gt=0)  # 16-token KV blocks
+    # prompt + output tokens one call may hold; null: read from the replica's /models card
+    max_model_len: int | None = Field(default=None, gt=0)
     # engine load metrics (Prometheus text) under the replica's server root; null: not scraped
     metrics_path: str | None = "/metrics"
     # true: these credentials serve one tenant only (its tenant policy is the only one whose

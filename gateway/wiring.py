@@ -24,6 +24,7 @@ from gateway.admission import Admission
 from gateway.engine_tokens import EngineTokenizers
 from gateway.fleet import Fleet
 from gateway.fleet_signals import HttpMetricsSource
+from gateway.fleet_window import ContextWindows, HttpModelCards
 from gateway.ledger.call_ledger import CallLedger
 from gateway.ledger.db import create_ledger_engine, migrate_engine, session_factory
 from gateway.ledger.metrics import RecorderCollector
@@ -146,6 +147,8 @@ def build_components(
     scraper = (
         HttpMetricsSource(clock, timeout_s=fs.signal_timeout_s) if fs.signal_interval_s else None
     )
+    cards = HttpModelCards()  # context windows, read with the start-up health check
+    windows = {b.name: b.max_model_len for m in settings.models for b in m.backends}
     fleet = Fleet(
         models.routes(),
         prices=prices,
@@ -157,6 +160,7 @@ def build_components(
         signal_max_age_s=fs.signal_max_age_s,
         signal_timeout_s=fs.signal_timeout_s,
         index_lone_replicas=False,  # a replica alone in its routes: nothing to choose
+        windows=ContextWindows(windows, cards),
     )
 
     pipeline = Pipeline(
@@ -212,6 +216,7 @@ def build_components(
         await http.aclose()
         if scraper is not None:
             await scraper.aclose()
+        await cards.aclose()
         telemetry.shutdown()
         engine.dispose()
 

@@ -95,6 +95,14 @@ class LLMEngine:
         self._detokenizers[request_id] = IncrementalDetokenizer(self.tokenizer, params.stop)
         self.scheduler.add(seq)
 
+    @property
+    def max_request_tokens(self) -> int:
+        """The most prompt + max_tokens one request may hold: the model's length, or less when
+        the KV cache alone could not hold it (what `_validate` accepts)."""
+        manager = self.scheduler.block_manager
+        usable = manager.num_blocks - self.scheduler.config.watermark_blocks
+        return min(self.max_model_len, usable * manager.block_size)
+
     def _validate(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
         total = len(prompt_token_ids) + params.max_tokens
         if not prompt_token_ids:

@@ -137,7 +137,14 @@ def create_app(engine: AsyncEngine, model_name: str, default_max_tokens: int = 2
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        card = {"id": model_name, "object": "model", "created": 0, "owned_by": "lantern"}
+        card = {
+            "id": model_name,
+            "object": "model",
+            "created": 0,
+            "owned_by": "lantern",
+            # as vLLM reports it: prompt + output tokens one request may hold
+            "max_model_len": engine.engine.max_request_tokens,
+        }
         return {"object": "list", "data": [card]}
 
     @app.get("/metrics")

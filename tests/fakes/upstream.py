@@ -59,6 +59,9 @@ class PromptCacheModel(Protocol):
 VOCAB = ("The", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog")
 _CALL = re.compile(r"call:([A-Za-z0-9_-]+)")
 _WORDS = re.compile(r"words:(\d+)")
+_STATUS = re.compile(r"status:(\d{3})")  # answer this error status (a fault for this call only)
+_SLOW = "slow:stream"  # this call's stream chunks come SLOW_CHUNK_S apart
+SLOW_CHUNK_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,8 @@ class FakeUpstreamApp:
     delay_s: float = 0.0  # before the response starts: drives client timeouts
     chunk_delay_s: float = 0.0  # between stream chunks
     drop_stream_after: int | None = None  # end streams cleanly after N events, unfinished
+    # as vLLM: /v1/models reports it, and prompt + max_tokens over it is a 400
+    max_model_len: int | None = None
     counter: TokenCounter = field(default_factory=TokenCounter)
     requests: list[RecordedRequest] = field(default_factory=list)
     _failures: deque[InjectedFailure] = field(default_factory=deque)
@@ -156,6 +161,9 @@ class FakeUpstreamApp:
         with self._lock:
             self.requests.append(RecordedRequest(path, headers, body))
         wire = {"/v1/chat/completions": "openai", "/v1/messages": "anthropic"}.get(path)
+        if path == "/v1/models":
+            await _respond(send, 200, self._models())
+            return
         if wire is None:
             await _respond(send, 404, _error_body("openai", "no such route", "not_found"))
             return
@@ -188,13 +196,44 @@ class FakeUpstreamApp:
         except (orjson.JSONDecodeError, WireFormatError) as exc:
             await _respond(send, 400, _error_body(wire, str(exc), "invalid_request_error"))
             return
+        refusal = self._refusal(wire, req)
+        if refusal is not None:
+            await _respond(send, *refusal)
+            return
         resp = self._reply(wire, body, req, api_key)
         if req.stream:
-            await self._stream(wire, body, resp, send)
+            slow = _SLOW in _last_user_text(req)
+            await self._stream(wire, body, resp, send, SLOW_CHUNK_S if slow else self.chunk_delay_s)
         elif wire == "openai":
             await _respond(send, 200, orjson.dumps(openai_wire.encode_response(resp)))
         else:
             await _respond(send, 200, orjson.dumps(anthropic_wire.encode_response(resp)))
+
+    def _models(self) -> bytes:
+        card: dict[str, Any] = {"id": "gpt-4o-mini", "object": "model", "owned_by": "fake"}
+        if self.max_model_len is not None:
+            card["max_model_len"] = self.max_model_len
+        return orjson.dumps({"object": "list", "data": [card]})
+
+    def _refusal(self, wire: str, req: ChatRequest) -> tuple[int, bytes] | None:
+        """The error this request earns: a `status:NNN` it asks for, or vLLM's 400 for a
+        request over the context window."""
+        asked = _STATUS.search(_last_user_text(req))
+        if asked is not None:
+            status = int(asked.group(1))
+            return status, _error_body(wire, "injected by the request", _error_type(status))
+        if self.max_model_len is None:
+            return None
+        prompt = self.counter.count_request(req)
+        total = prompt + (req.max_tokens or 0)
+        if total <= self.max_model_len:
+            return None
+        message = (
+            f"This model's maximum context length is {self.max_model_len} tokens. However, you "
+            f"requested {total} tokens ({prompt} in the messages, {req.max_tokens} in the "
+            "completion). Please reduce the length of the messages or completion."
+        )
+        return 400, _error_body(wire, message, "BadRequestError")
 
     def _reply(
         self, wire: str, body: dict[str, Any], req: ChatRequest, api_key: str = ""
@@ -224,7 +263,7 @@ class FakeUpstreamApp:
         )
 
     async def _stream(
-        self, wire: str, body: dict[str, Any], resp: ChatResponse, send: Send
+        self, wire: str, body: dict[str, Any], resp: ChatResponse, send: Send, delay_s: float
     ) -> None:
         encoder: OpenAIStreamEncoder | AnthropicStreamEncoder
         if wire == "openai":
@@ -256,8 +295,8 @@ class FakeUpstreamApp:
             await send(
                 {"type": "http.response.body", "body": encoder.encode(event), "more_body": True}
             )
-            if self.chunk_delay_s:
-                await asyncio.sleep(self.chunk_delay_s)
+            if delay_s:
+                await asyncio.sleep(delay_s)
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
@@ -327,8 +366,11 @@ class FakeUpstream:
         port: int = 0,
         reply_words: int = 9,
         api_key: str | None = None,
+        max_model_len: int | None = None,
     ) -> None:
-        self.app = FakeUpstreamApp(cache=cache, reply_words=reply_words, api_key=api_key)
+        self.app = FakeUpstreamApp(
+            cache=cache, reply_words=reply_words, api_key=api_key, max_model_len=max_model_len
+        )
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._socket.bind(("127.0.0.1", port))

@@ -159,8 +159,11 @@ class Fakes:
     def on_first_token(self, attempt: Attempt) -> None:
         return None
 
-    def on_complete(self, attempt: Attempt, usage: Usage, ok: bool) -> None:
+    def on_complete(self, attempt: Attempt, usage: Usage, ok: bool, fault: str = "backend") -> None:
         self.completed.append(ok)
+
+    def context_window(self, route, tenant) -> int | None:  # type: ignore[no-untyped-def]
+        return None
 
     # ledger
     def record(self, row: CallRecord) -> None:

@@ -123,7 +123,10 @@ def test_too_long_request_is_a_400(client: openai.OpenAI) -> None:
 def test_health_models_metrics_and_session_header(base_url: str) -> None:
     health = httpx.get(f"{base_url}/health", timeout=60)
     assert health.status_code == 200 and health.json() == {"status": "ok", "generated_tokens": 1}
-    assert httpx.get(f"{base_url}/v1/models", timeout=10).json()["data"][0]["id"] == "smollm2-test"
+    card = httpx.get(f"{base_url}/v1/models", timeout=10).json()["data"][0]
+    assert card["id"] == "smollm2-test"
+    # 128 blocks of 16, less the 1 % watermark (1 block): the KV bound is below max_model_len
+    assert card["max_model_len"] == 127 * 16
     reply = httpx.post(
         f"{base_url}/v1/chat/completions",
         json={"messages": QUESTION, "max_tokens": 1, "cache_salt": "t1"},

@@ -1,0 +1,40 @@
+"""Client identifiers checked at the door: values a client chooses that Lantern stores in the
+ledger or sends in a header (`x-session-id`, `prompt_cache_key`, the user id fields). Each must
+fit the ledger's column and be printable ASCII, so that no call is served without its row and
+no header carries a control character or a byte HTTP/1.1 cannot take.
+"""
+
+from __future__ import annotations
+
+from adapters.types import ChatRequest, WireFormat
+from gateway.errors import RequestRejected
+
+MAX_IDENTIFIER_CHARS = 256  # the ledger's session_id column (gateway/ledger/models.py)
+
+
+def check_identifiers(wire: WireFormat, request: ChatRequest, session_header: str | None) -> None:
+    """Raise RequestRejected (400, rule `identifier`) naming the first unusable field."""
+    user_field = "metadata.user_id" if wire == "anthropic" else "user"
+    for field, value in (
+        ("x-session-id", session_header),
+        ("prompt_cache_key", request.prompt_cache_key),
+        ("session_id", request.session_id),
+        (user_field, request.user),
+    ):
+        if value is not None:
+            _check(field, value)
+
+
+def _check(field: str, value: str) -> None:
+    if len(value) > MAX_IDENTIFIER_CHARS:
+        raise RequestRejected(
+            f"{field} has {len(value)} characters; at most {MAX_IDENTIFIER_CHARS} are allowed",
+            rule="identifier",
+            field=field,
+        )
+    if not (value.isascii() and value.isprintable()):
+        raise RequestRejected(
+            f"{field} must be printable ASCII (no control characters, no non-ASCII)",
+            rule="identifier",
+            field=field,
+        )
