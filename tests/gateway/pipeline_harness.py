@@ -145,6 +145,9 @@ class Parts:
     def uncached_cost_usd(self, model: str, usage: Usage) -> float:
         return self.cost_usd(model, usage)
 
+    def worst_case_usd(self, model: str, prompt: int, max_output: int, write_ttl: str) -> float:
+        return self.cost_usd(model, Usage(prompt, max_output))
+
     def record(self, row: CallRecord) -> None:
         self.rows.append(row)
 
