@@ -12,7 +12,7 @@ import anyio
 from gateway.ports import PreparedPrompt, PromptPort, TokenCounting
 
 if TYPE_CHECKING:
-    from gateway.pipeline import IncomingCall
+    from gateway.calls import IncomingCall
 
 
 @dataclass(frozen=True, slots=True)
