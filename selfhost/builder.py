@@ -81,7 +81,7 @@ def build_engine(
         scheduler=Scheduler(scheduler_config, block_manager),
         sampler=Sampler(config.seed, argmax=model.kernels.argmax_rows if model.kernels else None),
         max_model_len=max_model_len,
-        masks=MaskFiller(weights.config.vocab_size),
+        masks=MaskFiller(weights.config.vocab_size, DTYPES[config.dtype]),
     )
 
 
