@@ -89,7 +89,7 @@ class ResponseShape:
         parser = ToolCallParser() if self.parses_calls else None
         async for output in outputs:
             last = output
-            text, calls = output.new_text, []
+            text, calls = output.new_text, list[CallDelta]()
             if parser is not None:
                 text, calls = _parse_step(parser, output)
             if not text and not calls and not output.finished and not output.logprobs:

@@ -90,7 +90,9 @@ def _with_response_format(plan: ChatPlan, response_format: dict[str, Any] | None
         raise GrammarRejected("response_format.type", f"unknown type {kind!r}")
     schema = (response_format or {}).get("json_schema", {}).get("schema")
     if not isinstance(schema, dict):
-        raise GrammarRejected("response_format.json_schema.schema", "a JSON schema object is needed")
+        raise GrammarRejected(
+            "response_format.json_schema.schema", "a JSON schema object is needed"
+        )
     field = "response_format.json_schema.schema"
     return ChatPlan(plan.messages, plan.tools, plan.parses_calls, json_grammar(schema), field)
 

@@ -63,7 +63,10 @@ class GrammarCompiler:
     compiled matcher. The tokenizer's token table is built on first use (about a second)."""
 
     def __init__(
-        self, tokenizer_json: str, eos_token_ids: tuple[int, ...], cache_size: int = DEFAULT_CACHE_SIZE
+        self,
+        tokenizer_json: str,
+        eos_token_ids: tuple[int, ...],
+        cache_size: int = DEFAULT_CACHE_SIZE,
     ) -> None:
         self._tokenizer_json = tokenizer_json
         self._eos_token_ids = list(eos_token_ids)

@@ -46,7 +46,9 @@ class MaskFiller:
         bits = torch.zeros((len(guides), self.num_words), dtype=torch.int32)
         rows = {request_id: row for row, request_id in enumerate(guides)}
         pairs = [(guide.matcher, rows[request_id]) for request_id, guide in guides.items()]
-        self._executor.unsafe_compute_mask_ptr(pairs, bits.data_ptr(), self.num_words * 4, len(rows))
+        self._executor.unsafe_compute_mask_ptr(
+            pairs, bits.data_ptr(), self.num_words * 4, len(rows)
+        )
         allowed = allowed_tokens(bits, self.vocab_size)
         return StepMasks(rows, allowed.to(self.dtype).log_())  # log(1) = 0, log(0) = -inf
 

@@ -28,7 +28,9 @@ FALLBACK_POSTAMBLE = (
 
 def call_text(name: str, arguments: str) -> str:
     """One call as the model writes it; `arguments` is the JSON text, kept byte for byte."""
-    return f'{CALL_OPEN}{{"name": {json.dumps(name)}, "arguments": {arguments or "{}"}}}{CALL_CLOSE}'
+    return (
+        f'{CALL_OPEN}{{"name": {json.dumps(name)}, "arguments": {arguments or "{}"}}}{CALL_CLOSE}'
+    )
 
 
 def call_schema(functions: list[dict[str, Any]]) -> dict[str, Any]:

@@ -133,7 +133,9 @@ def _forced_call(client: openai.OpenAI, question: str, **sampling: Any) -> Any:
 
 def test_forced_tool_call_validates_greedy_and_sampled(client: openai.OpenAI) -> None:
     greedy = [lambda q=q: _forced_call(client, q, temperature=0) for q in QUESTIONS]
-    sampled = [lambda s=s: _forced_call(client, QUESTIONS[0], temperature=1.0, seed=s) for s in SEEDS]
+    sampled = [
+        lambda s=s: _forced_call(client, QUESTIONS[0], temperature=1.0, seed=s) for s in SEEDS
+    ]
     replies = _together(greedy + sampled)
     for reply in replies:
         choice = reply.choices[0]
@@ -143,7 +145,9 @@ def test_forced_tool_call_validates_greedy_and_sampled(client: openai.OpenAI) ->
         assert call.type == "function" and call.function.name == "get_weather"
         assert call.id.startswith("call_")
         jsonschema.validate(json.loads(call.function.arguments), WEATHER)
-    greedy_args = [json.loads(r.choices[0].message.tool_calls[0].function.arguments) for r in replies[:20]]
+    greedy_args = [
+        json.loads(r.choices[0].message.tool_calls[0].function.arguments) for r in replies[:20]
+    ]
     assert greedy_args[0]["city"] == "Paris"
     sampled_args = {r.choices[0].message.tool_calls[0].function.arguments for r in replies[20:]}
     assert len(sampled_args) > 1  # the seeds really sampled
@@ -183,7 +187,9 @@ def _json_reply(client: openai.OpenAI, question: str, **sampling: Any) -> Any:
 
 def test_json_schema_reply_validates_greedy_and_sampled(client: openai.OpenAI) -> None:
     greedy = [lambda q=q: _json_reply(client, q, temperature=0) for q in QUESTIONS]
-    sampled = [lambda s=s: _json_reply(client, QUESTIONS[3], temperature=1.0, seed=s) for s in SEEDS]
+    sampled = [
+        lambda s=s: _json_reply(client, QUESTIONS[3], temperature=1.0, seed=s) for s in SEEDS
+    ]
     replies = _together(greedy + sampled)
     for reply in replies:
         assert reply.choices[0].finish_reason == "stop", reply.choices[0].message.content
@@ -241,7 +247,9 @@ def _prompt_ids(engine: LLMEngine, messages: list[Any]) -> list[int]:
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
-    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+    return next(
+        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+    )
 
 
 def test_three_turn_tool_loop_hits_the_prefix_cache(
@@ -296,12 +304,21 @@ def _rejected(base_url: str, body: dict[str, Any]) -> dict[str, Any]:
 def test_what_the_grammar_cannot_express_is_a_400_naming_the_field(
     client: openai.OpenAI, base_url: str
 ) -> None:
-    unique = {"type": "json_schema", "json_schema": {"name": "u", "schema": {"type": "array", "uniqueItems": True}}}
+    unique = {
+        "type": "json_schema",
+        "json_schema": {"name": "u", "schema": {"type": "array", "uniqueItems": True}},
+    }
     error = _rejected(base_url, {"messages": _ask("hi"), "response_format": unique})
     assert error["param"] == "response_format.json_schema.schema"
     assert error["type"] == "invalid_request_error"
     assert "uniqueItems" in error["message"]
-    negated = {**TOOLS[1], "function": {**TOOLS[1]["function"], "parameters": {"type": "object", "not": {"required": ["x"]}}}}
+    negated = {
+        **TOOLS[1],
+        "function": {
+            **TOOLS[1]["function"],
+            "parameters": {"type": "object", "not": {"required": ["x"]}},
+        },
+    }
     body = {"messages": _ask("hi"), "tools": [TOOLS[0], negated], "tool_choice": "required"}
     error = _rejected(base_url, body)
     assert error["param"] == "tools[1].function.parameters"
@@ -311,7 +328,12 @@ def test_what_the_grammar_cannot_express_is_a_400_naming_the_field(
     assert error["param"] == "tool_choice.function.name"
     error = _rejected(base_url, {"messages": _ask("hi"), "tool_choice": "required"})
     assert error["param"] == "tool_choice"
-    both = {"messages": _ask("hi"), "tools": TOOLS, "tool_choice": "required", "response_format": ANSWER_FORMAT}
+    both = {
+        "messages": _ask("hi"),
+        "tools": TOOLS,
+        "tool_choice": "required",
+        "response_format": ANSWER_FORMAT,
+    }
     assert _rejected(base_url, both)["param"] == "response_format"
     with pytest.raises(openai.BadRequestError) as caught:
         client.chat.completions.create(model=MODEL, messages=_ask("hi"), response_format=unique)
@@ -329,4 +351,6 @@ def test_tool_choice_none_renders_no_tools_and_auto_leaves_the_model_free(
 
     plain, none, auto = usage(), usage(tools=TOOLS, tool_choice="none"), usage(tools=TOOLS)
     assert none.prompt_tokens == plain.prompt_tokens
-    assert auto.prompt_tokens > plain.prompt_tokens + 100  # both tools' signatures are in the prompt
+    assert (
+        auto.prompt_tokens > plain.prompt_tokens + 100
+    )  # both tools' signatures are in the prompt

@@ -54,10 +54,14 @@ def test_text_that_only_looks_like_a_call_stays_text() -> None:
     assert parser.calls == [] and parser.content == "a <tool_call> b"
 
 
-def test_compiled_grammars_are_cached_and_bounded(smollm_files: tuple[object, TextTokenizer]) -> None:
+def test_compiled_grammars_are_cached_and_bounded(
+    smollm_files: tuple[object, TextTokenizer],
+) -> None:
     tokenizer = smollm_files[1]
     compiler = GrammarCompiler(tokenizer.tokenizer.to_str(), tokenizer.eos_token_ids, cache_size=2)
-    grammars = [json_grammar({"type": "object", "properties": {k: {"type": "integer"}}}) for k in "abc"]
+    grammars = [
+        json_grammar({"type": "object", "properties": {k: {"type": "integer"}}}) for k in "abc"
+    ]
     for grammar in grammars + grammars[2:]:
         compiler.guide(grammar, "response_format")
     assert compiler.num_cached == 2
@@ -77,5 +81,7 @@ def test_masks_leave_only_the_grammars_tokens(smollm_files: tuple[object, TextTo
     assert bool(torch.isfinite(logits[0]).all())
     allowed = torch.isfinite(logits[1]).nonzero().flatten().tolist()
     texts = {tokenizer.decode([t]) for t in allowed}
-    assert texts and all(json.dumps("yes").startswith(t) or json.dumps("no").startswith(t) for t in texts)
+    assert texts and all(
+        json.dumps("yes").startswith(t) or json.dumps("no").startswith(t) for t in texts
+    )
     assert guide.accept(tokenizer.encode('"yes"')[0])
