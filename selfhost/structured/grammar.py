@@ -37,10 +37,6 @@ class Guide:
         """Advance past a sampled token; False if the grammar did not allow it."""
         return bool(self.matcher.consume_token(token_id))
 
-    @property
-    def is_complete(self) -> bool:
-        return bool(self.matcher.is_stopped())
-
 
 def styled_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """The schema with the compact JSON style (a schema's own x-guidance keys win)."""

@@ -104,7 +104,7 @@ def test_anthropic_sdk_gets_tool_use_blocks_streamed_and_not(gateway: RunningGat
     request: Any = {
         "model": "smollm2",
         "max_tokens": 48,
-        "temperature": 0,
+        "extra_body": {"temperature": 0},  # this SDK version has no `temperature` argument
         "tools": _anthropic_tools(),
         "tool_choice": {"type": "tool", "name": "get_weather"},
         "messages": [{"role": "user", "content": QUESTION}],
@@ -153,6 +153,11 @@ def test_pydantic_ai_agent_gets_structured_output(gateway: RunningGateway) -> No
 
     provider = OpenAIProvider(base_url=f"{gateway.url}/v1", api_key=KEY)
     agent = Agent(OpenAIChatModel("smollm2", provider=provider), output_type=Weather)
+
     result = agent.run_sync(QUESTION, model_settings={"temperature": 0, "max_tokens": 48})
     assert isinstance(result.output, Weather)
     assert result.output.unit in ("celsius", "fahrenheit")
+    # the output came back as a call of pydantic-ai's output tool, forced with tool_choice
+    calls = [p for m in result.all_messages() for p in m.parts if p.part_kind == "tool-call"]
+    assert [c.tool_name for c in calls] == ["final_result"]
+    assert Weather.model_validate(calls[0].args_as_dict()) == result.output
