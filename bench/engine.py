@@ -5,6 +5,8 @@ engine, side by side in one run on the same GGUF model; writes docs/bench/engine
     .venv/bin/python -m bench.engine --quick    # 1 and 4 concurrent, 32 output tokens
     .venv/bin/python -m bench.engine --build-llama   # only fetch + compile llama-server
                                                      # (a sweep also builds it when missing)
+    .venv/bin/python -m bench.engine --grammar  # Lantern only: 16-concurrent decode with and
+                                                # without a grammar, side by side (~1 min)
 
 Systems run one after the other so none competes with another; each gets the same threads.
 """
@@ -26,7 +28,7 @@ from pathlib import Path
 import torch
 import transformers
 
-from bench import engine_llama
+from bench import engine_grammar, engine_llama
 from bench._procs import PY, ROOT, cpu_seconds, free_port, start, stop
 from bench.engine_bandwidth import measure_paired
 from bench.engine_hf import HFRunner
@@ -206,6 +208,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=ROOT / "docs/bench/engine.md")
     parser.add_argument("--no-write", action="store_true", help="print the report only")
     parser.add_argument("--build-llama", action="store_true", help="only build llama-server")
+    parser.add_argument(
+        "--grammar", action="store_true", help="Lantern decode with vs without a grammar"
+    )
+    parser.add_argument("--grammar-tokens", type=int, default=64, help="--grammar: tokens per seq")
+    parser.add_argument("--rounds", type=int, default=3, help="--grammar: rounds of each")
     return parser.parse_args(argv)
 
 
@@ -245,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.build_llama:
         print(engine_llama.build())
         return 0
+    if args.grammar:
+        return engine_grammar.main(args.grammar_tokens, args.rounds, args.threads, args.dtype)
     quick = Plan((1, 4), output_tokens=32, ttft_repeats=1, paired_windows=2)
     plan = quick if args.quick else Plan()
     torch.set_num_threads(args.threads)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from selfhost.engine import EngineStats, LLMEngine, RequestOutput
 from selfhost.sequence import SamplingParams
+from selfhost.structured.grammar import Guide
 
 
 class EngineFailed(RuntimeError):
@@ -28,6 +29,7 @@ class _Add:
     cache_salt: str
     sink: asyncio.Queue[RequestOutput | Exception]
     loop: asyncio.AbstractEventLoop
+    guide: Guide | None = None
 
 
 @dataclass(frozen=True)
@@ -65,10 +67,12 @@ class AsyncEngine:
         prompt_token_ids: list[int],
         params: SamplingParams,
         cache_salt: str = "",
+        guide: Guide | None = None,
     ) -> AsyncIterator[RequestOutput]:
         sink: asyncio.Queue[RequestOutput | Exception] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
         self._commands.put(
-            _Add(request_id, prompt_token_ids, params, cache_salt, sink, asyncio.get_running_loop())
+            _Add(request_id, prompt_token_ids, params, cache_salt, sink, loop, guide)
         )
         finished = False
         try:
@@ -121,7 +125,11 @@ class AsyncEngine:
             return
         try:
             self.engine.add_request(
-                command.request_id, command.prompt_token_ids, command.params, command.cache_salt
+                command.request_id,
+                command.prompt_token_ids,
+                command.params,
+                command.cache_salt,
+                command.guide,
             )
         except Exception as exc:  # noqa: BLE001 - the request's own error goes back to its caller
             command.loop.call_soon_threadsafe(command.sink.put_nowait, exc)

@@ -19,6 +19,7 @@ from selfhost.model import LlamaModel
 from selfhost.model_runner import ModelRunner
 from selfhost.sampler import Sampler
 from selfhost.scheduler import Scheduler, SchedulerConfig
+from selfhost.structured.masks import MaskFiller
 from selfhost.tokenizer import TextTokenizer, tokenizer_from_dir, tokenizer_from_gguf
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ def build_engine(
         scheduler=Scheduler(scheduler_config, block_manager),
         sampler=Sampler(config.seed, argmax=model.kernels.argmax_rows if model.kernels else None),
         max_model_len=max_model_len,
+        masks=MaskFiller(weights.config.vocab_size, DTYPES[config.dtype]),
     )
 
 

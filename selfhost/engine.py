@@ -5,22 +5,28 @@ Single-threaded by design; the async server drives it from its own thread (async
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Callable
+from collections.abc import Sequence as Sequence_
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from selfhost.detokenizer import IncrementalDetokenizer
 from selfhost.model_runner import ModelRunner
 from selfhost.sampler import Sampler, TokenLogprobs
-from selfhost.scheduler import Scheduler
+from selfhost.scheduler import ScheduledSequence, Scheduler
 from selfhost.sequence import SamplingParams, Sequence
+from selfhost.structured.grammar import Guide
+from selfhost.structured.masks import MaskFiller, StepMasks
 
 if TYPE_CHECKING:  # the engine only decodes and reads EOS ids; jinja2 stays off its import path
     from selfhost.tokenizer import TextTokenizer
 
 THROUGHPUT_WINDOW_S = 10.0
+log = logging.getLogger(__name__)
 
 
 class RequestRejected(ValueError):
@@ -69,6 +75,7 @@ class LLMEngine:
         sampler: Sampler,
         max_model_len: int,
         clock: Callable[[], float] = time.monotonic,
+        masks: MaskFiller | None = None,
     ) -> None:
         self.runner = runner
         self.tokenizer = tokenizer
@@ -76,6 +83,8 @@ class LLMEngine:
         self.sampler = sampler
         self.max_model_len = max_model_len
         self.clock = clock
+        self.masks = masks
+        self._guides: dict[str, Guide] = {}
         self._detokenizers: dict[str, IncrementalDetokenizer] = {}
         self._sequences: dict[str, Sequence] = {}
         self._recent: deque[tuple[float, int]] = deque()
@@ -88,10 +97,16 @@ class LLMEngine:
         prompt_token_ids: list[int],
         params: SamplingParams,
         cache_salt: str = "",
+        guide: Guide | None = None,
     ) -> None:
+        """`guide`: the grammar this request's tokens must follow (guided decoding), if any."""
         self._validate(prompt_token_ids, params)
+        if guide is not None and self.masks is None:
+            raise RequestRejected("guided decoding is not enabled in this engine")
         seq = Sequence(request_id, list(prompt_token_ids), params, cache_salt)
         self._sequences[request_id] = seq
+        if guide is not None:
+            self._guides[request_id] = guide
         self._detokenizers[request_id] = IncrementalDetokenizer(self.tokenizer, params.stop)
         self.scheduler.add(seq)
 
@@ -128,15 +143,31 @@ class LLMEngine:
         output = self.scheduler.schedule()
         if not output.scheduled:
             return []
+        pending = self._start_masks(output.scheduled)
         logits, sampled = self.runner.execute(output)
         self.scheduler.update_after_step(output)
         seqs = [item.seq for item in sampled]
-        tokens = self.sampler.sample(logits, [s.request_id for s in seqs], [s.params for s in seqs])
+        masks = None if pending is None else pending.result()
+        tokens = self.sampler.sample(
+            logits, [s.request_id for s in seqs], [s.params for s in seqs], masks
+        )
         self._count(output.num_batched_tokens, len(seqs))
         return [
             self._append(seq, token.token_id, token.logprobs)
             for seq, token in zip(seqs, tokens, strict=True)
         ]
+
+    def _start_masks(self, scheduled: Sequence_[ScheduledSequence]) -> Future[StepMasks] | None:
+        """Start filling the masks of the guided sequences that sample this step (they overlap
+        the forward pass: a mask depends only on the tokens already accepted)."""
+        guides = {
+            item.seq.request_id: self._guides[item.seq.request_id]
+            for item in scheduled
+            if item.end == item.seq.num_tokens and item.seq.request_id in self._guides
+        }
+        if not guides or self.masks is None:
+            return None
+        return self.masks.start(guides)
 
     def _append(
         self, seq: Sequence, token_id: int, logprobs: TokenLogprobs | None
@@ -144,6 +175,9 @@ class LLMEngine:
         seq.token_ids.append(token_id)
         detokenizer = self._detokenizers[seq.request_id]
         text = detokenizer.add(token_id)
+        guide = self._guides.get(seq.request_id)
+        if guide is not None and not guide.accept(token_id):
+            log.warning("request %s: token %d outside its grammar", seq.request_id, token_id)
         reason = "stop" if detokenizer.stopped else self._finish_reason(seq, token_id)
         if reason is not None:
             text += detokenizer.flush()
@@ -174,6 +208,7 @@ class LLMEngine:
     def _forget(self, request_id: str) -> None:
         self._detokenizers.pop(request_id, None)
         self._sequences.pop(request_id, None)
+        self._guides.pop(request_id, None)
         self.sampler.release(request_id)
 
     def _count(self, num_batched_tokens: int, num_generated: int) -> None:

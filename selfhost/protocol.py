@@ -55,10 +55,29 @@ class GenerationRequest(BaseModel):
         return bool(self.stream_options and self.stream_options.include_usage)
 
 
+class FunctionSpec(BaseModel):
+    name: str = Field(min_length=1)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ToolSpec(BaseModel):
+    type: Literal["function"] = "function"
+    function: FunctionSpec
+
+
 class ChatRequest(GenerationRequest):
     messages: list[dict[str, Any]] = Field(min_length=1)
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    tools: list[ToolSpec] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = None
+
+    def tool_objects(self) -> list[dict[str, Any]]:
+        """The tools as OpenAI tool objects, unset fields left out (they reach the prompt)."""
+        return [tool.model_dump(exclude_none=True) for tool in self.tools or []]
 
     def num_logprobs(self) -> int | None:
         return (self.top_logprobs or 0) if self.logprobs else None

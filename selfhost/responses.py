@@ -11,6 +11,7 @@ from typing import Any
 from selfhost.engine import RequestOutput
 from selfhost.protocol import usage
 from selfhost.sampler import TokenLogprobs
+from selfhost.structured.tool_parser import CallDelta, ToolCallParser
 
 LogprobsBuilder = Callable[[list[TokenLogprobs]], dict[str, Any]]
 
@@ -20,6 +21,7 @@ class ResponseShape:
     kind: str  # "chat" or "completion"
     model: str
     logprobs: LogprobsBuilder
+    parses_calls: bool = False  # chat with tools: <tool_call> text becomes `tool_calls`
 
     @property
     def id_prefix(self) -> str:
@@ -53,6 +55,17 @@ class ResponseShape:
         body = self._envelope(request_id, chunk=False)
         text = "".join(out.new_text for out in outputs)
         body["choices"] = [self._choice(text, items, last.finish_reason, delta=False)]
+        if self.parses_calls:
+            parser = ToolCallParser()
+            parser.feed(text)
+            parser.finish()
+            if parser.calls:
+                body["choices"][0]["message"] = {
+                    "role": "assistant",
+                    "content": parser.content or None,
+                    "tool_calls": [_call(c.call_id, c.name, c.arguments) for c in parser.calls],
+                }
+                body["choices"][0]["finish_reason"] = _calls_finish(last.finish_reason)
         body["usage"] = usage(
             last.num_prompt_tokens, last.num_output_tokens, last.num_cached_tokens
         )
@@ -73,16 +86,24 @@ class ResponseShape:
             ]
             yield _event(first)
         last: RequestOutput | None = None
+        parser = ToolCallParser() if self.parses_calls else None
         async for output in outputs:
             last = output
-            if not output.new_text and not output.finished and not output.logprobs:
+            text, calls = output.new_text, list[CallDelta]()
+            if parser is not None:
+                text, calls = _parse_step(parser, output)
+            if not text and not calls and not output.finished and not output.logprobs:
                 continue
+            finish = output.finish_reason
+            if parser is not None and parser.calls and finish is not None:
+                finish = _calls_finish(finish)
             chunk = self._envelope(request_id, chunk=True)
-            chunk["choices"] = [
-                self._choice(
-                    output.new_text, list(output.logprobs), output.finish_reason, delta=True
-                )
-            ]
+            chunk["choices"] = [self._choice(text, list(output.logprobs), finish, delta=True)]
+            if calls:
+                delta = chunk["choices"][0]["delta"]
+                if not text:
+                    delta.pop("content", None)
+                delta["tool_calls"] = [_call_delta(d) for d in calls]
             yield _event(chunk)
         if include_usage and last is not None:
             tail = self._envelope(request_id, chunk=True)
@@ -94,12 +115,36 @@ class ResponseShape:
         yield "data: [DONE]\n\n"
 
 
+def _parse_step(parser: ToolCallParser, output: RequestOutput) -> tuple[str, list[CallDelta]]:
+    text, calls = parser.feed(output.new_text)
+    if output.finished:
+        rest, more = parser.finish()
+        text, calls = text + rest, calls + more
+    return text, calls
+
+
+def _calls_finish(reason: str | None) -> str | None:
+    """A reply that called tools ends with "tool_calls" unless it was cut short."""
+    return "tool_calls" if reason == "stop" else reason
+
+
+def _call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def _call_delta(delta: CallDelta) -> dict[str, Any]:
+    if delta.name is None:
+        return {"index": delta.index, "function": {"arguments": delta.arguments}}
+    call = _call(delta.call_id or "", delta.name, delta.arguments)
+    return {"index": delta.index, **call}
+
+
 def _event(body: dict[str, Any]) -> str:
     return f"data: {json.dumps(body, separators=(',', ':'))}\n\n"
 
 
-def chat_shape(model: str, logprobs: LogprobsBuilder) -> ResponseShape:
-    return ResponseShape("chat", model, logprobs)
+def chat_shape(model: str, logprobs: LogprobsBuilder, parses_calls: bool = False) -> ResponseShape:
+    return ResponseShape("chat", model, logprobs, parses_calls)
 
 
 def completion_shape(model: str, logprobs: LogprobsBuilder) -> ResponseShape:

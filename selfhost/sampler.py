@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from selfhost.sequence import SamplingParams
+from selfhost.structured.masks import StepMasks, apply_masks
 
 
 @dataclass(frozen=True)
@@ -41,9 +42,16 @@ class Sampler:
         self._generators.pop(request_id, None)
 
     def sample(
-        self, logits: torch.Tensor, request_ids: list[str], params: list[SamplingParams]
+        self,
+        logits: torch.Tensor,
+        request_ids: list[str],
+        params: list[SamplingParams],
+        masks: StepMasks | None = None,
     ) -> list[SampledToken]:
-        """logits: [B, V] (any device). Only rows that draw or report logprobs leave the device."""
+        """logits: [B, V] (any device). Only rows that draw or report logprobs leave the device.
+        `masks`: the guided rows' allowed tokens; the others are applied -inf first (in place)."""
+        if masks is not None:
+            apply_masks(logits, request_ids, masks)
         argmax = self._argmax
         on_kernel = logits.device.type == "cpu" and logits.dtype == torch.float32
         if argmax is None or not on_kernel or not logits.is_contiguous():

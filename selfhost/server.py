@@ -28,7 +28,10 @@ from selfhost.protocol import (
     completion_logprobs,
 )
 from selfhost.responses import ResponseShape, chat_shape, completion_shape
+from selfhost.sampler import TokenLogprobs
 from selfhost.sequence import SamplingParams
+from selfhost.structured.chat_plan import compile_guide, plan_chat
+from selfhost.structured.grammar import GrammarCompiler, GrammarRejected, Guide
 
 HEALTH_TIMEOUT_S = 60.0
 DISCONNECT_POLL_S = 0.5
@@ -42,15 +45,29 @@ class GenerationService:
         self.tokenizer = engine.tokenizer
         self.model_name = model_name
         self.default_max_tokens = default_max_tokens
+        self.grammars = GrammarCompiler(
+            self.tokenizer.tokenizer.to_str(), self.tokenizer.eos_token_ids
+        )
 
     def token_text(self, token_id: int) -> str:
         return self.tokenizer.decode([token_id])
 
+    def chat_logprobs(self, items: list[TokenLogprobs]) -> dict[str, Any]:
+        return chat_logprobs(items, self.token_text)
+
     async def chat(self, body: ChatRequest, request: Request) -> Any:
-        text = self.tokenizer.render_chat(body.text_messages())
+        plan = plan_chat(
+            body.text_messages(),
+            body.tool_objects(),
+            body.tool_choice,
+            body.response_format,
+            self.tokenizer.renders_tools,
+        )
+        text = self.tokenizer.render_chat(plan.messages, plan.tools)
         prompt = await asyncio.to_thread(self.tokenizer.encode, text)
-        shape = chat_shape(self.model_name, lambda items: chat_logprobs(items, self.token_text))
-        return await self.serve(request, body, prompt, body.num_logprobs(), shape)
+        guide = await asyncio.to_thread(compile_guide, self.grammars, plan)
+        shape = chat_shape(self.model_name, self.chat_logprobs, plan.parses_calls)
+        return await self.serve(request, body, prompt, body.num_logprobs(), shape, guide)
 
     async def complete(self, body: CompletionRequest, request: Request) -> Any:
         prompt = body.prompt_text_or_ids()
@@ -68,10 +85,11 @@ class GenerationService:
         prompt: list[int],
         num_logprobs: int | None,
         shape: ResponseShape,
+        guide: Guide | None = None,
     ) -> Any:
         params = body.sampling_params(self.default_max_tokens, num_logprobs)
         request_id = f"{shape.id_prefix}-{uuid.uuid4().hex}"
-        outputs = self.engine.generate(request_id, prompt, params, body.cache_salt)
+        outputs = self.engine.generate(request_id, prompt, params, body.cache_salt, guide)
         first = await anext(outputs)  # errors (e.g. too long) become a 4xx before any byte is sent
         headers = {"x-session-id": body.session_id or request.headers.get("x-session-id", "")}
         if body.stream:
@@ -128,6 +146,7 @@ def create_app(engine: AsyncEngine, model_name: str, default_max_tokens: int = 2
     service = GenerationService(engine, model_name, default_max_tokens)
     app.add_exception_handler(RequestRejected, _rejected)
     app.add_exception_handler(TemplateError, _rejected)
+    app.add_exception_handler(GrammarRejected, _unsupported)
     app.add_exception_handler(EngineFailed, _failed)
     app.add_api_route("/v1/chat/completions", service.chat, methods=["POST"])
     app.add_api_route("/v1/completions", service.complete, methods=["POST"])
@@ -156,6 +175,11 @@ def create_app(engine: AsyncEngine, model_name: str, default_max_tokens: int = 2
 
 async def _rejected(_: Request, exc: Exception) -> JSONResponse:
     return _error(400, "invalid_request_error", str(exc))
+
+
+async def _unsupported(_: Request, exc: Exception) -> JSONResponse:
+    field = exc.field if isinstance(exc, GrammarRejected) else None
+    return _error(400, "invalid_request_error", str(exc), param=field)
 
 
 async def _failed(_: Request, exc: Exception) -> JSONResponse:
@@ -190,10 +214,9 @@ async def _collect_unless_disconnected(
     return task.result()
 
 
-def _error(status: int, kind: str, message: str) -> JSONResponse:
-    return JSONResponse(
-        {"error": {"message": message, "type": kind, "code": status}}, status_code=status
-    )
+def _error(status: int, kind: str, message: str, param: str | None = None) -> JSONResponse:
+    error = {"message": message, "type": kind, "code": status, "param": param}
+    return JSONResponse({"error": error}, status_code=status)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

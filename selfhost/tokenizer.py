@@ -35,10 +35,16 @@ class TextTokenizer:
     def decode(self, token_ids: list[int]) -> str:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)
 
-    def render_chat(self, messages: list[dict[str, Any]]) -> str:
+    @property
+    def renders_tools(self) -> bool:
+        return self.chat_template is not None and self.chat_template.renders_tools
+
+    def render_chat(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> str:
         if self.chat_template is None:
             return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "
-        return self.chat_template.render(messages, self.bos_token, self.eos_token)
+        return self.chat_template.render(messages, self.bos_token, self.eos_token, tools=tools)
 
 
 def build_bpe_from_gguf(
