@@ -21,13 +21,15 @@ from gateway.settings import HttpSettings
 class BodyLimits:
     """`settings.http`'s limits, as the doors apply them."""
 
-    max_bytes: int = 32 * 1024 * 1024
-    max_depth: int = 64
-    max_messages: int = 100_000
-    offload_bytes: int = 256 * 1024  # bodies this large are decoded in a worker thread
+    max_bytes: int
+    max_depth: int
+    max_messages: int
+    offload_bytes: int  # bodies this large are decoded in a worker thread
 
     @classmethod
-    def from_settings(cls, http: HttpSettings) -> BodyLimits:
+    def from_settings(cls, http: HttpSettings | None = None) -> BodyLimits:
+        """`http`'s limits; without one, the settings' defaults."""
+        http = http or HttpSettings()
         return cls(
             http.max_body_bytes, http.max_json_depth, http.max_messages, http.offload_body_bytes
         )

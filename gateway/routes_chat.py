@@ -79,7 +79,7 @@ class ChatRoutes:
         reference path for `SSEReply`)."""
         self.pipeline = pipeline
         self.keys = keys
-        self.limits = limits or BodyLimits()
+        self.limits = limits or BodyLimits.from_settings()
         self.stream_reply = SSEReply if lean_stream else StreamingResponse
         self._tool_lists = openai_wire.ToolListMemo()  # the agent's tools, decoded once
 

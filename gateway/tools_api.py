@@ -143,7 +143,7 @@ def build_tools_router(
     """`authenticate` returns the caller's policy and key id, or raises the gateway's
     `AuthenticationFailed` (mapped by `gateway.errors.to_http`, as for chat routes); it runs
     before the body is read, and the body is read no further than `limits.max_bytes`."""
-    body_limits = limits or BodyLimits()
+    body_limits = limits or BodyLimits.from_settings()
     router = APIRouter()
 
     @router.post(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -20,6 +19,7 @@ from typing import Any
 import httpx
 import sqlalchemy as sa
 
+from bench._procs import free_port
 from tests.e2e.harness import write_config, write_policy
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,12 +32,6 @@ TOOL = {
     "egress": [],
     "limits": {"wall_s": 20, "memory_mb": 256, "cpu_s": 10, "output_kb": 4},
 }
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def wait_until(predicate: Callable[[], bool], what: str, limit_s: float = 60.0) -> None:

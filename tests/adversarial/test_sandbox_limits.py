@@ -5,7 +5,6 @@ Retry-After on either process, nothing of it starts, and another tenant's run st
 from __future__ import annotations
 
 import os
-import socket
 import stat
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bench._procs import free_port
 from tests.e2e.harness import write_config, write_policy
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.redis, pytest.mark.slow]
@@ -69,12 +69,6 @@ def origin() -> Iterator[HoldingOrigin]:
     held.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def gateways(tmp_path: Path, origin: HoldingOrigin, redis_url: str) -> Iterator[dict[str, str]]:
     """Two gateways, one Redis; tenants with fresh ids (the slots live under their ids)."""
@@ -110,7 +104,7 @@ def gateways(tmp_path: Path, origin: HoldingOrigin, redis_url: str) -> Iterator[
 
 
 def _start(config: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
+    port = free_port()
     argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config)]
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     with open(log, "wb") as out:

@@ -22,7 +22,6 @@ from typing import Any
 
 import httpx
 import pytest
-import redis
 import sqlalchemy as sa
 
 from bench._procs import free_port
@@ -31,8 +30,13 @@ from gateway.ledger.db import create_ledger_engine
 from gateway.ledger.models import UsageRecord
 from quotas.limits import Limits
 from quotas.redis_store import RedisQuotaStore
-from tests.e2e.harness import write_config, write_policy
-from tests.e2e.test_quota_multiprocess import wait_healthy
+from tests.e2e.harness import (
+    drop_tenant_keys,
+    stop_processes,
+    wait_healthy,
+    write_config,
+    write_policy,
+)
 from tests.fakes.upstream import FakeUpstream
 
 REPO = Path(__file__).resolve().parents[2]
@@ -109,17 +113,8 @@ def gateway(upstream: FakeUpstream, tmp_path: Path, redis_url: str) -> Iterator[
         wait_healthy(proc, url, log)
         yield {"url": url, "tenants": tenants, "keys": keys, "db": tmp_path / "lantern.db"}
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        client = redis.Redis.from_url(redis_url)
-        for tenant in tenants.values():
-            found = list(client.scan_iter(match=f"{REDIS_KEY_PREFIX}{{{tenant}}}*"))
-            if found:
-                client.delete(*found)
-        client.close()
+        stop_processes([proc])
+        drop_tenant_keys(redis_url, tenants.values())
 
 
 def _request(key: str, n: int, spec: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

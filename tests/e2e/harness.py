@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import hashlib
 import socket
+import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import httpx
+import redis
 import uvicorn
 import yaml
 
+from gateway.admission import REDIS_KEY_PREFIX
 from gateway.app import create_app
 from gateway.settings import Settings, load_settings
 from gateway.wiring import build_components
@@ -94,3 +98,40 @@ def start_gateway(
 ) -> RunningGateway:
     """`clock`: the gateway's monotonic clock (session gaps, cooldowns), for simulated time."""
     return RunningGateway(load_settings(config_path, **overrides), clock).start()
+
+
+def stop_processes(procs: Iterable[subprocess.Popen[bytes]], timeout_s: float = 15) -> None:
+    """SIGTERM to each, then SIGKILL to any still running after `timeout_s`."""
+    procs = list(procs)
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def drop_tenant_keys(redis_url: str, tenants: Iterable[str]) -> None:
+    """Delete the quota keys of `tenants` (each test's tenants have fresh ids)."""
+    client = redis.Redis.from_url(redis_url)
+    for tenant in tenants:
+        found = list(client.scan_iter(match=f"{REDIS_KEY_PREFIX}{{{tenant}}}*"))
+        if found:
+            client.delete(*found)
+    client.close()
+
+
+def wait_healthy(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
+    """Until `url`/healthz answers 200; the log's tail in the error if the gateway exits."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"gateway exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            if httpx.get(url + "/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.25)
+    raise RuntimeError(f"gateway at {url} not healthy:\n{log.read_text()[-3000:]}")

@@ -6,7 +6,6 @@ and no call settles beyond its reservation. Real engine process, real gateway, b
 from __future__ import annotations
 
 import logging
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import openai
 import pytest
 from prometheus_client import CollectorRegistry
 
+from bench._procs import free_port
 from gateway.admission import Admission, AdmissionMetrics
 from tests.adversarial.recording_store import RecordingStore
 from tests.e2e.harness import RunningGateway, start_gateway, write_config, write_policy
@@ -30,15 +30,9 @@ MAX_TOKENS = 4
 QUESTION = "Why does a shared prompt prefix make agent calls cheaper?"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def engine_port() -> int:
-    return _free_port()
+    return free_port()
 
 
 @pytest.fixture

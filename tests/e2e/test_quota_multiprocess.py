@@ -16,14 +16,18 @@ from typing import Any
 
 import httpx
 import pytest
-import redis
 import sqlalchemy as sa
 
 from bench._procs import free_port
-from gateway.admission import REDIS_KEY_PREFIX
 from gateway.ledger.db import create_ledger_engine
 from gateway.ledger.models import UsageRecord
-from tests.e2e.harness import write_config, write_policy
+from tests.e2e.harness import (
+    drop_tenant_keys,
+    stop_processes,
+    wait_healthy,
+    write_config,
+    write_policy,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 NUM_GATEWAYS = 4
@@ -55,20 +59,6 @@ def start_gateways(config: Path, var_dir: Path) -> list[tuple[subprocess.Popen[b
         running.append((proc, url))
         wait_healthy(proc, url, var_dir / f"gateway-{n}.log")
     return running
-
-
-def wait_healthy(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"gateway exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            if httpx.get(url + "/healthz", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.25)
-    raise RuntimeError(f"gateway at {url} not healthy:\n{log.read_text()[-3000:]}")
 
 
 @pytest.fixture
@@ -132,19 +122,8 @@ def gateways(
     try:
         yield {"urls": [url for _, url in running], "tenants": tenants, "keys": keys}
     finally:
-        for proc, _ in running:
-            proc.terminate()
-        for proc, _ in running:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        client = redis.Redis.from_url(redis_url)
-        for tenant in tenants.values():
-            found = list(client.scan_iter(match=f"{REDIS_KEY_PREFIX}{{{tenant}}}*"))
-            if found:
-                client.delete(*found)
-        client.close()
+        stop_processes(proc for proc, _ in running)
+        drop_tenant_keys(redis_url, tenants.values())
 
 
 def reservation_size(url: str, key: str) -> int:

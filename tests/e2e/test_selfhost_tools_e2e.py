@@ -5,7 +5,6 @@ agent whose structured output comes back as a forced tool call."""
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,6 +13,7 @@ import jsonschema
 import openai
 import pytest
 
+from bench._procs import free_port
 from tests.e2e.harness import RunningGateway, start_gateway, write_config, write_policy
 
 pytestmark = pytest.mark.slow
@@ -32,12 +32,6 @@ DESCRIPTION = "Current weather in a city"
 QUESTION = "What is the weather in Paris right now?"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
     tmp_path = tmp_path_factory.mktemp("engine-tools")
@@ -47,7 +41,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway
         "kind": "selfhost",
         "name": "smollm2-local",
         "model_path": "default",
-        "port": _free_port(),
+        "port": free_port(),
         "timeout_s": 120,
     }
     models = [{"name": "smollm2", "backends": [backend]}]

@@ -16,6 +16,7 @@ from sandbox.addresses import parse_cidrs
 from sandbox.local_runner import LocalRunner
 from sandbox.types import RunOutput, RunStatus, SandboxJob, ToolLimits
 from tests.sandbox.origin import MapResolver, origin_server
+from tests.sandbox.proc_scan import leftovers
 
 pytestmark = pytest.mark.sandbox
 LIMITS = ToolLimits(wall_s=10, memory_mb=256, cpu_s=5, output_kb=64, max_procs=32, file_mb=8)
@@ -36,17 +37,6 @@ def _run(
 
 def _python(backend: str, code: str, limits: ToolLimits = LIMITS) -> RunOutput:
     return _run(backend, ("python3", "-c", code), limits)
-
-
-def _leftovers(marker: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and marker.encode() in (entry / "cmdline").read_bytes():
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
 
 
 def test_host_files_are_not_there(sandbox_backend: str, tmp_path: Path) -> None:
@@ -104,7 +94,7 @@ def test_fork_bomb_is_contained(sandbox_backend: str) -> None:
     limits = ToolLimits(wall_s=2, memory_mb=256, cpu_s=2, output_kb=4, max_procs=16)
     result = _run(sandbox_backend, ("sh", "-c", "b() { b | b & }; b; wait", marker), limits)
     assert result.status in (RunStatus.TIMED_OUT, RunStatus.SUCCEEDED, RunStatus.FAILED)
-    assert _leftovers(marker) == []
+    assert leftovers(marker) == []
     counted = _python(
         sandbox_backend,
         (
@@ -138,7 +128,7 @@ def test_sleep_past_the_wall_limit_is_killed_with_its_group(sandbox_backend: str
     )
     assert (result.status, result.exit_code, result.stdout) == (RunStatus.TIMED_OUT, None, "")
     assert result.reason == "wall time limit 1s"
-    assert _leftovers(marker) == []
+    assert leftovers(marker) == []
 
 
 def test_cpu_limit_stops_a_spinner(sandbox_backend: str) -> None:

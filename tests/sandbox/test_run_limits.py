@@ -24,6 +24,7 @@ from sandbox.local_runner import LocalRunner
 from sandbox.sandbox_argv import SCRATCH_MB
 from sandbox.types import RunOutput, RunStatus, SandboxJob, ToolLimits
 from tests.sandbox.origin import MapResolver
+from tests.sandbox.proc_scan import leftovers
 
 pytestmark = pytest.mark.sandbox
 # Six children of 100 MiB each: within memory_mb for every process, 600 MiB for the run.
@@ -89,17 +90,6 @@ def _run(
         runner.close()
 
 
-def _leftovers(marker: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and marker.encode() in (entry / "cmdline").read_bytes():
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
-
-
 def _run_cgroups(tree: CgroupTree) -> set[str]:
     parents = {tree.memory_parent, tree.pids_parent}
     return {name for parent in parents for name in os.listdir(parent) if "lantern-run-" in name}
@@ -115,7 +105,7 @@ def test_children_together_past_memory_mb_are_killed_as_a_whole(
     result = _run(SandboxJob("run1", "t", argv, limits), sandbox_backend)
     assert (result.status, result.reason) == (RunStatus.LIMIT_EXCEEDED, "memory-limit")
     assert (result.exit_code, result.stdout) == (137, "")  # the parent died with its children
-    assert _leftovers(marker) == []
+    assert leftovers(marker) == []
     assert _run_cgroups(cgroup_tree) == before  # the run's cgroup is gone with it
     roomy = ToolLimits(wall_s=30, memory_mb=1024, cpu_s=20, output_kb=8, max_procs=16)
     control = _run(SandboxJob("run2", "t", argv, roomy), sandbox_backend)

@@ -2,44 +2,25 @@
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
 
 import httpx
 import openai
 import pytest
-import uvicorn
 
-from selfhost.async_engine import AsyncEngine
 from selfhost.engine import LLMEngine
-from selfhost.server import create_app, parse_args
+from selfhost.server import parse_args
+from tests.selfhost.serving import serving
 
 QUESTION = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
 ANSWER = "The capital of France is Paris."
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def base_url(make_engine: Callable[..., LLMEngine]) -> Iterator[str]:
-    port = free_port()
-    app = create_app(AsyncEngine(make_engine(num_blocks=128)), "smollm2-test")
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert time.monotonic() < deadline, "server did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=30)
+    with serving(make_engine(num_blocks=128), "smollm2-test") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

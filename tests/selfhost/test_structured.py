@@ -6,9 +6,6 @@ naming the field for what the grammar library cannot express."""
 from __future__ import annotations
 
 import json
-import socket
-import threading
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -17,13 +14,11 @@ import httpx
 import jsonschema
 import openai
 import pytest
-import uvicorn
 
-from selfhost.async_engine import AsyncEngine
 from selfhost.engine import LLMEngine
-from selfhost.server import create_app
 from selfhost.structured.chat_plan import plan_chat
 from selfhost.structured.tool_format import call_text
+from tests.selfhost.serving import serving
 
 MODEL = "smollm2-test"
 BLOCK_SIZE = 16
@@ -78,12 +73,6 @@ QUESTIONS = [f"What will the weather be in {city} this week?" for city in CITIES
 SEEDS = range(20)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def engine(make_engine: Callable[..., LLMEngine]) -> LLMEngine:
     return make_engine(num_blocks=512, max_num_seqs=32)
@@ -91,18 +80,8 @@ def engine(make_engine: Callable[..., LLMEngine]) -> LLMEngine:
 
 @pytest.fixture(scope="module")
 def base_url(engine: LLMEngine) -> Iterator[str]:
-    port = _free_port()
-    app = create_app(AsyncEngine(engine), MODEL)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert time.monotonic() < deadline, "server did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=30)
+    with serving(engine, MODEL) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
