@@ -1,6 +1,6 @@
 """The fleet's records: what the operator says about a replica (`ReplicaSpec`), the live
 counters per replica, provider and call, the stats, and a decision's explanation for the plan.
-Plain data; the behaviour lives in `gateway/fleet.py`.
+Plain data; the behaviour lives in `fleet.py` and its parts (`fleet_book.py`, `fleet_health.py`).
 """
 
 from __future__ import annotations

@@ -209,8 +209,8 @@ def test_sweep_forgets_idle_sessions_and_stray_plans() -> None:
     fleet.on_dispatch(plan.attempts[0], "done", prepared(()))
     fleet.on_complete(plan.attempts[0], Usage(100, 5), ok=True)
     fleet.plan(route, tenant, "never-dispatched", prepared(()), 100, 10)
-    fleet._sweep_sessions()
-    assert fleet.stats().sessions == 1 and set(fleet._planned) == {"done"}
+    fleet.health.sweep_sessions()
+    assert fleet.stats().sessions == 1 and set(fleet.registry.planned) == {"done"}
     clock.now += 3601
-    fleet._sweep_sessions()
-    assert fleet.stats().sessions == 0 and fleet._planned == {}
+    fleet.health.sweep_sessions()
+    assert fleet.stats().sessions == 0 and fleet.registry.planned == {}
