@@ -1,4 +1,4 @@
-"""The true block cache of one simulated replica (`bench/fleet_sim.py`): content-addressed
+"""The true block cache of one simulated replica (`bench/fleet_sim/`): content-addressed
 16-token blocks, reference-counted while a request runs, an LRU of the unreferenced ones,
 tails evicted first."""
 

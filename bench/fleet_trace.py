@@ -1,4 +1,4 @@
-"""Who the slowest calls of a fleet simulation are (`bench/fleet_sim.py --trace`): how the router
+"""Who the slowest calls of a fleet simulation are (`bench.fleet_sim --trace`): how the router
 placed them, what it predicted, and where their time went, against all calls; how often
 sessions moved, bounced between replicas, or moved to a replica that kept them waiting; and how
 far the fleet's view of each engine (sample brought up to date) was from the engine's truth."""

@@ -22,7 +22,7 @@ class RoutingPolicy(PolicyModel):
     venue: Venue = "cheapest"
     strategy: Strategy = "lantern"
     # a session leaves its replica when staying predicts this much more TTFT than the best other
-    # (half the default TTFT SLO; llm-d uses 5 s at GPU scale; bench/fleet_sim.py compares)
+    # (half the default TTFT SLO; llm-d uses 5 s at GPU scale; bench/fleet_sim/ compares)
     stickiness_gate_s: float = Field(default=1.0, ge=0)
     # prefer the longest prefix match among replicas this close to the fastest predicted TTFT
     # (keeps shared prompts on few replicas instead of copying them everywhere)

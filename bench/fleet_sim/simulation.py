@@ -1,8 +1,5 @@
-"""Trace-driven fleet simulator: agent sessions replayed against N replicas, each with a real
-content-addressed block LRU of fixed capacity and the step-time model of the note (A3), routed
-by Lantern's own `gateway.fleet.Fleet` under each strategy. CPU only, deterministic per seed.
-
-    .venv/bin/python -m bench.fleet_sim --duration 600 --seeds 1 2 3
+"""The event loop of one fleet simulation: sessions' turns dispatched through Lantern's `Fleet`,
+replicas stepping with chunked prefill under the step-time model, and the run's summary.
 
 Step time (A3, a 4-GPU replica of the note's 70B model): t = 14.3 ms + 0.074 ms x batch tokens
 (a 2000-token prefill takes 162 ms; 64 decodes 19 ms). Chunked prefill, 2048-token budget.
@@ -10,125 +7,22 @@ Step time (A3, a 4-GPU replica of the note's 70B model): t = 14.3 ms + 0.074 ms 
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import heapq
 import itertools
 import random
 import statistics
-from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
 
-from adapters.routing_index import PrefixIndex
 from adapters.types import ChatRequest, Usage
 from bench.fleet_pool import Pool
-from bench.fleet_trace import SignalError, signal_report, tail_report
+from bench.fleet_sim.oracle import ORACLES, OracleIndex
+from bench.fleet_sim.state import Replica, Req, Session, SimConfig
+from bench.fleet_trace import SignalError
 from gateway.fleet import Fleet, ReplicaSpec
 from gateway.fleet_signals import EngineLoad
-from gateway.ports import Attempt, Candidate, ModelRoute, PreparedPrompt
+from gateway.ports import Candidate, ModelRoute, PreparedPrompt
 from policies.model import TenantPolicy
 from policies.routing import RoutingPolicy
-
-
-@dataclass(frozen=True)
-class SimConfig:
-    replicas: int = 4
-    block_tokens: int = 16
-    kv_blocks: int = 0  # per replica; 0: sized so the working set is ws_target of the fleet's KV
-    ws_target: float = 0.70
-    agent_types: int = 4
-    system_blocks: int = 128  # shared system prompt + tools per agent type (2048 tokens)
-    session_rate: float = 0.5  # new top-level sessions per second
-    turns: tuple[int, int] = (6, 14)
-    tool_blocks: tuple[int, int] = (8, 48)  # appended per turn (128..768 tokens)
-    answer_blocks: tuple[int, int] = (2, 10)
-    think_mean_s: float = 3.0  # tool run time between an answer and the next call
-    fork_prob: float = 0.2  # a turn forks a sub-agent from the parent's context
-    fork_turns: tuple[int, int] = (2, 4)
-    duration_s: float = 600.0
-    warmup_s: float = 60.0
-    step_base_s: float = 0.0143
-    step_per_token_s: float = 0.074e-3
-    token_budget: int = 2048
-    max_seqs: int = 64
-    replica_usd_per_h: float = 12.0
-    # the engines' load metrics (waiting, KV usage) reach the router every poll_s, so they are
-    # up to poll_s stale; 0: no engine signal (router-side counts only). The oracle sees the
-    # true state at every decision.
-    poll_s: float = 1.0
-    check_signal: bool = False  # record the fleet's view of each engine against the truth
-
-
-@dataclass
-class Session:
-    sid: str
-    stream: list[bytes]
-    unique_from: int
-    turns_left: int
-    rng: random.Random
-    calls: int = 0
-    forked: bool = False
-
-
-@dataclass
-class Req:
-    session: Session
-    arrival: float
-    prompt: list[bytes]  # prompt blocks
-    answer: list[bytes]  # answer blocks (their content is fixed when the turn is drawn)
-    attempt: Attempt | None = None
-    hit_blocks: int = 0
-    prefill_left: int = 0
-    generated: int = 0
-    ttft: float | None = None
-    admitted_at: float | None = None
-    first_turn: bool = False  # a new session's or fork's first call (placement, not stickiness)
-    queue_ahead: int = 0  # requests waiting on the replica when this one was dispatched
-    predicted_ttft: float = 0.0
-    predicted_wait: float = 0.0
-
-
-@dataclass
-class Replica:
-    key: str
-    pool: Pool
-    waiting: list[Req] = field(default_factory=list)
-    running: list[Req] = field(default_factory=list)
-    busy: bool = False
-    busy_s: float = 0.0
-    work_tokens: int = 0
-
-
-# Lantern's policy fed the truth: `oracle_cache` the true cache contents instead of the router's
-# index (and no engine load signal); `oracle` also the true queue and KV usage at every decision.
-ORACLES = ("oracle", "oracle_cache")
-
-
-class OracleIndex(PrefixIndex):
-    """The router's index replaced by the truth: each replica's cache contents, plus the
-    prompts already queued there (they will be resident by the time a follower is admitted).
-    Which blocks are in live use (`recent_blocks`) it estimates as the router does."""
-
-    def __init__(self, replicas: Sequence[Replica]) -> None:
-        super().__init__()
-        self.replicas = {r.key: r for r in replicas}
-        for r in replicas:
-            self.add_replica(r.key, r.pool.capacity)
-
-    def matched_blocks(self, replica: str, hashes: Sequence[Hashable]) -> int:
-        r = self.replicas[replica]
-        best = r.pool.match(hashes)
-        for q in r.waiting:
-            n = 0
-            for a, b in zip(q.prompt, hashes, strict=False):
-                if a != b:
-                    break
-                n += 1
-            best = max(best, n)
-        return best
-
-    def correct(self, replica: str, predicted_blocks: int, reported_blocks: int) -> None:
-        return None
 
 
 def _chain(parent: bytes, content: int) -> bytes:
@@ -410,71 +304,3 @@ class Simulation:
             "busy_usd_per_mtok": cost / (served / 1e6) if served else 0.0,
             "working_set": statistics.fmean(self.ws_samples) if self.ws_samples else 0.0,
         }
-
-
-STRATEGIES = (
-    "round_robin",
-    "least_loaded",
-    "session_hash",
-    "prefix_only",
-    "lantern",
-    "oracle_cache",
-    "oracle",
-)
-
-
-def size_kv(cfg: SimConfig, seed: int) -> tuple[int, float]:
-    """Measure the working set with an unbounded cache, then size KV to ws_target of it."""
-    sim = Simulation(cfg, "lantern", seed, kv_blocks=10**9)
-    sim.run()
-    ws = statistics.fmean(sim.ws_samples)
-    return max(int(ws / (cfg.ws_target * cfg.replicas)), 1), ws
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--duration", type=float, default=600.0)
-    ap.add_argument("--seeds", type=int, nargs="+", default=[1])
-    ap.add_argument("--rate", type=float, default=0.5, help="new sessions per second")
-    ap.add_argument("--ws-target", type=float, default=0.70)
-    ap.add_argument("--kv-blocks", type=int, default=0)
-    ap.add_argument("--agent-types", type=int, default=4, help="distinct system prompts")
-    ap.add_argument("--strategies", nargs="+", default=list(STRATEGIES))
-    ap.add_argument("--poll-s", type=float, default=1.0, help="engine metrics cadence; 0: none")
-    ap.add_argument("--trace", action="store_true", help="who the slowest 5 %% of calls are")
-    args = ap.parse_args(argv)
-    cfg = SimConfig(
-        duration_s=args.duration,
-        session_rate=args.rate,
-        ws_target=args.ws_target,
-        kv_blocks=args.kv_blocks,
-        agent_types=args.agent_types,
-        poll_s=args.poll_s,
-        check_signal=args.trace,
-    )
-    for seed in args.seeds:
-        kv, ws = (cfg.kv_blocks, 0.0) if cfg.kv_blocks else size_kv(cfg, seed)
-        print(
-            f"\nseed {seed}: {cfg.replicas} replicas x {kv} KV blocks of {cfg.block_tokens} tokens;"
-            f" working set {ws:.0f} blocks = {ws / (kv * cfg.replicas):.0%} of fleet KV"
-        )
-        print(
-            "| strategy | requests | token hit rate | TTFT p50 s | TTFT p95 s | load CV | $/Mtok (busy) |"
-        )
-        print("| --- | --- | --- | --- | --- | --- | --- |")
-        for strategy in args.strategies:
-            sim = Simulation(cfg, strategy, seed, kv)
-            sim.run()
-            m = sim.summary()
-            print(
-                f"| {strategy} | {m['requests']:.0f} | {m['hit_rate']:.3f} | {m['ttft_p50']:.3f} |"
-                f" {m['ttft_p95']:.3f} | {m['spread_cv']:.3f} | {m['busy_usd_per_mtok']:.3f} |",
-                flush=True,
-            )
-            if args.trace:
-                report = [*tail_report(sim.traced), signal_report(sim.signal_errors)]
-                print("\n".join(["", f"{strategy}, seed {seed}:", *report, ""]))
-
-
-if __name__ == "__main__":
-    main()

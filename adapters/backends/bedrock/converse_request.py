@@ -1,0 +1,153 @@
+"""Canonical request → Converse keyword arguments, with `cachePoint` blocks placed.
+
+Pure encoding: no boto3, no I/O.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+from adapters.errors import ProviderRejected
+from adapters.types import (
+    JSON,
+    CacheControl,
+    ChatRequest,
+    ContentPart,
+    ImagePart,
+    TextPart,
+    ToolUsePart,
+)
+
+MAX_CACHE_POINTS = 4
+
+
+def _cache_point(cc: CacheControl) -> dict[str, Any]:
+    point: dict[str, Any] = {"type": "default"}
+    if cc.ttl == "1h":
+        point["ttl"] = "1h"
+    return {"cachePoint": point}
+
+
+def _image(backend: str, part: ImagePart) -> dict[str, Any]:
+    if part.data_b64 is None or part.media_type is None:
+        raise ProviderRejected(backend, "Bedrock Converse takes images as bytes, not URLs")
+    fmt = part.media_type.split("/")[-1].replace("jpg", "jpeg")
+    return {"image": {"format": fmt, "source": {"bytes": base64.b64decode(part.data_b64)}}}
+
+
+def _block(backend: str, part: ContentPart) -> dict[str, Any] | None:
+    if isinstance(part, TextPart):
+        return {"text": part.text} if part.text else None
+    if isinstance(part, ImagePart):
+        return _image(backend, part)
+    if isinstance(part, ToolUsePart):
+        args = json.loads(part.arguments_json) if part.arguments_json.strip() else {}
+        return {"toolUse": {"toolUseId": part.id, "name": part.name, "input": args}}
+    content = [_block(backend, c) for c in part.content]
+    return {
+        "toolResult": {
+            "toolUseId": part.tool_use_id,
+            "content": [c for c in content if c is not None] or [{"text": ""}],
+            "status": "error" if part.is_error else "success",
+        }
+    }
+
+
+class _Points:
+    """Places cache points: the client's own markers, else tools, system and the last turn."""
+
+    def __init__(self, enabled: bool, request: ChatRequest) -> None:
+        self.enabled = enabled
+        self.left = MAX_CACHE_POINTS
+        parts = [*request.system, *request.tools, *(p for m in request.messages for p in m.content)]
+        self.auto = enabled and not any(p.cache_control is not None for p in parts)
+
+    def after(self, out: list[dict[str, Any]], cc: CacheControl | None) -> None:
+        if self.enabled and cc is not None and self.left > 0 and out:
+            out.append(_cache_point(cc))
+            self.left -= 1
+
+
+def _messages(backend: str, request: ChatRequest, points: _Points) -> list[dict[str, Any]]:
+    """Converse wants alternating user/assistant turns; tool results ride in user turns."""
+    out: list[dict[str, Any]] = []
+    for message in request.messages:
+        if message.role == "system":
+            continue
+        role = "assistant" if message.role == "assistant" else "user"
+        blocks: list[dict[str, Any]] = []
+        for part in message.content:
+            block = _block(backend, part)
+            if block is not None:
+                blocks.append(block)
+                points.after(blocks, part.cache_control)
+        if not blocks:
+            continue
+        if out and out[-1]["role"] == role:
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": role, "content": blocks})
+    if points.auto and out:
+        points.after(out[-1]["content"], CacheControl())
+    return out
+
+
+def _tool_choice(choice: JSON) -> dict[str, Any] | None:
+    kind = choice.get("type") if isinstance(choice, dict) else choice
+    if kind in ("auto", None):
+        return {"auto": {}}
+    if kind in ("any", "required"):
+        return {"any": {}}
+    if kind == "tool" and isinstance(choice, dict):
+        return {"tool": {"name": choice["name"]}}
+    if kind == "function" and isinstance(choice, dict):
+        return {"tool": {"name": choice["function"]["name"]}}
+    return None  # "none": Converse has no such choice; the tools stay declared
+
+
+def encode_converse(
+    backend: str, model_id: str, request: ChatRequest, cache_points: bool
+) -> dict[str, Any]:
+    """The keyword arguments of `client.converse` / `client.converse_stream`."""
+    points = _Points(cache_points, request)
+    kwargs: dict[str, Any] = {"modelId": model_id}
+    if request.tools:
+        tools: list[dict[str, Any]] = []
+        for t in request.tools:
+            spec = {"name": t.name, "inputSchema": {"json": dict(t.input_schema)}}
+            if t.description:
+                spec["description"] = t.description
+            tools.append({"toolSpec": spec})
+            points.after(tools, t.cache_control)
+        if points.auto:
+            points.after(tools, CacheControl())
+        config: dict[str, Any] = {"tools": tools}
+        choice = _tool_choice(request.tool_choice)
+        if choice is not None and request.tool_choice is not None:
+            config["toolChoice"] = choice
+        kwargs["toolConfig"] = config
+    system: list[dict[str, Any]] = []
+    for part in request.system:
+        if part.text:
+            system.append({"text": part.text})
+            points.after(system, part.cache_control)
+    if points.auto:
+        points.after(system, CacheControl())
+    if system:
+        kwargs["system"] = system
+    kwargs["messages"] = _messages(backend, request, points)
+    inference: dict[str, Any] = {}
+    for key, value in (
+        ("maxTokens", request.max_tokens),
+        ("temperature", request.temperature),
+        ("topP", request.top_p),
+    ):
+        if value is not None:
+            inference[key] = value
+    if request.stop:
+        inference["stopSequences"] = list(request.stop)
+    if inference:
+        kwargs["inferenceConfig"] = inference
+    return kwargs
