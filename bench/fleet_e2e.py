@@ -285,7 +285,7 @@ def run(strategy: str, args: argparse.Namespace, tmp: Path) -> Tally:
     cfg = write_config(tmp / strategy, urls, strategy, args)
     try:
         gw = start(
-            [PY, "-m", "gateway.cli", "serve", "--config", str(cfg), "--port", str(gw_port)],
+            [PY, "-m", "gateway.cli.main", "serve", "--config", str(cfg), "--port", str(gw_port)],
             f"http://127.0.0.1:{gw_port}/healthz",
             log=tmp / f"gw-{strategy}.log",
             env={"LITELLM_LOCAL_MODEL_COST_MAP": "True"},

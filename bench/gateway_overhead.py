@@ -274,7 +274,7 @@ def start_targets(
     procs.append(start(fake, f"http://127.0.0.1:{up_port}/", log=tmp / "up.log"))
     targets: list[Target] = [("direct", upstream, None)]
     config = str(write_lantern_config(tmp, upstream))
-    lantern = [PY, "-m", "gateway.cli", "serve", "--config", config, "--port", str(gw_port)]
+    lantern = [PY, "-m", "gateway.cli.main", "serve", "--config", config, "--port", str(gw_port)]
     gw = start(lantern, f"http://127.0.0.1:{gw_port}/healthz", env=ENV, log=tmp / "gw.log")
     procs.append(gw)
     targets.append(("lantern", f"http://127.0.0.1:{gw_port}/v1", gw.pid))

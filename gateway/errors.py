@@ -1,16 +1,10 @@
-"""Gateway errors and the one place where any error becomes an HTTP reply.
+"""Gateway errors: what went wrong, with the HTTP status, rule and field a client is told.
 
-Each client gets its own error shape: OpenAI `{"error": {...}}`, Anthropic
-`{"type": "error", "error": {...}}`. Nothing here branches on message text.
+`gateway/http/errors.py` turns any of them (and the errors of the parts below) into the reply
+shape of the client's door.
 """
 
 from __future__ import annotations
-
-from adapters.errors import ProviderRateLimited, UpstreamError, WireFormatError
-from adapters.routing_types import NoRouteAvailable
-from adapters.types import WireFormat
-from gateway.error_shapes import HttpError, error_body
-from gateway.quota_http import quota_to_http
 
 
 class GatewayError(Exception):
@@ -74,56 +68,3 @@ class ClientGone(GatewayError):
 
     def __init__(self) -> None:
         super().__init__("client closed the connection before the body was complete")
-
-
-def _upstream_kind(exc: UpstreamError) -> tuple[str, str]:
-    if isinstance(exc, ProviderRateLimited):
-        return "rate_limit_error", "rate_limit_error"
-    if exc.status_code == 504:
-        return "timeout", "api_error"
-    if exc.status_code == 400:
-        return "invalid_request_error", "invalid_request_error"
-    return "api_error", "api_error"
-
-
-def to_http(exc: Exception, wire: WireFormat) -> HttpError:
-    """Map any exception raised while serving a call to its reply in the client's format."""
-    quota = quota_to_http(exc, wire)
-    if quota is not None:
-        return quota
-    if isinstance(exc, GatewayError):
-        body = error_body(
-            wire,
-            exc.openai_type,
-            exc.anthropic_type,
-            exc.message,
-            exc.rule,
-            exc.field,
-        )
-        return HttpError(exc.status_code, body)
-    if isinstance(exc, WireFormatError):
-        body = error_body(
-            wire,
-            "invalid_request_error",
-            "invalid_request_error",
-            f"invalid request: {exc.field}: {exc.reason}",
-            "invalid_request",
-            exc.field,
-        )
-        return HttpError(400, body)
-    if isinstance(exc, NoRouteAvailable):
-        message = f"{exc}: every replica is drained or cooling down; retry shortly"
-        body = error_body(
-            wire, "service_unavailable", "overloaded_error", message, "no_route", "model"
-        )
-        return HttpError(503, body, {"retry-after": "5"})
-    if isinstance(exc, UpstreamError):
-        kind_o, kind_a = _upstream_kind(exc)
-        message = f"upstream {exc.backend} failed: {exc.detail}"
-        headers = {}
-        if isinstance(exc, ProviderRateLimited) and exc.retry_after_s is not None:
-            headers["retry-after"] = str(max(1, round(exc.retry_after_s)))
-        body = error_body(wire, kind_o, kind_a, message, "upstream", None)
-        return HttpError(exc.status_code, body, headers)
-    body = error_body(wire, "api_error", "api_error", "internal error", "internal", None)
-    return HttpError(500, body)

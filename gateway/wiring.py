@@ -1,48 +1,46 @@
 """Builds every long-lived part of one gateway process from its settings, and starts/stops them.
 
-The only place that knows concrete classes; the pipeline sees ports (gateway/ports.py).
+The only place that knows concrete classes; the pipeline sees ports (gateway/core/ports.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 import httpx
-from fastapi import APIRouter, Request
 from sqlalchemy.engine import Engine
 
 from adapters.backends.http1_connection import Http1Pool
-from gateway.admission import Admission
-from gateway.engine_tokens import EngineTokenizers
-from gateway.fleet import Fleet
-from gateway.fleet_signals import HttpMetricsSource
-from gateway.fleet_window import ContextWindows, HttpModelCards
-from gateway.ledger.call_ledger import CallLedger
-from gateway.ledger.db import create_ledger_engine, migrate_engine, session_factory
-from gateway.ledger.metrics import RecorderCollector
-from gateway.ledger.recorder import RecorderConfig, UsageRecorder
-from gateway.measure_lane import MeasureLane
-from gateway.models_table import (
+from gateway.core.admission import Admission
+from gateway.core.engine_tokens import EngineTokenizers
+from gateway.core.measure_lane import MeasureLane
+from gateway.core.models_table import (
     ModelTableImpl,
     RoutePricing,
     build_model_table,
     fleet_inputs,
     shared_cache_models,
 )
-from gateway.pipeline import Pipeline, Services
-from gateway.prompt_cache import PromptCachePort, TiktokenEncoder
+from gateway.core.pipeline import Pipeline, Services
+from gateway.core.prompt_cache import PromptCachePort, TiktokenEncoder
+from gateway.core.token_count import TiktokenCounting, route_counting
+from gateway.fleet.routing_port import Fleet
+from gateway.fleet.signals import HttpMetricsSource
+from gateway.fleet.window import ContextWindows, HttpModelCards
+from gateway.http.admin_views import JsonView, build_admin_views
+from gateway.http.tools_wiring import ToolsRouter, build_tools
+from gateway.ledger.call_ledger import CallLedger
+from gateway.ledger.db import create_ledger_engine, migrate_engine
+from gateway.ledger.metrics import RecorderCollector
+from gateway.ledger.recorder import RecorderConfig, UsageRecorder
 from gateway.settings import Settings
 from gateway.telemetry import Metrics, Telemetry, build_tracer_provider
-from gateway.token_count import TiktokenCounting, route_counting
-from gateway.tools_wiring import build_tools
 from policies.store import PolicyStore
 
 log = logging.getLogger("lantern.wiring")
@@ -54,7 +52,6 @@ log = logging.getLogger("lantern.wiring")
 LEDGER_LINGER_S = 0.5
 LEDGER_SEED_TIMEOUT_S = 60.0
 LEDGER_FIRST_TRY_S = 30.0
-JsonView = Callable[[Request], Awaitable[Any]]
 
 
 @dataclass
@@ -64,7 +61,7 @@ class Components:
     models: ModelTableImpl
     metrics: Metrics
     admin_views: dict[str, JsonView]
-    tools_router: APIRouter | None = None
+    tools_router: ToolsRouter | None = None
     on_start: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -85,7 +82,7 @@ class Components:
 
 async def fetch_tokenizers(tokenizers: EngineTokenizers, retry_s: float = 2.0) -> None:
     """Each self-hosted replica's tokenizer, once; until then its calls are reserved at an
-    upper bound (gateway/token_count.py)."""
+    upper bound (gateway/core/token_count.py)."""
     async with httpx.AsyncClient() as client:
         while tokenizers.num_missing:
             await tokenizers.fetch_missing(client)
@@ -179,7 +176,7 @@ def build_components(
     )
     tools = build_tools(settings, keys)
     parts = Components(
-        pipeline, keys, models, metrics, _admin_views(settings, keys, engine), tools.router
+        pipeline, keys, models, metrics, build_admin_views(settings, keys, engine), tools.router
     )
     parts.on_start.append(tools.start)
     parts.on_stop.append(tools.stop)
@@ -234,42 +231,3 @@ def _prepare_ledger(
     migrate_engine(engine)
     seeded = asyncio.run_coroutine_threadsafe(admission.start(engine), loop[0])
     seeded.result(timeout=LEDGER_SEED_TIMEOUT_S)
-
-
-def _admin_views(settings: Settings, keys: PolicyStore, engine: Any) -> dict[str, JsonView]:
-    from gateway.report_breakeven import (
-        api_prices_from_settings,
-        breakeven_reports,
-        fleets_from_settings,
-    )
-    from gateway.report_format import report_document
-    from gateway.reports import cost_report, parse_group_by, parse_period
-
-    sessions = session_factory(engine)
-
-    async def policy(_: Request) -> Any:
-        return keys.snapshot()
-
-    async def cost(request: Request) -> Any:
-        q = request.query_params
-        since, until = parse_period(q.get("since"), q.get("until"), datetime.now(UTC))
-        group_by = parse_group_by(q.getlist("group_by") or ["tenant"])
-        report = await asyncio.to_thread(cost_report, sessions, since, until, group_by)
-        return report_document(report)
-
-    async def breakeven(request: Request) -> Any:
-        q = request.query_params
-        since, until = parse_period(q.get("since"), q.get("until"), datetime.now(UTC))
-        fleets = fleets_from_settings(settings)
-        prices = api_prices_from_settings(settings, fleets)
-        reports, notes = await asyncio.to_thread(
-            breakeven_reports, sessions, since, until, fleets, prices
-        )
-        return {
-            "since": since.isoformat(),
-            "until": until.isoformat(),
-            "models": [dataclasses.asdict(r) for r in reports],
-            "notes": notes,
-        }
-
-    return {"policy": policy, "reports/cost": cost, "reports/breakeven": breakeven}

@@ -1,4 +1,4 @@
-"""The `cache:` section of a tenant policy (applied by `cachekeys/` via gateway/prompt_cache.py).
+"""The `cache:` section of a tenant policy (applied by `cachekeys/` via gateway/core/prompt_cache.py).
 
 Validation only: patterns must compile, public prefixes name exactly one thing. Every switch
 that could change what a prompt means is off by default (see docs/cache.md).

@@ -1,6 +1,6 @@
 """The `limits:` section of a tenant policy (enforced by `quotas/` via the gateway).
 
-Pure, validated values; the gateway maps them onto `quotas.Limits` (gateway/admission.py).
+Pure, validated values; the gateway maps them onto `quotas.Limits` (gateway/core/admission.py).
 """
 
 from __future__ import annotations

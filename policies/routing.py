@@ -1,4 +1,4 @@
-"""The `routing:` section of a tenant policy (read by `adapters/router.py`).
+"""The `routing:` section of a tenant policy (read by `routing/decision.py`).
 
 Venue pinning, the routing strategy and the knobs of session affinity and break-even venue
 choice. Pure data: the decision itself lives in the router.

@@ -11,7 +11,7 @@ from typing import Protocol
 from adapters import anthropic_wire
 from adapters.tokens import TokenCounter
 from bench.agent_sessions.session import Body
-from gateway.prompt_cache import TiktokenEncoder, prepare
+from gateway.core.prompt_cache import TiktokenEncoder, prepare
 from policies.cache import CachePolicy, NormalisePolicy
 from tests.fakes.prompt_cache import PromptCacheFake
 

@@ -1,6 +1,6 @@
 """Trace-driven fleet simulator: agent sessions replayed against N replicas, each with a real
 content-addressed block LRU of fixed capacity and the step-time model of the note (A3), routed
-by Lantern's own `gateway.fleet.Fleet` under each strategy. CPU only, deterministic per seed.
+by Lantern's own `gateway.fleet.routing_port.Fleet` under each strategy. CPU only, deterministic per seed.
 """
 
 from bench.fleet_pool import Pool

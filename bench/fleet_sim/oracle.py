@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 
-from adapters.routing_index import PrefixIndex
 from bench.fleet_sim.state import Replica
+from routing.prefix_index import PrefixIndex
 
 # Lantern's policy fed the truth: `oracle_cache` the true cache contents instead of the router's
 # index (and no engine load signal); `oracle` also the true queue and KV usage at every decision.

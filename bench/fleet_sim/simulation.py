@@ -18,9 +18,9 @@ from bench.fleet_pool import Pool
 from bench.fleet_sim.oracle import ORACLES, OracleIndex
 from bench.fleet_sim.state import Replica, Req, Session, SimConfig
 from bench.fleet_trace import SignalError
-from gateway.fleet import Fleet, ReplicaSpec
-from gateway.fleet_signals import EngineLoad
-from gateway.ports import Candidate, ModelRoute, PreparedPrompt
+from gateway.core.ports import Candidate, ModelRoute, PreparedPrompt
+from gateway.fleet.routing_port import Fleet, ReplicaSpec
+from gateway.fleet.signals import EngineLoad
 from policies.model import TenantPolicy
 from policies.routing import RoutingPolicy
 

@@ -15,13 +15,13 @@ from opentelemetry.sdk.trace import TracerProvider
 from adapters.backends.bedrock import BedrockBackend
 from adapters.backends.openai_compatible import OpenAICompatibleBackend
 from adapters.backends.spec import BackendSpec
-from adapters.routing_types import Prices, TokenPrices
 from adapters.types import ChatRequest, Message, TextPart, Usage
-from gateway.fleet import Fleet
-from gateway.pipeline import IncomingCall, Pipeline, Services
-from gateway.ports import CacheVerdict, CallRecord, Candidate, ModelRoute, PreparedPrompt
+from gateway.core.pipeline import IncomingCall, Pipeline, Services
+from gateway.core.ports import CacheVerdict, CallRecord, Candidate, ModelRoute, PreparedPrompt
+from gateway.fleet.routing_port import Fleet
 from gateway.telemetry import Metrics, Telemetry
 from policies.model import TenantPolicy
+from routing.types import Prices, TokenPrices
 from tests.fakes.bedrock import FakeBedrock
 
 MODEL_ID = "anthropic.claude-sonnet-4-5-v1:0"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.breakeven import (
+from routing.breakeven import (
     ApiPrices,
     ModelAggregates,
     TokenCounts,

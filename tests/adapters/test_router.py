@@ -9,9 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adapters.router import choose, session_after
-from adapters.routing_index import PrefixIndex
-from adapters.routing_types import (
+from policies.routing import RoutingPolicy
+from routing.decision import choose, session_after
+from routing.prefix_index import PrefixIndex
+from routing.types import (
     ApiState,
     FleetSnapshot,
     NoRouteAvailable,
@@ -22,7 +23,6 @@ from adapters.routing_types import (
     SessionTable,
     TokenPrices,
 )
-from policies.routing import RoutingPolicy
 
 MODEL = "smollm2"
 

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from adapters.router import admission_wait_s
-from adapters.routing_types import ApiState, ReplicaState, SessionEntry, SessionTable
 from policies.routing import RoutingPolicy
+from routing.decision import admission_wait_s
+from routing.types import ApiState, ReplicaState, SessionEntry, SessionTable
 from tests.adapters.test_router import MODEL, chain, decide, features, index_with, replica
 
 

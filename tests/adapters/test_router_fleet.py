@@ -1,4 +1,4 @@
-"""The stateful fleet (gateway/fleet.py) around the pure router: load accounting, stickiness,
+"""The stateful fleet (gateway/fleet/routing_port.py) around the pure router: load accounting, stickiness,
 drain on failure, health checks by one-token generations, index correction."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from collections.abc import AsyncIterator
 
 from adapters.backend import BackendCall
 from adapters.errors import ProviderUnavailable
-from adapters.routing_types import Prices, TokenPrices
 from adapters.types import ChatRequest, ChatResponse, StreamEvent, TextPart, Usage
-from gateway.fleet import Fleet, ReplicaSpec
-from gateway.ports import Candidate, ModelRoute, PreparedPrompt
+from gateway.core.ports import Candidate, ModelRoute, PreparedPrompt
+from gateway.fleet.routing_port import Fleet, ReplicaSpec
 from policies.model import TenantPolicy
 from policies.routing import RoutingPolicy
+from routing.types import Prices, TokenPrices
 
 
 class ProbeBackend:

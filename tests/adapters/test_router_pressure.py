@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from adapters.routing_index import PrefixIndex
-from adapters.routing_types import SessionEntry, SessionTable
 from policies.routing import RoutingPolicy
+from routing.prefix_index import PrefixIndex
+from routing.types import SessionEntry, SessionTable
 from tests.adapters.test_router import chain, decide, features, index_with, replica
 
 STICKY = SessionTable({"s1": SessionEntry("s1", "selfhost", "a", "a", 99.0, 1600)})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from adapters.routing_index import PrefixIndex
+from routing.prefix_index import PrefixIndex
 
 
 def _index(capacity: int) -> PrefixIndex:

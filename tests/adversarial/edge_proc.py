@@ -1,4 +1,4 @@
-"""A gateway process started as users start it (`python -m gateway.cli serve --config`), in
+"""A gateway process started as users start it (`python -m gateway.cli.main serve --config`), in
 front of a wire-level fake upstream, with two tenants; plus raw-socket helpers for requests
 that no well-behaved client library would send."""
 
@@ -89,7 +89,7 @@ def edge_gateway(
         )
         port = free_port()
         log = var_dir / "gateway.log"
-        argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config)]
+        argv = [sys.executable, "-m", "gateway.cli.main", "serve", "--config", str(config)]
         with open(log, "wb") as out:
             proc = subprocess.Popen(
                 [*argv, "--port", str(port)], cwd=REPO, env=dict(os.environ), stdout=out, stderr=out

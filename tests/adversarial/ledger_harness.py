@@ -1,4 +1,4 @@
-"""Gateways as users start them (`python -m gateway.cli serve`), a client that keeps the
+"""Gateways as users start them (`python -m gateway.cli.main serve`), a client that keeps the
 request ids of the calls it saw succeed, and the ledger rows read back from the database."""
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ class GatewayProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> GatewayProcess:
-        argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(self.config)]
+        argv = [sys.executable, "-m", "gateway.cli.main", "serve", "--config", str(self.config)]
         env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(

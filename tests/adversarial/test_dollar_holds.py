@@ -11,7 +11,7 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gateway.admission import Admission, AdmissionMetrics
+from gateway.core.admission import Admission, AdmissionMetrics
 from quotas.limits import usd_to_micro
 from tests.adversarial.recording_store import RecordingStore
 from tests.e2e.harness import RunningGateway, start_gateway, write_config, write_policy

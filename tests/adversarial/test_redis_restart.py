@@ -13,7 +13,7 @@ import httpx
 import pytest
 import redis
 
-from gateway.admission import REDIS_KEY_PREFIX
+from gateway.core.admission import REDIS_KEY_PREFIX
 from tests.adversarial.ledger_harness import KEY, GatewayProcess, gateway_config, running
 from tests.fakes.tcp_cut import TcpCut
 from tests.fakes.upstream import FakeUpstream

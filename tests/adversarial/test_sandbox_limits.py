@@ -105,7 +105,7 @@ def gateways(tmp_path: Path, origin: HoldingOrigin, redis_url: str) -> Iterator[
 
 def _start(config: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
-    argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config)]
+    argv = [sys.executable, "-m", "gateway.cli.main", "serve", "--config", str(config)]
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     with open(log, "wb") as out:
         proc = subprocess.Popen(

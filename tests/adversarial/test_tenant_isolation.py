@@ -25,7 +25,7 @@ import pytest
 import sqlalchemy as sa
 
 from bench._procs import free_port
-from gateway.admission import REDIS_KEY_PREFIX
+from gateway.core.admission import REDIS_KEY_PREFIX
 from gateway.ledger.db import create_ledger_engine
 from gateway.ledger.models import UsageRecord
 from quotas.limits import Limits
@@ -103,7 +103,7 @@ def gateway(upstream: FakeUpstream, tmp_path: Path, redis_url: str) -> Iterator[
     port = free_port()
     log = tmp_path / "gateway.log"
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "PYTHONPATH": str(REPO)}
-    argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config)]
+    argv = [sys.executable, "-m", "gateway.cli.main", "serve", "--config", str(config)]
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [*argv, "--port", str(port)], cwd=REPO, env=env, stdout=out, stderr=out

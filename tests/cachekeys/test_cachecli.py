@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cachecli import cli_explain, explain_rows, render_explanation
+from gateway.cli.cache_explain import cli_explain, explain_rows, render_explanation
 from gateway.ledger.db import create_ledger_engine, migrate_engine, session_factory
 from gateway.ledger.models import UsageRecord
 

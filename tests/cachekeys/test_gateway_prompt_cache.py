@@ -10,8 +10,8 @@ from adapters import anthropic_wire, openai_wire
 from adapters.tokens import TokenCounter
 from adapters.types import Usage
 from cachekeys.blockhash import chain_hashes, tenant_salt
-from gateway.ports import CacheVerdict
-from gateway.prompt_cache import PromptCachePort, TiktokenEncoder
+from gateway.core.ports import CacheVerdict
+from gateway.core.prompt_cache import PromptCachePort, TiktokenEncoder
 from policies.model import TenantPolicy
 from tests.fakes.prompt_cache import PromptCacheFake
 

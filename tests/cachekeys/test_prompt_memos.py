@@ -10,7 +10,7 @@ from adapters import openai_wire
 from adapters.types import ChatRequest, Message, TextPart, ToolSpec
 from cachekeys.canonical import SchemaMemo
 from cachekeys.layout import ToolTextMemo, request_blocks
-from gateway.prompt_cache import PromptCachePort, TiktokenEncoder
+from gateway.core.prompt_cache import PromptCachePort, TiktokenEncoder
 from policies.model import TenantPolicy
 
 SECRET = b"secret"
@@ -111,7 +111,7 @@ def test_options_do_not_cross_tenants() -> None:
 def test_the_port_with_its_memos_prepares_what_the_plain_function_does() -> None:
     """Salts memoised per tenant, token ids keyed by block digest, schemas, tool texts, chain
     segments: call after call, for tenants that alternate, each field equals `prepare`'s."""
-    from gateway.prompt_cache import prepare
+    from gateway.core.prompt_cache import prepare
 
     port = PromptCachePort(SECRET, encoder=ENCODER)
     tools = [

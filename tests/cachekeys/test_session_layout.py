@@ -19,7 +19,7 @@ from adapters.tokens import TokenCounter, TokenIdsMemo
 from adapters.types import ChatRequest, Message, TextPart, ToolUsePart
 from cachekeys.layout import request_blocks
 from cachekeys.session_layout import LayoutEntry, SessionLayoutMemo
-from gateway.prompt_cache import (
+from gateway.core.prompt_cache import (
     PromptCachePort,
     PromptFacts,
     SessionCacheTracker,

@@ -8,7 +8,7 @@ from pathlib import Path
 import anthropic
 import pytest
 
-from gateway.cli import main
+from gateway.cli.main import main
 from tests.e2e.harness import start_gateway, write_config, write_policy
 from tests.fakes.upstream import FakeUpstream
 

@@ -16,7 +16,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from bench._procs import free_port
-from gateway.admission import Admission, AdmissionMetrics
+from gateway.core.admission import Admission, AdmissionMetrics
 from tests.adversarial.recording_store import RecordingStore
 from tests.e2e.harness import RunningGateway, start_gateway, write_config, write_policy
 

@@ -51,7 +51,7 @@ def start_gateways(config: Path, var_dir: Path) -> list[tuple[subprocess.Popen[b
     for n in range(NUM_GATEWAYS):
         port = free_port()
         log = open(var_dir / f"gateway-{n}.log", "wb")  # noqa: SIM115 - lives with the process
-        argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config)]
+        argv = [sys.executable, "-m", "gateway.cli.main", "serve", "--config", str(config)]
         proc = subprocess.Popen(
             [*argv, "--port", str(port)], cwd=REPO, env=env, stdout=log, stderr=log
         )

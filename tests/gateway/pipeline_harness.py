@@ -16,7 +16,6 @@ from prometheus_client import CollectorRegistry
 
 from adapters.backend import BackendCall
 from adapters.errors import ProviderRejected, ProviderTimeout, ProviderUnavailable
-from adapters.routing_types import ReplicaState
 from adapters.types import (
     JSON,
     ChatRequest,
@@ -30,21 +29,22 @@ from adapters.types import (
     Usage,
     WireFormat,
 )
-from gateway.admission import Admission
-from gateway.fleet import Fleet
-from gateway.fleet_window import ContextWindows
-from gateway.pipeline import IncomingCall, Pipeline, Services
-from gateway.ports import (
+from gateway.core.admission import Admission
+from gateway.core.pipeline import IncomingCall, Pipeline, Services
+from gateway.core.ports import (
     CacheVerdict,
     CallRecord,
     Candidate,
     ModelRoute,
     PreparedPrompt,
 )
-from gateway.prompt_cache import PromptCachePort
+from gateway.core.prompt_cache import PromptCachePort
+from gateway.fleet.routing_port import Fleet
+from gateway.fleet.window import ContextWindows
 from gateway.telemetry import Metrics, Telemetry
 from policies.model import TenantPolicy
 from quotas.store import QuotaStore
+from routing.types import ReplicaState
 
 OUTPUT_TOKENS = 5
 REPLICA = "http://replica-1/v1"

@@ -26,9 +26,9 @@ from adapters.types import (
     TextPart,
     Usage,
 )
-from gateway.after_reply import AfterReply
-from gateway.pipeline import IncomingCall, Pipeline, Services
-from gateway.ports import (
+from gateway.core.after_reply import AfterReply
+from gateway.core.pipeline import IncomingCall, Pipeline, Services
+from gateway.core.ports import (
     Attempt,
     CacheVerdict,
     CallRecord,

@@ -20,10 +20,10 @@ from adapters.types import (
     ToolUsePart,
     Usage,
 )
-from gateway.pipeline import Pipeline, Services
-from gateway.ports import Attempt, Candidate, ModelRoute
-from gateway.prompt_cache import PromptCachePort
-from gateway.stream_tally import StreamTally
+from gateway.core.pipeline import Pipeline, Services
+from gateway.core.ports import Attempt, Candidate, ModelRoute
+from gateway.core.prompt_cache import PromptCachePort
+from gateway.core.stream_tally import StreamTally
 from gateway.telemetry import Metrics, Telemetry
 from tests.cachekeys.test_gateway_prompt_cache import (
     ENCODER,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli import main
+from gateway.cli.main import main
 from gateway.settings import Settings
 from policies.limits import LimitsPolicy
 from policies.model import hash_api_key
@@ -81,7 +81,7 @@ def test_policy_check_empty_directory_fails(
 
 def test_policy_check_as_a_subprocess(tmp_path: Path) -> None:
     folder = policies(tmp_path)
-    command = [sys.executable, "-m", "gateway.cli", "policy", "check", str(folder)]
+    command = [sys.executable, "-m", "gateway.cli.main", "policy", "check", str(folder)]
     ok = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=60)
     assert (ok.returncode, ok.stdout) == (0, "OK: 2 policy file(s), 2 API key(s)\n")
     broken(folder)
@@ -144,10 +144,10 @@ def test_every_command_has_help(command: list[str], capsys: pytest.CaptureFixtur
 def test_missing_module_exits_2_with_a_clear_message(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setitem(sys.modules, "gateway.cachecli", None)
+    monkeypatch.setitem(sys.modules, "gateway.cli.cache_explain", None)
     assert main(["cache", "explain", "--session", "s1", "--tenant", "acme"]) == 2
     assert capsys.readouterr().err == (
-        "lantern cache explain: not available (gateway.cachecli.cli_explain is missing)\n"
+        "lantern cache explain: not available (gateway.cli.cache_explain.cli_explain is missing)\n"
     )
 
 
@@ -158,9 +158,9 @@ def test_dispatch_passes_args_and_settings(tmp_path: Path, monkeypatch: pytest.M
         calls.append((args, settings))
         return 3
 
-    fake = types.ModuleType("gateway.cachecli")
+    fake = types.ModuleType("gateway.cli.cache_explain")
     fake.cli_explain = cli_explain  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "gateway.cachecli", fake)
+    monkeypatch.setitem(sys.modules, "gateway.cli.cache_explain", fake)
     config = tmp_path / "lantern.yaml"
     config.write_text("port: 9999\n")
     argv = ["cache", "explain", "--session", "s1", "--tenant", "acme", "--config", str(config)]
@@ -171,9 +171,9 @@ def test_dispatch_passes_args_and_settings(tmp_path: Path, monkeypatch: pytest.M
 
 def test_report_cost_arguments_reach_the_report(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[argparse.Namespace] = []
-    fake = types.ModuleType("gateway.reports")
+    fake = types.ModuleType("gateway.reports.cost")
     fake.cli_cost = lambda args, settings: seen.append(args) or 0  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "gateway.reports", fake)
+    monkeypatch.setitem(sys.modules, "gateway.reports.cost", fake)
     argv = ["report", "cost", "--since", "2026-11-01", "--group-by", "tenant", "--group-by", "day"]
     assert main([*argv, "--format", "csv"]) == 0
     (args,) = seen
@@ -205,9 +205,9 @@ def test_serve_demo_seeds_a_tenant_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     served: list[Settings] = []
-    fake = types.ModuleType("gateway.app")
+    fake = types.ModuleType("gateway.http.app")
     fake.serve = lambda settings: served.append(settings)  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "gateway.app", fake)
+    monkeypatch.setitem(sys.modules, "gateway.http.app", fake)
     monkeypatch.chdir(tmp_path)
     assert main(["serve", "--demo", "--port", "8181"]) == 0
     (settings,) = served

@@ -13,11 +13,12 @@ import httpx
 import pytest
 
 from adapters.types import ChatRequest
-from gateway.errors import RequestRejected, to_http
-from gateway.fleet import Fleet
-from gateway.fleet_window import ContextWindows, HttpModelCards
-from gateway.pipeline import IncomingCall
-from gateway.ports import Candidate, ModelRoute, PreparedPrompt
+from gateway.core.pipeline import IncomingCall
+from gateway.core.ports import Candidate, ModelRoute, PreparedPrompt
+from gateway.errors import RequestRejected
+from gateway.fleet.routing_port import Fleet
+from gateway.fleet.window import ContextWindows, HttpModelCards
+from gateway.http.errors import to_http
 from policies.limits import LimitsPolicy
 from policies.model import TenantPolicy
 from quotas.limits import Limits

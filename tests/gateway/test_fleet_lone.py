@@ -11,18 +11,18 @@ from pathlib import Path
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
-from adapters.routing_types import NoRouteAvailable
 from adapters.types import Usage
 from bench.gateway_overhead import write_lantern_config
-from gateway.app import create_app
-from gateway.fleet import Fleet, ReplicaSpec
-from gateway.fleet_state import ONLY_CANDIDATE
-from gateway.pipeline import Pipeline, Services
-from gateway.ports import Attempt, Candidate, ModelRoute, RoutePlan
+from gateway.core.pipeline import Pipeline, Services
+from gateway.core.ports import Attempt, Candidate, ModelRoute, RoutePlan
+from gateway.fleet.routing_port import Fleet, ReplicaSpec
+from gateway.fleet.state import ONLY_CANDIDATE
+from gateway.http.app import create_app
 from gateway.settings import load_settings
 from gateway.telemetry import Metrics, Telemetry
 from policies.model import TenantPolicy
 from policies.routing import RoutingPolicy
+from routing.types import NoRouteAvailable
 from tests.adapters.test_router_fleet import Clock, ProbeBackend, chain, prepared
 from tests.gateway.test_after_reply import Backend, incoming
 from tests.gateway.test_answer_extend import ExtendFakes

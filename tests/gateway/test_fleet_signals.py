@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gateway.fleet_signals import (
+from gateway.fleet.signals import (
     Counts,
     EngineLoad,
     HttpMetricsSource,

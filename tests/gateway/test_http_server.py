@@ -1,4 +1,4 @@
-"""gateway/http_server.py: the once-a-second tick serves the Date header, and an exit request
+"""gateway/http/server.py: the once-a-second tick serves the Date header, and an exit request
 ends the tick's wait at once (a real uvicorn server on a real socket, in a thread)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import httpx
 import uvicorn
 from starlette.types import Receive, Scope, Send
 
-from gateway.http_server import TickServer
+from gateway.http.server import TickServer
 
 
 async def hello(scope: Scope, receive: Receive, send: Send) -> None:

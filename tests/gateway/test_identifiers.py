@@ -7,10 +7,11 @@ from __future__ import annotations
 import pytest
 
 from adapters import anthropic_wire, openai_wire
-from gateway.errors import RequestRejected, to_http
-from gateway.identifiers import MAX_IDENTIFIER_CHARS
+from gateway.core.identifiers import MAX_IDENTIFIER_CHARS
+from gateway.core.pipeline import IncomingCall
+from gateway.errors import RequestRejected
+from gateway.http.errors import to_http
 from gateway.ledger.models import UsageRecord
-from gateway.pipeline import IncomingCall
 from policies.model import TenantPolicy
 
 TENANT = TenantPolicy(tenant="acme")

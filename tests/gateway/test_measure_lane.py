@@ -11,11 +11,11 @@ from pathlib import Path
 
 from adapters import openai_wire
 from adapters.types import ChatRequest
-from gateway.measure_lane import MeasureLane, measure
-from gateway.pipeline import IncomingCall, Pipeline
-from gateway.ports import PreparedPrompt
+from gateway.core.measure_lane import MeasureLane, measure
+from gateway.core.pipeline import IncomingCall, Pipeline
+from gateway.core.ports import PreparedPrompt
+from gateway.core.token_count import TiktokenCounting
 from gateway.settings import load_settings
-from gateway.token_count import TiktokenCounting
 from gateway.wiring import build_components
 from policies.model import TenantPolicy
 

@@ -1,6 +1,6 @@
 from dataclasses import dataclass
 
-from gateway.memo import PerObjectMemo
+from gateway.core.memo import PerObjectMemo
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import pytest
 
 from gateway.ledger.db import create_ledger_engine, migrate, session_factory
 from gateway.ledger.recorder import insert_rows
-from gateway.reports import (
+from gateway.reports.cost import (
     CostReport,
     CostRow,
     InvalidReportQuery,

@@ -8,18 +8,18 @@ from dataclasses import dataclass
 
 import pytest
 
-from adapters.breakeven import (
+from gateway.ledger.db import create_ledger_engine, migrate
+from gateway.ledger.recorder import insert_rows
+from gateway.reports.breakeven import add_breakeven_arguments
+from gateway.reports.cost import add_cost_arguments, cli_breakeven, cli_cost
+from gateway.settings import Settings
+from routing.breakeven import (
     ApiPrices,
     ModelAggregates,
     TokenCounts,
     breakeven_report,
     format_breakeven,
 )
-from gateway.ledger.db import create_ledger_engine, migrate
-from gateway.ledger.recorder import insert_rows
-from gateway.report_breakeven import add_breakeven_arguments
-from gateway.reports import add_cost_arguments, cli_breakeven, cli_cost
-from gateway.settings import Settings
 from tests.gateway.ledger.ledger_dataset import edge_rows, november_rows
 
 
@@ -184,7 +184,7 @@ def test_breakeven_without_capacity_uses_the_busiest_hour_and_says_so(settings, 
 
 
 def test_breakeven_with_the_parser_of_the_lantern_cli(settings, capsys):
-    """gateway/cli.py's parser passes only since, until, format and config."""
+    """gateway/cli/main.py's parser passes only since, until, format and config."""
     args = argparse.Namespace(since="2026-11-01", until="2026-11-30", format="csv", config=None)
     assert cli_breakeven(args, breakeven_settings(settings.database_url)) == 0
     header, row = capsys.readouterr().out.splitlines()

@@ -11,7 +11,7 @@ from starlette.requests import Request
 
 from adapters.errors import WireFormatError
 from gateway.errors import BodyTooLarge, ClientGone, RequestRejected
-from gateway.request_body import exceeds_depth, parse_object, read_body, too_deep_path
+from gateway.http.request_body import exceeds_depth, parse_object, read_body, too_deep_path
 
 
 def nested(levels: int) -> Any:

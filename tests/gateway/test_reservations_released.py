@@ -17,9 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from adapters.errors import UpstreamError
-from adapters.routing_types import NoRouteAvailable
+from gateway.core.pipeline import IncomingCall
 from gateway.errors import RequestRejected
-from gateway.pipeline import IncomingCall
 from policies.limits import LimitsPolicy
 from policies.model import TenantPolicy
 from policies.routing import RoutingPolicy
@@ -27,6 +26,7 @@ from quotas.limits import Limits
 from quotas.memory import MemoryQuotaStore
 from quotas.redis_store import RedisQuotaStore
 from quotas.store import QuotaStore
+from routing.types import NoRouteAvailable
 from tests.gateway.pipeline_harness import OUTPUT_TOKENS, Harness, build
 from tests.quotas.conftest import delete_prefix
 

@@ -13,7 +13,7 @@ import pytest
 from fastapi import FastAPI
 
 from adapters.types import Usage
-from gateway.routes_chat import ChatRoutes, build_chat_router
+from gateway.http.chat_routes import ChatRoutes, build_chat_router
 from policies.model import TenantPolicy
 from tests.gateway.test_after_reply import Backend, Fakes, build
 

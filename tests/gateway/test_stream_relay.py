@@ -22,8 +22,8 @@ from adapters.backends.openai_compatible import OpenAICompatibleBackend
 from adapters.backends.spec import BackendSpec
 from adapters.sse import SSEParser, SSEvent
 from adapters.types import Usage
-from gateway.pipeline import Pipeline
-from gateway.routes_chat import ChatRoutes, build_chat_router
+from gateway.core.pipeline import Pipeline
+from gateway.http.chat_routes import ChatRoutes, build_chat_router
 from tests.fakes.upstream import FakeUpstream
 from tests.gateway.test_after_reply import Fakes, build
 from tests.gateway.test_sse_reply import Keys, drive

@@ -1,4 +1,4 @@
-"""gateway/admission.py with a fake clock: policy mapping, weighted token counting, rate headers,
+"""gateway/core/admission.py with a fake clock: policy mapping, weighted token counting, rate headers,
 rejection attributes, budget alarm webhook, disconnect-safe settle, seeding from the ledger."""
 
 from __future__ import annotations
@@ -14,7 +14,13 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from adapters.types import Usage
-from gateway.admission import Admission, AdmissionMetrics, Ticket, _duration, rate_limit_headers
+from gateway.core.admission import (
+    Admission,
+    AdmissionMetrics,
+    Ticket,
+    _duration,
+    rate_limit_headers,
+)
 from gateway.ledger.db import create_ledger_engine, migrate_engine, session_factory
 from gateway.ledger.models import UsageRecord
 from policies.limits import LimitsPolicy, StoreDownPolicy, TokenWeights

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from fastapi import FastAPI, Request
 
 from gateway.errors import AuthenticationFailed
-from gateway.tools_api import build_tools_router, tool_spec
+from gateway.http.tools_routes import build_tools_router, tool_spec
 from policies.model import TenantPolicy
 from policies.tools import ToolLimits, ToolPolicy
 from sandbox.assembly import build_tool_run_service

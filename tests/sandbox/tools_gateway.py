@@ -12,10 +12,10 @@ import sqlalchemy as sa
 import uvicorn
 from fastapi import Request
 
-from gateway.app import create_app
-from gateway.auth import authenticate as authenticate_headers
+from gateway.http.app import create_app
+from gateway.http.auth import authenticate as authenticate_headers
+from gateway.http.tools_routes import build_tools_router
 from gateway.settings import load_settings
-from gateway.tools_api import build_tools_router
 from gateway.wiring import build_components
 from policies.model import TenantPolicy
 from sandbox.assembly import build_tool_run_service

@@ -1,4 +1,4 @@
-"""The gateway's local count (gateway/engine_tokens.py, from the engine's tokenizer card) against
+"""The gateway's local count (gateway/core/engine_tokens.py, from the engine's tokenizer card) against
 the engine's own prompt (TextTokenizer.render_chat + encode): equal for every request shape the
 doors produce, and the bound used before the card is fetched is never below either."""
 
@@ -12,10 +12,10 @@ import pytest
 from adapters import anthropic_wire, openai_wire
 from adapters.backends.http1_connection import Http1Pool
 from adapters.types import ChatRequest
-from gateway.engine_tokens import ChatPromptCounter, bound, engine_messages
-from gateway.models_table import build_model_table
+from gateway.core.engine_tokens import ChatPromptCounter, bound, engine_messages
+from gateway.core.models_table import build_model_table
+from gateway.core.token_count import TiktokenCounting, route_counting
 from gateway.settings import load_settings
-from gateway.token_count import TiktokenCounting, route_counting
 from selfhost.loader import LoadedWeights
 from selfhost.protocol import ChatRequest as EngineChatRequest
 from selfhost.tokenizer import TextTokenizer

@@ -1,0 +1,321 @@
+"""Admission glue for the pipeline: tenant policy limits → `quotas`, the store chosen from settings,
+`x-ratelimit-*` headers, budget alarms and start-up spend seeding from the ledger.
+
+Must not hold quota rules: what fits, windows, leases and refunds live in `quotas/`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import httpx
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from adapters.types import Usage
+from gateway.core.ids import uuid4_hex
+from gateway.core.memo import PerObjectMemo
+from gateway.telemetry import LabelChildren
+from policies.limits import LimitsPolicy, TokenWeights
+from policies.model import TenantPolicy
+from quotas.errors import LimitNeverFits, QuotaError, QuotaExceeded, QuotaStoreUnavailable
+from quotas.failover import FailoverQuotaStore
+from quotas.limits import Actual, Ask, Limits, Reservation, Settlement, budget_period, usd_to_micro
+from quotas.memory import MemoryQuotaStore
+from quotas.redis_store import RedisQuotaStore
+from quotas.store import QuotaStore
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+    from gateway.settings import Settings
+
+log = logging.getLogger("lantern.admission")
+REDIS_KEY_PREFIX = "lantern:quota:"
+
+
+@dataclass(frozen=True, slots=True)
+class Ticket:
+    """An admitted call: its reservation and the policy it was admitted under."""
+
+    reservation: Reservation
+    limits: Limits
+    policy: LimitsPolicy
+
+
+def limits_from_policy(policy: LimitsPolicy) -> Limits:
+    return Limits(
+        tokens_per_minute=policy.tokens_per_minute,
+        requests_per_minute=policy.requests_per_minute,
+        concurrent_requests=policy.concurrent_requests,
+        calls_per_session=policy.calls_per_session,
+        monthly_budget_usd=policy.monthly_budget_usd,
+        lease_ms=max(1, round(policy.lease_s * 1000)),
+        session_ttl_ms=max(1, round(policy.session_ttl_s * 1000)),
+        on_store_down_rates=policy.on_store_down.rates,
+        on_store_down_budget=policy.on_store_down.budget,
+    )
+
+
+def reserved_tokens(prompt_tokens: int, max_output_tokens: int, weights: TokenWeights) -> int:
+    """The worst case: every prompt token could turn out to be of the heaviest kind."""
+    heaviest = max(1.0, weights.cache_read, weights.cache_write)
+    return math.ceil(prompt_tokens * heaviest - 1e-9) + max_output_tokens
+
+
+def counted_tokens(usage: Usage, weights: TokenWeights) -> int:
+    """Tokens toward `tokens_per_minute`: input and output, plus cache reads/writes by weight."""
+    cached = usage.cache_read_tokens * weights.cache_read
+    cached += usage.cache_write_tokens * weights.cache_write
+    return usage.input_tokens + usage.output_tokens + math.ceil(cached - 1e-9)
+
+
+def rate_limit_headers(source: Ticket | QuotaExceeded) -> dict[str, str]:
+    """The `x-ratelimit-*` headers OpenAI clients read, for the limits the tenant has."""
+    window = source.reservation.window if isinstance(source, Ticket) else source.window
+    if window is None:
+        return {}
+    headers: dict[str, str] = {}
+    for kind, limit, used in (
+        ("requests", window.requests_limit, window.requests_used),
+        ("tokens", window.tokens_limit, window.tokens_used),
+    ):
+        if limit is None:
+            continue
+        headers[f"x-ratelimit-limit-{kind}"] = str(limit)
+        headers[f"x-ratelimit-remaining-{kind}"] = str(max(0, limit - used))
+        headers[f"x-ratelimit-reset-{kind}"] = _duration(window.reset_ms)
+    return headers
+
+
+def _duration(ms: int) -> str:
+    """OpenAI's reset format: `20ms`, `1.5s`, `6m0s`."""
+    if ms < 1000:
+        return f"{max(ms, 0)}ms"
+    if ms < 60_000:
+        return f"{ms / 1000:g}s"
+    minutes, rest = divmod(ms, 60_000)
+    return f"{minutes}m{rest / 1000:g}s"
+
+
+class AdmissionMetrics:
+    """Admission's Prometheus metrics, on the registry of the app instance."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.rejections = Counter(
+            "lantern_quota_rejections", "Calls refused by a limit", ["tenant", "limit"], registry=r
+        )
+        self.fallback = Counter(
+            "lantern_quota_fallback_admissions",
+            "Calls admitted on the per-process store while Redis was down",
+            ["tenant"],
+            registry=r,
+        )
+        self.store_down = Gauge("lantern_quota_store_down", "1 while Redis is down", registry=r)
+        self.overrun = Counter(
+            "lantern_quota_overrun_tokens",
+            "Tokens used beyond what was reserved (upstream reported more)",
+            ["tenant"],
+            registry=r,
+        )
+        self.spend = Gauge(
+            "lantern_budget_spend_usd", "Spend this month (UTC)", ["tenant"], registry=r
+        )
+        self.alarms = Counter(
+            "lantern_budget_alarms", "Budget alarm thresholds crossed", ["tenant"], registry=r
+        )
+        self.child = LabelChildren()
+
+    def on_store_change(self, is_down: bool, reason: str) -> None:
+        self.store_down.set(1 if is_down else 0)
+        if is_down:
+            log.error("quota store down (%s): tenants fail open or closed per policy", reason)
+        else:
+            log.warning("quota store back (%s)", reason)
+
+
+class Admission:
+    """Reserve before dispatch, settle after; built once per process (`from_settings`)."""
+
+    def __init__(
+        self,
+        store: QuotaStore,
+        *,
+        metrics: AdmissionMetrics | None = None,
+        clock: Callable[[], float] = time.time,
+        new_id: Callable[[], str] = uuid4_hex,
+        http: httpx.AsyncClient | None = None,
+        webhook_timeout_s: float = 5.0,
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._new_id = new_id
+        self.metrics = metrics or AdmissionMetrics(CollectorRegistry())
+        self._http = http
+        self._webhook_timeout_s = webhook_timeout_s
+        self._alarmed: set[tuple[str, str]] = set()
+        self._background: set[asyncio.Future[Any]] = set()
+        # per tenant limits policy object (a reload makes a new one): built once, not per call
+        self._limits_of: PerObjectMemo[LimitsPolicy, Limits] = PerObjectMemo(limits_from_policy)
+
+    @classmethod
+    def from_settings(
+        cls, settings: Settings, registry: CollectorRegistry | None = None
+    ) -> Admission:
+        """Redis (with a per-process fallback, per tenant policy) when `redis_url` is set."""
+        metrics = AdmissionMetrics(registry or CollectorRegistry())
+        if settings.redis_url is None:
+            return cls(MemoryQuotaStore(), metrics=metrics)
+        shared = RedisQuotaStore.from_url(settings.redis_url, key_prefix=REDIS_KEY_PREFIX)
+        store = FailoverQuotaStore(shared, MemoryQuotaStore(), on_change=metrics.on_store_change)
+        return cls(store, metrics=metrics)
+
+    @property
+    def store(self) -> QuotaStore:
+        return self._store
+
+    async def start(self, engine: Engine) -> None:
+        """Seed this month's spend per tenant from the ledger, so a restart does not reset it."""
+        from gateway.ledger.db import session_factory
+        from gateway.ledger.queries import LedgerQueries
+
+        queries = LedgerQueries(session_factory(engine))
+        now = datetime.fromtimestamp(self._clock(), UTC)
+        spend = await asyncio.to_thread(queries.month_spend_by_tenant, now)
+        for tenant_id, usd in spend.items():
+            await self.seed_spend(tenant_id, usd)
+
+    async def aclose(self) -> None:
+        """Give in-flight settles and alarm webhooks their timeout to finish; close the store."""
+        if self._background:
+            _, late = await asyncio.wait(self._background, timeout=self._webhook_timeout_s)
+            for future in late:
+                future.cancel()
+        await self._store.close()
+
+    async def reserve(
+        self,
+        tenant: TenantPolicy,
+        *,
+        session_id: str | None,
+        prompt_tokens: int,
+        max_output_tokens: int,
+        worst_case_usd: float,
+        now_s: float | None = None,
+    ) -> Ticket:
+        """Hold the call's worst case. Raises `QuotaExceeded`, `LimitNeverFits` or
+        `QuotaStoreUnavailable` (their attributes carry what HTTP needs; see quotas.errors)."""
+        policy = tenant.limits
+        limits = self._limits_of(policy)
+        tokens = reserved_tokens(prompt_tokens, max_output_tokens, policy.token_weights)
+        ask = Ask(tokens, max(0.0, worst_case_usd), session_id)
+        try:
+            reservation = await self._store.reserve(
+                tenant.tenant,
+                limits,
+                ask,
+                reservation_id=self._new_id(),
+                now_ms=self._now_ms(now_s),
+            )
+        except (QuotaExceeded, LimitNeverFits) as exc:
+            self.metrics.rejections.labels(tenant.tenant, exc.limit).inc()
+            raise
+        except QuotaStoreUnavailable:
+            self.metrics.rejections.labels(tenant.tenant, "store_unavailable").inc()
+            raise
+        if reservation.store != self._store.name:
+            self.metrics.fallback.labels(tenant.tenant).inc()
+        return Ticket(reservation, limits, policy)
+
+    async def settle(
+        self, ticket: Ticket, *, usage: Usage, cost_usd: float, now_s: float | None = None
+    ) -> None:
+        """Charge what was used (after errors and disconnects too: pass what was produced).
+        Never raises: a settle the store cannot take is logged, and its lease expires."""
+        tenant = ticket.reservation.tenant
+        actual = Actual(counted_tokens(usage, ticket.policy.token_weights), max(0.0, cost_usd))
+        settling = self._store.settle(ticket.reservation, actual, now_ms=self._now_ms(now_s))
+        try:
+            settled = await (settling if self._store.settles_inline else self._shielded(settling))
+        except QuotaError:
+            log.exception("settle failed for tenant %s; its lease will expire", tenant)
+            return
+        if settled.overrun_tokens:
+            log.warning(
+                "tenant %s used %d tokens beyond its reservation", tenant, settled.overrun_tokens
+            )
+            self.metrics.overrun.labels(tenant).inc(settled.overrun_tokens)
+        if settled.period_spend_usd is not None:
+            self.metrics.child(self.metrics.spend, tenant).set(settled.period_spend_usd)
+            self._check_alarm(ticket, settled.period_spend_usd)
+
+    async def _shielded(self, settling: Coroutine[Any, Any, Settlement]) -> Settlement:
+        """A settle that may suspend runs in its own task: a cancelled caller (the client went
+        away) must not cancel the settle itself. A store that settles inline needs none of this
+        (no cancellation can land inside it), and the reply then waits for no extra loop turn."""
+        pending = asyncio.ensure_future(settling)
+        self._background.add(pending)
+        pending.add_done_callback(self._background.discard)
+        return await asyncio.shield(pending)
+
+    def rate_headers(self, ticket_or_error: Ticket | QuotaExceeded) -> dict[str, str]:
+        return rate_limit_headers(ticket_or_error)
+
+    async def seed_spend(
+        self, tenant_id: str, month_spend_usd: float, *, now_s: float | None = None
+    ) -> None:
+        """Raise this month's recorded spend to at least `month_spend_usd` (never lowers it)."""
+        now_ms = self._now_ms(now_s)
+        period, _ = budget_period(now_ms)
+        try:
+            await self._store.seed_spend(
+                tenant_id, period, usd_to_micro(month_spend_usd), now_ms=now_ms
+            )
+        except QuotaStoreUnavailable:
+            log.warning("could not seed the spend of %s into the shared store (down)", tenant_id)
+
+    def _now_ms(self, now_s: float | None) -> int:
+        return int((self._clock() if now_s is None else now_s) * 1000)
+
+    def _check_alarm(self, ticket: Ticket, spend_usd: float) -> None:
+        """Once per tenant, month and process, when spend crosses `budget_alarm_ratio`."""
+        budget = ticket.policy.monthly_budget_usd
+        tenant, period = ticket.reservation.tenant, ticket.reservation.period
+        if budget is None or spend_usd < budget * ticket.policy.budget_alarm_ratio:
+            return
+        if (tenant, period) in self._alarmed:
+            return
+        self._alarmed.add((tenant, period))
+        self.metrics.alarms.labels(tenant).inc()
+        log.warning(
+            "budget alarm: tenant %s spent $%.6f of $%.2f in %s", tenant, spend_usd, budget, period
+        )
+        url = ticket.policy.budget_alarm_webhook
+        if url is not None:
+            body = {
+                "tenant": tenant,
+                "period": period,
+                "spend_usd": spend_usd,
+                "budget_usd": budget,
+            }
+            task = asyncio.create_task(self._post_alarm(url, body))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _post_alarm(self, url: str, body: dict[str, object]) -> None:
+        try:
+            if self._http is not None:
+                response = await self._http.post(url, json=body, timeout=self._webhook_timeout_s)
+            else:
+                async with httpx.AsyncClient(timeout=self._webhook_timeout_s) as client:
+                    response = await client.post(url, json=body)
+            response.raise_for_status()
+        except httpx.HTTPError:
+            log.exception("budget alarm webhook %s failed", url)

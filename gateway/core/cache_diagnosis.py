@@ -1,0 +1,139 @@
+"""Session cache diagnosis: each call compared with its session's previous one (bounded LRU),
+the header and ledger JSON it yields, and predicted-vs-reported reads per tenant (metrics).
+
+Keeps digests and token counts only, never prompt text.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import orjson
+from prometheus_client import CollectorRegistry, Counter
+
+from cachekeys.diagnosis import (
+    CacheDiagnosis,
+    PromptFingerprint,
+    Reason,
+    diagnose,
+)
+from gateway.core.ports import PreparedPrompt
+from gateway.core.prompt_prepare import PromptFacts
+from gateway.telemetry import LabelChildren
+
+MAX_SESSIONS = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class CacheReport:
+    """One call's diagnosis, as the header, the ledger JSON and the metrics see it."""
+
+    tenant: str
+    session_id: str
+    call_index: int  # 0 for the first call Lantern saw in this session
+    diagnosis: CacheDiagnosis
+
+    def header_value(self) -> str:
+        """The client sees its own call only: a session id last used by another tenant reads as
+        a first call (the ledger keeps `tenant_changed` for the admin)."""
+        d = self.diagnosis
+        if d.reason == Reason.TENANT_CHANGED:
+            return f"first_call; prefix={d.stable_prefix_tokens}; expected=0; read=0"
+        parts = [d.reason.value]
+        if d.first_changed:
+            parts.append(f"block={d.first_changed}")
+        parts += [
+            f"prefix={d.stable_prefix_tokens}",
+            f"expected={d.expected_prefix_tokens}",
+            f"read={d.predicted_read_tokens}",
+        ]
+        return "; ".join(parts)
+
+    def to_json(self) -> str:
+        body = {"call": self.call_index, "tenant": self.tenant, **self.diagnosis.as_dict()}
+        gap_s = self.diagnosis.gap_s
+        body["gap_s"] = None if gap_s is None else round(gap_s, 3)
+        return orjson.dumps(body).decode()
+
+
+class SessionCacheTracker:
+    """The previous call of each session (bounded LRU), compared with each new call."""
+
+    def __init__(self, max_sessions: int = MAX_SESSIONS) -> None:
+        self._sessions: OrderedDict[str, tuple[PromptFingerprint, float, int]] = OrderedDict()
+        self._max = max_sessions
+
+    def observe(
+        self, tenant: str, session_id: str, prepared: PreparedPrompt, now_s: float
+    ) -> CacheReport:
+        facts = prepared.diagnosis
+        if not isinstance(facts, PromptFacts):
+            raise TypeError(
+                "observe() needs a PreparedPrompt made by gateway.core.prompt_cache.prepare"
+            )
+        fingerprint = facts.fingerprint
+        previous = self._sessions.pop(session_id, None)
+        if previous is None:
+            diagnosis, index = diagnose(None, None, fingerprint, now_s), 0
+        else:
+            diagnosis, index = (
+                diagnose(previous[0], previous[1], fingerprint, now_s),
+                previous[2] + 1,
+            )
+        self._sessions[session_id] = (fingerprint, now_s, index)
+        while len(self._sessions) > self._max:
+            self._sessions.popitem(last=False)
+        return CacheReport(tenant, session_id, index, diagnosis)
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+
+class CacheMetrics:
+    """Prefix stability and predicted-vs-reported cache reads, per tenant."""
+
+    def __init__(self, registry: CollectorRegistry | None) -> None:
+        r = registry or CollectorRegistry()
+        self.calls = Counter(
+            "lantern_cache_calls", "Calls by cache diagnosis", ["tenant", "reason"], registry=r
+        )
+        self.predicted = Counter(
+            "lantern_cache_predicted_read_tokens",
+            "Cache reads Lantern predicted",
+            ["tenant"],
+            registry=r,
+        )
+        self.reported = Counter(
+            "lantern_cache_reported_read_tokens",
+            "Cache reads the provider reported",
+            ["tenant"],
+            registry=r,
+        )
+        self.surprises = Counter(
+            "lantern_cache_prediction_misses",
+            "Calls whose reported reads differ from the prediction",
+            ["tenant", "direction"],
+            registry=r,
+        )
+        self.child = LabelChildren()
+
+
+RECONCILE_SLACK_TOKENS = 64  # our tokenizer is not the provider's: small deltas are expected
+RECONCILE_SLACK_RATIO = 0.05
+
+
+def reconcile(report_json: str, reported_cache_read_tokens: int, metrics: CacheMetrics) -> int:
+    """Record predicted vs reported reads; returns reported - predicted. A delta beyond the
+    tokenizer slack counts as a prediction miss ("less": a break Lantern did not foresee)."""
+    body = orjson.loads(report_json)
+    tenant, predicted = str(body["tenant"]), int(body["predicted_read_tokens"])
+    metrics.child(metrics.predicted, tenant).inc(predicted)
+    metrics.child(metrics.reported, tenant).inc(reported_cache_read_tokens)
+    delta = reported_cache_read_tokens - predicted
+    slack = RECONCILE_SLACK_TOKENS + RECONCILE_SLACK_RATIO * max(
+        predicted, reported_cache_read_tokens
+    )
+    if abs(delta) > slack:
+        metrics.child(metrics.surprises, tenant, "more" if delta > 0 else "less").inc()
+    return delta

@@ -1,0 +1,161 @@
+"""One call on its way through the pipeline: the call as it came in, the admitted call, and the
+rules that shape it before anything is reserved (its route, its max_tokens within the tenant's
+cap and the model's context window, its session). Pure: raises the typed errors, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from adapters.types import JSON, ChatRequest, WireFormat
+from gateway.core.identifiers import check_identifiers
+from gateway.core.ports import (
+    AdmissionPort,
+    CacheVerdict,
+    ModelRoute,
+    ModelTable,
+    PreparedPrompt,
+    RoutePlan,
+    Ticket,
+)
+from gateway.errors import PermissionDenied, RequestRejected, UnknownModel
+from policies.model import TenantPolicy
+
+DEFAULT_MAX_TOKENS = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class IncomingCall:
+    wire: WireFormat
+    tenant: TenantPolicy
+    key_id: str
+    request: ChatRequest
+    body: Mapping[str, JSON]
+    session_header: str | None = None
+    body_bytes: int = 0  # the size of the client's body (large ones are measured in a thread)
+
+    def __post_init__(self) -> None:
+        # the one check of client identifiers, before anything is reserved or called
+        check_identifiers(self.wire, self.request, self.session_header)
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    call: IncomingCall
+    request_id: str
+    route: ModelRoute
+    prepared: PreparedPrompt
+    session_id: str
+    prompt_tokens: int
+    max_tokens: int
+    ticket: Ticket
+    plan: RoutePlan
+    verdict: CacheVerdict
+    started_s: float
+
+    def headers(self, admission: AdmissionPort) -> dict[str, str]:
+        return {
+            "x-lantern-request-id": self.request_id,
+            "x-lantern-session": self.session_id,
+            "x-lantern-cache": self.verdict.header,
+            **admission.rate_headers(self.ticket),
+        }
+
+
+def route_for(models: ModelTable, call: IncomingCall) -> ModelRoute:
+    """The call's model route, if the tenant may use it."""
+    model = call.request.model
+    route = models.get(model)
+    if route is None:
+        raise UnknownModel(model)
+    if call.tenant.models and model not in call.tenant.models:
+        raise PermissionDenied(
+            f"model '{model}' is not allowed for tenant '{call.tenant.tenant}'",
+            rule="models",
+            field="model",
+        )
+    allowed = call.tenant.backends
+    if allowed is not None and not any(c.backend_name in allowed for c in route.candidates):
+        raise PermissionDenied(
+            f"no backend of model '{model}' is allowed for tenant '{call.tenant.tenant}'",
+            rule="backends",
+            field="model",
+        )
+    return route
+
+
+def max_tokens_for(call: IncomingCall) -> int:
+    """What the call may generate: the client's `max_tokens` within the tenant's cap."""
+    limits = call.tenant.limits
+    cap = limits.max_output_tokens
+    asked = call.request.max_tokens
+    if asked is None:
+        return cap if cap is not None else DEFAULT_MAX_TOKENS
+    if asked < 1:
+        raise RequestRejected(
+            "max_tokens must be at least 1", rule="max_tokens", field="max_tokens"
+        )
+    if cap is not None and asked > cap:
+        if limits.on_max_tokens_over == "clamp":
+            return cap
+        raise RequestRejected(
+            f"max_tokens {asked} exceeds tenant limit max_output_tokens {cap}",
+            rule="max_output_tokens",
+            field="max_tokens",
+        )
+    return asked
+
+
+def check_prompt_cap(call: IncomingCall, prompt_tokens: int) -> None:
+    """The tenant's `max_prompt_tokens`, on the count the backend will bill."""
+    cap = call.tenant.limits.max_prompt_tokens
+    if cap is not None and prompt_tokens > cap:
+        raise RequestRejected(
+            f"prompt has {prompt_tokens} tokens; tenant limit max_prompt_tokens is {cap}",
+            rule="max_prompt_tokens",
+            field="messages",
+        )
+
+
+def fit_window(
+    call: IncomingCall, route: ModelRoute, prompt_tokens: int, max_tokens: int, window: int | None
+) -> int:
+    """`max_tokens` such that prompt + max_tokens fits the route's context window, where
+    known: a value the gateway filled in is lowered to fit; one the client asked for that
+    does not fit is a 400 (the backend would refuse it after the call was paid for)."""
+    if window is None or prompt_tokens + max_tokens <= window:
+        return max_tokens
+    room = window - prompt_tokens
+    if room < 1:
+        raise RequestRejected(
+            f"prompt has {prompt_tokens} tokens; the context window of model "
+            f"'{route.name}' is {window} tokens",
+            rule="context_window",
+            field="messages",
+        )
+    if call.request.max_tokens is None:
+        return room
+    raise RequestRejected(
+        f"prompt ({prompt_tokens} tokens) + max_tokens ({max_tokens}) is more than the "
+        f"context window of model '{route.name}' ({window} tokens); at most {room} fits",
+        rule="context_window",
+        field=max_tokens_field(call.wire, call.body),
+    )
+
+
+def session_id_for(call: IncomingCall, prepared: PreparedPrompt) -> str:
+    """An explicit session (header, then the client's own keys), else the prompt's root."""
+    if call.session_header:
+        return call.session_header
+    if call.request.session_id:
+        return call.request.session_id
+    if call.request.prompt_cache_key:
+        return call.request.prompt_cache_key
+    return prepared.session_root
+
+
+def max_tokens_field(wire: WireFormat, body: Mapping[str, JSON]) -> str:
+    if wire == "openai" and "max_completion_tokens" in body:
+        return "max_completion_tokens"
+    return "max_tokens"

@@ -1,0 +1,49 @@
+"""Where a call's prompt is prepared and counted: on the event loop, or for a large call in
+the large-call lane's worker thread. Owns that choice only; preparing and counting are the
+prompt port's and the counter's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import anyio
+
+from gateway.core.ports import PreparedPrompt, PromptPort, TokenCounting
+
+if TYPE_CHECKING:
+    from gateway.core.calls import IncomingCall
+
+
+@dataclass(frozen=True, slots=True)
+class MeasureLane:
+    """Preparation and token counting of large calls, one at a time in a worker thread, over
+    a prompt port and a counter of their own: the loop's memos are never touched from a
+    thread, and the loop keeps serving other calls meanwhile. Results equal the loop's."""
+
+    prompts: PromptPort
+    counter: TokenCounting
+    min_body_bytes: int
+    limiter: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(1))
+
+
+async def measure(
+    prompts: PromptPort,
+    counter: TokenCounting,
+    lane: MeasureLane | None,
+    call: IncomingCall,
+    model: str,
+) -> tuple[PreparedPrompt, int]:
+    """The call's prepared prompt and prompt tokens; in the lane when its body is large."""
+    if lane is None or call.body_bytes < lane.min_body_bytes:
+        return measure_now(prompts, counter, call, model)
+    return await anyio.to_thread.run_sync(
+        measure_now, lane.prompts, lane.counter, call, model, limiter=lane.limiter
+    )
+
+
+def measure_now(
+    prompts: PromptPort, counter: TokenCounting, call: IncomingCall, model: str
+) -> tuple[PreparedPrompt, int]:
+    prepared = prompts.prepare(call.wire, call.body, call.request, call.tenant, model)
+    return prepared, counter.count_prompt(prepared.request)

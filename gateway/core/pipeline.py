@@ -1,0 +1,274 @@
+"""The path of one call, with no HTTP in it.
+
+policy → cachekeys → quotas.reserve → router → backend (fallback chain) → quotas.settle →
+ledger. `admit` does everything that can still reject the call; `complete` and `stream` serve
+it and always settle and record, also on upstream errors and client disconnects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+
+import anyio
+
+from adapters.backend import BackendCall, RelayedChunk
+from adapters.errors import UpstreamError
+from adapters.types import ChatResponse, Message, StreamEvent, Usage
+from gateway.core.after_reply import AfterReply
+from gateway.core.attempts import Outcome, Try, call_record, fault_of, gone_or_ours, write_telemetry
+from gateway.core.calls import (
+    Admitted,
+    IncomingCall,
+    check_prompt_cap,
+    fit_window,
+    max_tokens_field,
+    max_tokens_for,
+    route_for,
+    session_id_for,
+)
+from gateway.core.ids import uuid4_hex
+from gateway.core.measure_lane import MeasureLane, measure
+from gateway.core.ports import (
+    AdmissionPort,
+    Attempt,
+    Fault,
+    LedgerPort,
+    ModelTable,
+    Pricing,
+    PromptPort,
+    RoutingPort,
+    TokenCounting,
+)
+from gateway.core.stream_tally import StreamTally
+from gateway.telemetry import Telemetry
+
+__all__ = ["Admitted", "IncomingCall", "Pipeline", "Services"]
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    models: ModelTable
+    counter: TokenCounting
+    pricing: Pricing
+    admission: AdmissionPort
+    prompts: PromptPort
+    routing: RoutingPort
+    ledger: LedgerPort
+    telemetry: Telemetry
+    clock: Callable[[], float] = time.monotonic
+    # False: ledger row, metrics and span are written before the reply (the reference path)
+    defer_bookkeeping: bool = True
+    # False: every stream is decoded to events and re-encoded, also when the client speaks the
+    # backend's wire format (the reference path for the relay)
+    relay_streams: bool = True
+    measure_lane: MeasureLane | None = None  # None: every call is measured on the loop
+
+
+class Pipeline:
+    def __init__(self, services: Services) -> None:
+        self.s = services
+        self.after_reply = AfterReply(immediate=not services.defer_bookkeeping)
+
+    # --- admission: everything that may still say no ---------------------------------------
+
+    async def admit(self, call: IncomingCall) -> Admitted:
+        started = self.s.clock()
+        route = route_for(self.s.models, call)
+        max_tokens = max_tokens_for(call)
+        prepared, prompt_tokens = await measure(
+            self.s.prompts, self.s.counter, self.s.measure_lane, call, route.name
+        )
+        check_prompt_cap(call, prompt_tokens)
+        window = self.s.routing.context_window(route, call.tenant)
+        max_tokens = fit_window(call, route, prompt_tokens, max_tokens, window)
+        session_id = session_id_for(call, prepared)
+        worst = self.s.pricing.worst_case_usd(
+            route.name, prompt_tokens, max_tokens, prepared.write_ttl
+        )
+        ticket = await self.s.admission.reserve(
+            call.tenant,
+            session_id=session_id,
+            prompt_tokens=prompt_tokens,
+            max_output_tokens=max_tokens,
+            worst_case_usd=worst,
+        )
+        try:  # from here on, any way out but an Admitted gives the reservation back
+            plan = self.s.routing.plan(
+                route, call.tenant, session_id, prepared, prompt_tokens, max_tokens
+            )
+            verdict = self.s.prompts.observe(call.tenant, session_id, prepared)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self.s.admission.settle(ticket, usage=Usage(), cost_usd=0.0)
+            raise
+        return Admitted(
+            call,
+            uuid4_hex(),
+            route,
+            prepared,
+            session_id,
+            prompt_tokens,
+            max_tokens,
+            ticket,
+            plan,
+            verdict,
+            started,
+        )
+
+    # --- serving ----------------------------------------------------------------------------
+
+    def _backend_call(self, adm: Admitted, attempt: Attempt) -> BackendCall:
+        request = dataclasses.replace(
+            adm.prepared.request,
+            max_tokens=adm.max_tokens,
+            cache_salt=adm.prepared.cache_salt,
+            session_id=adm.session_id,
+        )
+        same_wire = attempt.candidate.backend.wire == adm.call.wire
+        body = dict(adm.prepared.body) if same_wire else None
+        if body is not None:
+            body[max_tokens_field(adm.call.wire, body)] = adm.max_tokens
+        return BackendCall(request=request, client_wire=adm.call.wire, raw_body=body)
+
+    async def complete(self, adm: Admitted) -> ChatResponse:
+        last_error: UpstreamError | None = None
+        for t in self._tries(adm):
+            try:
+                response = await t.attempt.candidate.backend.complete(
+                    self._backend_call(adm, t.attempt)
+                )
+            except UpstreamError as exc:
+                last_error = exc
+                if self._failed_before_output(adm, t, exc):
+                    continue
+                break
+            except BaseException as exc:  # ours, or the client went away (its prompt is paid)
+                status, kind, fault = gone_or_ours(exc)
+                usage = Usage(adm.prompt_tokens) if fault == "client" else Usage()
+                with anyio.CancelScope(shield=True):
+                    await self._finish(adm, t, status, kind, usage, None, fault)
+                raise
+            await self._finish(adm, t, "ok", None, response.usage)
+            self.after_reply.add(self._extend, adm, t, Message("assistant", response.content))
+            return response
+        await self._settle_failed(adm)
+        assert last_error is not None
+        raise last_error
+
+    async def stream(self, adm: Admitted) -> AsyncGenerator[StreamEvent | RelayedChunk, None]:
+        """Yield the chosen backend's events, or its relayed chunks when the client speaks the
+        backend's wire format; fall back only before the first one."""
+        last_error: UpstreamError | None = None
+        for t in self._tries(adm):
+            tally = StreamTally(adm.route.name, self.s.counter)
+            try:
+                async for item in self._open_stream(adm, t):
+                    if isinstance(item, RelayedChunk):
+                        for event in item.events:
+                            if tally.see(event, self.s.clock() - t.began):
+                                self.s.routing.on_first_token(t.attempt)  # its prefill is done
+                    elif tally.see(item, self.s.clock() - t.began):
+                        self.s.routing.on_first_token(t.attempt)
+                    yield item
+            except UpstreamError as exc:
+                if tally.started:  # too late to fall back: settle what was produced
+                    usage, name = tally.usage(adm.prompt_tokens), type(exc).__name__
+                    await self._finish(adm, t, "error", name, usage, tally.ttft_s, fault_of(exc))
+                    raise
+                last_error = exc
+                if self._failed_before_output(adm, t, exc):
+                    continue
+                break
+            except BaseException as exc:
+                # ours (an Exception: not the backend's fault), or the client went away
+                # (cancellation) or closed the generator mid-stream; shielded, because anyio
+                # re-cancels every await inside a cancelled scope
+                status, kind, fault = gone_or_ours(exc)
+                # an error of ours before any output: nothing was produced to pay for
+                ours_early = fault == "gateway" and not tally.started
+                usage = Usage() if ours_early else tally.usage(adm.prompt_tokens)
+                with anyio.CancelScope(shield=True):
+                    await self._finish(adm, t, status, kind, usage, tally.ttft_s, fault)
+                raise
+            await self._finish(adm, t, "ok", None, tally.usage(adm.prompt_tokens), tally.ttft_s)
+            self.after_reply.add(self._extend, adm, t, tally.answer())
+            return
+        await self._settle_failed(adm)
+        assert last_error is not None
+        raise last_error
+
+    def _open_stream(
+        self, adm: Admitted, t: Try
+    ) -> AsyncIterator[StreamEvent] | AsyncIterator[RelayedChunk]:
+        backend = t.attempt.candidate.backend
+        call = self._backend_call(adm, t.attempt)
+        # a RelayingBackend (adapters/backend.py) when it has `relay`
+        relay = getattr(backend, "relay", None) if self.s.relay_streams else None
+        if relay is not None and call.raw_body is not None:
+            return relay(call)  # type: ignore[no-any-return]
+        return backend.stream(call)
+
+    def _tries(self, adm: Admitted) -> Iterator[Try]:
+        """The plan's attempts in order, each dispatched (load counted) as it starts."""
+        for number, attempt in enumerate(adm.plan.attempts):
+            self.s.routing.on_dispatch(attempt, adm.session_id, adm.prepared)
+            yield Try(number, attempt, self.s.clock())
+
+    def _extend(self, adm: Admitted, t: Try, answer: Message) -> None:
+        """Tell the router the replica now also holds the answer (the session's next prefix)."""
+        if t.attempt.candidate.venue == "selfhost" and t.attempt.indexed:
+            hashes = self.s.prompts.answer_hashes(
+                adm.call.wire, adm.call.tenant, adm.prepared, answer
+            )
+            self.s.routing.extend(t.attempt, hashes)
+
+    def _failed_before_output(self, adm: Admitted, t: Try, exc: UpstreamError) -> bool:
+        """Record an attempt that produced nothing; True when the next one may be tried."""
+        self.s.routing.on_complete(t.attempt, Usage(), ok=False, fault=fault_of(exc))
+        self._record(adm, t, "error", type(exc).__name__, Usage(), None)
+        return exc.retryable
+
+    # --- settle and record ------------------------------------------------------------------
+
+    async def _finish(
+        self,
+        adm: Admitted,
+        t: Try,
+        status: str,
+        error_kind: str | None,
+        usage: Usage,
+        ttft_s: float | None = None,
+        fault: Fault = "backend",
+    ) -> None:
+        """Settle now (the next call of a sequential client must find its slot free); the
+        rest of the bookkeeping runs after the reply is out."""
+        cost = self.s.pricing.cost_usd(adm.route.name, usage)
+        await self.s.admission.settle(adm.ticket, usage=usage, cost_usd=cost)
+        out = Outcome(status, error_kind, usage, ttft_s, cost, self.s.clock(), fault)
+        self.s.ledger.record(call_record(adm, t, out, self.s.pricing))  # before the reply completes
+        self.after_reply.add(self._close_attempt, adm, t, out)
+
+    def _close_attempt(self, adm: Admitted, t: Try, out: Outcome) -> None:
+        self.s.routing.on_complete(t.attempt, out.usage, out.status == "ok", out.fault)
+        self.s.prompts.reconcile(adm.verdict, out.usage)
+        write_telemetry(self.s.telemetry, adm, t, out)
+
+    async def _settle_failed(self, adm: Admitted) -> None:
+        await self.s.admission.settle(adm.ticket, usage=Usage(), cost_usd=0.0)
+
+    def _record(
+        self,
+        adm: Admitted,
+        t: Try,
+        status: str,
+        error_kind: str | None,
+        usage: Usage,
+        ttft_s: float | None,
+    ) -> None:
+        cost = self.s.pricing.cost_usd(adm.route.name, usage)
+        out = Outcome(status, error_kind, usage, ttft_s, cost, self.s.clock())
+        self.s.ledger.record(call_record(adm, t, out, self.s.pricing))  # before the reply completes
+        self.after_reply.add(write_telemetry, self.s.telemetry, adm, t, out)

@@ -1,0 +1,189 @@
+"""The pipeline's `PromptPort`: prepare (gateway/core/prompt_prepare.py) with the port's memos,
+session diagnosis (gateway/core/cache_diagnosis.py), reconcile, and the chain a session's answer adds.
+
+Owns the per-process memos (options, salts, prefix chains, layouts); all prompt logic lives in
+cachekeys. The layout memo (`cachekeys.session_layout`) keeps each conversation's previous
+request parts in memory (bounded), so a call that re-sends its history lays out only the new tail.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+
+import orjson
+from prometheus_client import CollectorRegistry
+
+from adapters.types import (
+    JSON,
+    ChatRequest,
+    ContentPart,
+    Message,
+    ToolUsePart,
+    Usage,
+    WireFormat,
+)
+from cachekeys.blockhash import tenant_salt
+from cachekeys.canonical import SchemaMemo
+from cachekeys.chain_memo import PrefixHashMemo
+from cachekeys.layout import PromptLayout, ToolTextMemo, request_blocks
+from cachekeys.normalise import NormaliseOptions
+from cachekeys.session_layout import SessionLayoutMemo
+from cachekeys.volatile import VolatileMatcher
+from gateway.core.cache_diagnosis import (
+    MAX_SESSIONS,
+    CacheMetrics,
+    CacheReport,
+    SessionCacheTracker,
+    reconcile,
+)
+from gateway.core.memo import MAX_ENTRIES, PerObjectMemo
+from gateway.core.ports import CacheVerdict, PreparedPrompt
+from gateway.core.prompt_prepare import (
+    Encoder,
+    PromptFacts,
+    TiktokenEncoder,
+    normalise_options,
+    prepare,
+    prepare_call,
+    salt_for,
+)
+from policies.cache import CachePolicy
+from policies.model import TenantPolicy
+
+__all__ = [
+    "CacheReport",
+    "Encoder",
+    "PromptCachePort",
+    "PromptFacts",
+    "SessionCacheTracker",
+    "TiktokenEncoder",
+    "prepare",
+]
+
+
+class PromptCachePort:
+    """The pipeline's `PromptPort`: prepare, observe, reconcile."""
+
+    def __init__(
+        self,
+        secret: bytes,
+        *,
+        registry: CollectorRegistry | None = None,
+        encoder: Encoder | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        max_sessions: int = MAX_SESSIONS,
+        shared_cache_models: frozenset[str] = frozenset(),
+    ) -> None:
+        """`shared_cache_models`: the model routes with a backend whose provider prompt cache
+        tenants would share (`gateway.core.models_table.shared_cache_models`): their calls carry
+        the tenant's scope line."""
+        self._secret = secret
+        self._shared_cache_models = shared_cache_models
+        self._encoder = encoder or TiktokenEncoder()
+        self._clock = clock
+        self._matchers: dict[tuple[str, ...], VolatileMatcher] = {}
+        self._hashes = PrefixHashMemo()
+        self._layouts = SessionLayoutMemo()
+        self._schemas = SchemaMemo()
+        self._tool_texts = ToolTextMemo()
+        # options per tenant policy object (a reload makes a new one): built twice a call before
+        self._options_for: PerObjectMemo[CachePolicy, NormaliseOptions] = PerObjectMemo(
+            lambda policy: normalise_options(policy, self._matchers, self._schemas)
+        )
+        self._salts: dict[str, str] = {}  # tenant id -> its salt (HMAC of the port's secret)
+        self.tracker = SessionCacheTracker(max_sessions)
+        self.metrics = CacheMetrics(registry)
+
+    def prepare(
+        self,
+        wire: WireFormat,
+        body: Mapping[str, JSON],
+        request: ChatRequest,
+        tenant: TenantPolicy,
+        model: str,
+    ) -> PreparedPrompt:
+        options = self._options_for(tenant.cache)
+        return prepare_call(
+            wire,
+            body,
+            request,
+            tenant.cache,
+            tenant.tenant,
+            salt_for(tenant.cache, self._secret, tenant.tenant, self._tenant_salt),
+            self._encoder,
+            options,
+            self._hashes,
+            self._tool_texts,
+            self._layouts,
+            isolate=model in self._shared_cache_models,
+        )
+
+    def _tenant_salt(self, secret: bytes, tenant_id: str) -> str:
+        """`tenant_salt`, memoised per tenant id (the secret is always the port's own)."""
+        salt = self._salts.get(tenant_id)
+        if salt is None:
+            if len(self._salts) >= MAX_ENTRIES:
+                self._salts.clear()  # a bound, as the options memo
+            salt = self._salts[tenant_id] = tenant_salt(secret, tenant_id)
+        return salt
+
+    def observe(
+        self, tenant: TenantPolicy, session_id: str, prepared: PreparedPrompt
+    ) -> CacheVerdict:
+        report = self.tracker.observe(tenant.tenant, session_id, prepared, self._clock())
+        metrics = self.metrics
+        metrics.child(metrics.calls, tenant.tenant, report.diagnosis.reason.value).inc()
+        return CacheVerdict(header=report.header_value(), diagnosis_json=report.to_json())
+
+    def reconcile(self, verdict: CacheVerdict, usage: Usage) -> None:
+        reconcile(verdict.diagnosis_json, usage.cache_read_tokens, self.metrics)
+
+    def answer_hashes(
+        self, wire: WireFormat, tenant: TenantPolicy, prepared: PreparedPrompt, answer: Message
+    ) -> tuple[bytes, ...]:
+        """The chain the session's next call will start with: this call's prompt (less Lantern's
+        relocated volatile tail, which the next call moves past the answer) and then the answer,
+        as a client echoes it back. Blocks already hashed come from the memo."""
+        options = self._options_for(tenant.cache)
+        echoed = _as_echoed(wire, answer)
+        model = prepared.request.model
+        facts = prepared.diagnosis
+        if isinstance(facts, PromptFacts) and facts.layout is not None:
+            # the prompt's blocks as prepare() laid them out (markers change no digest), then
+            # the answer's: a block's digest does not depend on its message's position
+            known = facts.layout.blocks, facts.block_ids
+            added = request_blocks(
+                ChatRequest(model, messages=(echoed,)), options.public, self._tool_texts
+            )
+            pairs = [*zip(*known, strict=True)]
+            pairs += [(b, self._encoder.encode(model, b.text, b.digest)) for b in added]
+            kept = [(b, i) for b, i in pairs if not b.is_volatile]
+            blocks, ids = tuple(b for b, _ in kept), [i for _, i in kept]
+        else:  # a PreparedPrompt made elsewhere: lay the whole extended prompt out again
+            extended = replace(prepared.request, messages=(*prepared.request.messages, echoed))
+            all_blocks = request_blocks(extended, options.public, self._tool_texts)
+            blocks = tuple(b for b in all_blocks if not b.is_volatile)
+            ids = [self._encoder.encode(model, b.text, b.digest) for b in blocks]
+        layout = PromptLayout(blocks, tuple(len(i) for i in ids))
+        return self._hashes.prefix_hashes(layout, ids, prepared.cache_salt, model)
+
+
+def _as_echoed(wire: WireFormat, answer: Message) -> Message:
+    """An Anthropic client sends a tool call back as an `input` object, which the next call
+    decodes to compact JSON; an OpenAI client sends the model's `arguments` string as it was."""
+    if wire != "anthropic":
+        return answer
+    return replace(answer, content=tuple(_compact(p) for p in answer.content))
+
+
+def _compact(part: ContentPart) -> ContentPart:
+    if not isinstance(part, ToolUsePart):
+        return part
+    try:
+        return replace(
+            part, arguments_json=orjson.dumps(orjson.loads(part.arguments_json)).decode()
+        )
+    except orjson.JSONDecodeError:  # a broken stream's partial arguments: keep them as produced
+        return part

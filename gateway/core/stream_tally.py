@@ -1,0 +1,68 @@
+"""What one streamed answer produced: its usage (counted from the text when the stream broke
+before reporting it), its first-token time, and the answer as the client will echo it back."""
+
+from __future__ import annotations
+
+from adapters.types import (
+    Message,
+    StreamEnd,
+    StreamEvent,
+    TextDelta,
+    TextPart,
+    ToolCallDelta,
+    ToolCallStart,
+    ToolUsePart,
+    Usage,
+)
+from gateway.core.ports import TokenCounting
+
+
+class StreamTally:
+    """Counts what a stream produced, so a broken stream still settles to the truth."""
+
+    def __init__(self, model: str, counter: TokenCounting) -> None:
+        self.model = model
+        self.counter = counter
+        self.text: list[str] = []  # every text and tool-argument piece, in order (counting)
+        self.final: Usage | None = None
+        self.ttft_s: float | None = None
+        self.started = False
+        self._texts: dict[int, list[str]] = {}  # content block index -> its text pieces
+        self._tools: dict[int, tuple[str, str, list[str]]] = {}  # index -> id, name, arguments
+
+    def see(self, event: StreamEvent, elapsed_s: float) -> bool:
+        """Take one event; True when it is the first token."""
+        self.started = True
+        is_first = False
+        if isinstance(event, TextDelta | ToolCallDelta):
+            if self.ttft_s is None:
+                self.ttft_s, is_first = elapsed_s, True
+            if isinstance(event, TextDelta):
+                self.text.append(event.text)
+                self._texts.setdefault(event.index, []).append(event.text)
+            else:
+                self.text.append(event.arguments_json)
+                if event.index in self._tools:
+                    self._tools[event.index][2].append(event.arguments_json)
+        elif isinstance(event, ToolCallStart):
+            self._tools[event.index] = (event.id, event.name, [])
+        elif isinstance(event, StreamEnd):
+            self.final = event.usage
+        return is_first
+
+    def usage(self, prompt_tokens: int) -> Usage:
+        if self.final is not None:
+            return self.final
+        produced = self.counter.count_text(self.model, "".join(self.text)) if self.text else 0
+        return Usage(input_tokens=prompt_tokens, output_tokens=produced)
+
+    def answer(self) -> Message:
+        """The assistant message the stream amounts to, content blocks in index order."""
+        parts: list[tuple[int, TextPart | ToolUsePart]] = [
+            (i, TextPart("".join(pieces))) for i, pieces in self._texts.items()
+        ]
+        parts += [
+            (i, ToolUsePart(tool_id, name, "".join(args)))
+            for i, (tool_id, name, args) in self._tools.items()
+        ]
+        return Message("assistant", tuple(p for _, p in sorted(parts, key=lambda x: x[0])))

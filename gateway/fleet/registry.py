@@ -1,0 +1,46 @@
+"""What the fleet knows: the self-hosted replicas and API providers its routes name (their live
+records), the per-replica prefix index, the session table and each session's last plan. Shared
+by the fleet's parts; no decisions and no I/O here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gateway.core.ports import Candidate, ModelRoute
+from gateway.fleet.state import ApiRecord, ReplicaRecord, ReplicaSpec
+from routing.prefix_index import PrefixIndex
+from routing.types import CandidateScore, SessionEntry, replica_key
+
+
+class FleetRegistry:
+    """The records by key. A route registers its candidates once; one seen again only widens
+    the pool of the replicas it names."""
+
+    def __init__(self, specs: Mapping[str, ReplicaSpec]) -> None:
+        self._specs = dict(specs)
+        self.index = PrefixIndex()
+        self.replicas: dict[str, ReplicaRecord] = {}
+        self.apis: dict[str, ApiRecord] = {}
+        self.sessions: dict[str, SessionEntry] = {}
+        # session -> (prompt tokens, max tokens) of its last plan, for on_dispatch
+        self.planned: dict[str, tuple[int, int]] = {}
+        self.pool: dict[str, int] = {}  # replica key -> the most candidates of a route naming it
+
+    def register(self, route: ModelRoute) -> None:
+        for c in route.candidates:
+            if c.venue == "selfhost":
+                key = replica_key(c.backend_name, c.replica)
+                if self.pool.get(key, 0) < len(route.candidates):
+                    self.pool[key] = len(route.candidates)
+                if key not in self.replicas:
+                    spec = self._specs.get(c.backend_name, ReplicaSpec())
+                    self.replicas[key] = ReplicaRecord(c, route.name, spec)
+                    self.index.add_replica(key, spec.kv_capacity_blocks)
+            elif c.backend_name not in self.apis:
+                self.apis[c.backend_name] = ApiRecord(c, route.name)
+
+    def candidate(self, score: CandidateScore) -> Candidate:
+        if score.venue == "selfhost" and score.replica is not None:
+            return self.replicas[score.replica].candidate
+        return self.apis[score.backend].candidate

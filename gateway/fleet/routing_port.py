@@ -1,0 +1,282 @@
+"""The fleet behind the pure router: the pipeline's `RoutingPort`. It owns the plan (a snapshot
+of every replica's state handed to `routing.decision.choose`, which makes every decision) and wires
+its parts: the registry, the load book of calls in flight, health checks and engine-load polls.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import replace
+from types import MappingProxyType
+
+from adapters.types import Usage
+from gateway.core.ports import Attempt, Fault, ModelRoute, PreparedPrompt, RoutePlan
+from gateway.fleet.book import LoadBook
+from gateway.fleet.health import ReplicaHealth
+from gateway.fleet.polls import SignalPolls
+from gateway.fleet.registry import FleetRegistry
+from gateway.fleet.signals import EngineLoad, LoadSignals, MetricsSource
+from gateway.fleet.state import (
+    FleetStats,
+    ReplicaRecord,
+    ReplicaSpec,
+    first_score,
+    only_candidate_plan,
+    plan_details,
+)
+from gateway.fleet.window import ContextWindows
+from policies.model import TenantPolicy
+from policies.routing import RoutingPolicy
+from routing.decision import choose
+from routing.prefix_index import PrefixIndex
+from routing.types import (
+    ApiState,
+    Decision,
+    FleetSnapshot,
+    NoRouteAvailable,
+    Prices,
+    ReplicaState,
+    RequestFeatures,
+    SessionTable,
+    replica_key,
+)
+
+__all__ = ["Fleet", "FleetStats", "ReplicaSpec"]
+
+
+class Fleet:
+    def __init__(
+        self,
+        routes: Sequence[ModelRoute] = (),
+        *,
+        prices: Prices | None = None,
+        specs: Mapping[str, ReplicaSpec] | None = None,
+        clock: Callable[[], float],
+        rng: random.Random,
+        block_tokens: int = 16,
+        cooldown_s: float = 30.0,
+        api_cooldown_s: float = 5.0,
+        failures_to_drain: int = 2,
+        util_window_s: float = 60.0,
+        probe_timeout_s: float = 30.0,
+        session_max_idle_s: float = 3600.0,
+        metrics: MetricsSource | None = None,
+        signal_interval_s: float = 1.0,
+        signal_max_age_s: float = 5.0,
+        signal_timeout_s: float = 0.5,
+        live_window_s: float = 10.0,
+        index_lone_replicas: bool = True,
+        windows: ContextWindows | None = None,
+    ) -> None:
+        self.prices = prices or Prices()
+        self._clock, self._rng = clock, rng
+        self.block_tokens = block_tokens
+        self._util_window_s, self._seq = util_window_s, 0
+        # a block touched this recently belongs to a live session (its next call is coming)
+        self._live_window_s = live_window_s
+        # False: a replica alone in every route naming it keeps no prefix index (`_lone`)
+        self._index_lone = index_lone_replicas
+        self.registry = FleetRegistry(specs or {})
+        self.signals = LoadSignals(interval_s=signal_interval_s, max_age_s=signal_max_age_s)
+        self.windows = windows or ContextWindows()
+        self.health = ReplicaHealth(
+            self.registry,
+            self.windows,
+            clock=clock,
+            cooldown_s=cooldown_s,
+            probe_timeout_s=probe_timeout_s,
+            session_max_idle_s=session_max_idle_s,
+        )
+        self.book = LoadBook(
+            self.registry,
+            clock=clock,
+            block_tokens=block_tokens,
+            failures_to_drain=failures_to_drain,
+            api_cooldown_s=api_cooldown_s,
+            drain=self.health.drain,
+        )
+        self.polls = SignalPolls(
+            self.registry,
+            self.signals,
+            metrics,
+            clock=clock,
+            block_tokens=block_tokens,
+            timeout_s=signal_timeout_s,
+        )
+        for route in routes:
+            self.registry.register(route)
+
+    @property
+    def index(self) -> PrefixIndex:
+        return self.registry.index
+
+    @index.setter
+    def index(self, index: PrefixIndex) -> None:  # a benchmark's oracle replaces it
+        self.registry.index = index
+
+    # --- snapshots ---------------------------------------------------------------------------
+
+    def _state(
+        self, key: str, r: ReplicaRecord, now: float, pending: Sequence[tuple[int, float]]
+    ) -> ReplicaState:
+        while r.done and now - r.done[0][0] > self._util_window_s:
+            r.done_tokens -= r.done.popleft()[1]
+        util = r.done_tokens / (self._util_window_s * r.spec.capacity_tok_s)
+        load = self.signals.view(key, now, r.counts(), self.registry.index.nominal(key))
+        # a KV-bound engine admits about one request per completion: service time / running
+        running = r.inflight_requests - (load.queue_depth if load else 0)
+        service = r.service_s if r.service_s is not None else 10 * r.spec.base_ttft_s
+        admit_interval = service / max(running, 1)
+        c = r.candidate
+        return ReplicaState(
+            c.backend_name,
+            c.replica,
+            r.model,
+            r.healthy,
+            r.drained_until,
+            r.inflight_requests,
+            r.inflight_tokens,
+            r.inflight_blocks,
+            load.queue_depth if load else 0,
+            r.prefill.capped(pending, self.book.learned.get(c.backend_name)),
+            r.spec.capacity_tok_s,
+            self.registry.index.capacity(key),
+            min(util, 1.0),
+            r.spec.base_ttft_s,
+            load.kv_free_blocks if load else None,
+            admit_interval,
+            load.age_s if load else None,
+            self.registry.index.recent_blocks(key, now, self._live_window_s),
+        )
+
+    def snapshot(self, now: float) -> FleetSnapshot:
+        pending = self.book.pending(now)
+        reg = self.registry
+        reps = tuple(self._state(k, r, now, pending.get(k, ())) for k, r in reg.replicas.items())
+        apis = tuple(ApiState(n, a.model, True, a.cooldown_until) for n, a in reg.apis.items())
+        return FleetSnapshot(reps, apis, reg.index, self._seq)
+
+    def sessions(self) -> SessionTable:
+        return SessionTable(MappingProxyType(self.registry.sessions))
+
+    def stats(self) -> FleetStats:
+        snap = self.snapshot(self._clock())
+        p, rep, err = self.book.accuracy
+        return FleetStats(snap.replicas, len(self.registry.sessions), p, rep, err)
+
+    # --- RoutingPort: the plan ----------------------------------------------------------------
+
+    def route(
+        self,
+        features: RequestFeatures,
+        policy: RoutingPolicy,
+        allowed: Collection[str] | None = None,
+    ) -> Decision:
+        """One pure decision over the current state (no side effects but the sequence number)."""
+        now = self._clock()
+        snap = self.snapshot(now)
+        if allowed is not None:  # the route's own candidates, whatever model they registered as
+            m = features.model
+            snap = FleetSnapshot(
+                tuple(replace(r, model=m) for r in snap.replicas if r.backend in allowed),
+                tuple(replace(a, model=m) for a in snap.apis if a.backend in allowed),
+                snap.prefixes,
+                snap.seq,
+            )
+        self._seq += 1
+        self.registry.planned[features.session_id] = (features.prompt_tokens, features.max_tokens)
+        return choose(features, snap, self.sessions(), self.prices, policy, now, self._rng)
+
+    def plan(
+        self,
+        route: ModelRoute,
+        tenant: TenantPolicy,
+        session_id: str,
+        prepared: PreparedPrompt,
+        prompt_tokens: int,
+        max_tokens: int,
+    ) -> RoutePlan:
+        self.registry.register(route)
+        lone = self._lone(route, tenant)
+        if lone is not None:
+            self._seq += 1
+            self.registry.planned[session_id] = (prompt_tokens, max_tokens)
+            return only_candidate_plan(lone.candidate)
+        features = RequestFeatures(
+            tenant.tenant,
+            session_id,
+            route.name,
+            prepared.prefix_hashes,
+            prompt_tokens,
+            max_tokens,
+            self.block_tokens,
+        )
+        names = {c.backend_name for c in route.candidates}
+        allowed = names if tenant.backends is None else names & set(tenant.backends)
+        decision = self.route(features, tenant.routing, allowed)
+        first = Attempt(self.registry.candidate(first_score(decision)), decision.reason)
+        rest = tuple(Attempt(self.registry.candidate(s), "fallback") for s in decision.fallbacks)
+        attempts = self.windows.fitting((first, *rest), prompt_tokens + max_tokens)
+        if not attempts:  # the pipeline checked that one of the route's replicas can fit it
+            raise NoRouteAvailable(route.name, tenant.routing.venue)
+        return RoutePlan(attempts, plan_details(decision))
+
+    def context_window(self, route: ModelRoute, tenant: TenantPolicy) -> int | None:
+        return self.windows.route_window(route, tenant.backends)
+
+    def _lone(self, route: ModelRoute, tenant: TenantPolicy) -> ReplicaRecord | None:
+        """The route's one replica when there is nothing to decide: it is the only candidate of
+        every route naming it, the tenant may use it and it is serving; else None (the full
+        decision, which also says why no candidate may serve). Unless the fleet was made with
+        `index_lone_replicas` (`lantern serve` is not), such a replica keeps no prefix index:
+        with nothing to choose, the passes over every block hash of the prompt (match, pin,
+        unpin, the answer's insert) buy nothing. Its load, health and sessions are kept as for
+        any replica; one that a later route gives a second candidate starts with a cold index."""
+        if self._index_lone or len(route.candidates) != 1:
+            return None
+        c = route.candidates[0]
+        if c.venue != "selfhost" or tenant.routing.venue == "api_only":
+            return None
+        if tenant.backends is not None and c.backend_name not in tenant.backends:
+            return None
+        key = replica_key(c.backend_name, c.replica)
+        r = self.registry.replicas[key]
+        if self.registry.pool[key] != 1 or not r.healthy or self._clock() < r.drained_until:
+            return None
+        return r
+
+    # --- RoutingPort: the load book -----------------------------------------------------------
+
+    def on_dispatch(self, attempt: Attempt, session_id: str, prepared: PreparedPrompt) -> None:
+        self.book.on_dispatch(attempt, session_id, prepared)
+
+    def on_first_token(self, attempt: Attempt) -> None:
+        self.book.on_first_token(attempt)
+
+    def on_complete(
+        self, attempt: Attempt, usage: Usage, ok: bool, fault: Fault = "backend"
+    ) -> None:
+        self.book.on_complete(attempt, usage, ok, fault)
+
+    def extend(self, attempt: Attempt, chain_hashes: tuple[bytes, ...]) -> None:
+        self.book.extend(attempt, chain_hashes)
+
+    # --- off the request path -----------------------------------------------------------------
+
+    async def check_health(self) -> dict[str, bool]:
+        return await self.health.check()
+
+    async def run_health_checks(self, interval_s: float = 10.0) -> None:
+        """Run forever (start as a task in the lifespan; cancel on shutdown)."""
+        await self.health.run(interval_s)
+
+    def observe_load(self, key: str, load: EngineLoad) -> None:
+        self.polls.observe(key, load)
+
+    async def poll_signals(self) -> dict[str, bool]:
+        return await self.polls.poll()
+
+    async def run_signal_polls(self) -> None:
+        """Scrape forever at the signal interval (a task in the lifespan; cancel on shutdown)."""
+        await self.polls.run()

@@ -1,0 +1,206 @@
+"""The two front doors: OpenAI `/v1/chat/completions` and Anthropic `/v1/messages`.
+
+Routes parse, call the pipeline, and shape the reply; every rule lives below them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from typing import Any
+
+import anyio
+import orjson
+from fastapi import APIRouter, Request
+from fastapi.responses import Response, StreamingResponse
+
+from adapters import anthropic_wire, openai_wire
+from adapters.anthropic_wire_stream import AnthropicStreamEncoder
+from adapters.backend import RelayedChunk
+from adapters.openai_wire_stream import OpenAIStreamEncoder
+from adapters.types import ChatRequest, StreamEvent, Usage, WireFormat
+from gateway.core.pipeline import Admitted, IncomingCall, Pipeline
+from gateway.errors import RequestRejected
+from gateway.http.api_schema import (
+    AnthropicError,
+    ChatCompletion,
+    ChatCompletionRequest,
+    MessagesReply,
+    MessagesRequest,
+    OpenAIError,
+    errors,
+    json_body,
+)
+from gateway.http.auth import KeyLookup, authenticate
+from gateway.http.errors import to_http
+from gateway.http.request_body import BodyLimits, parse_object, read_body
+from gateway.http.sse_reply import SSEReply
+
+log = logging.getLogger("lantern.routes")
+
+
+def error_response(
+    exc: Exception, wire: WireFormat, extra_headers: dict[str, str] | None = None
+) -> Response:
+    err = to_http(exc, wire)
+    if err.status_code == 500:
+        log.error("unexpected error serving a call", exc_info=exc)
+    headers = {**(extra_headers or {}), **err.headers}
+    return Response(orjson.dumps(err.body), err.status_code, headers, "application/json")
+
+
+def decode_call(
+    raw: bytes, wire: WireFormat, limits: BodyLimits, tool_lists: openai_wire.ToolListMemo | None
+) -> tuple[dict[str, Any], ChatRequest]:
+    """Body and canonical request; pure (`tool_lists` aside), so it may run in a thread."""
+    body = parse_object(raw, limits.max_depth)
+    messages = body.get("messages")
+    if isinstance(messages, list) and len(messages) > limits.max_messages:
+        raise RequestRejected(
+            f"messages: {len(messages)}; the gateway's limit is {limits.max_messages}",
+            rule="max_messages",
+            field="messages",
+        )
+    if wire == "openai":
+        return body, openai_wire.decode_request(body, tool_lists)
+    return body, anthropic_wire.decode_request(body)
+
+
+class ChatRoutes:
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        keys: KeyLookup,
+        limits: BodyLimits | None = None,
+        *,
+        lean_stream: bool = True,
+    ) -> None:
+        """`lean_stream=False`: streams go out through Starlette's `StreamingResponse` (the
+        reference path for `SSEReply`)."""
+        self.pipeline = pipeline
+        self.keys = keys
+        self.limits = limits or BodyLimits.from_settings()
+        self.stream_reply = SSEReply if lean_stream else StreamingResponse
+        self._tool_lists = openai_wire.ToolListMemo()  # the agent's tools, decoded once
+
+    async def serve(self, http: Request, wire: WireFormat) -> Response:
+        try:
+            call = await self._incoming(http, wire)
+            admitted = await self.pipeline.admit(call)
+        except Exception as exc:  # every rejection becomes the client's own error shape
+            return error_response(exc, wire)
+        headers = admitted.headers(self.pipeline.s.admission)
+        if call.request.stream:
+            return await self._stream(admitted, wire, call.body, headers)
+        try:
+            response = await self.pipeline.complete(admitted)
+        except Exception as exc:
+            return error_response(exc, wire, headers)
+        encoded = (
+            openai_wire.encode_response(response)
+            if wire == "openai"
+            else anthropic_wire.encode_response(response)
+        )
+        return Response(orjson.dumps(encoded), 200, headers, "application/json")
+
+    async def _incoming(self, http: Request, wire: WireFormat) -> IncomingCall:
+        """Authenticated before a byte of the body is read; the body read up to the limit; a
+        large one parsed and decoded in a worker thread (the loop keeps serving others)."""
+        caller = authenticate(http.headers, self.keys)
+        raw = await read_body(http, self.limits.max_bytes)
+        if len(raw) >= self.limits.offload_bytes:
+            body, request = await anyio.to_thread.run_sync(
+                decode_call, raw, wire, self.limits, None
+            )
+        else:
+            body, request = decode_call(raw, wire, self.limits, self._tool_lists)
+        session = http.headers.get("x-session-id")
+        return IncomingCall(
+            wire, caller.tenant, caller.key_id, request, body, session, body_bytes=len(raw)
+        )
+
+    async def _stream(
+        self, adm: Admitted, wire: WireFormat, body: Mapping[str, Any], headers: dict[str, str]
+    ) -> Response:
+        encode = _stream_encoder(wire, body, adm)
+        events = self.pipeline.stream(adm)
+        try:  # the first event decides between an HTTP error and a 200 stream
+            first = await events.__anext__()
+        except Exception as exc:
+            await events.aclose()
+            return error_response(exc, wire, headers)
+        return self.stream_reply(
+            _sse(first, events, encode, wire), 200, headers, media_type="text/event-stream"
+        )
+
+
+def _stream_encoder(
+    wire: WireFormat, body: Mapping[str, Any], adm: Admitted
+) -> Callable[[StreamEvent], bytes]:
+    if wire == "openai":
+        return OpenAIStreamEncoder(
+            include_usage=openai_wire.include_usage(body), model=adm.call.request.model
+        ).encode
+    return AnthropicStreamEncoder(
+        model=adm.call.request.model, start_usage=Usage(input_tokens=adm.prompt_tokens)
+    ).encode
+
+
+async def _sse(
+    first: StreamEvent | RelayedChunk,
+    rest: AsyncGenerator[StreamEvent | RelayedChunk, None],
+    encode: Callable[[StreamEvent], bytes],
+    wire: WireFormat,
+) -> AsyncIterator[bytes]:
+    """The client's bytes: relayed chunks as they are, events encoded."""
+    try:
+        yield first.data if isinstance(first, RelayedChunk) else encode(first)
+        async for item in rest:
+            yield item.data if isinstance(item, RelayedChunk) else encode(item)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # the stream already started: report in-band, as providers do
+        err = to_http(exc, wire)
+        payload = orjson.dumps(err.body)
+        yield (
+            (b"event: error\ndata: " + payload + b"\n\n")
+            if wire == "anthropic"
+            else (b"data: " + payload + b"\n\n")
+        )
+    finally:
+        await rest.aclose()
+
+
+CHAT_ERRORS = (400, 401, 403, 404, 413, 429, 502, 503, 504)
+
+
+def build_chat_router(routes: ChatRoutes) -> APIRouter:
+    """The doors as FastAPI routes without parameters: the handlers parse their own bodies
+    (FastAPI's machinery would only add CPU per call); the bodies are declared for
+    `/openapi.json` only. `LanternApp` serves these paths before reaching this router."""
+    router = APIRouter()
+
+    async def chat_completions(request: Request) -> Response:
+        return await routes.serve(request, "openai")
+
+    async def messages(request: Request) -> Response:
+        return await routes.serve(request, "anthropic")
+
+    doors = (
+        ("/v1/chat/completions", chat_completions, ChatCompletionRequest, ChatCompletion),
+        ("/v1/messages", messages, MessagesRequest, MessagesReply),
+    )
+    for path, handler, asked, answered in doors:
+        error = OpenAIError if answered is ChatCompletion else AnthropicError
+        router.add_api_route(
+            path,
+            handler,
+            methods=["POST"],
+            openapi_extra=json_body(asked),
+            responses={
+                200: {"model": answered, "content": {"text/event-stream": {}}},
+                **errors(error, *CHAT_ERRORS),
+            },
+        )
+    return router

@@ -1,0 +1,102 @@
+"""Builds the tool-run service (sandbox/) and its routes for one gateway process.
+
+The idempotency table lives in the gateway's database; Redis (when configured) adds a
+cross-process in-flight gate; Fargate clients exist only when a region is configured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from fastapi import APIRouter, Request
+
+from gateway.http.auth import KeyLookup, authenticate
+from gateway.http.request_body import BodyLimits
+from gateway.http.tools_routes import build_tools_router
+from gateway.settings import Settings
+from policies.model import TenantPolicy
+from sandbox.assembly import build_tool_run_service
+
+log = logging.getLogger("lantern.sandbox")
+TOOL_DB_CONNECT_S = 5  # an unreachable database answers 503 after this, not a hung request
+
+
+ToolsRouter = APIRouter
+
+
+@dataclass(frozen=True, slots=True)
+class ToolsPart:
+    router: ToolsRouter
+    start: Callable[[], Awaitable[None]]
+    stop: Callable[[], Awaitable[None]]
+
+
+def _tool_engine(database_url: str) -> sa.Engine:
+    """Its own pool: tool runs hold rows for seconds, the ledger must never wait on them."""
+    if database_url.startswith("sqlite"):
+        return sa.create_engine(database_url, connect_args={"timeout": 30})
+    return sa.create_engine(
+        database_url, pool_pre_ping=True, connect_args={"connect_timeout": TOOL_DB_CONNECT_S}
+    )
+
+
+def build_tools(settings: Settings, keys: KeyLookup) -> ToolsPart:
+    cfg = settings.sandbox
+    engine = _tool_engine(settings.database_url)
+    redis_client = None
+    if settings.redis_url:
+        import redis.asyncio as redis
+
+        redis_client = redis.from_url(settings.redis_url, socket_timeout=5.0)
+    ecs = logs = None
+    if cfg.fargate_region:
+        import boto3
+
+        ecs = boto3.client("ecs", region_name=cfg.fargate_region)
+        logs = boto3.client("logs", region_name=cfg.fargate_region)
+    service, runner = build_tool_run_service(
+        engine,
+        log,
+        backend=cfg.backend,
+        lease_s=cfg.lease_s,
+        retention_s=cfg.retention_s,
+        egress_allow_cidrs=cfg.egress_allow_cidrs,
+        cgroup_root=cfg.cgroup_root,
+        redis_client=redis_client,
+        ecs_client=ecs,
+        logs_client=logs,
+    )
+
+    async def caller(request: Request) -> tuple[TenantPolicy, str]:
+        found = authenticate(request.headers, keys)
+        return found.tenant, found.key_id
+
+    sweeper: list[asyncio.Task[None]] = []
+
+    async def sweep_forever() -> None:
+        while True:
+            await asyncio.sleep(cfg.sweep_interval_s)
+            try:
+                removed = await service.sweep()
+                if removed:
+                    log.info("tool runs: %d expired results removed", removed)
+            except Exception:  # the next sweep retries; never kill the loop
+                log.exception("tool runs: sweep failed")
+
+    async def start() -> None:
+        sweeper.append(asyncio.create_task(sweep_forever()))
+
+    async def stop() -> None:
+        for task in sweeper:
+            task.cancel()
+        runner.close()
+        if redis_client is not None:
+            await redis_client.aclose()
+        engine.dispose()
+
+    limits = BodyLimits.from_settings(settings.http)
+    return ToolsPart(build_tools_router(service, caller, limits), start, stop)

@@ -1,0 +1,216 @@
+"""`lantern report breakeven`: the note's F2 arithmetic (routing.breakeven) over the ledger's
+fleet and API traffic, with fleets and prices from lantern.yaml. CLI only; sync database I/O.
+
+A replica's capacity (Mtok/h at full use) is not in lantern.yaml: `--mtok-per-h` gives it, else
+the busiest hour the fleet served is used, a lower bound, and the output says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from gateway.core.models_table import RoutePricing
+from gateway.ledger.db import create_ledger_engine, session_factory
+from gateway.ledger.queries import HourlyModelTokens, LedgerQueries
+from gateway.reports.cost import REPORT_FORMATS, InvalidReportQuery, parse_period
+from gateway.settings import Settings
+from routing.breakeven import (
+    ApiPrices,
+    BreakevenReport,
+    ModelAggregates,
+    TokenCounts,
+    breakeven_report,
+    format_breakeven,
+)
+
+SELF_HOSTED_KINDS = ("selfhost", "openai_compatible")
+
+
+@dataclass(frozen=True, slots=True)
+class FleetSpec:
+    """What the configuration knows about a model's self-hosted fleet."""
+
+    replicas: int
+    replica_usd_per_h: float
+    mtok_per_h_full: float | None = None  # None: estimate from the busiest fleet hour
+    headroom_util: float = 0.65
+
+
+def fleets_from_settings(settings: Settings) -> dict[str, FleetSpec]:
+    """Per model: the replicas of its priced self-hosted backends (`price_per_hour_usd`); a
+    replica's full-use capacity from `capacity_tok_s` when configured (the slowest, if several)."""
+    fleets: dict[str, FleetSpec] = {}
+    for route in settings.models:
+        priced = [
+            b
+            for b in route.backends
+            if b.kind in SELF_HOSTED_KINDS and b.price_per_hour_usd is not None
+        ]
+        if priced:
+            replicas = sum(max(1, len(b.base_urls())) for b in priced)
+            usd_per_h = sum(
+                (b.price_per_hour_usd or 0.0) * max(1, len(b.base_urls())) for b in priced
+            )
+            capacities = [b.capacity_tok_s for b in priced if b.capacity_tok_s is not None]
+            mtok_per_h = min(capacities) * 3600 / 1e6 if capacities else None
+            fleets[route.name] = FleetSpec(replicas, usd_per_h / replicas, mtok_per_h)
+    return fleets
+
+
+def api_prices_from_settings(settings: Settings, models: Iterable[str]) -> dict[str, ApiPrices]:
+    """USD per Mtok of each model at its API price (overrides, else LiteLLM's map)."""
+    pricing = RoutePricing.from_settings(settings)
+    prices = {}
+    for model in models:
+        p = pricing.price(model)
+        prices[model] = ApiPrices(
+            float(p.input * 10**6),
+            float(p.output * 10**6),
+            float(p.cache_read * 10**6),
+            float(p.cache_write * 10**6),
+        )
+    return prices
+
+
+def breakeven_reports(
+    sessions: sessionmaker[Session],
+    since: datetime,
+    until: datetime,
+    fleets: Mapping[str, FleetSpec],
+    prices: Mapping[str, ApiPrices],
+) -> tuple[list[BreakevenReport], list[str]]:
+    """(one report per model of `fleets`, notes on estimated or missing capacities)."""
+    hourly = LedgerQueries(sessions).hourly_model_tokens(since, until)
+    hours = (until - since).total_seconds() / 3600
+    reports: list[BreakevenReport] = []
+    notes: list[str] = []
+    for model, fleet in sorted(fleets.items()):
+        rows = [h for h in hourly if h.model == model]
+        fleet_rows = [r for r in rows if r.venue == "fleet"]
+        capacity = fleet.mtok_per_h_full
+        if capacity is None:
+            capacity = max((_work_mtok([r]) for r in fleet_rows), default=0.0) / fleet.replicas
+            if capacity <= 0:
+                notes.append(f"{model}: no fleet traffic to estimate capacity; pass --mtok-per-h")
+                continue
+            notes.append(
+                f"{model}: capacity {capacity:.4g} Mtok/h per replica is the busiest "
+                "hour served (a lower bound); pass --mtok-per-h for the real one"
+            )
+        reports.append(
+            breakeven_report(
+                ModelAggregates(
+                    model=model,
+                    hours=hours,
+                    replicas=fleet.replicas,
+                    replica_usd_per_h=fleet.replica_usd_per_h,
+                    mtok_per_h_full=capacity,
+                    fleet=_token_counts(fleet_rows),
+                    api=_token_counts(r for r in rows if r.venue == "api"),
+                    api_prices=prices[model],
+                    headroom_util=fleet.headroom_util,
+                )
+            )
+        )
+    return reports, notes
+
+
+def run_breakeven(args: argparse.Namespace, settings: Settings) -> int:
+    """args: since, until, format; optional model (one model only), mtok_per_h, headroom."""
+    try:
+        since, until = parse_period(args.since, args.until, datetime.now(UTC))
+    except InvalidReportQuery as error:
+        print(f"lantern report breakeven: {error}", file=sys.stderr)
+        return 2
+    fleets = _chosen_fleets(args, fleets_from_settings(settings))
+    if not fleets:
+        print(
+            "lantern report breakeven: no model has a self-hosted backend with "
+            "price_per_hour_usd in lantern.yaml",
+            file=sys.stderr,
+        )
+        return 2
+    engine = create_ledger_engine(settings.database_url)
+    try:
+        prices = api_prices_from_settings(settings, fleets)
+        reports, notes = breakeven_reports(session_factory(engine), since, until, fleets, prices)
+    except SQLAlchemyError as error:
+        print(
+            f"lantern report breakeven: cannot read the ledger ({type(error).__name__})",
+            file=sys.stderr,
+        )
+        return 1
+    finally:
+        engine.dispose()
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    sys.stdout.write(render_breakeven(reports, getattr(args, "format", "table")))
+    return 0
+
+
+def render_breakeven(reports: list[BreakevenReport], fmt: str) -> str:
+    if fmt not in REPORT_FORMATS:
+        raise ValueError(f"unknown format {fmt!r}")
+    if fmt == "json":
+        return json.dumps([asdict(r) for r in reports], indent=2) + "\n"
+    if fmt == "csv":
+        out = io.StringIO()
+        names = list(BreakevenReport.__dataclass_fields__)
+        writer = csv.DictWriter(out, fieldnames=names, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(asdict(r) for r in reports)
+        return out.getvalue()
+    return format_breakeven(reports) + "\n"
+
+
+def add_breakeven_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--since", help="ISO date or datetime (default: first of this month, UTC)")
+    parser.add_argument("--until", help="ISO date (inclusive) or datetime (exclusive); default now")
+    parser.add_argument("--format", choices=REPORT_FORMATS, default="table")
+    parser.add_argument("--model", help="only this model (default: every model with a fleet)")
+    parser.add_argument(
+        "--mtok-per-h",
+        dest="mtok_per_h",
+        type=float,
+        help="million work tokens one replica serves per hour at full use",
+    )
+    parser.add_argument("--headroom", type=float, help="target utilisation (default 0.65)")
+
+
+def _chosen_fleets(args: argparse.Namespace, fleets: dict[str, FleetSpec]) -> dict[str, FleetSpec]:
+    model = getattr(args, "model", None)
+    mtok_per_h = getattr(args, "mtok_per_h", None)
+    headroom = getattr(args, "headroom", None)
+    chosen = {m: f for m, f in fleets.items() if model is None or m == model}
+    return {
+        m: FleetSpec(
+            f.replicas,
+            f.replica_usd_per_h,
+            mtok_per_h if mtok_per_h is not None else f.mtok_per_h_full,
+            headroom if headroom is not None else f.headroom_util,
+        )
+        for m, f in chosen.items()
+    }
+
+
+def _work_mtok(rows: Iterable[HourlyModelTokens]) -> float:
+    return _token_counts(rows).work_tokens / 1e6
+
+
+def _token_counts(rows: Iterable[HourlyModelTokens]) -> TokenCounts:
+    total = TokenCounts()
+    for r in rows:
+        total += TokenCounts(
+            r.input_tokens, r.output_tokens, r.cache_read_tokens, r.cache_write_tokens
+        )
+    return total

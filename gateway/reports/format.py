@@ -1,0 +1,115 @@
+"""Text renderings of a `CostReport`: an aligned table for people, CSV and JSON for tools.
+
+Money is exact: CSV carries 8 decimals (the ledger's precision), JSON numbers print the exact
+decimal, the table rounds to 4 decimals. CSV holds the group rows only (no totals line).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from decimal import Decimal
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gateway.reports.cost import CostReport, CostRow
+
+_COUNTS = ("num_calls", "input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")
+_MONEY = ("cost_usd", "uncached_cost_usd", "saved_usd")
+_TABLE_HEADERS = (
+    "calls",
+    "input",
+    "cache read",
+    "cache write",
+    "output",
+    "hit %",
+    "cost $",
+    "uncached $",
+    "saved $",
+)
+
+
+def render(report: CostReport, fmt: str) -> str:
+    if fmt == "csv":
+        return to_csv(report)
+    if fmt == "json":
+        return to_json(report)
+    return to_table(report)
+
+
+def to_csv(report: CostReport) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow([*report.group_by, *_COUNTS, "cache_hit_ratio", *_MONEY])
+    for row in report.rows:
+        writer.writerow(
+            [
+                *row.group,
+                *(getattr(row, name) for name in _COUNTS),
+                f"{row.cache_hit_ratio:.4f}",
+                *(f"{getattr(row, name):.8f}" for name in _MONEY),
+            ]
+        )
+    return out.getvalue()
+
+
+def to_json(report: CostReport) -> str:
+    return json.dumps(report_document(report), indent=2) + "\n"
+
+
+def report_document(report: CostReport) -> dict[str, object]:
+    """The JSON document of a report (the body of GET /admin/reports/cost)."""
+    return {
+        "since": report.since.isoformat(),
+        "until": report.until.isoformat(),
+        "group_by": list(report.group_by),
+        "rows": [_row_document(row, report.group_by) for row in report.rows],
+        "totals": _row_document(report.totals, ()),
+    }
+
+
+def to_table(report: CostReport) -> str:
+    header = [*report.group_by, *_TABLE_HEADERS]
+    body = [_table_cells(row) for row in report.rows]
+    total_label = ["TOTAL", *([""] * (len(report.group_by) - 1))] if report.group_by else []
+    total = [*total_label, *_table_cells(report.totals)]
+    widths = [max(len(line[i]) for line in (header, *body, total)) for i in range(len(header))]
+    num_keys = len(report.group_by)
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(
+            cell.ljust(w) if i < num_keys else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    title = f"cost report {report.since.isoformat()} .. {report.until.isoformat()} (UTC, until exclusive)"
+    groups = (
+        [*(line(c) for c in body), rule] if report.group_by else []
+    )  # else: one line, the total
+    return "\n".join([title, line(header), rule, *groups, line(total)]) + "\n"
+
+
+def _table_cells(row: CostRow) -> list[str]:
+    return [
+        *row.group,
+        *(f"{getattr(row, name):,}" for name in _COUNTS),
+        f"{row.cache_hit_ratio * 100:.1f}",
+        *(f"{getattr(row, name):,.4f}" for name in _MONEY),
+    ]
+
+
+def _row_document(row: CostRow, group_by: tuple[str, ...]) -> dict[str, object]:
+    return {
+        **dict(zip(group_by, row.group, strict=True)),
+        **{name: getattr(row, name) for name in _COUNTS},
+        "prompt_tokens": row.prompt_tokens,
+        "cache_hit_ratio": round(row.cache_hit_ratio, 6),
+        **{name: _json_money(getattr(row, name)) for name in _MONEY},
+    }
+
+
+def _json_money(value: Decimal) -> float:
+    """Exact for amounts under $10^7 at 8 decimals: a float's repr is the shortest round trip."""
+    return float(value.normalize())
