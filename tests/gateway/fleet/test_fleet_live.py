@@ -10,7 +10,7 @@ from gateway.core.ports import Candidate, ModelRoute
 from gateway.fleet.routing_port import Fleet, ReplicaSpec
 from policies.model import TenantPolicy
 from policies.routing import RoutingPolicy
-from tests.adapters.test_router_fleet import Clock, chain, prepared
+from tests.routing.test_router_fleet import Clock, chain, prepared
 
 
 def _fleet(window_s: float = 10.0) -> tuple[Fleet, ModelRoute, Clock, TenantPolicy]:

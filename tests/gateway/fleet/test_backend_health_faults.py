@@ -17,7 +17,7 @@ from gateway.fleet.routing_port import Fleet
 from policies.limits import LimitsPolicy
 from policies.model import TenantPolicy
 from quotas.memory import MemoryQuotaStore
-from tests.gateway.pipeline_harness import build
+from tests.gateway.core.pipeline_harness import build
 
 TENANT = TenantPolicy(tenant="acme", limits=LimitsPolicy(max_output_tokens=10))
 NOW = 1000.0

@@ -18,7 +18,7 @@ from policies.limits import LimitsPolicy
 from policies.model import hash_api_key
 from policies.store import PolicyStore
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 GOOD = 'tenant: {t}\napi_keys:\n  - {{id: k1, sha256: "{h}"}}\nlimits:\n  tokens_per_minute: 10\n'
 
 

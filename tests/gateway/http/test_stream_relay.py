@@ -25,8 +25,8 @@ from adapters.types import Usage
 from gateway.core.pipeline import Pipeline
 from gateway.http.chat_routes import ChatRoutes, build_chat_router
 from tests.fakes.upstream import FakeUpstream
-from tests.gateway.test_after_reply import Fakes, build
-from tests.gateway.test_sse_reply import Keys, drive
+from tests.gateway.core.test_after_reply import Fakes, build
+from tests.gateway.http.test_sse_reply import Keys, drive
 
 USAGE = {"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14}
 DETAILS = {"prompt_tokens_details": {"cached_tokens": 4}}

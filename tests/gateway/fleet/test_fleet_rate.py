@@ -16,7 +16,7 @@ from gateway.fleet.routing_port import Fleet, ReplicaSpec
 from gateway.settings import load_settings
 from policies.model import TenantPolicy
 from policies.routing import RoutingPolicy
-from tests.adapters.test_router_fleet import Clock, ProbeBackend, chain, prepared
+from tests.routing.test_router_fleet import Clock, ProbeBackend, chain, prepared
 
 TENANT = TenantPolicy(tenant="acme", routing=RoutingPolicy(venue="selfhost_only"))
 

@@ -27,7 +27,7 @@ from quotas.memory import MemoryQuotaStore
 from quotas.redis_store import RedisQuotaStore
 from quotas.store import QuotaStore
 from routing.types import NoRouteAvailable
-from tests.gateway.pipeline_harness import OUTPUT_TOKENS, Harness, build
+from tests.gateway.core.pipeline_harness import OUTPUT_TOKENS, Harness, build
 from tests.quotas.conftest import delete_prefix
 
 KINDS = (

@@ -24,7 +24,7 @@ from policies.model import TenantPolicy
 from quotas.limits import Limits
 from quotas.memory import MemoryQuotaStore
 from tests.fakes.upstream import FakeUpstream
-from tests.gateway.pipeline_harness import Harness, build
+from tests.gateway.core.pipeline_harness import Harness, build
 
 WINDOW = 100
 TENANT = TenantPolicy(tenant="acme", limits=LimitsPolicy(max_output_tokens=500))

@@ -15,7 +15,7 @@ from fastapi import FastAPI
 from adapters.types import Usage
 from gateway.http.chat_routes import ChatRoutes, build_chat_router
 from policies.model import TenantPolicy
-from tests.gateway.test_after_reply import Backend, Fakes, build
+from tests.gateway.core.test_after_reply import Backend, Fakes, build
 
 BODY = orjson.dumps(
     {

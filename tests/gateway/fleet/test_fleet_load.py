@@ -18,7 +18,7 @@ from gateway.fleet.signals import HttpMetricsSource
 from gateway.settings import FleetSettings, SettingsError, load_settings
 from policies.model import TenantPolicy
 from policies.routing import RoutingPolicy
-from tests.adapters.test_router_fleet import Clock, ProbeBackend, chain, prepared
+from tests.routing.test_router_fleet import Clock, ProbeBackend, chain, prepared
 from tests.fakes.engine_metrics import Engines, bundled
 
 VLLM_B = (

@@ -32,7 +32,7 @@ from tests.cachekeys.test_gateway_prompt_cache import (
     prepare,
     tenant,
 )
-from tests.gateway.test_after_reply import Backend, Fakes, incoming
+from tests.gateway.core.test_after_reply import Backend, Fakes, incoming
 
 ANSWER = "I will read the file first, then run the tests again." * 6
 
