@@ -34,7 +34,7 @@ check: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	$(BIN)/python .ci/file_size_guard.py
+	$(BIN)/python .ci/shape_guard.py
 
 clean:
 	rm -rf $(VENV) var build *.egg-info
