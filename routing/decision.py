@@ -110,10 +110,7 @@ def _lantern_pick(
     Placement and stickiness weigh prefix, queued prefill and the stall, not the engine's
     admission wait: a wait clears as calls finish, while a move to escape it recomputes the
     session's whole context for good, and moves driven by a sampled wait herded sessions
-    between blocked replicas until the fleet thrashed (bench/fleet_grid, 144 simulated runs
-    against the same oracles: a hit rate 99.2 % of the better oracle's on average instead of
-    98.7 %, 9 runs under 95 % instead of 16, p95 at least 3x round-robin's in all 144
-    instead of 142; docs/bench/fleet_sim.md). The wait stays in each candidate's predicted
+    between blocked replicas until the fleet thrashed (docs/bench/fleet_sim.md). The wait stays in each candidate's predicted
     TTFT, where the venue reads it: under `cheapest` a pick past `ttft_slo_s` moves to a
     replica within it, or overflows to an API when none is (`choose`)."""
     ttft = [s.predicted_ttft_s - s.admission_wait_s for s in scores]

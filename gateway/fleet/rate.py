@@ -42,8 +42,7 @@ class PrefillRate:
         """The rate, capped by prefills still unfinished: `tokens` of queued prefill (a call's
         own and what was ahead of it) dispatched `seconds` ago (less the fixed cost) with no
         first token yet mean the replica computes fewer than tokens/seconds. Before the first
-        sample arrives this is the only evidence a burst of calls gives (issue 6, the first
-        burst); a pinned rate is final. `sibling`: the rate another replica of the same backend
+        sample arrives this is the only evidence a burst of calls gives; a pinned rate is final. `sibling`: the rate another replica of the same backend
         has learned, which replaces the configured start while this one has no sample."""
         rate = self.tok_s
         if self.pinned:
