@@ -19,8 +19,8 @@ from bench.fleet_sim.oracle import ORACLES, OracleIndex
 from bench.fleet_sim.state import Replica, Req, Session, SimConfig
 from bench.fleet_trace import SignalError
 from gateway.core.ports import Candidate, ModelRoute, PreparedPrompt
+from gateway.fleet.engine_metrics import EngineLoad
 from gateway.fleet.routing_port import Fleet, ReplicaSpec
-from gateway.fleet.signals import EngineLoad
 from policies.model import TenantPolicy
 from policies.routing import RoutingPolicy
 

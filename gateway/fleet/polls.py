@@ -9,9 +9,10 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from gateway.fleet.engine_metrics import EngineLoad, metrics_url
 from gateway.fleet.probe import scrape_due
 from gateway.fleet.registry import FleetRegistry
-from gateway.fleet.signals import EngineLoad, LoadSignals, MetricsSource, metrics_url
+from gateway.fleet.signals import LoadSignals, MetricsSource
 from gateway.fleet.state import ReplicaRecord
 
 log = logging.getLogger("lantern.fleet")

@@ -10,13 +10,8 @@ from collections.abc import Callable, Sequence
 from adapters.backend import BackendCall
 from adapters.types import ChatRequest, Message, TextPart
 from gateway.core.ports import Candidate
-from gateway.fleet.signals import (
-    EngineLoad,
-    LoadSignals,
-    MetricsError,
-    MetricsSource,
-    MetricsUnavailable,
-)
+from gateway.fleet.engine_metrics import EngineLoad, MetricsError, MetricsUnavailable
+from gateway.fleet.signals import LoadSignals, MetricsSource
 
 log = logging.getLogger("lantern.fleet")
 

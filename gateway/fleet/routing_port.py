@@ -13,10 +13,11 @@ from types import MappingProxyType
 from adapters.types import Usage
 from gateway.core.ports import Attempt, Fault, ModelRoute, PreparedPrompt, RoutePlan
 from gateway.fleet.book import LoadBook
+from gateway.fleet.engine_metrics import EngineLoad
 from gateway.fleet.health import ReplicaHealth
 from gateway.fleet.polls import SignalPolls
 from gateway.fleet.registry import FleetRegistry
-from gateway.fleet.signals import EngineLoad, LoadSignals, MetricsSource
+from gateway.fleet.signals import LoadSignals, MetricsSource
 from gateway.fleet.state import (
     FleetStats,
     ReplicaRecord,

@@ -18,8 +18,8 @@ from gateway.fleet.signals import HttpMetricsSource
 from gateway.settings import FleetSettings, SettingsError, load_settings
 from policies.model import TenantPolicy
 from policies.routing import RoutingPolicy
-from tests.routing.test_router_fleet import Clock, ProbeBackend, chain, prepared
 from tests.fakes.engine_metrics import Engines, bundled
+from tests.routing.test_router_fleet import Clock, ProbeBackend, chain, prepared
 
 VLLM_B = (
     'vllm:num_requests_waiting{model_name="m"} 0\n'

@@ -23,9 +23,9 @@ from gateway.telemetry import Metrics, Telemetry
 from policies.model import TenantPolicy
 from policies.routing import RoutingPolicy
 from routing.types import NoRouteAvailable
-from tests.routing.test_router_fleet import Clock, ProbeBackend, chain, prepared
 from tests.gateway.core.test_after_reply import Backend, incoming
 from tests.gateway.core.test_answer_extend import ExtendFakes
+from tests.routing.test_router_fleet import Clock, ProbeBackend, chain, prepared
 
 KEY = "local@http://a"
 SPEC = ReplicaSpec(prefill_tok_s=1000.0, kv_capacity_blocks=100)

@@ -9,16 +9,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from gateway.fleet.signals import (
-    Counts,
+from gateway.fleet.engine_metrics import (
     EngineLoad,
-    HttpMetricsSource,
-    LoadSignals,
     MetricsMalformed,
     MetricsUnavailable,
     metrics_url,
     parse_metrics,
 )
+from gateway.fleet.signals import Counts, HttpMetricsSource, LoadSignals
 from tests.fakes.engine_metrics import Engines, bundled
 
 VLLM = """# HELP vllm:num_requests_running Number of requests in model execution batches.
