@@ -241,6 +241,12 @@ def main() -> None:
     mode.add_argument("--stream", action="store_true", help="streaming calls only")
     mode.add_argument("--both", action="store_true", help="non-streaming, then streaming")
     ap.add_argument("--skip-litellm", action="store_true")
+    ap.add_argument(
+        "--litellm-bin",
+        type=Path,
+        default=ROOT / ".venv/bin/litellm",
+        help="the LiteLLM proxy's command (e.g. from a venv with 'litellm[proxy]==1.108.7')",
+    )
     args = ap.parse_args()
     if args.serve_upstream:
         serve_upstream(args.serve_upstream)
@@ -250,7 +256,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         procs: list[subprocess.Popen[bytes]] = []
         try:
-            targets = start_targets(Path(d), procs, with_litellm=not args.skip_litellm)
+            litellm_bin = None if args.skip_litellm else args.litellm_bin
+            targets = start_targets(Path(d), procs, litellm_bin)
             for stream in modes:
                 results = _run(sweep(targets, rates, args.duration_s, stream))
                 report(results)
@@ -265,7 +272,7 @@ def _run(coro: Coroutine[Any, Any, list[Result]]) -> list[Result]:
 
 
 def start_targets(
-    tmp: Path, procs: list[subprocess.Popen[bytes]], *, with_litellm: bool
+    tmp: Path, procs: list[subprocess.Popen[bytes]], litellm_bin: Path | None
 ) -> list[Target]:
     """The fake upstream ("direct"), Lantern in front of it, and LiteLLM (one worker)."""
     up_port, gw_port, ll_port = free_port(), free_port(), free_port()
@@ -278,9 +285,9 @@ def start_targets(
     gw = start(lantern, f"http://127.0.0.1:{gw_port}/healthz", env=ENV, log=tmp / "gw.log")
     procs.append(gw)
     targets.append(("lantern", f"http://127.0.0.1:{gw_port}/v1", gw.pid))
-    if with_litellm:
+    if litellm_bin is not None:
         config = str(write_litellm_config(tmp, upstream))
-        litellm = [str(ROOT / ".venv/bin/litellm"), "--config", config, "--port", str(ll_port)]
+        litellm = [str(litellm_bin), "--config", config, "--port", str(ll_port)]
         ll = start(
             [*litellm, "--num_workers", "1"],
             f"http://127.0.0.1:{ll_port}/health/liveliness",
