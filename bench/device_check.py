@@ -29,14 +29,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from selfhost.block_manager import BlockManager  # noqa: E402
+from selfhost.builder import build_model  # noqa: E402
 from selfhost.config import ModelConfig  # noqa: E402
-from selfhost.engine import LLMEngine  # noqa: E402
-from selfhost.model import LlamaModel  # noqa: E402
-from selfhost.model_runner import ModelRunner  # noqa: E402
-from selfhost.sampler import Sampler  # noqa: E402
-from selfhost.scheduler import Scheduler, SchedulerConfig  # noqa: E402
-from selfhost.sequence import SamplingParams  # noqa: E402
+from selfhost.engine.block_manager import BlockManager  # noqa: E402
+from selfhost.engine.llm_engine import LLMEngine  # noqa: E402
+from selfhost.engine.model_runner import ModelRunner  # noqa: E402
+from selfhost.engine.sampler import Sampler  # noqa: E402
+from selfhost.engine.scheduler import Scheduler, SchedulerConfig  # noqa: E402
+from selfhost.engine.sequence import SamplingParams  # noqa: E402
+from selfhost.model.loader import LoadedWeights  # noqa: E402
 
 DEVICE = "cuda"  # --device cpu --layers 2 --quick is a dry run of this script's logic on a CPU
 SMOLLM2 = ModelConfig(
@@ -100,9 +101,8 @@ def random_state_dict(config: ModelConfig, seed: int) -> dict[str, torch.Tensor]
 def build_engine(
     state: dict[str, torch.Tensor], dtype: torch.dtype, num_blocks: int, budget: int, chunk: int
 ) -> LLMEngine:
-    model = LlamaModel(CONFIG, max_positions=4096)
-    model.load(state)
-    model = model.to(device=DEVICE, dtype=dtype).eval()
+    dtype_name = {torch.float32: "float32", torch.bfloat16: "bfloat16"}[dtype]
+    model = build_model(LoadedWeights(CONFIG, state, "random"), 4096, DEVICE, dtype_name)
     scheduler = Scheduler(
         SchedulerConfig(max_num_batched_tokens=budget, chunk_size=chunk, max_num_seqs=256),
         BlockManager(num_blocks, 16),
