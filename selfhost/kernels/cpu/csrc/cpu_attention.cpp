@@ -1,8 +1,8 @@
 // Paged attention that reads K/V in place through the block tables: decodes (with a shared-prefix
 // pass, the cascade) and causal prefill chunks. bf16 (AVX512-BF16 dot products) or fp32 storage,
-// fp32 math; the torch reference is selfhost/attention.py.
+// fp32 math; the torch reference is selfhost/kernels/reference/attention.py.
 #include "cpu_kernels.h"
-#include "cpu_pool.h"
+#include "paged_dispatch.h"
 
 namespace lantern {
 namespace {
@@ -178,11 +178,6 @@ void write_rows(const RowState* state, const float* acc, int64_t rows, int64_t d
 }
 
 // Block tables of a decode batch: own blocks [B, width] and lengths, and the shared blocks.
-struct DecodeTables {
-  const int64_t *tables, *lens, *shared;
-  int64_t width, num_shared;
-};
-
 // Decodes [b0, b1), KV heads [h0, h1), as one task: the shared blocks (every sequence's first
 // ones) once per block for all of them while the block is in cache, then each one's own blocks.
 template <typename T>
@@ -234,18 +229,12 @@ torch::Tensor decode_typed(const torch::Tensor& q, const torch::Tensor& k_pool,
   const Pools<T> p = pools<T>(q, k_pool, v_pool, scale);
   const DecodeTables d{tables.data_ptr<int64_t>(), lens.data_ptr<int64_t>(),
                        shared.data_ptr<int64_t>(), tables.size(1), shared.size(0)};
-  const int64_t batch = q.size(0), threads = at::get_num_threads();
-  // A shared prefix: one chunk of sequences per thread shares each pass over it. Fewer sequences
-  // than threads: one task per (sequence, KV head). Otherwise one task per sequence.
-  const int64_t chunk = d.num_shared ? std::max<int64_t>(1, (batch + threads - 1) / threads) : 1;
-  const int64_t heads_split = (!d.num_shared && batch < threads) ? p.kv : 1;
-  const int64_t chunks = (batch + chunk - 1) / chunk;
   torch::Tensor out = torch::empty_like(q);
   T* od = data_mut<T>(out);
-  parallel_tasks(chunks * heads_split, [&](int64_t task) {
-    const int64_t c = task / heads_split, h = task % heads_split, span = p.kv / heads_split;
-    decode_chunk(p, d, c * chunk, std::min(batch, (c + 1) * chunk), h * span, (h + 1) * span, od);
-  });
+  decode_tasks(q.size(0), p.kv, d.num_shared > 0,
+               [&](int64_t b0, int64_t b1, int64_t h0, int64_t h1) {
+                 decode_chunk(p, d, b0, b1, h0, h1, od);
+               });
   return out;
 }
 
@@ -286,20 +275,18 @@ bool paged_attention_supports(int64_t group, int64_t dim) {
 torch::Tensor paged_decode(const torch::Tensor& q, const torch::Tensor& k_pool,
                            const torch::Tensor& v_pool, const torch::Tensor& tables,
                            const torch::Tensor& lens, const torch::Tensor& shared, double scale) {
-  if (q.scalar_type() == torch::kBFloat16)
-    return decode_typed<uint16_t>(q, k_pool, v_pool, tables, lens, shared, scale);
-  TORCH_CHECK(q.scalar_type() == torch::kFloat32, "paged_decode: bf16 or fp32");
-  return decode_typed<float>(q, k_pool, v_pool, tables, lens, shared, scale);
+  return by_storage_dtype(q, "paged_decode", [&](auto storage) {
+    return decode_typed<decltype(storage)>(q, k_pool, v_pool, tables, lens, shared, scale);
+  });
 }
 
 // One prefill chunk: q [n, H, D], the tokens at positions context_len - n .. context_len - 1.
 torch::Tensor paged_prefill(const torch::Tensor& q, const torch::Tensor& k_pool,
                             const torch::Tensor& v_pool, const torch::Tensor& block_ids,
                             int64_t context_len, double scale) {
-  if (q.scalar_type() == torch::kBFloat16)
-    return prefill_typed<uint16_t>(q, k_pool, v_pool, block_ids, context_len, scale);
-  TORCH_CHECK(q.scalar_type() == torch::kFloat32, "paged_prefill: bf16 or fp32");
-  return prefill_typed<float>(q, k_pool, v_pool, block_ids, context_len, scale);
+  return by_storage_dtype(q, "paged_prefill", [&](auto storage) {
+    return prefill_typed<decltype(storage)>(q, k_pool, v_pool, block_ids, context_len, scale);
+  });
 }
 
 }  // namespace lantern
