@@ -244,6 +244,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=True,
         help="CPU: compiled kernels, built at first start (--no-cpu-kernels: torch path only)",
     )
+    parser.add_argument(
+        "--cuda-graphs",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="CUDA: decode batches replay captured graphs (--no-cuda-graphs: eager kernels)",
+    )
     return parser.parse_args(argv)
 
 
@@ -265,6 +271,7 @@ def main(argv: list[str]) -> int:
         max_model_len=args.max_model_len,
         num_threads=args.threads,
         cpu_kernels=args.cpu_kernels,
+        cuda_graphs=args.cuda_graphs,
         seed=args.seed,
         served_model_name=args.served_model_name,
     )
