@@ -27,7 +27,7 @@ class DecodeGraphs:
         self.block_size = block_size
         self.max_blocks = max_blocks_per_seq
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, ForwardArgs, torch.Tensor]] = {}
-        self.pool = torch.cuda.graph_pool_handle()
+        self.pool = torch.cuda.graph_pool_handle() if torch.cuda.is_available() else None
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.inner.logits(hidden)
@@ -37,7 +37,7 @@ class DecodeGraphs:
         size = next((n for n in GRAPH_BATCH_SIZES if n >= batch), None)
         if meta.prefills or meta.num_decodes != batch or size is None:
             return self.inner.forward(args)
-        tables, lens = self._full_tables(meta)
+        tables, lens = full_decode_tables(meta, self.block_size)
         if tables.shape[1] > self.max_blocks:
             return self.inner.forward(args)
         graph, static, out = self.graphs.get(size) or self._capture(size, args)
@@ -51,15 +51,6 @@ class DecodeGraphs:
         smeta.decode_context_lens[batch:].zero_()
         graph.replay()
         return out[:batch].clone()
-
-    def _full_tables(self, meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor]:
-        """Each decode's whole table and context length (the shared prefix put back in front)."""
-        shared = meta.decode_shared_blocks
-        if shared is None:
-            return meta.decode_block_tables, meta.decode_context_lens
-        batch = meta.decode_block_tables.shape[0]
-        tables = torch.cat([shared.expand(batch, -1), meta.decode_block_tables], dim=1)
-        return tables, meta.decode_context_lens + shared.numel() * self.block_size
 
     def _capture(
         self, size: int, args: ForwardArgs
@@ -86,3 +77,15 @@ class DecodeGraphs:
             out = self.inner.forward(static)
         self.graphs[size] = (graph, static, out)
         return graph, static, out
+
+
+def full_decode_tables(
+    meta: AttentionMetadata, block_size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each decode's whole block table and context length: the shared prefix put back in front."""
+    shared = meta.decode_shared_blocks
+    if shared is None:
+        return meta.decode_block_tables, meta.decode_context_lens
+    batch = meta.decode_block_tables.shape[0]
+    tables = torch.cat([shared.expand(batch, -1), meta.decode_block_tables], dim=1)
+    return tables, meta.decode_context_lens + shared.numel() * block_size

@@ -22,6 +22,7 @@ from selfhost.engine.sequence import Sequence  # noqa: E402
 from selfhost.kernels.reference.attention import paged_attention  # noqa: E402
 from selfhost.kernels.reference.ops import TorchOps  # noqa: E402
 from selfhost.kernels.triton import attention, fused  # noqa: E402
+from selfhost.kernels.triton.graphs import full_decode_tables  # noqa: E402
 from selfhost.model.rope import rope_tables  # noqa: E402
 
 BLOCK_SIZE, NUM_BLOCKS = 16, 48
@@ -163,3 +164,22 @@ def test_prefill_with_and_without_cached_prefix(spans: list[tuple[int, int]]) ->
 
 def test_mixed_batch_of_decodes_and_chunks() -> None:
     assert_attention_matches([(9, 1), (0, 13), (40, 1), (16, 9), (3, 1)], 4)
+
+
+def test_graph_batches_fold_the_shared_prefix_and_pad_rows() -> None:
+    """What a CUDA-graph replay feeds the decode kernel: the cascade prefix folded back into each
+    table, the batch padded with rows of context 0 (all zeros out) in a wider static table."""
+    meta, cache, q = step_for([(70, 1), (64, 1), (79, 1), (66, 1), (75, 1)], 5, shared_prefix=4)
+    want = paged_attention(q, cache, meta, HEAD_DIM**-0.5)
+    tables, lens = full_decode_tables(meta, BLOCK_SIZE)
+    static_tables = torch.zeros(8, 12, dtype=torch.long)
+    static_tables[:5, : tables.shape[1]] = tables
+    static_lens = torch.zeros(8, dtype=torch.long)
+    static_lens[:5] = lens
+    padded_q = torch.cat([q, torch.randn(3, HEADS, HEAD_DIM)])
+    got = attention.paged_decode(
+        padded_q.to(DEVICE), cache.to(DEVICE), static_tables.to(DEVICE), static_lens.to(DEVICE),
+        None, HEAD_DIM**-0.5,
+    ).cpu()  # fmt: skip
+    torch.testing.assert_close(got[:5], want, **FP32)
+    assert got[5:].abs().sum() == 0
