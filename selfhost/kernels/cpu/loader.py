@@ -18,7 +18,7 @@ from typing import cast
 
 import torch
 
-from selfhost.kernels.cpu.module import CpuKernelModule
+from selfhost.kernels.cpu.module import CpuKernelModule, Prologue
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,13 @@ def _smoke_test(module: ModuleType) -> None:
     """Run one tiny GEMM so a CPU without AVX512-BF16 fails here, not mid-request."""
     weight = torch.ones(GROUP_ROWS, 32, dtype=torch.bfloat16)
     out = module.linear(
-        torch.ones(1, 32, dtype=torch.bfloat16), pack_weight(weight), 64, "none", None, 0.0, None
+        torch.ones(1, 32, dtype=torch.bfloat16),
+        pack_weight(weight),
+        64,
+        Prologue.NONE,
+        None,
+        0.0,
+        None,
     )
     if not torch.equal(out, torch.full((1, 64), 32.0, dtype=torch.bfloat16)):
         raise RuntimeError("kernel smoke test gave wrong results")
