@@ -38,7 +38,8 @@ def _decode_kernel(
     table_ptr,  # [B, W] long: each sequence's own blocks
     lens_ptr,  # [B] long: tokens each sequence reads through its own blocks
     shared_ptr,  # [P] long: blocks every sequence reads first
-    out_ptr,  # [B, H, D]
+    out_ptr,  # [B, H, D]; with SPLITS > 1 the unnormalised partial sums [B, SPLITS, H, D]
+    ml_ptr,  # SPLITS > 1: [B, SPLITS, H, 2] each split's running max (log2) and sum
     num_shared_tokens,
     table_width,
     scale_log2,
@@ -48,20 +49,24 @@ def _decode_kernel(
     D: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    SPLITS: tl.constexpr,
     PRECISION: tl.constexpr,
 ):
     b = tl.program_id(0).to(tl.int64)
     kvh = tl.program_id(1)
+    split = tl.program_id(2)
     rows = tl.arange(0, G_POW2)
     dims = tl.arange(0, D)
     head = kvh * G + rows
     q_off = (b * KV * G + head)[:, None] * D + dims[None, :]
     q = tl.load(q_ptr + q_off, mask=(rows < G)[:, None], other=0.0).to(tl.float32)
     total = num_shared_tokens + tl.load(lens_ptr + b)
+    per_split = tl.cdiv(tl.cdiv(total, SPLITS), BLOCK_N) * BLOCK_N
+    first = split * per_split
     m_i = tl.full([G_POW2], float("-inf"), tl.float32)
     l_i = tl.zeros([G_POW2], tl.float32)
     acc = tl.zeros([G_POW2, D], tl.float32)
-    for start in range(0, total, BLOCK_N):
+    for start in range(first, tl.minimum(total, first + per_split), BLOCK_N):
         j = start + tl.arange(0, BLOCK_N)
         valid = j < total
         shared = j < num_shared_tokens
@@ -78,8 +83,14 @@ def _decode_kernel(
         s = tl.where(valid[None, :], s, float("-inf"))
         v = tl.load(v_pool_ptr + tl.trans(kv_off), mask=valid[:, None], other=0.0)
         m_i, l_i, acc = _softmax_step(s, m_i, l_i, acc, v.to(tl.float32), PRECISION)
-    out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
-    tl.store(out_ptr + q_off, out.to(out_ptr.dtype.element_ty), mask=(rows < G)[:, None])
+    if SPLITS == 1:
+        out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+        tl.store(out_ptr + q_off, out.to(out_ptr.dtype.element_ty), mask=(rows < G)[:, None])
+    else:
+        part = (b * SPLITS + split) * KV * G + head  # [G_POW2] rows of [B, SPLITS, H]
+        tl.store(out_ptr + part[:, None] * D + dims[None, :], acc, mask=(rows < G)[:, None])
+        tl.store(ml_ptr + part * 2, m_i, mask=rows < G)
+        tl.store(ml_ptr + part * 2 + 1, l_i, mask=rows < G)
 
 
 @triton.jit
@@ -139,15 +150,24 @@ def paged_decode(
     lens: torch.Tensor,  # [B] long
     shared: torch.Tensor | None,  # [P] long
     scale: float,
+    splits: int | None = None,
     block_n: int = 64,
 ) -> torch.Tensor:
+    """Few (sequence, KV head) programs leave most SMs idle on a long context: then each walks one
+    of `splits` key ranges (default: by the batch and the device's SM count) and a merge by
+    log-sum-exp follows (flash-decoding)."""
     batch, heads, dim = q.shape
     _, _, block_size, kv_heads, _ = cache.shape
     group = heads // kv_heads
-    out = torch.empty_like(q)
+    if splits is None:
+        splits = decode_splits(batch * kv_heads, q.device)
+    partial = splits > 1
+    out_shape = (batch, splits, heads, dim) if partial else (batch, heads, dim)
+    out = torch.empty(out_shape, dtype=torch.float32 if partial else q.dtype, device=q.device)
+    ml = torch.empty((batch, splits, heads, 2) if partial else (1,), device=q.device)
     shared_blocks = shared if shared is not None else tables.new_zeros(1)
     num_shared = shared.numel() * block_size if shared is not None else 0
-    _decode_kernel[(batch, kv_heads)](
+    _decode_kernel[(batch, kv_heads, splits)](
         q.contiguous(),
         cache[0],
         cache[1],
@@ -155,6 +175,7 @@ def paged_decode(
         lens,
         shared_blocks,
         out,
+        ml,
         num_shared,
         tables.shape[1],
         scale * LOG2E,
@@ -164,9 +185,32 @@ def paged_decode(
         D=dim,
         BLOCK_SIZE=block_size,
         BLOCK_N=block_n,
+        SPLITS=splits,
         PRECISION=_precision(q.dtype),
     )
-    return out
+    return merge_splits(out, ml).to(q.dtype) if partial else out
+
+
+def decode_splits(programs: int, device: torch.device) -> int:
+    """Key ranges per (sequence, KV head): a power of two up to 16 that fills the SMs, depending
+    on the batch and the device only (a CUDA graph captures one count per batch size). 1 off CUDA
+    (the interpreter has no SMs to fill)."""
+    if device.type != "cuda":
+        return 1
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    splits = 1
+    while splits < 16 and programs * splits * 2 <= sms:
+        splits *= 2
+    return splits
+
+
+def merge_splits(partial: torch.Tensor, ml: torch.Tensor) -> torch.Tensor:
+    """partial [B, S, H, D] unnormalised sums, ml [B, S, H, 2] (log2 max, sum) -> [B, H, D]."""
+    top = ml[..., 0].amax(dim=1, keepdim=True)  # [B, 1, H]
+    weight = torch.exp2(ml[..., 0] - top).nan_to_num(0.0)  # empty splits (max -inf) weigh 0
+    total = (weight * ml[..., 1]).sum(dim=1)  # [B, H]
+    merged = (weight.unsqueeze(-1) * partial).sum(dim=1)
+    return merged / total.clamp_min(torch.finfo(torch.float32).tiny).unsqueeze(-1)
 
 
 def paged_prefill(

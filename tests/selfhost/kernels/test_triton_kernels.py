@@ -138,6 +138,22 @@ def assert_attention_matches(spans: list[tuple[int, int]], seed: int, shared: in
     torch.testing.assert_close(got.cpu(), want, **FP32)
 
 
+@pytest.mark.parametrize("splits", [2, 4])
+@pytest.mark.parametrize("shared", [0, 4])
+def test_decode_split_over_key_ranges_merges_to_the_reference(splits: int, shared: int) -> None:
+    """Flash-decoding: each (sequence, KV head) walks one of `splits` 64-key-aligned ranges (at 4
+    splits of 65-80 keys, two are empty), merged by log-sum-exp; with and without the cascade."""
+    meta, cache, q = step_for([(66, 1), (70, 1), (64, 1), (79, 1)], 6, shared)
+    assert (meta.decode_shared_blocks is not None) == (shared > 0)
+    want = paged_attention(q, cache, meta, HEAD_DIM**-0.5)
+    meta = on_device(meta)
+    got = attention.paged_decode(
+        q.to(DEVICE), cache.to(DEVICE), meta.decode_block_tables, meta.decode_context_lens,
+        meta.decode_shared_blocks, HEAD_DIM**-0.5, splits=splits,
+    )  # fmt: skip
+    torch.testing.assert_close(got.cpu(), want, **FP32)
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_decode_with_ragged_block_tables(seed: int) -> None:
     """Decodes of 1 to 70 context tokens: tables of 1 to 5 scattered blocks, partial last blocks,
