@@ -40,7 +40,10 @@ class DecodeGraphs:
         tables, lens = full_decode_tables(meta, self.block_size)
         if tables.shape[1] > self.max_blocks:
             return self.inner.forward(args)
-        graph, static, out = self.graphs.get(size) or self._capture(size, args)
+        captured = self.graphs.get(size)
+        if captured is None or captured[1].kv_cache is not args.kv_cache:  # a new engine's pool
+            captured = self._capture(size, args)
+        graph, static, out = captured
         smeta = static.meta
         static.x[:batch].copy_(args.x)
         static.positions[:batch].copy_(args.positions)
