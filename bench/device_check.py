@@ -69,7 +69,7 @@ def environment(device: str) -> dict[str, object]:
 
 def triton_tests() -> dict[str, object]:
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *TRITON_TESTS]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=150)
     return {"returncode": done.returncode, "summary": done.stdout.strip().splitlines()[-1:]}
 
 
