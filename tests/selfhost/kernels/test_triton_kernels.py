@@ -199,3 +199,26 @@ def test_graph_batches_fold_the_shared_prefix_and_pad_rows() -> None:
     ).cpu()  # fmt: skip
     torch.testing.assert_close(got[:5], want, **FP32)
     assert got[5:].abs().sum() == 0
+
+
+def test_a_triton_that_cannot_run_leaves_the_reference_path(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The loader's smoke test runs one kernel at build time; where it fails (no compiler for the
+    GPU, a broken install), the builder gets None and one log line, not a failing first request."""
+    from selfhost.kernels.backend import DecoderWeights
+    from selfhost.kernels.triton import loader
+
+    def broken(*args: object) -> torch.Tensor:
+        raise RuntimeError("PTX for this GPU unavailable\ndetails")
+
+    monkeypatch.setattr(fused, "rms_norm", broken)
+    weights = DecoderWeights((), torch.ones(48, device=DEVICE), torch.ones(64, 48, device=DEVICE))
+    with caplog.at_level("WARNING", logger="selfhost.kernels.triton.loader"):
+        assert loader.load_triton_backend(CFG, weights, rope_tables(CFG, 8), graphs=None) is None
+    assert [r.getMessage() for r in caplog.records] == [
+        "Triton kernels off (PTX for this GPU unavailable); torch reference path"
+    ]
+    monkeypatch.undo()
+    backend = loader.load_triton_backend(CFG, weights, rope_tables(CFG, 8), graphs=None)
+    assert backend is not None and backend.name == "triton"
