@@ -41,8 +41,8 @@ from bench.engine_roofline import (
     torch_weight_bytes,
 )
 from selfhost.builder import default_dtype
-from selfhost.loader import LoadedWeights, load_weights, resolve_model_path
-from selfhost.tokenizer import TextTokenizer, tokenizer_from_gguf
+from selfhost.model.loader import LoadedWeights, load_weights, resolve_model_path
+from selfhost.model.tokenizer import TextTokenizer, tokenizer_from_gguf
 
 WORDS = (  # noqa: SIM905 - one readable line of vocabulary beats 38 lines of a list
     "agent tool call cache prefix token tenant policy quota replica request session budget model"

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from bench.engine_http import Target, run_one
-from selfhost.cpu_kernels import load_cpu_kernels, pack_weight
+from selfhost.kernels.cpu.loader import load_cpu_kernels, pack_weight
 
 PROBE_BYTES = 1 << 30  # far larger than the last-level cache (32 MiB L3 on this machine)
 GEMV_K = 512  # input width of the GEMV probe's matrix: [PROBE_BYTES / 2 / K, K] bf16

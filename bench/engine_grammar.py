@@ -16,8 +16,8 @@ import torch
 
 from selfhost.builder import build_engine, default_dtype
 from selfhost.config import EngineConfig
-from selfhost.engine import LLMEngine
-from selfhost.sequence import SamplingParams
+from selfhost.engine.llm_engine import LLMEngine
+from selfhost.engine.sequence import SamplingParams
 from selfhost.structured.grammar import GrammarCompiler, json_grammar
 
 NUM_SEQS = 16

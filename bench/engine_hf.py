@@ -1,6 +1,6 @@
 """HF transformers baseline for bench/engine.py: `generate` on static batches, in this process.
 
-The weights are the engine's own dequantised GGUF tensors (selfhost.loader), in HF layout, so
+The weights are the engine's own dequantised GGUF tensors (selfhost.model.loader), in HF layout, so
 all three systems run the same model. Timestamps come from a logits processor called once per step.
 """
 
@@ -17,7 +17,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, LogitsProcessor, LogitsP
 
 from bench.engine_http import Batch, Completion
 from selfhost.builder import DTYPES
-from selfhost.loader import LoadedWeights
+from selfhost.model.loader import LoadedWeights
 
 
 class StepClock(LogitsProcessor):

@@ -13,15 +13,17 @@ import os
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from types import ModuleType
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from selfhost import model_runner
+from bench.engine_layers import PerLayerCpuBackend
 from selfhost.builder import build_engine, default_dtype
 from selfhost.config import EngineConfig
-from selfhost.sequence import SamplingParams
+from selfhost.engine import model_runner
+from selfhost.engine.sequence import SamplingParams
+from selfhost.kernels.cpu.backend import CpuKernelBackend
+from selfhost.kernels.cpu.module import CpuKernelModule
 
 
 def prefilled_engine(args: argparse.Namespace):  # noqa: ANN201 - selfhost's LLMEngine
@@ -74,7 +76,7 @@ def step_phases(engine, steps: int) -> dict[str, float]:  # noqa: ANN001
 class TimedKernels:
     """The CPU kernels module with wall time per kernel (linears keyed by output rows)."""
 
-    def __init__(self, kernels: ModuleType) -> None:
+    def __init__(self, kernels: CpuKernelModule) -> None:
         self.kernels = kernels
         self.seconds: dict[str, float] = defaultdict(float)
         self.calls: dict[str, int] = defaultdict(int)
@@ -96,16 +98,17 @@ class TimedKernels:
 def kernel_table(engine, steps: int) -> str:  # noqa: ANN001
     """ms per step in each CPU kernel over `steps` decode steps ('' when the kernels are off)."""
     model = engine.runner.model
-    if model.kernels is None:
+    engine_backend = model.backend
+    if not isinstance(engine_backend, CpuKernelBackend):
         return ""
-    timed = TimedKernels(model.kernels)
-    model.kernels, model.one_call_forward = timed, False  # six timed calls per layer
+    timed = TimedKernels(engine_backend.kernels)
+    model.backend = PerLayerCpuBackend(engine_backend, timed)  # type: ignore[arg-type]
     started = time.perf_counter()
     try:
         for _ in range(steps):
             engine.step()
     finally:
-        model.kernels, model.one_call_forward = timed.kernels, True
+        model.backend = engine_backend
     step_ms = (time.perf_counter() - started) * 1000 / steps
     rows = sorted(timed.seconds.items(), key=lambda item: -item[1])
     lines = [f"CPU kernels, {step_ms:.1f} ms per step (timed):"]

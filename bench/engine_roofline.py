@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from selfhost.builder import DTYPES
-from selfhost.loader import LoadedWeights
+from selfhost.model.loader import LoadedWeights
 
 EMBED = "model.embed_tokens.weight"
 LM_HEAD = "lm_head.weight"

@@ -1,6 +1,6 @@
 """Chained prefix block hashes and tenant salts: the one scheme the router and the engine share.
 
-Pure functions over token ids; must stay byte-compatible with `selfhost.block_hash` (tested),
+Pure functions over token ids; must stay byte-compatible with `selfhost.engine.block_hash` (tested),
 but never imports it (cachekeys depends on adapters.types only).
 """
 

@@ -10,6 +10,6 @@ import sys
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from selfhost.server import main  # noqa: E402
+from selfhost.serve.server import main  # noqa: E402
 
 raise SystemExit(main(sys.argv[1:]))

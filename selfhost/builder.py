@@ -10,17 +10,22 @@ from pathlib import Path
 
 import torch
 
-from selfhost.block_manager import BlockManager
-from selfhost.config import EngineConfig
-from selfhost.cpu_kernels import load_cpu_kernels
-from selfhost.engine import LLMEngine
-from selfhost.loader import LoadedWeights, load_gguf, load_safetensors_dir, resolve_model_path
-from selfhost.model import LlamaModel
-from selfhost.model_runner import ModelRunner
-from selfhost.sampler import Sampler
-from selfhost.scheduler import Scheduler, SchedulerConfig
+from selfhost.config import EngineConfig, ModelConfig
+from selfhost.engine.block_manager import BlockManager
+from selfhost.engine.llm_engine import LLMEngine
+from selfhost.engine.model_runner import ModelRunner
+from selfhost.engine.sampler import Sampler
+from selfhost.engine.scheduler import Scheduler, SchedulerConfig
+from selfhost.kernels.backend import DecoderBackend, DecoderWeights
+from selfhost.kernels.cpu.backend import CpuKernelBackend, cpu_attention_backend
+from selfhost.kernels.cpu.loader import load_cpu_kernels
+from selfhost.kernels.reference.ops import reference_backend
+from selfhost.kernels.triton.loader import load_triton_backend
+from selfhost.model.llama import LlamaModel, load_decoder_weights
+from selfhost.model.loader import LoadedWeights, load_gguf, load_safetensors_dir, resolve_model_path
+from selfhost.model.rope import rope_tables
+from selfhost.model.tokenizer import TextTokenizer, tokenizer_from_dir, tokenizer_from_gguf
 from selfhost.structured.masks import MaskFiller
-from selfhost.tokenizer import TextTokenizer, tokenizer_from_dir, tokenizer_from_gguf
 
 log = logging.getLogger(__name__)
 
@@ -38,25 +43,53 @@ def load_model_files(path: Path) -> tuple[LoadedWeights, TextTokenizer]:
 
 
 def build_model(
-    weights: LoadedWeights, max_positions: int, device: str, dtype: str, cpu_kernels: bool = True
+    weights: LoadedWeights,
+    max_positions: int,
+    device: str,
+    dtype: str,
+    cpu_kernels: bool = True,
+    cuda_graphs: bool = True,
+    block_size: int = 16,
 ) -> LlamaModel:
-    """`cpu_kernels`: on CPU in bf16 or fp32, use the compiled kernels (built here, on first use)
-    where they build and fit the model; otherwise, and on other devices, the torch reference path."""
-    model = LlamaModel(weights.config, max_positions)
-    model.load(weights.state_dict)
-    model = model.to(device=torch.device(device), dtype=DTYPES[dtype]).eval()
-    use = cpu_kernels and device == "cpu" and dtype in ("bfloat16", "float32")
-    kernels = load_cpu_kernels() if use else None
+    """The model on the one kernel backend this device and dtype run best (chosen here, once).
+    `cuda_graphs`: on CUDA, capture decode batches (the switch for everything GPU-only)."""
     cfg = weights.config
-    if kernels is not None and kernels.paged_attention_supports(
+    torch_dtype, torch_device = DTYPES[dtype], torch.device(device)
+    embed, decoder = load_decoder_weights(cfg, weights.state_dict, torch_device, torch_dtype)
+    cos, sin = (t.to(torch_device) for t in rope_tables(cfg, max_positions))
+    graphs = (-(-max_positions // block_size), block_size) if cuda_graphs else None
+    backend = choose_backend(cfg, decoder, (cos, sin), cpu_kernels, graphs)
+    log.info("engine kernels: %s", backend.name)
+    return LlamaModel(cfg, embed, backend)
+
+
+def choose_backend(
+    cfg: ModelConfig,
+    weights: DecoderWeights,
+    rope: tuple[torch.Tensor, torch.Tensor],
+    cpu_kernels: bool,
+    graphs: tuple[int, int] | None = None,
+) -> DecoderBackend:
+    """CPU: the C++ kernels where they build and fit the model (bf16: every layer; fp32: the
+    attention); CUDA: the Triton kernels where Triton imports; otherwise the torch reference."""
+    device, dtype = weights.norm.device, weights.norm.dtype
+    if device.type == "cuda":
+        triton_backend = load_triton_backend(cfg, weights, rope, graphs)
+        if triton_backend is not None:
+            return triton_backend
+        return reference_backend(cfg, weights, rope)
+    use = cpu_kernels and device.type == "cpu" and dtype in (torch.bfloat16, torch.float32)
+    kernels = load_cpu_kernels() if use else None
+    if kernels is not None and not kernels.paged_attention_supports(
         cfg.num_heads // cfg.num_kv_heads, cfg.head_dim
     ):
-        model.use_kernels(kernels)
-    elif kernels is not None:
         log.warning("CPU fast path off: no attention kernel for head_dim %d", cfg.head_dim)
-    if not model.kernel_layers:
-        model.prepack()  # bf16 without the kernels: oneDNN-packed linears
-    return model
+        kernels = None
+    if kernels is None:
+        return reference_backend(cfg, weights, rope)
+    if dtype == torch.bfloat16:
+        return CpuKernelBackend(kernels, cfg, weights, rope)
+    return cpu_attention_backend(kernels, cfg, weights, rope)
 
 
 def build_engine(
@@ -67,7 +100,15 @@ def build_engine(
         torch.set_num_threads(config.num_threads)
     weights, tokenizer = files or load_model_files(resolve_model_path(config.model))
     max_model_len = min(config.max_model_len, weights.config.max_position_embeddings)
-    model = build_model(weights, max_model_len, config.device, config.dtype, config.cpu_kernels)
+    model = build_model(
+        weights,
+        max_model_len,
+        config.device,
+        config.dtype,
+        config.cpu_kernels,
+        config.cuda_graphs,
+        config.block_size,
+    )
     block_manager = BlockManager(config.num_blocks, config.block_size)
     scheduler_config = SchedulerConfig(
         max_num_batched_tokens=config.max_num_batched_tokens,
@@ -79,7 +120,7 @@ def build_engine(
         runner=ModelRunner(model, config.num_blocks, config.block_size),
         tokenizer=tokenizer,
         scheduler=Scheduler(scheduler_config, block_manager),
-        sampler=Sampler(config.seed, argmax=model.kernels.argmax_rows if model.kernels else None),
+        sampler=Sampler(config.seed, argmax=model.backend.argmax_rows),
         max_model_len=max_model_len,
         masks=MaskFiller(weights.config.vocab_size, DTYPES[config.dtype]),
     )

@@ -60,5 +60,6 @@ class EngineConfig:
     max_model_len: int = 8192
     num_threads: int = 0  # 0 = torch default (all cores)
     cpu_kernels: bool = True  # CPU + bf16: compiled kernels (fast path) when they build
+    cuda_graphs: bool = True  # CUDA: decode batches replay captured graphs (Triton backend)
     seed: int = 0
     served_model_name: str = ""

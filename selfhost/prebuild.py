@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from selfhost.cpu_kernels import load_cpu_kernels
+from selfhost.kernels.cpu.loader import load_cpu_kernels
 
 
 def main() -> int:

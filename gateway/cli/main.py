@@ -299,7 +299,7 @@ def _cache_explain(args: argparse.Namespace) -> int:
 def _engine_serve(argv: list[str]) -> int:
     # libgomp reads this once, when torch loads: spinning OpenMP threads starve shared cores
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    engine_main = _lazy("selfhost.server", "main", "engine serve")
+    engine_main = _lazy("selfhost.serve.server", "main", "engine serve")
     if engine_main is None:
         return EXIT_UNAVAILABLE
     return int(engine_main(argv))

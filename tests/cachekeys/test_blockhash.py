@@ -53,7 +53,7 @@ def test_no_public_prefix_equals_plain_salted_chain() -> None:
 
 
 def test_equal_to_the_engine_scheme() -> None:
-    from selfhost.block_hash import chain_hashes as engine_chain_hashes
+    from selfhost.engine.block_hash import chain_hashes as engine_chain_hashes
 
     for ids, salt in (
         ([], ""),

@@ -7,8 +7,8 @@ from __future__ import annotations
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from selfhost.engine import EngineStats
-from selfhost.metrics import render_metrics
+from selfhost.engine.llm_engine import EngineStats
+from selfhost.serve.metrics import render_metrics
 
 
 def bundled(waiting: int, running: int, kv_usage: float, kv_blocks: int = 0) -> str:

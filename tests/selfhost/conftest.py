@@ -17,10 +17,10 @@ import torch
 
 from selfhost.builder import build_engine, load_model_files
 from selfhost.config import EngineConfig
-from selfhost.cpu_kernels import load_cpu_kernels, supported_isas
-from selfhost.engine import LLMEngine
-from selfhost.loader import LoadedWeights, ModelNotFound, resolve_model_path
-from selfhost.tokenizer import TextTokenizer
+from selfhost.engine.llm_engine import LLMEngine
+from selfhost.kernels.cpu.loader import load_cpu_kernels, supported_isas
+from selfhost.model.loader import LoadedWeights, ModelNotFound, resolve_model_path
+from selfhost.model.tokenizer import TextTokenizer
 
 PROMPTS = [
     "What is the capital of France? Answer in one sentence.",

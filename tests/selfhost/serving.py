@@ -11,9 +11,9 @@ from contextlib import contextmanager
 import uvicorn
 
 from bench._procs import free_port
-from selfhost.async_engine import AsyncEngine
-from selfhost.engine import LLMEngine
-from selfhost.server import create_app
+from selfhost.engine.async_engine import AsyncEngine
+from selfhost.engine.llm_engine import LLMEngine
+from selfhost.serve.server import create_app
 
 
 @contextmanager

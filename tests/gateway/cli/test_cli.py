@@ -187,9 +187,9 @@ def test_report_cost_arguments_reach_the_report(monkeypatch: pytest.MonkeyPatch)
 
 def test_engine_serve_passes_the_remaining_argv(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[list[str]] = []
-    fake = types.ModuleType("selfhost.server")
+    fake = types.ModuleType("selfhost.serve.server")
     fake.main = lambda argv: seen.append(argv) or 0  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "selfhost.server", fake)
+    monkeypatch.setitem(sys.modules, "selfhost.serve.server", fake)
     argv = ["--model", "default", "--port", "9001", "--device", "cpu", "--max-num-seqs", "4"]
     assert main(["engine", "serve", *argv]) == 0
     assert seen == [argv]
