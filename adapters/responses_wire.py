@@ -61,7 +61,7 @@ class ResponsesRequest:
     max_output_tokens: int | None
     temperature: float | None
     top_p: float | None
-    text_format: Mapping[str, JSON] | None  # `text.format` when it is a json_schema
+    text_format: Mapping[str, JSON] | None  # `text.format` unless it is plain text
     previous_response_id: str | None
     store: bool
     stream: bool
@@ -154,6 +154,8 @@ def _text_format(value: Any) -> Mapping[str, JSON] | None:
     fmt = expect(value, dict, "text").get("format")
     if fmt is None or expect(fmt, dict, "text.format").get("type") == "text":
         return None
+    if fmt.get("type") == "json_object":
+        return fmt
     if fmt.get("type") != "json_schema":
         raise WireFormatError("text.format.type", f"{fmt.get('type')!r} is not supported")
     expect(fmt.get("name"), str, "text.format.name")
@@ -198,7 +200,9 @@ def to_chat_request(
 def _extra(req: ResponsesRequest) -> dict[str, JSON]:
     """Chat-completions fields that carry the Responses options a backend may honour."""
     extra: dict[str, JSON] = {}
-    if req.text_format is not None:
+    if req.text_format is not None and req.text_format["type"] == "json_object":
+        extra["response_format"] = {"type": "json_object"}
+    elif req.text_format is not None:
         fmt = req.text_format
         schema = {"name": fmt["name"], "schema": fmt["schema"]}
         if "strict" in fmt:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import time
 
+import httpx
 import openai
 import pytest
 from sqlalchemy import create_engine, text
 
-from tests.e2e.conftest import ACME_KEY
+from tests.e2e.conftest import ACME_KEY, OTHER_KEY
 from tests.e2e.harness import RunningGateway
 from tests.fakes.upstream import FakeUpstream
 
@@ -116,3 +117,96 @@ def test_tool_call_then_previous_response_id(
     # the upstream saw the whole conversation: the stored call and its output before the new text
     sent = upstream.requests[-1].body.decode()
     assert "call:get_weather for Paris" in sent and "sunny" in sent and "thanks" in sent
+
+
+def test_another_tenant_gets_404_for_a_response_id(gateway: RunningGateway) -> None:
+    mine = _oai(gateway).responses.create(model="claude-sonnet-4-5", input="hello words:2")
+    other = _oai(gateway, OTHER_KEY)
+    for call in (
+        lambda: other.responses.retrieve(mine.id),
+        lambda: other.responses.delete(mine.id),
+        lambda: other.responses.create(
+            model="claude-sonnet-4-5", input="more words:2", previous_response_id=mine.id
+        ),
+    ):
+        with pytest.raises(openai.NotFoundError) as err:
+            call()
+        assert err.value.body == {
+            "message": f"Response with id '{mine.id}' not found.",
+            "type": "invalid_request_error",
+            "param": err.value.body["param"],  # type: ignore[index]
+            "code": "response_not_found",
+        }
+    # still there for its own tenant, and gone once it deletes it
+    assert _oai(gateway).responses.retrieve(mine.id).output_text == "The quick"
+    _oai(gateway).responses.delete(mine.id)
+    with pytest.raises(openai.NotFoundError):
+        _oai(gateway).responses.retrieve(mine.id)
+    # the refused continuation never reached an upstream: one ledger row, the first call's
+    assert len(_ledger_rows(gateway, 1)) == 1
+
+
+def test_store_false_leaves_nothing(gateway: RunningGateway) -> None:
+    client = _oai(gateway)
+    reply = client.responses.create(model="gpt-4o-mini", input="hello words:3", store=False)
+    assert reply.output_text == "The quick brown" and reply.store is False
+    with client.responses.stream(model="gpt-4o-mini", input="hi words:2", store=False) as stream:
+        streamed = stream.get_final_response()
+    store = gateway.components.response_store
+    assert len(store) == 0
+    for response_id in (reply.id, streamed.id):
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve(response_id)
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
+        ({"tools": [{"type": "file_search", "vector_store_ids": ["vs_1"]}]}, "tools[0].type"),
+        ({"background": True}, "background"),
+        ({"conversation": "conv_1"}, "conversation"),
+        ({"include": ["message.output_text.logprobs"]}, "include[0]"),
+        ({"truncation": "auto"}, "truncation"),
+        ({"text": {"format": {"type": "grammar"}}}, "text.format.type"),
+        ({"tool_choice": {"type": "file_search"}}, "tool_choice"),
+    ],
+)
+def test_unsupported_parameters_are_400_naming_the_field(
+    gateway: RunningGateway, extra: dict[str, object], param: str
+) -> None:
+    body = {"model": "gpt-4o-mini", "input": "hello", **extra}
+    reply = httpx.post(
+        f"{gateway.url}/v1/responses",
+        json=body,
+        headers={"authorization": f"Bearer {ACME_KEY}"},
+    )
+    assert reply.status_code == 400
+    assert reply.json()["error"]["param"] == param
+    assert reply.json()["error"]["type"] == "invalid_request_error"
+    assert _ledger_rows(gateway, 0) == []
+
+
+def test_tenant_limit_errors_name_the_responses_field(gateway: RunningGateway) -> None:
+    with pytest.raises(openai.BadRequestError) as err:
+        _oai(gateway).responses.create(
+            model="gpt-4o-mini", input="hello", max_output_tokens=100_000
+        )
+    assert err.value.body["param"] == "max_output_tokens"  # type: ignore[index]
+    assert err.value.body["code"] == "max_output_tokens"  # type: ignore[index]
+
+
+def test_json_schema_text_format_reaches_a_chat_upstream(
+    gateway: RunningGateway, upstream: FakeUpstream
+) -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}
+    _oai(gateway).responses.create(
+        model="gpt-4o-mini",
+        input="hello words:2",
+        text={"format": {"type": "json_schema", "name": "thing", "schema": schema, "strict": True}},
+    )
+    sent = upstream.requests[-1].json()
+    assert sent["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "thing", "schema": schema, "strict": True},
+    }
