@@ -146,6 +146,9 @@ class OpenAICompatibleBackend(_Backend):
     # send the tenant's `cache_salt` (vLLM and SGLang key their prefix cache with it); false for
     # a server that rejects or ignores it: its calls then carry the cache-scope line instead
     cache_salt: bool = True
+    # "native": the server speaks the Responses API too, and `/v1/responses` calls are forwarded
+    # to its `/responses` as they came; "translate" (default): they go to /chat/completions
+    responses: Literal["translate", "native"] = "translate"
     # the served model's Hugging Face tokenizer files (tokenizer.json, tokenizer_config.json):
     # prompts are then counted with its tokenizer and chat template, as the server bills them
     tokenizer_dir: Path | None = None

@@ -35,6 +35,7 @@ class IncomingCall:
     session_header: str | None = None
     body_bytes: int = 0  # the size of the client's body (large ones are measured in a thread)
     door: str | None = None  # the route the client called, when `wire` does not tell it
+    native_body: Mapping[str, JSON] | None = None  # the door's own body (BackendCall's)
 
     @property
     def door_name(self) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request
@@ -16,6 +17,7 @@ from fastapi.responses import Response
 from adapters.backend import RelayedChunk
 from adapters.responses_wire_reply import encode_response, envelope
 from adapters.responses_wire_stream import ResponsesStreamEncoder
+from adapters.sse import SSEParser
 from adapters.types import StreamEvent
 from gateway.core.pipeline import Admitted, Pipeline
 from gateway.http.auth import KeyLookup, authenticate
@@ -23,7 +25,7 @@ from gateway.http.chat_routes import error_response
 from gateway.http.errors import to_http
 from gateway.http.request_body import BodyLimits, parse_object, read_body
 from gateway.http.sse_reply import SSEReply
-from gateway.responses.turns import Turn, Turns, door_error
+from gateway.responses.turns import Turn, Turns, door_error, native_reply
 
 Items = StreamEvent | RelayedChunk
 
@@ -50,7 +52,10 @@ class ResponsesRoutes:
             answer = await self.pipeline.complete(admitted)
         except Exception as exc:
             return error_response(door_error(exc), "openai", headers)
-        reply = encode_response(turn.response_id, turn.request, answer, turn.created_at)
+        if answer.native is not None:
+            reply = native_reply(turn, answer.native)
+        else:
+            reply = encode_response(turn.response_id, turn.request, answer, turn.created_at)
         await self.turns.remember(turn, reply)
         return Response(orjson.dumps(reply), 200, headers, "application/json")
 
@@ -98,12 +103,14 @@ class ResponsesRoutes:
         encoder: ResponsesStreamEncoder,
     ) -> AsyncIterator[bytes]:
         """The client's events; the turn is stored once the model is done."""
+        native = NativeFinal()
         try:
-            yield _encoded(first, encoder.encode)
+            yield _encoded(first, encoder.encode, native)
             async for item in rest:
-                yield _encoded(item, encoder.encode)
-            if encoder.final is not None:
-                await self.turns.remember(turn, encoder.final)
+                yield _encoded(item, encoder.encode, native)
+            final = encoder.final or native.response
+            if final is not None:
+                await self.turns.remember(turn, final)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the stream already started: report in-band
@@ -114,9 +121,26 @@ class ResponsesRoutes:
             await rest.aclose()
 
 
-def _encoded(item: Items, encode: Callable[[StreamEvent], bytes]) -> bytes:
-    """Events as Responses events; a relayed chat chunk by the events it carries."""
+class NativeFinal:
+    """The finished response in a natively forwarded stream (its `response.completed`)."""
+
+    def __init__(self) -> None:
+        self._parser = SSEParser()
+        self.response: dict[str, Any] | None = None
+
+    def see(self, data: bytes) -> bytes:
+        for event in self._parser.feed(data):
+            if event.event in ("response.completed", "response.incomplete"):
+                self.response = orjson.loads(event.data)["response"]
+        return data
+
+
+def _encoded(item: Items, encode: Callable[[StreamEvent], bytes], native: NativeFinal) -> bytes:
+    """Events as Responses events; a relayed chat chunk by the events it carries; a natively
+    forwarded chunk as it came."""
     if isinstance(item, RelayedChunk):
+        if item.format == "responses":
+            return native.see(item.data)
         return b"".join(encode(event) for event in item.events)
     return encode(item)
 

@@ -72,6 +72,7 @@ class Turns:
                 field="input",
             )
         chat = to_chat_request(request, history)
+        native = {**body, "input": [*history, *request.input_items]}
         call = IncomingCall(
             "openai",
             tenant,
@@ -81,6 +82,7 @@ class Turns:
             session_header,
             body_bytes=body_bytes,
             door=DOOR,
+            native_body=native,
         )
         return Turn("resp_" + uuid4_hex(), int(self._wall_clock()), request, history, call)
 
@@ -102,12 +104,24 @@ class Turns:
         if not turn.request.store:
             return
         conversation = (*turn.history, *turn.request.input_items, *reply["output"])
+        response_id = str(reply["id"])  # ours, or the upstream's when forwarded natively
         try:
             await self.store.put(
-                turn.call.tenant.tenant, turn.response_id, StoredResponse(conversation, reply)
+                turn.call.tenant.tenant, response_id, StoredResponse(conversation, reply)
             )
         except Exception:
-            log.exception("could not store response %s", turn.response_id)
+            log.exception("could not store response %s", response_id)
+
+
+def native_reply(turn: Turn, reply: Mapping[str, Any]) -> dict[str, Any]:
+    """An upstream's own reply as this door answers it: the client's model name, and the
+    continuation and storage it asked for (the upstream was sent neither)."""
+    return {
+        **reply,
+        "model": turn.request.model,
+        "previous_response_id": turn.request.previous_response_id,
+        "store": turn.request.store,
+    }
 
 
 def door_error(exc: Exception) -> Exception:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import openai
@@ -10,7 +12,8 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from tests.e2e.conftest import ACME_KEY, OTHER_KEY
-from tests.e2e.harness import RunningGateway
+from tests.e2e.harness import RunningGateway, start_gateway, write_config, write_policy
+from tests.fakes.responses_api import REASONING_TOKENS
 from tests.fakes.upstream import FakeUpstream
 
 WEATHER = {
@@ -210,3 +213,89 @@ def test_json_schema_text_format_reaches_a_chat_upstream(
         "type": "json_schema",
         "json_schema": {"name": "thing", "schema": schema, "strict": True},
     }
+
+
+@pytest.fixture
+def native_gateway(upstream: FakeUpstream, var_dir: Path) -> Iterator[RunningGateway]:
+    """`gpt-native` is served by an upstream declared to speak the Responses API."""
+    write_policy(var_dir / "policies", "acme", ACME_KEY, models=["gpt-native"])
+    write_policy(var_dir / "policies", "other", OTHER_KEY, models=["gpt-native"])
+    backend = {
+        "kind": "openai_compatible",
+        "name": "fake-responses",
+        "base_url": upstream.openai_base_url,
+        "model": "gpt-4o-mini",
+        "responses": "native",
+        "timeout_s": 10,
+    }
+    upstream.app.counter.encoding("gpt-4o-mini")  # its BPE tables, before the health probe
+    config = write_config(
+        var_dir / "lantern.yaml",
+        var_dir,
+        [{"name": "gpt-native", "backends": [backend]}],
+        prices={"gpt-native": {"input": 1.0, "output": 2.0}},
+    )
+    running = start_gateway(config)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def test_native_backend_gets_the_responses_body_and_its_reasoning_comes_back(
+    native_gateway: RunningGateway, upstream: FakeUpstream
+) -> None:
+    client = _oai(native_gateway)
+    first = client.responses.create(
+        model="gpt-native", input="call:get_weather for Paris", tools=[WEATHER]
+    )
+    assert [item.type for item in first.output] == ["reasoning", "function_call"]
+    assert first.model == "gpt-native"
+    assert first.usage is not None
+    assert first.usage.output_tokens_details.reasoning_tokens == REASONING_TOKENS
+    sent = upstream.requests[-1]
+    assert sent.path == "/v1/responses"
+    assert sent.json()["store"] is False and sent.json()["model"] == "gpt-4o-mini"
+    call = first.output[1]
+    assert call.type == "function_call"
+    second = client.responses.create(
+        model="gpt-native",
+        previous_response_id=first.id,
+        tools=[WEATHER],
+        input=[{"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}],
+    )
+    assert second.previous_response_id == first.id
+    # the conversation went upstream whole, the reasoning item (with its payload) included
+    forwarded = upstream.requests[-1].json()
+    assert "previous_response_id" not in forwarded
+    assert [item["type"] for item in forwarded["input"]] == [
+        "message",
+        "reasoning",
+        "function_call",
+        "function_call_output",
+    ]
+    assert forwarded["input"][1]["encrypted_content"] == f"opaque-{first.id}"
+    rows = _ledger_rows(native_gateway, 2)
+    assert [(r["door"], r["backend"], r["status"]) for r in rows] == [
+        ("responses", "fake-responses", "ok")
+    ] * 2
+    assert rows[0]["output_tokens"] == first.usage.output_tokens
+
+
+def test_native_stream_is_forwarded_and_stored(
+    native_gateway: RunningGateway, upstream: FakeUpstream
+) -> None:
+    client = _oai(native_gateway)
+    with client.responses.stream(model="gpt-native", input="hi words:3") as stream:
+        kinds = [event.type for event in stream]
+        final = stream.get_final_response()
+    assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+    assert final.output_text == "The quick brown"
+    assert upstream.requests[-1].json()["stream"] is True
+    stored = client.responses.retrieve(final.id)
+    assert stored.output_text == "The quick brown"
+    with pytest.raises(openai.NotFoundError):
+        _oai(native_gateway, OTHER_KEY).responses.retrieve(final.id)
+    row = _ledger_rows(native_gateway, 1)[0]
+    assert final.usage is not None
+    assert (row["door"], row["output_tokens"]) == ("responses", final.usage.output_tokens)
