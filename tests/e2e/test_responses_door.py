@@ -299,3 +299,28 @@ def test_native_stream_is_forwarded_and_stored(
     row = _ledger_rows(native_gateway, 1)[0]
     assert final.usage is not None
     assert (row["door"], row["output_tokens"]) == ("responses", final.usage.output_tokens)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_upstream_failure_is_an_openai_error_with_a_ledger_row(
+    gateway: RunningGateway, upstream: FakeUpstream, stream: bool
+) -> None:
+    client = _oai(gateway)
+    upstream.fail_next(500)
+    with pytest.raises(openai.APIStatusError) as err:
+        if stream:
+            with client.responses.stream(model="gpt-4o-mini", input="hi words:2") as events:
+                list(events)
+        else:
+            client.responses.create(model="gpt-4o-mini", input="hi words:2")
+    assert err.value.status_code == 502
+    assert err.value.body["code"] == "upstream"  # type: ignore[index]
+    # the failure leaves the door serving: the next call goes through
+    assert client.responses.create(model="gpt-4o-mini", input="hi words:2").output_text == (
+        "The quick"
+    )
+    rows = _ledger_rows(gateway, 2)
+    assert [(r["door"], r["status"], r["output_tokens"]) for r in rows] == [
+        ("responses", "error", 0),
+        ("responses", "ok", 2),
+    ]
