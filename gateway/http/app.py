@@ -22,6 +22,7 @@ from gateway.http.api_schema import component_schemas
 from gateway.http.chat_routes import ChatRoutes, build_chat_router
 from gateway.http.request_body import BodyLimits
 from gateway.http.responses_routes import ResponsesRoutes, build_responses_router
+from gateway.http.responses_schema import ResponsesCreateRequest
 from gateway.http.tools_routes import ToolRunBody
 from gateway.responses.turns import Turns
 from gateway.settings import Settings
@@ -56,7 +57,7 @@ class LanternApp(FastAPI):
         if self.openapi_schema is None:
             spec = super().openapi()
             spec.setdefault("components", {}).setdefault("schemas", {}).update(
-                component_schemas((ToolRunBody,))
+                component_schemas((ToolRunBody, ResponsesCreateRequest))
             )
         return super().openapi()
 

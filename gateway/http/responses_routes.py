@@ -20,10 +20,12 @@ from adapters.responses_wire_stream import ResponsesStreamEncoder
 from adapters.sse import SSEParser
 from adapters.types import StreamEvent
 from gateway.core.pipeline import Admitted, Pipeline
+from gateway.http.api_schema import OpenAIError, errors, json_body
 from gateway.http.auth import KeyLookup, authenticate
 from gateway.http.chat_routes import error_response
 from gateway.http.errors import to_http
 from gateway.http.request_body import BodyLimits, parse_object, read_body
+from gateway.http.responses_schema import ResponseObject, ResponsesCreateRequest
 from gateway.http.sse_reply import SSEReply
 from gateway.responses.turns import Turn, Turns, door_error, native_reply
 
@@ -145,6 +147,9 @@ def _encoded(item: Items, encode: Callable[[StreamEvent], bytes], native: Native
     return encode(item)
 
 
+RESPONSES_ERRORS = (400, 401, 403, 404, 413, 429, 502, 503, 504)
+
+
 def build_responses_router(routes: ResponsesRoutes) -> APIRouter:
     """The door's three routes; the handlers parse their own bodies, like the chat doors."""
     router = APIRouter()
@@ -158,7 +163,20 @@ def build_responses_router(routes: ResponsesRoutes) -> APIRouter:
     async def delete(request: Request, response_id: str) -> Response:
         return await routes.delete(request, response_id)
 
-    router.add_api_route("/v1/responses", create, methods=["POST"])
-    router.add_api_route("/v1/responses/{response_id}", retrieve, methods=["GET"])
-    router.add_api_route("/v1/responses/{response_id}", delete, methods=["DELETE"])
+    answered: dict[int | str, dict[str, Any]] = {
+        200: {"model": ResponseObject, "content": {"text/event-stream": {}}}
+    }
+    router.add_api_route(
+        "/v1/responses",
+        create,
+        methods=["POST"],
+        openapi_extra=json_body(ResponsesCreateRequest),
+        responses={**answered, **errors(OpenAIError, *RESPONSES_ERRORS)},
+    )
+    found: dict[int | str, dict[str, Any]] = {
+        200: {"model": ResponseObject},
+        **errors(OpenAIError, 401, 404),
+    }
+    router.add_api_route("/v1/responses/{response_id}", retrieve, methods=["GET"], responses=found)
+    router.add_api_route("/v1/responses/{response_id}", delete, methods=["DELETE"], responses=found)
     return router
