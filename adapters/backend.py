@@ -27,6 +27,9 @@ class BackendCall:
     raw_body: Mapping[str, JSON] | None = None
     timeout_s: float = 120.0
     extra_headers: Mapping[str, str] | None = None
+    # the client's Responses API body (its stored conversation expanded into `input`), for a
+    # backend that speaks the Responses API itself; None for the chat doors
+    native_body: Mapping[str, JSON] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +39,9 @@ class RelayedChunk:
 
     data: bytes
     events: tuple[StreamEvent, ...]
+    # "responses": `data` is in the Responses API's format (a backend forwarding the Responses
+    # door natively), not in the backend's chat format
+    format: str = "backend"
 
 
 class Backend(Protocol):

@@ -136,6 +136,8 @@ class ChatResponse:
     stop_reason: StopReason
     usage: Usage
     stop_sequence: str | None = None
+    # the backend's own reply object, when it answered a Responses API call natively
+    native: Mapping[str, JSON] | None = None
 
 
 # --- streaming events, in the order a backend yields them ---------------------------------

@@ -88,6 +88,14 @@ class HttpSettings(_Section):
     body_timeout_s: float = Field(default=60.0, gt=0)  # headers complete -> body complete
 
 
+class ResponsesSettings(_Section):
+    """Stored responses of `/v1/responses` (continued with `previous_response_id`): in Redis
+    when `redis_url` is set, else in this process (at most `max_entries`, oldest out first)."""
+
+    ttl_s: int = Field(default=30 * 24 * 3600, gt=0)  # OpenAI keeps responses for 30 days
+    max_entries: int = Field(default=10_000, gt=0)  # the in-process store only
+
+
 class PriceOverride(_Section):
     """USD per million tokens; a missing value keeps the price map's own."""
 
@@ -138,6 +146,9 @@ class OpenAICompatibleBackend(_Backend):
     # send the tenant's `cache_salt` (vLLM and SGLang key their prefix cache with it); false for
     # a server that rejects or ignores it: its calls then carry the cache-scope line instead
     cache_salt: bool = True
+    # "native": the server speaks the Responses API too, and `/v1/responses` calls are forwarded
+    # to its `/responses` as they came; "translate" (default): they go to /chat/completions
+    responses: Literal["translate", "native"] = "translate"
     # the served model's Hugging Face tokenizer files (tokenizer.json, tokenizer_config.json):
     # prompts are then counted with its tokenizer and chat template, as the server bills them
     tokenizer_dir: Path | None = None
@@ -237,6 +248,7 @@ class Settings(BaseSettings):
     http: HttpSettings = HttpSettings()
     sandbox: SandboxSettings = SandboxSettings()
     fleet: FleetSettings = FleetSettings()
+    responses: ResponsesSettings = ResponsesSettings()
     prices: dict[str, PriceOverride] = Field(default_factory=dict)  # model -> USD per Mtok
     models: tuple[ModelRoute, ...] = ()
 

@@ -39,6 +39,8 @@ from gateway.ledger.call_ledger import CallLedger
 from gateway.ledger.db import create_ledger_engine, migrate_engine
 from gateway.ledger.metrics import RecorderCollector
 from gateway.ledger.recorder import RecorderConfig, UsageRecorder
+from gateway.responses.redis_store import RedisResponseStore
+from gateway.responses.store import MemoryResponseStore, ResponseStore
 from gateway.settings import Settings
 from gateway.telemetry import Metrics, Telemetry, build_tracer_provider
 from policies.store import PolicyStore
@@ -62,6 +64,7 @@ class Components:
     metrics: Metrics
     admin_views: dict[str, JsonView]
     tools_router: ToolsRouter | None = None
+    response_store: ResponseStore = field(default_factory=lambda: MemoryResponseStore(3600, 1000))
     on_start: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -88,6 +91,14 @@ async def fetch_tokenizers(tokenizers: EngineTokenizers, retry_s: float = 2.0) -
             await tokenizers.fetch_missing(client)
             if tokenizers.num_missing:
                 await asyncio.sleep(retry_s)
+
+
+def build_response_store(settings: Settings, clock: Callable[[], float]) -> ResponseStore:
+    """Where `/v1/responses` keeps responses: Redis when configured (every process sees them)."""
+    ttl_s = settings.responses.ttl_s
+    if settings.redis_url:
+        return RedisResponseStore.from_url(settings.redis_url, ttl_s)
+    return MemoryResponseStore(ttl_s, settings.responses.max_entries, clock)
 
 
 def build_components(
@@ -178,6 +189,8 @@ def build_components(
     parts = Components(
         pipeline, keys, models, metrics, build_admin_views(settings, keys, engine), tools.router
     )
+    parts.response_store = build_response_store(settings, clock)
+    parts.on_stop.append(parts.response_store.aclose)
     parts.on_start.append(tools.start)
     parts.on_stop.append(tools.stop)
 

@@ -15,6 +15,7 @@ import orjson
 from adapters import openai_wire
 from adapters.backend import BackendCall, RelayedChunk
 from adapters.backends.http_upstream import HTTPClient, make_upstream
+from adapters.backends.openai_responses import ResponsesUpstream
 from adapters.backends.spec import BackendSpec
 from adapters.errors import ProviderUnavailable
 from adapters.openai_wire_relay import OpenAIRelay
@@ -69,6 +70,12 @@ class OpenAICompatibleBackend:
             headers["authorization"] = f"Bearer {spec.api_key}"
         url = spec.base_url.rstrip("/") + "/chat/completions"
         self._upstream = make_upstream(spec.name, http, url, headers)
+        # `responses: native`: the Responses door is forwarded to the upstream's /responses
+        self._responses = (
+            ResponsesUpstream(spec.name, http, spec.base_url, headers)
+            if spec.extra.get("responses") == "native"
+            else None
+        )
 
     def _prepare(self, call: BackendCall, stream: bool) -> tuple[bytes, dict[str, str], float]:
         body = build_body(
@@ -79,12 +86,30 @@ class OpenAICompatibleBackend:
             headers[SESSION_HEADER] = call.request.session_id
         return orjson.dumps(body), headers, min(call.timeout_s, self._timeout_s)
 
+    def _native(self, call: BackendCall) -> ResponsesUpstream | None:
+        return self._responses if call.native_body is not None else None
+
+    def _native_headers(self, call: BackendCall) -> tuple[dict[str, str], float]:
+        headers = dict(call.extra_headers or {})
+        if call.request.session_id is not None:
+            headers[SESSION_HEADER] = call.request.session_id
+        return headers, min(call.timeout_s, self._timeout_s)
+
     async def complete(self, call: BackendCall) -> ChatResponse:
+        native = self._native(call)
+        if native is not None:
+            return await native.complete(call, self._model, *self._native_headers(call))
         body, headers, timeout_s = self._prepare(call, stream=False)
         reply = await self._upstream.post_json(body, timeout_s=timeout_s, headers=headers)
         return openai_wire.decode_response(reply)
 
     async def stream(self, call: BackendCall) -> AsyncIterator[StreamEvent]:
+        native = self._native(call)
+        if native is not None:  # the relay's events, its bytes left aside
+            async for piece in native.relay(call, self._model, *self._native_headers(call)):
+                for item in piece.events:
+                    yield item
+            return
         body, headers, timeout_s = self._prepare(call, stream=True)
         decoder = OpenAIStreamDecoder(self.name)
         async for event in self._upstream.post_sse(body, timeout_s=timeout_s, headers=headers):
@@ -104,6 +129,11 @@ class OpenAICompatibleBackend:
         chunks of one upstream read go out as one."""
         if call.client_wire != "openai" or call.raw_body is None:
             raise ValueError("relay() serves an OpenAI client's own body; use stream()")
+        native = self._native(call)
+        if native is not None:
+            async for piece in native.relay(call, self._model, *self._native_headers(call)):
+                yield piece
+            return
         body, headers, timeout_s = self._prepare(call, stream=True)
         relay = OpenAIRelay(
             self.name,

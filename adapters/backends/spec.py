@@ -19,6 +19,7 @@ class BackendSpec:
     `model`: the upstream model name (LiteLLM form `anthropic/claude-...` for litellm); None
     forwards the client's model. `api_key`: the secret itself (settings read the env var).
     `extra` keys: `send_cache_salt` (bool; default true for openai_compatible/selfhost),
+    `responses` ("native": forward the Responses door to `/responses`; openai_compatible),
     `anthropic_version`, `anthropic_beta` (anthropic), `region` (bedrock).
     """
 

@@ -69,6 +69,7 @@ def call_record(adm: Admitted, t: Try, out: Outcome, pricing: Pricing) -> CallRe
         ttft_ms=None if out.ttft_s is None else out.ttft_s * 1000.0,
         latency_ms=(out.ended - t.began) * 1000.0,
         cache_diagnosis=adm.verdict.diagnosis_json,
+        door=adm.call.door_name,
     )
 
 
@@ -80,7 +81,7 @@ def write_telemetry(telemetry: Telemetry, adm: Admitted, t: Try, out: Outcome) -
     telemetry.metrics.record_attempt(
         labels, out.status, usage, out.cost_usd, now - t.began, out.ttft_s, out.error_kind
     )
-    route = "chat.completions" if adm.call.wire == "openai" else "messages"
+    route = adm.call.door_name
     telemetry.record_call(
         CallSpan(route, adm.request_id, t.number, labels, usage, out.status, now - t.began)
     )

@@ -34,6 +34,15 @@ class IncomingCall:
     body: Mapping[str, JSON]
     session_header: str | None = None
     body_bytes: int = 0  # the size of the client's body (large ones are measured in a thread)
+    door: str | None = None  # the route the client called, when `wire` does not tell it
+    native_body: Mapping[str, JSON] | None = None  # the door's own body (BackendCall's)
+
+    @property
+    def door_name(self) -> str:
+        """The client's route as the ledger and spans name it."""
+        if self.door is not None:
+            return self.door
+        return "chat.completions" if self.wire == "openai" else "messages"
 
     def __post_init__(self) -> None:
         # the one check of client identifiers, before anything is reserved or called

@@ -66,7 +66,8 @@ def _specs(b: BackendSettings, children: list[EngineChild]) -> list[tuple[Backen
     if isinstance(b, SelfhostBackend):
         return [(spec(base_url=url, model=b.model), url) for url in b.base_urls()]
     if isinstance(b, OpenAICompatibleBackend):
-        key, extra = b.api_key(), {"send_cache_salt": b.cache_salt}
+        key = b.api_key()
+        extra: dict[str, str | bool] = {"send_cache_salt": b.cache_salt, "responses": b.responses}
         return [
             (spec(base_url=url, model=b.model, api_key=key, extra=extra), url)
             for url in b.base_urls()

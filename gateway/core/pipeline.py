@@ -131,7 +131,12 @@ class Pipeline:
         body = dict(adm.prepared.body) if same_wire else None
         if body is not None:
             body[max_tokens_field(adm.call.wire, body)] = adm.max_tokens
-        return BackendCall(request=request, client_wire=adm.call.wire, raw_body=body)
+        return BackendCall(
+            request=request,
+            client_wire=adm.call.wire,
+            raw_body=body,
+            native_body=adm.call.native_body,
+        )
 
     async def complete(self, adm: Admitted) -> ChatResponse:
         last_error: UpstreamError | None = None

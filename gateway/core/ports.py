@@ -173,6 +173,7 @@ class CallRecord:
     ttft_ms: float | None
     latency_ms: float
     cache_diagnosis: str | None
+    door: str | None = None  # the client's route: chat.completions | messages | responses
 
 
 class LedgerPort(Protocol):

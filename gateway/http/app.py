@@ -21,7 +21,10 @@ from gateway.http.admin_routes import build_admin_router, build_ops_router
 from gateway.http.api_schema import component_schemas
 from gateway.http.chat_routes import ChatRoutes, build_chat_router
 from gateway.http.request_body import BodyLimits
+from gateway.http.responses_routes import ResponsesRoutes, build_responses_router
+from gateway.http.responses_schema import ResponsesCreateRequest
 from gateway.http.tools_routes import ToolRunBody
+from gateway.responses.turns import Turns
 from gateway.settings import Settings
 from gateway.wiring import Components, build_components
 
@@ -54,7 +57,7 @@ class LanternApp(FastAPI):
         if self.openapi_schema is None:
             spec = super().openapi()
             spec.setdefault("components", {}).setdefault("schemas", {}).update(
-                component_schemas((ToolRunBody,))
+                component_schemas((ToolRunBody, ResponsesCreateRequest))
             )
         return super().openapi()
 
@@ -97,6 +100,11 @@ def create_app(
     app.include_router(build_chat_router(chat))  # also the reference path of the doors
     if lean_doors:
         app.chat_routes = chat
+    limits = BodyLimits.from_settings(settings.http)
+    turns = Turns(parts.response_store, limits.max_messages)
+    app.include_router(
+        build_responses_router(ResponsesRoutes(parts.pipeline, parts.keys, turns, limits))
+    )
     metrics_token = settings.metrics_token.get_secret_value() if settings.metrics_token else None
     app.include_router(build_ops_router(parts.models, parts.keys, parts.metrics, metrics_token))
     admin_token = settings.admin_token.get_secret_value() if settings.admin_token else None

@@ -55,6 +55,7 @@ def usage_row(call: CallRecord, ts: datetime) -> UsageRow:
         ttft_ms=call.ttft_ms,
         latency_ms=call.latency_ms,
         cache_diagnosis=call.cache_diagnosis,
+        door=call.door,
     )
 
 

@@ -70,6 +70,7 @@ class UsageRecord(Base):
     latency_ms: Mapped[float] = mapped_column(sa.Float)
     cache_diagnosis: Mapped[str | None] = mapped_column(sa.Text)
     request_id: Mapped[str] = mapped_column(sa.String(128))
+    door: Mapped[str | None] = mapped_column(sa.String(32))
 
     __table_args__ = (sa.Index("ix_usage_tenant_ts", "tenant", "ts"),)
 
@@ -110,6 +111,7 @@ class UsageRow:
     ttft_ms: float | None = None
     latency_ms: float = 0.0
     cache_diagnosis: str | None = None  # small JSON text from the cache-break diagnosis
+    door: str | None = None  # the client's route: chat.completions | messages | responses
 
     def __post_init__(self) -> None:
         """Refuses here, at the caller, any row the database would refuse later: a row that

@@ -26,6 +26,8 @@ ROUTES = {  # every route the gateway serves, and the methods /openapi.json must
     "/admin/reports/breakeven": {"get"},
     "/v1/tools/runs": {"post"},
     "/v1/tools/runs/{run_id}": {"get"},
+    "/v1/responses": {"post"},
+    "/v1/responses/{response_id}": {"get", "delete"},
 }
 
 
@@ -47,13 +49,18 @@ def test_openapi_declares_every_route_and_the_chat_bodies(api: schemathesis.Base
         ("/v1/chat/completions", "ChatCompletionRequest"),
         ("/v1/messages", "MessagesRequest"),
         ("/v1/tools/runs", "ToolRunBody"),
+        ("/v1/responses", "ResponsesCreateRequest"),
     ):
         body = paths[path]["post"]["requestBody"]["content"]["application/json"]["schema"]
         assert body == {"$ref": f"#/components/schemas/{model}"}
         assert model in api.raw_schema["components"]["schemas"]
 
 
-SERVED_MODEL = {"/v1/chat/completions": "gpt-4o-mini", "/v1/messages": "claude-sonnet-4-5"}
+SERVED_MODEL = {
+    "/v1/chat/completions": "gpt-4o-mini",
+    "/v1/messages": "claude-sonnet-4-5",
+    "/v1/responses": "gpt-4o-mini",
+}
 
 
 def with_model(case: schemathesis.Case, model: str) -> schemathesis.Case:
@@ -64,7 +71,13 @@ def with_model(case: schemathesis.Case, model: str) -> schemathesis.Case:
 
 
 # routes with a body or a query to break (the others have nothing a negative case could change)
-NEGATABLE = ("/v1/chat/completions", "/v1/messages", "/v1/tools/runs", "/admin/reports/cost")
+NEGATABLE = (
+    "/v1/chat/completions",
+    "/v1/messages",
+    "/v1/responses",
+    "/v1/tools/runs",
+    "/admin/reports/cost",
+)
 CASES = [
     *((path, method, GenerationMode.POSITIVE) for path, ops in ROUTES.items() for method in ops),
     *(

@@ -40,6 +40,7 @@ from adapters.types import (
     ToolUsePart,
     Usage,
 )
+from tests.fakes.responses_api import serve_responses
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -163,6 +164,9 @@ class FakeUpstreamApp:
         wire = {"/v1/chat/completions": "openai", "/v1/messages": "anthropic"}.get(path)
         if path == "/v1/models":
             await _respond(send, 200, self._models())
+            return
+        if path == "/v1/responses":  # tests/fakes/responses_api.py
+            await serve_responses(self, body, send)
             return
         if wire is None:
             await _respond(send, 404, _error_body("openai", "no such route", "not_found"))

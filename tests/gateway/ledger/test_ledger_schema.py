@@ -38,6 +38,7 @@ EXPECTED_COLUMNS = {
     "latency_ms",
     "cache_diagnosis",
     "request_id",
+    "door",
 }
 
 
@@ -57,7 +58,7 @@ def test_migration_creates_exactly_the_usage_columns(engine):
     with engine.connect() as connection:
         assert (
             connection.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one()
-            == "0001"
+            == "0002_usage_door"
         )
 
 
@@ -184,5 +185,5 @@ def test_processes_starting_together_migrate_one_at_a_time(database_url):
     with engine.connect() as connection:
         assert connection.execute(
             sa.text("SELECT version_num FROM alembic_version")
-        ).scalars().all() == ["0001"]
+        ).scalars().all() == ["0002_usage_door"]
     engine.dispose()

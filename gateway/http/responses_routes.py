@@ -1,0 +1,182 @@
+"""The OpenAI Responses door: `POST /v1/responses`, `GET` and `DELETE /v1/responses/{id}`.
+
+Routes parse, call the pipeline (as a chat call, translated), and shape the Responses reply;
+conversations are kept by `gateway/responses/`, errors are OpenAI's shape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from adapters.backend import RelayedChunk
+from adapters.responses_wire_reply import encode_response, envelope
+from adapters.responses_wire_stream import ResponsesStreamEncoder
+from adapters.sse import SSEParser
+from adapters.types import StreamEvent
+from gateway.core.pipeline import Admitted, Pipeline
+from gateway.http.api_schema import OpenAIError, errors, json_body
+from gateway.http.auth import KeyLookup, authenticate
+from gateway.http.chat_routes import error_response
+from gateway.http.errors import to_http
+from gateway.http.request_body import BodyLimits, parse_object, read_body
+from gateway.http.responses_schema import ResponseObject, ResponsesCreateRequest
+from gateway.http.sse_reply import SSEReply
+from gateway.responses.turns import Turn, Turns, door_error, native_reply
+
+Items = StreamEvent | RelayedChunk
+
+
+class ResponsesRoutes:
+    def __init__(
+        self, pipeline: Pipeline, keys: KeyLookup, turns: Turns, limits: BodyLimits
+    ) -> None:
+        self.pipeline = pipeline
+        self.keys = keys
+        self.turns = turns
+        self.limits = limits
+
+    async def create(self, http: Request) -> Response:
+        try:
+            turn = await self._turn(http)
+            admitted = await self.pipeline.admit(turn.call)
+        except Exception as exc:  # every rejection in OpenAI's error shape
+            return error_response(door_error(exc), "openai")
+        headers = admitted.headers(self.pipeline.s.admission)
+        if turn.request.stream:
+            return await self._stream(turn, admitted, headers)
+        try:
+            answer = await self.pipeline.complete(admitted)
+        except Exception as exc:
+            return error_response(door_error(exc), "openai", headers)
+        if answer.native is not None:
+            reply = native_reply(turn, answer.native)
+        else:
+            reply = encode_response(turn.response_id, turn.request, answer, turn.created_at)
+        await self.turns.remember(turn, reply)
+        return Response(orjson.dumps(reply), 200, headers, "application/json")
+
+    async def retrieve(self, http: Request, response_id: str) -> Response:
+        try:
+            caller = authenticate(http.headers, self.keys)
+            found = await self.turns.lookup(caller.tenant.tenant, response_id)
+        except Exception as exc:
+            return error_response(exc, "openai")
+        return Response(orjson.dumps(found.response), 200, media_type="application/json")
+
+    async def delete(self, http: Request, response_id: str) -> Response:
+        try:
+            caller = authenticate(http.headers, self.keys)
+            await self.turns.forget(caller.tenant.tenant, response_id)
+        except Exception as exc:
+            return error_response(exc, "openai")
+        body = {"id": response_id, "object": "response.deleted", "deleted": True}
+        return Response(orjson.dumps(body), 200, media_type="application/json")
+
+    async def _turn(self, http: Request) -> Turn:
+        caller = authenticate(http.headers, self.keys)
+        raw = await read_body(http, self.limits.max_bytes)
+        body = parse_object(raw, self.limits.max_depth)
+        session = http.headers.get("x-session-id")
+        return await self.turns.begin(caller.tenant, caller.key_id, body, session, len(raw))
+
+    async def _stream(self, turn: Turn, adm: Admitted, headers: dict[str, str]) -> Response:
+        base = envelope(turn.response_id, turn.request, turn.created_at)
+        encoder = ResponsesStreamEncoder(base)
+        events = self.pipeline.stream(adm)
+        try:  # the first event decides between an HTTP error and a 200 stream
+            first = await events.__anext__()
+        except Exception as exc:
+            await events.aclose()
+            return error_response(door_error(exc), "openai", headers)
+        body = self._sse(turn, first, events, encoder)
+        return SSEReply(body, 200, headers, media_type="text/event-stream")
+
+    async def _sse(
+        self,
+        turn: Turn,
+        first: Items,
+        rest: AsyncGenerator[Items, None],
+        encoder: ResponsesStreamEncoder,
+    ) -> AsyncIterator[bytes]:
+        """The client's events; the turn is stored once the model is done."""
+        native = NativeFinal()
+        try:
+            yield _encoded(first, encoder.encode, native)
+            async for item in rest:
+                yield _encoded(item, encoder.encode, native)
+            final = encoder.final or native.response
+            if final is not None:
+                await self.turns.remember(turn, final)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the stream already started: report in-band
+            error = to_http(door_error(exc), "openai").body["error"]
+            assert isinstance(error, dict)
+            yield encoder.error(error.get("code"), str(error.get("message")), error.get("param"))
+        finally:
+            await rest.aclose()
+
+
+class NativeFinal:
+    """The finished response in a natively forwarded stream (its `response.completed`)."""
+
+    def __init__(self) -> None:
+        self._parser = SSEParser()
+        self.response: dict[str, Any] | None = None
+
+    def see(self, data: bytes) -> bytes:
+        for event in self._parser.feed(data):
+            if event.event in ("response.completed", "response.incomplete"):
+                self.response = orjson.loads(event.data)["response"]
+        return data
+
+
+def _encoded(item: Items, encode: Callable[[StreamEvent], bytes], native: NativeFinal) -> bytes:
+    """Events as Responses events; a relayed chat chunk by the events it carries; a natively
+    forwarded chunk as it came."""
+    if isinstance(item, RelayedChunk):
+        if item.format == "responses":
+            return native.see(item.data)
+        return b"".join(encode(event) for event in item.events)
+    return encode(item)
+
+
+RESPONSES_ERRORS = (400, 401, 403, 404, 413, 429, 502, 503, 504)
+
+
+def build_responses_router(routes: ResponsesRoutes) -> APIRouter:
+    """The door's three routes; the handlers parse their own bodies, like the chat doors."""
+    router = APIRouter()
+
+    async def create(request: Request) -> Response:
+        return await routes.create(request)
+
+    async def retrieve(request: Request, response_id: str) -> Response:
+        return await routes.retrieve(request, response_id)
+
+    async def delete(request: Request, response_id: str) -> Response:
+        return await routes.delete(request, response_id)
+
+    answered: dict[int | str, dict[str, Any]] = {
+        200: {"model": ResponseObject, "content": {"text/event-stream": {}}}
+    }
+    router.add_api_route(
+        "/v1/responses",
+        create,
+        methods=["POST"],
+        openapi_extra=json_body(ResponsesCreateRequest),
+        responses={**answered, **errors(OpenAIError, *RESPONSES_ERRORS)},
+    )
+    found: dict[int | str, dict[str, Any]] = {
+        200: {"model": ResponseObject},
+        **errors(OpenAIError, 401, 404),
+    }
+    router.add_api_route("/v1/responses/{response_id}", retrieve, methods=["GET"], responses=found)
+    router.add_api_route("/v1/responses/{response_id}", delete, methods=["DELETE"], responses=found)
+    return router

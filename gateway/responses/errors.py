@@ -1,0 +1,18 @@
+"""The Responses door's own errors; `gateway/http/errors.py` maps them with the rest."""
+
+from __future__ import annotations
+
+from gateway.errors import GatewayError
+
+
+class ResponseNotFound(GatewayError):
+    """No response with this id for this tenant: never stored, expired, deleted, or another
+    tenant's (which must look exactly like one that does not exist)."""
+
+    status_code = 404
+    anthropic_type = "not_found_error"
+
+    def __init__(self, response_id: str, field: str | None = None) -> None:
+        super().__init__(
+            f"Response with id '{response_id}' not found.", rule="response_not_found", field=field
+        )

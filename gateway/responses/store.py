@@ -1,0 +1,82 @@
+"""Stored responses, keyed by (tenant, response id): the protocol and the in-process store.
+
+A tenant's lookup can only ever find that tenant's own responses: the tenant is part of every
+key. Holds the conversation items needed to continue, never anything about other tenants.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import orjson
+
+from adapters.types import JSON
+
+
+@dataclass(frozen=True, slots=True)
+class StoredResponse:
+    """`conversation`: every input and output item so far, in order; `response`: the reply
+    object as the client got it (what `GET /v1/responses/{id}` answers)."""
+
+    conversation: tuple[Mapping[str, JSON], ...]
+    response: Mapping[str, JSON]
+
+    def to_bytes(self) -> bytes:
+        return orjson.dumps({"conversation": list(self.conversation), "response": self.response})
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> StoredResponse:
+        doc: dict[str, Any] = orjson.loads(data)
+        return cls(tuple(doc["conversation"]), doc["response"])
+
+
+class ResponseStore(Protocol):
+    async def put(self, tenant: str, response_id: str, stored: StoredResponse) -> None: ...
+
+    async def get(self, tenant: str, response_id: str) -> StoredResponse | None: ...
+
+    async def delete(self, tenant: str, response_id: str) -> bool: ...
+
+    async def aclose(self) -> None: ...
+
+
+class MemoryResponseStore:
+    """One process's stored responses, each kept `ttl_s`; the oldest go first past
+    `max_entries`. Entries are kept serialised, so no caller ever shares an object."""
+
+    def __init__(
+        self, ttl_s: float, max_entries: int, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._ttl_s = ttl_s
+        self._max_entries = max_entries
+        self._clock = clock
+        self._entries: OrderedDict[tuple[str, str], tuple[float, bytes]] = OrderedDict()
+
+    async def put(self, tenant: str, response_id: str, stored: StoredResponse) -> None:
+        self._entries[(tenant, response_id)] = (self._clock() + self._ttl_s, stored.to_bytes())
+        self._entries.move_to_end((tenant, response_id))
+        while len(self._entries) > self._max_entries:
+            self._entries.popitem(last=False)
+
+    async def get(self, tenant: str, response_id: str) -> StoredResponse | None:
+        found = self._entries.get((tenant, response_id))
+        if found is None:
+            return None
+        expires, data = found
+        if expires <= self._clock():
+            del self._entries[(tenant, response_id)]
+            return None
+        return StoredResponse.from_bytes(data)
+
+    async def delete(self, tenant: str, response_id: str) -> bool:
+        return self._entries.pop((tenant, response_id), None) is not None
+
+    async def aclose(self) -> None:
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)

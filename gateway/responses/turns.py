@@ -1,0 +1,132 @@
+"""One turn of a Responses conversation: the stored history it continues, the pipeline call it
+becomes, and what is stored once it is answered. No HTTP here; the route shapes the replies.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from adapters import openai_wire
+from adapters.responses_wire import ResponsesRequest, parse_request, to_chat_request
+from adapters.types import JSON
+from gateway.core.calls import IncomingCall
+from gateway.core.ids import uuid4_hex
+from gateway.errors import RequestRejected
+from gateway.responses.errors import ResponseNotFound
+from gateway.responses.store import ResponseStore, StoredResponse
+from policies.model import TenantPolicy
+
+log = logging.getLogger("lantern.responses")
+DOOR = "responses"
+# the door's names for the pipeline's fields (it speaks chat completions inside)
+_FIELDS = {"max_tokens": "max_output_tokens", "messages": "input"}
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    response_id: str
+    created_at: int
+    request: ResponsesRequest
+    history: tuple[Mapping[str, JSON], ...]  # the stored conversation this turn continues
+    call: IncomingCall
+
+
+class Turns:
+    """Builds turns from bodies and keeps answered ones in the tenant's store."""
+
+    def __init__(
+        self,
+        store: ResponseStore,
+        max_items: int,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self._max_items = max_items
+        self._wall_clock = wall_clock
+
+    async def begin(
+        self,
+        tenant: TenantPolicy,
+        key_id: str,
+        body: Mapping[str, Any],
+        session_header: str | None,
+        body_bytes: int,
+    ) -> Turn:
+        """The checked turn; raises WireFormatError, ResponseNotFound or RequestRejected."""
+        request = parse_request(body)
+        history: tuple[Mapping[str, JSON], ...] = ()
+        if request.previous_response_id is not None:
+            found = await self.lookup(
+                tenant.tenant, request.previous_response_id, "previous_response_id"
+            )
+            history = found.conversation
+        num_items = len(history) + len(request.input_items)
+        if num_items > self._max_items:
+            raise RequestRejected(
+                f"input: {num_items} items; the gateway's limit is {self._max_items}",
+                rule="max_messages",
+                field="input",
+            )
+        chat = to_chat_request(request, history)
+        native = {**body, "input": [*history, *request.input_items]}
+        call = IncomingCall(
+            "openai",
+            tenant,
+            key_id,
+            chat,
+            openai_wire.encode_request(chat),
+            session_header,
+            body_bytes=body_bytes,
+            door=DOOR,
+            native_body=native,
+        )
+        return Turn("resp_" + uuid4_hex(), int(self._wall_clock()), request, history, call)
+
+    async def lookup(
+        self, tenant: str, response_id: str, field: str | None = None
+    ) -> StoredResponse:
+        found = await self.store.get(tenant, response_id)
+        if found is None:
+            raise ResponseNotFound(response_id, field)
+        return found
+
+    async def forget(self, tenant: str, response_id: str) -> None:
+        if not await self.store.delete(tenant, response_id):
+            raise ResponseNotFound(response_id)
+
+    async def remember(self, turn: Turn, reply: Mapping[str, Any]) -> None:
+        """Keep an answered turn (unless the client said `store: false`). A store that fails
+        costs the client its continuation, not the answer it paid for: logged, not raised."""
+        if not turn.request.store:
+            return
+        conversation = (*turn.history, *turn.request.input_items, *reply["output"])
+        response_id = str(reply["id"])  # ours, or the upstream's when forwarded natively
+        try:
+            await self.store.put(
+                turn.call.tenant.tenant, response_id, StoredResponse(conversation, reply)
+            )
+        except Exception:
+            log.exception("could not store response %s", response_id)
+
+
+def native_reply(turn: Turn, reply: Mapping[str, Any]) -> dict[str, Any]:
+    """An upstream's own reply as this door answers it: the client's model name, and the
+    continuation and storage it asked for (the upstream was sent neither)."""
+    return {
+        **reply,
+        "model": turn.request.model,
+        "previous_response_id": turn.request.previous_response_id,
+        "store": turn.request.store,
+    }
+
+
+def door_error(exc: Exception) -> Exception:
+    """A pipeline error that names a field by its chat-completions name, renamed for this door."""
+    field = getattr(exc, "field", None)
+    if isinstance(field, str) and field in _FIELDS:
+        exc.field = _FIELDS[field]  # type: ignore[attr-defined]
+    return exc

@@ -1,0 +1,84 @@
+"""Stored responses: the in-process store and the Redis store keep the same promises (scoped
+by tenant, expiring, deletable), the Redis one against the real server."""
+
+from __future__ import annotations
+
+import asyncio
+
+from gateway.responses.redis_store import RedisResponseStore
+from gateway.responses.store import MemoryResponseStore, ResponseStore, StoredResponse
+
+ITEMS = (
+    {"type": "message", "role": "user", "content": "hello"},
+    {"id": "msg_1_0", "type": "message", "role": "assistant", "status": "completed",
+     "content": [{"type": "output_text", "text": "hi", "annotations": []}]},
+)  # fmt: skip
+STORED = StoredResponse(ITEMS, {"id": "resp_1", "object": "response", "output": [ITEMS[1]]})
+
+
+async def _promises(store: ResponseStore) -> None:
+    await store.put("acme", "resp_1", STORED)
+    assert await store.get("acme", "resp_1") == STORED
+    assert await store.get("other", "resp_1") is None  # another tenant: as if it never was
+    assert await store.delete("other", "resp_1") is False
+    assert await store.get("acme", "resp_1") == STORED
+    assert await store.delete("acme", "resp_1") is True
+    assert await store.get("acme", "resp_1") is None
+    assert await store.delete("acme", "resp_1") is False
+
+
+def test_memory_store_keeps_the_promises() -> None:
+    asyncio.run(_promises(MemoryResponseStore(ttl_s=60, max_entries=10)))
+
+
+def test_redis_store_keeps_the_promises(redis_url: str, redis_prefix: str) -> None:
+    async def main() -> None:
+        store = RedisResponseStore.from_url(redis_url, ttl_s=60, key_prefix=redis_prefix)
+        try:
+            await _promises(store)
+        finally:
+            await store.aclose()
+
+    asyncio.run(main())
+
+
+def test_redis_store_sets_the_ttl_on_a_tenant_scoped_key(redis_url: str, redis_prefix: str) -> None:
+    async def main() -> tuple[list[bytes], int]:
+        store = RedisResponseStore.from_url(redis_url, ttl_s=90, key_prefix=redis_prefix)
+        try:
+            await store.put("acme", "resp_9", STORED)
+            client = store._client
+            keys = sorted(await client.keys(redis_prefix + "*"))
+            ttl = await client.ttl(keys[0])
+            await store.delete("acme", "resp_9")
+            return keys, ttl
+        finally:
+            await store.aclose()
+
+    keys, ttl = asyncio.run(main())
+    assert keys == [f"{redis_prefix}{{acme}}:resp_9".encode()]
+    assert 85 <= ttl <= 90
+
+
+def test_memory_store_expires_and_drops_the_oldest_past_its_bound() -> None:
+    now = [1000.0]
+    store = MemoryResponseStore(ttl_s=30, max_entries=2, clock=lambda: now[0])
+
+    async def main() -> None:
+        await store.put("acme", "a", STORED)
+        now[0] += 10
+        await store.put("acme", "b", STORED)
+        now[0] += 10
+        await store.put("acme", "c", STORED)  # over the bound: "a" goes
+        assert await store.get("acme", "a") is None
+        assert await store.get("acme", "b") == STORED
+        now[0] += 25  # "b" was stored 35 s ago, "c" 25 s ago
+        assert await store.get("acme", "b") is None
+        assert await store.get("acme", "c") == STORED
+        assert len(store) == 1
+
+    asyncio.run(main())
+
+
+def test_stored_response_round_trips_through_bytes() -> None:
+    assert StoredResponse.from_bytes(STORED.to_bytes()) == STORED
