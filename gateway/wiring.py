@@ -156,7 +156,6 @@ def build_components(
         signal_interval_s=fs.signal_interval_s,
         signal_max_age_s=fs.signal_max_age_s,
         signal_timeout_s=fs.signal_timeout_s,
-        index_lone_replicas=False,  # a replica alone in its routes: nothing to choose
         windows=ContextWindows(windows, cards),
     )
 

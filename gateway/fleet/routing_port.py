@@ -28,7 +28,7 @@ from gateway.fleet.state import (
 from gateway.fleet.window import ContextWindows
 from policies.model import TenantPolicy
 from policies.routing import RoutingPolicy
-from routing.decision import choose
+from routing.decision import choose, lantern_pick
 from routing.prefix_index import PrefixIndex
 from routing.types import (
     ApiState,
@@ -36,6 +36,7 @@ from routing.types import (
     FleetSnapshot,
     NoRouteAvailable,
     Prices,
+    ReplicaPicker,
     ReplicaState,
     RequestFeatures,
     SessionTable,
@@ -66,7 +67,7 @@ class Fleet:
         signal_max_age_s: float = 5.0,
         signal_timeout_s: float = 0.5,
         live_window_s: float = 10.0,
-        index_lone_replicas: bool = True,
+        picker: ReplicaPicker = lantern_pick,
         windows: ContextWindows | None = None,
     ) -> None:
         self.prices = prices or Prices()
@@ -75,8 +76,7 @@ class Fleet:
         self._util_window_s, self._seq = util_window_s, 0
         # a block touched this recently belongs to a live session (its next call is coming)
         self._live_window_s = live_window_s
-        # False: a replica alone in every route naming it keeps no prefix index (`_lone`)
-        self._index_lone = index_lone_replicas
+        self.picker = picker  # Lantern's own; benchmarks inject baselines
         self.registry = FleetRegistry(specs or {})
         self.signals = LoadSignals(interval_s=signal_interval_s, max_age_s=signal_max_age_s)
         self.windows = windows or ContextWindows()
@@ -186,7 +186,8 @@ class Fleet:
             )
         self._seq += 1
         self.registry.planned[features.session_id] = (features.prompt_tokens, features.max_tokens)
-        return choose(features, snap, self.sessions(), self.prices, policy, now, self._rng)
+        sessions = self.sessions()
+        return choose(features, snap, sessions, self.prices, policy, now, self._rng, self.picker)
 
     def plan(
         self,
@@ -228,12 +229,11 @@ class Fleet:
     def _lone(self, route: ModelRoute, tenant: TenantPolicy) -> ReplicaRecord | None:
         """The route's one replica when there is nothing to decide: it is the only candidate of
         every route naming it, the tenant may use it and it is serving; else None (the full
-        decision, which also says why no candidate may serve). Unless the fleet was made with
-        `index_lone_replicas` (`lantern serve` is not), such a replica keeps no prefix index:
-        with nothing to choose, the passes over every block hash of the prompt (match, pin,
+        decision, which also says why no candidate may serve). Such a replica keeps no prefix
+        index: with nothing to choose, the passes over every block hash of the prompt (match, pin,
         unpin, the answer's insert) buy nothing. Its load, health and sessions are kept as for
         any replica; one that a later route gives a second candidate starts with a cold index."""
-        if self._index_lone or len(route.candidates) != 1:
+        if len(route.candidates) != 1:
             return None
         c = route.candidates[0]
         if c.venue != "selfhost" or tenant.routing.venue == "api_only":

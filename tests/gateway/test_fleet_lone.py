@@ -1,6 +1,6 @@
-"""A replica alone in its routes keeps no prefix index when the fleet is made with
-`index_lone_replicas=False` (as `lantern serve` makes it): nothing to choose, so nothing is
-matched, pinned or inserted, while load, health, drain and sessions are kept as before."""
+"""A replica alone in its routes keeps no prefix index: nothing to choose, so nothing is
+matched, pinned or inserted, while load, health, drain and sessions are kept as for any replica
+(`FullDecisionFleet`, the reference, runs the full decision for it)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from policies.model import TenantPolicy
 from policies.routing import RoutingPolicy
 from routing.types import NoRouteAvailable
 from tests.adapters.test_router_fleet import Clock, ProbeBackend, chain, prepared
+from tests.gateway.fleet_reference import FullDecisionFleet
 from tests.gateway.test_after_reply import Backend, incoming
 from tests.gateway.test_answer_extend import ExtendFakes
 
@@ -36,9 +37,8 @@ def _fleet(
 ) -> tuple[Fleet, Clock]:
     clock = clock or Clock()
     specs = {"local": SPEC}
-    fleet = Fleet(
-        list(routes), clock=clock, rng=random.Random(1), specs=specs, index_lone_replicas=index_lone
-    )
+    kind = FullDecisionFleet if index_lone else Fleet
+    fleet = kind(list(routes), clock=clock, rng=random.Random(1), specs=specs)
     return fleet, clock
 
 
@@ -92,7 +92,7 @@ def test_the_lone_replica_counts_load_but_keeps_no_index() -> None:
 
 
 def test_the_same_fleet_with_the_index_kept_pins_and_learns() -> None:
-    """The reference: `index_lone_replicas=True` (the default) runs the full decision."""
+    """The reference (`FullDecisionFleet`) runs the full decision."""
     route = _route("a")
     fleet, clock = _fleet(route, index_lone=True)
     h = chain("s", 30)
