@@ -20,7 +20,7 @@ from bench.fleet_sim.state import Replica, Req, Session, SimConfig
 from bench.fleet_trace import SignalError
 from bench.routing_baselines import PICKERS
 from gateway.core.ports import Candidate, ModelRoute, PreparedPrompt
-from gateway.fleet.routing_port import Fleet, ReplicaSpec
+from gateway.fleet.routing_port import Fleet, FleetConfig, ReplicaSpec
 from gateway.fleet.signals import EngineLoad
 from policies.model import TenantPolicy
 from policies.routing import RoutingPolicy
@@ -53,13 +53,13 @@ class Simulation:
             kv_capacity_blocks=kv_blocks,
             base_ttft_s=cfg.step_base_s,
         )
+        picker = PICKERS["lantern" if strategy in ORACLES else strategy]
         self.fleet = Fleet(
             [self.route],
+            FleetConfig(block_tokens=cfg.block_tokens, picker=picker),
             specs={"engine": spec},
             clock=lambda: self.now,
             rng=random.Random(seed),
-            block_tokens=cfg.block_tokens,
-            picker=PICKERS["lantern" if strategy in ORACLES else strategy],
         )
         if strategy in ORACLES:
             self.fleet.index = OracleIndex(self.replicas)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from adapters.types import Usage
@@ -43,57 +43,66 @@ from routing.types import (
     replica_key,
 )
 
-__all__ = ["Fleet", "FleetStats", "ReplicaSpec"]
+__all__ = ["Fleet", "FleetConfig", "FleetStats", "ReplicaSpec"]
+
+
+@dataclass(frozen=True, slots=True)
+class FleetConfig:
+    """How the fleet counts, forgets and decides: block size, drain and cool-down, the windows
+    of its load figures, the engine-signal polls and the replica picker."""
+
+    block_tokens: int = 16
+    cooldown_s: float = 30.0  # a drained replica waits this long before its probe
+    api_cooldown_s: float = 5.0
+    failures_to_drain: int = 2
+    util_window_s: float = 60.0
+    probe_timeout_s: float = 30.0
+    session_max_idle_s: float = 3600.0
+    signal_interval_s: float = 1.0
+    signal_max_age_s: float = 5.0
+    signal_timeout_s: float = 0.5
+    # a block touched this recently belongs to a live session (its next call is coming)
+    live_window_s: float = 10.0
+    picker: ReplicaPicker = lantern_pick  # Lantern's own; benchmarks inject baselines
 
 
 class Fleet:
     def __init__(
         self,
         routes: Sequence[ModelRoute] = (),
+        config: FleetConfig | None = None,
         *,
-        prices: Prices | None = None,
-        specs: Mapping[str, ReplicaSpec] | None = None,
         clock: Callable[[], float],
         rng: random.Random,
-        block_tokens: int = 16,
-        cooldown_s: float = 30.0,
-        api_cooldown_s: float = 5.0,
-        failures_to_drain: int = 2,
-        util_window_s: float = 60.0,
-        probe_timeout_s: float = 30.0,
-        session_max_idle_s: float = 3600.0,
+        prices: Prices | None = None,
+        specs: Mapping[str, ReplicaSpec] | None = None,
         metrics: MetricsSource | None = None,
-        signal_interval_s: float = 1.0,
-        signal_max_age_s: float = 5.0,
-        signal_timeout_s: float = 0.5,
-        live_window_s: float = 10.0,
-        picker: ReplicaPicker = lantern_pick,
         windows: ContextWindows | None = None,
     ) -> None:
+        cfg = self.config = config or FleetConfig()
         self.prices = prices or Prices()
         self._clock, self._rng = clock, rng
-        self.block_tokens = block_tokens
-        self._util_window_s, self._seq = util_window_s, 0
-        # a block touched this recently belongs to a live session (its next call is coming)
-        self._live_window_s = live_window_s
-        self.picker = picker  # Lantern's own; benchmarks inject baselines
+        self.block_tokens = block_tokens = cfg.block_tokens
+        self._util_window_s, self._seq = cfg.util_window_s, 0
+        self._live_window_s = cfg.live_window_s
+        self.picker = cfg.picker
         self.registry = FleetRegistry(specs or {})
-        self.signals = LoadSignals(interval_s=signal_interval_s, max_age_s=signal_max_age_s)
+        self.signals = LoadSignals(interval_s=cfg.signal_interval_s, max_age_s=cfg.signal_max_age_s)
         self.windows = windows or ContextWindows()
         self.health = ReplicaHealth(
             self.registry,
             self.windows,
             clock=clock,
-            cooldown_s=cooldown_s,
-            probe_timeout_s=probe_timeout_s,
-            session_max_idle_s=session_max_idle_s,
+            cooldown_s=cfg.cooldown_s,
+            probe_timeout_s=cfg.probe_timeout_s,
+            session_max_idle_s=cfg.session_max_idle_s,
         )
         self.book = LoadBook(
             self.registry,
             clock=clock,
             block_tokens=block_tokens,
-            failures_to_drain=failures_to_drain,
-            api_cooldown_s=api_cooldown_s,
+            failures_to_drain=cfg.failures_to_drain,
+            api_cooldown_s=cfg.api_cooldown_s,
             drain=self.health.drain,
         )
         self.polls = SignalPolls(
@@ -102,7 +111,7 @@ class Fleet:
             metrics,
             clock=clock,
             block_tokens=block_tokens,
-            timeout_s=signal_timeout_s,
+            timeout_s=cfg.signal_timeout_s,
         )
         for route in routes:
             self.registry.register(route)

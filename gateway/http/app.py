@@ -23,7 +23,7 @@ from gateway.http.chat_routes import ChatRoutes, build_chat_router
 from gateway.http.request_body import BodyLimits
 from gateway.http.tools_routes import ToolRunBody
 from gateway.settings import Settings
-from gateway.wiring import Components, build_components
+from gateway.wiring import GatewayProcess, build_components
 
 log = logging.getLogger("lantern.app")
 DOORS: dict[str, WireFormat] = {"/v1/chat/completions": "openai", "/v1/messages": "anthropic"}
@@ -59,7 +59,7 @@ class LanternApp(FastAPI):
         return super().openapi()
 
 
-def create_app(settings: Settings, components: Components | None = None) -> LanternApp:
+def create_app(settings: Settings, components: GatewayProcess | None = None) -> LanternApp:
     """The app over `components` (built from `settings` when not given). The chat doors are
     served by `LanternApp` ahead of FastAPI's stack and stream through `SSEReply`; the reference
     paths (FastAPI's router, Starlette's `StreamingResponse`) are test and benchmark wiring."""
@@ -78,11 +78,11 @@ def create_app(settings: Settings, components: Components | None = None) -> Lant
         title="Lantern", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None
     )
     app.state.components = parts
-    chat = ChatRoutes(parts.pipeline, parts.keys, BodyLimits.from_settings(settings.http))
+    chat = ChatRoutes(parts.pipeline, parts.policies, BodyLimits.from_settings(settings.http))
     app.include_router(build_chat_router(chat))  # also the reference path of the doors
     app.chat_routes = chat
     metrics_token = settings.metrics_token.get_secret_value() if settings.metrics_token else None
-    app.include_router(build_ops_router(parts.models, parts.keys, parts.metrics, metrics_token))
+    app.include_router(build_ops_router(parts.models, parts.policies, parts.metrics, metrics_token))
     admin_token = settings.admin_token.get_secret_value() if settings.admin_token else None
     app.include_router(build_admin_router(admin_token, parts.admin_views))
     if parts.tools_router is not None:
@@ -98,7 +98,7 @@ async def _freeze_gc() -> None:
     gc.freeze()
 
 
-def serve(settings: Settings, components: Components | None = None) -> int:
+def serve(settings: Settings, components: GatewayProcess | None = None) -> int:
     """Run the gateway in the foreground (the `lantern serve` command)."""
     import uvicorn
 

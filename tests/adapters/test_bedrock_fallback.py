@@ -16,7 +16,7 @@ from adapters.backends.bedrock import BedrockBackend
 from adapters.backends.openai_compatible import OpenAICompatibleBackend
 from adapters.backends.spec import BackendSpec
 from adapters.types import ChatRequest, Message, TextPart, Usage
-from gateway.core.pipeline import IncomingCall, Pipeline, Services
+from gateway.core.pipeline import IncomingCall, Pipeline, PipelineParts
 from gateway.core.ports import CacheVerdict, CallRecord, Candidate, ModelRoute, PreparedPrompt
 from gateway.fleet.routing_port import Fleet
 from gateway.telemetry import Metrics, Telemetry
@@ -148,7 +148,7 @@ async def serve_once(
         fleet = Fleet([route], prices=prices, clock=lambda: 100.0, rng=random.Random(0))
         telemetry = Telemetry(TracerProvider(), Metrics())
         pipeline = Pipeline(
-            Services(
+            PipelineParts(
                 Models(route),
                 Counter(),
                 Pricing(),

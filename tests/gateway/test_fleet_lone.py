@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from adapters.types import Usage
 from bench.gateway_overhead import write_lantern_config
-from gateway.core.pipeline import Pipeline, Services
+from gateway.core.pipeline import Pipeline, PipelineParts
 from gateway.core.ports import Attempt, Candidate, ModelRoute, RoutePlan
 from gateway.fleet.routing_port import Fleet, ReplicaSpec
 from gateway.fleet.state import ONLY_CANDIDATE
@@ -174,7 +174,7 @@ def test_the_pipeline_works_out_no_answer_chain_for_an_unindexed_attempt() -> No
     async def main() -> LoneFakes:
         fakes = LoneFakes(Backend(), "selfhost")
         metrics = Telemetry(TracerProvider(), Metrics())
-        pipeline = Pipeline(Services(fakes, fakes, fakes, fakes, fakes, fakes, fakes, metrics))  # type: ignore[arg-type]
+        pipeline = Pipeline(PipelineParts(fakes, fakes, fakes, fakes, fakes, fakes, fakes, metrics))  # type: ignore[arg-type]
         await pipeline.complete(await pipeline.admit(incoming()))
         async for _ in pipeline.stream(await pipeline.admit(incoming(stream=True))):
             pass
