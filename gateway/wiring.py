@@ -189,6 +189,32 @@ def build_fleet(
     return FleetParts(fleet, scraper, cards)
 
 
+def build_pipeline(
+    models: ModelTableImpl,
+    pricing: RoutePricing,
+    admission: Admission,
+    prompt: PromptParts,
+    fleet: FleetParts,
+    ledger: LedgerParts,
+    telemetry: Telemetry,
+    clock: Callable[[], float],
+) -> Pipeline:
+    return Pipeline(
+        PipelineParts(
+            models=models,
+            counter=prompt.counting,
+            pricing=pricing,
+            admission=admission,
+            prompts=prompt.prompts,
+            routing=fleet.fleet,
+            ledger=ledger.ledger,
+            telemetry=telemetry,
+            clock=clock,
+            measure_lane=prompt.lane,
+        )
+    )
+
+
 def build_components(
     settings: Settings, *, clock: Callable[[], float] = time.monotonic
 ) -> GatewayProcess:
@@ -208,20 +234,7 @@ def build_components(
     ledger = build_ledger(settings, admission, metrics)
     prompt = build_prompt_parts(settings, models, metrics, clock)
     fleet = build_fleet(settings, models, pricing, clock)
-    pipeline = Pipeline(
-        PipelineParts(
-            models=models,
-            counter=prompt.counting,
-            pricing=pricing,
-            admission=admission,
-            prompts=prompt.prompts,
-            routing=fleet.fleet,
-            ledger=ledger.ledger,
-            telemetry=telemetry,
-            clock=clock,
-            measure_lane=prompt.lane,
-        )
-    )
+    pipeline = build_pipeline(models, pricing, admission, prompt, fleet, ledger, telemetry, clock)
     tools = build_tools(settings, policies)
     views = build_admin_views(settings, policies, ledger.engine)
     process = GatewayProcess(pipeline, policies, models, metrics, views, tools.router)
