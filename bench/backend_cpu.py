@@ -22,6 +22,7 @@ import httpx
 from adapters import anthropic_wire, openai_wire
 from adapters.backend import Backend, BackendCall
 from adapters.backends import BackendSpec, build_backend
+from adapters.backends.http1_connection import Http1Pool
 from adapters.openai_wire_stream import OpenAIStreamDecoder, OpenAIStreamEncoder
 from adapters.types import TextDelta
 from bench._procs import PY, free_port, start, stop
@@ -91,12 +92,14 @@ async def backend_cpu_ms(backend: Backend, call: BackendCall, n: int, stream: bo
     return (time.process_time() - started) * 1000 / n
 
 
-async def backends(base: str, n: int) -> list[tuple[str, float, float, float]]:
+async def backends(base: str, n: int) -> list[tuple[str, float, float, float, float]]:
     rows = []
     spec = BackendSpec("ours", "openai_compatible", f"{base}/v1")
+    pool = Http1Pool()  # the gateway's: its own HTTP/1.1 client for http:// upstreams
     async with httpx.AsyncClient() as http, aiohttp.ClientSession() as session:
         on_httpx = build_backend(spec, http=http)
         on_aiohttp = build_backend(spec, http=session)
+        on_http1 = build_backend(spec, http=pool)
         theirs = build_backend(
             BackendSpec(
                 "litellm", "litellm", f"{base}/v1", model="openai/gpt-4o-mini", api_key="sk-bench"
@@ -106,10 +109,10 @@ async def backends(base: str, n: int) -> list[tuple[str, float, float, float]]:
         for stream in (False, True):
             body = agent_body(stream)
             call = BackendCall(openai_wire.decode_request(body), "openai", body)
-            cells = [
-                await backend_cpu_ms(b, call, n, stream) for b in (on_httpx, on_aiohttp, theirs)
-            ]
-            rows.append(("stream" if stream else "non-stream", *cells))
+            ours = (on_httpx, on_aiohttp, on_http1, theirs)
+            a, b, c, d = [await backend_cpu_ms(x, call, n, stream) for x in ours]
+            rows.append(("stream" if stream else "non-stream", a, b, c, d))
+    await pool.aclose()
     return rows
 
 
@@ -153,13 +156,14 @@ def main() -> None:
         stop(fake)
     print(f"body: {len(str(agent_body(False)))} chars, {args.calls} sequential calls per cell")
     print(
-        "| call | Lantern on httpx | Lantern on aiohttp | LiteLLM SDK | LiteLLM / httpx | LiteLLM / aiohttp |"
+        "| call | Lantern on httpx | Lantern on aiohttp | Lantern on Http1Pool | LiteLLM SDK "
+        "| LiteLLM / httpx | LiteLLM / aiohttp | LiteLLM / Http1Pool |"
     )
-    print("|---|---|---|---|---|---|")
-    for name, on_httpx, on_aiohttp, theirs in rows:
+    print("|---|---|---|---|---|---|---|---|")
+    for name, on_httpx, on_aiohttp, on_http1, theirs in rows:
         print(
-            f"| {name} | {on_httpx:.3f} | {on_aiohttp:.3f} | {theirs:.3f} "
-            f"| {theirs / on_httpx:.1f}x | {theirs / on_aiohttp:.1f}x |"
+            f"| {name} | {on_httpx:.3f} | {on_aiohttp:.3f} | {on_http1:.3f} | {theirs:.3f} "
+            f"| {theirs / on_httpx:.1f}x | {theirs / on_aiohttp:.1f}x | {theirs / on_http1:.1f}x |"
         )
     print()
     print("| codec step | CPU ms |")
