@@ -16,13 +16,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import aiohttp
 import httpx
 
 from adapters import anthropic_wire, openai_wire
 from adapters.backend import Backend, BackendCall
 from adapters.backends import BackendSpec, build_backend
+from adapters.backends.aiohttp_upstream import AiohttpPool
 from adapters.backends.http1_connection import Http1Pool
+from adapters.backends.http_upstream import HttpxPool
 from adapters.openai_wire_stream import OpenAIStreamDecoder, OpenAIStreamEncoder
 from adapters.types import TextDelta
 from bench._procs import PY, free_port, start, stop
@@ -96,15 +97,16 @@ async def backends(base: str, n: int) -> list[tuple[str, float, float, float, fl
     rows = []
     spec = BackendSpec("ours", "openai_compatible", f"{base}/v1")
     pool = Http1Pool()  # the gateway's: its own HTTP/1.1 client for http:// upstreams
-    async with httpx.AsyncClient() as http, aiohttp.ClientSession() as session:
-        on_httpx = build_backend(spec, http=http)
-        on_aiohttp = build_backend(spec, http=session)
+    aio = AiohttpPool()
+    async with httpx.AsyncClient() as http:
+        on_httpx = build_backend(spec, http=HttpxPool(http))
+        on_aiohttp = build_backend(spec, http=aio)
         on_http1 = build_backend(spec, http=pool)
         theirs = build_backend(
             BackendSpec(
                 "litellm", "litellm", f"{base}/v1", model="openai/gpt-4o-mini", api_key="sk-bench"
             ),
-            http=http,
+            http=HttpxPool(http),
         )
         for stream in (False, True):
             body = agent_body(stream)
@@ -113,6 +115,7 @@ async def backends(base: str, n: int) -> list[tuple[str, float, float, float, fl
             a, b, c, d = [await backend_cpu_ms(x, call, n, stream) for x in ours]
             rows.append(("stream" if stream else "non-stream", a, b, c, d))
     await pool.aclose()
+    await aio.aclose()
     return rows
 
 

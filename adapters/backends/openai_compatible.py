@@ -14,7 +14,7 @@ import orjson
 
 from adapters import openai_wire
 from adapters.backend import BackendCall, RelayedChunk
-from adapters.backends.http_upstream import HTTPClient, make_upstream
+from adapters.backends.http_upstream import HTTPClient
 from adapters.backends.spec import BackendSpec
 from adapters.errors import ProviderUnavailable
 from adapters.openai_wire_relay import OpenAIRelay
@@ -68,7 +68,7 @@ class OpenAICompatibleBackend:
         if spec.api_key:
             headers["authorization"] = f"Bearer {spec.api_key}"
         url = spec.base_url.rstrip("/") + "/chat/completions"
-        self._upstream = make_upstream(spec.name, http, url, headers)
+        self._upstream = http.upstream(spec.name, url, headers)
 
     def _prepare(self, call: BackendCall, stream: bool) -> tuple[bytes, dict[str, str], float]:
         body = build_body(

@@ -13,6 +13,7 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
 from adapters.backends.bedrock import BedrockBackend
+from adapters.backends.http_upstream import HttpxPool
 from adapters.backends.openai_compatible import OpenAICompatibleBackend
 from adapters.backends.spec import BackendSpec
 from adapters.types import ChatRequest, Message, TextPart, Usage
@@ -135,7 +136,8 @@ async def serve_once(
     async with httpx.AsyncClient() as http:
         dead = f"http://127.0.0.1:{closed_port()}/v1"
         replica = OpenAICompatibleBackend(
-            BackendSpec(name="local", kind="selfhost", base_url=dead, timeout_s=5), http=http
+            BackendSpec(name="local", kind="selfhost", base_url=dead, timeout_s=5),
+            http=HttpxPool(http),
         )
         bedrock = BedrockBackend(
             "bedrock", MODEL_ID, "us-east-1", endpoint_url=fake.url, timeout_s=10
