@@ -22,8 +22,8 @@ from adapters import anthropic_wire, openai_wire
 from adapters.backend import Backend, BackendCall
 from adapters.backends import BackendSpec, build_backend
 from adapters.backends.aiohttp_upstream import AiohttpPool
-from adapters.backends.http1_connection import Http1Pool
 from adapters.backends.http_upstream import HttpxPool
+from adapters.http1.connection import Http1Pool
 from adapters.openai_wire_stream import OpenAIStreamDecoder, OpenAIStreamEncoder
 from adapters.types import TextDelta
 from bench._procs import PY, free_port, start, stop

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 import httpx
 from sqlalchemy.engine import Engine
 
-from adapters.backends.http1_connection import Http1Pool
+from adapters.http1.connection import Http1Pool
 from gateway.core.admission import Admission
 from gateway.core.engine_tokens import EngineTokenizers
 from gateway.core.measure_lane import MeasureLane

@@ -17,7 +17,6 @@ from adapters.backend import Backend, BackendCall
 from adapters.backends import BackendSpec, build_backend
 from adapters.backends.aiohttp_upstream import AiohttpPool
 from adapters.backends.anthropic_native import messages_url
-from adapters.backends.http1_connection import Http1Pool
 from adapters.backends.http_upstream import HttpxPool, parse_retry_after
 from adapters.errors import (
     ProviderRateLimited,
@@ -25,6 +24,7 @@ from adapters.errors import (
     ProviderTimeout,
     ProviderUnavailable,
 )
+from adapters.http1.connection import Http1Pool
 from adapters.types import (
     ChatResponse,
     StreamEnd,

@@ -224,7 +224,7 @@ class Http1Pool:
 
     def upstream(self, backend: str, url: str, headers: Mapping[str, str]) -> Upstream:
         """Our HTTP/1.1 client for a plain `http://` URL, aiohttp (`tls`) for every other."""
-        from adapters.backends.http1_upstream import Http1Upstream, is_plain_http
+        from adapters.http1.upstream import Http1Upstream, is_plain_http
 
         if is_plain_http(url):
             return Http1Upstream(backend, self, url, headers)

@@ -13,9 +13,9 @@ import pytest
 import uvloop
 
 from adapters.backends.aiohttp_upstream import AiohttpUpstream
-from adapters.backends.http1_connection import Http1Pool
-from adapters.backends.http1_upstream import Http1Upstream, is_plain_http
 from adapters.errors import ProviderRateLimited, ProviderTimeout, ProviderUnavailable
+from adapters.http1.connection import Http1Pool
+from adapters.http1.upstream import Http1Upstream, is_plain_http
 from tests.fakes.upstream import FakeUpstream
 
 T = TypeVar("T")
