@@ -173,6 +173,7 @@ def _tools(value: Any) -> tuple[ToolSpec, ...]:
     return tuple(tools)
 
 
+# Kept: 12 tools decode in ~125-150 µs; the key and a hit take ~25-30 µs.
 class ToolListMemo:
     """Decoded `tools` lists by their exact JSON bytes (bounded): an agent sends the same tools
     on every call, and decoding them was ~40 µs of the call's critical path against ~4 µs for

@@ -16,12 +16,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import aiohttp
 import httpx
 
 from adapters import anthropic_wire, openai_wire
 from adapters.backend import Backend, BackendCall
 from adapters.backends import BackendSpec, build_backend
+from adapters.backends.aiohttp_upstream import AiohttpPool
+from adapters.backends.http_upstream import HttpxPool
+from adapters.http1.connection import Http1Pool
 from adapters.openai_wire_stream import OpenAIStreamDecoder, OpenAIStreamEncoder
 from adapters.types import TextDelta
 from bench._procs import PY, free_port, start, stop
@@ -91,25 +93,29 @@ async def backend_cpu_ms(backend: Backend, call: BackendCall, n: int, stream: bo
     return (time.process_time() - started) * 1000 / n
 
 
-async def backends(base: str, n: int) -> list[tuple[str, float, float, float]]:
+async def backends(base: str, n: int) -> list[tuple[str, float, float, float, float]]:
     rows = []
     spec = BackendSpec("ours", "openai_compatible", f"{base}/v1")
-    async with httpx.AsyncClient() as http, aiohttp.ClientSession() as session:
-        on_httpx = build_backend(spec, http=http)
-        on_aiohttp = build_backend(spec, http=session)
+    pool = Http1Pool()  # the gateway's: its own HTTP/1.1 client for http:// upstreams
+    aio = AiohttpPool()
+    async with httpx.AsyncClient() as http:
+        on_httpx = build_backend(spec, http=HttpxPool(http))
+        on_aiohttp = build_backend(spec, http=aio)
+        on_http1 = build_backend(spec, http=pool)
         theirs = build_backend(
             BackendSpec(
                 "litellm", "litellm", f"{base}/v1", model="openai/gpt-4o-mini", api_key="sk-bench"
             ),
-            http=http,
+            http=HttpxPool(http),
         )
         for stream in (False, True):
             body = agent_body(stream)
             call = BackendCall(openai_wire.decode_request(body), "openai", body)
-            cells = [
-                await backend_cpu_ms(b, call, n, stream) for b in (on_httpx, on_aiohttp, theirs)
-            ]
-            rows.append(("stream" if stream else "non-stream", *cells))
+            ours = (on_httpx, on_aiohttp, on_http1, theirs)
+            a, b, c, d = [await backend_cpu_ms(x, call, n, stream) for x in ours]
+            rows.append(("stream" if stream else "non-stream", a, b, c, d))
+    await pool.aclose()
+    await aio.aclose()
     return rows
 
 
@@ -153,13 +159,14 @@ def main() -> None:
         stop(fake)
     print(f"body: {len(str(agent_body(False)))} chars, {args.calls} sequential calls per cell")
     print(
-        "| call | Lantern on httpx | Lantern on aiohttp | LiteLLM SDK | LiteLLM / httpx | LiteLLM / aiohttp |"
+        "| call | Lantern on httpx | Lantern on aiohttp | Lantern on Http1Pool | LiteLLM SDK "
+        "| LiteLLM / httpx | LiteLLM / aiohttp | LiteLLM / Http1Pool |"
     )
-    print("|---|---|---|---|---|---|")
-    for name, on_httpx, on_aiohttp, theirs in rows:
+    print("|---|---|---|---|---|---|---|---|")
+    for name, on_httpx, on_aiohttp, on_http1, theirs in rows:
         print(
-            f"| {name} | {on_httpx:.3f} | {on_aiohttp:.3f} | {theirs:.3f} "
-            f"| {theirs / on_httpx:.1f}x | {theirs / on_aiohttp:.1f}x |"
+            f"| {name} | {on_httpx:.3f} | {on_aiohttp:.3f} | {on_http1:.3f} | {theirs:.3f} "
+            f"| {theirs / on_httpx:.1f}x | {theirs / on_aiohttp:.1f}x | {theirs / on_http1:.1f}x |"
         )
     print()
     print("| codec step | CPU ms |")

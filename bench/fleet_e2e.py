@@ -81,12 +81,12 @@ def text(rng: random.Random, n: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(n))
 
 
-def write_config(tmp: Path, urls: list[str], strategy: str, args: argparse.Namespace) -> Path:
+def write_config(tmp: Path, urls: list[str], args: argparse.Namespace) -> Path:
     (tmp / "policies").mkdir(exist_ok=True)
     sha = hashlib.sha256(KEY.encode()).hexdigest()
     (tmp / "policies" / "bench.yaml").write_text(
         f'tenant: bench\napi_keys:\n  - {{id: k1, sha256: "{sha}"}}\n'
-        f"routing: {{venue: selfhost_only, strategy: {strategy}}}\n"
+        "routing: {venue: selfhost_only}\n"
     )
     backend: dict[str, object] = {
         "kind": "selfhost",
@@ -282,10 +282,11 @@ def run(strategy: str, args: argparse.Namespace, tmp: Path) -> Tally:
     ]
     gw_port = free_port()
     urls = [f"http://127.0.0.1:{p}/v1" for p in ports]
-    cfg = write_config(tmp / strategy, urls, strategy, args)
+    cfg = write_config(tmp / strategy, urls, args)
     try:
         gw = start(
-            [PY, "-m", "gateway.cli.main", "serve", "--config", str(cfg), "--port", str(gw_port)],
+            [PY, "-m", "bench.picked_gateway", "--config", str(cfg), "--port", str(gw_port)]
+            + ["--picker", strategy],
             f"http://127.0.0.1:{gw_port}/healthz",
             log=tmp / f"gw-{strategy}.log",
             env={"LITELLM_LOCAL_MODEL_COST_MAP": "True"},

@@ -46,6 +46,8 @@ class CallSpan:
     latency_s: float
 
 
+# Kept over prometheus-client's own child dict: its labels() validates and locks, ~8-11 µs a
+# lookup against ~2.5 µs here, up to ten a call.
 class LabelChildren:
     """`metric.labels(*values)`, memoised by (metric, label values): `labels()` costs ~10 us a
     lookup, and a call records up to ten. The set is bounded by tenants x models x backends x

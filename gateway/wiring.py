@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 import httpx
 from sqlalchemy.engine import Engine
 
-from adapters.backends.http1_connection import Http1Pool
+from adapters.http1.connection import Http1Pool
 from gateway.core.admission import Admission
 from gateway.core.engine_tokens import EngineTokenizers
 from gateway.core.measure_lane import MeasureLane
@@ -27,10 +27,10 @@ from gateway.core.models_table import (
     fleet_inputs,
     shared_cache_models,
 )
-from gateway.core.pipeline import Pipeline, Services
+from gateway.core.pipeline import Pipeline, PipelineParts
 from gateway.core.prompt_cache import PromptCachePort, TiktokenEncoder
-from gateway.core.token_count import TiktokenCounting, route_counting
-from gateway.fleet.routing_port import Fleet
+from gateway.core.token_count import RouteTokenCounting, TiktokenCounting, route_counting
+from gateway.fleet.routing_port import Fleet, FleetConfig
 from gateway.fleet.signals import HttpMetricsSource
 from gateway.fleet.window import ContextWindows, HttpModelCards
 from gateway.http.admin_views import JsonView, build_admin_views
@@ -57,9 +57,11 @@ LEDGER_FIRST_TRY_S = 30.0
 
 
 @dataclass
-class Components:
+class GatewayProcess:
+    """Every long-lived part of one gateway process, and the steps that start and stop them."""
+
     pipeline: Pipeline
-    keys: PolicyStore
+    policies: PolicyStore
     models: ModelTableImpl
     metrics: Metrics
     admin_views: dict[str, JsonView]
@@ -101,32 +103,40 @@ def build_response_store(settings: Settings, clock: Callable[[], float]) -> Resp
     return MemoryResponseStore(ttl_s, settings.responses.max_entries, clock)
 
 
-def build_components(
-    settings: Settings, *, clock: Callable[[], float] = time.monotonic
-) -> Components:
-    settings.var_dir.mkdir(parents=True, exist_ok=True)
-    metrics = Metrics()
-    telemetry = Telemetry(
-        build_tracer_provider(settings.telemetry.exporter, settings.telemetry.otlp_endpoint),
-        metrics,
-    )
-    # http:// upstreams on our own HTTP/1.1 connections (~1/3 of aiohttp's CPU per call, which
-    # is ~1/3 of httpx's); https:// on the pool's aiohttp session
-    http = Http1Pool(max_connections=1000)
-    models, children = build_model_table(settings, http)
-    pricing = RoutePricing.from_settings(settings)
-    keys = PolicyStore(settings.policy_dir, poll_interval_s=settings.policy_poll_interval_s)
+@dataclass
+class LedgerParts:
+    """The usage ledger: the database engine, its writer thread and the pipeline's port."""
 
+    engine: Engine
+    recorder: UsageRecorder
+    ledger: CallLedger
+    loop: list[asyncio.AbstractEventLoop]  # the serving loop, known once started
+
+
+def build_ledger(settings: Settings, admission: Admission, metrics: Metrics) -> LedgerParts:
     engine = create_ledger_engine(settings.database_url)
-    loop: list[asyncio.AbstractEventLoop] = []  # the serving loop, known once started
-    admission = Admission.from_settings(settings, registry=metrics.registry)
+    loop: list[asyncio.AbstractEventLoop] = []
     recorder = UsageRecorder(
         engine,
         RecorderConfig(spool_dir=settings.var_dir / "spool", linger_s=LEDGER_LINGER_S),
         prepare=lambda db: _prepare_ledger(db, admission, loop),
     )
     metrics.registry.register(RecorderCollector(recorder))
-    ledger = CallLedger(recorder, lambda: datetime.now(UTC))
+    return LedgerParts(engine, recorder, CallLedger(recorder, lambda: datetime.now(UTC)), loop)
+
+
+@dataclass
+class PromptParts:
+    """Token counting and the prompt cache, on the loop and in the large-call lane's thread."""
+
+    counting: RouteTokenCounting
+    prompts: PromptCachePort
+    lane: MeasureLane
+
+
+def build_prompt_parts(
+    settings: Settings, models: ModelTableImpl, metrics: Metrics, clock: Callable[[], float]
+) -> PromptParts:
     tiktoken = TiktokenCounting()  # one memo of token ids for counting and prefix hashing
     for model in settings.models:  # load the BPE tables now, not in the first call (~0.4 s)
         tiktoken.counter.encoding(model.name)
@@ -150,6 +160,21 @@ def build_components(
         lane_counting,
         settings.http.offload_body_bytes,
     )
+    return PromptParts(counting, prompts, lane)
+
+
+@dataclass
+class FleetParts:
+    """The fleet and the HTTP clients that read its replicas' load and model cards."""
+
+    fleet: Fleet
+    scraper: HttpMetricsSource | None
+    cards: HttpModelCards
+
+
+def build_fleet(
+    settings: Settings, models: ModelTableImpl, pricing: RoutePricing, clock: Callable[[], float]
+) -> FleetParts:
     prices, replica_specs = fleet_inputs(settings, pricing)
     fs = settings.fleet
     scraper = (
@@ -157,82 +182,129 @@ def build_components(
     )
     cards = HttpModelCards()  # context windows, read with the start-up health check
     windows = {b.name: b.max_model_len for m in settings.models for b in m.backends}
-    fleet = Fleet(
-        models.routes(),
-        prices=prices,
-        specs=replica_specs,
-        clock=clock,
-        rng=random.Random(),
-        metrics=scraper,
+    config = FleetConfig(
         signal_interval_s=fs.signal_interval_s,
         signal_max_age_s=fs.signal_max_age_s,
         signal_timeout_s=fs.signal_timeout_s,
-        index_lone_replicas=False,  # a replica alone in its routes: nothing to choose
+    )
+    fleet = Fleet(
+        models.routes(),
+        config,
+        clock=clock,
+        rng=random.Random(),
+        prices=prices,
+        specs=replica_specs,
+        metrics=scraper,
         windows=ContextWindows(windows, cards),
     )
+    return FleetParts(fleet, scraper, cards)
 
-    pipeline = Pipeline(
-        Services(
+
+def build_pipeline(
+    models: ModelTableImpl,
+    pricing: RoutePricing,
+    admission: Admission,
+    prompt: PromptParts,
+    fleet: FleetParts,
+    ledger: LedgerParts,
+    telemetry: Telemetry,
+    clock: Callable[[], float],
+) -> Pipeline:
+    return Pipeline(
+        PipelineParts(
             models=models,
-            counter=counting,
+            counter=prompt.counting,
             pricing=pricing,
             admission=admission,
-            prompts=prompts,
-            routing=fleet,
-            ledger=ledger,
+            prompts=prompt.prompts,
+            routing=fleet.fleet,
+            ledger=ledger.ledger,
             telemetry=telemetry,
             clock=clock,
-            measure_lane=lane,
+            measure_lane=prompt.lane,
         )
     )
-    tools = build_tools(settings, keys)
-    parts = Components(
-        pipeline, keys, models, metrics, build_admin_views(settings, keys, engine), tools.router
+
+
+def build_components(
+    settings: Settings, *, clock: Callable[[], float] = time.monotonic
+) -> GatewayProcess:
+    settings.var_dir.mkdir(parents=True, exist_ok=True)
+    metrics = Metrics()
+    telemetry = Telemetry(
+        build_tracer_provider(settings.telemetry.exporter, settings.telemetry.otlp_endpoint),
+        metrics,
     )
-    parts.response_store = build_response_store(settings, clock)
-    parts.on_stop.append(parts.response_store.aclose)
-    parts.on_start.append(tools.start)
-    parts.on_stop.append(tools.stop)
+    # http:// upstreams on our own HTTP/1.1 connections (~1/3 of aiohttp's CPU per call, which
+    # is ~1/3 of httpx's); https:// on the pool's aiohttp session
+    http = Http1Pool(max_connections=1000)
+    models, children = build_model_table(settings, http)
+    pricing = RoutePricing.from_settings(settings)
+    policies = PolicyStore(settings.policy_dir, poll_interval_s=settings.policy_poll_interval_s)
+    admission = Admission.from_settings(settings, registry=metrics.registry)
+    ledger = build_ledger(settings, admission, metrics)
+    prompt = build_prompt_parts(settings, models, metrics, clock)
+    fleet = build_fleet(settings, models, pricing, clock)
+    pipeline = build_pipeline(models, pricing, admission, prompt, fleet, ledger, telemetry, clock)
+    tools = build_tools(settings, policies)
+    views = build_admin_views(settings, policies, ledger.engine)
+    process = GatewayProcess(pipeline, policies, models, metrics, views, tools.router)
+    process.on_start.append(tools.start)
+    process.on_stop.append(tools.stop)
+    process.response_store = build_response_store(settings, clock)
+    process.on_stop.append(process.response_store.aclose)
 
     async def start() -> None:
-        keys.reload_now()
-        keys.start()
-        loop.append(asyncio.get_running_loop())
-        recorder.start()  # migrates and seeds spend once the database answers
+        policies.reload_now()
+        policies.start()
+        ledger.loop.append(asyncio.get_running_loop())
+        ledger.recorder.start()  # migrates and seeds spend once the database answers
         # serve once the first try ended: with the database up, budgets are seeded first
-        await asyncio.to_thread(recorder.wait_first_drain, LEDGER_FIRST_TRY_S)
+        await asyncio.to_thread(ledger.recorder.wait_first_drain, LEDGER_FIRST_TRY_S)
         for child in children:
             await child.start()
-        await fleet.check_health()  # start serving with a known fleet state
-        async with httpx.AsyncClient() as client:  # before serving: the first calls exact
-            await counting.tokenizers.fetch_missing(client)
-        if counting.tokenizers.num_missing:
-            parts.tasks.append(asyncio.create_task(fetch_tokenizers(counting.tokenizers)))
-
-        async def health_loop(interval_s: float) -> None:
-            await asyncio.sleep(interval_s)
-            await fleet.run_health_checks(interval_s)
-
-        parts.tasks.append(asyncio.create_task(health_loop(fs.health_interval_s)))
-        if scraper is not None:  # engine load, off the request path
-            parts.tasks.append(asyncio.create_task(fleet.run_signal_polls()))
+        await _start_fleet(process, fleet, prompt.counting, settings.fleet.health_interval_s)
 
     async def stop() -> None:
         for child in children:
             await child.stop()
         await admission.aclose()
-        await recorder.aclose()
-        keys.stop()
+        await ledger.recorder.aclose()
+        policies.stop()
         await http.aclose()
-        if scraper is not None:
-            await scraper.aclose()
-        await cards.aclose()
+        if fleet.scraper is not None:
+            await fleet.scraper.aclose()
+        await fleet.cards.aclose()
         telemetry.shutdown()
-        engine.dispose()
+        ledger.engine.dispose()
 
-    parts.on_start.append(start)
-    parts.on_stop.append(stop)
-    return parts
+    process.on_start.append(start)
+    process.on_stop.append(stop)
+    return process
+
+
+async def _start_fleet(
+    process: GatewayProcess,
+    parts: FleetParts,
+    counting: RouteTokenCounting,
+    health_interval_s: float,
+) -> None:
+    """A known fleet state and the engines' tokenizers before serving; then the health checks
+    and engine-load polls as tasks, off the request path."""
+    fleet = parts.fleet
+    await fleet.check_health()
+    async with httpx.AsyncClient() as client:  # before serving: the first calls exact
+        await counting.tokenizers.fetch_missing(client)
+    if counting.tokenizers.num_missing:
+        process.tasks.append(asyncio.create_task(fetch_tokenizers(counting.tokenizers)))
+
+    async def health_loop() -> None:
+        await asyncio.sleep(health_interval_s)
+        await fleet.run_health_checks(health_interval_s)
+
+    process.tasks.append(asyncio.create_task(health_loop()))
+    if parts.scraper is not None:  # engine load, off the request path
+        process.tasks.append(asyncio.create_task(fleet.run_signal_polls()))
 
 
 def _prepare_ledger(

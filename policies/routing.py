@@ -1,6 +1,6 @@
 """The `routing:` section of a tenant policy (read by `routing/decision.py`).
 
-Venue pinning, the routing strategy and the knobs of session affinity and break-even venue
+Venue pinning and the knobs of session affinity and break-even venue
 choice. Pure data: the decision itself lives in the router.
 """
 
@@ -13,14 +13,12 @@ from pydantic import Field
 from policies.base import PolicyModel
 
 Venue = Literal["cheapest", "selfhost_only", "api_only"]
-Strategy = Literal["lantern", "round_robin", "least_loaded", "session_hash", "prefix_only"]
 
 
 class RoutingPolicy(PolicyModel):
     # cheapest: fill self-hosted replicas up to their headroom, overflow to APIs;
     # selfhost_only: data residency, never an API; api_only: never a self-hosted replica
     venue: Venue = "cheapest"
-    strategy: Strategy = "lantern"
     # a session leaves its replica when staying predicts this much more TTFT than the best other
     # (half the default TTFT SLO; llm-d uses 5 s at GPU scale; bench/fleet_sim/ compares)
     stickiness_gate_s: float = Field(default=1.0, ge=0)

@@ -10,14 +10,15 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from routing import baselines
 from routing.types import (
     ApiState,
     CandidateScore,
     Decision,
     FleetSnapshot,
     NoRouteAvailable,
+    PickInputs,
     Prices,
+    ReplicaPicker,
     ReplicaState,
     RequestFeatures,
     RoutingKnobs,
@@ -27,7 +28,7 @@ from routing.types import (
     replica_key,
 )
 
-__all__ = ["admission_wait_s", "choose", "session_after", "replica_key"]
+__all__ = ["admission_wait_s", "choose", "lantern_pick", "session_after", "replica_key"]
 
 
 def admission_wait_s(r: ReplicaState, new_blocks: int) -> float:
@@ -90,13 +91,7 @@ def _longest_match(
     return min(candidates, key=lambda i: (-scores[i].predicted_cached_tokens, ttft[i], i))
 
 
-def _lantern_pick(
-    subset: Sequence[int],
-    scores: Sequence[CandidateScore],
-    sticky: int | None,
-    knobs: RoutingKnobs,
-    rng: random.Random,
-) -> tuple[int, str]:
+def lantern_pick(inputs: PickInputs) -> tuple[int, str]:
     """The longest match among replicas within `affinity_slack_s` of the least predicted TTFT
     less the admission wait (ties: least TTFT, then order); a session stays on its replica until staying costs more
     than the gate in predicted TTFT plus the stall its prefill inflicts on the calls in flight
@@ -113,6 +108,8 @@ def _lantern_pick(
     between blocked replicas until the fleet thrashed (docs/bench/fleet_sim.md). The wait stays in each candidate's predicted
     TTFT, where the venue reads it: under `cheapest` a pick past `ttft_slo_s` moves to a
     replica within it, or overflows to an API when none is (`choose`)."""
+    subset, scores, sticky, knobs = inputs.subset, inputs.scores, inputs.sticky, inputs.knobs
+    rng = inputs.rng
     ttft = [s.predicted_ttft_s - s.admission_wait_s for s in scores]
     if sticky is None:
         subset = [i for i in subset if scores[i].room_blocks >= 0] or subset
@@ -128,33 +125,6 @@ def _lantern_pick(
     if sticky is None and knobs.exploration > 0 and rng.random() < knobs.exploration:
         return rng.choice(list(subset)), "explore"
     return best, "prefix_match" if scores[best].predicted_cached_tokens > 0 else "least_ttft"
-
-
-def _pick_replica(
-    subset: Sequence[int],
-    replicas: Sequence[ReplicaState],
-    scores: Sequence[CandidateScore],
-    f: RequestFeatures,
-    sticky: int | None,
-    snap: FleetSnapshot,
-    knobs: RoutingKnobs,
-    rng: random.Random,
-) -> tuple[int, str]:
-    strategy = knobs.strategy
-    if strategy == "lantern":
-        return _lantern_pick(subset, scores, sticky, knobs, rng)
-    sub_r = [replicas[i] for i in subset]
-    if strategy == "round_robin":
-        j = baselines.round_robin(sub_r, snap.seq)
-    elif strategy == "least_loaded":
-        j = baselines.least_loaded(sub_r)
-    elif strategy == "session_hash":
-        j = baselines.session_hash(sub_r, f)
-    elif strategy == "prefix_only":
-        j = baselines.prefix_only(sub_r, [scores[i] for i in subset])
-    else:
-        raise ValueError(f"unknown routing strategy {strategy!r}")
-    return subset[j], strategy
 
 
 def _pick_api(scores: Sequence[CandidateScore], knobs: RoutingKnobs) -> tuple[int, str]:
@@ -216,8 +186,10 @@ def choose(
     policy: RoutingKnobs,
     now: float,
     rng: random.Random,
+    picker: ReplicaPicker = lantern_pick,
 ) -> Decision:
-    """Pick the venue, replica or provider for one call; raise NoRouteAvailable if none may."""
+    """Pick the venue, replica or provider for one call; raise NoRouteAvailable if none may.
+    `picker` chooses among the replicas the venue allows (Lantern's own by default)."""
     pool = [r for r in fleet.replicas if r.model == features.model]
     replicas = [r for r in pool if r.is_available(now)] if policy.venue != "api_only" else []
     apis = [a for a in fleet.apis if a.model == features.model and a.is_available(now)]
@@ -233,7 +205,8 @@ def choose(
     venue, subset, note = _venue(replicas, rscores, entry, policy, bool(apis))
     chosen: CandidateScore
     if venue == "selfhost":
-        i, reason = _pick_replica(subset, replicas, rscores, features, sticky, fleet, policy, rng)
+        inputs = PickInputs(subset, replicas, rscores, features, sticky, fleet.seq, policy, rng)
+        i, reason = picker(inputs)
         chosen = rscores[i]
         if note == "overflow_ttft_slo" and chosen.predicted_ttft_s > policy.ttft_slo_s:
             # past the bound where the pick stands (its queue included): another replica that

@@ -4,7 +4,8 @@ protocols (prefix lookups and routing knobs). No behaviour beyond small derived 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import random
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -139,8 +140,6 @@ class RoutingKnobs(Protocol):
     @property
     def venue(self) -> str: ...
     @property
-    def strategy(self) -> str: ...
-    @property
     def stickiness_gate_s(self) -> float: ...
     @property
     def affinity_slack_s(self) -> float: ...
@@ -194,3 +193,26 @@ class NoRouteAvailable(AdapterError):
         super().__init__(f"no available backend for model {model} under venue {venue}")
         self.model = model
         self.venue = venue
+
+
+@dataclass(frozen=True, slots=True)
+class PickInputs:
+    """What a replica picker sees: the eligible replicas (`subset`, indices into `replicas` and
+    `scores`), the session's current replica (`sticky`, an index, or None), the snapshot's
+    sequence number, the tenant's knobs and the injected randomness."""
+
+    subset: Sequence[int]
+    replicas: Sequence[ReplicaState]
+    scores: Sequence[CandidateScore]
+    features: RequestFeatures
+    sticky: int | None
+    seq: int
+    knobs: RoutingKnobs
+    rng: random.Random
+
+
+class ReplicaPicker(Protocol):
+    """Picks one replica of `inputs.subset` (an index into `inputs.replicas`) and says why.
+    Lantern's own is `routing.decision.lantern_pick`; benchmarks inject baselines here."""
+
+    def __call__(self, inputs: PickInputs) -> tuple[int, str]: ...

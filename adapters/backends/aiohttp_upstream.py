@@ -11,6 +11,7 @@ import aiohttp
 
 from adapters.backends.http_upstream import (
     ReadsAsEvents,
+    Upstream,
     json_reply,
     status_error,
     transport_error,
@@ -40,6 +41,9 @@ class AiohttpPool:
             )
             self._session, self._loop = aiohttp.ClientSession(connector=connector), loop
         return self._session
+
+    def upstream(self, backend: str, url: str, headers: Mapping[str, str]) -> Upstream:
+        return AiohttpUpstream(backend, self, url, headers)
 
     async def aclose(self) -> None:
         if self._session is not None:

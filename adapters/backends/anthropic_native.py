@@ -14,7 +14,7 @@ import orjson
 from adapters import anthropic_wire
 from adapters.anthropic_wire_stream import AnthropicStreamDecoder
 from adapters.backend import BackendCall
-from adapters.backends.http_upstream import HTTPClient, make_upstream
+from adapters.backends.http_upstream import HTTPClient
 from adapters.backends.spec import BackendSpec
 from adapters.errors import ProviderUnavailable
 from adapters.types import ChatResponse, StreamEvent, WireFormat
@@ -61,7 +61,7 @@ class AnthropicBackend:
         if "anthropic_beta" in spec.extra:
             headers["anthropic-beta"] = str(spec.extra["anthropic_beta"])
         url = messages_url(spec.base_url or "https://api.anthropic.com")
-        self._upstream = make_upstream(spec.name, http, url, headers)
+        self._upstream = http.upstream(spec.name, url, headers)
 
     def _prepare(self, call: BackendCall, stream: bool) -> tuple[bytes, float]:
         body = build_body(call, model=self._model, stream=stream)

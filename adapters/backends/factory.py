@@ -13,9 +13,8 @@ from adapters.backends.spec import BackendSpec
 
 
 def build_backend(spec: BackendSpec, *, http: HTTPClient) -> Backend:
-    """`http` is the process-wide pool (the gateway's lifespan owns and closes it): an
-    `httpx.AsyncClient`, or an `aiohttp.ClientSession` / `AiohttpPool` for ~1/3 of the CPU per
-    call, or an `Http1Pool` (the gateway's) for ~1/3 of that again on `http://` upstreams."""
+    """`http` is the process-wide pool (the gateway's lifespan owns and closes it); it picks
+    the client for the backend's URL scheme once, here (`UpstreamPool`)."""
     if spec.kind in ("openai_compatible", "selfhost"):
         return OpenAICompatibleBackend(spec, http=http)
     if spec.kind == "anthropic":

@@ -11,7 +11,7 @@ import asyncio
 import email.utils
 import time
 from collections.abc import AsyncIterator, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, Union
+from typing import Any, Protocol
 
 import httpx
 import orjson
@@ -24,12 +24,6 @@ from adapters.errors import (
     UpstreamError,
 )
 from adapters.sse import SSEParser, SSEvent
-
-if TYPE_CHECKING:
-    import aiohttp
-
-    from adapters.backends.aiohttp_upstream import AiohttpPool
-    from adapters.backends.http1_connection import Http1Pool
 
 
 def parse_retry_after(headers: Mapping[str, str]) -> float | None:
@@ -131,25 +125,25 @@ class Upstream(Protocol):
         ...
 
 
-HTTPClient = Union[httpx.AsyncClient, "aiohttp.ClientSession", "AiohttpPool", "Http1Pool"]
+class UpstreamPool(Protocol):
+    """A process-wide connection pool: it picks the client for an upstream URL (by its scheme)
+    once, when a backend is built. `Http1Pool` is the gateway's (its own HTTP/1.1 client for
+    `http://`, aiohttp for TLS); `AiohttpPool` and `HttpxPool` serve every scheme."""
+
+    def upstream(self, backend: str, url: str, headers: Mapping[str, str]) -> Upstream: ...
 
 
-def make_upstream(backend: str, http: HTTPClient, url: str, headers: Mapping[str, str]) -> Upstream:
-    """httpx clients get HTTPUpstream; an aiohttp session (or AiohttpPool) gets the leaner
-    AiohttpUpstream; an Http1Pool gets the leanest, Http1Upstream, for `http://` URLs and its
-    aiohttp pool for the others (TLS)."""
-    if isinstance(http, httpx.AsyncClient):
-        return HTTPUpstream(backend, http, url, headers)
-    from adapters.backends.aiohttp_upstream import AiohttpUpstream
-    from adapters.backends.http1_connection import Http1Pool
+HTTPClient = UpstreamPool
 
-    if isinstance(http, Http1Pool):
-        from adapters.backends.http1_upstream import Http1Upstream, is_plain_http
 
-        if is_plain_http(url):
-            return Http1Upstream(backend, http, url, headers)
-        return AiohttpUpstream(backend, http.tls, url, headers)
-    return AiohttpUpstream(backend, http, url, headers)
+class HttpxPool:
+    """An `httpx.AsyncClient` (its owner closes it) as an upstream pool."""
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self.client = client
+
+    def upstream(self, backend: str, url: str, headers: Mapping[str, str]) -> Upstream:
+        return HTTPUpstream(backend, self.client, url, headers)
 
 
 class HTTPUpstream(ReadsAsEvents):

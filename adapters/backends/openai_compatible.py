@@ -14,7 +14,7 @@ import orjson
 
 from adapters import openai_wire
 from adapters.backend import BackendCall, RelayedChunk
-from adapters.backends.http_upstream import HTTPClient, make_upstream
+from adapters.backends.http_upstream import HTTPClient
 from adapters.backends.openai_responses import ResponsesUpstream
 from adapters.backends.spec import BackendSpec
 from adapters.errors import ProviderUnavailable
@@ -69,7 +69,7 @@ class OpenAICompatibleBackend:
         if spec.api_key:
             headers["authorization"] = f"Bearer {spec.api_key}"
         url = spec.base_url.rstrip("/") + "/chat/completions"
-        self._upstream = make_upstream(spec.name, http, url, headers)
+        self._upstream = http.upstream(spec.name, url, headers)
         # `responses: native`: the Responses door is forwarded to the upstream's /responses
         self._responses = (
             ResponsesUpstream(spec.name, http, spec.base_url, headers)

@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from adapters.backend import BackendCall, RelayedChunk
-from adapters.backends.http_upstream import HTTPClient, make_upstream
+from adapters.backends.http_upstream import HTTPClient
 from adapters.errors import ProviderUnavailable
 from adapters.responses_wire_native import ResponsesRelay, decode_reply
 from adapters.types import JSON, ChatResponse
@@ -43,7 +43,7 @@ class ResponsesUpstream:
         self, backend: str, http: HTTPClient, base_url: str, headers: Mapping[str, str]
     ) -> None:
         self._backend = backend
-        self._upstream = make_upstream(backend, http, base_url.rstrip("/") + "/responses", headers)
+        self._upstream = http.upstream(backend, base_url.rstrip("/") + "/responses", headers)
 
     async def complete(
         self, call: BackendCall, model: str | None, headers: dict[str, str], timeout_s: float

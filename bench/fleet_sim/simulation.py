@@ -18,9 +18,10 @@ from bench.fleet_pool import Pool
 from bench.fleet_sim.oracle import ORACLES, OracleIndex
 from bench.fleet_sim.state import Replica, Req, Session, SimConfig
 from bench.fleet_trace import SignalError
+from bench.routing_baselines import PICKERS
 from gateway.core.ports import Candidate, ModelRoute, PreparedPrompt
 from gateway.fleet.engine_metrics import EngineLoad
-from gateway.fleet.routing_port import Fleet, ReplicaSpec
+from gateway.fleet.routing_port import Fleet, FleetConfig, ReplicaSpec
 from policies.model import TenantPolicy
 from policies.routing import RoutingPolicy
 
@@ -52,19 +53,17 @@ class Simulation:
             kv_capacity_blocks=kv_blocks,
             base_ttft_s=cfg.step_base_s,
         )
+        picker = PICKERS["lantern" if strategy in ORACLES else strategy]
         self.fleet = Fleet(
             [self.route],
+            FleetConfig(block_tokens=cfg.block_tokens, picker=picker),
             specs={"engine": spec},
             clock=lambda: self.now,
             rng=random.Random(seed),
-            block_tokens=cfg.block_tokens,
         )
         if strategy in ORACLES:
             self.fleet.index = OracleIndex(self.replicas)
-        name = "lantern" if strategy in ORACLES else strategy
-        self.tenant = TenantPolicy(
-            tenant="sim", routing=RoutingPolicy(venue="selfhost_only", strategy=name)
-        )  # type: ignore[arg-type]
+        self.tenant = TenantPolicy(tenant="sim", routing=RoutingPolicy(venue="selfhost_only"))  # type: ignore[arg-type]
         self.request = ChatRequest(model="m", messages=())
         self.records: list[tuple[float, int, int]] = []  # (ttft, hit tokens, prompt tokens)
         self.traced: list[Req] = []  # the same calls, for tail_report

@@ -15,6 +15,7 @@ V = TypeVar("V")
 MAX_ENTRIES = 1024  # about one per tenant policy object alive; a bound, not an LRU
 
 
+# Kept: limits_from_policy builds ~15-19 µs of objects per call; a hit costs ~1 µs.
 class PerObjectMemo(Generic[K, V]):
     """`build(obj)`, memoised by the identity of `obj`. The entry holds `obj`, so its identity is
     not reused while the entry lives; past `bound` entries the memo starts again (old policies

@@ -45,11 +45,11 @@ from gateway.core.ports import (
 from gateway.core.stream_tally import StreamTally
 from gateway.telemetry import Telemetry
 
-__all__ = ["Admitted", "IncomingCall", "Pipeline", "Services"]
+__all__ = ["Admitted", "IncomingCall", "Pipeline", "PipelineParts"]
 
 
 @dataclass(frozen=True, slots=True)
-class Services:
+class PipelineParts:
     models: ModelTable
     counter: TokenCounting
     pricing: Pricing
@@ -68,7 +68,7 @@ class Services:
 
 
 class Pipeline:
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: PipelineParts) -> None:
         self.s = services
         self.after_reply = AfterReply(immediate=not services.defer_bookkeeping)
 

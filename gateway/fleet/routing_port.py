@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from adapters.types import Usage
@@ -29,7 +29,7 @@ from gateway.fleet.state import (
 from gateway.fleet.window import ContextWindows
 from policies.model import TenantPolicy
 from policies.routing import RoutingPolicy
-from routing.decision import choose
+from routing.decision import choose, lantern_pick
 from routing.prefix_index import PrefixIndex
 from routing.types import (
     ApiState,
@@ -37,64 +37,73 @@ from routing.types import (
     FleetSnapshot,
     NoRouteAvailable,
     Prices,
+    ReplicaPicker,
     ReplicaState,
     RequestFeatures,
     SessionTable,
     replica_key,
 )
 
-__all__ = ["Fleet", "FleetStats", "ReplicaSpec"]
+__all__ = ["Fleet", "FleetConfig", "FleetStats", "ReplicaSpec"]
+
+
+@dataclass(frozen=True, slots=True)
+class FleetConfig:
+    """How the fleet counts, forgets and decides: block size, drain and cool-down, the windows
+    of its load figures, the engine-signal polls and the replica picker."""
+
+    block_tokens: int = 16
+    cooldown_s: float = 30.0  # a drained replica waits this long before its probe
+    api_cooldown_s: float = 5.0
+    failures_to_drain: int = 2
+    util_window_s: float = 60.0
+    probe_timeout_s: float = 30.0
+    session_max_idle_s: float = 3600.0
+    signal_interval_s: float = 1.0
+    signal_max_age_s: float = 5.0
+    signal_timeout_s: float = 0.5
+    # a block touched this recently belongs to a live session (its next call is coming)
+    live_window_s: float = 10.0
+    picker: ReplicaPicker = lantern_pick  # Lantern's own; benchmarks inject baselines
 
 
 class Fleet:
     def __init__(
         self,
         routes: Sequence[ModelRoute] = (),
+        config: FleetConfig | None = None,
         *,
-        prices: Prices | None = None,
-        specs: Mapping[str, ReplicaSpec] | None = None,
         clock: Callable[[], float],
         rng: random.Random,
-        block_tokens: int = 16,
-        cooldown_s: float = 30.0,
-        api_cooldown_s: float = 5.0,
-        failures_to_drain: int = 2,
-        util_window_s: float = 60.0,
-        probe_timeout_s: float = 30.0,
-        session_max_idle_s: float = 3600.0,
+        prices: Prices | None = None,
+        specs: Mapping[str, ReplicaSpec] | None = None,
         metrics: MetricsSource | None = None,
-        signal_interval_s: float = 1.0,
-        signal_max_age_s: float = 5.0,
-        signal_timeout_s: float = 0.5,
-        live_window_s: float = 10.0,
-        index_lone_replicas: bool = True,
         windows: ContextWindows | None = None,
     ) -> None:
+        cfg = self.config = config or FleetConfig()
         self.prices = prices or Prices()
         self._clock, self._rng = clock, rng
-        self.block_tokens = block_tokens
-        self._util_window_s, self._seq = util_window_s, 0
-        # a block touched this recently belongs to a live session (its next call is coming)
-        self._live_window_s = live_window_s
-        # False: a replica alone in every route naming it keeps no prefix index (`_lone`)
-        self._index_lone = index_lone_replicas
+        self.block_tokens = block_tokens = cfg.block_tokens
+        self._util_window_s, self._seq = cfg.util_window_s, 0
+        self._live_window_s = cfg.live_window_s
+        self.picker = cfg.picker
         self.registry = FleetRegistry(specs or {})
-        self.signals = LoadSignals(interval_s=signal_interval_s, max_age_s=signal_max_age_s)
+        self.signals = LoadSignals(interval_s=cfg.signal_interval_s, max_age_s=cfg.signal_max_age_s)
         self.windows = windows or ContextWindows()
         self.health = ReplicaHealth(
             self.registry,
             self.windows,
             clock=clock,
-            cooldown_s=cooldown_s,
-            probe_timeout_s=probe_timeout_s,
-            session_max_idle_s=session_max_idle_s,
+            cooldown_s=cfg.cooldown_s,
+            probe_timeout_s=cfg.probe_timeout_s,
+            session_max_idle_s=cfg.session_max_idle_s,
         )
         self.book = LoadBook(
             self.registry,
             clock=clock,
             block_tokens=block_tokens,
-            failures_to_drain=failures_to_drain,
-            api_cooldown_s=api_cooldown_s,
+            failures_to_drain=cfg.failures_to_drain,
+            api_cooldown_s=cfg.api_cooldown_s,
             drain=self.health.drain,
         )
         self.polls = SignalPolls(
@@ -103,7 +112,7 @@ class Fleet:
             metrics,
             clock=clock,
             block_tokens=block_tokens,
-            timeout_s=signal_timeout_s,
+            timeout_s=cfg.signal_timeout_s,
         )
         for route in routes:
             self.registry.register(route)
@@ -187,7 +196,8 @@ class Fleet:
             )
         self._seq += 1
         self.registry.planned[features.session_id] = (features.prompt_tokens, features.max_tokens)
-        return choose(features, snap, self.sessions(), self.prices, policy, now, self._rng)
+        sessions = self.sessions()
+        return choose(features, snap, sessions, self.prices, policy, now, self._rng, self.picker)
 
     def plan(
         self,
@@ -229,12 +239,11 @@ class Fleet:
     def _lone(self, route: ModelRoute, tenant: TenantPolicy) -> ReplicaRecord | None:
         """The route's one replica when there is nothing to decide: it is the only candidate of
         every route naming it, the tenant may use it and it is serving; else None (the full
-        decision, which also says why no candidate may serve). Unless the fleet was made with
-        `index_lone_replicas` (`lantern serve` is not), such a replica keeps no prefix index:
-        with nothing to choose, the passes over every block hash of the prompt (match, pin,
+        decision, which also says why no candidate may serve). Such a replica keeps no prefix
+        index: with nothing to choose, the passes over every block hash of the prompt (match, pin,
         unpin, the answer's insert) buy nothing. Its load, health and sessions are kept as for
         any replica; one that a later route gives a second candidate starts with a cold index."""
-        if self._index_lone or len(route.candidates) != 1:
+        if len(route.candidates) != 1:
             return None
         c = route.candidates[0]
         if c.venue != "selfhost" or tenant.routing.venue == "api_only":

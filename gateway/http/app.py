@@ -26,7 +26,7 @@ from gateway.http.responses_schema import ResponsesCreateRequest
 from gateway.http.tools_routes import ToolRunBody
 from gateway.responses.turns import Turns
 from gateway.settings import Settings
-from gateway.wiring import Components, build_components
+from gateway.wiring import GatewayProcess, build_components
 
 log = logging.getLogger("lantern.app")
 DOORS: dict[str, WireFormat] = {"/v1/chat/completions": "openai", "/v1/messages": "anthropic"}
@@ -62,28 +62,15 @@ class LanternApp(FastAPI):
         return super().openapi()
 
 
-def create_app(
-    settings: Settings,
-    components: Components | None = None,
-    *,
-    freeze_gc: bool = False,
-    lean_stream: bool = True,
-    lean_doors: bool = True,
-) -> FastAPI:
-    """`freeze_gc`: after start-up, move everything built so far out of the collector's reach
-    (hundreds of thousands of long-lived objects; a full pass over them is a latency spike).
-    For a serving process, not for tests that build many apps in one interpreter.
-    `lean_stream=False` streams through Starlette's `StreamingResponse` (the reference path);
-    `lean_doors=False` serves the chat doors through FastAPI's stack and router (the reference
-    path for `LanternApp`)."""
+def create_app(settings: Settings, components: GatewayProcess | None = None) -> LanternApp:
+    """The app over `components` (built from `settings` when not given). The chat doors are
+    served by `LanternApp` ahead of FastAPI's stack and stream through `SSEReply`; the reference
+    paths (FastAPI's router, Starlette's `StreamingResponse`) are test and benchmark wiring."""
     parts = components or build_components(settings)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await parts.start()
-        if freeze_gc:
-            gc.collect()
-            gc.freeze()
         try:
             yield
         finally:
@@ -94,19 +81,16 @@ def create_app(
         title="Lantern", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None
     )
     app.state.components = parts
-    chat = ChatRoutes(
-        parts.pipeline, parts.keys, BodyLimits.from_settings(settings.http), lean_stream=lean_stream
-    )
+    chat = ChatRoutes(parts.pipeline, parts.policies, BodyLimits.from_settings(settings.http))
     app.include_router(build_chat_router(chat))  # also the reference path of the doors
-    if lean_doors:
-        app.chat_routes = chat
+    app.chat_routes = chat
     limits = BodyLimits.from_settings(settings.http)
     turns = Turns(parts.response_store, limits.max_messages)
     app.include_router(
-        build_responses_router(ResponsesRoutes(parts.pipeline, parts.keys, turns, limits))
+        build_responses_router(ResponsesRoutes(parts.pipeline, parts.policies, turns, limits))
     )
     metrics_token = settings.metrics_token.get_secret_value() if settings.metrics_token else None
-    app.include_router(build_ops_router(parts.models, parts.keys, parts.metrics, metrics_token))
+    app.include_router(build_ops_router(parts.models, parts.policies, parts.metrics, metrics_token))
     admin_token = settings.admin_token.get_secret_value() if settings.admin_token else None
     app.include_router(build_admin_router(admin_token, parts.admin_views))
     if parts.tools_router is not None:
@@ -114,14 +98,24 @@ def create_app(
     return app
 
 
-def serve(settings: Settings) -> int:
+async def _freeze_gc() -> None:
+    """Move everything built at start-up out of the collector's reach: hundreds of thousands of
+    long-lived objects, whose full pass would be a latency spike. For a serving process, not for
+    tests that build many apps in one interpreter."""
+    gc.collect()
+    gc.freeze()
+
+
+def serve(settings: Settings, components: GatewayProcess | None = None) -> int:
     """Run the gateway in the foreground (the `lantern serve` command)."""
     import uvicorn
 
     from gateway.http.server import TickServer, deadline_protocol
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    app = create_app(settings, freeze_gc=True)
+    parts = components or build_components(settings)
+    parts.on_start.append(_freeze_gc)  # last: after every other start-up step
+    app = create_app(settings, parts)
     config = uvicorn.Config(
         app,
         host=settings.host,

@@ -73,15 +73,12 @@ class ChatRoutes:
         pipeline: Pipeline,
         keys: KeyLookup,
         limits: BodyLimits | None = None,
-        *,
-        lean_stream: bool = True,
     ) -> None:
-        """`lean_stream=False`: streams go out through Starlette's `StreamingResponse` (the
-        reference path for `SSEReply`)."""
         self.pipeline = pipeline
         self.keys = keys
         self.limits = limits or BodyLimits.from_settings()
-        self.stream_reply = SSEReply if lean_stream else StreamingResponse
+        # Starlette's `StreamingResponse` is the reference path (set by tests and benchmarks)
+        self.stream_reply: type[SSEReply] | type[StreamingResponse] = SSEReply
         self._tool_lists = openai_wire.ToolListMemo()  # the agent's tools, decoded once
 
     async def serve(self, http: Request, wire: WireFormat) -> Response:

@@ -34,10 +34,10 @@ Items = StreamEvent | RelayedChunk
 
 class ResponsesRoutes:
     def __init__(
-        self, pipeline: Pipeline, keys: KeyLookup, turns: Turns, limits: BodyLimits
+        self, pipeline: Pipeline, policies: KeyLookup, turns: Turns, limits: BodyLimits
     ) -> None:
         self.pipeline = pipeline
-        self.keys = keys
+        self.policies = policies
         self.turns = turns
         self.limits = limits
 
@@ -63,7 +63,7 @@ class ResponsesRoutes:
 
     async def retrieve(self, http: Request, response_id: str) -> Response:
         try:
-            caller = authenticate(http.headers, self.keys)
+            caller = authenticate(http.headers, self.policies)
             found = await self.turns.lookup(caller.tenant.tenant, response_id)
         except Exception as exc:
             return error_response(exc, "openai")
@@ -71,7 +71,7 @@ class ResponsesRoutes:
 
     async def delete(self, http: Request, response_id: str) -> Response:
         try:
-            caller = authenticate(http.headers, self.keys)
+            caller = authenticate(http.headers, self.policies)
             await self.turns.forget(caller.tenant.tenant, response_id)
         except Exception as exc:
             return error_response(exc, "openai")
@@ -79,7 +79,7 @@ class ResponsesRoutes:
         return Response(orjson.dumps(body), 200, media_type="application/json")
 
     async def _turn(self, http: Request) -> Turn:
-        caller = authenticate(http.headers, self.keys)
+        caller = authenticate(http.headers, self.policies)
         raw = await read_body(http, self.limits.max_bytes)
         body = parse_object(raw, self.limits.max_depth)
         session = http.headers.get("x-session-id")

@@ -13,10 +13,11 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
 from adapters.backends.bedrock import BedrockBackend
+from adapters.backends.http_upstream import HttpxPool
 from adapters.backends.openai_compatible import OpenAICompatibleBackend
 from adapters.backends.spec import BackendSpec
 from adapters.types import ChatRequest, Message, TextPart, Usage
-from gateway.core.pipeline import IncomingCall, Pipeline, Services
+from gateway.core.pipeline import IncomingCall, Pipeline, PipelineParts
 from gateway.core.ports import CacheVerdict, CallRecord, Candidate, ModelRoute, PreparedPrompt
 from gateway.fleet.routing_port import Fleet
 from gateway.telemetry import Metrics, Telemetry
@@ -135,7 +136,8 @@ async def serve_once(
     async with httpx.AsyncClient() as http:
         dead = f"http://127.0.0.1:{closed_port()}/v1"
         replica = OpenAICompatibleBackend(
-            BackendSpec(name="local", kind="selfhost", base_url=dead, timeout_s=5), http=http
+            BackendSpec(name="local", kind="selfhost", base_url=dead, timeout_s=5),
+            http=HttpxPool(http),
         )
         bedrock = BedrockBackend(
             "bedrock", MODEL_ID, "us-east-1", endpoint_url=fake.url, timeout_s=10
@@ -148,7 +150,7 @@ async def serve_once(
         fleet = Fleet([route], prices=prices, clock=lambda: 100.0, rng=random.Random(0))
         telemetry = Telemetry(TracerProvider(), Metrics())
         pipeline = Pipeline(
-            Services(
+            PipelineParts(
                 Models(route),
                 Counter(),
                 Pricing(),

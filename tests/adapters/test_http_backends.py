@@ -8,7 +8,6 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-import aiohttp
 import httpx
 import orjson
 import pytest
@@ -16,15 +15,16 @@ import pytest
 from adapters import openai_wire
 from adapters.backend import Backend, BackendCall
 from adapters.backends import BackendSpec, build_backend
+from adapters.backends.aiohttp_upstream import AiohttpPool
 from adapters.backends.anthropic_native import messages_url
-from adapters.backends.http1_connection import Http1Pool
-from adapters.backends.http_upstream import parse_retry_after
+from adapters.backends.http_upstream import HttpxPool, parse_retry_after
 from adapters.errors import (
     ProviderRateLimited,
     ProviderRejected,
     ProviderTimeout,
     ProviderUnavailable,
 )
+from adapters.http1.connection import Http1Pool
 from adapters.types import (
     ChatResponse,
     StreamEnd,
@@ -59,15 +59,18 @@ def run(request: pytest.FixtureRequest) -> Runner:
         async def main() -> T:
             if request.param == "httpx":
                 async with httpx.AsyncClient() as http:
-                    return await use(build_backend(spec, http=http))
+                    return await use(build_backend(spec, http=HttpxPool(http)))
             if request.param == "http1":
                 pool = Http1Pool()
                 try:
                     return await use(build_backend(spec, http=pool))
                 finally:
                     await pool.aclose()
-            async with aiohttp.ClientSession() as session:
+            session = AiohttpPool()
+            try:
                 return await use(build_backend(spec, http=session))
+            finally:
+                await session.aclose()
 
         return asyncio.run(main())
 

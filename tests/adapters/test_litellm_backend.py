@@ -13,6 +13,7 @@ import pytest
 from adapters import anthropic_wire, openai_wire
 from adapters.backend import Backend, BackendCall
 from adapters.backends import BackendSpec, build_backend
+from adapters.backends.http_upstream import HttpxPool
 from adapters.errors import (
     ProviderRateLimited,
     ProviderRejected,
@@ -30,7 +31,7 @@ HI = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
 def run(spec: BackendSpec, use: Callable[[Backend], Awaitable[T]]) -> T:
     async def main() -> T:
         async with httpx.AsyncClient() as http:
-            return await use(build_backend(spec, http=http))
+            return await use(build_backend(spec, http=HttpxPool(http)))
 
     return asyncio.run(main())
 

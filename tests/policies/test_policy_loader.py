@@ -10,6 +10,7 @@ from policies.errors import PolicyFileError, PolicyIssue
 from policies.limits import LimitsPolicy
 from policies.loader import check_paths, load_policy_file, load_policy_text
 from policies.model import hash_api_key
+from policies.routing import RoutingPolicy
 
 KEY_HASH = hash_api_key("lt-test-key")
 LIMITS_KEYS = ", ".join(sorted(LimitsPolicy.model_fields))  # limits.py is another helper's
@@ -81,6 +82,13 @@ def test_unknown_top_level_key() -> None:
         "acme.yaml:3: quota: unknown key (allowed: api_keys, backends, cache, limits, models, "
         "name, routing, tenant, tool_runs, tools)"
     ]
+
+
+def test_a_routing_strategy_is_not_a_tenant_setting() -> None:
+    """Baseline pickers are benchmark wiring (bench/routing_baselines.py), not policy."""
+    text = "tenant: acme\nrouting:\n  venue: cheapest\n  strategy: round_robin\n"
+    allowed = ", ".join(sorted(RoutingPolicy.model_fields))
+    assert issues_of(text) == [f"acme.yaml:4: routing.strategy: unknown key (allowed: {allowed})"]
 
 
 def test_wrong_type_names_line_of_value() -> None:

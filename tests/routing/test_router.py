@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench.routing_baselines import PICKERS, round_robin, session_hash
 from policies.routing import RoutingPolicy
-from routing.decision import choose, session_after
+from routing.decision import choose, lantern_pick, session_after
 from routing.prefix_index import PrefixIndex
 from routing.types import (
     ApiState,
@@ -67,6 +68,7 @@ def decide(
     now=100.0,
     seed=0,
     seq=0,
+    picker=lantern_pick,
 ):
     snap = FleetSnapshot(tuple(reps), tuple(apis), idx or index_with({}), seq)
     return choose(
@@ -77,6 +79,7 @@ def decide(
         policy or RoutingPolicy(venue="selfhost_only"),
         now,
         random.Random(seed),
+        picker,
     )
 
 
@@ -255,7 +258,7 @@ def test_session_after_records_prompt_and_answer() -> None:
 
 # --- invariants -----------------------------------------------------------------------------
 
-STRATEGIES = ["lantern", "round_robin", "least_loaded", "session_hash", "prefix_only"]
+STRATEGIES = list(PICKERS)
 
 replica_st = st.builds(
     lambda i, healthy, drained, load, util: replica(
@@ -284,10 +287,16 @@ replica_st = st.builds(
 def test_never_an_unavailable_replica(reps, strategy, matched, seed) -> None:
     h = chain("p", 40)
     idx = index_with({r.backend: h[:matched] for r in reps})
-    policy = RoutingPolicy(venue="selfhost_only", strategy=strategy, exploration=0.5)
+    policy = RoutingPolicy(venue="selfhost_only", exploration=0.5)
     try:
         d = decide(
-            reps, f=features(hashes=h, prompt=640), idx=idx, policy=policy, seed=seed, seq=seed
+            reps,
+            f=features(hashes=h, prompt=640),
+            idx=idx,
+            policy=policy,
+            seed=seed,
+            seq=seed,
+            picker=PICKERS[strategy],
         )
     except NoRouteAvailable:
         assert not any(r.is_available(100.0) for r in reps)
@@ -307,7 +316,8 @@ def test_equal_loads_always_pick_a_longest_match(matches, load) -> None:
             reps,
             f=features(hashes=h, prompt=800),
             idx=idx,
-            policy=RoutingPolicy(venue="selfhost_only", strategy=strategy),
+            policy=RoutingPolicy(venue="selfhost_only"),
+            picker=PICKERS[strategy],
         )
         assert matches[int(d.backend[1:])] == max(matches)
 
@@ -338,13 +348,14 @@ def test_same_seed_same_decisions() -> None:
 
 
 def test_adding_a_replica_moves_at_most_one_nth_of_sessions_under_session_hash() -> None:
-    policy = RoutingPolicy(venue="selfhost_only", strategy="session_hash")
+    policy = RoutingPolicy(venue="selfhost_only")
     four = [replica(f"r{i}") for i in range(4)]
     five = four + [replica("r4")]
     moved = 0
     for n in range(2000):
         f = features(f"session-{n}")
-        before, after = decide(four, f=f, policy=policy), decide(five, f=f, policy=policy)
+        before = decide(four, f=f, policy=policy, picker=session_hash)
+        after = decide(five, f=f, policy=policy, picker=session_hash)
         if before.backend != after.backend:
             moved += 1
             assert after.backend == "r4"
@@ -354,8 +365,9 @@ def test_adding_a_replica_moves_at_most_one_nth_of_sessions_under_session_hash()
 
 def test_round_robin_cycles_over_available_replicas() -> None:
     reps = [replica("a"), replica("b", healthy=False), replica("c")]
-    policy = RoutingPolicy(venue="selfhost_only", strategy="round_robin")
-    assert [decide(reps, policy=policy, seq=i).backend for i in range(4)] == ["a", "c", "a", "c"]
+    policy = RoutingPolicy(venue="selfhost_only")
+    picked = [decide(reps, policy=policy, seq=i, picker=round_robin).backend for i in range(4)]
+    assert picked == ["a", "c", "a", "c"]
 
 
 def test_affinity_slack_prefers_the_match_among_near_fastest_replicas() -> None:

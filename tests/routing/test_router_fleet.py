@@ -12,7 +12,7 @@ from adapters.backend import BackendCall
 from adapters.errors import ProviderUnavailable
 from adapters.types import ChatRequest, ChatResponse, StreamEvent, TextPart, Usage
 from gateway.core.ports import Candidate, ModelRoute, PreparedPrompt
-from gateway.fleet.routing_port import Fleet, ReplicaSpec
+from gateway.fleet.routing_port import Fleet, FleetConfig, ReplicaSpec
 from policies.model import TenantPolicy
 from policies.routing import RoutingPolicy
 from routing.types import Prices, TokenPrices
@@ -82,12 +82,11 @@ def setup(
     prices = Prices(api={"bedrock": TokenPrices(3.0, 15.0, 0.3, 3.75)})
     fleet = Fleet(
         [route],
+        FleetConfig(cooldown_s=30.0, failures_to_drain=2),
         prices=prices,
         clock=clock,
         rng=random.Random(1),
         specs={"local": ReplicaSpec(prefill_tok_s=1000.0, kv_capacity_blocks=1000)},
-        cooldown_s=30.0,
-        failures_to_drain=2,
     )
     tenant = TenantPolicy(tenant="acme", routing=RoutingPolicy(venue=venue))  # type: ignore[arg-type]
     return fleet, route, clock, backends, tenant

@@ -36,7 +36,7 @@ def main(args: argparse.Namespace) -> None:
     )
 
     async def authenticate(request: Request) -> tuple[TenantPolicy, str]:
-        caller = authenticate_headers(request.headers, components.keys)
+        caller = authenticate_headers(request.headers, components.policies)
         return caller.tenant, caller.key_id
 
     async def close_runner() -> None:  # uvicorn re-raises SIGTERM after shutdown: no finally

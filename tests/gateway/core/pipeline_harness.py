@@ -30,7 +30,7 @@ from adapters.types import (
     WireFormat,
 )
 from gateway.core.admission import Admission
-from gateway.core.pipeline import IncomingCall, Pipeline, Services
+from gateway.core.pipeline import IncomingCall, Pipeline, PipelineParts
 from gateway.core.ports import (
     CacheVerdict,
     CallRecord,
@@ -39,7 +39,7 @@ from gateway.core.ports import (
     PreparedPrompt,
 )
 from gateway.core.prompt_cache import PromptCachePort
-from gateway.fleet.routing_port import Fleet
+from gateway.fleet.routing_port import Fleet, FleetConfig
 from gateway.fleet.window import ContextWindows
 from gateway.telemetry import Metrics, Telemetry
 from policies.model import TenantPolicy
@@ -199,14 +199,14 @@ def build(
     windows = ContextWindows({"replica": window}) if window else None
     fleet = Fleet(
         [route],
+        FleetConfig(failures_to_drain=failures_to_drain),
         clock=clock,
         rng=random.Random(7),
         windows=windows,
-        failures_to_drain=failures_to_drain,
     )
     admission = Admission(store)
     prompts = ExplodingPrompts(b"secret", registry=CollectorRegistry(), clock=clock)
-    services = Services(
+    services = PipelineParts(
         models=parts,
         counter=parts,
         pricing=parts,

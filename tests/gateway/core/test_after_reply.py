@@ -27,7 +27,7 @@ from adapters.types import (
     Usage,
 )
 from gateway.core.after_reply import AfterReply
-from gateway.core.pipeline import IncomingCall, Pipeline, Services
+from gateway.core.pipeline import IncomingCall, Pipeline, PipelineParts
 from gateway.core.ports import (
     Attempt,
     CacheVerdict,
@@ -174,7 +174,7 @@ def build(backend: Backend, *, defer: bool = True) -> tuple[Pipeline, Fakes, InM
     fakes, spans = Fakes(backend), InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(spans))
-    services = Services(
+    services = PipelineParts(
         fakes, fakes, fakes, fakes, fakes, fakes, fakes, Telemetry(provider, Metrics())
     )
     pipeline = Pipeline(dataclasses.replace(services, clock=lambda: 5.0, defer_bookkeeping=defer))

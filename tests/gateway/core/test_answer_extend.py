@@ -20,7 +20,7 @@ from adapters.types import (
     ToolUsePart,
     Usage,
 )
-from gateway.core.pipeline import Pipeline, Services
+from gateway.core.pipeline import Pipeline, PipelineParts
 from gateway.core.ports import Attempt, Candidate, ModelRoute
 from gateway.core.prompt_cache import PromptCachePort
 from gateway.core.stream_tally import StreamTally
@@ -130,7 +130,7 @@ def run_both(venue: str) -> ExtendFakes:
     async def main() -> ExtendFakes:
         fakes = ExtendFakes(Backend(), venue)
         metrics = Telemetry(TracerProvider(), Metrics())
-        pipeline = Pipeline(Services(fakes, fakes, fakes, fakes, fakes, fakes, fakes, metrics))  # type: ignore[arg-type]
+        pipeline = Pipeline(PipelineParts(fakes, fakes, fakes, fakes, fakes, fakes, fakes, metrics))  # type: ignore[arg-type]
         await pipeline.complete(await pipeline.admit(incoming()))
         assert fakes.extended == []  # after the reply, not before it
         async for _ in pipeline.stream(await pipeline.admit(incoming(stream=True))):

@@ -28,7 +28,7 @@ from adapters.types import (
     Usage,
     WireFormat,
 )
-from gateway.core.pipeline import IncomingCall, Pipeline, Services
+from gateway.core.pipeline import IncomingCall, Pipeline, PipelineParts
 from gateway.core.ports import (
     Attempt,
     CacheVerdict,
@@ -183,7 +183,7 @@ class Ports:
 def pipeline(*backends: FakeBackend, window: int | None = None) -> tuple[Pipeline, Log]:
     log = Log()
     ports = Ports(log, list(backends), window)
-    services = Services(
+    services = PipelineParts(
         models=ports,
         counter=ports,
         pricing=ports,

@@ -7,7 +7,7 @@ import random
 
 from adapters.types import Usage
 from gateway.core.ports import Candidate, ModelRoute
-from gateway.fleet.routing_port import Fleet, ReplicaSpec
+from gateway.fleet.routing_port import Fleet, FleetConfig, ReplicaSpec
 from policies.model import TenantPolicy
 from policies.routing import RoutingPolicy
 from tests.routing.test_router_fleet import Clock, chain, prepared
@@ -24,10 +24,10 @@ def _fleet(window_s: float = 10.0) -> tuple[Fleet, ModelRoute, Clock, TenantPoli
     clock = Clock()
     fleet = Fleet(
         [route],
+        FleetConfig(live_window_s=window_s),
         clock=clock,
         rng=random.Random(1),
         specs={"local": ReplicaSpec(prefill_tok_s=1000.0, kv_capacity_blocks=1000)},
-        live_window_s=window_s,
     )
     tenant = TenantPolicy(tenant="acme", routing=RoutingPolicy(venue="selfhost_only"))  # type: ignore[arg-type]
     return fleet, route, clock, tenant

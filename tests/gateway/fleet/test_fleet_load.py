@@ -13,7 +13,7 @@ import pytest
 
 from adapters.types import Usage
 from gateway.core.ports import Candidate, ModelRoute
-from gateway.fleet.routing_port import Fleet, ReplicaSpec
+from gateway.fleet.routing_port import Fleet, FleetConfig, ReplicaSpec
 from gateway.fleet.signals import HttpMetricsSource
 from gateway.settings import FleetSettings, SettingsError, load_settings
 from policies.model import TenantPolicy
@@ -48,13 +48,11 @@ def build(url: str, clock: Clock) -> tuple[Fleet, ModelRoute, HttpMetricsSource]
     spec = ReplicaSpec(prefill_tok_s=1000.0, kv_capacity_blocks=1000, base_ttft_s=0.05)
     fleet = Fleet(
         [route],
+        FleetConfig(signal_interval_s=1.0, signal_max_age_s=5.0, signal_timeout_s=2.0),
         clock=clock,
         rng=random.Random(1),
         specs={"local": spec},
         metrics=source,
-        signal_interval_s=1.0,
-        signal_max_age_s=5.0,
-        signal_timeout_s=2.0,
     )
     return fleet, route, source
 

@@ -1,6 +1,6 @@
-"""A replica alone in its routes keeps no prefix index when the fleet is made with
-`index_lone_replicas=False` (as `lantern serve` makes it): nothing to choose, so nothing is
-matched, pinned or inserted, while load, health, drain and sessions are kept as before."""
+"""A replica alone in its routes keeps no prefix index: nothing to choose, so nothing is
+matched, pinned or inserted, while load, health, drain and sessions are kept as for any replica
+(`FullDecisionFleet`, the reference, runs the full decision for it)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from adapters.types import Usage
 from bench.gateway_overhead import write_lantern_config
-from gateway.core.pipeline import Pipeline, Services
+from gateway.core.pipeline import Pipeline, PipelineParts
 from gateway.core.ports import Attempt, Candidate, ModelRoute, RoutePlan
 from gateway.fleet.routing_port import Fleet, ReplicaSpec
 from gateway.fleet.state import ONLY_CANDIDATE
@@ -25,6 +25,7 @@ from policies.routing import RoutingPolicy
 from routing.types import NoRouteAvailable
 from tests.gateway.core.test_after_reply import Backend, incoming
 from tests.gateway.core.test_answer_extend import ExtendFakes
+from tests.gateway.fleet_reference import FullDecisionFleet
 from tests.routing.test_router_fleet import Clock, ProbeBackend, chain, prepared
 
 KEY = "local@http://a"
@@ -36,9 +37,8 @@ def _fleet(
 ) -> tuple[Fleet, Clock]:
     clock = clock or Clock()
     specs = {"local": SPEC}
-    fleet = Fleet(
-        list(routes), clock=clock, rng=random.Random(1), specs=specs, index_lone_replicas=index_lone
-    )
+    kind = FullDecisionFleet if index_lone else Fleet
+    fleet = kind(list(routes), clock=clock, rng=random.Random(1), specs=specs)
     return fleet, clock
 
 
@@ -92,7 +92,7 @@ def test_the_lone_replica_counts_load_but_keeps_no_index() -> None:
 
 
 def test_the_same_fleet_with_the_index_kept_pins_and_learns() -> None:
-    """The reference: `index_lone_replicas=True` (the default) runs the full decision."""
+    """The reference (`FullDecisionFleet`) runs the full decision."""
     route = _route("a")
     fleet, clock = _fleet(route, index_lone=True)
     h = chain("s", 30)
@@ -174,7 +174,7 @@ def test_the_pipeline_works_out_no_answer_chain_for_an_unindexed_attempt() -> No
     async def main() -> LoneFakes:
         fakes = LoneFakes(Backend(), "selfhost")
         metrics = Telemetry(TracerProvider(), Metrics())
-        pipeline = Pipeline(Services(fakes, fakes, fakes, fakes, fakes, fakes, fakes, metrics))  # type: ignore[arg-type]
+        pipeline = Pipeline(PipelineParts(fakes, fakes, fakes, fakes, fakes, fakes, fakes, metrics))  # type: ignore[arg-type]
         await pipeline.complete(await pipeline.admit(incoming()))
         async for _ in pipeline.stream(await pipeline.admit(incoming(stream=True))):
             pass

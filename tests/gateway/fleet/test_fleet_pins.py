@@ -10,6 +10,7 @@ from gateway.core.ports import Candidate, ModelRoute
 from gateway.fleet.routing_port import Fleet, ReplicaSpec
 from policies.model import TenantPolicy
 from policies.routing import RoutingPolicy
+from tests.gateway.fleet_reference import FullDecisionFleet
 from tests.routing.test_router_fleet import Clock, chain, prepared
 
 KEY = "local@http://a"
@@ -18,7 +19,7 @@ KEY = "local@http://a"
 def _fleet() -> tuple[Fleet, ModelRoute, Clock, TenantPolicy]:
     route = ModelRoute("smollm2", (Candidate(None, "local", "selfhost", "http://a"),))  # type: ignore[arg-type]
     clock = Clock()
-    fleet = Fleet(
+    fleet = FullDecisionFleet(  # one replica, indexed as in a pool
         [route],
         clock=clock,
         rng=random.Random(1),

@@ -16,6 +16,7 @@ from gateway.fleet.routing_port import Fleet, ReplicaSpec
 from gateway.settings import load_settings
 from policies.model import TenantPolicy
 from policies.routing import RoutingPolicy
+from tests.gateway.fleet_reference import FullDecisionFleet
 from tests.routing.test_router_fleet import Clock, ProbeBackend, chain, prepared
 
 TENANT = TenantPolicy(tenant="acme", routing=RoutingPolicy(venue="selfhost_only"))
@@ -54,7 +55,7 @@ def build(spec: ReplicaSpec, clock: Clock) -> tuple[Fleet, ModelRoute]:
     route = ModelRoute(
         "smollm2", (Candidate(ProbeBackend("a"), "local", "selfhost", "http://a/v1"),)
     )
-    fleet = Fleet([route], clock=clock, rng=random.Random(1), specs={"local": spec})
+    fleet = FullDecisionFleet([route], clock=clock, rng=random.Random(1), specs={"local": spec})
     return fleet, route
 
 
@@ -186,7 +187,7 @@ def test_a_replica_without_samples_starts_from_its_siblings_learned_rate() -> No
         "smollm2",
         tuple(Candidate(backend, "local", "selfhost", f"http://{h}/v1") for h in ("a", "b", "c")),
     )
-    fleet = Fleet([route], clock=clock, rng=random.Random(1), specs={"local": spec})
+    fleet = FullDecisionFleet([route], clock=clock, rng=random.Random(1), specs={"local": spec})
 
     def rates() -> dict[str, float]:
         return {str(r.url): r.prefill_tok_s for r in fleet.snapshot(clock.now).replicas}

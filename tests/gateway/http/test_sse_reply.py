@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 import pytest
 from fastapi import FastAPI
+from starlette.responses import StreamingResponse
 
 from adapters.types import Usage
 from gateway.http.chat_routes import ChatRoutes, build_chat_router
@@ -84,7 +85,10 @@ async def serve(backend: Backend, lean: bool, leave_after: int | None) -> tuple[
     """One streamed call; the client leaves once `leave_after` body messages have arrived."""
     pipeline, fakes, _ = build(backend)
     app = FastAPI()
-    app.include_router(build_chat_router(ChatRoutes(pipeline, Keys(), lean_stream=lean)))
+    routes = ChatRoutes(pipeline, Keys())
+    if not lean:  # the reference path
+        routes.stream_reply = StreamingResponse
+    app.include_router(build_chat_router(routes))
     return await drive(app, BODY, leave_after), fakes
 
 

@@ -12,7 +12,6 @@ import dataclasses
 from collections.abc import AsyncIterator, Mapping, MutableMapping
 from typing import Any
 
-import aiohttp
 import orjson
 import pytest
 from fastapi import FastAPI
@@ -247,10 +246,13 @@ def test_relay_and_reference_path_send_the_same_chunks(include_usage: bool) -> N
 
     async def one(up: FakeUpstream, relay: bool) -> tuple[bytes, Fakes]:
         spec = BackendSpec("fake", "openai_compatible", up.openai_base_url)
-        async with aiohttp.ClientSession() as session:
-            pipeline, fakes, _ = build(OpenAICompatibleBackend(spec, http=session))  # type: ignore[arg-type]
+        session = AiohttpPool()
+        try:
+            pipeline, fakes, _ = build(OpenAICompatibleBackend(spec, http=session))
             pipeline.s = dataclasses.replace(pipeline.s, relay_streams=relay)
             return body_of(await serve(pipeline, request_body(include_usage))), fakes
+        finally:
+            await session.aclose()
 
     with FakeUpstream() as up:
         fast, fast_fakes = asyncio.run(one(up, True))

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from adapters import anthropic_wire, openai_wire
-from adapters.backends.http1_connection import Http1Pool
+from adapters.http1.connection import Http1Pool
 from adapters.types import ChatRequest
 from gateway.core.engine_tokens import ChatPromptCounter, bound, engine_messages
 from gateway.core.models_table import build_model_table

@@ -12,12 +12,13 @@ import contextlib
 import socket
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import cast
 
 import httptools
 
 from adapters.backends.aiohttp_upstream import AiohttpPool
+from adapters.backends.http_upstream import Upstream
 
 MAX_BUFFERED_BYTES = 1 << 20  # unread body past this pauses the socket until the reader catches up
 
@@ -220,6 +221,14 @@ class Http1Pool:
         self._waiters: deque[asyncio.Future[None]] = deque()
         self.num_open = 0
         self.num_connects = 0
+
+    def upstream(self, backend: str, url: str, headers: Mapping[str, str]) -> Upstream:
+        """Our HTTP/1.1 client for a plain `http://` URL, aiohttp (`tls`) for every other."""
+        from adapters.http1.upstream import Http1Upstream, is_plain_http
+
+        if is_plain_http(url):
+            return Http1Upstream(backend, self, url, headers)
+        return self.tls.upstream(backend, url, headers)
 
     async def acquire(self, host: str, port: int) -> Http1Connection:
         """An idle connection to (host, port), or a new one once fewer than `max_connections`

@@ -13,10 +13,9 @@ import pytest
 import uvloop
 
 from adapters.backends.aiohttp_upstream import AiohttpUpstream
-from adapters.backends.http1_connection import Http1Pool
-from adapters.backends.http1_upstream import Http1Upstream, is_plain_http
-from adapters.backends.http_upstream import make_upstream
 from adapters.errors import ProviderRateLimited, ProviderTimeout, ProviderUnavailable
+from adapters.http1.connection import Http1Pool
+from adapters.http1.upstream import Http1Upstream, is_plain_http
 from tests.fakes.upstream import FakeUpstream
 
 T = TypeVar("T")
@@ -351,8 +350,8 @@ def test_only_plain_http_urls_get_the_lean_upstream() -> None:
     pool = Http1Pool()
     assert is_plain_http("http://h:8000/v1") and not is_plain_http("https://api.openai.com/v1")
     assert not is_plain_http("http://user:pw@h/v1")
-    assert isinstance(make_upstream("a", pool, "http://h:8000/v1/x", {}), Http1Upstream)
-    tls = make_upstream("b", pool, "https://api.openai.com/v1/x", {})
+    assert isinstance(pool.upstream("a", "http://h:8000/v1/x", {}), Http1Upstream)
+    tls = pool.upstream("b", "https://api.openai.com/v1/x", {})
     assert isinstance(tls, AiohttpUpstream)
     with pytest.raises(ValueError, match="http:// URLs"):
         Http1Upstream("c", pool, "https://api.openai.com/v1/x", {})
