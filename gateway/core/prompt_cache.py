@@ -42,7 +42,9 @@ from gateway.core.memo import MAX_ENTRIES, PerObjectMemo
 from gateway.core.ports import CacheVerdict, PreparedPrompt
 from gateway.core.prompt_prepare import (
     Encoder,
+    PromptCall,
     PromptFacts,
+    PromptMemos,
     TiktokenEncoder,
     normalise_options,
     prepare,
@@ -84,10 +86,10 @@ class PromptCachePort:
         self._encoder = encoder or TiktokenEncoder()
         self._clock = clock
         self._matchers: dict[tuple[str, ...], VolatileMatcher] = {}
-        self._hashes = PrefixHashMemo()
-        self._layouts = SessionLayoutMemo()
         self._schemas = SchemaMemo()
-        self._tool_texts = ToolTextMemo()
+        self._memos = PromptMemos(PrefixHashMemo(), ToolTextMemo(), SessionLayoutMemo())
+        self._hashes = self._memos.hashes
+        self._tool_texts = self._memos.tool_texts
         # options per tenant policy object (a reload makes a new one): built twice a call before
         self._options_for: PerObjectMemo[CachePolicy, NormaliseOptions] = PerObjectMemo(
             lambda policy: normalise_options(policy, self._matchers, self._schemas)
@@ -104,21 +106,12 @@ class PromptCachePort:
         tenant: TenantPolicy,
         model: str,
     ) -> PreparedPrompt:
-        options = self._options_for(tenant.cache)
-        return prepare_call(
-            wire,
-            body,
-            request,
-            tenant.cache,
-            tenant.tenant,
-            salt_for(tenant.cache, self._secret, tenant.tenant, self._tenant_salt),
-            self._encoder,
-            options,
-            self._hashes,
-            self._tool_texts,
-            self._layouts,
-            isolate=model in self._shared_cache_models,
-        )
+        policy = tenant.cache
+        salt = salt_for(policy, self._secret, tenant.tenant, self._tenant_salt)
+        isolate = model in self._shared_cache_models
+        options = self._options_for(policy)
+        call = PromptCall(wire, body, request, policy, tenant.tenant, salt, options, isolate)
+        return prepare_call(call, self._encoder, self._memos)
 
     def _tenant_salt(self, secret: bytes, tenant_id: str) -> str:
         """`tenant_salt`, memoised per tenant id (the secret is always the port's own)."""

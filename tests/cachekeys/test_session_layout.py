@@ -238,7 +238,7 @@ def test_an_appended_turn_reuses_the_history() -> None:
     port = PromptCachePort(SECRET, encoder=ENCODER)
     tenant = TENANTS[0]
     first = port.prepare("openai", _turn(0), openai_wire.decode_request(_turn(0)), tenant, "m")
-    layouts = port._layouts
+    layouts = port._memos.layouts
     assert len(layouts) == 1 and layouts.hits == 0
     second = port.prepare("openai", _turn(1), openai_wire.decode_request(_turn(1)), tenant, "m")
     assert layouts.hits == 1
