@@ -18,7 +18,7 @@ from adapters.types import (
 )
 from cachekeys.blockhash import tenant_salt
 from cachekeys.canonical import SchemaMemo
-from cachekeys.chain_memo import PrefixHashMemo
+from cachekeys.conversation_memo import ConversationMemo
 from cachekeys.diagnosis import (
     CacheMode,
     PromptFingerprint,
@@ -26,7 +26,7 @@ from cachekeys.diagnosis import (
 )
 from cachekeys.isolation import isolate, scope_line
 from cachekeys.keys import prefix_hashes, prompt_cache_key, session_root
-from cachekeys.layout import PromptLayout, ToolTextMemo, anthropic_blocks, request_blocks
+from cachekeys.layout import PromptLayout, anthropic_blocks, request_blocks
 from cachekeys.markers import (
     apply_to_anthropic,
     apply_to_request,
@@ -34,7 +34,7 @@ from cachekeys.markers import (
     plan_breakpoints,
 )
 from cachekeys.normalise import NormaliseOptions, PublicPrefix, normalise
-from cachekeys.session_layout import LayoutEntry, LayoutKey, LayoutMatch, SessionLayoutMemo
+from cachekeys.session_layout import LayoutEntry, LayoutKey, LayoutMatch
 from cachekeys.volatile import VolatileMatcher
 from gateway.core.ports import PreparedPrompt
 from gateway.core.prompt_view import typed_view
@@ -143,15 +143,6 @@ class PromptCall:
 
 
 @dataclass(frozen=True, slots=True)
-class PromptMemos:
-    """The port's memos that `prepare_call` reads and fills (gateway/core/prompt_cache.py)."""
-
-    hashes: PrefixHashMemo
-    tool_texts: ToolTextMemo
-    layouts: SessionLayoutMemo
-
-
-@dataclass(frozen=True, slots=True)
 class LaidOut:
     """The normalised request as laid out, its blocks' token ids, and the conversation's
     previous call when its layout was reused."""
@@ -183,7 +174,7 @@ def prepare(
 
 
 def prepare_call(
-    call: PromptCall, encoder: Encoder, memos: PromptMemos | None = None
+    call: PromptCall, encoder: Encoder, memos: ConversationMemo | None = None
 ) -> PreparedPrompt:
     """Normalise the body (the typed request is its view), lay out, mark, key and hash."""
     body, request = normalised(call)
@@ -218,7 +209,7 @@ def normalised(call: PromptCall) -> tuple[dict[str, JSON], ChatRequest]:
 
 
 def lay_out(
-    call: PromptCall, request: ChatRequest, encoder: Encoder, memos: PromptMemos | None
+    call: PromptCall, request: ChatRequest, encoder: Encoder, memos: ConversationMemo | None
 ) -> LaidOut:
     """Blocks and token ids; with the memos, the part the conversation's previous call laid
     out is taken from it (the request then holds that call's equal objects)."""
@@ -282,7 +273,7 @@ def _fingerprint(call: PromptCall, laid: LaidOut, marked: tuple[int, ...]) -> Pr
 
 
 def _hashes(
-    call: PromptCall, laid: LaidOut, memos: PromptMemos | None, key: str, root: str
+    call: PromptCall, laid: LaidOut, memos: ConversationMemo | None, key: str, root: str
 ) -> tuple[bytes, ...]:
     """The prefix block hashes; with the memos, resumed from the conversation's previous call
     and remembered for its next one."""
@@ -293,17 +284,9 @@ def _hashes(
     resume = None if laid.found is None else laid.found.chain(public_tokens)
     hashes, states = memos.hashes.walk(layout, ids, call.salt, call.request.model, resume)
     assert laid.key is not None  # laid out with the memos
+    chain = (public_tokens, hashes, states)
     entry = LayoutEntry.of(
-        call.options,
-        call.salt,
-        laid.request,
-        layout.blocks,
-        ids,
-        public_tokens,
-        hashes,
-        states,
-        key,
-        root,
+        call.options, call.salt, laid.request, layout.blocks, ids, chain, key, root
     )
     memos.layouts.remember(laid.key, entry)
     return hashes
