@@ -26,7 +26,7 @@ from cachekeys.diagnosis import (
 )
 from cachekeys.isolation import isolate, scope_line
 from cachekeys.keys import prefix_hashes, prompt_cache_key, session_root
-from cachekeys.layout import PromptLayout, anthropic_blocks, request_blocks
+from cachekeys.layout import PromptLayout, anthropic_layout, request_blocks
 from cachekeys.markers import (
     apply_to_anthropic,
     apply_to_request,
@@ -246,7 +246,7 @@ def place_markers(
     plan = plan_breakpoints(laid.layout, policy.ttl, minimum)
     request = apply_to_request(request, laid.layout, plan)
     if call.wire == "anthropic":
-        body = _mark_raw(body, laid.layout, model, policy, minimum, call.options, encoder)
+        body = _mark_raw(body, laid.layout, model, policy, minimum, encoder)
     return body, request, plan.indices
 
 
@@ -305,21 +305,15 @@ def _write_ttl(policy: CachePolicy, layout: PromptLayout, body: Mapping[str, JSO
 
 def _mark_raw(
     body: dict[str, JSON],
-    canonical: PromptLayout,
+    typed: PromptLayout,
     model: str,
     policy: CachePolicy,
     minimum: int,
-    options: NormaliseOptions,
     encoder: Encoder,
 ) -> dict[str, JSON]:
-    blocks = anthropic_blocks(body, options.public)
-    same_shape = [b.level for b in blocks] == [b.level for b in canonical.blocks]
-    tokens = (
-        canonical.tokens
-        if same_shape
-        else tuple(len(encoder.encode(model, b.text, b.digest)) for b in blocks)
-    )
-    layout = PromptLayout(blocks, tokens)
+    """The plan over the Anthropic body's own blocks (its thinking blocks count towards the
+    look-back), put onto the body."""
+    layout = anthropic_layout(body, typed, lambda b: len(encoder.encode(model, b.text, b.digest)))
     automatic = 1 if "cache_control" in body else 0  # the request-level marker takes a slot
     plan = plan_breakpoints(layout, policy.ttl, minimum, automatic)
     return apply_to_anthropic(body, layout, plan)
