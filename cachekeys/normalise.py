@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from adapters.types import JSON, WireFormat
 from cachekeys.canonical import (
     IsPublicTool,
@@ -91,16 +93,28 @@ def _canonical_args(wire: str, message: JSON) -> JSON:
         return message if calls == message["tool_calls"] else {**message, "tool_calls": calls}
     content = message.get("content")
     if wire == "anthropic" and isinstance(content, list):
-        parts = [
-            {**p, "input": sort_json(p["input"])}
-            if isinstance(p, Mapping)
-            and p.get("type") == "tool_use"
-            and isinstance(p.get("input"), Mapping)
-            else p
-            for p in content
-        ]
-        return {**message, "content": parts}
+        parts = [_anthropic_call_args(p) for p in content]
+        changed = any(a is not b for a, b in zip(parts, content, strict=True))
+        return {**message, "content": parts} if changed else message
     return message
+
+
+def _anthropic_call_args(part: JSON) -> JSON:
+    """A `tool_use` block with its input's keys sorted; the block itself when they already are
+    (so an unchanged message stays the client's own object and is not decoded again)."""
+    if not (
+        isinstance(part, Mapping)
+        and part.get("type") == "tool_use"
+        and isinstance(part.get("input"), Mapping)
+    ):
+        return part
+    ordered = sort_json(part["input"])
+    try:
+        if orjson.dumps(ordered) == orjson.dumps(part["input"]):
+            return part
+    except TypeError:  # not plain JSON for orjson (a huge int): take the sorted copy
+        pass
+    return {**part, "input": ordered}
 
 
 def _openai_call_args(call: JSON) -> JSON:

@@ -306,3 +306,15 @@ def test_policy_rejects_patterns_that_cannot_be_combined() -> None:
         NormalisePolicy(volatile_patterns=("a*",))
     with pytest.raises(ValidationError, match="does not compile"):
         NormalisePolicy(volatile_patterns=("(",))
+
+
+def test_tool_args_already_in_order_keep_the_clients_message() -> None:
+    options = NormaliseOptions(canonical_tool_args=True)
+    sorted_call = {"type": "tool_use", "id": "t1", "name": "search", "input": {"a": 2, "z": 1}}
+    body = {**ANTHROPIC_BODY, "messages": [{"role": "assistant", "content": [sorted_call]}]}
+    out = normalise("anthropic", body, options)
+    assert out["messages"][0] is body["messages"][0]  # not copied, so not decoded again
+    unsorted = {**sorted_call, "input": {"z": 1, "a": 2}}
+    body = {**body, "messages": [{"role": "assistant", "content": [unsorted]}]}
+    out = normalise("anthropic", body, options)
+    assert json.dumps(out["messages"][0]["content"][0]["input"]) == '{"a": 2, "z": 1}'
