@@ -28,13 +28,17 @@ __all__ = [
     "DEFAULT_MAX_TOKENS",
     "STOP_FROM_WIRE",
     "STOP_TO_WIRE",
+    "decode_message",
     "decode_request",
+    "decode_system",
+    "decode_tools",
     "decode_response",
     "decode_usage",
     "encode_error",
     "encode_request",
     "encode_response",
     "encode_usage",
+    "is_typed_tool",
 ]
 
 
@@ -84,12 +88,32 @@ def _message(msg: Any, path: str) -> Message:
     return Message(role, tuple(p for p in parts if p is not None))
 
 
+def is_typed_tool(tool: Any) -> bool:
+    """Whether a tool has a canonical form (a server tool, web search or code execution, has
+    none: it is forwarded on the same wire only)."""
+    return isinstance(tool, dict) and "input_schema" in tool
+
+
+def decode_tools(value: Any) -> tuple[ToolSpec, ...]:
+    """The canonical tools of a `tools` list (server tools skipped)."""
+    return _tools(value)
+
+
+def decode_message(msg: Any, path: str) -> Message:
+    return _message(msg, path)
+
+
+def decode_system(value: Any) -> tuple[TextPart, ...]:
+    """The text blocks of a `system` value (a string or a list of blocks)."""
+    return tuple(p for p in decode_simple_blocks(value or "", "system") if isinstance(p, TextPart))
+
+
 def _tools(value: Any) -> tuple[ToolSpec, ...]:
     tools = []
     for i, tool in enumerate(expect(value, list, "tools")):
         p = f"tools[{i}]"
-        if "input_schema" not in expect(tool, dict, p):
-            continue  # a server tool (web search, code execution): same-wire passthrough only
+        if not is_typed_tool(expect(tool, dict, p)):
+            continue
         tools.append(
             ToolSpec(
                 name=expect(tool.get("name"), str, f"{p}.name"),
@@ -124,11 +148,7 @@ def decode_request(body: Mapping[str, Any]) -> ChatRequest:
     request = ChatRequest(
         model=expect(body.get("model"), str, "model"),
         messages=tuple(_message(m, f"messages[{i}]") for i, m in enumerate(raw)),
-        system=tuple(
-            p
-            for p in decode_simple_blocks(body.get("system") or "", "system")
-            if isinstance(p, TextPart)
-        ),
+        system=decode_system(body.get("system")),
         tools=_tools(body["tools"]) if body.get("tools") else (),
         tool_choice=_tool_choice(body.get("tool_choice")),
         max_tokens=optional(body, "max_tokens", int),

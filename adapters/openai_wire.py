@@ -44,14 +44,18 @@ __all__ = [
     "OPENAI_EXTRA_FIELDS",
     "STOP_TO_FINISH",
     "ToolListMemo",
+    "decode_message",
     "decode_request",
     "decode_response",
+    "decode_tools",
     "decode_usage",
     "encode_error",
     "encode_request",
     "encode_response",
     "encode_usage",
     "include_usage",
+    "is_typed_tool",
+    "split_system",
 ]
 
 
@@ -155,12 +159,32 @@ def _message(msg: Any, path: str) -> Message:
     raise WireFormatError(f"{path}.role", f"unsupported role {role!r}")
 
 
+def is_typed_tool(tool: Any) -> bool:
+    """Whether a tool has a canonical form (custom and hosted tools have none: they are
+    forwarded on the same wire only)."""
+    return isinstance(tool, dict) and tool.get("type", "function") == "function"
+
+
+def decode_tools(value: Any) -> tuple[ToolSpec, ...]:
+    """The canonical tools of a `tools` list (custom and hosted tools skipped)."""
+    return _tools(value)
+
+
+def decode_message(msg: Any, path: str) -> Message:
+    """One message; a system or developer message decodes to role `system`."""
+    return _message(msg, path)
+
+
+def split_system(messages: list[Message]) -> tuple[tuple[TextPart, ...], tuple[Message, ...]]:
+    return _split_system(messages)
+
+
 def _tools(value: Any) -> tuple[ToolSpec, ...]:
     tools = []
     for i, tool in enumerate(expect(value, list, "tools")):
         p = f"tools[{i}]"
-        if expect(tool, dict, p).get("type", "function") != "function":
-            continue  # custom / hosted tools: same-wire passthrough only
+        if not is_typed_tool(expect(tool, dict, p)):
+            continue
         fn = expect(tool.get("function"), dict, f"{p}.function")
         tools.append(
             ToolSpec(

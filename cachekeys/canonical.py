@@ -1,8 +1,9 @@
 """Canonical order: tools sorted by name (declared-public tools first), JSON keys sorted.
 
-Pure functions over canonical types and raw wire dicts; returns new values, never mutates
-its inputs, and never changes what a JSON value means (object key order and the order of a
-schema's `required` names carry no meaning; every other array keeps its order).
+Pure functions over the client's wire JSON (the typed request is decoded from their result);
+returns new values, never mutates its inputs, and never changes what a JSON value means
+(object key order and the order of a schema's `required` names carry no meaning; every other
+array keeps its order).
 """
 
 from __future__ import annotations
@@ -10,12 +11,10 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import replace
-from typing import Literal
 
 import orjson
 
-from adapters.types import JSON, ChatRequest, Message, ToolSpec, ToolUsePart
+from adapters.types import JSON, ToolSpec
 
 IsPublicTool = Callable[[str, bytes], bool]  # (tool name, canonical digest) -> declared public
 
@@ -108,60 +107,7 @@ def tool_order_key(name: str, is_public: bool) -> tuple[int, str]:
     return (0 if is_public else 1, name)
 
 
-# --- canonical types ---------------------------------------------------------------------
-
-
-def order_tools(
-    tools: tuple[ToolSpec, ...], is_public: IsPublicTool | None
-) -> tuple[ToolSpec, ...]:
-    """`is_public` None: no tool is declared public (no digests needed to order them)."""
-    keyed = [
-        (tool_order_key(t.name, is_public is not None and is_public(t.name, tool_digest(t))), i, t)
-        for i, t in enumerate(tools)
-    ]
-    ordered = tuple(t for _, _, t in sorted(keyed))
-    return _move_tool_markers(tools, ordered)
-
-
-def _move_tool_markers(
-    before: tuple[ToolSpec, ...], after: tuple[ToolSpec, ...]
-) -> tuple[ToolSpec, ...]:
-    """A client marker on the tools level means "cache the tools": keep it on the last tool."""
-    marked = [t.cache_control for t in before if t.cache_control is not None]
-    if not marked or after == before:
-        return after
-    ttl: Literal["5m", "1h"] = "1h" if any(c.ttl == "1h" for c in marked) else "5m"
-    cleared = [replace(t, cache_control=None) for t in after]
-    cleared[-1] = replace(cleared[-1], cache_control=replace(marked[0], ttl=ttl))
-    return tuple(cleared)
-
-
-def canonical_tool_schemas(
-    tools: tuple[ToolSpec, ...], memo: SchemaMemo | None = None
-) -> tuple[ToolSpec, ...]:
-    canonical = canonical_schema if memo is None else memo.canonical
-    # built directly, not with dataclasses.replace (a tool per call each: ~2x the cost)
-    return tuple(
-        ToolSpec(t.name, t.description, canonical(t.input_schema), t.cache_control) for t in tools
-    )
-
-
-def canonical_history_arguments(request: ChatRequest) -> ChatRequest:
-    """Sorted keys in every tool call's arguments (opt-in: edits the bytes, not the meaning)."""
-
-    def fix(message: Message) -> Message:
-        parts = tuple(
-            replace(p, arguments_json=canonical_arguments(p.arguments_json))
-            if isinstance(p, ToolUsePart)
-            else p
-            for p in message.content
-        )
-        return message if parts == message.content else replace(message, content=parts)
-
-    return replace(request, messages=tuple(fix(m) for m in request.messages))
-
-
-# --- raw wire dicts ------------------------------------------------------------------------
+# --- tools in a wire body ----------------------------------------------------------------
 
 
 def raw_tool_name(wire: str, tool: Mapping[str, JSON]) -> str:
@@ -179,8 +125,10 @@ def raw_tool_schema_key(wire: str) -> str:
     return "parameters" if wire == "openai" else "input_schema"
 
 
-def order_raw_tools(wire: str, tools: list[JSON], is_public: IsPublicTool | None) -> list[JSON]:
-    """`is_public` None: no tool is declared public (no digests needed to order them)."""
+def order_tools(wire: str, tools: list[JSON], is_public: IsPublicTool | None) -> list[JSON]:
+    """Tools in canonical order. A client marker on the tools level (Anthropic) means "cache
+    the tools": it moves to the new last tool, with the longer TTL if it had several.
+    `is_public` None: no tool is declared public (no digests needed to order them)."""
     keyed = []
     for i, t in enumerate(tools):
         name = raw_tool_name(wire, t)
@@ -206,7 +154,7 @@ def _is_public_raw(
     return is_public is not None and is_public(name, raw_tool_digest(wire, tool))
 
 
-def canonical_raw_tool(
+def canonical_tool(
     wire: str, tool: Mapping[str, JSON], memo: SchemaMemo | None = None
 ) -> dict[str, JSON]:
     """One raw tool with its schema canonical; other keys keep their order and values."""

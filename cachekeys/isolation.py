@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
-from adapters.types import JSON, ChatRequest, TextPart, ToolSpec, WireFormat
-from cachekeys.canonical import raw_tool_digest, raw_tool_name, tool_digest
+from adapters.types import JSON, WireFormat
+from cachekeys.canonical import raw_tool_digest, raw_tool_name
 from cachekeys.layout import system_digest_hex
 from cachekeys.normalise import PublicPrefix
 
@@ -30,21 +29,10 @@ def scope_line(salt: str) -> str:
     return f"[cache scope {tag[:SCOPE_TAG_HEX]}]\n"
 
 
-def isolate_request(request: ChatRequest, line: str, public: PublicPrefix) -> ChatRequest:
-    """The canonical request with `line` at the head of its private part."""
-    for i, tool in enumerate(request.tools):
-        if not _is_public_tool(public, tool):
-            tagged = replace(tool, description=line + tool.description)
-            return replace(request, tools=(*request.tools[:i], tagged, *request.tools[i + 1 :]))
-    at = _leading_public(public, [p.text for p in request.system])
-    system = (*request.system[:at], TextPart(line), *request.system[at:])
-    return replace(request, system=system)
-
-
-def isolate_raw(
+def isolate(
     wire: WireFormat, body: Mapping[str, JSON], line: str, public: PublicPrefix
 ) -> dict[str, JSON]:
-    """The client's JSON with the same edit as `isolate_request` makes to its decoded form."""
+    """The client's JSON with `line` at the head of its private part."""
     out = dict(body)
     tools = list(_as_list(out.get("tools")))
     for i, tool in enumerate(tools):
@@ -57,10 +45,6 @@ def isolate_raw(
     else:
         out["messages"] = _openai_messages(_as_list(out.get("messages")), line, public)
     return out
-
-
-def _is_public_tool(public: PublicPrefix, tool: ToolSpec) -> bool:
-    return public.has_tools and public.is_public_tool(tool.name, tool_digest(tool))
 
 
 def _is_public_raw_tool(public: PublicPrefix, wire: WireFormat, tool: Any) -> bool:

@@ -22,7 +22,7 @@ from adapters.types import (
     ToolSpec,
     ToolUsePart,
 )
-from cachekeys.canonical import raw_tool_digest, raw_tool_name, tool_digest
+from cachekeys.canonical import tool_digest
 from cachekeys.normalise import PublicPrefix
 from cachekeys.volatile import is_volatile_block
 
@@ -208,45 +208,70 @@ def _private(block: PromptBlock) -> PromptBlock:
     return replace(block, is_public=False)
 
 
-# --- raw Anthropic bodies ----------------------------------------------------------------------
+# --- raw Anthropic bodies (markers go back onto the client's JSON) ----------------------------------------------------------------------
 
 
-def anthropic_blocks(
-    body: Mapping[str, JSON], public: PublicPrefix = PublicPrefix()
-) -> tuple[PromptBlock, ...]:
-    """The blocks of a raw Anthropic Messages body, addressed so a marker can be put back."""
+def anthropic_layout(
+    body: Mapping[str, JSON], typed: PromptLayout, count: Callable[[PromptBlock], int]
+) -> PromptLayout:
+    """The layout of a raw Anthropic body, addressed by the body's own locators so a marker can
+    be put back: `typed` (the layout of the typed request decoded from `body`) supplies each
+    block the body shares with it, tokens included; the body's own blocks (server tools,
+    thinking and other blocks the typed request has no part for, empty strings) are counted
+    with `count`. Planning reads only levels, roles, markers, markability and tokens."""
+    shared = iter(zip(typed.blocks, typed.tokens, strict=True))
     blocks: list[PromptBlock] = []
+    tokens: list[int] = []
+
+    num_own = 0
+
+    def add(block: PromptBlock | None, locator: Locator) -> None:
+        nonlocal num_own
+        if block is None:  # the typed request has this block too
+            block, n = next(shared, (None, 0))
+            if block is None:
+                raise ValueError("the typed layout is not the layout of this body's typed request")
+            block = block if block.locator == locator else replace(block, locator=locator)
+        else:
+            n, num_own = count(block), num_own + 1
+        blocks.append(block)
+        tokens.append(n)
+
     for i, tool in enumerate(body.get("tools") or []):
-        text = _as_sent({k: v for k, v in tool.items() if k != "cache_control"})
-        name = raw_tool_name("anthropic", tool)
-        is_public = public.has_tools and public.is_public_tool(
-            name, raw_tool_digest("anthropic", tool)
-        )
-        blocks.append(
-            PromptBlock(
-                "tools", ("tools", i), text, _digest("tool", text), _raw_ttl(tool), is_public
-            )
-        )
-    system = body.get("system")
-    if isinstance(system, str):
-        blocks.append(_raw_text("system", ("system", None), system, None, public))
-    elif isinstance(system, list):
-        for j, part in enumerate(system):
-            blocks.append(
-                _raw_text(
-                    "system", ("system", j), str(part.get("text", "")), _raw_ttl(part), public
-                )
-            )
+        add(None if "input_schema" in tool else _raw_tool(tool, ("tools", i)), ("tools", i))
+    for locator, part, own in _raw_parts(body.get("system"), ("system",), ("text",)):
+        text = str(part.get("text", ""))
+        add(_raw_text("system", locator, text, _raw_ttl(part)) if own else None, locator)
     for m, message in enumerate(body.get("messages") or []):
-        content = message.get("content")
         role = str(message.get("role"))
-        if isinstance(content, str):
-            text_part = {"type": "text", "text": content}
-            blocks.append(_raw_message_block(("messages", m, None), role, True, text_part))
-            continue
-        for k, part in enumerate(content or []):
-            blocks.append(_raw_message_block(("messages", m, k), role, k == 0, part))
-    return _mark_public_run(blocks)
+        parts = _raw_parts(message.get("content"), ("messages", m), TYPED_BLOCKS)
+        for k, (locator, part, own) in enumerate(parts):
+            add(_raw_message_block(locator, role, k == 0, part) if own else None, locator)
+    if len(blocks) - num_own != len(typed.blocks):
+        raise ValueError("the typed layout is not the layout of this body's typed request")
+    return PromptLayout(tuple(blocks), tuple(tokens))
+
+
+TYPED_BLOCKS = ("text", "image", "tool_use", "tool_result")  # the blocks a typed request holds
+
+
+def _raw_parts(
+    content: JSON, head: tuple[str | int, ...], typed: tuple[str, ...]
+) -> list[tuple[Locator, Mapping[str, JSON], bool]]:
+    """(locator, block, whether the typed request lacks it): a string is one text block (index
+    None), which the typed request lacks when empty; a list's blocks of the `typed` kinds have
+    a typed part each."""
+    if isinstance(content, str):
+        return [((*head, None), {"type": "text", "text": content}, not content)]
+    return [
+        ((*head, k), part, part.get("type", "text") not in typed)
+        for k, part in enumerate(content or [])
+    ]
+
+
+def _raw_tool(tool: Mapping[str, JSON], locator: Locator) -> PromptBlock:
+    text = _as_sent({k: v for k, v in tool.items() if k != "cache_control"})
+    return PromptBlock("tools", locator, text, _digest("tool", text), _raw_ttl(tool))
 
 
 def _raw_ttl(part: Mapping[str, JSON]) -> str | None:
@@ -256,13 +281,8 @@ def _raw_ttl(part: Mapping[str, JSON]) -> str | None:
     return str(marker.get("ttl", "5m"))
 
 
-def _raw_text(
-    level: Level, locator: Locator, text: str, ttl: str | None, public: PublicPrefix
-) -> PromptBlock:
-    is_public = public.is_public_system(system_digest_hex(text))
-    return PromptBlock(
-        level, locator, text, _digest("system", text), ttl, is_public, False, bool(text)
-    )
+def _raw_text(level: Level, locator: Locator, text: str, ttl: str | None) -> PromptBlock:
+    return PromptBlock(level, locator, text, _digest("system", text), ttl, False, False, bool(text))
 
 
 def _raw_message_block(

@@ -27,6 +27,7 @@ MAX_ENTRIES = 4096
 MAX_CHARS = 32_000_000  # prompt characters held across all entries
 
 LayoutKey = tuple[str, str, str, int]
+Chain = tuple[int, tuple[bytes, ...], tuple[ChainState, ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,12 +59,13 @@ class LayoutEntry:
         request: ChatRequest,
         blocks: tuple[PromptBlock, ...],
         block_ids: tuple[Sequence[int], ...],
-        public_tokens: int,
-        hashes: tuple[bytes, ...],
-        states: tuple[ChainState, ...],
+        chain: Chain,
         cache_key: str = "",
         root: str = "",
     ) -> LayoutEntry:
+        """`chain`: the public tokens the hashes were keyed with, the hashes, and the chain's
+        state after each stable block (`PrefixHashMemo.walk`)."""
+        public_tokens, hashes, states = chain
         ends = [len(request.tools) + len(request.system)]
         for message in request.messages:
             ends.append(ends[-1] + len(message.content))

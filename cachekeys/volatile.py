@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from adapters.types import JSON, ChatRequest, Message, TextPart
+from adapters.types import JSON
 
 DEFAULT_VOLATILE_PATTERNS: tuple[str, ...] = (
     # ISO-8601 date-times (2026-11-30T09:18:42Z, 2026-11-30 09:18:42.123+01:00)
@@ -87,38 +87,84 @@ def is_volatile_block(text: str) -> bool:
     return text.startswith(BLOCK_OPEN) and text.endswith(BLOCK_CLOSE)
 
 
-# --- canonical types ---------------------------------------------------------------------
+# --- wire bodies -------------------------------------------------------------------------
+
+SYSTEM_ROLES = ("system", "developer")
 
 
-def relocate_request(request: ChatRequest, matcher: VolatileMatcher) -> ChatRequest:
-    """Move volatile values out of tools and system into a block on the newest user turn."""
+def relocate(wire: str, body: Mapping[str, JSON], matcher: VolatileMatcher) -> dict[str, JSON]:
+    """Move volatile values out of tools and system into a block on the newest user turn
+    (OpenAI: only the leading system turns are system; later ones are conversation history).
+    Returns `body` itself when nothing moved."""
     relocator = Relocator(matcher)
-    # relocate first, rebuild only if something moved (most calls move nothing)
-    tool_parts = [
-        (relocator.text(t.description), relocator.schema(t.input_schema)) for t in request.tools
-    ]
-    system_texts = [relocator.text(p.text) for p in request.system]
+    out = dict(body)
+    if isinstance(out.get("tools"), list):
+        out["tools"] = [_relocate_tool(wire, t, relocator) for t in out["tools"]]
+    messages = list(out.get("messages") or [])
+    if wire == "anthropic" and "system" in out:
+        out["system"] = _relocate_content(out["system"], relocator)
+    elif wire == "openai":
+        for i, message in enumerate(messages):
+            if not (isinstance(message, Mapping) and message.get("role") in SYSTEM_ROLES):
+                break
+            messages[i] = {
+                **message,
+                "content": _relocate_content(message.get("content"), relocator),
+            }
     block = relocator.block_text()
     if block is None:
-        return request
-    tools = tuple(
-        replace(t, description=description, input_schema=schema)
-        for t, (description, schema) in zip(request.tools, tool_parts, strict=True)
-    )
-    system = tuple(
-        replace(p, text=text) for p, text in zip(request.system, system_texts, strict=True)
-    )
-    messages = _append_block(request.messages, TextPart(block))
-    return replace(request, tools=tools, system=system, messages=messages)
+        return dict(body)
+    out["messages"] = _append_block(messages, block)
+    return out
 
 
-def _append_block(messages: tuple[Message, ...], block: TextPart) -> tuple[Message, ...]:
+def _relocate_tool(wire: str, tool: JSON, relocator: Relocator) -> JSON:
+    if not isinstance(tool, Mapping):
+        return tool
+    if wire == "openai":
+        function = tool.get("function")
+        if not isinstance(function, Mapping):
+            return tool
+        return {**tool, "function": _relocate_fields(function, "parameters", relocator)}
+    return _relocate_fields(tool, "input_schema", relocator)
+
+
+def _relocate_fields(spec: Mapping[str, JSON], schema_key: str, relocator: Relocator) -> JSON:
+    out = dict(spec)
+    if isinstance(out.get("description"), str):
+        out["description"] = relocator.text(out["description"])
+    if schema_key in out:
+        out[schema_key] = relocator.schema(out[schema_key])
+    return out
+
+
+def _relocate_content(content: JSON, relocator: Relocator) -> JSON:
+    if isinstance(content, str):
+        return relocator.text(content)
+    if isinstance(content, list):
+        return [
+            {**p, "text": relocator.text(p["text"])}
+            if isinstance(p, Mapping) and p.get("type") == "text" and isinstance(p.get("text"), str)
+            else p
+            for p in content
+        ]
+    return content
+
+
+def _append_block(messages: list[JSON], block: str) -> list[JSON]:
     """The newest turn if it is the user's; the user turn before an assistant prefill; else a
     new user turn at the end (after a tool answer or a system note)."""
+    part = {"type": "text", "text": block}
     target = len(messages) - 1
-    if messages and messages[-1].role == "assistant" and len(messages) > 1:
+    if messages and _role(messages[-1]) == "assistant" and len(messages) > 1:
         target -= 1
-    if target < 0 or messages[target].role != "user":
-        return (*messages, Message(role="user", content=(block,)))
-    updated = replace(messages[target], content=(*messages[target].content, block))
-    return (*messages[:target], updated, *messages[target + 1 :])
+    if target < 0 or _role(messages[target]) != "user":
+        return [*messages, {"role": "user", "content": [part]}]
+    message = messages[target]
+    content = message.get("content")
+    parts = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
+    return [*messages[:target], {**message, "content": [*parts, part]}, *messages[target + 1 :]]
+
+
+def _role(message: JSON) -> str | None:
+    return message.get("role") if isinstance(message, Mapping) else None

@@ -1,9 +1,10 @@
 """The pipeline's `PromptPort`: prepare (gateway/core/prompt_prepare.py) with the port's memos,
 session diagnosis (gateway/core/cache_diagnosis.py), reconcile, and the chain a session's answer adds.
 
-Owns the per-process memos (options, salts, prefix chains, layouts); all prompt logic lives in
-cachekeys. The layout memo (`cachekeys.session_layout`) keeps each conversation's previous
-request parts in memory (bounded), so a call that re-sends its history lays out only the new tail.
+Owns the per-process memos: the conversation memo (`cachekeys.conversation_memo`: each
+conversation's previous call, in memory and bounded, so a call that re-sends its history lays
+out only the new tail) and, per tenant policy object, its options and salt. All prompt logic
+lives in cachekeys.
 """
 
 from __future__ import annotations
@@ -25,11 +26,9 @@ from adapters.types import (
     WireFormat,
 )
 from cachekeys.blockhash import tenant_salt
-from cachekeys.canonical import SchemaMemo
-from cachekeys.chain_memo import PrefixHashMemo
-from cachekeys.layout import PromptLayout, ToolTextMemo, request_blocks
+from cachekeys.conversation_memo import ConversationMemo
+from cachekeys.layout import PromptLayout, request_blocks
 from cachekeys.normalise import NormaliseOptions
-from cachekeys.session_layout import SessionLayoutMemo
 from cachekeys.volatile import VolatileMatcher
 from gateway.core.cache_diagnosis import (
     MAX_SESSIONS,
@@ -42,6 +41,7 @@ from gateway.core.memo import MAX_ENTRIES, PerObjectMemo
 from gateway.core.ports import CacheVerdict, PreparedPrompt
 from gateway.core.prompt_prepare import (
     Encoder,
+    PromptCall,
     PromptFacts,
     TiktokenEncoder,
     normalise_options,
@@ -84,13 +84,10 @@ class PromptCachePort:
         self._encoder = encoder or TiktokenEncoder()
         self._clock = clock
         self._matchers: dict[tuple[str, ...], VolatileMatcher] = {}
-        self._hashes = PrefixHashMemo()
-        self._layouts = SessionLayoutMemo()
-        self._schemas = SchemaMemo()
-        self._tool_texts = ToolTextMemo()
+        self._memos = ConversationMemo()
         # options per tenant policy object (a reload makes a new one): built twice a call before
         self._options_for: PerObjectMemo[CachePolicy, NormaliseOptions] = PerObjectMemo(
-            lambda policy: normalise_options(policy, self._matchers, self._schemas)
+            lambda policy: normalise_options(policy, self._matchers, self._memos.schemas)
         )
         self._salts: dict[str, str] = {}  # tenant id -> its salt (HMAC of the port's secret)
         self.tracker = SessionCacheTracker(max_sessions)
@@ -104,21 +101,12 @@ class PromptCachePort:
         tenant: TenantPolicy,
         model: str,
     ) -> PreparedPrompt:
-        options = self._options_for(tenant.cache)
-        return prepare_call(
-            wire,
-            body,
-            request,
-            tenant.cache,
-            tenant.tenant,
-            salt_for(tenant.cache, self._secret, tenant.tenant, self._tenant_salt),
-            self._encoder,
-            options,
-            self._hashes,
-            self._tool_texts,
-            self._layouts,
-            isolate=model in self._shared_cache_models,
-        )
+        policy = tenant.cache
+        salt = salt_for(policy, self._secret, tenant.tenant, self._tenant_salt)
+        isolate = model in self._shared_cache_models
+        options = self._options_for(policy)
+        call = PromptCall(wire, body, request, policy, tenant.tenant, salt, options, isolate)
+        return prepare_call(call, self._encoder, self._memos)
 
     def _tenant_salt(self, secret: bytes, tenant_id: str) -> str:
         """`tenant_salt`, memoised per tenant id (the secret is always the port's own)."""
@@ -155,7 +143,7 @@ class PromptCachePort:
             # the answer's: a block's digest does not depend on its message's position
             known = facts.layout.blocks, facts.block_ids
             added = request_blocks(
-                ChatRequest(model, messages=(echoed,)), options.public, self._tool_texts
+                ChatRequest(model, messages=(echoed,)), options.public, self._memos.tool_texts
             )
             pairs = [*zip(*known, strict=True)]
             pairs += [(b, self._encoder.encode(model, b.text, b.digest)) for b in added]
@@ -163,11 +151,11 @@ class PromptCachePort:
             blocks, ids = tuple(b for b, _ in kept), [i for _, i in kept]
         else:  # a PreparedPrompt made elsewhere: lay the whole extended prompt out again
             extended = replace(prepared.request, messages=(*prepared.request.messages, echoed))
-            all_blocks = request_blocks(extended, options.public, self._tool_texts)
+            all_blocks = request_blocks(extended, options.public, self._memos.tool_texts)
             blocks = tuple(b for b in all_blocks if not b.is_volatile)
             ids = [self._encoder.encode(model, b.text, b.digest) for b in blocks]
         layout = PromptLayout(blocks, tuple(len(i) for i in ids))
-        return self._hashes.prefix_hashes(layout, ids, prepared.cache_salt, model)
+        return self._memos.hashes.prefix_hashes(layout, ids, prepared.cache_salt, model)
 
 
 def _as_echoed(wire: WireFormat, answer: Message) -> Message:

@@ -18,26 +18,26 @@ from adapters.types import (
 )
 from cachekeys.blockhash import tenant_salt
 from cachekeys.canonical import SchemaMemo
-from cachekeys.chain_memo import PrefixHashMemo
+from cachekeys.conversation_memo import ConversationMemo
 from cachekeys.diagnosis import (
     CacheMode,
     PromptFingerprint,
     options_digest,
 )
-from cachekeys.isolation import isolate_raw, isolate_request, scope_line
+from cachekeys.isolation import isolate, scope_line
 from cachekeys.keys import prefix_hashes, prompt_cache_key, session_root
-from cachekeys.layout import PromptLayout, ToolTextMemo, anthropic_blocks, request_blocks
+from cachekeys.layout import PromptLayout, anthropic_layout, request_blocks
 from cachekeys.markers import (
     apply_to_anthropic,
     apply_to_request,
     min_cacheable_tokens,
     plan_breakpoints,
 )
-from cachekeys.normalise import NormaliseOptions, PublicPrefix, normalise_request
-from cachekeys.raw import normalise_raw
-from cachekeys.session_layout import LayoutEntry, LayoutMatch, SessionLayoutMemo
+from cachekeys.normalise import NormaliseOptions, PublicPrefix, normalise
+from cachekeys.session_layout import LayoutEntry, LayoutKey, LayoutMatch
 from cachekeys.volatile import VolatileMatcher
 from gateway.core.ports import PreparedPrompt
+from gateway.core.prompt_view import typed_view
 from policies.cache import CachePolicy
 
 TTL_S = {"5m": 300.0, "1h": 3600.0}
@@ -125,6 +125,35 @@ class PromptFacts:
     block_ids: tuple[Sequence[int], ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class PromptCall:
+    """One call's prompt with its tenant's cache settings, as `prepare_call` takes it.
+    `isolate`: the call may reach a provider whose prompt cache is shared by every tenant of
+    its credentials; unless the tenant shares its cache (`scope: shared`, no salt), its prompt
+    then carries its scope line (cachekeys.isolation) after its declared-public head."""
+
+    wire: WireFormat
+    body: Mapping[str, JSON]
+    request: ChatRequest  # decoded from `body`
+    policy: CachePolicy
+    tenant_id: str
+    salt: str
+    options: NormaliseOptions
+    isolate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LaidOut:
+    """The normalised request as laid out, its blocks' token ids, and the conversation's
+    previous call when its layout was reused."""
+
+    request: ChatRequest
+    layout: PromptLayout
+    ids: tuple[Sequence[int], ...]
+    found: LayoutMatch | None = None
+    key: LayoutKey | None = None
+
+
 def prepare(
     wire: WireFormat,
     body: Mapping[str, JSON],
@@ -137,108 +166,130 @@ def prepare(
     isolate: bool = False,
 ) -> PreparedPrompt:
     """Normalise, place markers, key and hash one call. Pure apart from the encoder.
-    `isolate`: the call may reach a provider whose cache tenants share (see `prepare_call`)."""
-    options = normalise_options(policy)
+    `isolate`: see `PromptCall`."""
     salt = salt_for(policy, secret, tenant_id)
-    return prepare_call(
-        wire, body, request, policy, tenant_id, salt, encoder, options, isolate=isolate
-    )
+    options = normalise_options(policy)
+    call = PromptCall(wire, body, request, policy, tenant_id, salt, options, isolate)
+    return prepare_call(call, encoder)
 
 
 def prepare_call(
-    wire: WireFormat,
-    body: Mapping[str, JSON],
-    request: ChatRequest,
-    policy: CachePolicy,
-    tenant_id: str,
-    salt: str,
-    encoder: Encoder,
-    options: NormaliseOptions,
-    memo: PrefixHashMemo | None = None,
-    tool_texts: ToolTextMemo | None = None,
-    layouts: SessionLayoutMemo | None = None,
-    *,
-    isolate: bool = False,
+    call: PromptCall, encoder: Encoder, memos: ConversationMemo | None = None
 ) -> PreparedPrompt:
-    """`isolate`: the call may reach a provider whose prompt cache is shared by every tenant of
-    its credentials; unless the tenant shares its cache (`scope: shared`, no salt), its
-    prompt then carries its scope line (cachekeys.isolation) after its declared-public head."""
-    edited = normalise_request(request, options)
-    new_body = normalise_raw(wire, body, options)
-    if isolate and salt:
-        line = scope_line(salt)
-        edited = isolate_request(edited, line, options.public)
-        new_body = isolate_raw(wire, new_body, line, options.public)
-    layouts = layouts if memo is not None else None  # an entry keeps the memo's chain states
-    found: LayoutMatch | None = None
-    if layouts is not None:
-        layout_key = layouts.key(tenant_id, wire, edited)
-        found = layouts.match(layout_key, edited, options, salt)
-        edited = found.shared(edited) if found is not None else edited  # equal: last call's objects
-    normalised = edited  # as laid out (the markers below change no block)
-    if found is None:
-        blocks = request_blocks(edited, options.public, tool_texts)
-        ids = [encoder.encode(request.model, b.text, b.digest) for b in blocks]
-    else:  # the conversation's previous call: its blocks and ids for the part re-sent
-        blocks = request_blocks(edited, options.public, tool_texts, found.known())
-        reused = found.num_blocks
-        ids = [*found.entry.block_ids[:reused]]
-        ids += [encoder.encode(request.model, b.text, b.digest) for b in blocks[reused:]]
-    layout = PromptLayout(blocks, tuple(len(i) for i in ids))
-    caching = policy.scope != "none"
-    marked: tuple[int, ...] = ()
-    if caching and policy.markers == "auto":
-        minimum = min_cacheable_tokens(
-            request.model, {m.family: m.tokens for m in policy.min_cacheable_tokens}
-        )
-        plan = plan_breakpoints(layout, policy.ttl, minimum)
-        edited, marked = apply_to_request(edited, layout, plan), plan.indices
-        if wire == "anthropic":
-            new_body = _mark_raw(new_body, layout, request.model, policy, minimum, options, encoder)
-    key = None if found is None else found.cache_key(request.prompt_cache_key)
-    if key is None:
-        key = prompt_cache_key(layout, salt, request.prompt_cache_key)
-    root = None if found is None else found.root()
-    if root is None:
-        root = session_root(layout, salt)
-    if caching:  # canonical too: a translated call to an OpenAI backend carries it
-        edited = replace(edited, prompt_cache_key=key)
-        if wire == "openai":
-            new_body["prompt_cache_key"] = key
-    mode: CacheMode = "automatic" if wire == "openai" else "breakpoints"
-    fingerprint = PromptFingerprint.of(
-        layout, tenant_id, request.model, marked, mode, TTL_S[policy.ttl], options_digest(request)
-    )
-    if memo is None:
-        hashes = prefix_hashes(layout, ids, salt)
-    else:
-        public_tokens = layout.public_tokens()
-        resume = None if found is None else found.chain(public_tokens)
-        hashes, states = memo.walk(layout, ids, salt, request.model, resume)
-        if layouts is not None:
-            entry = LayoutEntry.of(
-                options,
-                salt,
-                normalised,
-                blocks,
-                tuple(ids),
-                public_tokens,
-                hashes,
-                states,
-                key,
-                root,
-            )
-            layouts.remember(layout_key, entry)
+    """Normalise the body (the typed request is its view), lay out, mark, key and hash."""
+    body, request = normalised(call)
+    laid = lay_out(call, request, encoder, memos)
+    body, request, marked = place_markers(call, body, laid, encoder)
+    key, root = _keys(call, laid)
+    if call.policy.scope != "none":  # canonical too: a translated call to an OpenAI backend
+        request = replace(request, prompt_cache_key=key)
+        if call.wire == "openai":
+            body["prompt_cache_key"] = key
+    hashes = _hashes(call, laid, memos, key, root)
     return PreparedPrompt(
-        body=new_body,
-        request=edited,
+        body=body,
+        request=request,
         session_root=root,
-        cache_salt=salt,
+        cache_salt=call.salt,
         prefix_hashes=hashes,
-        stable_prefix_tokens=layout.stable_tokens(),
-        diagnosis=PromptFacts(tenant_id, fingerprint, key, layout, tuple(ids)),
-        write_ttl=_write_ttl(policy, layout, new_body),
+        stable_prefix_tokens=laid.layout.stable_tokens(),
+        diagnosis=PromptFacts(
+            call.tenant_id, _fingerprint(call, laid, marked), key, laid.layout, laid.ids
+        ),
+        write_ttl=_write_ttl(call.policy, laid.layout, body),
     )
+
+
+def normalised(call: PromptCall) -> tuple[dict[str, JSON], ChatRequest]:
+    """The body after normalisation and isolation, and the typed request decoded from it."""
+    body = normalise(call.wire, call.body, call.options)
+    if call.isolate and call.salt:
+        body = isolate(call.wire, body, scope_line(call.salt), call.options.public)
+    return body, typed_view(call.wire, call.body, body, call.request)
+
+
+def lay_out(
+    call: PromptCall, request: ChatRequest, encoder: Encoder, memos: ConversationMemo | None
+) -> LaidOut:
+    """Blocks and token ids; with the memos, the part the conversation's previous call laid
+    out is taken from it (the request then holds that call's equal objects)."""
+    public, model = call.options.public, call.request.model
+    if memos is None:
+        blocks = request_blocks(request, public)
+        ids = tuple(encoder.encode(model, b.text, b.digest) for b in blocks)
+        return LaidOut(request, PromptLayout(blocks, tuple(len(i) for i in ids)), ids)
+    key = memos.layouts.key(call.tenant_id, call.wire, request)
+    found = memos.layouts.match(key, request, call.options, call.salt)
+    if found is None:
+        blocks = request_blocks(request, public, memos.tool_texts)
+        ids = tuple(encoder.encode(model, b.text, b.digest) for b in blocks)
+    else:
+        request = found.shared(request)
+        blocks = request_blocks(request, public, memos.tool_texts, found.known())
+        reused = found.num_blocks
+        new = (encoder.encode(model, b.text, b.digest) for b in blocks[reused:])
+        ids = (*found.entry.block_ids[:reused], *new)
+    layout = PromptLayout(blocks, tuple(len(i) for i in ids))
+    return LaidOut(request, layout, ids, found, key)
+
+
+def place_markers(
+    call: PromptCall, body: dict[str, JSON], laid: LaidOut, encoder: Encoder
+) -> tuple[dict[str, JSON], ChatRequest, tuple[int, ...]]:
+    """Lantern's cache markers (`markers: auto`) on the typed request and, on the Anthropic
+    wire, on the body; and the indices of the marked blocks."""
+    policy, model, request = call.policy, call.request.model, laid.request
+    if policy.scope == "none" or policy.markers != "auto":
+        return body, request, ()
+    overrides = {m.family: m.tokens for m in policy.min_cacheable_tokens}
+    minimum = min_cacheable_tokens(model, overrides)
+    plan = plan_breakpoints(laid.layout, policy.ttl, minimum)
+    request = apply_to_request(request, laid.layout, plan)
+    if call.wire == "anthropic":
+        body = _mark_raw(body, laid.layout, model, policy, minimum, encoder)
+    return body, request, plan.indices
+
+
+def _keys(call: PromptCall, laid: LaidOut) -> tuple[str, str]:
+    """The OpenAI `prompt_cache_key` and the session root (the previous call's when they hold)."""
+    client_key = call.request.prompt_cache_key
+    found = laid.found
+    key = None if found is None else found.cache_key(client_key)
+    root = None if found is None else found.root()
+    if key is None:
+        key = prompt_cache_key(laid.layout, call.salt, client_key)
+    if root is None:
+        root = session_root(laid.layout, call.salt)
+    return key, root
+
+
+def _fingerprint(call: PromptCall, laid: LaidOut, marked: tuple[int, ...]) -> PromptFingerprint:
+    mode: CacheMode = "automatic" if call.wire == "openai" else "breakpoints"
+    ttl_s = TTL_S[call.policy.ttl]
+    options = options_digest(call.request)
+    return PromptFingerprint.of(
+        laid.layout, call.tenant_id, call.request.model, marked, mode, ttl_s, options
+    )
+
+
+def _hashes(
+    call: PromptCall, laid: LaidOut, memos: ConversationMemo | None, key: str, root: str
+) -> tuple[bytes, ...]:
+    """The prefix block hashes; with the memos, resumed from the conversation's previous call
+    and remembered for its next one."""
+    layout, ids = laid.layout, laid.ids
+    if memos is None:
+        return prefix_hashes(layout, ids, call.salt)
+    public_tokens = layout.public_tokens()
+    resume = None if laid.found is None else laid.found.chain(public_tokens)
+    hashes, states = memos.hashes.walk(layout, ids, call.salt, call.request.model, resume)
+    assert laid.key is not None  # laid out with the memos
+    chain = (public_tokens, hashes, states)
+    entry = LayoutEntry.of(
+        call.options, call.salt, laid.request, layout.blocks, ids, chain, key, root
+    )
+    memos.layouts.remember(laid.key, entry)
+    return hashes
 
 
 def _write_ttl(policy: CachePolicy, layout: PromptLayout, body: Mapping[str, JSON]) -> str:
@@ -254,21 +305,15 @@ def _write_ttl(policy: CachePolicy, layout: PromptLayout, body: Mapping[str, JSO
 
 def _mark_raw(
     body: dict[str, JSON],
-    canonical: PromptLayout,
+    typed: PromptLayout,
     model: str,
     policy: CachePolicy,
     minimum: int,
-    options: NormaliseOptions,
     encoder: Encoder,
 ) -> dict[str, JSON]:
-    blocks = anthropic_blocks(body, options.public)
-    same_shape = [b.level for b in blocks] == [b.level for b in canonical.blocks]
-    tokens = (
-        canonical.tokens
-        if same_shape
-        else tuple(len(encoder.encode(model, b.text, b.digest)) for b in blocks)
-    )
-    layout = PromptLayout(blocks, tokens)
+    """The plan over the Anthropic body's own blocks (its thinking blocks count towards the
+    look-back), put onto the body."""
+    layout = anthropic_layout(body, typed, lambda b: len(encoder.encode(model, b.text, b.digest)))
     automatic = 1 if "cache_control" in body else 0  # the request-level marker takes a slot
     plan = plan_breakpoints(layout, policy.ttl, minimum, automatic)
     return apply_to_anthropic(body, layout, plan)

@@ -17,7 +17,7 @@ import pytest
 
 from adapters import anthropic_wire
 from adapters.tokens import TokenCounter
-from cachekeys.isolation import isolate_request
+from cachekeys.isolation import isolate
 from cachekeys.normalise import PublicPrefix
 from tests.adversarial.edge_proc import (
     ACME_KEY,
@@ -160,8 +160,8 @@ def test_large_prompt_is_counted_off_the_loop(gw: EdgeGateway) -> None:
         "messages": [{"role": "user", "content": text}],
     }
     body = orjson.dumps(doc)
-    scoped = isolate_request(
-        anthropic_wire.decode_request(doc), gw.scope_line("acme"), PublicPrefix()
+    scoped = anthropic_wire.decode_request(
+        isolate("anthropic", doc, gw.scope_line("acme"), PublicPrefix())
     )
     tokens = TokenCounter().count_request(scoped)
     upstream_before = len(gw.upstream.requests)

@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from adapters.types import ChatRequest, Message, TextPart, ToolResultPart, ToolSpec, ToolUsePart
+from adapters import anthropic_wire, openai_wire
+from adapters.types import (
+    ChatRequest,
+    Message,
+    TextPart,
+    ToolResultPart,
+    ToolSpec,
+    ToolUsePart,
+    WireFormat,
+)
+from cachekeys.normalise import NormaliseOptions, normalise
+from gateway.core.prompt_view import typed_view
 
 
 def schema(*names: str) -> dict[str, object]:
@@ -44,3 +55,13 @@ def words(n: int) -> str:
 
 def count_words(text: str) -> int:
     return len(text.split())
+
+
+def normalised(
+    request: ChatRequest, options: NormaliseOptions, wire: WireFormat = "openai"
+) -> ChatRequest:
+    """`request` sent on `wire`, normalised, and read back as the gateway reads it: the typed
+    view of the normalised body."""
+    codec = openai_wire if wire == "openai" else anthropic_wire
+    body = codec.encode_request(request)
+    return typed_view(wire, body, normalise(wire, body, options), codec.decode_request(body))

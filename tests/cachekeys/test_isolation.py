@@ -1,12 +1,13 @@
-"""The cache-scope line: where it lands, the same edit on raw JSON and canonical requests."""
+"""The cache-scope line: where it lands in the client's JSON, and the typed request read back."""
 
 from __future__ import annotations
 
 import hashlib
 
 from adapters import anthropic_wire, openai_wire
-from cachekeys.isolation import isolate_raw, isolate_request, scope_line
+from cachekeys.isolation import isolate, scope_line
 from cachekeys.normalise import PublicPrefix
+from gateway.core.prompt_view import typed_view
 
 LINE = scope_line("salt-of-alpha")
 RULES = "Public house rules."
@@ -32,14 +33,15 @@ def anthropic_body() -> dict:
     }
 
 
-def test_first_private_tool_gets_the_line_and_raw_agrees_with_canonical() -> None:
+def test_first_private_tool_gets_the_line() -> None:
     public = PublicPrefix(tool_names=frozenset({"lookup"}))
     body = anthropic_body()
-    raw = isolate_raw("anthropic", body, LINE, public)
+    raw = isolate("anthropic", body, LINE, public)
     assert [t["description"] for t in raw["tools"]] == ["Look up.", LINE + "Write."]
     assert raw["system"] == body["system"] and body["tools"][1]["description"] == "Write."
-    canonical = isolate_request(anthropic_wire.decode_request(body), LINE, public)
-    assert anthropic_wire.decode_request(raw) == canonical
+    view = typed_view("anthropic", body, raw, anthropic_wire.decode_request(body))
+    assert view == anthropic_wire.decode_request(raw)
+    assert view.tools[1].description == LINE + "Write."
 
 
 def test_without_private_tools_the_line_follows_the_public_system_blocks() -> None:
@@ -48,11 +50,12 @@ def test_without_private_tools_the_line_follows_the_public_system_blocks() -> No
         tool_names=frozenset({"lookup", "write"}), system_sha256=frozenset({rules})
     )
     body = anthropic_body()
-    raw = isolate_raw("anthropic", body, LINE, public)
+    raw = isolate("anthropic", body, LINE, public)
     assert [p["text"] for p in raw["system"]] == [RULES, LINE, "Private notes."]
-    canonical = isolate_request(anthropic_wire.decode_request(body), LINE, public)
-    assert anthropic_wire.decode_request(raw) == canonical
-    plain = isolate_raw("anthropic", {**body, "tools": [], "system": "Private."}, LINE, public)
+    view = typed_view("anthropic", body, raw, anthropic_wire.decode_request(body))
+    assert view == anthropic_wire.decode_request(raw)
+    assert [p.text for p in view.system] == [RULES, LINE, "Private notes."]
+    plain = isolate("anthropic", {**body, "tools": [], "system": "Private."}, LINE, public)
     assert plain["system"] == [{"type": "text", "text": LINE}, {"type": "text", "text": "Private."}]
 
 
@@ -67,14 +70,15 @@ def test_openai_system_message_and_function_descriptions() -> None:
             {"role": "user", "content": "hi"},
         ],
     }
-    raw = isolate_raw("openai", body, LINE, public)
+    raw = isolate("openai", body, LINE, public)
     assert [m["content"] for m in raw["messages"]] == [RULES, LINE, "Private notes.", "hi"]
-    canonical = isolate_request(openai_wire.decode_request(body), LINE, public)
-    assert openai_wire.decode_request(raw) == canonical
+    view = typed_view("openai", body, raw, openai_wire.decode_request(body))
+    assert view == openai_wire.decode_request(raw)
+    assert [p.text for p in view.system] == [RULES, LINE, "Private notes."]
     tool = {
         "type": "function",
         "function": {"name": "f", "description": "F.", "parameters": SCHEMA},
     }
-    tagged = isolate_raw("openai", {**body, "tools": [tool]}, LINE, public)
+    tagged = isolate("openai", {**body, "tools": [tool]}, LINE, public)
     assert tagged["tools"][0]["function"]["description"] == LINE + "F."
     assert tagged["messages"] == body["messages"]

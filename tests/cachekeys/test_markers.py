@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
+from adapters import anthropic_wire
 from adapters.types import CacheControl, ChatRequest, Message, TextPart, ToolResultPart, ToolUsePart
-from cachekeys.layout import PromptLayout, anthropic_blocks, request_blocks
+from cachekeys.layout import PromptLayout, anthropic_layout, request_blocks
 from cachekeys.markers import (
     BedrockCachePlan,
     apply_to_anthropic,
@@ -151,9 +154,23 @@ RAW = {
 }
 
 
+def raw_layout(body: dict, typed_tokens: tuple[int, ...], own_tokens: int = 5) -> PromptLayout:
+    """The body's layout from its typed request's (`typed_tokens`) and its own blocks'."""
+    typed = PromptLayout(request_blocks(anthropic_wire.decode_request(body)), typed_tokens)
+    return anthropic_layout(body, typed, lambda block: own_tokens)
+
+
 def test_apply_to_anthropic_golden() -> None:
-    blocks = anthropic_blocks(RAW)
-    layout = PromptLayout(blocks, (1500, 100, 10, 5, 5, 10))
+    layout = raw_layout(RAW, (1500, 100, 10, 5, 10))
+    assert layout.tokens == (1500, 100, 10, 5, 5, 10)  # the thinking block is the body's own
+    assert [b.name for b in layout.blocks] == [
+        "tools[0]",
+        "system",
+        "messages[0]",
+        "messages[1][0]",
+        "messages[1][1]",
+        "messages[2]",
+    ]
     plan = plan_breakpoints(layout, "1h", 1024)
     out = apply_to_anthropic(RAW, layout, plan)
     marker = {"type": "ephemeral", "ttl": "1h"}
@@ -171,7 +188,7 @@ def test_apply_to_anthropic_golden() -> None:
 
 def test_thinking_blocks_are_never_marked() -> None:
     body = {**RAW, "messages": RAW["messages"][:2]}
-    layout = PromptLayout(anthropic_blocks(body), (1500, 100, 10, 5, 5))
+    layout = raw_layout(body, (1500, 100, 10, 5))
     plan = plan_breakpoints(layout, "5m", 1024)
     assert [layout.blocks[i].name for i in plan.indices] == ["tools[0]", "system", "messages[1][1]"]
 
@@ -190,3 +207,11 @@ def test_a_request_level_marker_takes_a_slot() -> None:
     layout = layout_of(request)
     assert plan_breakpoints(layout, "5m", 1024, reserved=1).indices == (1, 2, 5)
     assert plan_breakpoints(layout, "5m", 1024, reserved=2).indices == (1, 5)
+
+
+def test_a_body_that_is_not_the_typed_request_is_refused() -> None:
+    with pytest.raises(ValueError, match="not the layout"):
+        anthropic_layout(RAW, PromptLayout((), ()), lambda block: 1)
+    typed = PromptLayout(request_blocks(anthropic_wire.decode_request(RAW)), (1, 1, 1, 1, 1))
+    with pytest.raises(ValueError, match="not the layout"):
+        anthropic_layout({**RAW, "messages": RAW["messages"][:1]}, typed, lambda block: 1)

@@ -1,4 +1,5 @@
-"""Golden tests: each normalisation switch on canonical requests and on raw wire dicts."""
+"""Golden tests: each normalisation switch, on the client's wire JSON (what is forwarded) and
+as the gateway reads the result back (the typed view of the normalised body)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,9 @@ from dataclasses import replace
 
 from adapters.types import CacheControl, TextPart, ToolSpec
 from cachekeys.canonical import canonical_arguments, canonical_schema, tool_digest
-from cachekeys.normalise import NormaliseOptions, PublicPrefix, normalise_request
-from cachekeys.raw import normalise_raw
+from cachekeys.normalise import NormaliseOptions, PublicPrefix, normalise
 from cachekeys.volatile import VolatileMatcher
-from tests.cachekeys.conftest import agent_request
+from tests.cachekeys.conftest import agent_request, normalised
 
 ORDER_ONLY = NormaliseOptions()
 RELOCATE = NormaliseOptions(relocate_volatile=True)
@@ -37,7 +37,7 @@ def test_canonical_arguments() -> None:
 
 
 def test_tools_sorted_by_name_with_schema_keys_sorted() -> None:
-    out = normalise_request(agent_request(tools=("search", "edit", "ask")), ORDER_ONLY)
+    out = normalised(agent_request(tools=("search", "edit", "ask")), ORDER_ONLY)
     assert [t.name for t in out.tools] == ["ask", "edit", "search"]
     assert list(out.tools[0].input_schema) == ["properties", "required", "type"]
     assert out.tools[0].input_schema["required"] == ["a", "b"]
@@ -45,7 +45,7 @@ def test_tools_sorted_by_name_with_schema_keys_sorted() -> None:
 
 def test_public_tools_come_first() -> None:
     options = NormaliseOptions(public=PublicPrefix(tool_names=frozenset({"search"})))
-    out = normalise_request(agent_request(tools=("search", "edit", "ask")), options)
+    out = normalised(agent_request(tools=("search", "edit", "ask")), options)
     assert [t.name for t in out.tools] == ["search", "ask", "edit"]
 
 
@@ -55,7 +55,7 @@ def test_client_tool_marker_moves_to_the_new_last_tool() -> None:
         request,
         tools=(request.tools[0], replace(request.tools[1], cache_control=CacheControl("1h"))),
     )
-    out = normalise_request(marked, ORDER_ONLY)
+    out = normalised(marked, ORDER_ONLY, "anthropic")
     assert [(t.name, t.cache_control) for t in out.tools] == [
         ("a", None),
         ("b", CacheControl("1h")),
@@ -65,13 +65,13 @@ def test_client_tool_marker_moves_to_the_new_last_tool() -> None:
 def test_switches_off_leave_the_request_alone() -> None:
     request = agent_request(tools=("search", "edit"))
     off = NormaliseOptions(order_tools=False, canonical_json=False)
-    assert normalise_request(request, off) == request
-    assert [t.name for t in normalise_request(request, off).tools] == ["search", "edit"]
+    assert normalised(request, off) == request
+    assert [t.name for t in normalised(request, off).tools] == ["search", "edit"]
 
 
 def test_relocation_moves_volatile_values_to_the_newest_user_turn() -> None:
     system = "Today is 2026-11-30T09:18:42Z. Request req_8f3k2m9x1q. Session 123e4567-e89b-12d3-a456-426614174000 at 3:07 PM."
-    out = normalise_request(agent_request(system=system), RELOCATE)
+    out = normalised(agent_request(system=system), RELOCATE)
     assert out.system == (
         TextPart(
             "Today is {{volatile:1}}. Request {{volatile:2}}. Session {{volatile:3}} at {{volatile:4}}."
@@ -87,8 +87,8 @@ def test_relocation_moves_volatile_values_to_the_newest_user_turn() -> None:
 
 
 def test_relocation_gives_identical_prefixes_a_second_apart() -> None:
-    a = normalise_request(agent_request(system="Now: 2026-11-30T09:18:42Z."), RELOCATE)
-    b = normalise_request(agent_request(system="Now: 2026-11-30T09:18:43Z."), RELOCATE)
+    a = normalised(agent_request(system="Now: 2026-11-30T09:18:42Z."), RELOCATE)
+    b = normalised(agent_request(system="Now: 2026-11-30T09:18:43Z."), RELOCATE)
     assert a.system == b.system and a.tools == b.tools
     assert a.messages[-1] != b.messages[-1]
 
@@ -106,7 +106,7 @@ def test_relocation_in_tool_descriptions_and_tenant_patterns() -> None:
             ),
         ),
     )
-    out = normalise_request(request, NormaliseOptions(relocate_volatile=True, volatile=matcher))
+    out = normalised(request, NormaliseOptions(relocate_volatile=True, volatile=matcher))
     assert out.tools[0].description == "Search ({{volatile:1}})"
     assert out.tools[0].input_schema == {"type": "object", "description": "for {{volatile:1}}"}
     assert (
@@ -118,7 +118,7 @@ def test_relocation_in_tool_descriptions_and_tenant_patterns() -> None:
 def test_relocation_never_touches_history() -> None:
     request = agent_request(system="plain", turns=3)
     history = replace(request, messages=(*request.messages[:-1], request.messages[-1]))
-    assert normalise_request(history, RELOCATE) == normalise_request(request, ORDER_ONLY)
+    assert normalised(history, RELOCATE) == normalised(request, ORDER_ONLY)
 
 
 def test_relocation_after_a_tool_turn_adds_a_user_turn() -> None:
@@ -129,7 +129,7 @@ def test_relocation_after_a_tool_turn_adds_a_user_turn() -> None:
         request,
         messages=(*request.messages, Message("tool", (ToolResultPart("c1", (TextPart("ok"),)),))),
     )
-    out = normalise_request(request, RELOCATE)
+    out = normalised(request, RELOCATE)
     assert out.messages[-2] == request.messages[-1]
     assert out.messages[-1].role == "user" and out.messages[-1].content[0].text.startswith(
         "<volatile-context>"
@@ -180,7 +180,7 @@ ANTHROPIC_BODY = {
 
 
 def test_raw_anthropic_golden_default_switches() -> None:
-    out = normalise_raw("anthropic", ANTHROPIC_BODY, ORDER_ONLY)
+    out = normalise("anthropic", ANTHROPIC_BODY, ORDER_ONLY)
     assert out["tools"] == [
         {"name": "edit", "description": "e", "input_schema": {"properties": {}, "type": "object"}},
         {
@@ -203,7 +203,7 @@ def test_raw_anthropic_golden_default_switches() -> None:
 
 def test_raw_anthropic_golden_relocation_and_tool_args() -> None:
     options = NormaliseOptions(relocate_volatile=True, canonical_tool_args=True)
-    out = normalise_raw("anthropic", ANTHROPIC_BODY, options)
+    out = normalise("anthropic", ANTHROPIC_BODY, options)
     assert out["system"] == "Time: {{volatile:1}}. Be brief."
     assert out["messages"][1]["content"][0] == {
         "type": "thinking",
@@ -254,7 +254,7 @@ OPENAI_BODY = {
 
 def test_raw_openai_golden() -> None:
     options = NormaliseOptions(relocate_volatile=True, canonical_tool_args=True)
-    out = normalise_raw("openai", OPENAI_BODY, options)
+    out = normalise("openai", OPENAI_BODY, options)
     assert [t["function"]["name"] for t in out["tools"]] == ["a", "b"]
     assert list(out["tools"][1]["function"]["parameters"]) == ["properties", "type"]
     assert out["messages"][0] == {"role": "system", "content": "Session {{volatile:1}}."}
@@ -271,24 +271,27 @@ def test_raw_openai_golden() -> None:
     }
 
 
-def test_raw_and_canonical_agree_on_the_tool_order() -> None:
-    from adapters import anthropic_wire
+def test_the_typed_view_is_the_normalised_body_decoded() -> None:
+    from adapters import anthropic_wire, openai_wire
+    from gateway.core.prompt_view import typed_view
 
-    request = anthropic_wire.decode_request(ANTHROPIC_BODY)
-    raw = normalise_raw("anthropic", ANTHROPIC_BODY, ORDER_ONLY)
-    canonical = normalise_request(request, ORDER_ONLY)
-    assert [t["name"] for t in raw["tools"]] == [t.name for t in canonical.tools]
-    assert [dict(t.input_schema) for t in canonical.tools] == [
-        t["input_schema"] for t in raw["tools"]
-    ]
+    options = NormaliseOptions(relocate_volatile=True, canonical_tool_args=True)
+    for wire, body, codec in (
+        ("anthropic", ANTHROPIC_BODY, anthropic_wire),
+        ("openai", OPENAI_BODY, openai_wire),
+    ):
+        for switches in (ORDER_ONLY, options):
+            out = normalise(wire, body, switches)  # type: ignore[arg-type]
+            view = typed_view(wire, body, out, codec.decode_request(body))  # type: ignore[arg-type]
+            assert view == codec.decode_request(out)
 
 
 def test_a_broad_tenant_pattern_never_rewrites_a_placeholder() -> None:
     matcher = VolatileMatcher.build([r"\d+"], use_defaults=False)
     options = NormaliseOptions(relocate_volatile=True, volatile=matcher)
-    once = normalise_request(agent_request(system="Build 4411 of 12"), options)
+    once = normalised(agent_request(system="Build 4411 of 12"), options)
     assert once.system[0].text == "Build {{volatile:1}} of {{volatile:2}}"
-    assert normalise_request(once, options).system == once.system
+    assert normalised(once, options).system == once.system
 
 
 def test_policy_rejects_patterns_that_cannot_be_combined() -> None:
@@ -303,3 +306,15 @@ def test_policy_rejects_patterns_that_cannot_be_combined() -> None:
         NormalisePolicy(volatile_patterns=("a*",))
     with pytest.raises(ValidationError, match="does not compile"):
         NormalisePolicy(volatile_patterns=("(",))
+
+
+def test_tool_args_already_in_order_keep_the_clients_message() -> None:
+    options = NormaliseOptions(canonical_tool_args=True)
+    sorted_call = {"type": "tool_use", "id": "t1", "name": "search", "input": {"a": 2, "z": 1}}
+    body = {**ANTHROPIC_BODY, "messages": [{"role": "assistant", "content": [sorted_call]}]}
+    out = normalise("anthropic", body, options)
+    assert out["messages"][0] is body["messages"][0]  # not copied, so not decoded again
+    unsorted = {**sorted_call, "input": {"z": 1, "a": 2}}
+    body = {**body, "messages": [{"role": "assistant", "content": [unsorted]}]}
+    out = normalise("anthropic", body, options)
+    assert json.dumps(out["messages"][0]["content"][0]["input"]) == '{"a": 2, "z": 1}'

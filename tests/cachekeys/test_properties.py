@@ -11,13 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adapters import openai_wire
-from adapters.types import ChatRequest, Message, TextPart, ToolSpec, ToolUsePart
+from adapters.types import ChatRequest, Message, TextPart, ToolResultPart, ToolSpec, ToolUsePart
 from cachekeys.blockhash import tenant_salt
 from cachekeys.keys import prefix_hashes, prompt_cache_key, session_root
 from cachekeys.layout import PromptLayout, request_blocks, system_digest_hex
-from cachekeys.normalise import NormaliseOptions, PublicPrefix, normalise_request
-from cachekeys.raw import normalise_raw
+from cachekeys.normalise import NormaliseOptions, PublicPrefix, normalise
 from cachekeys.volatile import VolatileMatcher, is_volatile_block
+from gateway.core.prompt_view import typed_view
+from tests.cachekeys.conftest import normalised
 
 SECRET = b"server-secret"
 names = st.text(string.ascii_lowercase + "_", min_size=1, max_size=8)
@@ -53,7 +54,10 @@ def requests(draw: st.DrawFn) -> ChatRequest:
     roles = draw(st.lists(st.sampled_from(["user", "assistant", "tool"]), min_size=1, max_size=6))
     messages = []
     for i, role in enumerate(roles):
-        parts = [TextPart(draw(volatile_text.filter(bool)))]  # providers reject empty turns
+        text = TextPart(draw(volatile_text.filter(bool)))  # providers reject empty turns
+        parts: list[TextPart | ToolUsePart | ToolResultPart] = [
+            ToolResultPart(f"c{i}", (text,)) if role == "tool" else text
+        ]
         if role == "assistant" and draw(st.booleans()):
             args = draw(st.dictionaries(names, json_value, max_size=3))
             parts.append(ToolUsePart(f"c{i}", "t", json.dumps(args)))
@@ -81,8 +85,8 @@ options_st = st.builds(
 @settings(max_examples=60, deadline=None)
 @given(requests(), options_st)
 def test_normalisation_is_idempotent(request: ChatRequest, options: NormaliseOptions) -> None:
-    once = normalise_request(request, options)
-    assert normalise_request(once, options) == once
+    once = normalised(request, options)
+    assert normalised(once, options) == once
 
 
 @settings(max_examples=60, deadline=None)
@@ -90,7 +94,7 @@ def test_normalisation_is_idempotent(request: ChatRequest, options: NormaliseOpt
 def test_messages_kept_in_order_only_a_tail_block_added(
     request: ChatRequest, options: NormaliseOptions
 ) -> None:
-    out = normalise_request(request, options)
+    out = normalised(request, options)
     assert len(out.messages) in (len(request.messages), len(request.messages) + 1)
     for before, after in zip(request.messages, out.messages, strict=False):
         assert after.role == before.role
@@ -115,8 +119,8 @@ def test_tool_order_and_key_order_do_not_change_the_normalised_prefix(
         replace(t, input_schema=dict(reversed(list(t.input_schema.items())))) for t in tools
     )
     options = NormaliseOptions()
-    a = normalise_request(request, options)
-    b = normalise_request(replace(request, tools=shuffled_keys), options)
+    a = normalised(request, options)
+    b = normalised(replace(request, tools=shuffled_keys), options)
     assert [block.digest for block in request_blocks(a)] == [
         block.digest for block in request_blocks(b)
     ]
@@ -168,13 +172,13 @@ def test_a_declared_public_prefix_is_shared(
 
 @settings(max_examples=40, deadline=None)
 @given(requests(), options_st)
-def test_raw_and_canonical_normalisation_agree(
+def test_the_typed_view_equals_decoding_the_normalised_body(
     request: ChatRequest, options: NormaliseOptions
 ) -> None:
-    """What the gateway forwards raw and what it re-encodes from canonical are the same prompt."""
+    """The typed request (only edited parts decoded again) is the forwarded body decoded in
+    full, and normalising the body is idempotent."""
     body = openai_wire.encode_request(request)
-    once = normalise_raw("openai", body, options)
-    assert normalise_raw("openai", once, options) == once
-    assert openai_wire.decode_request(once) == normalise_request(
-        openai_wire.decode_request(body), options
-    )
+    once = normalise("openai", body, options)
+    assert normalise("openai", once, options) == once
+    view = typed_view("openai", body, once, openai_wire.decode_request(body))
+    assert view == openai_wire.decode_request(once)

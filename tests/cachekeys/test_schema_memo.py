@@ -1,5 +1,5 @@
 """`SchemaMemo` (the fast path) gives exactly what `canonical_schema` (the reference) gives,
-on canonical requests and raw bodies, first call and memoised calls alike."""
+on wire bodies and the typed requests read back, first call and memoised calls alike."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ import json
 
 from adapters import openai_wire
 from cachekeys.canonical import SchemaMemo, canonical_schema
-from cachekeys.normalise import NormaliseOptions, normalise_request
-from cachekeys.raw import normalise_raw
-from tests.cachekeys.conftest import agent_request
+from cachekeys.normalise import NormaliseOptions, normalise
+from tests.cachekeys.conftest import agent_request, normalised
 
 SCHEMAS = [
     {"type": "object", "required": ["z", "a"], "properties": {"z": {"enum": ["b", "a"]}}},
@@ -37,6 +36,6 @@ def test_normalise_with_memo_equals_without() -> None:
     request = agent_request(tools=("search", "edit", "ask"))
     body = openai_wire.encode_request(request)
     for _ in range(2):
-        assert normalise_request(request, memoised) == normalise_request(request, plain)
-        got, want = normalise_raw("openai", body, memoised), normalise_raw("openai", body, plain)
+        assert normalised(request, memoised) == normalised(request, plain)
+        got, want = normalise("openai", body, memoised), normalise("openai", body, plain)
         assert json.dumps(got) == json.dumps(want)

@@ -238,7 +238,7 @@ def test_an_appended_turn_reuses_the_history() -> None:
     port = PromptCachePort(SECRET, encoder=ENCODER)
     tenant = TENANTS[0]
     first = port.prepare("openai", _turn(0), openai_wire.decode_request(_turn(0)), tenant, "m")
-    layouts = port._layouts
+    layouts = port._memos.layouts
     assert len(layouts) == 1 and layouts.hits == 0
     second = port.prepare("openai", _turn(1), openai_wire.decode_request(_turn(1)), tenant, "m")
     assert layouts.hits == 1
@@ -283,7 +283,7 @@ def test_keys_are_tenant_scoped_and_an_entry_needs_its_salt() -> None:
     request = replace(openai_wire.decode_request(_turn(0)), session_id="s")
     assert memo.key("a", "openai", request) != memo.key("b", "openai", request)
     options = object()
-    entry = LayoutEntry.of(options, "salt-a", request, _blocks(request), _ids(request), 0, (), ())
+    entry = LayoutEntry.of(options, "salt-a", request, _blocks(request), _ids(request), (0, (), ()))
     key = memo.key("a", "openai", request)
     memo.remember(key, entry)
     assert memo.match(key, request, options, "salt-a") is not None
@@ -306,11 +306,11 @@ def test_the_memo_is_bounded_by_entries_and_characters() -> None:
         text = "x" * (1000 * (i % 4 + 1))
         request = ChatRequest("m", messages=(Message("user", (TextPart(text),)),))
         request = replace(request, session_id=f"s{i}")
-        entry = LayoutEntry.of(None, "", request, _blocks(request), _ids(request), 0, (), ())
+        entry = LayoutEntry.of(None, "", request, _blocks(request), _ids(request), (0, (), ()))
         memo.remember(memo.key("t", "openai", request), entry)
         assert len(memo) <= 3 and memo.num_chars <= 10_000
     huge = ChatRequest("m", messages=(Message("user", (TextPart("y" * 20_000),)),))
-    entry = LayoutEntry.of(None, "", huge, _blocks(huge), _ids(huge), 0, (), ())
+    entry = LayoutEntry.of(None, "", huge, _blocks(huge), _ids(huge), (0, (), ()))
     memo.remember(memo.key("t", "openai", huge), entry)
     assert memo.match(memo.key("t", "openai", huge), huge, None, "") is None  # never held
 
@@ -325,7 +325,7 @@ def test_a_tool_call_in_the_history_is_compared_exactly() -> None:
             Message("assistant", (ToolUsePart("c1", "t", '{"a":1}'),)),
         ),
     )
-    entry = LayoutEntry.of(None, "", base, _blocks(base), _ids(base), 0, (), ())
+    entry = LayoutEntry.of(None, "", base, _blocks(base), _ids(base), (0, (), ()))
     key = memo.key("t", "openai", base)
     memo.remember(key, entry)
     spaced = replace(
