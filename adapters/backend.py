@@ -27,6 +27,8 @@ class BackendCall:
     raw_body: Mapping[str, JSON] | None = None
     timeout_s: float = 120.0
     extra_headers: Mapping[str, str] | None = None
+    # the client's `anthropic-beta` values; a backend forwards those its allow-list names
+    betas: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
@@ -20,6 +21,7 @@ from adapters.types import WireFormat
 from gateway.http.admin_routes import build_admin_router, build_ops_router
 from gateway.http.api_schema import component_schemas
 from gateway.http.chat_routes import ChatRoutes, build_chat_router
+from gateway.http.compat_routes import CompatRoutes, build_compat_router, not_found
 from gateway.http.request_body import BodyLimits
 from gateway.http.tools_routes import ToolRunBody
 from gateway.settings import Settings
@@ -95,6 +97,9 @@ def create_app(
         parts.pipeline, parts.keys, BodyLimits.from_settings(settings.http), lean_stream=lean_stream
     )
     app.include_router(build_chat_router(chat))  # also the reference path of the doors
+    compat = CompatRoutes(parts.pipeline, parts.keys, BodyLimits.from_settings(settings.http))
+    app.include_router(build_compat_router(compat))
+    app.add_exception_handler(StarletteHTTPException, not_found)
     if lean_doors:
         app.chat_routes = chat
     metrics_token = settings.metrics_token.get_secret_value() if settings.metrics_token else None
