@@ -57,3 +57,18 @@ class RelayingBackend(Backend, Protocol):
     (`call.raw_body` set), with only deterministic edits, instead of events to re-encode."""
 
     def relay(self, call: BackendCall) -> AsyncIterator[RelayedChunk]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingReply:
+    """An upstream's `/embeddings` answer: its JSON (vectors; passed on as it came) and the
+    prompt tokens it reports (what the call is billed)."""
+
+    body: Mapping[str, JSON]
+    prompt_tokens: int
+
+
+class EmbeddingBackend(Backend, Protocol):
+    """A backend whose upstream also serves OpenAI's `/embeddings`."""
+
+    async def embed(self, body: Mapping[str, JSON], timeout_s: float) -> EmbeddingReply: ...

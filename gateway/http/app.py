@@ -18,10 +18,12 @@ from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from adapters.types import WireFormat
+from gateway.core.embeddings import Embeddings
 from gateway.http.admin_routes import build_admin_router, build_ops_router
 from gateway.http.api_schema import component_schemas
 from gateway.http.chat_routes import ChatRoutes, build_chat_router
 from gateway.http.compat_routes import CompatRoutes, build_compat_router, not_found
+from gateway.http.embeddings_routes import build_embeddings_router
 from gateway.http.request_body import BodyLimits
 from gateway.http.tools_routes import ToolRunBody
 from gateway.settings import Settings
@@ -99,6 +101,10 @@ def create_app(
     app.include_router(build_chat_router(chat))  # also the reference path of the doors
     compat = CompatRoutes(parts.pipeline, parts.keys, BodyLimits.from_settings(settings.http))
     app.include_router(build_compat_router(compat))
+    embeddings = Embeddings(parts.pipeline.s)
+    app.include_router(
+        build_embeddings_router(embeddings, parts.keys, BodyLimits.from_settings(settings.http))
+    )
     app.add_exception_handler(StarletteHTTPException, not_found)
     if lean_doors:
         app.chat_routes = chat
