@@ -26,6 +26,10 @@ ROUTES = {  # every route the gateway serves, and the methods /openapi.json must
     "/admin/reports/breakeven": {"get"},
     "/v1/tools/runs": {"post"},
     "/v1/tools/runs/{run_id}": {"get"},
+    "/v1/messages/count_tokens": {"post"},
+    "/v1/models/{model_id}": {"get"},
+    "/v1/completions": {"post"},
+    "/v1/embeddings": {"post"},
 }
 
 
