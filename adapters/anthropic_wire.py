@@ -138,8 +138,9 @@ def _tool_choice(value: Any) -> JSON:
     raise WireFormatError("tool_choice.type", "expected 'auto', 'any', 'tool' or 'none'")
 
 
-def decode_request(body: Mapping[str, Any]) -> ChatRequest:
-    """Canonical form of an Anthropic `/v1/messages` body; raises WireFormatError(path)."""
+def decode_request(body: Mapping[str, Any], *, require_max_tokens: bool = True) -> ChatRequest:
+    """Canonical form of an Anthropic `/v1/messages` body; raises WireFormatError(path).
+    `require_max_tokens=False` for `/v1/messages/count_tokens`, which takes none."""
     expect(body, dict, "$")
     raw = expect(body.get("messages"), list, "messages")
     metadata = optional(body, "metadata", dict) or {}
@@ -161,6 +162,8 @@ def decode_request(body: Mapping[str, Any]) -> ChatRequest:
     )
     if not raw:  # checked last, so that every other field's error is named first
         raise WireFormatError("messages", "must hold at least one message")
+    if require_max_tokens and "max_tokens" not in body:  # as Anthropic's API: a 400
+        raise WireFormatError("max_tokens", "required")
     return request
 
 

@@ -1,7 +1,8 @@
-"""Anthropic content blocks (text, image, tool_use, tool_result) <-> canonical content parts.
+"""Anthropic content blocks (text, image, tool_use, tool_result, thinking) <-> canonical parts.
 
-Shared by request and response codecs. Block types the canonical model cannot hold (thinking,
-documents, server tools) decode to None; they survive only on the same-wire raw-body path.
+Shared by request and response codecs. Block types the canonical model cannot hold (documents,
+server tools) decode to None; they survive only on the same-wire raw-body path. Thinking blocks
+keep every byte of their text and signature (the provider checks them on the next turn).
 """
 
 from __future__ import annotations
@@ -12,13 +13,18 @@ from typing import Any
 import orjson
 
 from adapters.errors import WireFormatError
-from adapters.types import ContentPart, ImagePart, TextPart, ToolResultPart, ToolUsePart
+from adapters.types import (
+    ContentPart,
+    ImagePart,
+    TextPart,
+    ThinkingPart,
+    ToolResultPart,
+    ToolUsePart,
+)
 from adapters.wire_json import cache_control_at, expect, with_cache_control
 
 SKIPPED_BLOCKS = frozenset(
     {
-        "thinking",
-        "redacted_thinking",
         "document",
         "search_result",
         "server_tool_use",
@@ -82,12 +88,36 @@ def decode_block(block: Any, path: str) -> ContentPart | None:
             is_error=bool(block.get("is_error", False)),
             cache_control=cache_control_at(block, path),
         )
+    if kind in ("thinking", "redacted_thinking"):
+        return _thinking(block, kind, path)
     if kind in SKIPPED_BLOCKS:
         return None
     raise WireFormatError(f"{path}.type", f"unsupported block type {kind!r}")
 
 
+def _thinking(block: Mapping[str, Any], kind: str, path: str) -> ThinkingPart:
+    cc = cache_control_at(block, path)
+    if kind == "redacted_thinking":
+        data = expect(block.get("data"), str, f"{path}.data")
+        return ThinkingPart(redacted_data=data, cache_control=cc)
+    return ThinkingPart(
+        thinking=expect(block.get("thinking", ""), str, f"{path}.thinking"),
+        signature=expect(block.get("signature", ""), str, f"{path}.signature"),
+        cache_control=cc,
+    )
+
+
+def _encode_thinking(part: ThinkingPart) -> dict[str, Any]:
+    if part.redacted_data is not None:
+        block = {"type": "redacted_thinking", "data": part.redacted_data}
+    else:
+        block = {"type": "thinking", "thinking": part.thinking, "signature": part.signature}
+    return with_cache_control(block, part.cache_control)
+
+
 def encode_block(part: ContentPart) -> dict[str, Any]:
+    if isinstance(part, ThinkingPart):
+        return _encode_thinking(part)
     if isinstance(part, TextPart):
         return with_cache_control({"type": "text", "text": part.text}, part.cache_control)
     if isinstance(part, ImagePart):

@@ -12,7 +12,15 @@ from typing import Any
 import orjson
 
 from adapters.anthropic_wire_blocks import decode_block, encode_block
-from adapters.types import ChatResponse, StopReason, TextPart, ToolUsePart, Usage
+from adapters.types import (
+    ChatResponse,
+    ReplyPart,
+    StopReason,
+    TextPart,
+    ThinkingPart,
+    ToolUsePart,
+    Usage,
+)
 from adapters.wire_json import expect
 
 STOP_FROM_WIRE: dict[str, StopReason] = {
@@ -70,10 +78,10 @@ def encode_usage(usage: Usage) -> dict[str, Any]:
 
 def decode_response(body: Mapping[str, Any]) -> ChatResponse:
     blocks = expect(body.get("content"), list, "content")
-    content: list[TextPart | ToolUsePart] = []
+    content: list[ReplyPart] = []
     for i, block in enumerate(blocks):
         part = decode_block(block, f"content[{i}]")
-        if isinstance(part, TextPart | ToolUsePart):
+        if isinstance(part, TextPart | ToolUsePart | ThinkingPart):
             content.append(part)
     return ChatResponse(
         id=str(body.get("id", "")),
@@ -85,9 +93,16 @@ def decode_response(body: Mapping[str, Any]) -> ChatResponse:
     )
 
 
+def message_id(upstream_id: str) -> str:
+    """An Anthropic message id (`msg_...`) for any upstream's id."""
+    if upstream_id.startswith("msg_"):
+        return upstream_id
+    return "msg_" + (upstream_id.removeprefix("chatcmpl-") or "lantern")
+
+
 def encode_response(resp: ChatResponse) -> dict[str, Any]:
     return {
-        "id": resp.id,
+        "id": message_id(resp.id),
         "type": "message",
         "role": "assistant",
         "model": resp.model,

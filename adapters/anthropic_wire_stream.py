@@ -7,12 +7,13 @@ message_delta with the final usage, message_stop.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import orjson
 
 from adapters.anthropic_wire import STOP_FROM_WIRE, STOP_TO_WIRE, encode_usage
-from adapters.anthropic_wire_response import one_hour_writes
+from adapters.anthropic_wire_response import message_id, one_hour_writes
 from adapters.errors import ProviderRateLimited, ProviderUnavailable, UpstreamError, WireFormatError
 from adapters.sse import frame
 from adapters.types import (
@@ -21,6 +22,8 @@ from adapters.types import (
     StreamEvent,
     StreamStart,
     TextDelta,
+    ThinkingDelta,
+    ThinkingStart,
     ToolCallDelta,
     ToolCallStart,
     Usage,
@@ -64,13 +67,20 @@ class AnthropicStreamDecoder:
                 return [TextDelta(event["index"], delta.get("text", ""))]
             if delta.get("type") == "input_json_delta":
                 return [ToolCallDelta(event["index"], delta.get("partial_json", ""))]
-            return []  # thinking / signature / citations deltas have no canonical form
+            if delta.get("type") == "thinking_delta":
+                return [ThinkingDelta(event["index"], thinking=delta.get("thinking", ""))]
+            if delta.get("type") == "signature_delta":
+                return [ThinkingDelta(event["index"], signature=delta.get("signature", ""))]
+            return []  # citations deltas have no canonical form
         if kind == "content_block_start":
             return self._block_start(event)
         if kind == "message_start":
             message = event.get("message") or {}
             self._usage = _usage_update(self._usage, message.get("usage") or {})
-            return [StreamStart(str(message.get("id", "")), str(message.get("model", "")))]
+            start_usage = self._usage if message.get("usage") else None
+            return [
+                StreamStart(str(message.get("id", "")), str(message.get("model", "")), start_usage)
+            ]
         if kind == "message_delta":
             delta = event.get("delta") or {}
             self._stop = STOP_FROM_WIRE.get(delta.get("stop_reason") or "end_turn", "stop")
@@ -90,6 +100,12 @@ class AnthropicStreamDecoder:
             return [ToolCallStart(index, str(block.get("id", "")), str(block.get("name", "")))]
         if block.get("type") == "text" and block.get("text"):
             return [TextDelta(index, block["text"])]
+        if block.get("type") == "redacted_thinking":
+            return [ThinkingStart(index, str(block.get("data", "")))]
+        if block.get("type") == "thinking":
+            text, signature = str(block.get("thinking", "")), str(block.get("signature", ""))
+            first = [ThinkingDelta(index, text, signature)] if text or signature else []
+            return [ThinkingStart(index), *first]
         return []
 
     def _error(self, error: dict[str, Any]) -> UpstreamError:
@@ -146,12 +162,38 @@ class AnthropicStreamEncoder:
             )
         if isinstance(event, StreamStart):
             return self._message_start(event)
+        if isinstance(event, ThinkingStart | ThinkingDelta):
+            return self._thinking(event)
         return self._end(event)
+
+    def _thinking(self, event: ThinkingStart | ThinkingDelta) -> bytes:
+        if isinstance(event, ThinkingStart):
+            block: dict[str, Any] = (
+                {"type": "thinking", "thinking": "", "signature": ""}
+                if event.redacted_data is None
+                else {"type": "redacted_thinking", "data": event.redacted_data}
+            )
+            return self._close() + self._start_block(event.index, "thinking", block)
+        out = self._ensure_block(
+            event.index, "thinking", {"type": "thinking", "thinking": "", "signature": ""}
+        )
+        for kind, key, value in (
+            ("thinking_delta", "thinking", event.thinking),
+            ("signature_delta", "signature", event.signature),
+        ):
+            if value:
+                delta = {"type": kind, key: value}
+                out += self._event(
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": self._next_index - 1, "delta": delta},
+                )
+        return out
 
     def _message_start(self, event: StreamStart) -> bytes:
         model = self._model if self._model is not None else event.model
+        start = event.usage if event.usage is not None else self._start_usage
         message: dict[str, Any] = {
-            "id": event.id,
+            "id": message_id(event.id),
             "type": "message",
             "role": "assistant",
             "model": model,
@@ -159,13 +201,7 @@ class AnthropicStreamEncoder:
             "stop_reason": None,
             "stop_sequence": None,
             "usage": encode_usage(
-                Usage(
-                    self._start_usage.input_tokens,
-                    1,
-                    self._start_usage.cache_read_tokens,
-                    self._start_usage.cache_write_tokens,
-                    self._start_usage.cache_write_1h_tokens,
-                )
+                start if event.usage is not None else dataclasses.replace(start, output_tokens=1)
             ),
         }
         return self._event(

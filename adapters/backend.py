@@ -30,6 +30,8 @@ class BackendCall:
     # the client's Responses API body (its stored conversation expanded into `input`), for a
     # backend that speaks the Responses API itself; None for the chat doors
     native_body: Mapping[str, JSON] | None = None
+    # the client's `anthropic-beta` values; a backend forwards those its allow-list names
+    betas: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,3 +63,18 @@ class RelayingBackend(Backend, Protocol):
     (`call.raw_body` set), with only deterministic edits, instead of events to re-encode."""
 
     def relay(self, call: BackendCall) -> AsyncIterator[RelayedChunk]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingReply:
+    """An upstream's `/embeddings` answer: its JSON (vectors; passed on as it came) and the
+    prompt tokens it reports (what the call is billed)."""
+
+    body: Mapping[str, JSON]
+    prompt_tokens: int
+
+
+class EmbeddingBackend(Backend, Protocol):
+    """A backend whose upstream also serves OpenAI's `/embeddings`."""
+
+    async def embed(self, body: Mapping[str, JSON], timeout_s: float) -> EmbeddingReply: ...

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from adapters.errors import WireFormatError
-from adapters.types import ChatResponse, StopReason, TextPart, ToolUsePart, Usage
+from adapters.types import ChatResponse, Choice, ReplyPart, StopReason, TextPart, ToolUsePart, Usage
 from adapters.wire_json import expect
 
 FINISH_TO_STOP: dict[str, StopReason] = {
@@ -90,47 +90,71 @@ def encode_usage(usage: Usage) -> dict[str, Any]:
     }
 
 
-def decode_response(body: Mapping[str, Any]) -> ChatResponse:
-    choices = expect(body.get("choices"), list, "choices")
-    if not choices:
-        raise WireFormatError("choices", "expected at least one choice")
-    choice = expect(choices[0], dict, "choices[0]")
-    msg = expect(choice.get("message"), dict, "choices[0].message")
-    content: list[TextPart | ToolUsePart] = []
+def _decode_choice(choice: Any, path: str) -> Choice:
+    msg = expect(expect(choice, dict, path).get("message"), dict, f"{path}.message")
+    content: list[ReplyPart] = []
     if msg.get("content"):
-        content.append(TextPart(expect(msg["content"], str, "choices[0].message.content")))
+        content.append(TextPart(expect(msg["content"], str, f"{path}.message.content")))
     if msg.get("tool_calls"):
-        content.extend(decode_tool_calls(msg["tool_calls"], "choices[0].message.tool_calls"))
+        content.extend(decode_tool_calls(msg["tool_calls"], f"{path}.message.tool_calls"))
+    stop = FINISH_TO_STOP.get(choice.get("finish_reason") or "stop", "stop")
+    return Choice(tuple(content), stop)
+
+
+def decode_response(body: Mapping[str, Any]) -> ChatResponse:
+    raw = expect(body.get("choices"), list, "choices")
+    if not raw:
+        raise WireFormatError("choices", "expected at least one choice")
+    choices = [_decode_choice(c, f"choices[{i}]") for i, c in enumerate(raw)]
+    extra: dict[str, Any] = {k: body[k] for k in _REPLY_EXTRA if body.get(k) is not None}
+    logprobs = [c.get("logprobs") for c in raw]
+    if any(lp is not None for lp in logprobs):
+        extra["logprobs"] = logprobs
     return ChatResponse(
         id=str(body.get("id", "")),
         model=str(body.get("model", "")),
-        content=tuple(content),
-        stop_reason=FINISH_TO_STOP.get(choice.get("finish_reason") or "stop", "stop"),
+        content=choices[0].content,
+        stop_reason=choices[0].stop_reason,
         usage=decode_usage(body.get("usage")),
+        more_choices=tuple(choices[1:]),
+        wire_extra=extra,
     )
 
 
-def encode_response(resp: ChatResponse, *, created: int | None = None) -> dict[str, Any]:
-    text = "".join(p.text for p in resp.content if isinstance(p, TextPart))
-    calls = [p for p in resp.content if isinstance(p, ToolUsePart)]
+_REPLY_EXTRA = ("system_fingerprint", "service_tier")
+
+
+def _encode_choice(index: int, choice: Choice, logprobs: Any) -> dict[str, Any]:
+    text = "".join(p.text for p in choice.content if isinstance(p, TextPart))
+    calls = [p for p in choice.content if isinstance(p, ToolUsePart)]
     message: dict[str, Any] = {"role": "assistant", "content": text if text or not calls else None}
     if calls:
         message["tool_calls"] = encode_tool_calls(calls)
     return {
+        "index": index,
+        "message": message,
+        "logprobs": logprobs,
+        "finish_reason": STOP_TO_FINISH[choice.stop_reason],
+    }
+
+
+def encode_response(resp: ChatResponse, *, created: int | None = None) -> dict[str, Any]:
+    choices = (Choice(resp.content, resp.stop_reason), *resp.more_choices)
+    logprobs = resp.wire_extra.get("logprobs")
+    logprobs = logprobs if isinstance(logprobs, list) else []
+    out: dict[str, Any] = {
         "id": resp.id,
         "object": "chat.completion",
         "created": int(time.time()) if created is None else created,
         "model": resp.model,
         "choices": [
-            {
-                "index": 0,
-                "message": message,
-                "logprobs": None,
-                "finish_reason": STOP_TO_FINISH[resp.stop_reason],
-            }
+            _encode_choice(i, c, logprobs[i] if i < len(logprobs) else None)
+            for i, c in enumerate(choices)
         ],
         "usage": encode_usage(resp.usage),
     }
+    out.update((k, resp.wire_extra[k]) for k in _REPLY_EXTRA if k in resp.wire_extra)
+    return out
 
 
 def encode_error(

@@ -20,6 +20,8 @@ from adapters.types import (
     StreamEvent,
     StreamStart,
     TextDelta,
+    ThinkingDelta,
+    ThinkingStart,
     ToolCallDelta,
     ToolCallStart,
     Usage,
@@ -141,6 +143,8 @@ class OpenAIStreamEncoder:
     def encode(self, event: StreamEvent) -> bytes:
         if isinstance(event, TextDelta):
             return self._chunk({"content": event.text})
+        if isinstance(event, ThinkingStart | ThinkingDelta):
+            return b""  # OpenAI's chat format has no thinking blocks
         if isinstance(event, ToolCallDelta):
             position = self._tool_position.get(event.index, 0)
             return self._chunk(

@@ -21,6 +21,8 @@ from adapters.types import (
     StreamEvent,
     StreamStart,
     TextDelta,
+    ThinkingDelta,
+    ThinkingStart,
     ToolCallDelta,
     ToolCallStart,
     ToolUsePart,
@@ -73,6 +75,8 @@ class ResponsesStreamEncoder:
             return self._event("response.created", response=self._base) + self._event(
                 "response.in_progress", response=self._base
             )
+        if isinstance(event, ThinkingStart | ThinkingDelta):
+            return b""  # a translated backend's thinking is not a Responses reasoning item
         return self._end(event)
 
     def error(self, code: str | None, message: str, param: str | None) -> bytes:

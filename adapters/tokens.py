@@ -22,6 +22,7 @@ from adapters.types import (
     ImagePart,
     Message,
     TextPart,
+    ThinkingPart,
     ToolResultPart,
     ToolSpec,
     ToolUsePart,
@@ -227,6 +228,8 @@ class TokenCounter:
             elif isinstance(part, ToolUsePart):
                 total += self._name_len(enc, part.name)
                 total += self._len(enc, part.arguments_json)
+            elif isinstance(part, ThinkingPart):
+                total += self._len(enc, part.thinking or part.redacted_data or "")
             elif isinstance(part, ToolResultPart):
                 for inner in part.content:
                     total += (

@@ -59,7 +59,19 @@ class ToolResultPart:
     cache_control: CacheControl | None = None
 
 
-ContentPart = TextPart | ImagePart | ToolUsePart | ToolResultPart
+@dataclass(frozen=True, slots=True)
+class ThinkingPart:
+    """Extended thinking, kept verbatim: the provider checks `signature` (or the opaque
+    `redacted_data` of a redacted block) when the block comes back on the next turn."""
+
+    thinking: str = ""
+    signature: str = ""
+    redacted_data: str | None = None  # set: an Anthropic `redacted_thinking` block
+    cache_control: CacheControl | None = None
+
+
+ContentPart = TextPart | ImagePart | ToolUsePart | ToolResultPart | ThinkingPart
+ReplyPart = TextPart | ToolUsePart | ThinkingPart
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,15 +141,28 @@ class Usage:
 
 
 @dataclass(frozen=True, slots=True)
+class Choice:
+    """One further answer to the same prompt (OpenAI `n` > 1)."""
+
+    content: tuple[ReplyPart, ...]
+    stop_reason: StopReason
+
+
+@dataclass(frozen=True, slots=True)
 class ChatResponse:
     id: str
     model: str
-    content: tuple[TextPart | ToolUsePart, ...]
+    content: tuple[ReplyPart, ...]
     stop_reason: StopReason
     usage: Usage
     stop_sequence: str | None = None
     # the backend's own reply object, when it answered a Responses API call natively
     native: Mapping[str, JSON] | None = None
+    more_choices: tuple[Choice, ...] = ()  # choices 1..n-1 (OpenAI `n` > 1)
+    # reply fields of the upstream's own wire that the canonical model does not hold
+    # (OpenAI `system_fingerprint`, `service_tier`, each choice's `logprobs`); echoed only to
+    # a client of that wire
+    wire_extra: Mapping[str, JSON] = field(default_factory=dict)
 
 
 # --- streaming events, in the order a backend yields them ---------------------------------
@@ -147,6 +172,7 @@ class ChatResponse:
 class StreamStart:
     id: str
     model: str
+    usage: Usage | None = None  # the provider's own start usage (cache reads included), if told
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,10 +195,33 @@ class ToolCallDelta:
 
 
 @dataclass(frozen=True, slots=True)
+class ThinkingStart:
+    """A thinking block opens (`redacted_data` set: a redacted block, complete as it starts)."""
+
+    index: int
+    redacted_data: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkingDelta:
+    index: int
+    thinking: str = ""
+    signature: str = ""  # an Anthropic `signature_delta` (or Bedrock reasoning signature)
+
+
+@dataclass(frozen=True, slots=True)
 class StreamEnd:
     stop_reason: StopReason
     usage: Usage
     stop_sequence: str | None = None
 
 
-StreamEvent = StreamStart | TextDelta | ToolCallStart | ToolCallDelta | StreamEnd
+StreamEvent = (
+    StreamStart
+    | TextDelta
+    | ToolCallStart
+    | ToolCallDelta
+    | ThinkingStart
+    | ThinkingDelta
+    | StreamEnd
+)

@@ -19,6 +19,7 @@ from adapters.types import (
     ContentPart,
     ImagePart,
     TextPart,
+    ThinkingPart,
     ToolSpec,
     ToolUsePart,
 )
@@ -186,6 +187,11 @@ def _part_block(
             _digest(*head, "tool_use", *payload),
             ttl,
             role=role,
+        )
+    if isinstance(part, ThinkingPart):
+        payload = (part.thinking, part.signature, part.redacted_data or "")
+        return PromptBlock(
+            "messages", locator, part.thinking, _digest(*head, "thinking", *payload), ttl, role=role
         )
     texts = "".join(p.text for p in part.content if isinstance(p, TextPart))
     images = "".join(p.url or p.data_b64 or "" for p in part.content if isinstance(p, ImagePart))

@@ -46,6 +46,10 @@ class RequestRejected(GatewayError):
     """The request breaks a rule that waiting cannot fix (400)."""
 
 
+class EndpointNotServed(GatewayError):
+    """A known API endpoint this gateway does not serve (400, naming the one to use)."""
+
+
 class BodyTooLarge(GatewayError):
     """The body is over `http.max_body_bytes` (413, Anthropic's `request_too_large`)."""
 

@@ -26,6 +26,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from adapters.backends.spec import DEFAULT_BETAS
 from policies.errors import DOCUMENT_FIELD, PolicyFileError, PolicyIssue
 from policies.loader import YamlDocument, issues_from_errors, parse_yaml
 
@@ -203,6 +204,8 @@ class BedrockBackend(_Backend):
     model: str  # Bedrock modelId or inference profile id
     region: str | None = None
     endpoint_url: str | None = None
+    # the clients' `anthropic-beta` values forwarded (as Converse's `anthropic_beta` field)
+    anthropic_beta: tuple[str, ...] = DEFAULT_BETAS
 
 
 class AnthropicBackend(_Backend):
@@ -210,6 +213,8 @@ class AnthropicBackend(_Backend):
     base_url: str = "https://api.anthropic.com"
     model: str
     api_key_env: str | None = "ANTHROPIC_API_KEY"
+    # the clients' `anthropic-beta` values forwarded upstream; others are dropped
+    anthropic_beta: tuple[str, ...] = DEFAULT_BETAS
 
 
 BackendSettings = Annotated[

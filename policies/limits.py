@@ -37,8 +37,9 @@ class LimitsPolicy(PolicyModel):
     max_output_tokens: int | None = Field(default=None, ge=1)
     calls_per_session: int | None = Field(default=None, ge=1)
     monthly_budget_usd: float | None = Field(default=None, ge=0)
-    # what to do when a client asks for more output than max_output_tokens
-    on_max_tokens_over: Literal["reject", "clamp"] = "reject"
+    # what to do when a client asks for more output than max_output_tokens: clamp (the
+    # default: SDKs send 32k-64k as a matter of course) names the value in a reply header
+    on_max_tokens_over: Literal["reject", "clamp"] = "clamp"
     token_weights: TokenWeights = TokenWeights()
     # spend / monthly_budget_usd at which the alarm fires (log, metric, optional webhook)
     budget_alarm_ratio: float = Field(default=0.8, gt=0, le=1)

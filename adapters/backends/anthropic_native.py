@@ -15,11 +15,15 @@ from adapters import anthropic_wire
 from adapters.anthropic_wire_stream import AnthropicStreamDecoder
 from adapters.backend import BackendCall
 from adapters.backends.http_upstream import HTTPClient
-from adapters.backends.spec import BackendSpec
+from adapters.backends.spec import BackendSpec, allowed_betas, forwarded_betas
 from adapters.errors import ProviderUnavailable
 from adapters.types import ChatResponse, StreamEvent, WireFormat
 
 DEFAULT_VERSION = "2023-06-01"
+# the Messages fields `/v1/messages/count_tokens` takes (it refuses any other)
+COUNT_FIELDS = frozenset(
+    {"model", "messages", "system", "tools", "tool_choice", "thinking", "mcp_servers"}
+)
 
 
 def build_body(call: BackendCall, *, model: str | None, stream: bool) -> dict[str, Any]:
@@ -58,19 +62,27 @@ class AnthropicBackend:
         }
         if spec.api_key:
             headers["x-api-key"] = spec.api_key
-        if "anthropic_beta" in spec.extra:
-            headers["anthropic-beta"] = str(spec.extra["anthropic_beta"])
+        self._betas = allowed_betas(spec)
         url = messages_url(spec.base_url or "https://api.anthropic.com")
         self._upstream = http.upstream(spec.name, url, headers)
+        self._counter = http.upstream(spec.name, url + "/count_tokens", headers)
 
     def _prepare(self, call: BackendCall, stream: bool) -> tuple[bytes, float]:
         body = build_body(call, model=self._model, stream=stream)
         return orjson.dumps(body), min(call.timeout_s, self._timeout_s)
 
+    def _headers(self, call: BackendCall) -> dict[str, str] | None:
+        """The call's extra headers plus the client's allowed betas."""
+        headers = dict(call.extra_headers or {})
+        betas = forwarded_betas(call.betas, self._betas)
+        if betas:
+            headers["anthropic-beta"] = ",".join(betas)
+        return headers or None
+
     async def complete(self, call: BackendCall) -> ChatResponse:
         body, timeout_s = self._prepare(call, stream=False)
         reply = await self._upstream.post_json(
-            body, timeout_s=timeout_s, headers=call.extra_headers
+            body, timeout_s=timeout_s, headers=self._headers(call)
         )
         return anthropic_wire.decode_response(reply)
 
@@ -78,7 +90,7 @@ class AnthropicBackend:
         body, timeout_s = self._prepare(call, stream=True)
         decoder = AnthropicStreamDecoder(self.name)
         async for event in self._upstream.post_sse(
-            body, timeout_s=timeout_s, headers=call.extra_headers
+            body, timeout_s=timeout_s, headers=self._headers(call)
         ):
             if decoder.ended:
                 continue
@@ -86,6 +98,20 @@ class AnthropicBackend:
                 yield out
         if not decoder.ended:
             raise ProviderUnavailable(self.name, "stream ended before message_stop")
+
+    async def count_tokens(self, call: BackendCall) -> int:
+        """The provider's own count of the prompt (`/v1/messages/count_tokens`), exact."""
+        full = build_body(call, model=self._model, stream=False)
+        body = {k: v for k, v in full.items() if k in COUNT_FIELDS}
+        reply = await self._counter.post_json(
+            orjson.dumps(body),
+            timeout_s=min(call.timeout_s, self._timeout_s),
+            headers=self._headers(call),
+        )
+        count = reply.get("input_tokens") if isinstance(reply, dict) else None
+        if not isinstance(count, int):
+            raise ProviderUnavailable(self.name, "count_tokens reply has no input_tokens")
+        return count
 
     async def aclose(self) -> None:
         """The connection pool belongs to whoever built it (the gateway's lifespan)."""

@@ -7,13 +7,13 @@ upstream framed them (`relay`, adapters/openai_wire_relay.py). Holds no tenant o
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import orjson
 
 from adapters import openai_wire
-from adapters.backend import BackendCall, RelayedChunk
+from adapters.backend import BackendCall, EmbeddingReply, RelayedChunk
 from adapters.backends.http_upstream import HTTPClient
 from adapters.backends.openai_responses import ResponsesUpstream
 from adapters.backends.spec import BackendSpec
@@ -76,6 +76,20 @@ class OpenAICompatibleBackend:
             if spec.extra.get("responses") == "native"
             else None
         )
+        embeddings_url = spec.base_url.rstrip("/") + "/embeddings"
+        self._embeddings = http.upstream(spec.name, embeddings_url, headers)
+
+    async def embed(self, body: Mapping[str, Any], timeout_s: float) -> EmbeddingReply:
+        """The upstream's `/embeddings` for the client's body, `model` set to the backend's."""
+        sent = {**body, "model": self._model} if self._model else dict(body)
+        reply = await self._embeddings.post_json(
+            orjson.dumps(sent), timeout_s=min(timeout_s, self._timeout_s)
+        )
+        usage = reply.get("usage") if isinstance(reply, dict) else None
+        tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+        if not isinstance(tokens, int) or not isinstance(reply.get("data"), list):
+            raise ProviderUnavailable(self.name, "embeddings reply without data or usage")
+        return EmbeddingReply(reply, tokens)
 
     def _prepare(self, call: BackendCall, stream: bool) -> tuple[bytes, dict[str, str], float]:
         body = build_body(

@@ -20,7 +20,8 @@ class BackendSpec:
     forwards the client's model. `api_key`: the secret itself (settings read the env var).
     `extra` keys: `send_cache_salt` (bool; default true for openai_compatible/selfhost),
     `responses` ("native": forward the Responses door to `/responses`; openai_compatible),
-    `anthropic_version`, `anthropic_beta` (anthropic), `region` (bedrock).
+    `anthropic_version` (anthropic), `anthropic_beta` (anthropic, bedrock: the comma-separated
+    allow-list of the clients' `anthropic-beta` values forwarded upstream), `region` (bedrock).
     """
 
     name: str
@@ -30,3 +31,28 @@ class BackendSpec:
     api_key: str | None = None
     timeout_s: float = 120.0
     extra: Mapping[str, str | int | float | bool] = field(default_factory=dict)
+
+
+# The betas Claude Code and the Anthropic SDKs send; forwarded unless a backend says otherwise.
+DEFAULT_BETAS = (
+    "claude-code-20250219",
+    "interleaved-thinking-2025-05-14",
+    "fine-grained-tool-streaming-2025-05-14",
+    "prompt-caching-2024-07-31",
+    "context-1m-2025-08-07",
+    "token-efficient-tools-2025-02-19",
+    "output-128k-2025-02-19",
+)
+
+
+def allowed_betas(spec: BackendSpec) -> frozenset[str]:
+    """The backend's allow-list of client betas (`extra.anthropic_beta`, else the defaults)."""
+    listed = spec.extra.get("anthropic_beta")
+    if listed is None:
+        return frozenset(DEFAULT_BETAS)
+    return frozenset(b.strip() for b in str(listed).split(",") if b.strip())
+
+
+def forwarded_betas(client: tuple[str, ...], allowed: frozenset[str]) -> tuple[str, ...]:
+    """The client's betas that the allow-list names, in the client's order."""
+    return tuple(b for b in client if b in allowed)

@@ -44,6 +44,8 @@ class IncomingCall:
             return self.door
         return "chat.completions" if self.wire == "openai" else "messages"
 
+    betas: tuple[str, ...] = ()  # the client's `anthropic-beta` values
+
     def __post_init__(self) -> None:
         # the one check of client identifiers, before anything is reserved or called
         check_identifiers(self.wire, self.request, self.session_header)
@@ -64,12 +66,16 @@ class Admitted:
     started_s: float
 
     def headers(self, admission: AdmissionPort) -> dict[str, str]:
-        return {
+        out = {
             "x-lantern-request-id": self.request_id,
             "x-lantern-session": self.session_id,
             "x-lantern-cache": self.verdict.header,
             **admission.rate_headers(self.ticket),
         }
+        asked = self.call.request.max_tokens
+        if asked is not None and self.max_tokens < asked:  # clamped to the tenant's cap
+            out["x-lantern-max-tokens-clamped"] = str(self.max_tokens)
+        return out
 
 
 def route_for(models: ModelTable, call: IncomingCall) -> ModelRoute:
@@ -162,6 +168,18 @@ def session_id_for(call: IncomingCall, prepared: PreparedPrompt) -> str:
     if call.request.prompt_cache_key:
         return call.request.prompt_cache_key
     return prepared.session_root
+
+
+def budget_session_for(call: IncomingCall) -> str | None:
+    """The session that `calls_per_session` counts: only one the client named (header,
+    `prompt_cache_key`, Anthropic `metadata.user_id`, OpenAI `user`). A call without one is
+    not counted: two independent runs of one agent share a conversation root, never a
+    budget."""
+    request = call.request
+    for named in (call.session_header, request.session_id, request.prompt_cache_key, request.user):
+        if named:
+            return named
+    return None
 
 
 def max_tokens_field(wire: WireFormat, body: Mapping[str, JSON]) -> str:

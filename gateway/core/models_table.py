@@ -73,11 +73,14 @@ def _specs(b: BackendSettings, children: list[EngineChild]) -> list[tuple[Backen
             for url in b.base_urls()
         ]
     if isinstance(b, AnthropicBackend):
-        return [(spec(base_url=b.base_url, model=b.model, api_key=b.api_key()), None)]
+        betas = {"anthropic_beta": ",".join(b.anthropic_beta)}
+        return [(spec(base_url=b.base_url, model=b.model, api_key=b.api_key(), extra=betas), None)]
     if isinstance(b, LiteLLMBackend):
         return [(spec(base_url=b.api_base, model=b.model, api_key=b.api_key()), None)]
-    region = {"region": b.region} if b.region else {}  # none: the AWS chain decides
-    return [(spec(model=b.model, base_url=b.endpoint_url, extra=region), None)]
+    converse: dict[str, str] = {"anthropic_beta": ",".join(b.anthropic_beta)}
+    if b.region:  # none: the AWS chain decides
+        converse["region"] = b.region
+    return [(spec(model=b.model, base_url=b.endpoint_url, extra=converse), None)]
 
 
 def build_model_table(

@@ -22,6 +22,7 @@ from gateway.core.attempts import Outcome, Try, call_record, fault_of, gone_or_o
 from gateway.core.calls import (
     Admitted,
     IncomingCall,
+    budget_session_for,
     check_prompt_cap,
     fit_window,
     max_tokens_field,
@@ -43,6 +44,7 @@ from gateway.core.ports import (
     TokenCounting,
 )
 from gateway.core.stream_tally import StreamTally
+from gateway.core.translation import check_translatable
 from gateway.telemetry import Telemetry
 
 __all__ = ["Admitted", "IncomingCall", "Pipeline", "PipelineParts"]
@@ -77,6 +79,7 @@ class Pipeline:
     async def admit(self, call: IncomingCall) -> Admitted:
         started = self.s.clock()
         route = route_for(self.s.models, call)
+        check_translatable(call.wire, call.body, route)
         max_tokens = max_tokens_for(call)
         prepared, prompt_tokens = await measure(
             self.s.prompts, self.s.counter, self.s.measure_lane, call, route.name
@@ -90,7 +93,7 @@ class Pipeline:
         )
         ticket = await self.s.admission.reserve(
             call.tenant,
-            session_id=session_id,
+            session_id=budget_session_for(call),
             prompt_tokens=prompt_tokens,
             max_output_tokens=max_tokens,
             worst_case_usd=worst,
@@ -136,6 +139,7 @@ class Pipeline:
             client_wire=adm.call.wire,
             raw_body=body,
             native_body=adm.call.native_body,
+            betas=adm.call.betas,
         )
 
     async def complete(self, adm: Admitted) -> ChatResponse:

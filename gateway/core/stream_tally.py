@@ -9,6 +9,7 @@ from adapters.types import (
     StreamEvent,
     TextDelta,
     TextPart,
+    ThinkingDelta,
     ToolCallDelta,
     ToolCallStart,
     ToolUsePart,
@@ -44,6 +45,10 @@ class StreamTally:
                 self.text.append(event.arguments_json)
                 if event.index in self._tools:
                     self._tools[event.index][2].append(event.arguments_json)
+        elif isinstance(event, ThinkingDelta):  # billed as output; not part of the prefix
+            if self.ttft_s is None:
+                self.ttft_s, is_first = elapsed_s, True
+            self.text.append(event.thinking)
         elif isinstance(event, ToolCallStart):
             self._tools[event.index] = (event.id, event.name, [])
         elif isinstance(event, StreamEnd):

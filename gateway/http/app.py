@@ -13,13 +13,17 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from adapters.types import WireFormat
+from gateway.core.embeddings import Embeddings
 from gateway.http.admin_routes import build_admin_router, build_ops_router
 from gateway.http.api_schema import component_schemas
 from gateway.http.chat_routes import ChatRoutes, build_chat_router
+from gateway.http.compat_routes import CompatRoutes, build_compat_router, not_found
+from gateway.http.embeddings_routes import build_embeddings_router
 from gateway.http.request_body import BodyLimits
 from gateway.http.responses_routes import ResponsesRoutes, build_responses_router
 from gateway.http.responses_schema import ResponsesCreateRequest
@@ -89,6 +93,11 @@ def create_app(settings: Settings, components: GatewayProcess | None = None) -> 
     app.include_router(
         build_responses_router(ResponsesRoutes(parts.pipeline, parts.policies, turns, limits))
     )
+    compat = CompatRoutes(parts.pipeline, parts.policies, limits)
+    app.include_router(build_compat_router(compat))
+    embeddings = Embeddings(parts.pipeline.s)
+    app.include_router(build_embeddings_router(embeddings, parts.policies, limits))
+    app.add_exception_handler(StarletteHTTPException, not_found)
     metrics_token = settings.metrics_token.get_secret_value() if settings.metrics_token else None
     app.include_router(build_ops_router(parts.models, parts.policies, parts.metrics, metrics_token))
     admin_token = settings.admin_token.get_secret_value() if settings.admin_token else None

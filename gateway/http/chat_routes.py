@@ -6,6 +6,7 @@ Routes parse, call the pipeline, and shape the reply; every rule lives below the
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import Any
@@ -94,6 +95,8 @@ class ChatRoutes:
             response = await self.pipeline.complete(admitted)
         except Exception as exc:
             return error_response(exc, wire, headers)
+        # the name the client asked for, as its streams carry it
+        response = dataclasses.replace(response, model=call.request.model)
         encoded = (
             openai_wire.encode_response(response)
             if wire == "openai"
@@ -112,9 +115,12 @@ class ChatRoutes:
             )
         else:
             body, request = decode_call(raw, wire, self.limits, self._tool_lists)
-        session = http.headers.get("x-session-id")
+        session = http.headers.get("x-session-id") or http.headers.get("x-lantern-session")
+        betas = tuple(
+            b.strip() for b in http.headers.get("anthropic-beta", "").split(",") if b.strip()
+        )
         return IncomingCall(
-            wire, caller.tenant, caller.key_id, request, body, session, body_bytes=len(raw)
+            wire, caller.tenant, caller.key_id, request, body, session, len(raw), betas=betas
         )
 
     async def _stream(
@@ -154,7 +160,9 @@ async def _sse(
     try:
         yield first.data if isinstance(first, RelayedChunk) else encode(first)
         async for item in rest:
-            yield item.data if isinstance(item, RelayedChunk) else encode(item)
+            data = item.data if isinstance(item, RelayedChunk) else encode(item)
+            if data:
+                yield data
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # the stream already started: report in-band, as providers do

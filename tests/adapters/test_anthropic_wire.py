@@ -14,6 +14,7 @@ from adapters.types import (
     ImagePart,
     Message,
     TextPart,
+    ThinkingPart,
     ToolResultPart,
     ToolSpec,
     ToolUsePart,
@@ -130,7 +131,7 @@ def test_string_system_and_content() -> None:
     assert req.stream is True
 
 
-def test_thinking_blocks_and_server_tools_are_skipped() -> None:
+def test_thinking_blocks_are_kept_and_server_tools_skipped() -> None:
     req = anthropic_wire.decode_request(
         {
             "model": "m",
@@ -147,7 +148,8 @@ def test_thinking_blocks_and_server_tools_are_skipped() -> None:
             "tools": [{"type": "web_search_20250305", "name": "web_search"}],
         }
     )
-    assert req.messages == (Message("assistant", (TextPart("ok"),)),)
+    thinking = ThinkingPart("hmm", "sig")
+    assert req.messages == (Message("assistant", (thinking, TextPart("ok"))),)
     assert req.tools == ()
 
 

@@ -141,7 +141,8 @@ def test_anthropic_round_trip_and_event_sequence() -> None:
     assert delta["usage"]["output_tokens"] == 7
     decoder = AnthropicStreamDecoder()
     decoded = [e for f in frames for e in decoder.feed(f.data)]
-    assert decoded == EVENTS
+    # the Anthropic door's ids are `msg_` ids; message_start's usage is reported as it came
+    assert decoded == [StreamStart("msg_id-1", "model-x", Usage(10, 1, 90, 5)), *EVENTS[1:]]
 
 
 def test_openai_stream_translates_into_anthropic_events() -> None:
@@ -154,7 +155,8 @@ def test_openai_stream_translates_into_anthropic_events() -> None:
         encoder.encode(e) for f in _parse(openai_bytes) for e in decoder.feed(f.data)
     )
     back = AnthropicStreamDecoder()
-    assert [e for f in _parse(anthropic_bytes) for e in back.feed(f.data)] == EVENTS
+    start = StreamStart("msg_id-1", "model-x", Usage(0, 1))
+    assert [e for f in _parse(anthropic_bytes) for e in back.feed(f.data)] == [start, *EVENTS[1:]]
 
 
 def test_anthropic_decoder_error_events_are_typed() -> None:

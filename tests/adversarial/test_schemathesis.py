@@ -28,6 +28,10 @@ ROUTES = {  # every route the gateway serves, and the methods /openapi.json must
     "/v1/tools/runs/{run_id}": {"get"},
     "/v1/responses": {"post"},
     "/v1/responses/{response_id}": {"get", "delete"},
+    "/v1/messages/count_tokens": {"post"},
+    "/v1/models/{model_id}": {"get"},
+    "/v1/completions": {"post"},
+    "/v1/embeddings": {"post"},
 }
 
 

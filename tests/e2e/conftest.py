@@ -79,7 +79,11 @@ def gateway(
         "acme",
         ACME_KEY,
         models=["gpt-4o-mini", "claude-sonnet-4-5", "claude-via-litellm"],
-        limits={"max_prompt_tokens": 2000, "max_output_tokens": 256},
+        limits={
+            "max_prompt_tokens": 2000,
+            "max_output_tokens": 256,
+            "on_max_tokens_over": "reject",
+        },
     )
     write_policy(var_dir / "policies", "other", OTHER_KEY, models=["claude-sonnet-4-5"])
     config = write_config(

@@ -137,7 +137,7 @@ def test_client_disconnect_mid_stream_is_recorded_and_released(
 
 
 def test_hot_reload_under_traffic(tmp_path: Path, fake: FakeUpstream) -> None:
-    gw = _gateway(tmp_path, fake, {"max_output_tokens": 50})
+    gw = _gateway(tmp_path, fake, {"max_output_tokens": 50, "on_max_tokens_over": "reject"})
     headers = {"authorization": f"Bearer {KEY}"}
     body = {
         "model": "gpt-4o-mini",
@@ -150,7 +150,12 @@ def test_hot_reload_under_traffic(tmp_path: Path, fake: FakeUpstream) -> None:
             httpx.post(f"{gw.url}/v1/chat/completions", json=body, headers=headers).status_code
             == 400
         )
-        write_policy(tmp_path / "policies", "acme", KEY, limits={"max_output_tokens": 100})
+        write_policy(
+            tmp_path / "policies",
+            "acme",
+            KEY,
+            limits={"max_output_tokens": 100, "on_max_tokens_over": "reject"},
+        )
         deadline = time.monotonic() + 2.0
         status = 400
         while status == 400 and time.monotonic() < deadline:  # traffic keeps flowing meanwhile

@@ -16,7 +16,7 @@ from adapters.backend import BackendCall
 from adapters.backends.bedrock.converse_reply import ConverseStreamDecoder, decode_converse
 from adapters.backends.bedrock.converse_request import encode_converse
 from adapters.backends.bedrock.errors import map_error
-from adapters.backends.spec import BackendSpec
+from adapters.backends.spec import DEFAULT_BETAS, BackendSpec, allowed_betas, forwarded_betas
 from adapters.errors import ProviderTimeout, ProviderUnavailable
 from adapters.types import ChatResponse, StreamEvent, WireFormat
 
@@ -40,6 +40,7 @@ class BedrockBackend:
         self.endpoint_url = endpoint_url
         self.timeout_s = timeout_s
         self.cache_points = cache_points
+        self.betas = frozenset(DEFAULT_BETAS)  # the allow-list of client betas
         self._client_obj: Any = None
         self._lock = threading.Lock()
 
@@ -65,7 +66,8 @@ class BedrockBackend:
             return self._client_obj
 
     def _kwargs(self, call: BackendCall) -> dict[str, Any]:
-        return encode_converse(self.name, self.model_id, call.request, self.cache_points)
+        betas = forwarded_betas(call.betas, self.betas)
+        return encode_converse(self.name, self.model_id, call.request, self.cache_points, betas)
 
     async def complete(self, call: BackendCall) -> ChatResponse:
         kwargs = self._kwargs(call)
@@ -158,7 +160,7 @@ def build_bedrock_backend(spec: BackendSpec) -> BedrockBackend:
     if not spec.model:
         raise ValueError(f"backend {spec.name}: model (the Bedrock modelId) is required")
     region = str(spec.extra.get("region", ""))  # empty: the AWS chain (AWS_REGION, config)
-    return BedrockBackend(
+    backend = BedrockBackend(
         spec.name,
         spec.model,
         region,
@@ -166,3 +168,5 @@ def build_bedrock_backend(spec: BackendSpec) -> BedrockBackend:
         spec.timeout_s,
         bool(spec.extra.get("cache_points", True)),
     )
+    backend.betas = allowed_betas(spec)
+    return backend

@@ -5,18 +5,23 @@ Pure decoding: no boto3, no I/O.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Mapping
 from typing import Any
 
 from adapters.types import (
     ChatResponse,
+    ReplyPart,
     StopReason,
     StreamEnd,
     StreamEvent,
     StreamStart,
     TextDelta,
     TextPart,
+    ThinkingDelta,
+    ThinkingPart,
+    ThinkingStart,
     ToolCallDelta,
     ToolCallStart,
     ToolUsePart,
@@ -49,9 +54,11 @@ def stop_reason_from_converse(reason: str | None) -> StopReason:
 
 
 def decode_converse(model_id: str, reply: Mapping[str, Any]) -> ChatResponse:
-    content: list[TextPart | ToolUsePart] = []
+    content: list[ReplyPart] = []
     for block in reply.get("output", {}).get("message", {}).get("content", []):
-        if "text" in block:
+        if "reasoningContent" in block:
+            content.append(_thinking(block["reasoningContent"]))
+        elif "text" in block:
             content.append(TextPart(block["text"]))
         elif "toolUse" in block:
             use = block["toolUse"]
@@ -67,6 +74,27 @@ def decode_converse(model_id: str, reply: Mapping[str, Any]) -> ChatResponse:
     )
 
 
+def _thinking(reasoning: Mapping[str, Any]) -> ThinkingPart:
+    if "redactedContent" in reasoning:
+        return ThinkingPart(redacted_data=_b64(reasoning["redactedContent"]))
+    text = reasoning.get("reasoningText", {})
+    return ThinkingPart(str(text.get("text", "")), str(text.get("signature", "")))
+
+
+def _b64(data: bytes | str) -> str:
+    raw = data.encode() if isinstance(data, str) else data
+    return base64.b64encode(raw).decode()
+
+
+def _reasoning_delta(index: int, reasoning: Mapping[str, Any], opened: bool) -> list[StreamEvent]:
+    if "redactedContent" in reasoning:
+        return [ThinkingStart(index, _b64(reasoning["redactedContent"]))]
+    delta = ThinkingDelta(
+        index, str(reasoning.get("text", "")), str(reasoning.get("signature", ""))
+    )
+    return [delta] if opened else [ThinkingStart(index), delta]
+
+
 class ConverseStreamDecoder:
     """ConverseStream events → canonical stream events (StreamEnd after `metadata`)."""
 
@@ -74,6 +102,7 @@ class ConverseStreamDecoder:
         self.model_id = model_id
         self.stop: StopReason = "error"
         self.ended = False
+        self._thinking: set[int] = set()  # block indexes whose thinking has begun
 
     def feed(self, request_id: str, event: Mapping[str, Any]) -> list[StreamEvent]:
         if "messageStart" in event:
@@ -90,6 +119,10 @@ class ConverseStreamDecoder:
                 return [TextDelta(index, delta["text"])]
             if "toolUse" in delta:
                 return [ToolCallDelta(index, delta["toolUse"].get("input", ""))]
+            if "reasoningContent" in delta:
+                opened = index in self._thinking
+                self._thinking.add(index)
+                return _reasoning_delta(index, delta["reasoningContent"], opened)
         elif "messageStop" in event:
             self.stop = stop_reason_from_converse(event["messageStop"].get("stopReason"))
         elif "metadata" in event:

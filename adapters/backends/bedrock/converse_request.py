@@ -17,6 +17,7 @@ from adapters.types import (
     ContentPart,
     ImagePart,
     TextPart,
+    ThinkingPart,
     ToolUsePart,
 )
 
@@ -37,7 +38,18 @@ def _image(backend: str, part: ImagePart) -> dict[str, Any]:
     return {"image": {"format": fmt, "source": {"bytes": base64.b64decode(part.data_b64)}}}
 
 
+def _reasoning(part: ThinkingPart) -> dict[str, Any]:
+    """Anthropic thinking as Converse `reasoningContent`: a redacted block's opaque data
+    travels as the bytes it encodes (Converse's `redactedContent`)."""
+    if part.redacted_data is not None:
+        return {"reasoningContent": {"redactedContent": base64.b64decode(part.redacted_data)}}
+    text = {"text": part.thinking, "signature": part.signature}
+    return {"reasoningContent": {"reasoningText": text}}
+
+
 def _block(backend: str, part: ContentPart) -> dict[str, Any] | None:
+    if isinstance(part, ThinkingPart):
+        return _reasoning(part)
     if isinstance(part, TextPart):
         return {"text": part.text} if part.text else None
     if isinstance(part, ImagePart):
@@ -108,7 +120,11 @@ def _tool_choice(choice: JSON) -> dict[str, Any] | None:
 
 
 def encode_converse(
-    backend: str, model_id: str, request: ChatRequest, cache_points: bool
+    backend: str,
+    model_id: str,
+    request: ChatRequest,
+    cache_points: bool,
+    betas: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """The keyword arguments of `client.converse` / `client.converse_stream`."""
     points = _Points(cache_points, request)
@@ -150,4 +166,15 @@ def encode_converse(
         inference["stopSequences"] = list(request.stop)
     if inference:
         kwargs["inferenceConfig"] = inference
+    additional = _additional_fields(request, betas)
+    if additional:
+        kwargs["additionalModelRequestFields"] = additional
     return kwargs
+
+
+def _additional_fields(request: ChatRequest, betas: tuple[str, ...]) -> dict[str, Any]:
+    """Claude's own fields that Converse has no slot for: `thinking`, `top_k`, betas."""
+    out: dict[str, Any] = {k: request.extra[k] for k in ("thinking", "top_k") if k in request.extra}
+    if betas:
+        out["anthropic_beta"] = list(betas)
+    return out

@@ -1,0 +1,134 @@
+"""One embeddings call: the model's route and the tenant's right to it, the input counted and
+reserved like any prompt, the first backend that serves embeddings, settled and recorded.
+No HTTP in it; the same quotas, prices and ledger as the chat pipeline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import anyio
+
+from adapters.backend import EmbeddingBackend, EmbeddingReply
+from adapters.types import JSON, ChatRequest, Usage
+from gateway.core.calls import IncomingCall, route_for
+from gateway.core.ids import uuid4_hex
+from gateway.core.pipeline import PipelineParts
+from gateway.core.ports import CallRecord, Candidate, ModelRoute
+from gateway.errors import RequestRejected
+from policies.model import TenantPolicy
+
+EMBEDDINGS_SESSION = "embeddings"  # the ledger's session column for calls outside any session
+TIMEOUT_S = 120.0  # the backend applies the lower of this and its configured timeout
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingCall:
+    tenant: TenantPolicy
+    key_id: str
+    body: Mapping[str, JSON]
+
+
+def input_texts(body: Mapping[str, JSON]) -> tuple[list[str], int]:
+    """The texts of `input` and the tokens given as token arrays; a 400 naming `input` for
+    any other shape."""
+    value = body.get("input")
+    if isinstance(value, str):
+        return [value], 0
+    if isinstance(value, list) and value:
+        if all(isinstance(v, str) for v in value):
+            return list(value), 0
+        if all(isinstance(v, int) for v in value):
+            return [], len(value)
+        if all(isinstance(v, list) and all(isinstance(t, int) for t in v) for v in value):
+            return [], sum(len(v) for v in value)
+    raise RequestRejected(
+        "input: expected a string, a list of strings, or token arrays (non-empty)",
+        rule="invalid_request",
+        field="input",
+    )
+
+
+class Embeddings:
+    def __init__(self, services: PipelineParts) -> None:
+        self.s = services
+
+    async def embed(self, call: EmbeddingCall) -> EmbeddingReply:
+        model = call.body.get("model")
+        if not isinstance(model, str):
+            raise RequestRejected(
+                "model: required (a string)", rule="invalid_request", field="model"
+            )
+        incoming = IncomingCall(
+            "openai", call.tenant, call.key_id, ChatRequest(model, ()), call.body
+        )
+        route = route_for(self.s.models, incoming)
+        candidate = self._embedder(route, call.tenant)
+        texts, num_tokens = input_texts(call.body)
+        prompt_tokens = num_tokens + sum(self.s.counter.count_text(model, t) for t in texts)
+        worst = self.s.pricing.worst_case_usd(route.name, prompt_tokens, 0, "5m")
+        ticket = await self.s.admission.reserve(
+            call.tenant,
+            session_id=None,
+            prompt_tokens=prompt_tokens,
+            max_output_tokens=0,
+            worst_case_usd=worst,
+        )
+        began = self.s.clock()
+        backend: EmbeddingBackend = candidate.backend  # type: ignore[assignment]
+        try:
+            reply = await backend.embed(call.body, TIMEOUT_S)
+        except BaseException as exc:
+            with anyio.CancelScope(shield=True):
+                await self.s.admission.settle(ticket, usage=Usage(), cost_usd=0.0)
+            self._record(call, route, candidate, Usage(), began, type(exc).__name__)
+            raise
+        usage = Usage(input_tokens=reply.prompt_tokens)
+        cost = self.s.pricing.cost_usd(route.name, usage)
+        await self.s.admission.settle(ticket, usage=usage, cost_usd=cost)
+        self._record(call, route, candidate, usage, began, None)
+        return reply
+
+    def _embedder(self, route: ModelRoute, tenant: TenantPolicy) -> Candidate:
+        """The first allowed backend of the route that serves embeddings."""
+        for candidate in route.candidates:
+            allowed = tenant.backends is None or candidate.backend_name in tenant.backends
+            if allowed and hasattr(candidate.backend, "embed"):
+                return candidate
+        raise RequestRejected(
+            f"model '{route.name}' has no backend that serves embeddings (an OpenAI-compatible "
+            "upstream does; Bedrock, Anthropic, LiteLLM and the bundled engine do not here)",
+            rule="embeddings_unsupported",
+            field="model",
+        )
+
+    def _record(
+        self,
+        call: EmbeddingCall,
+        route: ModelRoute,
+        candidate: Candidate,
+        usage: Usage,
+        began: float,
+        error_kind: str | None,
+    ) -> None:
+        cost = self.s.pricing.cost_usd(route.name, usage)
+        row = CallRecord(
+            request_id=uuid4_hex(),
+            attempt=0,
+            tenant=call.tenant.tenant,
+            key_id=call.key_id,
+            session_id=EMBEDDINGS_SESSION,
+            model=route.name,
+            backend=candidate.backend_name,
+            replica=candidate.replica,
+            status="ok" if error_kind is None else "error",
+            error_kind=error_kind,
+            usage=usage,
+            cost_usd=cost,
+            uncached_cost_usd=self.s.pricing.uncached_cost_usd(route.name, usage),
+            ttft_ms=None,
+            latency_ms=(self.s.clock() - began) * 1000.0,
+            cache_diagnosis=None,
+        )
+        self.s.ledger.record(row)

@@ -1,0 +1,89 @@
+"""Which request fields survive translation between wire formats, and the 400 for those that
+would not. Pure: a field a backend cannot honour is refused by name before anything is
+reserved, never dropped on the way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from adapters.types import JSON, WireFormat
+from gateway.core.ports import ModelRoute
+from gateway.errors import RequestRejected
+
+# A field and whether a value of it asks for something the other side cannot do (a neutral
+# value, such as `n: 1` or `parallel_tool_calls: true`, changes nothing and passes).
+Asks = Callable[[JSON], bool]
+
+
+def _not(neutral: JSON) -> Asks:
+    return lambda value: value is not None and value != neutral
+
+
+def _anything(value: JSON) -> bool:
+    return value is not None
+
+
+def _json_format(value: JSON) -> bool:
+    return isinstance(value, Mapping) and value.get("type") not in (None, "text")
+
+
+def _thinking_on(value: JSON) -> bool:
+    return isinstance(value, Mapping) and value.get("type") not in (None, "disabled")
+
+
+# OpenAI chat fields that neither Anthropic's API nor Bedrock Converse has
+OPENAI_ONLY: Mapping[str, Asks] = {
+    "n": _not(1),
+    "logprobs": _not(False),
+    "top_logprobs": _anything,
+    "response_format": _json_format,
+    "parallel_tool_calls": _not(True),
+    "logit_bias": _anything,
+    "presence_penalty": _not(0),
+    "frequency_penalty": _not(0),
+    "seed": _anything,
+    "modalities": _anything,
+    "prediction": _anything,
+    "audio": _anything,
+    "web_search_options": _anything,
+}
+
+# Anthropic Messages fields an OpenAI-style upstream has no slot for
+ANTHROPIC_ONLY: Mapping[str, Asks] = {
+    "thinking": _thinking_on,
+    "top_k": _anything,
+    "container": _anything,
+    "mcp_servers": _anything,
+    "context_management": _anything,
+}
+
+# ... and those Bedrock Converse cannot carry either (thinking and top_k it can)
+NOT_ON_BEDROCK: Mapping[str, Asks] = {
+    k: v for k, v in ANTHROPIC_ONLY.items() if k not in ("thinking", "top_k")
+}
+
+
+def _refused(client: WireFormat, backend_wire: WireFormat | None, kind: str) -> Mapping[str, Asks]:
+    """The fields a client of `client` may not send to a backend of this wire and kind."""
+    if kind == "litellm" or backend_wire == client:
+        return {}  # the same wire forwards the client's JSON; LiteLLM translates for itself
+    if client == "openai":
+        return OPENAI_ONLY
+    return NOT_ON_BEDROCK if kind == "bedrock" else ANTHROPIC_ONLY
+
+
+def check_translatable(wire: WireFormat, body: Mapping[str, JSON], route: ModelRoute) -> None:
+    """RequestRejected (400, rule `unsupported_parameter`) naming the first field that a
+    backend of the route would have to drop. Every candidate is checked, fallbacks included:
+    the answer must not change with the backend that happens to serve it."""
+    for candidate in route.candidates:
+        backend = candidate.backend
+        for field, asks in _refused(wire, backend.wire, backend.kind).items():
+            if field in body and asks(body[field]):
+                raise RequestRejected(
+                    f"{field}: backend '{candidate.backend_name}' of model '{route.name}' "
+                    f"cannot honour it ({backend.kind} does not take this {wire} parameter)",
+                    rule="unsupported_parameter",
+                    field=field,
+                )

@@ -1,0 +1,136 @@
+"""The API surface clients probe around the two chat doors: `/v1/messages/count_tokens`,
+`/v1/models/{id}`, the legacy `/v1/completions` and `/v1/embeddings` answers, and the 404 of an
+unknown path, each in its client's own error shape. No rule lives here: counting and routing
+come from the pipeline's parts.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import orjson
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException
+
+from adapters import anthropic_wire
+from adapters.backend import BackendCall
+from adapters.errors import UpstreamError
+from adapters.types import WireFormat
+from gateway.core.calls import IncomingCall, route_for
+from gateway.core.pipeline import Pipeline
+from gateway.core.ports import ModelRoute
+from gateway.errors import EndpointNotServed, UnknownModel
+from gateway.http.auth import KeyLookup, authenticate
+from gateway.http.chat_routes import error_response
+from gateway.http.error_shapes import error_body
+from gateway.http.request_body import BodyLimits, parse_object, read_body
+
+log = logging.getLogger("lantern.routes")
+
+COUNT_HEADER = "x-lantern-token-count"  # `exact` (the provider counted) or `estimate` (we did)
+
+
+def client_betas(http: Request) -> tuple[str, ...]:
+    raw = http.headers.get("anthropic-beta", "")
+    return tuple(b.strip() for b in raw.split(",") if b.strip())
+
+
+class CompatRoutes:
+    def __init__(self, pipeline: Pipeline, keys: KeyLookup, limits: BodyLimits) -> None:
+        self.pipeline = pipeline
+        self.keys = keys
+        self.limits = limits
+
+    async def count_tokens(self, http: Request) -> Response:
+        """Anthropic's `count_tokens`: the provider's exact count where the model's first
+        backend offers one, else the gateway's own; `x-lantern-token-count` says which."""
+        try:
+            caller = authenticate(http.headers, self.keys)
+            body = parse_object(await read_body(http, self.limits.max_bytes), self.limits.max_depth)
+            request = anthropic_wire.decode_request(body, require_max_tokens=False)
+            call = IncomingCall(
+                "anthropic", caller.tenant, caller.key_id, request, body, betas=client_betas(http)
+            )
+            count, how = await self._count(call, route_for(self.pipeline.s.models, call))
+        except Exception as exc:
+            return error_response(exc, "anthropic")
+        reply = orjson.dumps({"input_tokens": count})
+        return Response(reply, 200, {COUNT_HEADER: how}, "application/json")
+
+    async def _count(self, call: IncomingCall, route: ModelRoute) -> tuple[int, str]:
+        allowed = call.tenant.backends
+        for candidate in route.candidates:
+            if allowed is not None and candidate.backend_name not in allowed:
+                continue
+            exact = getattr(candidate.backend, "count_tokens", None)
+            if exact is None:
+                break  # the backend that would serve the call counts no tokens for us
+            backend_call = BackendCall(call.request, "anthropic", call.body, betas=call.betas)
+            try:
+                return int(await exact(backend_call)), "exact"
+            except UpstreamError as exc:
+                log.warning("count_tokens upstream failed, estimating: %s", exc)
+            break
+        return self.pipeline.s.counter.count_prompt(call.request), "estimate"
+
+    async def model(self, http: Request, model_id: str) -> Response:
+        """One model, as `/v1/models` lists it (Anthropic's shape for an Anthropic client)."""
+        wire: WireFormat = "anthropic" if "anthropic-version" in http.headers else "openai"
+        try:
+            caller = authenticate(http.headers, self.keys)
+            allowed = caller.tenant.models
+            if self.pipeline.s.models.get(model_id) is None or (
+                allowed and model_id not in allowed
+            ):
+                raise UnknownModel(model_id)
+        except Exception as exc:
+            return error_response(exc, wire)
+        card: dict[str, str | int]
+        if wire == "anthropic":
+            card = {"type": "model", "id": model_id, "display_name": model_id}
+            card["created_at"] = "1970-01-01T00:00:00Z"
+        else:
+            card = {"id": model_id, "object": "model", "created": 0, "owned_by": "lantern"}
+        return Response(orjson.dumps(card), 200, media_type="application/json")
+
+    async def not_served(self, http: Request) -> Response:
+        """`/v1/completions` (legacy text completions): a 400 naming the door to use."""
+        try:
+            authenticate(http.headers, self.keys)
+            raise EndpointNotServed(
+                f"{http.url.path} is not served by this gateway; "
+                "send the prompt as a user message to /v1/chat/completions",
+                rule="unsupported_endpoint",
+                field=None,
+            )
+        except Exception as exc:
+            return error_response(exc, "openai")
+
+
+def door_of(path: str) -> WireFormat:
+    """Which client's error shape a path answers in."""
+    return "anthropic" if path.startswith("/v1/messages") else "openai"
+
+
+async def not_found(request: Request, exc: Exception) -> Response:
+    """FastAPI's 404 and 405, in the error shape of the door the path belongs to."""
+    status = exc.status_code if isinstance(exc, HTTPException) else 404
+    kind_o, kind_a = ("not_found_error", "not_found_error")
+    if status == 405:
+        kind_o = kind_a = "invalid_request_error"
+    message = f"{request.method} {request.url.path}: " + (
+        "no such route" if status == 404 else "method not allowed"
+    )
+    rule = "unknown_route" if status == 404 else "method_not_allowed"
+    body = error_body(door_of(request.url.path), kind_o, kind_a, message, rule, None)
+    headers = getattr(exc, "headers", None) or {}
+    return Response(orjson.dumps(body), status, headers, "application/json")
+
+
+def build_compat_router(routes: CompatRoutes) -> APIRouter:
+    router = APIRouter()
+    router.add_api_route("/v1/messages/count_tokens", routes.count_tokens, methods=["POST"])
+    router.add_api_route("/v1/models/{model_id:path}", routes.model, methods=["GET"])
+    router.add_api_route("/v1/completions", routes.not_served, methods=["POST"])
+    return router

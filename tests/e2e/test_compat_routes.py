@@ -1,0 +1,73 @@
+"""The API surface around the chat doors, through a real gateway: count_tokens where the
+provider cannot count, /v1/models/{id}, /v1/completions, unknown routes in each door's error
+shape, fields a backend cannot honour refused by name, and the max_tokens clamp."""
+
+from __future__ import annotations
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from tests.e2e.conftest import ACME_KEY
+from tests.e2e.harness import RunningGateway
+
+AUTH = {"authorization": f"Bearer {ACME_KEY}"}
+
+
+def test_count_tokens_estimates_when_the_provider_cannot(gateway: RunningGateway) -> None:
+    body = {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "hello there"}]}
+    reply = httpx.post(f"{gateway.url}/v1/messages/count_tokens", json=body, headers=AUTH)
+    assert reply.status_code == 200
+    assert reply.headers["x-lantern-token-count"] == "estimate"
+    counter = gateway.components.pipeline.s.counter
+    from adapters import anthropic_wire
+
+    expected = counter.count_prompt(anthropic_wire.decode_request(body, require_max_tokens=False))
+    assert reply.json() == {"input_tokens": expected}
+    unknown = httpx.post(
+        f"{gateway.url}/v1/messages/count_tokens", json={**body, "model": "nope"}, headers=AUTH
+    )
+    assert unknown.status_code == 404 and unknown.json()["type"] == "error"
+
+
+def test_models_by_id_and_the_unserved_and_unknown_routes(gateway: RunningGateway) -> None:
+    client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=ACME_KEY, max_retries=0)
+    assert client.models.retrieve("gpt-4o-mini").id == "gpt-4o-mini"
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.models.retrieve("no-such-model")
+    assert missing.value.body["code"] == "model_not_found"  # type: ignore[index]
+    claude = anthropic.Anthropic(base_url=gateway.url, api_key=ACME_KEY, max_retries=0)
+    assert claude.models.retrieve("claude-sonnet-4-5").type == "model"
+    with pytest.raises(openai.BadRequestError) as legacy:
+        client.completions.create(model="gpt-4o-mini", prompt="hi")
+    assert legacy.value.body["code"] == "unsupported_endpoint"  # type: ignore[index]
+    msgs = httpx.post(f"{gateway.url}/v1/messages/batches", json={}, headers=AUTH)
+    assert msgs.status_code == 404
+    assert msgs.json()["type"] == "error"
+    assert msgs.json()["error"]["type"] == "not_found_error"
+    other = httpx.get(f"{gateway.url}/v1/nothing-here", headers=AUTH)
+    assert other.status_code == 404
+    assert other.json()["error"]["code"] == "unknown_route"
+
+
+def test_untranslatable_fields_are_refused_by_name(gateway: RunningGateway) -> None:
+    """An OpenAI client on an Anthropic backend: `response_format`, `n`, `logprobs` and
+    `parallel_tool_calls: false` have no Anthropic equivalent; neutral values pass."""
+    base = {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "x"}]}
+    for field, value in (
+        ("response_format", {"type": "json_object"}),
+        ("n", 2),
+        ("logprobs", True),
+        ("parallel_tool_calls", False),
+    ):
+        reply = httpx.post(
+            f"{gateway.url}/v1/chat/completions", json={**base, field: value}, headers=AUTH
+        )
+        assert reply.status_code == 400, field
+        assert reply.json()["error"]["param"] == field
+        assert reply.json()["error"]["code"] == "unsupported_parameter"
+    neutral = {**base, "n": 1, "parallel_tool_calls": True, "max_tokens": 20}
+    ok = httpx.post(f"{gateway.url}/v1/chat/completions", json=neutral, headers=AUTH)
+    assert ok.status_code == 200
+    assert ok.json()["model"] == "claude-sonnet-4-5"
