@@ -31,6 +31,7 @@ from cachekeys.layout import PromptLayout, ToolTextMemo, request_blocks
 from cachekeys.normalise import NormaliseOptions
 from cachekeys.session_layout import SessionLayoutMemo
 from cachekeys.volatile import VolatileMatcher
+from gateway.core.cache_autopilot import CacheAutopilot
 from gateway.core.cache_diagnosis import (
     MAX_SESSIONS,
     CacheMetrics,
@@ -94,6 +95,7 @@ class PromptCachePort:
         )
         self._salts: dict[str, str] = {}  # tenant id -> its salt (HMAC of the port's secret)
         self.tracker = SessionCacheTracker(max_sessions)
+        self.autopilot = CacheAutopilot(clock, max_sessions)
         self.metrics = CacheMetrics(registry)
 
     def prepare(
@@ -105,19 +107,23 @@ class PromptCachePort:
         model: str,
     ) -> PreparedPrompt:
         options = self._options_for(tenant.cache)
+        policy, tenant_id = tenant.cache, tenant.tenant
         return prepare_call(
             wire,
             body,
             request,
-            tenant.cache,
-            tenant.tenant,
-            salt_for(tenant.cache, self._secret, tenant.tenant, self._tenant_salt),
+            policy,
+            tenant_id,
+            salt_for(policy, self._secret, tenant_id, self._tenant_salt),
             self._encoder,
             options,
             self._hashes,
             self._tool_texts,
             self._layouts,
             isolate=model in self._shared_cache_models,
+            steer=lambda layout, salt, root: self.autopilot.steer(
+                policy, tenant_id, layout, salt, root
+            ),
         )
 
     def _tenant_salt(self, secret: bytes, tenant_id: str) -> str:
@@ -133,6 +139,9 @@ class PromptCachePort:
         self, tenant: TenantPolicy, session_id: str, prepared: PreparedPrompt
     ) -> CacheVerdict:
         report = self.tracker.observe(tenant.tenant, session_id, prepared, self._clock())
+        facts = prepared.diagnosis
+        if isinstance(facts, PromptFacts) and facts.steering and facts.layout:
+            self.autopilot.remember(tenant.tenant, facts.steering, facts.layout)
         metrics = self.metrics
         metrics.child(metrics.calls, tenant.tenant, report.diagnosis.reason.value).inc()
         return CacheVerdict(header=report.header_value(), diagnosis_json=report.to_json())

@@ -27,13 +27,9 @@ from cachekeys.diagnosis import (
 from cachekeys.isolation import isolate_raw, isolate_request, scope_line
 from cachekeys.keys import prefix_hashes, prompt_cache_key, session_root
 from cachekeys.layout import PromptLayout, ToolTextMemo, anthropic_blocks, request_blocks
-from cachekeys.markers import (
-    apply_to_anthropic,
-    apply_to_request,
-    min_cacheable_tokens,
-    plan_breakpoints,
-)
+from cachekeys.markers import apply_to_anthropic, apply_to_request, min_cacheable_tokens
 from cachekeys.normalise import NormaliseOptions, PublicPrefix, normalise_request
+from cachekeys.planner import Advice, Steering, default_advice, plan_markers
 from cachekeys.raw import normalise_raw
 from cachekeys.session_layout import LayoutEntry, LayoutMatch, SessionLayoutMemo
 from cachekeys.volatile import VolatileMatcher
@@ -41,6 +37,8 @@ from gateway.core.ports import PreparedPrompt
 from policies.cache import CachePolicy
 
 TTL_S = {"5m": 300.0, "1h": 3600.0}
+# The cache autopilot's hook: (layout, salt, the conversation's known root) -> its steering
+Steer = Callable[[PromptLayout, str, str | None], Steering]
 
 
 class Encoder(Protocol):
@@ -123,6 +121,7 @@ class PromptFacts:
     prompt_cache_key: str
     layout: PromptLayout | None = None
     block_ids: tuple[Sequence[int], ...] = ()
+    steering: Steering | None = None  # the autopilot's decision, when it steered this call
 
 
 def prepare(
@@ -135,13 +134,14 @@ def prepare(
     encoder: Encoder,
     *,
     isolate: bool = False,
+    steer: Steer | None = None,
 ) -> PreparedPrompt:
-    """Normalise, place markers, key and hash one call. Pure apart from the encoder.
-    `isolate`: the call may reach a provider whose cache tenants share (see `prepare_call`)."""
+    """Normalise, place markers, key and hash one call. Pure apart from the encoder (and the
+    autopilot's memory, when `steer` is given). `isolate`, `steer`: see `prepare_call`."""
     options = normalise_options(policy)
     salt = salt_for(policy, secret, tenant_id)
     return prepare_call(
-        wire, body, request, policy, tenant_id, salt, encoder, options, isolate=isolate
+        wire, body, request, policy, tenant_id, salt, encoder, options, isolate=isolate, steer=steer
     )
 
 
@@ -159,8 +159,10 @@ def prepare_call(
     layouts: SessionLayoutMemo | None = None,
     *,
     isolate: bool = False,
+    steer: Steer | None = None,
 ) -> PreparedPrompt:
-    """`isolate`: the call may reach a provider whose prompt cache is shared by every tenant of
+    """`steer`: the cache autopilot (gateway/core/cache_autopilot.py), when the caller keeps
+    session memory. `isolate`: the call may reach a provider whose prompt cache is shared by every tenant of
     its credentials; unless the tenant shares its cache (`scope: shared`, no salt), its
     prompt then carries its scope line (cachekeys.isolation) after its declared-public head."""
     edited = normalise_request(request, options)
@@ -186,19 +188,23 @@ def prepare_call(
         ids += [encoder.encode(request.model, b.text, b.digest) for b in blocks[reused:]]
     layout = PromptLayout(blocks, tuple(len(i) for i in ids))
     caching = policy.scope != "none"
+    root = None if found is None else found.root()
+    steering = None if steer is None or not caching else steer(layout, salt, root)
+    advice = default_advice(policy.ttl) if steering is None else steering.advice
     marked: tuple[int, ...] = ()
     if caching and policy.markers == "auto":
         minimum = min_cacheable_tokens(
             request.model, {m.family: m.tokens for m in policy.min_cacheable_tokens}
         )
-        plan = plan_breakpoints(layout, policy.ttl, minimum)
+        plan = plan_markers(layout, advice, minimum)
         edited, marked = apply_to_request(edited, layout, plan), plan.indices
         if wire == "anthropic":
-            new_body = _mark_raw(new_body, layout, request.model, policy, minimum, options, encoder)
+            new_body = _mark_raw(new_body, layout, request.model, advice, minimum, options, encoder)
     key = None if found is None else found.cache_key(request.prompt_cache_key)
     if key is None:
         key = prompt_cache_key(layout, salt, request.prompt_cache_key)
-    root = None if found is None else found.root()
+    if steering is not None:
+        root = steering.root
     if root is None:
         root = session_root(layout, salt)
     if caching:  # canonical too: a translated call to an OpenAI backend carries it
@@ -207,8 +213,14 @@ def prepare_call(
             new_body["prompt_cache_key"] = key
     mode: CacheMode = "automatic" if wire == "openai" else "breakpoints"
     fingerprint = PromptFingerprint.of(
-        layout, tenant_id, request.model, marked, mode, TTL_S[policy.ttl], options_digest(request)
+        layout, tenant_id, request.model, marked, mode, TTL_S[advice.ttl], options_digest(request)
     )
+    if steering is not None:
+        fingerprint = replace(
+            fingerprint,
+            masked=tuple(p.masked for p in steering.probes[: len(fingerprint.digests)]),
+            patterns=tuple(p.pattern for p in steering.probes[: len(fingerprint.digests)]),
+        )
     if memo is None:
         hashes = prefix_hashes(layout, ids, salt)
     else:
@@ -236,15 +248,17 @@ def prepare_call(
         cache_salt=salt,
         prefix_hashes=hashes,
         stable_prefix_tokens=layout.stable_tokens(),
-        diagnosis=PromptFacts(tenant_id, fingerprint, key, layout, tuple(ids)),
-        write_ttl=_write_ttl(policy, layout, new_body),
+        diagnosis=PromptFacts(tenant_id, fingerprint, key, layout, tuple(ids), steering),
+        write_ttl=_write_ttl(policy, advice, layout, new_body),
     )
 
 
-def _write_ttl(policy: CachePolicy, layout: PromptLayout, body: Mapping[str, JSON]) -> str:
-    """ "1h" when any cache write of the call may have the 1 h TTL (Lantern's markers under
-    `ttl: 1h`, or a marker of the client's own), else "5m"."""
-    if policy.scope != "none" and policy.ttl == "1h":
+def _write_ttl(
+    policy: CachePolicy, advice: Advice, layout: PromptLayout, body: Mapping[str, JSON]
+) -> str:
+    """ "1h" when any cache write of the call may have the 1 h TTL (Lantern's markers with the
+    1 h lifetime, or a marker of the client's own), else "5m"."""
+    if policy.scope != "none" and advice.ttl == "1h":
         return "1h"
     request_level = body.get("cache_control")
     if isinstance(request_level, Mapping) and request_level.get("ttl") == "1h":
@@ -256,7 +270,7 @@ def _mark_raw(
     body: dict[str, JSON],
     canonical: PromptLayout,
     model: str,
-    policy: CachePolicy,
+    advice: Advice,
     minimum: int,
     options: NormaliseOptions,
     encoder: Encoder,
@@ -270,5 +284,9 @@ def _mark_raw(
     )
     layout = PromptLayout(blocks, tokens)
     automatic = 1 if "cache_control" in body else 0  # the request-level marker takes a slot
-    plan = plan_breakpoints(layout, policy.ttl, minimum, automatic)
+    if not same_shape and advice.limit is not None:  # the limit indexes the canonical layout
+        name = canonical.blocks[advice.limit].name
+        at = next((i for i, b in enumerate(blocks) if b.name == name), 0)
+        advice = replace(advice, limit=at)
+    plan = plan_markers(layout, advice, minimum, automatic)
     return apply_to_anthropic(body, layout, plan)
