@@ -64,11 +64,12 @@ def _phi(z: float) -> float:
 def choose_ttl(gaps_s: Sequence[float], cached_tokens: int, write_tokens: int) -> TtlChoice:
     """`cached_tokens`: the prefix this call leaves cached (what a lost entry makes the next
     call rebuild at the write price instead of reading); `write_tokens`: what this call writes.
-    1 h only when the expected saving pays the 2x write."""
+    1 h only when the expected saving pays the 2x write (a call that writes nothing keeps 5 m)."""
     p = p_long_gap(gaps_s)
     saving = p * (PRICE_WRITE["5m"] - PRICE_READ) * cached_tokens
     premium = (PRICE_WRITE["1h"] - PRICE_WRITE["5m"]) * write_tokens
-    return TtlChoice("1h" if saving > premium else "5m", p, saving, premium)
+    is_long = write_tokens > 0 and saving > premium
+    return TtlChoice("1h" if is_long else "5m", p, saving, premium)
 
 
 def fixed_ttl(ttl: Ttl) -> TtlChoice:

@@ -30,8 +30,11 @@ ADVICE = {
     "model_changed": "the model changed: caches are per model",
     "options_changed": "tool_choice or the thinking/reasoning settings changed: the provider keeps "
     "only tools and system; keep them fixed for a session",
-    "ttl_expired": "the gap exceeded the cache lifetime: a slow tool outlived it (cache.ttl: 1h "
-    "pays when gaps are long)",
+    "ttl_expired": "the gap exceeded the cache lifetime: a slow tool outlived it (cache.ttl: auto, "
+    "the default, moves a session with long pauses to 1 h once it pays)",
+    "volatile_block": "a value that changes on every call (a time, an id) sits in the tools or "
+    "system prompt: Lantern stopped writing past it; enable cache.normalise.relocate_volatile "
+    "to cache the whole prompt",
 }
 
 
@@ -49,6 +52,8 @@ class ExplainedCall:
     expected_prefix_tokens: int
     predicted_read_tokens: int
     gap_s: float | None
+    ttl: str | None = None  # the lifetime the autopilot chose for the call's markers
+    pattern: str | None = None  # volatile_block: the volatile pattern seen in the block
 
 
 def explain_rows(rows: Iterable[tuple[datetime | float, str]]) -> list[ExplainedCall]:
@@ -68,6 +73,8 @@ def explain_rows(rows: Iterable[tuple[datetime | float, str]]) -> list[Explained
                     int(d["expected_prefix_tokens"]),
                     int(d["predicted_read_tokens"]),
                     d.get("gap_s"),
+                    (d.get("ttl_choice") or {}).get("ttl"),
+                    d.get("pattern"),
                 )
             )
         except (ValueError, KeyError, TypeError):
@@ -86,20 +93,22 @@ def render_explanation(session_id: str, calls: list[ExplainedCall]) -> str:
         f"follow-up calls{share}",
         "",
         f"{'call':>4}  {'time (UTC)':<19}  {'reason':<17}  {'first change':<14}  {'prefix':>7}  "
-        f"{'expected':>8}  {'read':>7}  {'gap s':>7}",
+        f"{'expected':>8}  {'read':>7}  {'gap s':>7}  {'ttl':>3}",
     ]
     for c in calls:
         gap = f"{c.gap_s:.1f}" if c.gap_s is not None else "-"
         lines.append(
             f"{c.call:>4}  {c.at.astimezone(UTC):%Y-%m-%d %H:%M:%S}  {c.reason:<17}  "
             f"{c.first_changed or '-':<14}  {c.stable_prefix_tokens:>7}  "
-            f"{c.expected_prefix_tokens:>8}  {c.predicted_read_tokens:>7}  {gap:>7}"
+            f"{c.expected_prefix_tokens:>8}  {c.predicted_read_tokens:>7}  {gap:>7}  "
+            f"{c.ttl or '-':>3}"
         )
     breaks = [c for c in follow_ups if c.reason != "kept"]
     if breaks:
         lines += ["", "Breaks:"]
     for c in breaks:
         where = f" at {c.first_changed}" if c.first_changed else ""
+        where += f" (pattern {c.pattern})" if c.pattern else ""
         lines.append(
             f"  call {c.call}{where}: {c.reason.replace('_', ' ')}; {c.predicted_read_tokens} of "
             f"{c.expected_prefix_tokens} cached tokens still usable. {ADVICE.get(c.reason, '')}"

@@ -9,6 +9,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import orjson
+
 from cachekeys.keys import session_root
 from cachekeys.layout import PromptLayout
 from cachekeys.planner import SessionReuseMemo, Steering, advise
@@ -55,3 +57,14 @@ class CacheAutopilot:
                 self._probes.clear()
             probe = self._probes[key] = VolatileProbe(n.volatile_patterns, n.default_patterns)
         return probe
+
+
+def with_steering(diagnosis_json: str, steering: Steering) -> str:
+    """The diagnosis JSON with the autopilot's choices: the lifetime (and why), the volatile
+    block it stopped writing past."""
+    body = orjson.loads(diagnosis_json)
+    body["ttl_choice"] = steering.advice.choice.as_dict()
+    found = steering.advice.volatile
+    if found is not None:
+        body["volatile"] = {"block": found.name, "pattern": found.pattern}
+    return orjson.dumps(body).decode()

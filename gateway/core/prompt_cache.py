@@ -31,7 +31,7 @@ from cachekeys.layout import PromptLayout, ToolTextMemo, request_blocks
 from cachekeys.normalise import NormaliseOptions
 from cachekeys.session_layout import SessionLayoutMemo
 from cachekeys.volatile import VolatileMatcher
-from gateway.core.cache_autopilot import CacheAutopilot
+from gateway.core.cache_autopilot import CacheAutopilot, with_steering
 from gateway.core.cache_diagnosis import (
     MAX_SESSIONS,
     CacheMetrics,
@@ -140,11 +140,13 @@ class PromptCachePort:
     ) -> CacheVerdict:
         report = self.tracker.observe(tenant.tenant, session_id, prepared, self._clock())
         facts = prepared.diagnosis
-        if isinstance(facts, PromptFacts) and facts.steering and facts.layout:
-            self.autopilot.remember(tenant.tenant, facts.steering, facts.layout)
         metrics = self.metrics
         metrics.child(metrics.calls, tenant.tenant, report.diagnosis.reason.value).inc()
-        return CacheVerdict(header=report.header_value(), diagnosis_json=report.to_json())
+        diagnosis_json = report.to_json()
+        if isinstance(facts, PromptFacts) and facts.steering and facts.layout:
+            self.autopilot.remember(tenant.tenant, facts.steering, facts.layout)
+            diagnosis_json = with_steering(diagnosis_json, facts.steering)
+        return CacheVerdict(header=report.header_value(), diagnosis_json=diagnosis_json)
 
     def reconcile(self, verdict: CacheVerdict, usage: Usage) -> None:
         reconcile(verdict.diagnosis_json, usage.cache_read_tokens, self.metrics)

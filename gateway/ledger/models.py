@@ -70,6 +70,11 @@ class UsageRecord(Base):
     latency_ms: Mapped[float] = mapped_column(sa.Float)
     cache_diagnosis: Mapped[str | None] = mapped_column(sa.Text)
     request_id: Mapped[str] = mapped_column(sa.String(128))
+    # the call's cache profit and loss (gateway/core/cache_money.py; migration 0002)
+    cache_saved_usd: Mapped[Decimal] = mapped_column(sa.Numeric(18, 8), server_default="0")
+    cache_premium_usd: Mapped[Decimal] = mapped_column(sa.Numeric(18, 8), server_default="0")
+    cache_lost_usd: Mapped[Decimal] = mapped_column(sa.Numeric(18, 8), server_default="0")
+    cache_cause: Mapped[str | None] = mapped_column(sa.String(32))
 
     __table_args__ = (sa.Index("ix_usage_tenant_ts", "tenant", "ts"),)
 
@@ -110,6 +115,10 @@ class UsageRow:
     ttft_ms: float | None = None
     latency_ms: float = 0.0
     cache_diagnosis: str | None = None  # small JSON text from the cache-break diagnosis
+    cache_saved_usd: Decimal = Decimal(0)
+    cache_premium_usd: Decimal = Decimal(0)
+    cache_lost_usd: Decimal = Decimal(0)
+    cache_cause: str | None = None
 
     def __post_init__(self) -> None:
         """Refuses here, at the caller, any row the database would refuse later: a row that
@@ -118,7 +127,7 @@ class UsageRow:
             raise ValueError("UsageRow.ts must be a timezone-aware datetime")
         if self.status not in CALL_STATUSES:
             raise ValueError(f"UsageRow.status must be one of {CALL_STATUSES}")
-        for name in ("cost_usd", "uncached_cost_usd"):
+        for name in MONEY_FIELDS:
             value = getattr(self, name)
             if not _is_money(value):
                 object.__setattr__(self, name, to_money(value))
@@ -139,8 +148,7 @@ class UsageRow:
         values = {
             **{name: getattr(self, name) for name in _PLAIN_FIELDS},
             "ts": self.ts.isoformat(),
-            "cost_usd": str(self.cost_usd),
-            "uncached_cost_usd": str(self.uncached_cost_usd),
+            **{name: str(getattr(self, name)) for name in MONEY_FIELDS},
         }
         try:
             return orjson.dumps(values, option=orjson.OPT_APPEND_NEWLINE)
@@ -151,8 +159,9 @@ class UsageRow:
     def from_json(cls, line: str) -> UsageRow:
         data = json.loads(line)
         data["ts"] = datetime.fromisoformat(data["ts"])
-        data["cost_usd"] = Decimal(data["cost_usd"])
-        data["uncached_cost_usd"] = Decimal(data["uncached_cost_usd"])
+        for name in MONEY_FIELDS:
+            if name in data:  # a spool line written before the P&L columns has none
+                data[name] = Decimal(data[name])
         return cls(**data)
 
     def to_values(self) -> dict[str, object]:
@@ -162,7 +171,14 @@ class UsageRow:
 
 USAGE_TABLE = cast(sa.Table, UsageRecord.__table__)
 USAGE_COLUMNS: tuple[str, ...] = tuple(c.name for c in USAGE_TABLE.columns)
-_PLAIN_FIELDS = tuple(n for n in USAGE_COLUMNS if n not in {"ts", "cost_usd", "uncached_cost_usd"})
+MONEY_FIELDS = (
+    "cost_usd",
+    "uncached_cost_usd",
+    "cache_saved_usd",
+    "cache_premium_usd",
+    "cache_lost_usd",
+)
+_PLAIN_FIELDS = tuple(n for n in USAGE_COLUMNS if n != "ts" and n not in MONEY_FIELDS)
 
 
 def _is_money(value: object) -> bool:

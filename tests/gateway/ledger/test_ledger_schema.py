@@ -57,7 +57,7 @@ def test_migration_creates_exactly_the_usage_columns(engine):
     with engine.connect() as connection:
         assert (
             connection.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one()
-            == "0001"
+            == "0002"
         )
 
 
@@ -184,5 +184,5 @@ def test_processes_starting_together_migrate_one_at_a_time(database_url):
     with engine.connect() as connection:
         assert connection.execute(
             sa.text("SELECT version_num FROM alembic_version")
-        ).scalars().all() == ["0001"]
+        ).scalars().all() == ["0002"]
     engine.dispose()
