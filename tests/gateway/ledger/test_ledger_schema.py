@@ -38,6 +38,10 @@ EXPECTED_COLUMNS = {
     "latency_ms",
     "cache_diagnosis",
     "request_id",
+    "cache_saved_usd",
+    "cache_premium_usd",
+    "cache_lost_usd",
+    "cache_cause",
 }
 
 
