@@ -18,6 +18,9 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from gateway.ledger.db import create_ledger_engine, session_factory
 from gateway.ledger.queries import LedgerQueries
+from gateway.reports.cache_pnl import cache_pnl, render_session_pnl
+
+ALL_TIME = (datetime(2000, 1, 1, tzinfo=UTC), datetime(2200, 1, 1, tzinfo=UTC))
 
 ADVICE = {
     "tools_changed": "the tool list or a tool definition changed: keep tools fixed for a session "
@@ -123,7 +126,9 @@ def cli_explain(args: argparse.Namespace, settings: LedgerSettings) -> int:
         return 2
     engine = create_ledger_engine(settings.database_url)
     try:
-        rows = LedgerQueries(session_factory(engine)).session_diagnoses(args.tenant, args.session)
+        sessions = session_factory(engine)
+        rows = LedgerQueries(sessions).session_diagnoses(args.tenant, args.session)
+        pnl = cache_pnl(sessions, *ALL_TIME, args.tenant, args.session)
     except SQLAlchemyError as error:
         print(
             f"lantern cache explain: cannot read the ledger ({type(error).__name__}): "
@@ -134,4 +139,6 @@ def cli_explain(args: argparse.Namespace, settings: LedgerSettings) -> int:
     finally:
         engine.dispose()
     sys.stdout.write(render_explanation(args.session, explain_rows(rows)))
+    if rows:
+        sys.stdout.write("\n" + render_session_pnl(pnl))
     return 0

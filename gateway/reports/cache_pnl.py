@@ -79,9 +79,13 @@ class _Call:
 
 
 def cache_pnl(
-    sessions: sessionmaker[Session], since: datetime, until: datetime, tenant: str | None = None
+    sessions: sessionmaker[Session],
+    since: datetime,
+    until: datetime,
+    tenant: str | None = None,
+    session_id: str | None = None,
 ) -> CachePnl:
-    """The P&L of the calls in [since, until), optionally of one tenant."""
+    """The P&L of the calls in [since, until), optionally of one tenant (and one session)."""
     u = UsageRecord
     query = (
         sa.select(u)
@@ -90,6 +94,8 @@ def cache_pnl(
     )
     if tenant is not None:
         query = query.where(u.tenant == tenant)
+    if session_id is not None:
+        query = query.where(u.session_id == session_id)
     with sessions() as session:
         calls = [_call(row) for row in session.execute(query).scalars()]
     calls = list(_with_unread_premiums(calls))
@@ -194,6 +200,17 @@ def render_pnl(pnl: CachePnl) -> str:
     check = pnl.total.uncached_cost_usd - pnl.total.cost_usd
     out.append(f"Check: uncached - cost = {check:.6f} = net {pnl.total.net_usd:.6f}")
     return "\n".join(out) + "\n"
+
+
+def render_session_pnl(pnl: CachePnl) -> str:
+    """One session's money in two lines (for `lantern cache explain`)."""
+    t = pnl.total
+    lost = ", ".join(f"{cause} {money:.6f}" for cause, money in pnl.lost_by_cause) or "-"
+    return (
+        f"Cache P&L (USD): saved {t.saved_usd:.6f}, write premiums {t.premium_usd:.6f} "
+        f"(unread {t.unread_premium_usd:.6f}), net {t.net_usd:.6f}\n"
+        f"Lost to breaks: {t.lost_usd:.6f} ({lost}); lifetimes chosen: {_ttls(pnl)}\n"
+    )
 
 
 def _ttls(pnl: CachePnl) -> str:

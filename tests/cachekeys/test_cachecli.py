@@ -130,5 +130,8 @@ def test_cli_explain_reads_the_ledger(tmp_path: Path, capsys: pytest.CaptureFixt
     engine.dispose()
     args = argparse.Namespace(session="s1", tenant="acme", config=None)
     assert cli_explain(args, LedgerSettings(url)) == 0
-    assert capsys.readouterr().out == EXPECTED
+    assert capsys.readouterr().out == EXPECTED + (
+        "\nCache P&L (USD): saved 0.000000, write premiums 0.000000 (unread 0.000000), "
+        "net 0.000000\nLost to breaks: 0.000000 (-); lifetimes chosen: -\n"
+    )
     assert cli_explain(argparse.Namespace(session="s1", tenant=None), LedgerSettings(url)) == 2

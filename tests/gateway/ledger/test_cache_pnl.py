@@ -100,5 +100,8 @@ def test_pnl_sums_to_the_ledger_to_the_cent(engine) -> None:
     # each session's last write is never read: its premium is unread
     assert 0 < edit.unread_premium_usd < edit.premium_usd
     assert dict(pnl.ttl_choices) == {"5m": 41, "1h": 19}
+    one = cache_pnl(session_factory(engine), T0, T0 + timedelta(days=1), "acme", "edit").total
+    assert (one.num_calls, one.net_usd, one.lost_usd) == (20, edit.net_usd, edit.lost_usd)
+    assert one.unread_premium_usd == edit.unread_premium_usd
     text = render_pnl(pnl)
     assert "history_edit" in text and "1h x19" in text
