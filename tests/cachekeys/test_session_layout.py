@@ -19,7 +19,7 @@ from adapters.tokens import TokenCounter, TokenIdsMemo
 from adapters.types import ChatRequest, Message, TextPart, ToolUsePart
 from cachekeys.layout import request_blocks
 from cachekeys.session_layout import LayoutEntry, SessionLayoutMemo
-from gateway.core.cache_autopilot import CacheAutopilot
+from gateway.core.cache_autopilot import CacheAutopilot, with_steering
 from gateway.core.prompt_cache import (
     PromptCachePort,
     PromptFacts,
@@ -204,7 +204,7 @@ def test_memoised_prepare_equals_the_plain_function(steps: list[tuple[Any, ...]]
         assert want.diagnosis.layout is not None
         pilot.remember(tenant.tenant, want.diagnosis.steering, want.diagnosis.layout)
         assert verdict.header == expected.header_value()
-        want_json = expected.to_json()
+        want_json = with_steering(expected.to_json(), want.diagnosis.steering)
         # gap_s is measured by each tracker's own clock reading: compare everything else
         assert _without_gap(verdict.diagnosis_json) == _without_gap(want_json)
         answer = Message("assistant", (TextPart(f"answer {now} " * 5),))
