@@ -55,9 +55,10 @@ def usage_row(call: CallRecord, ts: datetime) -> UsageRow:
         ttft_ms=call.ttft_ms,
         latency_ms=call.latency_ms,
         cache_diagnosis=call.cache_diagnosis,
-        cache_saved_usd=to_money(call.cache_saved_usd),
+        # clamped: a price override that makes a read dearer than input must not lose the row
+        cache_saved_usd=to_money(max(call.cache_saved_usd, 0.0)),
         cache_premium_usd=to_money(max(call.cache_premium_usd, 0.0)),
-        cache_lost_usd=to_money(call.cache_lost_usd),
+        cache_lost_usd=to_money(max(call.cache_lost_usd, 0.0)),
         cache_cause=call.cache_cause,
     )
 
