@@ -31,6 +31,7 @@ class Reason(StrEnum):
     MODEL_CHANGED = "model_changed"
     OPTIONS_CHANGED = "options_changed"  # tool_choice, thinking, reasoning effort: messages level
     TTL_EXPIRED = "ttl_expired"
+    VOLATILE_BLOCK = "volatile_block"  # a tools/system block differing only by volatile values
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +48,8 @@ class PromptFingerprint:
     mode: CacheMode
     ttl_s: float
     options: bytes = b""  # `options_digest` of the call
+    masked: tuple[bytes, ...] = ()  # per block, the digest with volatile values masked
+    patterns: tuple[str, ...] = ()  # per block, the first volatile pattern in it ("" none)
 
     @classmethod
     def of(
@@ -109,6 +112,7 @@ class CacheDiagnosis:
     predicted_read_tokens: int  # what the provider should report as cache reads
     first_changed: str | None = None  # e.g. "system[0]", "messages[3][1]"
     gap_s: float | None = None
+    pattern: str | None = None  # volatile_block: the volatile pattern found in the block
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -119,6 +123,7 @@ class CacheDiagnosis:
             "predicted_read_tokens": self.predicted_read_tokens,
             "first_changed": self.first_changed,
             "gap_s": self.gap_s,
+            "pattern": self.pattern,
         }
 
 
@@ -142,7 +147,10 @@ def diagnose(
     if changed is not None:
         reason, name = _explain(previous, current, changed)
         read = 0 if gap_s > previous.ttl_s else previous.cached_end(changed)
-        return CacheDiagnosis(reason, False, stable, expected, read, name, gap_s)
+        pattern = _volatile_pattern(previous, current, changed)
+        if pattern is not None:
+            reason = Reason.VOLATILE_BLOCK
+        return CacheDiagnosis(reason, False, stable, expected, read, name, gap_s, pattern)
     if gap_s > previous.ttl_s:
         return CacheDiagnosis(Reason.TTL_EXPIRED, False, stable, expected, 0, None, gap_s)
     if previous.options != current.options:  # the provider keeps tools and system only
@@ -182,6 +190,18 @@ def _first_difference(previous: PromptFingerprint, current: PromptFingerprint) -
         if i >= len(current.digests) or current.digests[i] != digest:
             return i
     return None
+
+
+def _volatile_pattern(
+    previous: PromptFingerprint, current: PromptFingerprint, index: int
+) -> str | None:
+    """The pattern, when the block at `index` differs only by volatile values (equal masked
+    digests of a tools/system block); None otherwise."""
+    if index >= min(len(previous.masked), len(current.masked)):
+        return None
+    if current.levels[index] == "messages" or previous.masked[index] != current.masked[index]:
+        return None
+    return current.patterns[index] or previous.patterns[index] or "volatile"
 
 
 def _explain(

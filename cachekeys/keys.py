@@ -41,15 +41,18 @@ def prompt_cache_key(layout: PromptLayout, salt: str, client_key: str | None = N
     )
 
 
-def session_root(layout: PromptLayout, salt: str) -> str:
+def session_root(layout: PromptLayout, salt: str, masked: Sequence[bytes] | None = None) -> str:
     """The tenant-scoped key of the conversation's root: tools + system + first message.
 
     Sub-agents that fork a parent's root share it, so they share the parent's affinity.
+    `masked`: per block, a digest with volatile values masked (`cachekeys.volatile_probe`), so
+    a timestamp in the system prompt does not make every call a new session.
     """
     first_message = next((b.locator[1] for b in layout.blocks if b.level == "messages"), None)
+    digests = [b.digest for b in layout.blocks] if masked is None else masked
     parts = [
-        b.digest
-        for b in layout.blocks
+        digest
+        for b, digest in zip(layout.blocks, digests, strict=True)
         if not b.is_volatile and (b.level != "messages" or b.locator[1] == first_message)
     ]
     return _keyed(salt, [b"root\0", *parts])

@@ -190,8 +190,10 @@ def _part_block(
         )
     if isinstance(part, ThinkingPart):
         payload = (part.thinking, part.signature, part.redacted_data or "")
+        digest = _digest(*head, "thinking", *payload)
+        # providers refuse a marker on a thinking block
         return PromptBlock(
-            "messages", locator, part.thinking, _digest(*head, "thinking", *payload), ttl, role=role
+            "messages", locator, part.thinking, digest, ttl, role=role, is_markable=False
         )
     texts = "".join(p.text for p in part.content if isinstance(p, TextPart))
     images = "".join(p.url or p.data_b64 or "" for p in part.content if isinstance(p, ImagePart))
@@ -258,7 +260,8 @@ def anthropic_layout(
     return PromptLayout(tuple(blocks), tuple(tokens))
 
 
-TYPED_BLOCKS = ("text", "image", "tool_use", "tool_result")  # the blocks a typed request holds
+# the blocks a typed request holds
+TYPED_BLOCKS = ("text", "image", "tool_use", "tool_result", "thinking", "redacted_thinking")
 
 
 def _raw_parts(

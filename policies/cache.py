@@ -65,7 +65,8 @@ class CachePolicy(PolicyModel):
     # tenant: keys salted per tenant (default); shared: no salt (tenants share keys and caches);
     # none: no prompt caching for this tenant (no markers, no prompt_cache_key)
     scope: Literal["tenant", "shared", "none"] = "tenant"
-    ttl: Literal["5m", "1h"] = "5m"
+    # auto: per session, 5 min or 1 h by expected cost from the gaps between its calls
+    ttl: Literal["5m", "1h", "auto"] = "auto"
     markers: Literal["auto", "off"] = "auto"  # Lantern places provider cache breakpoints
     normalise: NormalisePolicy = NormalisePolicy()
     public_prefixes: tuple[PublicPrefix, ...] = ()

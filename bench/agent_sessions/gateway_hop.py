@@ -62,7 +62,11 @@ class GatewayBench:
         self.upstream = FakeUpstream().start()
         policies = var_dir / "policies"
         policies.mkdir(parents=True, exist_ok=True)
-        lantern_cache = {"normalise": {"relocate_volatile": True, "canonical_tool_args": True}}
+        # the note's forced misses assume the 5-minute lifetime (`ttl: auto` would learn 1 h)
+        lantern_cache = {
+            "ttl": "5m",
+            "normalise": {"relocate_volatile": True, "canonical_tool_args": True},
+        }
         raw_cache = {"markers": "off", "normalise": {"order_tools": False, "canonical_json": False}}
         write_policy(policies, "lantern", self.KEYS["lantern"], models=[MODEL], cache=lantern_cache)
         write_policy(policies, "raw", self.KEYS["raw"], models=[MODEL], cache=raw_cache)

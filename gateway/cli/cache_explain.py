@@ -18,6 +18,9 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from gateway.ledger.db import create_ledger_engine, session_factory
 from gateway.ledger.queries import LedgerQueries
+from gateway.reports.cache_pnl import cache_pnl, render_session_pnl
+
+ALL_TIME = (datetime(2000, 1, 1, tzinfo=UTC), datetime(2200, 1, 1, tzinfo=UTC))
 
 ADVICE = {
     "tools_changed": "the tool list or a tool definition changed: keep tools fixed for a session "
@@ -30,8 +33,11 @@ ADVICE = {
     "model_changed": "the model changed: caches are per model",
     "options_changed": "tool_choice or the thinking/reasoning settings changed: the provider keeps "
     "only tools and system; keep them fixed for a session",
-    "ttl_expired": "the gap exceeded the cache lifetime: a slow tool outlived it (cache.ttl: 1h "
-    "pays when gaps are long)",
+    "ttl_expired": "the gap exceeded the cache lifetime: a slow tool outlived it (cache.ttl: auto, "
+    "the default, moves a session with long pauses to 1 h once it pays)",
+    "volatile_block": "a value that changes on every call (a time, an id) sits in the tools or "
+    "system prompt: Lantern stopped writing past it; enable cache.normalise.relocate_volatile "
+    "to cache the whole prompt",
 }
 
 
@@ -49,6 +55,8 @@ class ExplainedCall:
     expected_prefix_tokens: int
     predicted_read_tokens: int
     gap_s: float | None
+    ttl: str | None = None  # the lifetime the autopilot chose for the call's markers
+    pattern: str | None = None  # volatile_block: the volatile pattern seen in the block
 
 
 def explain_rows(rows: Iterable[tuple[datetime | float, str]]) -> list[ExplainedCall]:
@@ -68,6 +76,8 @@ def explain_rows(rows: Iterable[tuple[datetime | float, str]]) -> list[Explained
                     int(d["expected_prefix_tokens"]),
                     int(d["predicted_read_tokens"]),
                     d.get("gap_s"),
+                    (d.get("ttl_choice") or {}).get("ttl"),
+                    d.get("pattern"),
                 )
             )
         except (ValueError, KeyError, TypeError):
@@ -86,20 +96,22 @@ def render_explanation(session_id: str, calls: list[ExplainedCall]) -> str:
         f"follow-up calls{share}",
         "",
         f"{'call':>4}  {'time (UTC)':<19}  {'reason':<17}  {'first change':<14}  {'prefix':>7}  "
-        f"{'expected':>8}  {'read':>7}  {'gap s':>7}",
+        f"{'expected':>8}  {'read':>7}  {'gap s':>7}  {'ttl':>3}",
     ]
     for c in calls:
         gap = f"{c.gap_s:.1f}" if c.gap_s is not None else "-"
         lines.append(
             f"{c.call:>4}  {c.at.astimezone(UTC):%Y-%m-%d %H:%M:%S}  {c.reason:<17}  "
             f"{c.first_changed or '-':<14}  {c.stable_prefix_tokens:>7}  "
-            f"{c.expected_prefix_tokens:>8}  {c.predicted_read_tokens:>7}  {gap:>7}"
+            f"{c.expected_prefix_tokens:>8}  {c.predicted_read_tokens:>7}  {gap:>7}  "
+            f"{c.ttl or '-':>3}"
         )
     breaks = [c for c in follow_ups if c.reason != "kept"]
     if breaks:
         lines += ["", "Breaks:"]
     for c in breaks:
         where = f" at {c.first_changed}" if c.first_changed else ""
+        where += f" (pattern {c.pattern})" if c.pattern else ""
         lines.append(
             f"  call {c.call}{where}: {c.reason.replace('_', ' ')}; {c.predicted_read_tokens} of "
             f"{c.expected_prefix_tokens} cached tokens still usable. {ADVICE.get(c.reason, '')}"
@@ -114,7 +126,9 @@ def cli_explain(args: argparse.Namespace, settings: LedgerSettings) -> int:
         return 2
     engine = create_ledger_engine(settings.database_url)
     try:
-        rows = LedgerQueries(session_factory(engine)).session_diagnoses(args.tenant, args.session)
+        sessions = session_factory(engine)
+        rows = LedgerQueries(sessions).session_diagnoses(args.tenant, args.session)
+        pnl = cache_pnl(sessions, *ALL_TIME, args.tenant, args.session)
     except SQLAlchemyError as error:
         print(
             f"lantern cache explain: cannot read the ledger ({type(error).__name__}): "
@@ -125,4 +139,6 @@ def cli_explain(args: argparse.Namespace, settings: LedgerSettings) -> int:
     finally:
         engine.dispose()
     sys.stdout.write(render_explanation(args.session, explain_rows(rows)))
+    if rows:
+        sys.stdout.write("\n" + render_session_pnl(pnl))
     return 0

@@ -116,6 +116,14 @@ def _add_report(commands: Any) -> None:
     )
     _add_window(breakeven)
     breakeven.set_defaults(handler=_report_breakeven)
+    pnl = kinds.add_parser(
+        "cache-pnl",
+        help="prompt cache profit and loss",
+        description="Money saved by cache reads, write premiums, money lost per break cause.",
+    )
+    _add_window(pnl)
+    pnl.add_argument("--tenant", help="one tenant only")
+    pnl.set_defaults(handler=_report_cache_pnl)
 
 
 def _add_window(parser: argparse.ArgumentParser) -> None:
@@ -290,6 +298,10 @@ def _report_cost(args: argparse.Namespace) -> int:
 
 def _report_breakeven(args: argparse.Namespace) -> int:
     return _with_settings("gateway.reports.cost", "cli_breakeven", "report breakeven", args)
+
+
+def _report_cache_pnl(args: argparse.Namespace) -> int:
+    return _with_settings("gateway.reports.cache_pnl", "cli_cache_pnl", "report cache-pnl", args)
 
 
 def _cache_explain(args: argparse.Namespace) -> int:

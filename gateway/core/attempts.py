@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from adapters.errors import UpstreamError
 from adapters.types import Usage
+from gateway.core.cache_money import cache_money
 from gateway.core.calls import Admitted
 from gateway.core.ports import Attempt, CallRecord, Fault, Pricing
 from gateway.telemetry import CallLabels, CallSpan, Telemetry
@@ -52,6 +53,7 @@ def call_record(adm: Admitted, t: Try, out: Outcome, pricing: Pricing) -> CallRe
     """The attempt's ledger row."""
     model, usage = adm.route.name, out.usage
     candidate = t.attempt.candidate
+    money = cache_money(pricing, model, usage, adm.verdict.diagnosis_json)
     return CallRecord(
         request_id=adm.request_id,
         attempt=t.number,
@@ -70,6 +72,10 @@ def call_record(adm: Admitted, t: Try, out: Outcome, pricing: Pricing) -> CallRe
         latency_ms=(out.ended - t.began) * 1000.0,
         cache_diagnosis=adm.verdict.diagnosis_json,
         door=adm.call.door_name,
+        cache_saved_usd=money.saved_usd,
+        cache_premium_usd=money.premium_usd,
+        cache_lost_usd=money.lost_usd,
+        cache_cause=money.cause,
     )
 
 

@@ -43,6 +43,8 @@ class CacheReport:
         parts = [d.reason.value]
         if d.first_changed:
             parts.append(f"block={d.first_changed}")
+        if d.reason == Reason.VOLATILE_BLOCK:
+            parts += [f"pattern={d.pattern}", "advice=relocate_volatile"]
         parts += [
             f"prefix={d.stable_prefix_tokens}",
             f"expected={d.expected_prefix_tokens}",

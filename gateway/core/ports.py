@@ -174,6 +174,11 @@ class CallRecord:
     latency_ms: float
     cache_diagnosis: str | None
     door: str | None = None  # the client's route: chat.completions | messages | responses
+    # the call's cache profit and loss (gateway/core/cache_money.py)
+    cache_saved_usd: float = 0.0
+    cache_premium_usd: float = 0.0
+    cache_lost_usd: float = 0.0
+    cache_cause: str | None = None
 
 
 class LedgerPort(Protocol):

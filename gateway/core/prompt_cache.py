@@ -29,7 +29,9 @@ from cachekeys.blockhash import tenant_salt
 from cachekeys.conversation_memo import ConversationMemo
 from cachekeys.layout import PromptLayout, request_blocks
 from cachekeys.normalise import NormaliseOptions
+from cachekeys.planner import Steering
 from cachekeys.volatile import VolatileMatcher
+from gateway.core.cache_autopilot import CacheAutopilot, with_steering
 from gateway.core.cache_diagnosis import (
     MAX_SESSIONS,
     CacheMetrics,
@@ -91,6 +93,7 @@ class PromptCachePort:
         )
         self._salts: dict[str, str] = {}  # tenant id -> its salt (HMAC of the port's secret)
         self.tracker = SessionCacheTracker(max_sessions)
+        self.autopilot = CacheAutopilot(clock, max_sessions)
         self.metrics = CacheMetrics(registry)
 
     def prepare(
@@ -105,7 +108,12 @@ class PromptCachePort:
         salt = salt_for(policy, self._secret, tenant.tenant, self._tenant_salt)
         isolate = model in self._shared_cache_models
         options = self._options_for(policy)
-        call = PromptCall(wire, body, request, policy, tenant.tenant, salt, options, isolate)
+        tenant_id = tenant.tenant
+
+        def steer(layout: PromptLayout, salt: str, root: str | None) -> Steering:
+            return self.autopilot.steer(policy, tenant_id, layout, salt, root)
+
+        call = PromptCall(wire, body, request, policy, tenant_id, salt, options, isolate, steer)
         return prepare_call(call, self._encoder, self._memos)
 
     def _tenant_salt(self, secret: bytes, tenant_id: str) -> str:
@@ -123,7 +131,12 @@ class PromptCachePort:
         report = self.tracker.observe(tenant.tenant, session_id, prepared, self._clock())
         metrics = self.metrics
         metrics.child(metrics.calls, tenant.tenant, report.diagnosis.reason.value).inc()
-        return CacheVerdict(header=report.header_value(), diagnosis_json=report.to_json())
+        diagnosis_json = report.to_json()
+        facts = prepared.diagnosis
+        if isinstance(facts, PromptFacts) and facts.steering and facts.layout:
+            self.autopilot.remember(tenant.tenant, facts.steering, facts.layout)
+            diagnosis_json = with_steering(diagnosis_json, facts.steering)
+        return CacheVerdict(header=report.header_value(), diagnosis_json=diagnosis_json)
 
     def reconcile(self, verdict: CacheVerdict, usage: Usage) -> None:
         reconcile(verdict.diagnosis_json, usage.cache_read_tokens, self.metrics)

@@ -27,13 +27,9 @@ from cachekeys.diagnosis import (
 from cachekeys.isolation import isolate, scope_line
 from cachekeys.keys import prefix_hashes, prompt_cache_key, session_root
 from cachekeys.layout import PromptLayout, anthropic_layout, request_blocks
-from cachekeys.markers import (
-    apply_to_anthropic,
-    apply_to_request,
-    min_cacheable_tokens,
-    plan_breakpoints,
-)
+from cachekeys.markers import apply_to_anthropic, apply_to_request, min_cacheable_tokens
 from cachekeys.normalise import NormaliseOptions, PublicPrefix, normalise
+from cachekeys.planner import Advice, Steering, default_advice, plan_markers
 from cachekeys.session_layout import LayoutEntry, LayoutKey, LayoutMatch
 from cachekeys.volatile import VolatileMatcher
 from gateway.core.ports import PreparedPrompt
@@ -41,6 +37,8 @@ from gateway.core.prompt_view import typed_view
 from policies.cache import CachePolicy
 
 TTL_S = {"5m": 300.0, "1h": 3600.0}
+# The cache autopilot's hook: (layout, salt, the conversation's known root) -> its steering
+Steer = Callable[[PromptLayout, str, str | None], Steering]
 
 
 class Encoder(Protocol):
@@ -123,6 +121,7 @@ class PromptFacts:
     prompt_cache_key: str
     layout: PromptLayout | None = None
     block_ids: tuple[Sequence[int], ...] = ()
+    steering: Steering | None = None  # the autopilot's decision, when it steered this call
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +139,7 @@ class PromptCall:
     salt: str
     options: NormaliseOptions
     isolate: bool = False
+    steer: Steer | None = None  # the cache autopilot (gateway/core/cache_autopilot.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,12 +164,13 @@ def prepare(
     encoder: Encoder,
     *,
     isolate: bool = False,
+    steer: Steer | None = None,
 ) -> PreparedPrompt:
-    """Normalise, place markers, key and hash one call. Pure apart from the encoder.
-    `isolate`: see `PromptCall`."""
+    """Normalise, place markers, key and hash one call. Pure apart from the encoder (and the
+    autopilot's memory, when `steer` is given). `isolate`, `steer`: see `PromptCall`."""
     salt = salt_for(policy, secret, tenant_id)
     options = normalise_options(policy)
-    call = PromptCall(wire, body, request, policy, tenant_id, salt, options, isolate)
+    call = PromptCall(wire, body, request, policy, tenant_id, salt, options, isolate, steer)
     return prepare_call(call, encoder)
 
 
@@ -179,8 +180,12 @@ def prepare_call(
     """Normalise the body (the typed request is its view), lay out, mark, key and hash."""
     body, request = normalised(call)
     laid = lay_out(call, request, encoder, memos)
-    body, request, marked = place_markers(call, body, laid, encoder)
+    steering = _steering(call, laid)
+    advice = default_advice(call.policy.ttl) if steering is None else steering.advice
+    body, request, marked = place_markers(call, body, laid, encoder, advice)
     key, root = _keys(call, laid)
+    if steering is not None:
+        root = steering.root
     if call.policy.scope != "none":  # canonical too: a translated call to an OpenAI backend
         request = replace(request, prompt_cache_key=key)
         if call.wire == "openai":
@@ -194,10 +199,23 @@ def prepare_call(
         prefix_hashes=hashes,
         stable_prefix_tokens=laid.layout.stable_tokens(),
         diagnosis=PromptFacts(
-            call.tenant_id, _fingerprint(call, laid, marked), key, laid.layout, laid.ids
+            call.tenant_id,
+            _fingerprint(call, laid, marked, advice, steering),
+            key,
+            laid.layout,
+            laid.ids,
+            steering,
         ),
-        write_ttl=_write_ttl(call.policy, laid.layout, body),
+        write_ttl=_write_ttl(call.policy, advice, laid.layout, body),
     )
+
+
+def _steering(call: PromptCall, laid: LaidOut) -> Steering | None:
+    """The autopilot's decision for a caching call, given the conversation's known root."""
+    if call.steer is None or call.policy.scope == "none":
+        return None
+    root = None if laid.found is None else laid.found.root()
+    return call.steer(laid.layout, call.salt, root)
 
 
 def normalised(call: PromptCall) -> tuple[dict[str, JSON], ChatRequest]:
@@ -234,19 +252,19 @@ def lay_out(
 
 
 def place_markers(
-    call: PromptCall, body: dict[str, JSON], laid: LaidOut, encoder: Encoder
+    call: PromptCall, body: dict[str, JSON], laid: LaidOut, encoder: Encoder, advice: Advice
 ) -> tuple[dict[str, JSON], ChatRequest, tuple[int, ...]]:
-    """Lantern's cache markers (`markers: auto`) on the typed request and, on the Anthropic
-    wire, on the body; and the indices of the marked blocks."""
+    """Lantern's cache markers (`markers: auto`, planned by `advice`) on the typed request
+    and, on the Anthropic wire, on the body; and the indices of the marked blocks."""
     policy, model, request = call.policy, call.request.model, laid.request
     if policy.scope == "none" or policy.markers != "auto":
         return body, request, ()
     overrides = {m.family: m.tokens for m in policy.min_cacheable_tokens}
     minimum = min_cacheable_tokens(model, overrides)
-    plan = plan_breakpoints(laid.layout, policy.ttl, minimum)
+    plan = plan_markers(laid.layout, advice, minimum)
     request = apply_to_request(request, laid.layout, plan)
     if call.wire == "anthropic":
-        body = _mark_raw(body, laid.layout, model, policy, minimum, encoder)
+        body = _mark_raw(body, laid.layout, model, advice, minimum, encoder)
     return body, request, plan.indices
 
 
@@ -263,12 +281,25 @@ def _keys(call: PromptCall, laid: LaidOut) -> tuple[str, str]:
     return key, root
 
 
-def _fingerprint(call: PromptCall, laid: LaidOut, marked: tuple[int, ...]) -> PromptFingerprint:
+def _fingerprint(
+    call: PromptCall,
+    laid: LaidOut,
+    marked: tuple[int, ...],
+    advice: Advice,
+    steering: Steering | None,
+) -> PromptFingerprint:
     mode: CacheMode = "automatic" if call.wire == "openai" else "breakpoints"
-    ttl_s = TTL_S[call.policy.ttl]
     options = options_digest(call.request)
-    return PromptFingerprint.of(
-        laid.layout, call.tenant_id, call.request.model, marked, mode, ttl_s, options
+    fingerprint = PromptFingerprint.of(
+        laid.layout, call.tenant_id, call.request.model, marked, mode, TTL_S[advice.ttl], options
+    )
+    if steering is None:
+        return fingerprint
+    probes = steering.probes[: len(fingerprint.digests)]
+    return replace(
+        fingerprint,
+        masked=tuple(p.masked for p in probes),
+        patterns=tuple(p.pattern for p in probes),
     )
 
 
@@ -292,10 +323,12 @@ def _hashes(
     return hashes
 
 
-def _write_ttl(policy: CachePolicy, layout: PromptLayout, body: Mapping[str, JSON]) -> str:
-    """ "1h" when any cache write of the call may have the 1 h TTL (Lantern's markers under
-    `ttl: 1h`, or a marker of the client's own), else "5m"."""
-    if policy.scope != "none" and policy.ttl == "1h":
+def _write_ttl(
+    policy: CachePolicy, advice: Advice, layout: PromptLayout, body: Mapping[str, JSON]
+) -> str:
+    """ "1h" when any cache write of the call may have the 1 h TTL (Lantern's markers with the
+    1 h lifetime, or a marker of the client's own), else "5m"."""
+    if policy.scope != "none" and advice.ttl == "1h":
         return "1h"
     request_level = body.get("cache_control")
     if isinstance(request_level, Mapping) and request_level.get("ttl") == "1h":
@@ -307,7 +340,7 @@ def _mark_raw(
     body: dict[str, JSON],
     typed: PromptLayout,
     model: str,
-    policy: CachePolicy,
+    advice: Advice,
     minimum: int,
     encoder: Encoder,
 ) -> dict[str, JSON]:
@@ -315,5 +348,9 @@ def _mark_raw(
     look-back), put onto the body."""
     layout = anthropic_layout(body, typed, lambda b: len(encoder.encode(model, b.text, b.digest)))
     automatic = 1 if "cache_control" in body else 0  # the request-level marker takes a slot
-    plan = plan_breakpoints(layout, policy.ttl, minimum, automatic)
+    if len(layout.blocks) != len(typed.blocks) and advice.limit is not None:
+        name = typed.blocks[advice.limit].name  # the limit indexes the typed layout
+        at = next((i for i, b in enumerate(layout.blocks) if b.name == name), 0)
+        advice = replace(advice, limit=at)
+    plan = plan_markers(layout, advice, minimum, automatic)
     return apply_to_anthropic(body, layout, plan)

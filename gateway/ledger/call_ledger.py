@@ -56,6 +56,11 @@ def usage_row(call: CallRecord, ts: datetime) -> UsageRow:
         latency_ms=call.latency_ms,
         cache_diagnosis=call.cache_diagnosis,
         door=call.door,
+        # clamped: a price override that makes a read dearer than input must not lose the row
+        cache_saved_usd=to_money(max(call.cache_saved_usd, 0.0)),
+        cache_premium_usd=to_money(max(call.cache_premium_usd, 0.0)),
+        cache_lost_usd=to_money(max(call.cache_lost_usd, 0.0)),
+        cache_cause=call.cache_cause,
     )
 
 

@@ -71,6 +71,11 @@ class UsageRecord(Base):
     cache_diagnosis: Mapped[str | None] = mapped_column(sa.Text)
     request_id: Mapped[str] = mapped_column(sa.String(128))
     door: Mapped[str | None] = mapped_column(sa.String(32))
+    # the call's cache profit and loss (gateway/core/cache_money.py; migration 0003)
+    cache_saved_usd: Mapped[Decimal] = mapped_column(sa.Numeric(18, 8), server_default="0")
+    cache_premium_usd: Mapped[Decimal] = mapped_column(sa.Numeric(18, 8), server_default="0")
+    cache_lost_usd: Mapped[Decimal] = mapped_column(sa.Numeric(18, 8), server_default="0")
+    cache_cause: Mapped[str | None] = mapped_column(sa.String(32))
 
     __table_args__ = (sa.Index("ix_usage_tenant_ts", "tenant", "ts"),)
 
@@ -112,6 +117,10 @@ class UsageRow:
     latency_ms: float = 0.0
     cache_diagnosis: str | None = None  # small JSON text from the cache-break diagnosis
     door: str | None = None  # the client's route: chat.completions | messages | responses
+    cache_saved_usd: Decimal = Decimal(0)
+    cache_premium_usd: Decimal = Decimal(0)
+    cache_lost_usd: Decimal = Decimal(0)
+    cache_cause: str | None = None
 
     def __post_init__(self) -> None:
         """Refuses here, at the caller, any row the database would refuse later: a row that
@@ -120,7 +129,7 @@ class UsageRow:
             raise ValueError("UsageRow.ts must be a timezone-aware datetime")
         if self.status not in CALL_STATUSES:
             raise ValueError(f"UsageRow.status must be one of {CALL_STATUSES}")
-        for name in ("cost_usd", "uncached_cost_usd"):
+        for name in MONEY_FIELDS:
             value = getattr(self, name)
             if not _is_money(value):
                 object.__setattr__(self, name, to_money(value))
@@ -141,8 +150,7 @@ class UsageRow:
         values = {
             **{name: getattr(self, name) for name in _PLAIN_FIELDS},
             "ts": self.ts.isoformat(),
-            "cost_usd": str(self.cost_usd),
-            "uncached_cost_usd": str(self.uncached_cost_usd),
+            **{name: str(getattr(self, name)) for name in MONEY_FIELDS},
         }
         try:
             return orjson.dumps(values, option=orjson.OPT_APPEND_NEWLINE)
@@ -153,8 +161,9 @@ class UsageRow:
     def from_json(cls, line: str) -> UsageRow:
         data = json.loads(line)
         data["ts"] = datetime.fromisoformat(data["ts"])
-        data["cost_usd"] = Decimal(data["cost_usd"])
-        data["uncached_cost_usd"] = Decimal(data["uncached_cost_usd"])
+        for name in MONEY_FIELDS:
+            if name in data:  # a spool line written before the P&L columns has none
+                data[name] = Decimal(data[name])
         return cls(**data)
 
     def to_values(self) -> dict[str, object]:
@@ -164,7 +173,14 @@ class UsageRow:
 
 USAGE_TABLE = cast(sa.Table, UsageRecord.__table__)
 USAGE_COLUMNS: tuple[str, ...] = tuple(c.name for c in USAGE_TABLE.columns)
-_PLAIN_FIELDS = tuple(n for n in USAGE_COLUMNS if n not in {"ts", "cost_usd", "uncached_cost_usd"})
+MONEY_FIELDS = (
+    "cost_usd",
+    "uncached_cost_usd",
+    "cache_saved_usd",
+    "cache_premium_usd",
+    "cache_lost_usd",
+)
+_PLAIN_FIELDS = tuple(n for n in USAGE_COLUMNS if n != "ts" and n not in MONEY_FIELDS)
 
 
 def _is_money(value: object) -> bool:

@@ -55,15 +55,15 @@ ROWS = [
 
 EXPECTED = """Session s1: 4 calls; prefix kept on 1 of 3 follow-up calls (33.3 %)
 
-call  time (UTC)           reason             first change     prefix  expected     read    gap s
-   0  2026-11-30 10:00:00  first_call         -                  6000         0        0        -
-   1  2026-11-30 10:00:20  kept               -                  7500      6000     6000     20.0
-   2  2026-11-30 10:00:40  system_changed     system[0]          9000      7500     1200     20.0
-   3  2026-11-30 10:06:00  ttl_expired        -                 10500      9000        0    320.0
+call  time (UTC)           reason             first change     prefix  expected     read    gap s  ttl
+   0  2026-11-30 10:00:00  first_call         -                  6000         0        0        -    -
+   1  2026-11-30 10:00:20  kept               -                  7500      6000     6000     20.0    -
+   2  2026-11-30 10:00:40  system_changed     system[0]          9000      7500     1200     20.0    -
+   3  2026-11-30 10:06:00  ttl_expired        -                 10500      9000        0    320.0    -
 
 Breaks:
   call 2 at system[0]: system changed; 1200 of 7500 cached tokens still usable. the system prompt changed: move dates and ids out of it (cache.normalise.relocate_volatile) or send updates as messages
-  call 3: ttl expired; 0 of 9000 cached tokens still usable. the gap exceeded the cache lifetime: a slow tool outlived it (cache.ttl: 1h pays when gaps are long)
+  call 3: ttl expired; 0 of 9000 cached tokens still usable. the gap exceeded the cache lifetime: a slow tool outlived it (cache.ttl: auto, the default, moves a session with long pauses to 1 h once it pays)
 """
 
 
@@ -130,5 +130,8 @@ def test_cli_explain_reads_the_ledger(tmp_path: Path, capsys: pytest.CaptureFixt
     engine.dispose()
     args = argparse.Namespace(session="s1", tenant="acme", config=None)
     assert cli_explain(args, LedgerSettings(url)) == 0
-    assert capsys.readouterr().out == EXPECTED
+    assert capsys.readouterr().out == EXPECTED + (
+        "\nCache P&L (USD): saved 0.000000, write premiums 0.000000 (unread 0.000000), "
+        "net 0.000000\nLost to breaks: 0.000000 (-); lifetimes chosen: -\n"
+    )
     assert cli_explain(argparse.Namespace(session="s1", tenant=None), LedgerSettings(url)) == 2

@@ -156,13 +156,16 @@ RAW = {
 
 def raw_layout(body: dict, typed_tokens: tuple[int, ...], own_tokens: int = 5) -> PromptLayout:
     """The body's layout from its typed request's (`typed_tokens`) and its own blocks'."""
-    typed = PromptLayout(request_blocks(anthropic_wire.decode_request(body)), typed_tokens)
+    typed = PromptLayout(
+        request_blocks(anthropic_wire.decode_request(body, require_max_tokens=False)), typed_tokens
+    )
     return anthropic_layout(body, typed, lambda block: own_tokens)
 
 
 def test_apply_to_anthropic_golden() -> None:
-    layout = raw_layout(RAW, (1500, 100, 10, 5, 10))
-    assert layout.tokens == (1500, 100, 10, 5, 5, 10)  # the thinking block is the body's own
+    layout = raw_layout(RAW, (1500, 100, 10, 5, 5, 10))
+    assert layout.tokens == (1500, 100, 10, 5, 5, 10)  # the thinking block is a typed block too
+    assert not layout.blocks[3].is_markable
     assert [b.name for b in layout.blocks] == [
         "tools[0]",
         "system",
@@ -188,7 +191,7 @@ def test_apply_to_anthropic_golden() -> None:
 
 def test_thinking_blocks_are_never_marked() -> None:
     body = {**RAW, "messages": RAW["messages"][:2]}
-    layout = raw_layout(body, (1500, 100, 10, 5))
+    layout = raw_layout(body, (1500, 100, 10, 5, 5))
     plan = plan_breakpoints(layout, "5m", 1024)
     assert [layout.blocks[i].name for i in plan.indices] == ["tools[0]", "system", "messages[1][1]"]
 
@@ -212,6 +215,9 @@ def test_a_request_level_marker_takes_a_slot() -> None:
 def test_a_body_that_is_not_the_typed_request_is_refused() -> None:
     with pytest.raises(ValueError, match="not the layout"):
         anthropic_layout(RAW, PromptLayout((), ()), lambda block: 1)
-    typed = PromptLayout(request_blocks(anthropic_wire.decode_request(RAW)), (1, 1, 1, 1, 1))
+    typed = PromptLayout(
+        request_blocks(anthropic_wire.decode_request(RAW, require_max_tokens=False)),
+        (1, 1, 1, 1, 1),
+    )
     with pytest.raises(ValueError, match="not the layout"):
         anthropic_layout({**RAW, "messages": RAW["messages"][:1]}, typed, lambda block: 1)

@@ -1,7 +1,7 @@
 """Everything `prepare` hands downstream, for a corpus of bodies and tenant policies, equals
-what the two-representation implementation it replaced gave (recorded in
-golden/prepared.json as SHA-256 per field): the body's exact bytes, the typed request field by
-field, keys, hashes and fingerprint; also through the port and its memos, call after call."""
+the recorded output (golden/prepared.json, SHA-256 per field): the body's exact bytes, the typed
+request field by field, keys, hashes and fingerprint. Through the port, its memos change nothing
+call after call, and its cache autopilot leaves the prefix hashes and salt as recorded."""
 
 from __future__ import annotations
 
@@ -45,7 +45,13 @@ def test_the_port_matches_the_recorded_output_call_after_call(
     wire, _, request = _decoded(name)
     models = frozenset({request.model}) if isolate else frozenset()  # type: ignore[attr-defined]
     port = PromptCachePort(SECRET, encoder=ENCODER, shared_cache_models=models)
+    views = []
     for _ in range(2):  # the second call reuses the first one's layout
         wire, body, request = _decoded(name)
         got = port.prepare(wire, body, request, corpus.tenant(policy), request.model)  # type: ignore[arg-type,attr-defined]
-        assert prepared_view(got) == GOLDEN[case]
+        views.append(prepared_view(got))
+    # the memos change nothing; the cache autopilot steers markers and the session root, never
+    # the prefix hashes or the salt
+    assert views[1] == views[0]
+    for field in ("prefix_hashes", "cache_salt"):
+        assert views[0][field] == GOLDEN[case][field]

@@ -19,6 +19,7 @@ from adapters.tokens import TokenCounter, TokenIdsMemo
 from adapters.types import ChatRequest, Message, TextPart, ToolUsePart
 from cachekeys.layout import request_blocks
 from cachekeys.session_layout import LayoutEntry, SessionLayoutMemo
+from gateway.core.cache_autopilot import CacheAutopilot, with_steering
 from gateway.core.prompt_cache import (
     PromptCachePort,
     PromptFacts,
@@ -159,6 +160,7 @@ def _decode(wire: str, body: dict[str, Any], session: str, client_key: str) -> C
 def test_memoised_prepare_equals_the_plain_function(steps: list[tuple[Any, ...]]) -> None:
     port = PromptCachePort(SECRET, encoder=ENCODER)
     reference = SessionCacheTracker()
+    pilot = CacheAutopilot(port._clock)  # the reference's own autopilot memory
     conversation = Conversation()
     who, wire, model, session, client_key = 0, "openai", "gpt-4o-mini", "", ""
     for now, (op, arg, *changes) in enumerate(steps):
@@ -179,6 +181,9 @@ def test_memoised_prepare_equals_the_plain_function(steps: list[tuple[Any, ...]]
             tenant.tenant,
             SECRET,
             ENCODER,
+            steer=lambda layout, salt, root, t=tenant: pilot.steer(
+                t.cache, t.tenant, layout, salt, root
+            ),
         )
         assert got.body == want.body
         assert got.request == want.request
@@ -195,8 +200,11 @@ def test_memoised_prepare_equals_the_plain_function(steps: list[tuple[Any, ...]]
         session_id = session or got.session_root
         verdict = port.observe(tenant, session_id, got)
         expected = reference.observe(tenant.tenant, session_id, want, port._clock())
+        assert want.diagnosis.steering is not None
+        assert want.diagnosis.layout is not None
+        pilot.remember(tenant.tenant, want.diagnosis.steering, want.diagnosis.layout)
         assert verdict.header == expected.header_value()
-        want_json = expected.to_json()
+        want_json = with_steering(expected.to_json(), want.diagnosis.steering)
         # gap_s is measured by each tracker's own clock reading: compare everything else
         assert _without_gap(verdict.diagnosis_json) == _without_gap(want_json)
         answer = Message("assistant", (TextPart(f"answer {now} " * 5),))

@@ -39,6 +39,10 @@ EXPECTED_COLUMNS = {
     "cache_diagnosis",
     "request_id",
     "door",
+    "cache_saved_usd",
+    "cache_premium_usd",
+    "cache_lost_usd",
+    "cache_cause",
 }
 
 
@@ -58,7 +62,7 @@ def test_migration_creates_exactly_the_usage_columns(engine):
     with engine.connect() as connection:
         assert (
             connection.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one()
-            == "0002_usage_door"
+            == "0003"
         )
 
 
@@ -185,5 +189,5 @@ def test_processes_starting_together_migrate_one_at_a_time(database_url):
     with engine.connect() as connection:
         assert connection.execute(
             sa.text("SELECT version_num FROM alembic_version")
-        ).scalars().all() == ["0002_usage_door"]
+        ).scalars().all() == ["0003"]
     engine.dispose()

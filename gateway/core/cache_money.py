@@ -1,0 +1,71 @@
+"""A call's cache profit and loss in dollars, for its ledger row: what reads saved, what writes
+cost over the input price, and what a cache break lost, with the break's cause.
+
+Pure: prices come through the `Pricing` port, the break from the call's cache diagnosis JSON.
+`saved - premium` equals `uncached_cost - cost` of the prompt (output is priced the same both ways).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import orjson
+
+from adapters.types import Usage
+from gateway.core.ports import Pricing
+
+# Diagnosis reason -> the P&L's break cause (docs/cache.md, "Cache profit and loss").
+CAUSES = {
+    "volatile_block": "volatile_text",
+    "system_changed": "volatile_text",
+    "tools_changed": "tools_changed",
+    "history_rewritten": "history_edit",
+    "ttl_expired": "ttl_expiry",
+    "options_changed": "options_changed",
+    "model_changed": "model_changed",
+}
+EVICTION = "eviction"  # the prefix was kept, yet the provider read less than predicted
+EVICTION_SLACK_TOKENS = 64  # our tokenizer is not the provider's (as in reconcile)
+EVICTION_SLACK_RATIO = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class CacheMoney:
+    saved_usd: float = 0.0  # reads: (input - read price) x read tokens
+    premium_usd: float = 0.0  # writes: (write - input price) x written tokens
+    lost_usd: float = 0.0  # (input - read price) x the cached tokens a break made unreadable
+    cause: str | None = None  # why they were lost (None: nothing lost)
+
+
+def cache_money(
+    pricing: Pricing, model: str, usage: Usage, diagnosis_json: str | None
+) -> CacheMoney:
+    read, written = usage.cache_read_tokens, usage.cache_write_tokens
+    saved = _read_saving(pricing, model, read)
+    writes = Usage(cache_write_tokens=written, cache_write_1h_tokens=usage.cache_write_1h_tokens)
+    premium = pricing.cost_usd(model, writes) - pricing.uncached_cost_usd(model, writes)
+    cause, missing = _break(diagnosis_json, read)
+    lost = _read_saving(pricing, model, missing) if missing else 0.0
+    return CacheMoney(saved, premium, lost, cause if missing else None)
+
+
+def _read_saving(pricing: Pricing, model: str, tokens: int) -> float:
+    if tokens <= 0:
+        return 0.0
+    reads = Usage(cache_read_tokens=tokens)
+    return pricing.uncached_cost_usd(model, reads) - pricing.cost_usd(model, reads)
+
+
+def _break(diagnosis_json: str | None, read: int) -> tuple[str | None, int]:
+    """(cause, cached tokens the call could not read) from the diagnosis and the actual reads."""
+    if diagnosis_json is None:
+        return None, 0
+    body = orjson.loads(diagnosis_json)
+    reason, expected = str(body.get("reason")), int(body.get("expected_prefix_tokens") or 0)
+    if reason in CAUSES:
+        return CAUSES[reason], max(expected - read, 0)
+    if reason == "kept":
+        slack = EVICTION_SLACK_TOKENS + EVICTION_SLACK_RATIO * expected
+        if expected - read > slack:
+            return EVICTION, expected - read
+    return None, 0

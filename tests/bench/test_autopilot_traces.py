@@ -1,0 +1,77 @@
+"""The cache autopilot's traces (bench/agent_sessions/traces.py) through Lantern's prompt port
+with the DEFAULT policy: never dearer than no caching, within 1 point of each trace's ideal
+(worked out by an oracle over the provider fake's own view, not by the gateway), and the
+note's D2 table still reproduced."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from bench.agent_sessions import NORMALISED, NOTE_TABLE, InProcessLantern, fresh, miss_calls
+from bench.agent_sessions import run_session as run_note_session
+from bench.agent_sessions.autopilot import TraceResult, run_trace
+from bench.agent_sessions.traces import (
+    EDIT_CALL,
+    clean,
+    fan_out,
+    history_edit,
+    pauses,
+    timestamped,
+)
+
+
+def _within_ideal(result: TraceResult) -> None:
+    assert result.cost <= result.uncached, result.name  # no dearer than no caching
+    assert abs(result.percent - result.ideal_percent) <= 1.0, (result.percent, result.ideal)
+
+
+def test_timestamped_system_prompt_pays_no_premium_and_names_the_block() -> None:
+    result = run_trace(timestamped())
+    _within_ideal(result)
+    assert [(c.read, c.write) for c in result.calls] == [(0, 0)] * 20  # no write nobody reads
+    assert result.verdicts() == "volatile_block x19"  # one session, not 20 first calls
+    assert result.headers[1] == (
+        "volatile_block; block=system[0]; pattern=iso_datetime; advice=relocate_volatile; "
+        "prefix=4515; expected=0; read=0"
+    )
+    assert orjson.loads(result.diagnoses[1])["volatile"] == {
+        "block": "system[0]",
+        "pattern": "iso_datetime",
+    }
+
+
+def test_history_edit_reads_what_came_before_the_edited_block() -> None:
+    result = run_trace(history_edit())
+    _within_ideal(result)
+    edited = result.calls[EDIT_CALL]
+    # the entry call 3 left at its end (before result 4, the edited one) is reached by a
+    # stepping stone; the conversation marker alone looks back only 20 blocks
+    assert (edited.read, edited.write) == (7387, 8675)
+    assert result.headers[EDIT_CALL].startswith("history_rewritten; block=messages[8][0]")
+
+
+def test_pauses_of_1_to_20_minutes_pick_1h_once_it_pays() -> None:
+    result = run_trace(pauses())
+    _within_ideal(result)
+    assert result.ttls == ("5m",) + ("1h",) * 19
+    choices = [orjson.loads(d)["ttl_choice"] for d in result.diagnoses]
+    for choice in choices:  # 1 h exactly when the expected saving pays the extra write
+        assert (choice["ttl"] == "1h") == (choice["saving"] > choice["premium"] > 0)
+    assert [c.write_1h > 0 for c in result.calls] == [False] + [True] * 19
+
+
+def test_clean_session_and_fan_out_stay_at_5_minutes() -> None:
+    for trace in (clean(), fan_out()):
+        result = run_trace(trace)
+        _within_ideal(result)
+        assert set(result.ttls) == {"5m"}
+        assert result.verdicts() == "kept x19"
+
+
+@pytest.mark.parametrize("num_misses", [0, 2, 19])
+def test_the_note_table_still_reproduces(num_misses: int) -> None:
+    result = run_note_session(
+        "t", "clean", *fresh(InProcessLantern.factory(NORMALISED)), miss_calls(num_misses)
+    )
+    assert round(result.percent, 1) == NOTE_TABLE[num_misses]

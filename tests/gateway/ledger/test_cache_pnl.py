@@ -1,0 +1,107 @@
+"""The cache P&L: ledger rows from real autopilot traces (prompt port -> provider fake), priced
+by the gateway's pricing; the report's net equals the ledger's money to the cent, on SQLite and
+on the real PostgreSQL; unread premiums, lost money per cause and TTL choices are reported."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import sqlalchemy as sa
+
+from adapters.pricing import Price
+from adapters.types import Usage
+from bench.agent_sessions.autopilot import TraceResult, run_trace
+from bench.agent_sessions.traces import history_edit, pauses, timestamped
+from gateway.core.cache_money import cache_money
+from gateway.core.models_table import RoutePricing
+from gateway.core.ports import CallRecord
+from gateway.ledger.call_ledger import usage_row
+from gateway.ledger.db import session_factory
+from gateway.ledger.models import USAGE_TABLE
+from gateway.reports.cache_pnl import cache_pnl, render_pnl
+
+MODEL = "claude-sonnet-4-5"
+PRICING = RoutePricing(
+    {
+        MODEL: Price(
+            input=Decimal("0.000003"),
+            output=Decimal("0.000015"),
+            cache_read=Decimal("0.0000003"),
+            cache_write=Decimal("0.00000375"),
+            cache_write_1h=Decimal("0.000006"),
+        )
+    }
+)
+T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+CENT = Decimal("0.01")
+
+
+def _records(tenant: str, session: str, result: TraceResult) -> list[CallRecord]:
+    records = []
+    for i, (call, diagnosis) in enumerate(zip(result.calls, result.diagnoses, strict=True)):
+        usage = Usage(call.uncached, 40, call.read, call.write, call.write_1h)
+        money = cache_money(PRICING, MODEL, usage, diagnosis)
+        records.append(
+            CallRecord(
+                request_id=f"{session}-{i}",
+                attempt=0,
+                tenant=tenant,
+                key_id="k",
+                session_id=session,
+                model=MODEL,
+                backend="anthropic",
+                replica=None,
+                status="ok",
+                error_kind=None,
+                usage=usage,
+                cost_usd=PRICING.cost_usd(MODEL, usage),
+                uncached_cost_usd=PRICING.uncached_cost_usd(MODEL, usage),
+                ttft_ms=None,
+                latency_ms=1.0,
+                cache_diagnosis=diagnosis,
+                cache_saved_usd=money.saved_usd,
+                cache_premium_usd=money.premium_usd,
+                cache_lost_usd=money.lost_usd,
+                cache_cause=money.cause,
+            )
+        )
+    return records
+
+
+def test_pnl_sums_to_the_ledger_to_the_cent(engine) -> None:
+    traces = {"edit": history_edit(), "pauses": pauses(), "clock": timestamped()}
+    rows = []
+    for n, (name, trace) in enumerate(traces.items()):
+        tenant = "acme" if name != "clock" else "globex"
+        for i, record in enumerate(_records(tenant, name, run_trace(trace))):
+            rows.append(usage_row(record, T0 + timedelta(minutes=n * 30, seconds=i)))
+    with engine.begin() as connection:
+        connection.execute(sa.insert(USAGE_TABLE), [r.to_values() for r in rows])
+        cost, uncached = connection.execute(
+            sa.select(
+                sa.func.sum(USAGE_TABLE.c.cost_usd), sa.func.sum(USAGE_TABLE.c.uncached_cost_usd)
+            )
+        ).one()
+
+    pnl = cache_pnl(session_factory(engine), T0, T0 + timedelta(days=1))
+
+    assert pnl.total.num_calls == 60
+    assert pnl.total.cost_usd == cost and pnl.total.uncached_cost_usd == uncached
+    assert pnl.total.net_usd.quantize(CENT) == (uncached - cost).quantize(CENT)
+    assert abs(pnl.total.net_usd - (uncached - cost)) < Decimal("0.000001")
+    assert [line.key for line in pnl.by_tenant] == ["acme", "globex"]
+    assert [line.key for line in pnl.by_session] == ["acme/edit", "acme/pauses", "globex/clock"]
+    clock = pnl.by_session[2]  # a volatile system prompt: no write, no premium, nothing lost
+    assert (clock.saved_usd, clock.premium_usd, clock.lost_usd) == (0, 0, 0)
+    assert dict(pnl.lost_by_cause).keys() == {"history_edit"}
+    edit = pnl.by_session[0]
+    assert edit.lost_usd == dict(pnl.lost_by_cause)["history_edit"] > 0
+    # each session's last write is never read: its premium is unread
+    assert 0 < edit.unread_premium_usd < edit.premium_usd
+    assert dict(pnl.ttl_choices) == {"5m": 41, "1h": 19}
+    one = cache_pnl(session_factory(engine), T0, T0 + timedelta(days=1), "acme", "edit").total
+    assert (one.num_calls, one.net_usd, one.lost_usd) == (20, edit.net_usd, edit.lost_usd)
+    assert one.unread_premium_usd == edit.unread_premium_usd
+    text = render_pnl(pnl)
+    assert "history_edit" in text and "1h x19" in text
