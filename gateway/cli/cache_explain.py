@@ -49,12 +49,16 @@ class ExplainedCall:
     expected_prefix_tokens: int
     predicted_read_tokens: int
     gap_s: float | None
+    reported_read_tokens: int | None = None  # what the backend said it read from its cache
 
 
-def explain_rows(rows: Iterable[tuple[datetime | float, str]]) -> list[ExplainedCall]:
-    """Parse (timestamp, diagnosis JSON) rows; rows that are not diagnoses are skipped."""
+def explain_rows(
+    rows: Iterable[tuple[datetime | float, str] | tuple[datetime | float, str, int]],
+) -> list[ExplainedCall]:
+    """Parse (timestamp, diagnosis JSON[, reported cache reads]) rows; rows that are not
+    diagnoses are skipped."""
     calls: list[ExplainedCall] = []
-    for ts, text in rows:
+    for ts, text, *reported in rows:
         try:
             d = json.loads(text)
             at = ts if isinstance(ts, datetime) else datetime.fromtimestamp(ts, UTC)
@@ -68,6 +72,7 @@ def explain_rows(rows: Iterable[tuple[datetime | float, str]]) -> list[Explained
                     int(d["expected_prefix_tokens"]),
                     int(d["predicted_read_tokens"]),
                     d.get("gap_s"),
+                    int(reported[0]) if reported else None,
                 )
             )
         except (ValueError, KeyError, TypeError):
@@ -86,15 +91,17 @@ def render_explanation(session_id: str, calls: list[ExplainedCall]) -> str:
         f"follow-up calls{share}",
         "",
         f"{'call':>4}  {'time (UTC)':<19}  {'reason':<17}  {'first change':<14}  {'prefix':>7}  "
-        f"{'expected':>8}  {'read':>7}  {'gap s':>7}",
+        f"{'expected':>8}  {'predicted':>9}  {'reported':>8}  {'gap s':>7}",
     ]
     for c in calls:
         gap = f"{c.gap_s:.1f}" if c.gap_s is not None else "-"
+        reported = str(c.reported_read_tokens) if c.reported_read_tokens is not None else "-"
         lines.append(
             f"{c.call:>4}  {c.at.astimezone(UTC):%Y-%m-%d %H:%M:%S}  {c.reason:<17}  "
             f"{c.first_changed or '-':<14}  {c.stable_prefix_tokens:>7}  "
-            f"{c.expected_prefix_tokens:>8}  {c.predicted_read_tokens:>7}  {gap:>7}"
+            f"{c.expected_prefix_tokens:>8}  {c.predicted_read_tokens:>9}  {reported:>8}  {gap:>7}"
         )
+    lines += ["", "predicted: cached tokens the gateway expected; reported: what the backend read"]
     breaks = [c for c in follow_ups if c.reason != "kept"]
     if breaks:
         lines += ["", "Breaks:"]
@@ -108,13 +115,12 @@ def render_explanation(session_id: str, calls: list[ExplainedCall]) -> str:
 
 
 def cli_explain(args: argparse.Namespace, settings: LedgerSettings) -> int:
-    """args.session (required), args.tenant (required: the ledger is read per tenant)."""
-    if not getattr(args, "tenant", None):
-        print("lantern cache explain: --tenant is required", file=sys.stderr)
-        return 2
+    """args.session (required), args.tenant (optional: needed only when several tenants used
+    the same session id, since sessions are per tenant)."""
+    tenant = getattr(args, "tenant", None)
     engine = create_ledger_engine(settings.database_url)
     try:
-        rows = LedgerQueries(session_factory(engine)).session_diagnoses(args.tenant, args.session)
+        found = LedgerQueries(session_factory(engine)).session_reads(args.session, tenant)
     except SQLAlchemyError as error:
         print(
             f"lantern cache explain: cannot read the ledger ({type(error).__name__}): "
@@ -124,5 +130,14 @@ def cli_explain(args: argparse.Namespace, settings: LedgerSettings) -> int:
         return 1
     finally:
         engine.dispose()
+    tenants = sorted({row[1] for row in found})
+    if len(tenants) > 1:
+        print(
+            f"lantern cache explain: session {args.session!r} was used by several tenants; "
+            f"pass --tenant with one of: {', '.join(tenants)}",
+            file=sys.stderr,
+        )
+        return 2
+    rows = [(ts, text, reported) for ts, _, text, reported in found]
     sys.stdout.write(render_explanation(args.session, explain_rows(rows)))
     return 0

@@ -55,11 +55,13 @@ ROWS = [
 
 EXPECTED = """Session s1: 4 calls; prefix kept on 1 of 3 follow-up calls (33.3 %)
 
-call  time (UTC)           reason             first change     prefix  expected     read    gap s
-   0  2026-11-30 10:00:00  first_call         -                  6000         0        0        -
-   1  2026-11-30 10:00:20  kept               -                  7500      6000     6000     20.0
-   2  2026-11-30 10:00:40  system_changed     system[0]          9000      7500     1200     20.0
-   3  2026-11-30 10:06:00  ttl_expired        -                 10500      9000        0    320.0
+call  time (UTC)           reason             first change     prefix  expected  predicted  reported    gap s
+   0  2026-11-30 10:00:00  first_call         -                  6000         0          0         -        -
+   1  2026-11-30 10:00:20  kept               -                  7500      6000       6000         -     20.0
+   2  2026-11-30 10:00:40  system_changed     system[0]          9000      7500       1200         -     20.0
+   3  2026-11-30 10:06:00  ttl_expired        -                 10500      9000          0         -    320.0
+
+predicted: cached tokens the gateway expected; reported: what the backend read
 
 Breaks:
   call 2 at system[0]: system changed; 1200 of 7500 cached tokens still usable. the system prompt changed: move dates and ids out of it (cache.normalise.relocate_volatile) or send updates as messages
@@ -130,5 +132,9 @@ def test_cli_explain_reads_the_ledger(tmp_path: Path, capsys: pytest.CaptureFixt
     engine.dispose()
     args = argparse.Namespace(session="s1", tenant="acme", config=None)
     assert cli_explain(args, LedgerSettings(url)) == 0
-    assert capsys.readouterr().out == EXPECTED
+    # the ledger's rows carry the backend's reported reads (0 here) beside the prediction
+    out = capsys.readouterr().out
+    assert out == render_explanation("s1", explain_rows([(ts, t, 0) for ts, t in ROWS[:4]]))
+    assert "   1  2026-11-30 10:00:20  kept" in out and "   6000         0     20.0" in out
     assert cli_explain(argparse.Namespace(session="s1", tenant=None), LedgerSettings(url)) == 2
+    assert "pass --tenant with one of: acme, globex" in capsys.readouterr().err
