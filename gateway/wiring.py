@@ -15,8 +15,10 @@ from datetime import UTC, datetime
 
 import httpx
 from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session, sessionmaker
 
 from adapters.backends.http1_connection import Http1Pool
+from gateway.apikeys.keyring import KeyChain, Keyring
 from gateway.core.admission import Admission
 from gateway.core.engine_tokens import EngineTokenizers
 from gateway.core.measure_lane import MeasureLane
@@ -36,7 +38,7 @@ from gateway.fleet.window import ContextWindows, HttpModelCards
 from gateway.http.admin_views import JsonView, build_admin_views
 from gateway.http.tools_wiring import ToolsRouter, build_tools
 from gateway.ledger.call_ledger import CallLedger
-from gateway.ledger.db import create_ledger_engine, migrate_engine
+from gateway.ledger.db import create_ledger_engine, migrate_engine, session_factory
 from gateway.ledger.metrics import RecorderCollector
 from gateway.ledger.recorder import RecorderConfig, UsageRecorder
 from gateway.settings import Settings
@@ -62,6 +64,9 @@ class Components:
     metrics: Metrics
     admin_views: dict[str, JsonView]
     tools_router: ToolsRouter | None = None
+    lookup: KeyChain | None = None  # YAML keys, then keys issued over /admin/keys
+    keyring: Keyring | None = None
+    sessions: sessionmaker[Session] | None = None  # the ledger database, for admin and console
     on_start: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -180,6 +185,7 @@ def build_components(
     )
     parts.on_start.append(tools.start)
     parts.on_stop.append(tools.stop)
+    _add_keyring(parts, engine)
 
     async def start() -> None:
         keys.reload_now()
@@ -220,6 +226,28 @@ def build_components(
     parts.on_start.append(start)
     parts.on_stop.append(stop)
     return parts
+
+
+def _add_keyring(parts: Components, engine: Engine) -> None:
+    """Issued keys: a snapshot refreshed every second on every process (gateway/apikeys)."""
+
+    def utc_now() -> datetime:
+        return datetime.now(UTC)
+
+    parts.sessions = session_factory(engine)
+    parts.keyring = Keyring(parts.sessions, utc_now)
+    parts.lookup = KeyChain(parts.keys, parts.keyring, utc_now)
+    keyring = parts.keyring
+
+    async def start() -> None:
+        await asyncio.to_thread(keyring.refresh)
+        keyring.start()
+
+    async def stop() -> None:
+        await asyncio.to_thread(keyring.stop)
+
+    parts.on_start.append(start)
+    parts.on_stop.append(stop)
 
 
 def _prepare_ledger(

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import gc
 import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import FastAPI
@@ -17,9 +19,14 @@ from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from adapters.types import WireFormat
+from gateway.apikeys.records import KeyRecords
+from gateway.http.admin_keys import build_keys_router
 from gateway.http.admin_routes import build_admin_router, build_ops_router
 from gateway.http.api_schema import component_schemas
 from gateway.http.chat_routes import ChatRoutes, build_chat_router
+from gateway.http.console.login import ConsoleSessions
+from gateway.http.console.pages import ConsoleData
+from gateway.http.console.routes import Console, build_console_router
 from gateway.http.request_body import BodyLimits
 from gateway.http.tools_routes import ToolRunBody
 from gateway.settings import Settings
@@ -91,19 +98,35 @@ def create_app(
         title="Lantern", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None
     )
     app.state.components = parts
+    lookup = parts.lookup or parts.keys
     chat = ChatRoutes(
-        parts.pipeline, parts.keys, BodyLimits.from_settings(settings.http), lean_stream=lean_stream
+        parts.pipeline, lookup, BodyLimits.from_settings(settings.http), lean_stream=lean_stream
     )
     app.include_router(build_chat_router(chat))  # also the reference path of the doors
     if lean_doors:
         app.chat_routes = chat
     metrics_token = settings.metrics_token.get_secret_value() if settings.metrics_token else None
-    app.include_router(build_ops_router(parts.models, parts.keys, parts.metrics, metrics_token))
+    app.include_router(build_ops_router(parts.models, lookup, parts.metrics, metrics_token))
     admin_token = settings.admin_token.get_secret_value() if settings.admin_token else None
     app.include_router(build_admin_router(admin_token, parts.admin_views))
+    if parts.sessions is not None:
+        include_console(app, settings, parts, admin_token)
     if parts.tools_router is not None:
         app.include_router(parts.tools_router)
     return app
+
+
+def include_console(
+    app: FastAPI, settings: Settings, parts: Components, admin_token: str | None
+) -> None:
+    """`/admin/keys` and the web console at `/console`, over the ledger database."""
+    assert parts.sessions is not None
+    records = KeyRecords(parts.sessions, lambda: datetime.now(UTC))
+    names = list(parts.models.names())
+    app.include_router(build_keys_router(admin_token, records, parts.keys.get, names))
+    data = ConsoleData(parts.sessions, parts.keys, records, settings)
+    auth = ConsoleSessions(admin_token, settings.resolve_server_secret(), time.time)
+    app.include_router(build_console_router(Console(data, auth, names, lambda: datetime.now(UTC))))
 
 
 def serve(settings: Settings) -> int:

@@ -94,12 +94,40 @@ def breakeven_reports(
 ) -> tuple[list[BreakevenReport], list[str]]:
     """(one report per model of `fleets`, notes on estimated or missing capacities)."""
     hourly = LedgerQueries(sessions).hourly_model_tokens(since, until)
+    return reports_from_hourly(hourly, fleets, prices)
+
+
+def breakeven_by_day(
+    sessions: sessionmaker[Session],
+    since: datetime,
+    until: datetime,
+    fleets: Mapping[str, FleetSpec],
+    prices: Mapping[str, ApiPrices],
+) -> list[tuple[str, list[BreakevenReport]]]:
+    """(UTC day, the reports of that day) for each day with traffic: u against u* over time."""
+    hourly = LedgerQueries(sessions).hourly_model_tokens(since, until)
+    days = sorted({h.hour.date().isoformat() for h in hourly})
+    return [
+        (
+            day,
+            reports_from_hourly(
+                [h for h in hourly if h.hour.date().isoformat() == day], fleets, prices
+            )[0],
+        )
+        for day in days
+    ]
+
+
+def reports_from_hourly(
+    hourly: list[HourlyModelTokens],
+    fleets: Mapping[str, FleetSpec],
+    prices: Mapping[str, ApiPrices],
+) -> tuple[list[BreakevenReport], list[str]]:
     reports: list[BreakevenReport] = []
     notes: list[str] = []
     for model, fleet in sorted(fleets.items()):
         rows = [h for h in hourly if h.model == model]
         fleet_rows = [r for r in rows if r.venue == "fleet"]
-        served_hours = len({r.hour for r in fleet_rows})
         capacity = fleet.mtok_per_h_full
         if capacity is None:
             capacity = max((_work_mtok([r]) for r in fleet_rows), default=0.0) / fleet.replicas
@@ -110,23 +138,19 @@ def breakeven_reports(
                 f"{model}: capacity {capacity:.4g} Mtok/h per replica is the busiest "
                 "hour served (a lower bound); pass --mtok-per-h for the real one"
             )
-        reports.append(
-            bounded(
-                breakeven_report(
-                    ModelAggregates(
-                        model=model,
-                        hours=float(served_hours),
-                        replicas=fleet.replicas,
-                        replica_usd_per_h=fleet.replica_usd_per_h,
-                        mtok_per_h_full=capacity,
-                        fleet=_token_counts(fleet_rows),
-                        api=_token_counts(r for r in rows if r.venue == "api"),
-                        api_prices=prices[model],
-                        headroom_util=fleet.headroom_util,
-                    )
-                )
-            )
+        served_hours = len({r.hour for r in fleet_rows})
+        aggregates = ModelAggregates(
+            model=model,
+            hours=float(served_hours),
+            replicas=fleet.replicas,
+            replica_usd_per_h=fleet.replica_usd_per_h,
+            mtok_per_h_full=capacity,
+            fleet=_token_counts(fleet_rows),
+            api=_token_counts(r for r in rows if r.venue == "api"),
+            api_prices=prices[model],
+            headroom_util=fleet.headroom_util,
         )
+        reports.append(bounded(breakeven_report(aggregates)))
         if served_hours == 0:
             notes.append(f"{model}: the fleet served no hour in the window; no replica cost")
     return reports, notes

@@ -52,12 +52,15 @@ def test_migration_creates_exactly_the_usage_columns(engine):
     assert {ix["name"] for ix in inspector.get_indexes("usage")} == {
         "ix_usage_ts",
         "ix_usage_tenant_ts",
+        "ix_usage_key_ts",
+        "ix_usage_model_ts",
+        "ix_usage_tenant_session",
     }
     assert inspector.get_pk_constraint("usage")["constrained_columns"] == ["id"]
     with engine.connect() as connection:
         assert (
             connection.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one()
-            == "0001"
+            == "0002"
         )
 
 
@@ -184,5 +187,5 @@ def test_processes_starting_together_migrate_one_at_a_time(database_url):
     with engine.connect() as connection:
         assert connection.execute(
             sa.text("SELECT version_num FROM alembic_version")
-        ).scalars().all() == ["0001"]
+        ).scalars().all() == ["0002"]
     engine.dispose()
