@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 
 WIDTH, HEIGHT = 720, 240
-PAD_LEFT, PAD_RIGHT, PAD_TOP, PAD_BOTTOM = 64, 16, 16, 40
+PAD_LEFT, PAD_RIGHT, PAD_TOP, PAD_BOTTOM = 64, 16, 28, 40
 PALETTE = ("#2b6cb0", "#c05621", "#2f855a", "#805ad5", "#b83280", "#718096", "#d69e2e", "#319795")
 
 
