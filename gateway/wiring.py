@@ -41,8 +41,10 @@ from gateway.ledger.call_ledger import CallLedger
 from gateway.ledger.db import create_ledger_engine, migrate_engine, session_factory
 from gateway.ledger.metrics import RecorderCollector
 from gateway.ledger.recorder import RecorderConfig, UsageRecorder
+from gateway.policy_archive import DirectoryArchive
 from gateway.settings import Settings
 from gateway.telemetry import Metrics, Telemetry, build_tracer_provider
+from policies.last_good import KnownNames
 from policies.store import PolicyStore
 
 log = logging.getLogger("lantern.wiring")
@@ -109,7 +111,14 @@ def build_components(
     http = Http1Pool(max_connections=1000)
     models, children = build_model_table(settings, http)
     pricing = RoutePricing.from_settings(settings)
-    keys = PolicyStore(settings.policy_dir, poll_interval_s=settings.policy_poll_interval_s)
+    keys = PolicyStore(
+        settings.policy_dir,
+        poll_interval_s=settings.policy_poll_interval_s,
+        known=KnownNames(
+            {m.name for m in settings.models}, {b.name for m in settings.models for b in m.backends}
+        ),
+        archive=DirectoryArchive(settings.var_dir / "policy-last-good"),
+    )
 
     engine = create_ledger_engine(settings.database_url)
     loop: list[asyncio.AbstractEventLoop] = []  # the serving loop, known once started

@@ -10,6 +10,7 @@ import argparse
 import importlib
 import os
 import re
+import secrets
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -234,11 +235,30 @@ def _serve(args: argparse.Namespace) -> int:
         return EXIT_UNAVAILABLE
     if args.demo:
         _announce_demo_key(settings)
+        if settings.admin_token is None:
+            token = _demo_admin_token(settings.var_dir)
+            settings = demo_settings(host=args.host, port=args.port, admin_token=token)
+            url = f"http://{settings.host}:{settings.port}"
+            print(f"admin token: {token}   (stored in {settings.var_dir / 'admin.token'})")
+            print(
+                f"console: {url}/console   (log in with the admin token; /admin/* takes it as Bearer)"
+            )
     serve = _lazy("gateway.http.app", "serve", "serve")
     if serve is None:
         return EXIT_UNAVAILABLE
     result = serve(settings)
     return result if isinstance(result, int) else EXIT_OK
+
+
+def _demo_admin_token(var_dir: Path) -> str:
+    """The demo's admin token: `var_dir/admin.token` (0600), made once."""
+    path = var_dir / "admin.token"
+    if not path.exists():
+        var_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="ascii") as handle:
+            handle.write("lt-admin-" + secrets.token_urlsafe(24) + "\n")
+    return path.read_text(encoding="ascii").strip()
 
 
 def _announce_demo_key(settings: Settings) -> None:
