@@ -109,3 +109,22 @@ def test_bad_key_requests_say_what_is_accepted(gateway: RunningGateway) -> None:
     assert httpx.post(f"{gateway.url}/admin/keys", json={"tenant": "acme"}).status_code == 401
     missing = httpx.post(f"{gateway.url}/admin/keys/nope/revoke", headers=ADMIN)
     assert missing.status_code == 404
+
+
+def test_spend_views_answer_with_the_reports_of_the_console(gateway: RunningGateway) -> None:
+    assert chat(gateway, "lt-acme-secret-key-0001") == 200
+    deadline = time.monotonic() + 5
+    while True:
+        spend = httpx.get(f"{gateway.url}/admin/reports/spend?dimension=key", headers=ADMIN)
+        document = spend.json()
+        if document["series"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert spend.status_code == 200 and list(document["series"]) == ["k1"]
+    assert document["currency"] == "USD"
+    top = httpx.get(f"{gateway.url}/admin/reports/sessions?limit=5", headers=ADMIN).json()
+    assert [s["tenant"] for s in top["sessions"]] == ["acme"]
+    budgets = httpx.get(f"{gateway.url}/admin/reports/budgets", headers=ADMIN).json()
+    assert {b["tenant"] for b in budgets} == {"acme", "other"}
+    bad = httpx.get(f"{gateway.url}/admin/reports/spend?dimension=colour", headers=ADMIN)
+    assert bad.status_code == 400 and "tenant|model|backend|key" in bad.json()["error"]["message"]
