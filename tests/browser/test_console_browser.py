@@ -107,6 +107,9 @@ def log_in(driver: WebDriver, url: str) -> None:
     driver.get(f"{url}/console")
     assert driver.current_url.endswith("/console/login")
     shot(driver, "login")
+    driver.find_element(By.ID, "token").send_keys("not-the-token")
+    driver.find_element(By.ID, "login").click()
+    assert driver.find_element(By.ID, "error").text == "wrong admin token"
     driver.find_element(By.ID, "token").send_keys(ADMIN_TOKEN)
     driver.find_element(By.ID, "login").click()
     assert driver.current_url.endswith("/console/spend")
@@ -149,6 +152,9 @@ def test_every_page_shows_the_seeded_month(
     assert all(0 < u <= 1 for u in curves["u*"])
     assert "fleet-model" in browser.find_element(By.CSS_SELECTOR, "table.report").text
     shot(browser, "breakeven")
+
+    browser.get(f"{url}/console/spend?dimension=colour")
+    assert "dimension: use tenant|model|backend|key" in browser.find_element(By.ID, "error").text
 
     browser.get(f"{url}/console/tenants")
     text = browser.find_element(By.CSS_SELECTOR, "table.report").text

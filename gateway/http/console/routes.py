@@ -26,6 +26,7 @@ from gateway.reports.cost import InvalidReportQuery, parse_period
 from gateway.reports.spend import SPEND_DIMENSIONS
 
 CONSOLE_ACTOR = "console"
+View = Callable[[Request], Awaitable[Response]]
 NAV = (("spend", "Spend"), ("budgets", "Budgets"), ("cache", "Cache"), ("sessions", "Sessions"),
        ("breakeven", "Break-even"), ("tenants", "Tenants"), ("keys", "Keys"))  # fmt: skip
 
@@ -46,105 +47,112 @@ def _templates() -> jinja2.Environment:
     )
 
 
-def build_console_router(console: Console) -> APIRouter:
-    router = APIRouter(include_in_schema=False)
-    env = _templates()
+class ConsoleRoutes:
+    """The handlers; `build_console_router` mounts them."""
 
-    def html(name: str, status: int = 200, **context: object) -> HTMLResponse:
-        body = env.get_template(name).render(nav=NAV, **context)
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.env = _templates()
+
+    def html(self, name: str, status: int = 200, **context: object) -> HTMLResponse:
+        body = self.env.get_template(name).render(nav=NAV, **context)
         return HTMLResponse(body, status, headers={"cache-control": "no-store"})
 
-    def guarded(
-        view: Callable[[Request], Awaitable[Response]],
-    ) -> Callable[[Request], Awaitable[Response]]:
+    def guarded(self, view: View) -> View:
+        """The view for a logged-in browser; else a redirect to the login form."""
+
         async def handler(request: Request) -> Response:
-            if not console.auth.is_valid(request.cookies):
+            if not self.console.auth.is_valid(request.cookies):
                 return RedirectResponse("/console/login", 303)
             try:
                 return await view(request)
             except InvalidReportQuery as exc:
-                return html("login.html.j2", 400, error=str(exc), enabled=True)
+                return self.html("page.html.j2", 400, page=None, error=str(exc), current="")
 
         return handler
 
-    async def login_form(request: Request) -> Response:
-        return html("login.html.j2", error=None, enabled=console.auth.is_enabled)
+    async def login_form(self, request: Request) -> Response:
+        return self.html("login.html.j2", error=None, enabled=self.console.auth.is_enabled)
 
-    async def login(request: Request) -> Response:
-        token = _form(await request.body()).get("token", "")
-        cookie = console.auth.login(token)
+    async def login(self, request: Request) -> Response:
+        cookie = self.console.auth.login(_form(await request.body()).get("token", ""))
         if cookie is None:
-            return html(
-                "login.html.j2", 401, error="wrong admin token", enabled=console.auth.is_enabled
-            )
+            enabled = self.console.auth.is_enabled
+            return self.html("login.html.j2", 401, error="wrong admin token", enabled=enabled)
         reply = RedirectResponse("/console/spend", 303)
         reply.set_cookie(
             COOKIE, cookie, max_age=SESSION_TTL_S, httponly=True, samesite="strict", path="/console"
         )
         return reply
 
-    async def logout(request: Request) -> Response:
+    async def logout(self, request: Request) -> Response:
         reply = RedirectResponse("/console/login", 303)
         reply.delete_cookie(COOKIE, path="/console")
         return reply
 
-    async def page(request: Request) -> Response:
+    async def home(self, request: Request) -> Response:
+        return RedirectResponse("/console/spend", 303)
+
+    async def page(self, request: Request) -> Response:
         name = request.path_params["name"]
-        found = await asyncio.to_thread(_page, console, name, request)
-        if found is None:
-            return html("page.html.j2", 404, page=None, current=name)
-        return html("page.html.j2", page=found, current=name, dimensions=SPEND_DIMENSIONS)
+        found = await asyncio.to_thread(_page, self.console, name, request)
+        status = 200 if found is not None else 404
+        return self.html("page.html.j2", status, page=found, current=name, error=None,
+                         dimensions=SPEND_DIMENSIONS)  # fmt: skip
 
     async def keys(
-        request: Request, issued: dict[str, str] | None = None, error: str | None = None
+        self, request: Request, issued: dict[str, str] | None = None, error: str | None = None
     ) -> Response:
-        listed = await asyncio.to_thread(console.data.records.all)
-        audit = await asyncio.to_thread(console.data.records.audit_log, 20)
-        tenants = [e.tenant for e in console.data.policies.snapshot().tenants]
-        status = 400 if error else 200
-        return html("keys.html.j2", status, keys=listed, audit=audit, tenants=tenants, issued=issued,
-                    error=error, form_token=console.auth.form_token(request.cookies), current="keys")  # fmt: skip
+        records = self.console.data.records
+        listed = await asyncio.to_thread(records.all)
+        audit = await asyncio.to_thread(records.audit_log, 20)
+        tenants = [e.tenant for e in self.console.data.policies.snapshot().tenants]
+        token = self.console.auth.form_token(request.cookies)
+        return self.html("keys.html.j2", 400 if error else 200, keys=listed, audit=audit,
+                         tenants=tenants, issued=issued, error=error, form_token=token,
+                         current="keys")  # fmt: skip
 
-    async def issue(request: Request) -> Response:
+    async def issue(self, request: Request) -> Response:
         form = _form(await request.body())
-        if not console.auth.is_form_token(request.cookies, form.get("form_token", "")):
-            return Response("stale form", 403)
+        if not self.console.auth.is_form_token(request.cookies, form.get("form_token", "")):
+            return Response("stale form: reload the page", 403)
+        data = self.console.data
         try:
             wanted = check_key_request(
-                _issue_body(form), console.data.policies.get, console.model_names
+                _issue_body(form), data.policies.get, self.console.model_names
             )
-            key, secret = await asyncio.to_thread(console.data.records.issue, wanted, CONSOLE_ACTOR)
+            key, secret = await asyncio.to_thread(data.records.issue, wanted, CONSOLE_ACTOR)
         except (KeyRequestInvalid, ValueError) as exc:
-            return await keys(request, error=str(exc).splitlines()[0])
-        return await keys(request, issued={"id": key.key_id, "tenant": key.tenant, "key": secret})
+            return await self.keys(request, error=str(exc).splitlines()[0])
+        return await self.keys(
+            request, issued={"id": key.key_id, "tenant": key.tenant, "key": secret}
+        )
 
-    async def revoke(request: Request) -> Response:
+    async def revoke(self, request: Request) -> Response:
         form = _form(await request.body())
-        if not console.auth.is_form_token(request.cookies, form.get("form_token", "")):
-            return Response("stale form", 403)
+        if not self.console.auth.is_form_token(request.cookies, form.get("form_token", "")):
+            return Response("stale form: reload the page", 403)
+        key_id = request.path_params["key_id"]
         try:
-            await asyncio.to_thread(
-                console.data.records.revoke, request.path_params["key_id"], CONSOLE_ACTOR
-            )
+            await asyncio.to_thread(self.console.data.records.revoke, key_id, CONSOLE_ACTOR)
         except KeyNotFound as exc:
-            return await keys(request, error=str(exc))
+            return await self.keys(request, error=str(exc))
         return RedirectResponse("/console/keys", 303)
 
-    router.add_api_route("/console/login", login_form, methods=["GET"])
-    router.add_api_route("/console/login", login, methods=["POST"])
-    router.add_api_route("/console/logout", logout, methods=["GET", "POST"])
-    router.add_api_route(
-        "/console", guarded(lambda r: _redirect("/console/spend")), methods=["GET"]
-    )
-    router.add_api_route("/console/keys", guarded(keys), methods=["GET"])
-    router.add_api_route("/console/keys", guarded(issue), methods=["POST"])
-    router.add_api_route("/console/keys/{key_id}/revoke", guarded(revoke), methods=["POST"])
-    router.add_api_route("/console/{name}", guarded(page), methods=["GET"])
+
+def build_console_router(console: Console) -> APIRouter:
+    routes = ConsoleRoutes(console)
+    router = APIRouter(include_in_schema=False)
+    add = router.add_api_route
+    add("/console/login", routes.login_form, methods=["GET"])
+    add("/console/login", routes.login, methods=["POST"])
+    add("/console/logout", routes.logout, methods=["GET", "POST"])
+    add("/console", routes.guarded(routes.home), methods=["GET"])
+    add("/console/keys", routes.guarded(routes.keys), methods=["GET"])
+    add("/console/keys", routes.guarded(routes.issue), methods=["POST"])
+    add("/console/keys/{key_id}/revoke", routes.guarded(routes.revoke), methods=["POST"])
+    add("/console/{name}", routes.guarded(routes.page), methods=["GET"])
     return router
-
-
-async def _redirect(url: str) -> Response:
-    return RedirectResponse(url, 303)
 
 
 def _page(console: Console, name: str, request: Request) -> pages.Page | None:
