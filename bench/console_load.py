@@ -42,11 +42,14 @@ def seed(database_url: str, num_rows: int, now: datetime) -> int:
     span_s = int((now - start).total_seconds()) - 1
     with engine.begin() as db:
         db.execute(USAGE_TABLE.delete())
+    # a ledger is appended in time order: rows i are spread evenly over the window, in order
+    step_s = span_s / max(num_rows, 1)
     for first in range(0, num_rows, BATCH):
-        batch = [_row(i, start, span_s, rng) for i in range(first, min(first + BATCH, num_rows))]
+        last = min(first + BATCH, num_rows)
+        batch = [_row(i, start + timedelta(seconds=i * step_s), rng) for i in range(first, last)]
         with engine.begin() as db:
             db.execute(USAGE_TABLE.insert(), batch)
-    with engine.connect() as db:
+    with engine.begin() as db:  # committed: PostgreSQL's statistics are transactional
         count = db.execute(sa.text("SELECT count(*) FROM usage")).scalar_one()
         if engine.dialect.name == "postgresql":
             db.execute(sa.text("ANALYZE usage"))
@@ -56,11 +59,11 @@ def seed(database_url: str, num_rows: int, now: datetime) -> int:
     return int(count)
 
 
-def _row(i: int, start: datetime, span_s: int, rng: random.Random) -> dict[str, object]:
+def _row(i: int, ts: datetime, rng: random.Random) -> dict[str, object]:
     tenant = rng.choice(TENANTS)
     cost = round(rng.random() / 100, 8)
     return {
-        "id": f"bench-{i:012d}", "ts": start + timedelta(seconds=rng.randrange(span_s)),
+        "id": f"bench-{i:012d}", "ts": ts,
         "tenant": tenant, "key_id": f"{tenant}-k{rng.randrange(3)}",
         "session_id": f"s{rng.randrange(50_000)}", "model": rng.choice(MODELS),
         "backend": "b", "replica": None, "attempt": 0, "status": "ok", "error_kind": None,

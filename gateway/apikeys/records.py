@@ -24,6 +24,7 @@ from gateway.ledger.models import AdminAuditRecord, ApiKeyRecord, to_money
 BudgetWindow = Literal["day", "week", "month"]
 BUDGET_WINDOWS: tuple[str, ...] = ("day", "week", "month")
 KEY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+TENANT_ID = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 MAX_AUDIT_ROWS = 500
 
 
@@ -107,6 +108,10 @@ class KeyRecords:
         return _issued(record), fresh.key
 
     def all(self, tenant: str | None = None) -> list[IssuedKey]:
+        if tenant is not None and not TENANT_ID.fullmatch(tenant):
+            raise KeyRequestInvalid(
+                f"tenant {tenant!r}: tenant ids are 1-63 lowercase letters, digits, '_' or '-'"
+            )
         query = sa.select(ApiKeyRecord).order_by(ApiKeyRecord.tenant, ApiKeyRecord.id)
         if tenant is not None:
             query = query.where(ApiKeyRecord.tenant == tenant)
@@ -137,6 +142,8 @@ class KeyRecords:
     def _change(
         self, key_id: str, actor: str, action: str, values: dict[str, object], note: str
     ) -> IssuedKey:
+        if not KEY_ID.fullmatch(key_id):
+            raise KeyNotFound(f"no key {key_id!r}")  # never sent to the database as is
         with self._sessions.begin() as session:
             record = session.get(ApiKeyRecord, key_id)
             if record is None:

@@ -107,7 +107,10 @@ def build_keys_router(
     async def listing(request: Request, tenant: str | None = None) -> Response:
         if not is_admin(request.headers, admin_token):
             return _denied()
-        keys = await asyncio.to_thread(records.all, tenant)
+        try:
+            keys = await asyncio.to_thread(records.all, tenant)
+        except Invalid as exc:
+            return _bad_request(exc)
         return json_response({"keys": [key_document(k) for k in keys]})
 
     @router.post("/admin/keys/{key_id}/expire", responses=answers)

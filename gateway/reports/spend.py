@@ -22,6 +22,7 @@ from gateway.reports.cost import CostReport, InvalidReportQuery, cost_report
 
 SPEND_DIMENSIONS = ("tenant", "model", "backend", "key")
 MAX_PAGE = 200
+MAX_OFFSET = 10**9
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +116,7 @@ def top_sessions(
         .group_by(u.tenant, u.session_id)
         .order_by(cost.desc(), u.tenant, u.session_id)
         .limit(min(max(limit, 1), MAX_PAGE))
-        .offset(max(offset, 0))
+        .offset(min(max(offset, 0), MAX_OFFSET))
     )
     with sessions() as session:
         rows = session.execute(query).all()

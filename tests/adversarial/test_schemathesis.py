@@ -24,6 +24,12 @@ ROUTES = {  # every route the gateway serves, and the methods /openapi.json must
     "/admin/policy": {"get"},
     "/admin/reports/cost": {"get"},
     "/admin/reports/breakeven": {"get"},
+    "/admin/reports/spend": {"get"},
+    "/admin/reports/sessions": {"get"},
+    "/admin/reports/budgets": {"get"},
+    "/admin/keys": {"get", "post"},
+    "/admin/keys/{key_id}/expire": {"post"},
+    "/admin/keys/{key_id}/revoke": {"post"},
     "/v1/tools/runs": {"post"},
     "/v1/tools/runs/{run_id}": {"get"},
 }
