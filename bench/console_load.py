@@ -114,10 +114,10 @@ def main() -> None:
     count = seed(url, args.rows, now)
     seed_s = time.perf_counter() - t0
     (var / "policies").mkdir()
-    settings = Settings(
-        database_url=url, var_dir=var, policy_dir=var / "policies", admin_token=TOKEN,
-        server_secret="bench", telemetry={"exporter": "none"},
-    )  # type: ignore[arg-type]  # fmt: skip
+    settings = Settings.model_validate(
+        {"database_url": url, "var_dir": var, "policy_dir": var / "policies",
+         "admin_token": TOKEN, "server_secret": "bench", "telemetry": {"exporter": "none"}}
+    )  # fmt: skip
     server, thread, base = serve(settings)
     times = []
     with httpx.Client(base_url=base, timeout=60) as client:
