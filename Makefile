@@ -5,10 +5,11 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: install run test check clean bubblewrap
+.PHONY: install run test check clean bubblewrap chromium
 
 $(STAMP): pyproject.toml
 	command -v bwrap >/dev/null || $(MAKE) bubblewrap
+	command -v chromedriver >/dev/null || $(MAKE) chromium
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
@@ -22,6 +23,11 @@ install: $(STAMP)
 bubblewrap:
 	if [ "$$(id -u)" = 0 ]; then apt-get install -y -q bubblewrap || (apt-get update -q && apt-get install -y -q bubblewrap); \
 	else sudo apt-get install -y -q bubblewrap; fi
+
+# A real headless browser for the console's browser tests (Debian's chromium + chromium-driver).
+chromium:
+	if [ "$$(id -u)" = 0 ]; then apt-get install -y -q chromium chromium-driver || (apt-get update -q && apt-get install -y -q chromium chromium-driver); \
+	else sudo apt-get install -y -q chromium chromium-driver; fi
 
 run: install
 	$(BIN)/lantern serve --demo

@@ -33,6 +33,17 @@ class PermissionDenied(GatewayError):
     anthropic_type = "permission_error"
 
 
+class KeyBudgetExhausted(GatewayError):
+    """An issued API key spent its budget for the current day, week or month (429)."""
+
+    status_code = 429
+    openai_type = "insufficient_quota"
+    anthropic_type = "rate_limit_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, rule="key_budget")
+
+
 class UnknownModel(GatewayError):
     status_code = 404
     openai_type = "invalid_request_error"

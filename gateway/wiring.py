@@ -15,8 +15,10 @@ from datetime import UTC, datetime
 
 import httpx
 from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session, sessionmaker
 
 from adapters.http1.connection import Http1Pool
+from gateway.apikeys.keyring import KeyChain, Keyring
 from gateway.core.admission import Admission
 from gateway.core.engine_tokens import EngineTokenizers
 from gateway.core.measure_lane import MeasureLane
@@ -36,13 +38,15 @@ from gateway.fleet.window import ContextWindows, HttpModelCards
 from gateway.http.admin_views import JsonView, build_admin_views
 from gateway.http.tools_wiring import ToolsRouter, build_tools
 from gateway.ledger.call_ledger import CallLedger
-from gateway.ledger.db import create_ledger_engine, migrate_engine
+from gateway.ledger.db import create_ledger_engine, migrate_engine, session_factory
 from gateway.ledger.metrics import RecorderCollector
 from gateway.ledger.recorder import RecorderConfig, UsageRecorder
 from gateway.responses.redis_store import RedisResponseStore
 from gateway.responses.store import MemoryResponseStore, ResponseStore
+from gateway.policy_archive import DirectoryArchive
 from gateway.settings import Settings
 from gateway.telemetry import Metrics, Telemetry, build_tracer_provider
+from policies.last_good import KnownNames
 from policies.store import PolicyStore
 
 log = logging.getLogger("lantern.wiring")
@@ -67,6 +71,9 @@ class GatewayProcess:
     admin_views: dict[str, JsonView]
     tools_router: ToolsRouter | None = None
     response_store: ResponseStore = field(default_factory=lambda: MemoryResponseStore(3600, 1000))
+    lookup: KeyChain | None = None  # YAML keys, then keys issued over /admin/keys
+    keyring: Keyring | None = None
+    sessions: sessionmaker[Session] | None = None  # the ledger database, for admin and console
     on_start: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -240,7 +247,14 @@ def build_components(
     http = Http1Pool(max_connections=1000)
     models, children = build_model_table(settings, http)
     pricing = RoutePricing.from_settings(settings)
-    policies = PolicyStore(settings.policy_dir, poll_interval_s=settings.policy_poll_interval_s)
+    policies = PolicyStore(
+        settings.policy_dir,
+        poll_interval_s=settings.policy_poll_interval_s,
+        known=KnownNames(
+            {m.name for m in settings.models}, {b.name for m in settings.models for b in m.backends}
+        ),
+        archive=DirectoryArchive(settings.var_dir / "policy-last-good"),
+    )
     admission = Admission.from_settings(settings, registry=metrics.registry)
     ledger = build_ledger(settings, admission, metrics)
     prompt = build_prompt_parts(settings, models, metrics, clock)
@@ -253,6 +267,7 @@ def build_components(
     process.on_stop.append(tools.stop)
     process.response_store = build_response_store(settings, clock)
     process.on_stop.append(process.response_store.aclose)
+    _add_keyring(process, ledger.engine)
 
     async def start() -> None:
         policies.reload_now()
@@ -305,6 +320,28 @@ async def _start_fleet(
     process.tasks.append(asyncio.create_task(health_loop()))
     if parts.scraper is not None:  # engine load, off the request path
         process.tasks.append(asyncio.create_task(fleet.run_signal_polls()))
+
+
+def _add_keyring(parts: GatewayProcess, engine: Engine) -> None:
+    """Issued keys: a snapshot refreshed every second on every process (gateway/apikeys)."""
+
+    def utc_now() -> datetime:
+        return datetime.now(UTC)
+
+    parts.sessions = session_factory(engine)
+    parts.keyring = Keyring(parts.sessions, utc_now)
+    parts.lookup = KeyChain(parts.policies, parts.keyring, utc_now)
+    keyring = parts.keyring
+
+    async def start() -> None:
+        await asyncio.to_thread(keyring.refresh)
+        keyring.start()
+
+    async def stop() -> None:
+        await asyncio.to_thread(keyring.stop)
+
+    parts.on_start.append(start)
+    parts.on_stop.append(stop)
 
 
 def _prepare_ledger(

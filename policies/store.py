@@ -18,6 +18,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from policies.errors import DOCUMENT_FIELD, PolicyFileError, PolicyIssue
+from policies.last_good import KnownNames, PolicyArchive, archived_policies, checked
 from policies.loader import LoadedPolicy, key_conflicts, load_policy_bytes, policy_files
 from policies.model import TenantPolicy, hash_api_key
 
@@ -77,7 +78,12 @@ class PolicyStore:
         clock: Clock = time.time,
         poll_interval_s: float = 0.5,
         logger: logging.Logger | None = None,
+        known: KnownNames | None = None,
+        archive: PolicyArchive | None = None,
     ) -> None:
+        """`known`: reject policies naming models or backends the server lacks (the last good
+        policy stays). `archive`: keeps each accepted file, so a restart with a broken file
+        still serves the tenant's last good policy."""
         self._dir = Path(policy_dir)
         self._clock = clock
         self._poll_interval_s = poll_interval_s
@@ -87,6 +93,9 @@ class PolicyStore:
         self._checked_at = 0.0
         # the directory's (mtime_ns, inode) when it was last listed, and the clock then
         self._dir_seen: tuple[tuple[int, int], float] | None = None
+        self._known = known
+        self._archive = archive
+        self._data: dict[str, bytes] = {}  # each valid file's bytes, for the archive
         self._reload_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -169,7 +178,10 @@ class PolicyStore:
                 return self._publish(self._state.loaded, {str(self._dir): (issue,)}, now)
             self._dir_seen = ((listed.st_mtime_ns, listed.st_ino), now)
             outcomes = self._scan(now)
-            loaded, errors = _resolve(self._state.loaded, outcomes)
+            previous = self._state.loaded
+            if self._state.version == 0 and self._archive is not None:
+                previous = archived_policies(self._archive, self._dir, self._known)
+            loaded, errors = _resolve(previous, outcomes)
             return self._publish(loaded, errors, now)
 
     def _unchanged(self) -> bool:
@@ -221,7 +233,9 @@ class PolicyStore:
             return _Seen((0, 0, 0), now, 0.0, "", PolicyFileError([issue]))
         digest = hashlib.sha256(data).hexdigest()
         if seen is None or seen.content_sha256 != digest:
-            outcome = _load(data, path)
+            outcome = checked(_load(data, path), self._known)
+            if isinstance(outcome, LoadedPolicy):
+                self._data[file] = data
             seen = _Seen(fingerprint, now, st.st_mtime, digest, outcome)
         else:
             seen = _Seen(fingerprint, now, st.st_mtime, digest, seen.outcome)
@@ -241,6 +255,7 @@ class PolicyStore:
         if same_policies and dict(errors) == dict(old.errors):
             return False
         self._log_changes(old, loaded, errors)
+        self._archive_changes(old, loaded)
         entries = {t: self._entry(p, old, now) for t, p in loaded.items()}
         by_hash = {k.sha256: (t, k.id) for t, p in loaded.items() for k in p.policy.api_keys}
         self._state = _State(
@@ -251,6 +266,21 @@ class PolicyStore:
             errors=MappingProxyType(dict(errors)),
         )
         return True
+
+    def _archive_changes(self, old: _State, loaded: Mapping[str, LoadedPolicy]) -> None:
+        if self._archive is None:
+            return
+        for tenant, policy in loaded.items():
+            before = old.loaded.get(tenant)
+            data = self._data.get(policy.file)
+            if before is not None and before.content_sha256 == policy.content_sha256:
+                continue
+            if data is None or hashlib.sha256(data).hexdigest() != policy.content_sha256:
+                continue  # an archived policy kept in force: already in the archive
+            try:
+                self._archive.save(tenant, data)
+            except OSError:
+                self._log.exception("cannot keep the last good policy of %s", tenant)
 
     def _entry(self, loaded: LoadedPolicy, old: _State, now: float) -> TenantEntry:
         tenant = loaded.policy.tenant

@@ -10,6 +10,7 @@ import argparse
 import importlib
 import os
 import re
+import secrets
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -20,7 +21,7 @@ from gateway.settings import Settings, SettingsError, demo_settings, load_settin
 from policies.loader import check_paths, reference_issues
 
 EXIT_OK, EXIT_INVALID, EXIT_UNAVAILABLE = 0, 1, 2
-GROUP_BY_CHOICES = ("tenant", "model", "backend", "day")
+GROUP_BY_CHOICES = ("tenant", "model", "backend", "day", "key", "session", "month")
 _TENANT_ID = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 _KEY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
@@ -101,7 +102,7 @@ def _add_report(commands: Any) -> None:
     report = commands.add_parser("report", help="usage reports", description="Usage reports.")
     kinds = report.add_subparsers(dest="report", required=True, metavar="REPORT")
     cost = kinds.add_parser("cost", help="spend by group", description="Spend by group.")
-    _add_window(cost)
+    _add_window(cost, ("table", "csv", "json", "focus"))
     cost.add_argument(
         "--group-by",
         action="append",
@@ -115,6 +116,17 @@ def _add_report(commands: Any) -> None:
         description="Break-even utilisation of self-hosted replicas against API prices.",
     )
     _add_window(breakeven)
+    breakeven.add_argument("--model", help="only this model (default: every model with a fleet)")
+    breakeven.add_argument(
+        "--mtok-per-h",
+        dest="mtok_per_h",
+        type=float,
+        help="million work tokens one replica serves per hour at full use "
+        "(default: capacity_tok_s in lantern.yaml, else the busiest hour served)",
+    )
+    breakeven.add_argument(
+        "--headroom", type=float, help="target utilisation of a replica, in (0, 1] (default 0.65)"
+    )
     breakeven.set_defaults(handler=_report_breakeven)
     pnl = kinds.add_parser(
         "cache-pnl",
@@ -126,11 +138,32 @@ def _add_report(commands: Any) -> None:
     pnl.set_defaults(handler=_report_cache_pnl)
 
 
-def _add_window(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--since", help="start: ISO date or datetime, UTC unless offset given")
-    parser.add_argument("--until", help="end: ISO datetime (exclusive) or date (whole day)")
-    parser.add_argument("--format", choices=("table", "csv", "json"), default="table")
-    parser.add_argument("--config", type=Path, help="lantern.yaml (default: $LANTERN_CONFIG)")
+def _add_window(
+    parser: argparse.ArgumentParser, formats: tuple[str, ...] = ("table", "csv", "json")
+) -> None:
+    parser.add_argument(
+        "--since",
+        help="start: ISO date or datetime, UTC unless offset given "
+        "(default: month to date, from the 1st of this month 00:00 UTC)",
+    )
+    parser.add_argument(
+        "--until", help="end: ISO datetime (exclusive) or date (whole day); default: now"
+    )
+    parser.add_argument(
+        "--format",
+        choices=formats,
+        default="table",
+        help=f"{'|'.join(formats)}; every format carries the period and totals",
+    )
+    _add_config(parser)
+
+
+def _add_config(parser: argparse.ArgumentParser) -> None:
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--config", type=Path, help="lantern.yaml (default: $LANTERN_CONFIG)")
+    source.add_argument(
+        "--demo", action="store_true", help="the settings of `lantern serve --demo` (make run)"
+    )
 
 
 def _add_cache(commands: Any) -> None:
@@ -142,8 +175,10 @@ def _add_cache(commands: Any) -> None:
         description="Explain where and why a session's prompt prefix changed.",
     )
     explain.add_argument("--session", required=True, help="session id")
-    explain.add_argument("--tenant", required=True, help="tenant id (sessions are per tenant)")
-    explain.add_argument("--config", type=Path, help="lantern.yaml (default: $LANTERN_CONFIG)")
+    explain.add_argument(
+        "--tenant", help="tenant id (needed only when several tenants used this session id)"
+    )
+    _add_config(explain)
     explain.set_defaults(handler=_cache_explain)
 
 
@@ -208,11 +243,30 @@ def _serve(args: argparse.Namespace) -> int:
         return EXIT_UNAVAILABLE
     if args.demo:
         _announce_demo_key(settings)
+        if settings.admin_token is None:
+            token = _demo_admin_token(settings.var_dir)
+            settings = demo_settings(host=args.host, port=args.port, admin_token=token)
+            url = f"http://{settings.host}:{settings.port}"
+            print(f"admin token: {token}   (stored in {settings.var_dir / 'admin.token'})")
+            print(
+                f"console: {url}/console   (log in with the admin token; /admin/* takes it as Bearer)"
+            )
     serve = _lazy("gateway.http.app", "serve", "serve")
     if serve is None:
         return EXIT_UNAVAILABLE
     result = serve(settings)
     return result if isinstance(result, int) else EXIT_OK
+
+
+def _demo_admin_token(var_dir: Path) -> str:
+    """The demo's admin token: `var_dir/admin.token` (0600), made once."""
+    path = var_dir / "admin.token"
+    if not path.exists():
+        var_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="ascii") as handle:
+            handle.write("lt-admin-" + secrets.token_urlsafe(24) + "\n")
+    return path.read_text(encoding="ascii").strip()
 
 
 def _announce_demo_key(settings: Settings) -> None:
@@ -269,10 +323,18 @@ def _policy_check(args: argparse.Namespace) -> int:
 
 def _keys_create(args: argparse.Namespace) -> int:
     if not _TENANT_ID.fullmatch(args.tenant):
-        print(f"lantern keys create: invalid tenant id {args.tenant!r}", file=sys.stderr)
+        print(
+            f"lantern keys create: invalid tenant id {args.tenant!r}: use 1-63 lowercase "
+            "letters, digits, '_' or '-', starting with a letter or digit (e.g. acme)",
+            file=sys.stderr,
+        )
         return EXIT_UNAVAILABLE
     if args.key_id is not None and not _KEY_ID.fullmatch(args.key_id):
-        print(f"lantern keys create: invalid key id {args.key_id!r}", file=sys.stderr)
+        print(
+            f"lantern keys create: invalid key id {args.key_id!r}: use 1-64 letters, digits, "
+            "'_', '.' or '-', starting with a letter or digit",
+            file=sys.stderr,
+        )
         return EXIT_UNAVAILABLE
     key = new_key(args.key_id)
     print(f"API key for tenant {args.tenant} (shown once; Lantern stores only its sha256):")
@@ -286,7 +348,15 @@ def _with_settings(module: str, attribute: str, command: str, args: argparse.Nam
     function = _lazy(module, attribute, command)
     if function is None:
         return EXIT_UNAVAILABLE
-    settings = _settings(args.config)
+    if getattr(args, "demo", False):
+        try:
+            settings: Settings | None = demo_settings()
+        except SettingsError as exc:
+            for issue in exc.issues:
+                print(issue, file=sys.stderr)
+            return EXIT_UNAVAILABLE
+    else:
+        settings = _settings(args.config)
     if settings is None:
         return EXIT_UNAVAILABLE
     return int(function(args, settings))

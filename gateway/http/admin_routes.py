@@ -49,6 +49,15 @@ ADMIN_QUERIES: dict[str, tuple[dict[str, Any], ...]] = {  # the query each admin
         ),
     ),
     "reports/breakeven": _PERIOD,
+    "reports/spend": (
+        *_PERIOD,
+        _query("dimension", {"type": "string"}, "tenant, model, backend or key (default tenant)"),
+    ),
+    "reports/sessions": (
+        *_PERIOD,
+        _query("limit", {"type": "integer"}, "sessions per page (at most 200; default 20)"),
+        _query("offset", {"type": "integer"}, "sessions to skip (default 0)"),
+    ),
 }
 
 

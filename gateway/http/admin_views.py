@@ -9,6 +9,7 @@ import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 from fastapi import Request
@@ -56,4 +57,47 @@ def build_admin_views(settings: Settings, keys: PolicyStore, engine: Any) -> dic
             "notes": notes,
         }
 
-    return {"policy": policy, "reports/cost": cost, "reports/breakeven": breakeven}
+    views = {"policy": policy, "reports/cost": cost, "reports/breakeven": breakeven}
+    return {**views, **_spend_views(sessions, keys)}
+
+
+def _spend_views(sessions: Any, keys: PolicyStore) -> dict[str, JsonView]:
+    """The console's spend views as JSON (gateway/reports/spend.py: one source for both)."""
+    from gateway.reports.cost import parse_period
+    from gateway.reports.spend import (
+        budget_lines,
+        sessions_document,
+        spend_document,
+        spend_series,
+        top_sessions,
+    )
+
+    async def spend(request: Request) -> Any:
+        q = request.query_params
+        since, until = parse_period(q.get("since"), q.get("until"), datetime.now(UTC))
+        dimension = q.get("dimension", "tenant")
+        series = await asyncio.to_thread(spend_series, sessions, since, until, dimension)
+        return spend_document(series)
+
+    async def top(request: Request) -> Any:
+        q = request.query_params
+        since, until = parse_period(q.get("since"), q.get("until"), datetime.now(UTC))
+        limit, offset = int(q.get("limit", "20")), int(q.get("offset", "0"))
+        rows = await asyncio.to_thread(top_sessions, sessions, since, until, limit, offset)
+        return {
+            "since": since.isoformat(),
+            "until": until.isoformat(),
+            "sessions": sessions_document(rows),
+        }
+
+    async def budgets(_: Request) -> Any:
+        limits = {e.tenant: e.policy.limits.monthly_budget_usd for e in keys.snapshot().tenants}
+        wanted = {t: Decimal(str(b)) if b is not None else None for t, b in limits.items()}
+        lines = await asyncio.to_thread(budget_lines, sessions, wanted, datetime.now(UTC))
+        return [
+            {"tenant": b.tenant, "budget_usd": str(b.budget_usd) if b.budget_usd is not None else None,
+             "spent_usd": str(b.spent_usd), "projected_usd": str(b.projected_usd)}
+            for b in lines
+        ]  # fmt: skip
+
+    return {"reports/spend": spend, "reports/sessions": top, "reports/budgets": budgets}

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import gc
 import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import FastAPI
@@ -18,11 +20,16 @@ from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from adapters.types import WireFormat
+from gateway.apikeys.records import KeyRecords
 from gateway.core.embeddings import Embeddings
+from gateway.http.admin_keys import build_keys_router
 from gateway.http.admin_routes import build_admin_router, build_ops_router
 from gateway.http.api_schema import component_schemas
 from gateway.http.chat_routes import ChatRoutes, build_chat_router
 from gateway.http.compat_routes import CompatRoutes, build_compat_router, not_found
+from gateway.http.console.login import ConsoleSessions
+from gateway.http.console.pages import ConsoleData
+from gateway.http.console.routes import Console, build_console_router
 from gateway.http.embeddings_routes import build_embeddings_router
 from gateway.http.request_body import BodyLimits
 from gateway.http.responses_routes import ResponsesRoutes, build_responses_router
@@ -85,23 +92,26 @@ def create_app(settings: Settings, components: GatewayProcess | None = None) -> 
         title="Lantern", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None
     )
     app.state.components = parts
-    chat = ChatRoutes(parts.pipeline, parts.policies, BodyLimits.from_settings(settings.http))
+    lookup = parts.lookup or parts.policies
+    chat = ChatRoutes(parts.pipeline, lookup, BodyLimits.from_settings(settings.http))
     app.include_router(build_chat_router(chat))  # also the reference path of the doors
     app.chat_routes = chat
     limits = BodyLimits.from_settings(settings.http)
     turns = Turns(parts.response_store, limits.max_messages)
     app.include_router(
-        build_responses_router(ResponsesRoutes(parts.pipeline, parts.policies, turns, limits))
+        build_responses_router(ResponsesRoutes(parts.pipeline, lookup, turns, limits))
     )
-    compat = CompatRoutes(parts.pipeline, parts.policies, limits)
+    compat = CompatRoutes(parts.pipeline, lookup, limits)
     app.include_router(build_compat_router(compat))
     embeddings = Embeddings(parts.pipeline.s)
-    app.include_router(build_embeddings_router(embeddings, parts.policies, limits))
+    app.include_router(build_embeddings_router(embeddings, lookup, limits))
     app.add_exception_handler(StarletteHTTPException, not_found)
     metrics_token = settings.metrics_token.get_secret_value() if settings.metrics_token else None
-    app.include_router(build_ops_router(parts.models, parts.policies, parts.metrics, metrics_token))
+    app.include_router(build_ops_router(parts.models, lookup, parts.metrics, metrics_token))
     admin_token = settings.admin_token.get_secret_value() if settings.admin_token else None
     app.include_router(build_admin_router(admin_token, parts.admin_views))
+    if parts.sessions is not None:
+        include_console(app, settings, parts, admin_token)
     if parts.tools_router is not None:
         app.include_router(parts.tools_router)
     return app
@@ -113,6 +123,19 @@ async def _freeze_gc() -> None:
     tests that build many apps in one interpreter."""
     gc.collect()
     gc.freeze()
+
+
+def include_console(
+    app: FastAPI, settings: Settings, parts: GatewayProcess, admin_token: str | None
+) -> None:
+    """`/admin/keys` and the web console at `/console`, over the ledger database."""
+    assert parts.sessions is not None
+    records = KeyRecords(parts.sessions, lambda: datetime.now(UTC))
+    names = list(parts.models.names())
+    app.include_router(build_keys_router(admin_token, records, parts.policies.get, names))
+    data = ConsoleData(parts.sessions, parts.policies, records, settings)
+    auth = ConsoleSessions(admin_token, settings.resolve_server_secret(), time.time)
+    app.include_router(build_console_router(Console(data, auth, names, lambda: datetime.now(UTC))))
 
 
 def serve(settings: Settings, components: GatewayProcess | None = None) -> int:

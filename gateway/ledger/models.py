@@ -77,7 +77,42 @@ class UsageRecord(Base):
     cache_lost_usd: Mapped[Decimal] = mapped_column(sa.Numeric(18, 8), server_default="0")
     cache_cause: Mapped[str | None] = mapped_column(sa.String(32))
 
-    __table_args__ = (sa.Index("ix_usage_tenant_ts", "tenant", "ts"),)
+    __table_args__ = (
+        sa.Index("ix_usage_tenant_ts", "tenant", "ts"),
+        sa.Index("ix_usage_key_ts", "key_id", "ts"),
+        sa.Index("ix_usage_model_ts", "model", "ts"),
+        sa.Index("ix_usage_tenant_session", "tenant", "session_id"),
+    )
+
+
+class ApiKeyRecord(Base):
+    """An API key issued through `/admin/keys` or the console: its sha256, never the key."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    tenant: Mapped[str] = mapped_column(sa.String(128), index=True)
+    sha256: Mapped[str] = mapped_column(sa.String(64), unique=True)
+    models: Mapped[str | None] = mapped_column(sa.String(4096))  # JSON list; NULL: the tenant's
+    budget_usd: Mapped[Decimal | None] = mapped_column(sa.Numeric(18, 8))
+    budget_window: Mapped[str | None] = mapped_column(sa.String(8))  # day | week | month
+    expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    created_by: Mapped[str] = mapped_column(sa.String(128))
+
+
+class AdminAuditRecord(Base):
+    """Who did what to which admin object, and when (key issue, expiry, revocation)."""
+
+    __tablename__ = "admin_audit"
+
+    id: Mapped[int] = mapped_column(sa.Integer, primary_key=True, autoincrement=True)
+    ts: Mapped[datetime] = mapped_column(UtcDateTime(), index=True)
+    actor: Mapped[str] = mapped_column(sa.String(128))
+    action: Mapped[str] = mapped_column(sa.String(64))
+    target: Mapped[str] = mapped_column(sa.String(256))
+    detail: Mapped[str] = mapped_column(sa.String(2048))
 
 
 def to_money(value: Decimal | float | int | str) -> Decimal:

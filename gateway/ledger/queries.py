@@ -17,10 +17,11 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from gateway.ledger.models import UsageRecord, to_money
 
-GroupKey = Literal["tenant", "model", "backend", "day"]
-GROUP_KEYS: tuple[str, ...] = ("tenant", "model", "backend", "day")
+GroupKey = Literal["tenant", "model", "backend", "day", "key", "session", "month"]
+GROUP_KEYS: tuple[str, ...] = ("tenant", "model", "backend", "day", "key", "session", "month")
 Venue = Literal["fleet", "api"]
 NO_BACKEND = "(none)"  # rows rejected before routing have no backend
+NO_SESSION = "(none)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +65,8 @@ class LedgerQueries:
         if unknown:
             raise ValueError(f"unknown group-by key(s) {unknown}; use {GROUP_KEYS}")
         with self._sessions() as session:
-            keys = [_group_column(key) for key in group_by]
+            dialect = session.get_bind().dialect.name
+            keys = [_group_column(key, dialect) for key in group_by]
             query = (
                 sa.select(*keys, *_sums())
                 .where(UsageRecord.ts >= since, UsageRecord.ts < until)
@@ -131,6 +133,22 @@ class LedgerQueries:
         with self._sessions() as session:
             return [(ts, diagnosis or "") for ts, diagnosis in session.execute(query)]
 
+    def session_reads(
+        self, session_id: str, tenant: str | None = None
+    ) -> list[tuple[datetime, str, str, int]]:
+        """(ts, tenant, diagnosis JSON, cache-read tokens the backend reported) of a session's
+        diagnosed calls, oldest first; every tenant's when `tenant` is None."""
+        u = UsageRecord
+        query = (
+            sa.select(u.ts, u.tenant, u.cache_diagnosis, u.cache_read_tokens)
+            .where(u.session_id == session_id, u.cache_diagnosis.is_not(None))
+            .order_by(u.ts, u.attempt)
+        )
+        if tenant is not None:
+            query = query.where(u.tenant == tenant)
+        with self._sessions() as session:
+            return [(ts, t, d or "", int(r)) for ts, t, d, r in session.execute(query)]
+
 
 def _sums() -> list[sa.ColumnElement[Any]]:
     u = UsageRecord
@@ -159,13 +177,26 @@ def _totals(values: Sequence[Any]) -> tuple[int, int, int, int, int, Decimal, De
     )
 
 
-def _group_column(key: str) -> sa.ColumnElement[Any]:
+def _group_column(key: str, dialect: str = "sqlite") -> sa.ColumnElement[Any]:
     if key == "day":
         return sa.func.date(UsageRecord.ts).label("day")  # SQLite: text, PostgreSQL: date
+    if key == "month":
+        return month_bucket(dialect).label("month")
+    if key == "key":
+        return UsageRecord.key_id.label("key")
+    if key == "session":
+        return sa.func.coalesce(UsageRecord.session_id, NO_SESSION).label("session")
     if key == "backend":
         return sa.func.coalesce(UsageRecord.backend, NO_BACKEND).label("backend")
     column: sa.ColumnElement[Any] = getattr(UsageRecord, key)
     return column.label(key)
+
+
+def month_bucket(dialect: str) -> sa.ColumnElement[Any]:
+    """`YYYY-MM` of a row's UTC timestamp, as text on both dialects."""
+    if dialect == "postgresql":
+        return sa.func.to_char(UsageRecord.ts, "YYYY-MM")
+    return sa.func.strftime("%Y-%m", UsageRecord.ts)
 
 
 def _hour_bucket(session: Session) -> sa.ColumnElement[Any]:

@@ -1,14 +1,17 @@
 """`lantern report breakeven`: the note's F2 arithmetic (routing.breakeven) over the ledger's
 fleet and API traffic, with fleets and prices from lantern.yaml. CLI only; sync database I/O.
 
-A replica's capacity (Mtok/h at full use) is not in lantern.yaml: `--mtok-per-h` gives it, else
-the busiest hour the fleet served is used, a lower bound, and the output says so.
+A replica's capacity (Mtok/h at full use) comes from `--mtok-per-h`, else `capacity_tok_s` in
+lantern.yaml, else the busiest hour the fleet served (a lower bound, and the output says so).
+Replicas are charged for the hours they served (UTC hours with fleet traffic), not for the whole
+window; u and u* are reported in [0, 1] (u* above 1 means the fleet never pays at these prices).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import io
 import json
 import sys
@@ -91,7 +94,35 @@ def breakeven_reports(
 ) -> tuple[list[BreakevenReport], list[str]]:
     """(one report per model of `fleets`, notes on estimated or missing capacities)."""
     hourly = LedgerQueries(sessions).hourly_model_tokens(since, until)
-    hours = (until - since).total_seconds() / 3600
+    return reports_from_hourly(hourly, fleets, prices)
+
+
+def breakeven_by_day(
+    sessions: sessionmaker[Session],
+    since: datetime,
+    until: datetime,
+    fleets: Mapping[str, FleetSpec],
+    prices: Mapping[str, ApiPrices],
+) -> list[tuple[str, list[BreakevenReport]]]:
+    """(UTC day, the reports of that day) for each day with traffic: u against u* over time."""
+    hourly = LedgerQueries(sessions).hourly_model_tokens(since, until)
+    days = sorted({h.hour.date().isoformat() for h in hourly})
+    return [
+        (
+            day,
+            reports_from_hourly(
+                [h for h in hourly if h.hour.date().isoformat() == day], fleets, prices
+            )[0],
+        )
+        for day in days
+    ]
+
+
+def reports_from_hourly(
+    hourly: list[HourlyModelTokens],
+    fleets: Mapping[str, FleetSpec],
+    prices: Mapping[str, ApiPrices],
+) -> tuple[list[BreakevenReport], list[str]]:
     reports: list[BreakevenReport] = []
     notes: list[str] = []
     for model, fleet in sorted(fleets.items()):
@@ -107,22 +138,38 @@ def breakeven_reports(
                 f"{model}: capacity {capacity:.4g} Mtok/h per replica is the busiest "
                 "hour served (a lower bound); pass --mtok-per-h for the real one"
             )
-        reports.append(
-            breakeven_report(
-                ModelAggregates(
-                    model=model,
-                    hours=hours,
-                    replicas=fleet.replicas,
-                    replica_usd_per_h=fleet.replica_usd_per_h,
-                    mtok_per_h_full=capacity,
-                    fleet=_token_counts(fleet_rows),
-                    api=_token_counts(r for r in rows if r.venue == "api"),
-                    api_prices=prices[model],
-                    headroom_util=fleet.headroom_util,
-                )
-            )
+        served_hours = len({r.hour for r in fleet_rows})
+        aggregates = ModelAggregates(
+            model=model,
+            hours=float(served_hours),
+            replicas=fleet.replicas,
+            replica_usd_per_h=fleet.replica_usd_per_h,
+            mtok_per_h_full=capacity,
+            fleet=_token_counts(fleet_rows),
+            api=_token_counts(r for r in rows if r.venue == "api"),
+            api_prices=prices[model],
+            headroom_util=fleet.headroom_util,
         )
+        reports.append(bounded(breakeven_report(aggregates)))
+        if served_hours == 0:
+            notes.append(f"{model}: the fleet served no hour in the window; no replica cost")
     return reports, notes
+
+
+def bounded(report: BreakevenReport) -> BreakevenReport:
+    """u and u* clipped to [0, 1]: a u* above 1 means no utilisation makes the fleet pay, and
+    the reason says so (the formula keeps the unclipped arithmetic)."""
+    if report.u_star <= 1 and report.utilisation <= 1:
+        return report
+    reason = report.reason
+    if report.u_star > 1:
+        reason = f"u*={report.u_star:.3g} > 1: the fleet never pays at these prices; {reason}"
+    return dataclasses.replace(
+        report,
+        utilisation=min(report.utilisation, 1.0),
+        u_star=min(report.u_star, 1.0),
+        reason=reason,
+    )
 
 
 def run_breakeven(args: argparse.Namespace, settings: Settings) -> int:
@@ -132,13 +179,19 @@ def run_breakeven(args: argparse.Namespace, settings: Settings) -> int:
     except InvalidReportQuery as error:
         print(f"lantern report breakeven: {error}", file=sys.stderr)
         return 2
-    fleets = _chosen_fleets(args, fleets_from_settings(settings))
-    if not fleets:
-        print(
-            "lantern report breakeven: no model has a self-hosted backend with "
-            "price_per_hour_usd in lantern.yaml",
-            file=sys.stderr,
+    problem = check_breakeven_options(args)
+    all_fleets = fleets_from_settings(settings)
+    fleets = _chosen_fleets(args, all_fleets)
+    model = getattr(args, "model", None)
+    if problem is None and model is not None and model not in all_fleets:
+        problem = f"--model {model!r} has no priced fleet; use one of: {', '.join(all_fleets)}"
+    if problem is None and not fleets:
+        problem = (
+            "no model has a self-hosted backend (selfhost or openai_compatible) with "
+            "price_per_hour_usd in lantern.yaml (pass --config FILE, or --demo for make run's)"
         )
+    if problem is not None:
+        print(f"lantern report breakeven: {problem}", file=sys.stderr)
         return 2
     engine = create_ledger_engine(settings.database_url)
     try:
@@ -185,6 +238,17 @@ def add_breakeven_arguments(parser: argparse.ArgumentParser) -> None:
         help="million work tokens one replica serves per hour at full use",
     )
     parser.add_argument("--headroom", type=float, help="target utilisation (default 0.65)")
+
+
+def check_breakeven_options(args: argparse.Namespace) -> str | None:
+    """What is wrong with --mtok-per-h or --headroom, or None."""
+    mtok_per_h = getattr(args, "mtok_per_h", None)
+    headroom = getattr(args, "headroom", None)
+    if mtok_per_h is not None and not mtok_per_h > 0:
+        return f"--mtok-per-h must be a number > 0 (got {mtok_per_h})"
+    if headroom is not None and not 0 < headroom <= 1:
+        return f"--headroom must be in (0, 1] (got {headroom})"
+    return None
 
 
 def _chosen_fleets(args: argparse.Namespace, fleets: dict[str, FleetSpec]) -> dict[str, FleetSpec]:

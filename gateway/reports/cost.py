@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from gateway.ledger.db import create_ledger_engine, session_factory
 from gateway.ledger.queries import GROUP_KEYS, LedgerQueries, UsageTotals
+from gateway.reports.focus import FOCUS_GROUP_BY, to_focus_csv
 from gateway.reports.format import render, report_document, to_csv, to_json, to_table
 
 __all__ = [
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from gateway.settings import Settings
 
 REPORT_FORMATS = ("table", "csv", "json")
+COST_FORMATS = (*REPORT_FORMATS, "focus")  # focus: FinOps FOCUS 1.0 CSV, one row per day+key
 DEFAULT_GROUP_BY = ("tenant",)
 
 
@@ -135,10 +137,12 @@ def cli_cost(args: argparse.Namespace, settings: LedgerSettings) -> int:
     try:
         since, until = parse_period(args.since, args.until, datetime.now(UTC))
         group_by = parse_group_by(args.group_by) if args.group_by else DEFAULT_GROUP_BY
-        if args.format not in REPORT_FORMATS:
+        if args.format not in COST_FORMATS:
             raise InvalidReportQuery(
-                f"unknown format {args.format!r}; use {'|'.join(REPORT_FORMATS)}"
+                f"unknown format {args.format!r}; use {'|'.join(COST_FORMATS)}"
             )
+        if args.format == "focus":
+            group_by = FOCUS_GROUP_BY
     except InvalidReportQuery as error:
         print(f"lantern report cost: {error}", file=sys.stderr)
         return 2
@@ -154,22 +158,26 @@ def cli_cost(args: argparse.Namespace, settings: LedgerSettings) -> int:
         return 1
     finally:
         engine.dispose()
-    sys.stdout.write(render(report, args.format))
+    sys.stdout.write(
+        to_focus_csv(report) if args.format == "focus" else render(report, args.format)
+    )
     return 0
 
 
 def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags `cli_cost` reads, for the `lantern report cost` sub-parser."""
-    parser.add_argument("--since", help="ISO date or datetime (default: first of this month, UTC)")
+    parser.add_argument(
+        "--since", help="ISO date or datetime (default: month to date: the 1st of this month, UTC)"
+    )
     parser.add_argument("--until", help="ISO date (inclusive) or datetime (exclusive); default now")
     parser.add_argument(
         "--group-by",
         dest="group_by",
         action="append",
         default=None,
-        help="tenant|model|backend|day; repeat or comma-separate for several (default: tenant)",
+        help=f"{'|'.join(GROUP_KEYS)}; repeat or comma-separate for several (default: tenant)",
     )
-    parser.add_argument("--format", choices=REPORT_FORMATS, default="table")
+    parser.add_argument("--format", choices=COST_FORMATS, default="table")
 
 
 def cli_breakeven(args: argparse.Namespace, settings: Settings) -> int:

@@ -1,7 +1,8 @@
 """Text renderings of a `CostReport`: an aligned table for people, CSV and JSON for tools.
 
 Money is exact: CSV carries 8 decimals (the ledger's precision), JSON numbers print the exact
-decimal, the table rounds to 4 decimals. CSV holds the group rows only (no totals line).
+decimal, the table shows cents for amounts of a dollar or more and the significant digits of
+smaller ones (`display_money`). Every format carries the period and a totals row.
 """
 
 from __future__ import annotations
@@ -9,12 +10,13 @@ from __future__ import annotations
 import csv
 import io
 import json
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from gateway.reports.cost import CostReport, CostRow
 
+_CENT = Decimal("0.01")
 _COUNTS = ("num_calls", "input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")
 _MONEY = ("cost_usd", "uncached_cost_usd", "saved_usd")
 _TABLE_HEADERS = (
@@ -38,14 +40,33 @@ def render(report: CostReport, fmt: str) -> str:
     return to_table(report)
 
 
+def display_money(value: Decimal) -> str:
+    """Dollars for people: cents from $1 up (`1,234.57`), else up to 4 significant digits so a
+    small amount never reads as zero (`0.000123`); zero is `0.00`."""
+    if value == 0:
+        return "0.00"
+    if abs(value) >= 1:
+        return f"{value.quantize(_CENT, ROUND_HALF_UP):,.2f}"
+    digits = max(2, -abs(value).adjusted() + 3)
+    text = f"{value:.{min(digits, 8)}f}".rstrip("0")
+    return text if len(text.split(".")[1]) >= 2 else f"{value:.2f}"
+
+
 def to_csv(report: CostReport) -> str:
+    """One line per group and a last `TOTAL` line; every line names the period
+    (`period_start`, `period_end`, UTC, end exclusive) so a file stands on its own."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow([*report.group_by, *_COUNTS, "cache_hit_ratio", *_MONEY])
-    for row in report.rows:
+    writer.writerow(
+        ["period_start", "period_end", *report.group_by, *_COUNTS, "cache_hit_ratio", *_MONEY]
+    )
+    period = [report.since.isoformat(), report.until.isoformat()]
+    total_label = ["TOTAL", *([""] * (len(report.group_by) - 1))] if report.group_by else []
+    for group, row in [*((r.group, r) for r in report.rows), (tuple(total_label), report.totals)]:
         writer.writerow(
             [
-                *row.group,
+                *period,
+                *group,
                 *(getattr(row, name) for name in _COUNTS),
                 f"{row.cache_hit_ratio:.4f}",
                 *(f"{getattr(row, name):.8f}" for name in _MONEY),
@@ -63,6 +84,7 @@ def report_document(report: CostReport) -> dict[str, object]:
     return {
         "since": report.since.isoformat(),
         "until": report.until.isoformat(),
+        "currency": "USD",
         "group_by": list(report.group_by),
         "rows": [_row_document(row, report.group_by) for row in report.rows],
         "totals": _row_document(report.totals, ()),
@@ -96,7 +118,7 @@ def _table_cells(row: CostRow) -> list[str]:
         *row.group,
         *(f"{getattr(row, name):,}" for name in _COUNTS),
         f"{row.cache_hit_ratio * 100:.1f}",
-        *(f"{getattr(row, name):,.4f}" for name in _MONEY),
+        *(display_money(getattr(row, name)) for name in _MONEY),
     ]
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from gateway.cli.main import main
+from gateway.ledger.db import migrate
 from gateway.settings import Settings
 from policies.limits import LimitsPolicy
 from policies.model import hash_api_key
@@ -236,6 +237,43 @@ def test_serve_demo_seeds_a_tenant_once(
         capsys.readouterr().out.splitlines()[1] == f"demo API key: {key}   (stored in var/demo.key)"
     )
     assert (tmp_path / "var" / "policies" / "demo.yaml").read_bytes() == policy_bytes
+
+
+def test_serve_demo_prints_an_admin_token_and_the_console(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    served: list[Settings] = []
+    fake = types.ModuleType("gateway.http.app")
+    fake.serve = lambda settings: served.append(settings)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "gateway.http.app", fake)
+    monkeypatch.chdir(tmp_path)
+    assert main(["serve", "--demo"]) == 0
+    out = capsys.readouterr().out
+    match = re.search(r"admin token: (lt-admin-\S+)   \(stored in var/admin.token\)", out)
+    assert match is not None and "console: http://127.0.0.1:8080/console" in out
+    (settings,) = served
+    assert settings.admin_token is not None
+    assert settings.admin_token.get_secret_value() == match.group(1)
+    token_file = tmp_path / "var" / "admin.token"
+    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+    assert main(["serve", "--demo"]) == 0  # the same token on every run
+    assert match.group(1) in capsys.readouterr().out
+
+
+def test_report_breakeven_runs_on_the_demo_out_of_the_box(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    migrate("sqlite:///./var/lantern.db")
+    assert main(["report", "breakeven", "--demo"]) == 0
+    captured = capsys.readouterr()
+    assert "smollm2: the fleet served no hour in the window" in captured.err
+    assert "model smollm2: 1 replica(s) over 0 h" in captured.out
+
+
+def test_keys_create_says_tenant_ids_are_lowercase(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["keys", "create", "--tenant", "NEWTENANT"]) == 2
+    assert "lowercase" in capsys.readouterr().err
 
 
 def test_serve_with_an_invalid_config_exits_2(

@@ -57,12 +57,15 @@ def test_migration_creates_exactly_the_usage_columns(engine):
     assert {ix["name"] for ix in inspector.get_indexes("usage")} == {
         "ix_usage_ts",
         "ix_usage_tenant_ts",
+        "ix_usage_key_ts",
+        "ix_usage_model_ts",
+        "ix_usage_tenant_session",
     }
     assert inspector.get_pk_constraint("usage")["constrained_columns"] == ["id"]
     with engine.connect() as connection:
         assert (
             connection.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one()
-            == "0003"
+            == "0004"
         )
 
 
@@ -189,5 +192,5 @@ def test_processes_starting_together_migrate_one_at_a_time(database_url):
     with engine.connect() as connection:
         assert connection.execute(
             sa.text("SELECT version_num FROM alembic_version")
-        ).scalars().all() == ["0003"]
+        ).scalars().all() == ["0004"]
     engine.dispose()

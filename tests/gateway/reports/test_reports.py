@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -22,6 +24,7 @@ from gateway.reports.cost import (
     to_json,
     to_table,
 )
+from gateway.reports.focus import FOCUS_GROUP_BY, FOCUS_MANDATORY_COLUMNS, to_focus_csv
 from tests.gateway.ledger.ledger_dataset import DEC_1, NOV_1, edge_rows, november_rows
 
 
@@ -101,16 +104,17 @@ GOLDEN_TABLE = """\
 cost report 2026-11-01T00:00:00+00:00 .. 2026-11-03T12:00:00+00:00 (UTC, until exclusive)
 tenant  day         calls    input  cache read  cache write   output  hit %  cost $  uncached $  saved $
 ------  ----------  -----  -------  ----------  -----------  -------  -----  ------  ----------  -------
-acme    2026-11-01      2  350,000     600,000      600,000   90,000   38.7  4.8300      6.0000   1.1700
-globex  2026-11-02      1  100,000           0      300,000  100,000    0.0  2.6250      1.8000  -0.8250
+acme    2026-11-01      2  350,000     600,000      600,000   90,000   38.7    4.83        6.00     1.17
+globex  2026-11-02      1  100,000           0      300,000  100,000    0.0    2.63        1.80   -0.825
 ------  ----------  -----  -------  ----------  -----------  -------  -----  ------  ----------  -------
-TOTAL                   3  450,000     600,000      900,000  190,000   30.8  7.4550      7.8000   0.3450
+TOTAL                   3  450,000     600,000      900,000  190,000   30.8    7.46        7.80    0.345
 """
 
 GOLDEN_CSV = """\
-tenant,day,num_calls,input_tokens,cache_read_tokens,cache_write_tokens,output_tokens,cache_hit_ratio,cost_usd,uncached_cost_usd,saved_usd
-acme,2026-11-01,2,350000,600000,600000,90000,0.3871,4.83000000,6.00000000,1.17000000
-globex,2026-11-02,1,100000,0,300000,100000,0.0000,2.62500000,1.80000000,-0.82500000
+period_start,period_end,tenant,day,num_calls,input_tokens,cache_read_tokens,cache_write_tokens,output_tokens,cache_hit_ratio,cost_usd,uncached_cost_usd,saved_usd
+2026-11-01T00:00:00+00:00,2026-11-03T12:00:00+00:00,acme,2026-11-01,2,350000,600000,600000,90000,0.3871,4.83000000,6.00000000,1.17000000
+2026-11-01T00:00:00+00:00,2026-11-03T12:00:00+00:00,globex,2026-11-02,1,100000,0,300000,100000,0.0000,2.62500000,1.80000000,-0.82500000
+2026-11-01T00:00:00+00:00,2026-11-03T12:00:00+00:00,TOTAL,,3,450000,600000,900000,190000,0.3077,7.45500000,7.80000000,0.34500000
 """
 
 
@@ -127,6 +131,7 @@ def test_json_golden():
     assert document == {
         "since": "2026-11-01T00:00:00+00:00",
         "until": "2026-11-03T12:00:00+00:00",
+        "currency": "USD",
         "group_by": ["tenant", "day"],
         "rows": [
             {
@@ -179,7 +184,7 @@ def test_ungrouped_table_is_one_total_line(sessions):
     assert text.splitlines()[1:] == [
         "calls      input  cache read  cache write   output  hit %  cost $  uncached $  saved $",
         "-----  ---------  ----------  -----------  -------  -----  ------  ----------  -------",
-        "    6  1,850,000   1,500,000      600,000  490,000   38.0  7.1100     10.7100   3.6000",
+        "    6  1,850,000   1,500,000      600,000  490,000   38.0    7.11       10.71     3.60",
     ]
 
 
@@ -201,3 +206,35 @@ def test_period_defaults_and_inclusive_until_date():
     for since, until in (("2026-11-05", "2026-11-04"), ("yesterday", None), (None, "soon")):
         with pytest.raises(InvalidReportQuery):
             parse_period(since, until, now)
+
+
+def test_report_by_key_session_and_month(sessions):
+    report = cost_report(sessions, NOV_1, DEC_1, ["month", "key", "session"])
+    assert [(r.group, r.num_calls, r.cost_usd) for r in report.rows][:2] == [
+        (("2026-11", "key-1", "s-1"), 1, money("3.60")),
+        (("2026-11", "key-2", "s-1"), 1, money("1.23")),
+    ]
+    assert sum(r.cost_usd for r in report.rows) == report.totals.cost_usd == money("7.11")
+
+
+def test_focus_export_has_every_mandatory_column_and_the_ledgers_total(sessions):
+    report = cost_report(sessions, NOV_1, DEC_1, FOCUS_GROUP_BY)
+    lines = list(csv.DictReader(io.StringIO(to_focus_csv(report))))
+    assert set(FOCUS_MANDATORY_COLUMNS) <= set(lines[0])
+    assert len(FOCUS_MANDATORY_COLUMNS) == 21
+    for line in lines:
+        assert all(line[c] != "" for c in FOCUS_MANDATORY_COLUMNS if c != "ChargeClass")
+        assert line["ChargeCategory"] == "Usage" and line["BillingCurrency"] == "USD"
+        assert line["BillingPeriodStart"] == "2026-11-01T00:00:00Z"
+        assert line["BillingPeriodEnd"] == "2026-12-01T00:00:00Z"
+        assert line["ChargePeriodStart"][:10] == line["ChargePeriodEnd"][:10] or (
+            line["ChargePeriodEnd"].endswith("T00:00:00Z")
+        )
+    assert sum(Decimal(line["BilledCost"]) for line in lines) == money("7.11")
+    assert sum(Decimal(line["ListCost"]) for line in lines) == money("10.71")
+    first = lines[0]
+    assert (first["SubAccountId"], first["ResourceId"], first["SkuId"]) == (
+        "acme",
+        "acme/key-1",
+        "claude-sonnet",
+    )

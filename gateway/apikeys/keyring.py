@@ -1,0 +1,160 @@
+"""Every gateway process's view of the issued keys: a snapshot of `api_keys` (and of each
+budgeted key's spend in its window) refreshed from the database every `poll_interval_s`, so an
+issue, expiry or revocation made on any process takes effect on all of them within two polls.
+
+`KeyChain` answers `tenant_for_key` from the tenant policies' YAML keys first, then from this
+snapshot, narrowing the tenant's policy to the key's model subset.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Protocol
+
+import sqlalchemy as sa
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from gateway.apikeys.records import IssuedKey, KeyRecords
+from gateway.errors import KeyBudgetExhausted
+from gateway.ledger.models import UsageRecord, to_money
+from policies.model import TenantPolicy
+
+log = logging.getLogger("lantern.apikeys")
+DEFAULT_POLL_INTERVAL_S = 1.0
+
+
+def window_start(window: str, now: datetime) -> datetime:
+    """The start (UTC) of the day, ISO week (Monday) or month that holds `now`."""
+    day = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    if window == "day":
+        return day
+    if window == "week":
+        return day - timedelta(days=day.weekday())
+    return day.replace(day=1)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyringSnapshot:
+    by_sha256: dict[str, IssuedKey] = field(default_factory=dict)
+    spend_usd: dict[str, Decimal] = field(default_factory=dict)  # budgeted keys, in their window
+
+
+class Keyring:
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        clock: Callable[[], datetime],
+        poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
+    ) -> None:
+        self._records = KeyRecords(sessions, clock)
+        self._sessions = sessions
+        self._clock = clock
+        self._poll_interval_s = poll_interval_s
+        self._snapshot = KeyringSnapshot()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def snapshot(self) -> KeyringSnapshot:
+        return self._snapshot
+
+    def refresh(self) -> bool:
+        """Reload the snapshot; False (the old one kept) while the database cannot answer."""
+        try:
+            keys = self._records.all()
+            spend = self._spend([k for k in keys if k.budget_usd is not None])
+        except SQLAlchemyError as error:
+            log.debug("api key refresh failed: %s", type(error).__name__)
+            return False
+        self._snapshot = KeyringSnapshot({k.sha256: k for k in keys}, spend)
+        return True
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="lantern-keyring", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._poll_interval_s):
+            self.refresh()
+
+    def _spend(self, budgeted: list[IssuedKey]) -> dict[str, Decimal]:
+        """Each budgeted key's spend since its window's start (index ix_usage_key_ts)."""
+        now = self._clock()
+        spend: dict[str, Decimal] = {}
+        with self._sessions() as session:
+            for key in budgeted:
+                start = window_start(key.budget_window or "month", now)
+                total = session.execute(
+                    sa.select(sa.func.sum(UsageRecord.cost_usd)).where(
+                        UsageRecord.key_id == key.key_id, UsageRecord.ts >= start
+                    )
+                ).scalar_one()
+                spend[key.key_id] = to_money(total or 0)
+        return spend
+
+
+class PolicyKeys(Protocol):
+    """What KeyChain needs of the policy store."""
+
+    def tenant_for_key(self, key: str) -> tuple[TenantPolicy, str] | None: ...
+
+    def get(self, tenant: str) -> TenantPolicy | None: ...
+
+
+class KeyChain:
+    """Policy YAML keys first, then issued keys; implements gateway.http.auth.KeyLookup."""
+
+    def __init__(
+        self, policies: PolicyKeys, keyring: Keyring, clock: Callable[[], datetime]
+    ) -> None:
+        self._policies = policies
+        self._keyring = keyring
+        self._clock = clock
+
+    def tenant_for_key(self, key: str) -> tuple[TenantPolicy, str] | None:
+        found = self._policies.tenant_for_key(key)
+        if found is not None:
+            return found
+        snapshot = self._keyring.snapshot
+        digest = hashlib.sha256(key.encode("utf-8")).hexdigest()
+        issued = snapshot.by_sha256.get(digest)
+        if issued is None or not hmac.compare_digest(issued.sha256, digest):
+            return None
+        if not issued.is_usable(self._clock()):
+            return None
+        policy = self._policies.get(issued.tenant)
+        if policy is None:
+            return None
+        _check_budget(issued, snapshot.spend_usd.get(issued.key_id, Decimal(0)))
+        return _narrowed(policy, issued), issued.key_id
+
+
+def _check_budget(issued: IssuedKey, spent: Decimal) -> None:
+    if issued.budget_usd is not None and spent >= issued.budget_usd:
+        raise KeyBudgetExhausted(
+            f"key {issued.key_id} spent ${spent} of its ${issued.budget_usd} "
+            f"{issued.budget_window} budget"
+        )
+
+
+def _narrowed(policy: TenantPolicy, issued: IssuedKey) -> TenantPolicy:
+    """The tenant's policy with `models` cut to the key's subset (within what the tenant may)."""
+    if issued.models is None:
+        return policy
+    allowed = [m for m in issued.models if not policy.models or m in policy.models]
+    # an empty subset after narrowing must not widen to "every model": keep a name none has
+    return policy.model_copy(update={"models": tuple(allowed) or ("(none)",)})

@@ -1,0 +1,197 @@
+"""The `api_keys` and `admin_audit` tables: issue, list, expire and revoke keys, each change
+audited (who, what, when) in the same transaction. Sync database I/O: async callers use a thread.
+
+The secret is returned once by `issue` and never stored: only its sha256 is.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Literal
+
+import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from gateway.keys import new_key
+from gateway.ledger.models import AdminAuditRecord, ApiKeyRecord, to_money
+
+BudgetWindow = Literal["day", "week", "month"]
+BUDGET_WINDOWS: tuple[str, ...] = ("day", "week", "month")
+KEY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+TENANT_ID = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
+MAX_AUDIT_ROWS = 500
+
+
+class KeyRequestInvalid(ValueError):
+    """A key request names something that cannot be (unknown tenant, bad id, bad budget)."""
+
+
+class KeyNotFound(LookupError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class IssuedKey:
+    """A stored key as the gateway uses it (never the secret)."""
+
+    key_id: str
+    tenant: str
+    sha256: str
+    models: tuple[str, ...] | None  # None: every model the tenant's policy allows
+    budget_usd: Decimal | None
+    budget_window: str | None
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    created_at: datetime
+    created_by: str
+
+    def is_usable(self, now: datetime) -> bool:
+        return self.revoked_at is None and (self.expires_at is None or now < self.expires_at)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRequest:
+    """What an admin asks for; validated by `KeyRecords.issue`."""
+
+    tenant: str
+    key_id: str | None = None
+    models: tuple[str, ...] | None = None
+    budget_usd: Decimal | None = None
+    budget_window: str | None = None
+    expires_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    ts: datetime
+    actor: str
+    action: str
+    target: str
+    detail: str
+
+
+class KeyRecords:
+    def __init__(self, sessions: sessionmaker[Session], clock: Callable[[], datetime]) -> None:
+        self._sessions = sessions
+        self._clock = clock
+
+    def issue(self, request: KeyRequest, actor: str) -> tuple[IssuedKey, str]:
+        """(the stored key, its secret: shown to the caller once)."""
+        _check(request)
+        fresh = new_key(request.key_id)
+        now = self._clock()
+        record = ApiKeyRecord(
+            id=fresh.key_id,
+            tenant=request.tenant,
+            sha256=fresh.sha256,
+            models=json.dumps(list(request.models)) if request.models is not None else None,
+            budget_usd=request.budget_usd,
+            budget_window=request.budget_window,
+            expires_at=request.expires_at,
+            revoked_at=None,
+            created_at=now,
+            created_by=actor,
+        )
+        detail = {"models": request.models, "budget_usd": str(request.budget_usd or "")}
+        try:
+            with self._sessions.begin() as session:
+                session.add(record)
+                session.add(_audit(now, actor, "key.issue", fresh.key_id, detail))
+        except IntegrityError as error:
+            raise KeyRequestInvalid(f"key id {fresh.key_id!r} is already taken") from error
+        return _issued(record), fresh.key
+
+    def all(self, tenant: str | None = None) -> list[IssuedKey]:
+        if tenant is not None and not TENANT_ID.fullmatch(tenant):
+            raise KeyRequestInvalid(
+                f"tenant {tenant!r}: tenant ids are 1-63 lowercase letters, digits, '_' or '-'"
+            )
+        query = sa.select(ApiKeyRecord).order_by(ApiKeyRecord.tenant, ApiKeyRecord.id)
+        if tenant is not None:
+            query = query.where(ApiKeyRecord.tenant == tenant)
+        with self._sessions() as session:
+            return [_issued(r) for r in session.scalars(query)]
+
+    def expire(self, key_id: str, at: datetime | None, actor: str) -> IssuedKey:
+        now = self._clock()
+        when = at or now
+        return self._change(key_id, actor, "key.expire", {"expires_at": when}, when.isoformat())
+
+    def revoke(self, key_id: str, actor: str) -> IssuedKey:
+        now = self._clock()
+        return self._change(key_id, actor, "key.revoke", {"revoked_at": now}, "")
+
+    def audit_log(self, limit: int = 100) -> list[AuditEntry]:
+        query = (
+            sa.select(AdminAuditRecord)
+            .order_by(AdminAuditRecord.ts.desc(), AdminAuditRecord.id.desc())
+            .limit(min(max(limit, 1), MAX_AUDIT_ROWS))
+        )
+        with self._sessions() as session:
+            return [
+                AuditEntry(r.ts, r.actor, r.action, r.target, r.detail)
+                for r in session.scalars(query)
+            ]
+
+    def _change(
+        self, key_id: str, actor: str, action: str, values: dict[str, object], note: str
+    ) -> IssuedKey:
+        if not KEY_ID.fullmatch(key_id):
+            raise KeyNotFound(f"no key {key_id!r}")  # never sent to the database as is
+        with self._sessions.begin() as session:
+            record = session.get(ApiKeyRecord, key_id)
+            if record is None:
+                raise KeyNotFound(f"no key {key_id!r}")
+            for name, value in values.items():
+                setattr(record, name, value)
+            session.add(_audit(self._clock(), actor, action, key_id, {"at": note}))
+            session.flush()
+            return _issued(record)
+
+
+def _check(request: KeyRequest) -> None:
+    if request.key_id is not None and not KEY_ID.fullmatch(request.key_id):
+        raise KeyRequestInvalid(
+            f"key id {request.key_id!r}: use 1-64 letters, digits, '_', '.' or '-', "
+            "starting with a letter or digit"
+        )
+    if (request.budget_usd is None) != (request.budget_window is None):
+        raise KeyRequestInvalid("budget_usd and budget_window go together")
+    if request.budget_window is not None and request.budget_window not in BUDGET_WINDOWS:
+        raise KeyRequestInvalid(
+            f"budget_window {request.budget_window!r}: use {'|'.join(BUDGET_WINDOWS)}"
+        )
+    if request.budget_usd is not None:
+        try:
+            to_money(request.budget_usd)
+        except ValueError as error:
+            raise KeyRequestInvalid(f"budget_usd: {error}") from error
+    if request.expires_at is not None and request.expires_at.tzinfo is None:
+        raise KeyRequestInvalid("expires_at needs a UTC offset (e.g. 2026-12-31T00:00:00Z)")
+
+
+def _audit(ts: datetime, actor: str, action: str, target: str, detail: object) -> AdminAuditRecord:
+    text = json.dumps(detail, default=str, sort_keys=True)[:2048]
+    return AdminAuditRecord(ts=ts, actor=actor[:128], action=action, target=target, detail=text)
+
+
+def _issued(record: ApiKeyRecord) -> IssuedKey:
+    models: Sequence[str] | None = json.loads(record.models) if record.models else None
+    return IssuedKey(
+        key_id=record.id,
+        tenant=record.tenant,
+        sha256=record.sha256,
+        models=tuple(models) if models is not None else None,
+        budget_usd=to_money(record.budget_usd) if record.budget_usd is not None else None,
+        budget_window=record.budget_window,
+        expires_at=record.expires_at,
+        revoked_at=record.revoked_at,
+        created_at=record.created_at,
+        created_by=record.created_by,
+    )

@@ -1,0 +1,160 @@
+"""`/admin/keys`: issue (the secret is in the reply, once), list, expire and revoke API keys.
+
+Guarded by the admin token; every change is audited by `KeyRecords`. Database work runs in a
+thread. Bad input is a 400 naming what is accepted; an unknown key id is a 404.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gateway.apikeys.records import IssuedKey, KeyNotFound, KeyRecords, KeyRequest
+from gateway.apikeys.records import KeyRequestInvalid as Invalid
+from gateway.errors import AuthenticationFailed
+from gateway.http.admin_routes import json_response
+from gateway.http.api_schema import OpenAIError, errors
+from gateway.http.auth import is_admin
+from gateway.http.chat_routes import error_response
+from gateway.http.error_shapes import error_body
+from policies.model import TenantPolicy
+
+ADMIN_ACTOR = "admin-token"
+
+
+class KeyIssueBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tenant: str = Field(description="tenant id: lowercase letters, digits, '_' or '-'")
+    id: str | None = Field(default=None, description="key id (default: k + 8 hex digits)")
+    models: list[str] | None = Field(default=None, description="subset of the tenant's models")
+    budget_usd: Decimal | None = Field(default=None, ge=0)
+    budget_window: str | None = Field(default=None, description="day | week | month")
+    expires_at: datetime | None = None
+
+
+class KeyExpireBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    expires_at: datetime | None = Field(default=None, description="default: now")
+
+
+def key_document(key: IssuedKey) -> dict[str, Any]:
+    """A key as the admin API shows it: never the secret, never the hash."""
+    return {
+        "id": key.key_id,
+        "tenant": key.tenant,
+        "models": list(key.models) if key.models is not None else None,
+        "budget_usd": str(key.budget_usd) if key.budget_usd is not None else None,
+        "budget_window": key.budget_window,
+        "expires_at": key.expires_at.isoformat() if key.expires_at else None,
+        "revoked_at": key.revoked_at.isoformat() if key.revoked_at else None,
+        "created_at": key.created_at.isoformat(),
+        "created_by": key.created_by,
+    }
+
+
+def check_key_request(
+    body: KeyIssueBody, tenants: Callable[[str], TenantPolicy | None], model_names: list[str]
+) -> KeyRequest:
+    """The request, once its tenant and models are known ones (KeyRequestInvalid otherwise)."""
+    policy = tenants(body.tenant)
+    if policy is None:
+        raise Invalid(
+            f"unknown tenant {body.tenant!r}: tenant ids are lowercase (a-z, 0-9, '_', '-') "
+            "and name a policy file in policy_dir"
+        )
+    allowed = list(policy.models) or model_names
+    unknown = [m for m in body.models or () if m not in allowed]
+    if unknown:
+        raise Invalid(f"models {unknown} are not allowed for {body.tenant}; use {allowed}")
+    if body.id is not None and body.id in {k.id for k in policy.api_keys}:
+        raise Invalid(f"key id {body.id!r} is already a key of {body.tenant}.yaml")
+    models = tuple(body.models) if body.models is not None else None
+    return KeyRequest(
+        body.tenant, body.id, models, body.budget_usd, body.budget_window, body.expires_at
+    )
+
+
+def build_keys_router(
+    admin_token: str | None,
+    records: KeyRecords,
+    tenants: Callable[[str], TenantPolicy | None],
+    model_names: list[str],
+) -> APIRouter:
+    router = APIRouter()
+    answers = {**errors(OpenAIError, 400, 401, 404)}
+
+    @router.post("/admin/keys", status_code=201, responses=answers)
+    async def issue(request: Request, body: dict[str, Any]) -> Response:
+        if not is_admin(request.headers, admin_token):
+            return _denied()
+        try:
+            wanted = check_key_request(KeyIssueBody.model_validate(body), tenants, model_names)
+            key, secret = await asyncio.to_thread(records.issue, wanted, ADMIN_ACTOR)
+        except (ValidationError, Invalid) as exc:
+            return _bad_request(exc)
+        return json_response({**key_document(key), "key": secret}, 201)
+
+    @router.get("/admin/keys", responses=answers)
+    async def listing(request: Request, tenant: str | None = None) -> Response:
+        if not is_admin(request.headers, admin_token):
+            return _denied()
+        try:
+            keys = await asyncio.to_thread(records.all, tenant)
+        except Invalid as exc:
+            return _bad_request(exc)
+        return json_response({"keys": [key_document(k) for k in keys]})
+
+    @router.post("/admin/keys/{key_id}/expire", responses=answers)
+    async def expire(request: Request, key_id: str, body: dict[str, Any] | None = None) -> Response:
+        if not is_admin(request.headers, admin_token):
+            return _denied()
+        try:
+            at = KeyExpireBody.model_validate(body or {}).expires_at
+            key = await asyncio.to_thread(records.expire, key_id, at, ADMIN_ACTOR)
+        except ValidationError as exc:
+            return _bad_request(exc)
+        except KeyNotFound as exc:
+            return _not_found(exc)
+        return json_response(key_document(key))
+
+    @router.post("/admin/keys/{key_id}/revoke", responses=answers)
+    async def revoke(request: Request, key_id: str) -> Response:
+        if not is_admin(request.headers, admin_token):
+            return _denied()
+        try:
+            key = await asyncio.to_thread(records.revoke, key_id, ADMIN_ACTOR)
+        except KeyNotFound as exc:
+            return _not_found(exc)
+        return json_response(key_document(key))
+
+    return router
+
+
+def _denied() -> Response:
+    return error_response(AuthenticationFailed("admin token required"), "openai")
+
+
+def _bad_request(exc: Exception) -> Response:
+    kind = "invalid_request_error"
+    message = str(exc).splitlines()[0] if not isinstance(exc, ValidationError) else _first(exc)
+    return json_response(error_body("openai", kind, kind, message, "bad_key_request", None), 400)
+
+
+def _not_found(exc: Exception) -> Response:
+    kind = "invalid_request_error"
+    return json_response(error_body("openai", kind, kind, str(exc), "key_not_found", None), 404)
+
+
+def _first(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "body"
+    return f"{where}: {first['msg']}"

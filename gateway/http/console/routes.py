@@ -1,0 +1,201 @@
+"""The console's routes: login and logout, one GET per page, and the key forms (issue, revoke).
+
+Every page but the login needs a valid console cookie (else a redirect to the login form);
+every form needs the cookie's form token. Page data is gathered in a thread (pages.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from urllib.parse import parse_qs
+
+import jinja2
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from gateway.apikeys.records import KeyNotFound, KeyRequestInvalid
+from gateway.http.admin_keys import KeyIssueBody, check_key_request
+from gateway.http.console import pages
+from gateway.http.console.login import COOKIE, SESSION_TTL_S, ConsoleSessions
+from gateway.reports.cost import InvalidReportQuery, parse_period
+from gateway.reports.spend import SPEND_DIMENSIONS
+
+CONSOLE_ACTOR = "console"
+View = Callable[[Request], Awaitable[Response]]
+NAV = (("spend", "Spend"), ("budgets", "Budgets"), ("cache", "Cache"), ("sessions", "Sessions"),
+       ("breakeven", "Break-even"), ("tenants", "Tenants"), ("keys", "Keys"))  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Console:
+    data: pages.ConsoleData
+    auth: ConsoleSessions
+    model_names: list[str]
+    clock: Callable[[], datetime]
+
+
+def _templates() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+    )
+
+
+class ConsoleRoutes:
+    """The handlers; `build_console_router` mounts them."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.env = _templates()
+
+    def html(self, name: str, status: int = 200, **context: object) -> HTMLResponse:
+        body = self.env.get_template(name).render(nav=NAV, **context)
+        return HTMLResponse(body, status, headers={"cache-control": "no-store"})
+
+    def guarded(self, view: View) -> View:
+        """The view for a logged-in browser; else a redirect to the login form."""
+
+        async def handler(request: Request) -> Response:
+            if not self.console.auth.is_valid(request.cookies):
+                return RedirectResponse("/console/login", 303)
+            try:
+                return await view(request)
+            except InvalidReportQuery as exc:
+                return self.html("page.html.j2", 400, page=None, error=str(exc), current="")
+
+        return handler
+
+    async def login_form(self, request: Request) -> Response:
+        return self.html("login.html.j2", error=None, enabled=self.console.auth.is_enabled)
+
+    async def login(self, request: Request) -> Response:
+        cookie = self.console.auth.login(_form(await request.body()).get("token", ""))
+        if cookie is None:
+            enabled = self.console.auth.is_enabled
+            return self.html("login.html.j2", 401, error="wrong admin token", enabled=enabled)
+        reply = RedirectResponse("/console/spend", 303)
+        reply.set_cookie(
+            COOKIE, cookie, max_age=SESSION_TTL_S, httponly=True, samesite="strict", path="/console"
+        )
+        return reply
+
+    async def logout(self, request: Request) -> Response:
+        reply = RedirectResponse("/console/login", 303)
+        reply.delete_cookie(COOKIE, path="/console")
+        return reply
+
+    async def home(self, request: Request) -> Response:
+        return RedirectResponse("/console/spend", 303)
+
+    async def page(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        found = await asyncio.to_thread(_page, self.console, name, request)
+        status = 200 if found is not None else 404
+        return self.html("page.html.j2", status, page=found, current=name, error=None,
+                         dimensions=SPEND_DIMENSIONS)  # fmt: skip
+
+    async def keys(
+        self, request: Request, issued: dict[str, str] | None = None, error: str | None = None
+    ) -> Response:
+        records = self.console.data.records
+        listed = await asyncio.to_thread(records.all)
+        audit = await asyncio.to_thread(records.audit_log, 20)
+        tenants = [e.tenant for e in self.console.data.policies.snapshot().tenants]
+        token = self.console.auth.form_token(request.cookies)
+        return self.html("keys.html.j2", 400 if error else 200, keys=listed, audit=audit,
+                         tenants=tenants, issued=issued, error=error, form_token=token,
+                         current="keys")  # fmt: skip
+
+    async def issue(self, request: Request) -> Response:
+        form = _form(await request.body())
+        if not self.console.auth.is_form_token(request.cookies, form.get("form_token", "")):
+            return Response("stale form: reload the page", 403)
+        data = self.console.data
+        try:
+            wanted = check_key_request(
+                _issue_body(form), data.policies.get, self.console.model_names
+            )
+            key, secret = await asyncio.to_thread(data.records.issue, wanted, CONSOLE_ACTOR)
+        except (KeyRequestInvalid, ValueError) as exc:
+            return await self.keys(request, error=str(exc).splitlines()[0])
+        return await self.keys(
+            request, issued={"id": key.key_id, "tenant": key.tenant, "key": secret}
+        )
+
+    async def revoke(self, request: Request) -> Response:
+        form = _form(await request.body())
+        if not self.console.auth.is_form_token(request.cookies, form.get("form_token", "")):
+            return Response("stale form: reload the page", 403)
+        key_id = request.path_params["key_id"]
+        try:
+            await asyncio.to_thread(self.console.data.records.revoke, key_id, CONSOLE_ACTOR)
+        except KeyNotFound as exc:
+            return await self.keys(request, error=str(exc))
+        return RedirectResponse("/console/keys", 303)
+
+
+def build_console_router(console: Console) -> APIRouter:
+    routes = ConsoleRoutes(console)
+    router = APIRouter(include_in_schema=False)
+    add = router.add_api_route
+    add("/console/login", routes.login_form, methods=["GET"])
+    add("/console/login", routes.login, methods=["POST"])
+    add("/console/logout", routes.logout, methods=["GET", "POST"])
+    add("/console", routes.guarded(routes.home), methods=["GET"])
+    add("/console/keys", routes.guarded(routes.keys), methods=["GET"])
+    add("/console/keys", routes.guarded(routes.issue), methods=["POST"])
+    add("/console/keys/{key_id}/revoke", routes.guarded(routes.revoke), methods=["POST"])
+    add("/console/{name}", routes.guarded(routes.page), methods=["GET"])
+    return router
+
+
+def _page(console: Console, name: str, request: Request) -> pages.Page | None:
+    q = request.query_params
+    now = console.clock()
+    data = console.data
+    if name in {"budgets", "tenants"}:
+        return pages.budgets_page(data, now) if name == "budgets" else pages.tenants_page(data, now)
+    since, until = parse_period(q.get("since"), q.get("until"), now)
+    if name == "spend":
+        dimension = q.get("dimension", "tenant")
+        if dimension not in SPEND_DIMENSIONS:
+            raise InvalidReportQuery(f"dimension: use {'|'.join(SPEND_DIMENSIONS)}")
+        return pages.spend_page(data, since, until, dimension)
+    if name == "cache":
+        return pages.cache_page(data, since, until)
+    if name == "sessions":
+        page = q.get("page", "1")
+        return pages.sessions_page(
+            data, since, until, max(int(page) - 1, 0) if page.isdigit() else 0
+        )
+    if name == "breakeven":
+        return pages.breakeven_page(data, since, until)
+    return None
+
+
+def _form(body: bytes) -> dict[str, str]:
+    return {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}
+
+
+def _issue_body(form: dict[str, str]) -> KeyIssueBody:
+    """The console form as the admin API's body; empty fields are left out."""
+    models = [m.strip() for m in form.get("models", "").split(",") if m.strip()]
+    try:
+        budget = Decimal(form["budget_usd"]) if form.get("budget_usd") else None
+    except InvalidOperation as exc:
+        raise KeyRequestInvalid("budget_usd: a number of dollars, e.g. 25 or 12.50") from exc
+    expires = form.get("expires_at") or None
+    return KeyIssueBody(
+        tenant=form.get("tenant", ""),
+        id=form.get("id") or None,
+        models=models or None,
+        budget_usd=budget,
+        budget_window=(form.get("budget_window") or None) if budget is not None else None,
+        expires_at=datetime.fromisoformat(expires).replace(tzinfo=UTC) if expires else None,
+    )

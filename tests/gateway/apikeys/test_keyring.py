@@ -1,0 +1,122 @@
+"""Issued keys on SQLite and PostgreSQL: records and audit, the keyring's refresh, and
+KeyChain's lookup (expiry, revocation, model subset, budget windows)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+
+from gateway.apikeys.keyring import KeyChain, Keyring, window_start
+from gateway.apikeys.records import KeyRecords, KeyRequest, KeyRequestInvalid
+from gateway.errors import KeyBudgetExhausted
+from gateway.ledger.db import create_ledger_engine, migrate, session_factory
+from gateway.ledger.models import UsageRow
+from gateway.ledger.recorder import insert_rows
+from policies.model import TenantPolicy
+
+NOW = datetime(2026, 12, 3, 14, 0, tzinfo=UTC)  # a Thursday
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = NOW
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+class Policies:
+    def __init__(self) -> None:
+        self.acme = TenantPolicy(tenant="acme", models=("gpt-4o-mini", "smollm2"))
+
+    def tenant_for_key(self, key: str) -> tuple[TenantPolicy, str] | None:
+        return (self.acme, "yaml") if key == "lt-yaml" else None
+
+    def get(self, tenant: str) -> TenantPolicy | None:
+        return self.acme if tenant == "acme" else None
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def engine(request, tmp_path):
+    url = (
+        request.getfixturevalue("postgres_url")
+        if request.param == "postgres"
+        else f"sqlite:///{tmp_path}/ledger.db"
+    )
+    migrate(url)
+    engine = create_ledger_engine(url)
+    yield engine
+    engine.dispose()
+
+
+def spend(key_id: str, ts: datetime, cost: str, n: int) -> UsageRow:
+    return UsageRow(
+        id=f"row-{n}", ts=ts, tenant="acme", key_id=key_id, model="smollm2",
+        request_id=f"r{n}", status="ok", cost_usd=cost,
+    )  # fmt: skip
+
+
+def test_window_starts() -> None:
+    assert window_start("day", NOW) == datetime(2026, 12, 3, tzinfo=UTC)
+    assert window_start("week", NOW) == datetime(2026, 11, 30, tzinfo=UTC)  # Monday
+    assert window_start("month", NOW) == datetime(2026, 12, 1, tzinfo=UTC)
+
+
+def test_issue_expire_revoke_with_audit_and_lookup(engine) -> None:
+    clock = Clock()
+    records = KeyRecords(session_factory(engine), clock)
+    keyring = Keyring(session_factory(engine), clock)
+    chain = KeyChain(Policies(), keyring, clock)
+    key, secret = records.issue(KeyRequest("acme", "bot", models=("smollm2", "llama")), "alice")
+    assert chain.tenant_for_key(secret) is None  # not refreshed yet
+    assert keyring.refresh()
+    found = chain.tenant_for_key(secret)
+    assert found is not None and found[1] == "bot"
+    assert found[0].models == ("smollm2",)  # narrowed within what the tenant may call
+    assert chain.tenant_for_key("lt-yaml") == (Policies().acme, "yaml")
+
+    records.expire("bot", NOW + timedelta(hours=1), "alice")
+    keyring.refresh()
+    assert chain.tenant_for_key(secret) is not None
+    clock.now = NOW + timedelta(hours=1)
+    assert chain.tenant_for_key(secret) is None  # expired
+    records.revoke("bot", "bob")
+    assert [(a.actor, a.action, a.target) for a in records.audit_log()] == [
+        ("bob", "key.revoke", "bot"),
+        ("alice", "key.expire", "bot"),
+        ("alice", "key.issue", "bot"),
+    ]
+    assert records.all("acme")[0].revoked_at == NOW + timedelta(hours=1)
+    with pytest.raises(KeyRequestInvalid, match="already taken"):
+        records.issue(KeyRequest("acme", "bot"), "alice")
+
+
+def test_a_weekly_budget_counts_only_this_weeks_spend(engine) -> None:
+    clock = Clock()
+    records = KeyRecords(session_factory(engine), clock)
+    keyring = Keyring(session_factory(engine), clock)
+    chain = KeyChain(Policies(), keyring, clock)
+    _, secret = records.issue(KeyRequest("acme", "wk", None, Decimal("1.00"), "week"), "alice")
+    insert_rows(engine, [
+        spend("wk", datetime(2026, 11, 29, tzinfo=UTC), "5.00", 1),  # last week: not counted
+        spend("wk", datetime(2026, 12, 1, tzinfo=UTC), "0.60", 2),
+    ])  # fmt: skip
+    keyring.refresh()
+    assert keyring.snapshot.spend_usd["wk"] == Decimal("0.60000000")
+    assert chain.tenant_for_key(secret) is not None
+    insert_rows(engine, [spend("wk", datetime(2026, 12, 2, tzinfo=UTC), "0.40", 3)])
+    keyring.refresh()
+    with pytest.raises(KeyBudgetExhausted, match=r"spent \$1.00000000 of its \$1.00000000 week"):
+        chain.tenant_for_key(secret)
+
+
+def test_bad_requests_say_what_is_accepted(engine) -> None:
+    records = KeyRecords(session_factory(engine), Clock())
+    with pytest.raises(KeyRequestInvalid, match="day|week|month"):
+        records.issue(KeyRequest("acme", None, None, Decimal(1), "year"), "a")
+    with pytest.raises(KeyRequestInvalid, match="go together"):
+        records.issue(KeyRequest("acme", None, None, Decimal(1), None), "a")
+    with pytest.raises(KeyRequestInvalid, match="letters, digits"):
+        records.issue(KeyRequest("acme", "no spaces"), "a")
