@@ -41,9 +41,9 @@ from gateway.ledger.call_ledger import CallLedger
 from gateway.ledger.db import create_ledger_engine, migrate_engine, session_factory
 from gateway.ledger.metrics import RecorderCollector
 from gateway.ledger.recorder import RecorderConfig, UsageRecorder
+from gateway.policy_archive import DirectoryArchive
 from gateway.responses.redis_store import RedisResponseStore
 from gateway.responses.store import MemoryResponseStore, ResponseStore
-from gateway.policy_archive import DirectoryArchive
 from gateway.settings import Settings
 from gateway.telemetry import Metrics, Telemetry, build_tracer_provider
 from policies.last_good import KnownNames
