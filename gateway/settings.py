@@ -73,6 +73,10 @@ class FleetSettings(_Section):
     health_interval_s: float = Field(default=10.0, gt=0)  # one-token generation probes
     # true: each backend's prefill_tok_s (or the default) is final; false: it is learned
     pin_prefill_tok_s: bool = False
+    # with redis_url: session affinity and the prefix index feed shared under this prefix
+    shared_key_prefix: str = "lantern:fleet:"
+    shared_session_ttl_s: float = Field(default=3600.0, gt=0)  # a shared session's idle life
+    drain_timeout_s: float = Field(default=30.0, ge=0)  # SIGTERM: streams get this long to end
 
 
 class HttpSettings(_Section):

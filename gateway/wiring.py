@@ -31,6 +31,7 @@ from gateway.core.pipeline import Pipeline, Services
 from gateway.core.prompt_cache import PromptCachePort, TiktokenEncoder
 from gateway.core.token_count import TiktokenCounting, route_counting
 from gateway.fleet.routing_port import Fleet
+from gateway.fleet.sharing import FleetSharing
 from gateway.fleet.signals import HttpMetricsSource
 from gateway.fleet.window import ContextWindows, HttpModelCards
 from gateway.http.admin_views import JsonView, build_admin_views
@@ -159,6 +160,18 @@ def build_components(
         index_lone_replicas=False,  # a replica alone in its routes: nothing to choose
         windows=ContextWindows(windows, cards),
     )
+    sharing = None
+    if settings.redis_url is not None:  # affinity and prefix index shared across processes
+        sharing = FleetSharing.from_url(
+            settings.redis_url,
+            sessions=fleet.registry.sessions,
+            index=lambda: fleet.index,
+            clock=clock,
+            key_prefix=fs.shared_key_prefix,
+            session_ttl_s=fs.shared_session_ttl_s,
+            registry=metrics.registry,
+        )
+        fleet.share(sharing)
 
     pipeline = Pipeline(
         Services(
@@ -203,8 +216,12 @@ def build_components(
         parts.tasks.append(asyncio.create_task(health_loop(fs.health_interval_s)))
         if scraper is not None:  # engine load, off the request path
             parts.tasks.append(asyncio.create_task(fleet.run_signal_polls()))
+        if sharing is not None:
+            sharing.start()
 
     async def stop() -> None:
+        if sharing is not None:
+            await sharing.stop()
         for child in children:
             await child.stop()
         await admission.aclose()
