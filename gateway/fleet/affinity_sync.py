@@ -62,6 +62,7 @@ class SharedAffinity:
             self.link.failed("recall", exc)
             return
         self.link.succeeded()
+        self.link.recalled(shared is not None)
         if shared is None:
             self._track(session_id, _Read(tenant, 0, None))
             return

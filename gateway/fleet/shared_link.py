@@ -41,6 +41,15 @@ class SharedLink:
             ["op"],
             registry=registry,
         )
+        self._recalls = Counter(
+            "lantern_fleet_shared_recalls",
+            "Session lookups in the shared store, by whether the session had a shared entry",
+            ["found"],
+            registry=registry,
+        )
+
+    def recalled(self, found: bool) -> None:
+        self._recalls.labels("true" if found else "false").inc()
 
     @property
     def is_down(self) -> bool:

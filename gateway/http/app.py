@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import gc
 import logging
+import math
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -20,6 +22,7 @@ from adapters.types import WireFormat
 from gateway.http.admin_routes import build_admin_router, build_ops_router
 from gateway.http.api_schema import component_schemas
 from gateway.http.chat_routes import ChatRoutes, build_chat_router
+from gateway.http.readiness import Readiness
 from gateway.http.request_body import BodyLimits
 from gateway.http.tools_routes import ToolRunBody
 from gateway.settings import Settings
@@ -74,6 +77,7 @@ def create_app(
     `lean_doors=False` serves the chat doors through FastAPI's stack and router (the reference
     path for `LanternApp`)."""
     parts = components or build_components(settings)
+    readiness = Readiness()
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -81,9 +85,11 @@ def create_app(
         if freeze_gc:
             gc.collect()
             gc.freeze()
+        readiness.started()
         try:
             yield
         finally:
+            readiness.drain()
             parts.pipeline.after_reply.flush()  # the last replies' rows, before the ledger closes
             await parts.stop()
 
@@ -91,6 +97,7 @@ def create_app(
         title="Lantern", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None
     )
     app.state.components = parts
+    app.state.readiness = readiness
     chat = ChatRoutes(
         parts.pipeline, parts.keys, BodyLimits.from_settings(settings.http), lean_stream=lean_stream
     )
@@ -98,7 +105,9 @@ def create_app(
     if lean_doors:
         app.chat_routes = chat
     metrics_token = settings.metrics_token.get_secret_value() if settings.metrics_token else None
-    app.include_router(build_ops_router(parts.models, parts.keys, parts.metrics, metrics_token))
+    app.include_router(
+        build_ops_router(parts.models, parts.keys, parts.metrics, metrics_token, readiness)
+    )
     admin_token = settings.admin_token.get_secret_value() if settings.admin_token else None
     app.include_router(build_admin_router(admin_token, parts.admin_views))
     if parts.tools_router is not None:
@@ -106,16 +115,33 @@ def create_app(
     return app
 
 
-def serve(settings: Settings) -> int:
-    """Run the gateway in the foreground (the `lantern serve` command)."""
+def serve(settings: Settings, workers: int = 1) -> int:
+    """Run the gateway in the foreground (the `lantern serve` command); `workers` > 1: that many
+    processes on the port (`gateway.http.workers`)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if workers > 1:
+        from gateway.http.workers import supervise
+
+        return supervise(settings, workers)
+    return run_server(settings)
+
+
+def run_server(settings: Settings, sock: socket.socket | None = None, *, name: str = "") -> int:
+    """One serving process: on `sock` when given (a worker's), else it binds host:port. SIGTERM
+    drains: /ready turns 503, after `http.drain_grace_s` the listener closes, calls in flight
+    get `http.drain_timeout_s` to finish, then the ledger is flushed and the process exits."""
     import uvicorn
 
     from gateway.http.server import TickServer, deadline_protocol
+    from gateway.http.workers import WorkerTag
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    tag = f"{name} " if name else ""
+    logging.basicConfig(
+        level=logging.INFO, format=f"%(asctime)s %(levelname)s {tag}%(name)s %(message)s"
+    )
     app = create_app(settings, freeze_gc=True)
     config = uvicorn.Config(
-        app,
+        WorkerTag(app, name) if name else app,
         host=settings.host,
         port=settings.port,
         loop="uvloop",  # named, not "auto"
@@ -124,7 +150,10 @@ def serve(settings: Settings) -> int:
         http=deadline_protocol(settings.http.header_timeout_s, settings.http.body_timeout_s),
         log_level="info",
         access_log=False,
-        timeout_graceful_shutdown=5,
+        timeout_graceful_shutdown=math.ceil(settings.http.drain_timeout_s),
     )
-    TickServer(config).run()
+    server = TickServer(
+        config, readiness=app.state.readiness, drain_grace_s=settings.http.drain_grace_s
+    )
+    server.run(sockets=[sock] if sock is not None else None)
     return 0
