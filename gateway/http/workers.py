@@ -141,4 +141,6 @@ class Supervisor:
 
 def supervise(settings: Settings, num_workers: int) -> int:
     check_shareable(settings, num_workers)
+    # the cache-salt secret, created once here, not raced for by the workers' first calls
+    settings.resolve_server_secret()
     return Supervisor(settings, num_workers).run()
