@@ -20,7 +20,7 @@ import pytest
 import sqlalchemy as sa
 
 from bench._procs import free_port
-from tests.e2e.harness import stop_processes, wait_healthy, write_config, write_policy
+from tests.e2e.harness import stop_processes, write_config, write_policy
 from tests.quotas.conftest import delete_prefix
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis, pytest.mark.postgres]
@@ -48,6 +48,22 @@ def wait_engine(proc: subprocess.Popen[bytes], url: str) -> None:
             pass
         time.sleep(0.5)
     raise RuntimeError(f"engine at {url} did not start")
+
+
+def wait_ready(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
+    """Until /ready says so (start-up probes both engines with a real generation: slow on a
+    busy CPU, hence the long bound)."""
+    deadline = time.monotonic() + 420
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"gateway exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            if httpx.get(url + "/ready", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"gateway at {url} not ready:\n{log.read_text()[-3000:]}")
 
 
 @pytest.fixture
@@ -86,7 +102,7 @@ def fleet(
             )
             gateways.append((proc, f"http://127.0.0.1:{port}"))
         for n, (proc, url) in enumerate(gateways):
-            wait_healthy(proc, url, tmp_path / f"gw-{n}.log")
+            wait_ready(proc, url, tmp_path / f"gw-{n}.log")
         yield [url for _, url in gateways], tmp_path, postgres_url
     finally:
         stop_processes([p for p, _ in gateways], timeout_s=30)
