@@ -110,6 +110,19 @@ def fleet(
         delete_prefix(redis_url, redis_prefix)
 
 
+def post(url: str, messages: list[dict[str, str]], session: str) -> httpx.Response:
+    """One call; a 503 `no_route` (both replicas drained after a probe timed out on a busy CPU)
+    is retried as its message says: it reached no engine, so the cache figures are unchanged."""
+    body = {"model": "smollm2", "messages": messages, "max_tokens": 6, "temperature": 0}
+    headers = {"authorization": f"Bearer {KEY}", "x-session-id": session}
+    for _ in range(90):
+        r = httpx.post(url + "/v1/chat/completions", json=body, headers=headers, timeout=180)
+        if r.status_code != 503 or '"no_route"' not in r.text:
+            return r
+        time.sleep(2.0)
+    return r
+
+
 def run_traffic(urls: list[str], run: str, spread: bool) -> tuple[int, int]:
     """NUM_SESSIONS concurrent sessions of NUM_CALLS growing calls each; call i of session s
     goes to gateway (s + i) % n when `spread`, else to the first. (cached, prompt) tokens."""
@@ -126,12 +139,7 @@ def run_traffic(urls: list[str], run: str, spread: bool) -> tuple[int, int]:
         for i in range(NUM_CALLS):
             messages.append({"role": "user", "content": f"Question {i + 1} about {TOPICS[s]}?"})
             url = urls[(s + i) % len(urls)] if spread else urls[0]
-            r = httpx.post(
-                url + "/v1/chat/completions",
-                json={"model": "smollm2", "messages": messages, "max_tokens": 6, "temperature": 0},
-                headers={"authorization": f"Bearer {KEY}", "x-session-id": f"{run}-{s}"},
-                timeout=180,
-            )
+            r = post(url, messages, f"{run}-{s}")
             assert r.status_code == 200, r.text
             body = r.json()
             messages.append(body["choices"][0]["message"])
