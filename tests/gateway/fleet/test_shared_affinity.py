@@ -68,6 +68,7 @@ async def call(fleet: Fleet, session: str, tag: str, blocks: int = 30) -> str:
     fleet.on_complete(attempt, Usage(blocks * 16, 16), ok=True)
     assert fleet.sharing is not None
     await fleet.sharing.affinity.flush()
+    await fleet.sharing.feed.flush()
     return str(plan.details["replica"])
 
 
