@@ -41,6 +41,9 @@ check: install
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/python .ci/shape_guard.py
+	$(BIN)/hadolint --config deploy/.hadolint.yaml deploy/Dockerfile
+	$(BIN)/kubernetes-validate --strict --quiet deploy/k8s/*.yaml
+	$(BIN)/check-jsonschema --builtin-schema vendor.compose-spec deploy/compose.yaml
 
 clean:
 	rm -rf $(VENV) var build *.egg-info

@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     if not isinstance(fleet, Fleet):
         raise TypeError(f"the gateway's routing port is a {type(fleet).__name__}, not a Fleet")
     fleet.picker = PICKERS[args.picker]
-    return serve(settings, parts)
+    return serve(settings, components=parts)
 
 
 if __name__ == "__main__":

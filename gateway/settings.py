@@ -74,6 +74,9 @@ class FleetSettings(_Section):
     health_interval_s: float = Field(default=10.0, gt=0)  # one-token generation probes
     # true: each backend's prefill_tok_s (or the default) is final; false: it is learned
     pin_prefill_tok_s: bool = False
+    # with redis_url: session affinity and the prefix index feed shared under this prefix
+    shared_key_prefix: str = "lantern:fleet:"
+    shared_session_ttl_s: float = Field(default=3600.0, gt=0)  # a shared session's idle life
 
 
 class HttpSettings(_Section):
@@ -87,6 +90,10 @@ class HttpSettings(_Section):
     offload_body_bytes: int = Field(default=256 * 1024, ge=0)
     header_timeout_s: float = Field(default=10.0, gt=0)  # connection open -> headers complete
     body_timeout_s: float = Field(default=60.0, gt=0)  # headers complete -> body complete
+    # SIGTERM: /ready says 503 for drain_grace_s while still serving (a load balancer stops
+    # sending), then the listener closes and calls in flight get drain_timeout_s to finish
+    drain_grace_s: float = Field(default=0.0, ge=0)
+    drain_timeout_s: float = Field(default=30.0, ge=0)
 
 
 class ResponsesSettings(_Section):

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import httpx
+from prometheus_client import CollectorRegistry
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -33,6 +34,7 @@ from gateway.core.pipeline import Pipeline, PipelineParts
 from gateway.core.prompt_cache import PromptCachePort, TiktokenEncoder
 from gateway.core.token_count import RouteTokenCounting, TiktokenCounting, route_counting
 from gateway.fleet.routing_port import Fleet, FleetConfig
+from gateway.fleet.sharing import FleetSharing
 from gateway.fleet.signals import HttpMetricsSource
 from gateway.fleet.window import ContextWindows, HttpModelCards
 from gateway.http.admin_views import JsonView, build_admin_views
@@ -177,10 +179,15 @@ class FleetParts:
     fleet: Fleet
     scraper: HttpMetricsSource | None
     cards: HttpModelCards
+    sharing: FleetSharing | None = None  # affinity and prefix index shared through Redis
 
 
 def build_fleet(
-    settings: Settings, models: ModelTableImpl, pricing: RoutePricing, clock: Callable[[], float]
+    settings: Settings,
+    models: ModelTableImpl,
+    pricing: RoutePricing,
+    clock: Callable[[], float],
+    registry: CollectorRegistry,
 ) -> FleetParts:
     prices, replica_specs = fleet_inputs(settings, pricing)
     fs = settings.fleet
@@ -204,7 +211,27 @@ def build_fleet(
         metrics=scraper,
         windows=ContextWindows(windows, cards),
     )
-    return FleetParts(fleet, scraper, cards)
+    sharing = _sharing(settings, fleet, clock, registry)
+    if sharing is not None:
+        fleet.share(sharing)
+    return FleetParts(fleet, scraper, cards, sharing)
+
+
+def _sharing(
+    settings: Settings, fleet: Fleet, clock: Callable[[], float], registry: CollectorRegistry
+) -> FleetSharing | None:
+    """Session affinity and the prefix index shared across processes, when Redis is set."""
+    if settings.redis_url is None:
+        return None
+    return FleetSharing.from_url(
+        settings.redis_url,
+        sessions=fleet.registry.sessions,
+        index=lambda: fleet.index,
+        clock=clock,
+        key_prefix=settings.fleet.shared_key_prefix,
+        session_ttl_s=settings.fleet.shared_session_ttl_s,
+        registry=registry,
+    )
 
 
 def build_pipeline(
@@ -258,7 +285,7 @@ def build_components(
     admission = Admission.from_settings(settings, registry=metrics.registry)
     ledger = build_ledger(settings, admission, metrics)
     prompt = build_prompt_parts(settings, models, metrics, clock)
-    fleet = build_fleet(settings, models, pricing, clock)
+    fleet = build_fleet(settings, models, pricing, clock, metrics.registry)
     pipeline = build_pipeline(models, pricing, admission, prompt, fleet, ledger, telemetry, clock)
     tools = build_tools(settings, policies)
     views = build_admin_views(settings, policies, ledger.engine)
@@ -281,6 +308,8 @@ def build_components(
         await _start_fleet(process, fleet, prompt.counting, settings.fleet.health_interval_s)
 
     async def stop() -> None:
+        if fleet.sharing is not None:
+            await fleet.sharing.stop()
         for child in children:
             await child.stop()
         await admission.aclose()
@@ -320,6 +349,8 @@ async def _start_fleet(
     process.tasks.append(asyncio.create_task(health_loop()))
     if parts.scraper is not None:  # engine load, off the request path
         process.tasks.append(asyncio.create_task(fleet.run_signal_polls()))
+    if parts.sharing is not None:
+        parts.sharing.start()
 
 
 def _add_keyring(parts: GatewayProcess, engine: Engine) -> None:

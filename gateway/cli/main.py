@@ -63,6 +63,14 @@ def _add_serve(commands: Any) -> None:
     )
     serve.add_argument("--host", help="listen address (overrides the config)")
     serve.add_argument("--port", type=int, help="listen port (overrides the config)")
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="gateway processes sharing the port (SO_REUSEPORT; one per core; "
+        "share decisions through redis_url)",
+    )
     serve.set_defaults(handler=_serve)
 
 
@@ -251,10 +259,17 @@ def _serve(args: argparse.Namespace) -> int:
             print(
                 f"console: {url}/console   (log in with the admin token; /admin/* takes it as Bearer)"
             )
+    if args.workers < 1:
+        print("--workers: at least 1", file=sys.stderr)
+        return EXIT_INVALID
     serve = _lazy("gateway.http.app", "serve", "serve")
     if serve is None:
         return EXIT_UNAVAILABLE
-    result = serve(settings)
+    try:
+        result = serve(settings, args.workers)
+    except ValueError as exc:  # WorkersRefused: a configuration N processes cannot share
+        print(f"lantern serve: {exc}", file=sys.stderr)
+        return EXIT_INVALID
     return result if isinstance(result, int) else EXIT_OK
 
 

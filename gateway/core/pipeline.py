@@ -88,6 +88,7 @@ class Pipeline:
         window = self.s.routing.context_window(route, call.tenant)
         max_tokens = fit_window(call, route, prompt_tokens, max_tokens, window)
         session_id = session_id_for(call, prepared)
+        await self.s.routing.recall(call.tenant.tenant, session_id)
         worst = self.s.pricing.worst_case_usd(
             route.name, prompt_tokens, max_tokens, prepared.write_ttl
         )

@@ -130,6 +130,8 @@ class RoutePlan:
 
 
 class RoutingPort(Protocol):
+    async def recall(self, tenant: str, session_id: str) -> None: ...  # shared affinity, if any
+
     def plan(
         self,
         route: ModelRoute,

@@ -17,6 +17,7 @@ from gateway.fleet.engine_metrics import EngineLoad
 from gateway.fleet.health import ReplicaHealth
 from gateway.fleet.polls import SignalPolls
 from gateway.fleet.registry import FleetRegistry
+from gateway.fleet.sharing import FleetSharing
 from gateway.fleet.signals import LoadSignals, MetricsSource
 from gateway.fleet.state import (
     FleetStats,
@@ -116,6 +117,12 @@ class Fleet:
         )
         for route in routes:
             self.registry.register(route)
+        # shared with the other gateway processes (`share`); None: this process's view alone
+        self.sharing: FleetSharing | None = None
+
+    def share(self, sharing: FleetSharing) -> None:
+        """Decide on the affinity and prefix index every gateway process shares."""
+        self.sharing = sharing
 
     @property
     def index(self) -> PrefixIndex:
@@ -176,6 +183,11 @@ class Fleet:
         return FleetStats(snap.replicas, len(self.registry.sessions), p, rep, err)
 
     # --- RoutingPort: the plan ----------------------------------------------------------------
+
+    async def recall(self, tenant: str, session_id: str) -> None:
+        """Before the plan: the session's shared affinity replaces this process's entry."""
+        if self.sharing is not None:
+            await self.sharing.recall(tenant, session_id)
 
     def route(
         self,
@@ -260,6 +272,9 @@ class Fleet:
 
     def on_dispatch(self, attempt: Attempt, session_id: str, prepared: PreparedPrompt) -> None:
         self.book.on_dispatch(attempt, session_id, prepared)
+        if self.sharing is not None:
+            prompt = self.registry.planned.get(session_id, (0, 0))[0]
+            self.sharing.on_dispatch(attempt, session_id, prepared, prompt)
 
     def on_first_token(self, attempt: Attempt) -> None:
         self.book.on_first_token(attempt)
@@ -271,6 +286,8 @@ class Fleet:
 
     def extend(self, attempt: Attempt, chain_hashes: tuple[bytes, ...]) -> None:
         self.book.extend(attempt, chain_hashes)
+        if self.sharing is not None:
+            self.sharing.on_extend(attempt, chain_hashes)
 
     # --- off the request path -----------------------------------------------------------------
 

@@ -16,10 +16,11 @@ from fastapi.responses import Response
 
 from gateway.core.ports import ModelTable
 from gateway.errors import AuthenticationFailed
-from gateway.http.api_schema import Health, ModelList, OpenAIError, errors
+from gateway.http.api_schema import Health, ModelList, OpenAIError, Ready, errors
 from gateway.http.auth import KeyLookup, authenticate, is_admin, presents_token
 from gateway.http.chat_routes import error_response
 from gateway.http.error_shapes import error_body
+from gateway.http.readiness import Readiness
 from gateway.telemetry import Metrics
 
 JsonView = Callable[[Request], Awaitable[Any]]
@@ -85,11 +86,17 @@ def json_response(value: Any, status: int = 200) -> Response:
 
 
 def build_ops_router(
-    models: ModelTable, keys: KeyLookup, metrics: Metrics, metrics_token: str | None = None
+    models: ModelTable,
+    keys: KeyLookup,
+    metrics: Metrics,
+    metrics_token: str | None = None,
+    readiness: Readiness | None = None,
 ) -> APIRouter:
     """`metrics_token`: when set, /metrics answers 401 unless the caller presents it (Bearer or
-    x-api-key; Prometheus' `authorization` block sends it as Bearer)."""
+    x-api-key; Prometheus' `authorization` block sends it as Bearer). `/health` and `/healthz`
+    are liveness; `/ready` is 200 only while `readiness` says ready (a load balancer's probe)."""
     router = APIRouter()
+    ready_state = readiness or Readiness()
 
     @router.get("/v1/models", responses={200: {"model": ModelList}, **errors(OpenAIError, 401)})
     async def list_models(request: Request) -> Response:
@@ -103,8 +110,14 @@ def build_ops_router(
         return json_response({"object": "list", "data": data})
 
     @router.get("/healthz", responses={200: {"model": Health}})
+    @router.get("/health", responses={200: {"model": Health}})
     async def healthz() -> Response:
         return json_response({"status": "ok"})
+
+    @router.get("/ready", responses={200: {"model": Ready}, 503: {"model": Ready}})
+    async def ready() -> Response:
+        state = ready_state.state
+        return json_response({"status": state}, 200 if state == "ready" else 503)
 
     @router.get(
         "/metrics",

@@ -277,6 +277,10 @@ class Health(BaseModel):
     status: Literal["ok"]
 
 
+class Ready(BaseModel):
+    status: Literal["starting", "ready", "draining"]
+
+
 class ModelEntry(BaseModel):
     id: str
     object: Literal["model"]

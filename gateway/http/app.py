@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import gc
 import logging
+import math
+import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -31,6 +33,7 @@ from gateway.http.console.login import ConsoleSessions
 from gateway.http.console.pages import ConsoleData
 from gateway.http.console.routes import Console, build_console_router
 from gateway.http.embeddings_routes import build_embeddings_router
+from gateway.http.readiness import Readiness
 from gateway.http.request_body import BodyLimits
 from gateway.http.responses_routes import ResponsesRoutes, build_responses_router
 from gateway.http.responses_schema import ResponsesCreateRequest
@@ -78,13 +81,16 @@ def create_app(settings: Settings, components: GatewayProcess | None = None) -> 
     served by `LanternApp` ahead of FastAPI's stack and stream through `SSEReply`; the reference
     paths (FastAPI's router, Starlette's `StreamingResponse`) are test and benchmark wiring."""
     parts = components or build_components(settings)
+    readiness = Readiness()
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await parts.start()
+        readiness.started()
         try:
             yield
         finally:
+            readiness.drain()
             parts.pipeline.after_reply.flush()  # the last replies' rows, before the ledger closes
             await parts.stop()
 
@@ -92,6 +98,7 @@ def create_app(settings: Settings, components: GatewayProcess | None = None) -> 
         title="Lantern", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None
     )
     app.state.components = parts
+    app.state.readiness = readiness
     lookup = parts.lookup or parts.policies
     chat = ChatRoutes(parts.pipeline, lookup, BodyLimits.from_settings(settings.http))
     app.include_router(build_chat_router(chat))  # also the reference path of the doors
@@ -107,7 +114,9 @@ def create_app(settings: Settings, components: GatewayProcess | None = None) -> 
     app.include_router(build_embeddings_router(embeddings, lookup, limits))
     app.add_exception_handler(StarletteHTTPException, not_found)
     metrics_token = settings.metrics_token.get_secret_value() if settings.metrics_token else None
-    app.include_router(build_ops_router(parts.models, lookup, parts.metrics, metrics_token))
+    app.include_router(
+        build_ops_router(parts.models, lookup, parts.metrics, metrics_token, readiness)
+    )
     admin_token = settings.admin_token.get_secret_value() if settings.admin_token else None
     app.include_router(build_admin_router(admin_token, parts.admin_views))
     if parts.sessions is not None:
@@ -138,18 +147,44 @@ def include_console(
     app.include_router(build_console_router(Console(data, auth, names, lambda: datetime.now(UTC))))
 
 
-def serve(settings: Settings, components: GatewayProcess | None = None) -> int:
-    """Run the gateway in the foreground (the `lantern serve` command)."""
+def serve(
+    settings: Settings, workers: int = 1, components: GatewayProcess | None = None
+) -> int:
+    """Run the gateway in the foreground (the `lantern serve` command); `workers` > 1: that many
+    processes on the port (`gateway.http.workers`). `components`: built from `settings` when
+    not given (one process only)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if workers > 1:
+        from gateway.http.workers import supervise
+
+        return supervise(settings, workers)
+    return run_server(settings, components=components)
+
+
+def run_server(
+    settings: Settings,
+    sock: socket.socket | None = None,
+    *,
+    name: str = "",
+    components: GatewayProcess | None = None,
+) -> int:
+    """One serving process: on `sock` when given (a worker's), else it binds host:port. SIGTERM
+    drains: /ready turns 503, after `http.drain_grace_s` the listener closes, calls in flight
+    get `http.drain_timeout_s` to finish, then the ledger is flushed and the process exits."""
     import uvicorn
 
     from gateway.http.server import TickServer, deadline_protocol
+    from gateway.http.workers import WorkerTag
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    tag = f"{name} " if name else ""
+    logging.basicConfig(
+        level=logging.INFO, format=f"%(asctime)s %(levelname)s {tag}%(name)s %(message)s"
+    )
     parts = components or build_components(settings)
     parts.on_start.append(_freeze_gc)  # last: after every other start-up step
     app = create_app(settings, parts)
     config = uvicorn.Config(
-        app,
+        WorkerTag(app, name) if name else app,
         host=settings.host,
         port=settings.port,
         loop="uvloop",  # named, not "auto"
@@ -158,7 +193,10 @@ def serve(settings: Settings, components: GatewayProcess | None = None) -> int:
         http=deadline_protocol(settings.http.header_timeout_s, settings.http.body_timeout_s),
         log_level="info",
         access_log=False,
-        timeout_graceful_shutdown=5,
+        timeout_graceful_shutdown=math.ceil(settings.http.drain_timeout_s),
     )
-    TickServer(config).run()
+    server = TickServer(
+        config, readiness=app.state.readiness, drain_grace_s=settings.http.drain_grace_s
+    )
+    server.run(sockets=[sock] if sock is not None else None)
     return 0

@@ -13,6 +13,8 @@ from types import FrameType
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from gateway.http.readiness import Readiness
+
 DATE_EVERY_TICKS = 10  # uvicorn's `on_tick` refreshes the Date header when `counter % 10 == 0`
 
 
@@ -20,16 +22,39 @@ class TickServer(uvicorn.Server):
     """Ticks every `tick_s` (1 s) instead of uvicorn's 0.1 s. A tick only refreshes the `Date`
     header (once a second either way) and looks for an exit request; ten wake-ups a second were
     most of an idle gateway's CPU. An exit signal ends the wait at once, so shutting down is as
-    prompt as before; an exit asked by setting `should_exit` alone is seen at the next tick."""
+    prompt as before; an exit asked by setting `should_exit` alone is seen at the next tick.
 
-    def __init__(self, config: uvicorn.Config, *, tick_s: float = 1.0) -> None:
+    The first exit signal marks `readiness` draining; the server goes on serving for
+    `drain_grace_s` (a load balancer polling /ready stops sending meanwhile), then shuts down as
+    uvicorn does: the listener closes, calls in flight get `timeout_graceful_shutdown`."""
+
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        *,
+        tick_s: float = 1.0,
+        readiness: Readiness | None = None,
+        drain_grace_s: float = 0.0,
+    ) -> None:
         super().__init__(config)
         self.tick_s = tick_s
         self.num_ticks = 0
+        self.readiness = readiness or Readiness()
+        self.drain_grace_s = drain_grace_s
         self._exit_asked: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        first = self.readiness.state != "draining"
+        self.readiness.drain()
+        if first and self.drain_grace_s > 0 and self._loop is not None:
+            self._loop.call_soon_threadsafe(
+                self._loop.call_later, self.drain_grace_s, self._exit_now, sig, frame
+            )
+            return
+        self._exit_now(sig, frame)
+
+    def _exit_now(self, sig: int, frame: FrameType | None) -> None:
         super().handle_exit(sig, frame)
         if self._loop is not None and self._exit_asked is not None:
             self._loop.call_soon_threadsafe(self._exit_asked.set)

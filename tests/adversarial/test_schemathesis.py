@@ -20,6 +20,8 @@ ROUTES = {  # every route the gateway serves, and the methods /openapi.json must
     "/v1/messages": {"post"},
     "/v1/models": {"get"},
     "/healthz": {"get"},
+    "/health": {"get"},
+    "/ready": {"get"},
     "/metrics": {"get"},
     "/admin/policy": {"get"},
     "/admin/reports/cost": {"get"},

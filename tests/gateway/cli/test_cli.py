@@ -207,7 +207,7 @@ def test_serve_demo_seeds_a_tenant_once(
 ) -> None:
     served: list[Settings] = []
     fake = types.ModuleType("gateway.http.app")
-    fake.serve = lambda settings: served.append(settings)  # type: ignore[attr-defined]
+    fake.serve = lambda settings, workers: served.append(settings)  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "gateway.http.app", fake)
     monkeypatch.chdir(tmp_path)
     assert main(["serve", "--demo", "--port", "8181"]) == 0
@@ -303,3 +303,14 @@ def test_policy_check_against_the_server_config(
         f"{folder}/beta.yaml:5: backends[1]: no backend named 'gone' in the server config",
     ]
     assert main(["policy", "check", str(folder / "acme.yaml"), "--config", str(config)]) == 0
+
+
+def test_serve_workers_refuses_child_engines_and_a_zero_count(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["serve", "--demo", "--workers", "0"]) == 1
+    assert "--workers: at least 1" in capsys.readouterr().err
+    # the demo starts the bundled engine as a child: one per worker would be wrong
+    assert main(["serve", "--demo", "--workers", "2", "--port", "8182"]) == 1
+    err = capsys.readouterr().err
+    assert "start an engine child per process" in err and "lantern engine serve" in err

@@ -150,6 +150,9 @@ class Fakes:
         self.reconciled += 1
 
     # routing
+    async def recall(self, tenant: str, session_id: str) -> None:
+        return None
+
     def plan(self, route, tenant, session_id, prepared, prompt_tokens, max_tokens) -> RoutePlan:  # type: ignore[no-untyped-def]
         return RoutePlan((Attempt(route.candidates[0], "only"),))
 
