@@ -147,9 +147,7 @@ def include_console(
     app.include_router(build_console_router(Console(data, auth, names, lambda: datetime.now(UTC))))
 
 
-def serve(
-    settings: Settings, workers: int = 1, components: GatewayProcess | None = None
-) -> int:
+def serve(settings: Settings, workers: int = 1, components: GatewayProcess | None = None) -> int:
     """Run the gateway in the foreground (the `lantern serve` command); `workers` > 1: that many
     processes on the port (`gateway.http.workers`). `components`: built from `settings` when
     not given (one process only)."""

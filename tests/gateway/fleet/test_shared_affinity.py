@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 from prometheus_client import CollectorRegistry
+from tests.adapters.test_router_fleet import Clock, ProbeBackend, chain, prepared
 
 from adapters.types import Usage
 from gateway.core.ports import Candidate, ModelRoute
@@ -21,7 +22,6 @@ from gateway.fleet.routing_port import Fleet, ReplicaSpec
 from gateway.fleet.sharing import FleetSharing
 from policies.model import TenantPolicy
 from policies.routing import RoutingPolicy
-from tests.adapters.test_router_fleet import Clock, ProbeBackend, chain, prepared
 from tests.fakes.tcp_cut import TcpCut
 from tests.quotas.conftest import delete_prefix
 
