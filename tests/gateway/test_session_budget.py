@@ -9,7 +9,7 @@ import asyncio
 import dataclasses
 
 import pytest
-from tests.gateway.pipeline_harness import Harness, build
+from tests.gateway.core.pipeline_harness import Harness, build
 
 from gateway.core.calls import budget_session_for
 from gateway.core.pipeline import IncomingCall

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 from prometheus_client import CollectorRegistry
-from tests.adapters.test_router_fleet import Clock, ProbeBackend, chain, prepared
+from tests.routing.test_router_fleet import Clock, ProbeBackend, chain, prepared
 
 from adapters.types import Usage
 from gateway.core.ports import Candidate, ModelRoute
