@@ -153,6 +153,9 @@ class Ports:
         return ()
 
     # RoutingPort
+    async def recall(self, tenant: str, session_id: str) -> None:
+        return None
+
     def plan(self, route: ModelRoute, tenant: TenantPolicy, *args: Any) -> RoutePlan:
         self.log.steps.append("plan")
         return RoutePlan(tuple(Attempt(c, "test") for c in route.candidates))
