@@ -10,13 +10,13 @@ import argparse
 import importlib
 import os
 import re
-import secrets
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from gateway.keys import new_key, seed_demo_tenant
+from gateway.cli.demo import announce_demo
+from gateway.keys import new_key
 from gateway.settings import Settings, SettingsError, demo_settings, load_settings
 from policies.loader import check_paths, reference_issues
 
@@ -152,7 +152,7 @@ def _add_window(
     parser.add_argument(
         "--since",
         help="start: ISO date or datetime, UTC unless offset given "
-        "(default: month to date, from the 1st of this month 00:00 UTC)",
+        "(default: month to date, from midnight UTC on the 1st of this month)",
     )
     parser.add_argument(
         "--until", help="end: ISO datetime (exclusive) or date (whole day); default: now"
@@ -250,15 +250,7 @@ def _serve(args: argparse.Namespace) -> int:
             print(issue, file=sys.stderr)
         return EXIT_UNAVAILABLE
     if args.demo:
-        _announce_demo_key(settings)
-        if settings.admin_token is None:
-            token = _demo_admin_token(settings.var_dir)
-            settings = demo_settings(host=args.host, port=args.port, admin_token=token)
-            url = f"http://{settings.host}:{settings.port}"
-            print(f"admin token: {token}   (stored in {settings.var_dir / 'admin.token'})")
-            print(
-                f"console: {url}/console   (log in with the admin token; /admin/* takes it as Bearer)"
-            )
+        settings = announce_demo(settings, host=args.host, port=args.port)
     if args.workers < 1:
         print("--workers: at least 1", file=sys.stderr)
         return EXIT_INVALID
@@ -271,45 +263,6 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"lantern serve: {exc}", file=sys.stderr)
         return EXIT_INVALID
     return result if isinstance(result, int) else EXIT_OK
-
-
-def _demo_admin_token(var_dir: Path) -> str:
-    """The demo's admin token: `var_dir/admin.token` (0600), made once."""
-    path = var_dir / "admin.token"
-    if not path.exists():
-        var_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w", encoding="ascii") as handle:
-            handle.write("lt-admin-" + secrets.token_urlsafe(24) + "\n")
-    return path.read_text(encoding="ascii").strip()
-
-
-def _announce_demo_key(settings: Settings) -> None:
-    """Seed the demo tenant once; keep its key in var_dir/demo.key (0600) so every demo run
-    can print how to call the gateway."""
-    key_file = settings.var_dir / "demo.key"
-    created = seed_demo_tenant(settings.policy_dir)
-    if created is not None:
-        settings.var_dir.mkdir(parents=True, exist_ok=True)
-        # created 0600 from the start: never readable by others, not even for a moment
-        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="ascii") as handle:
-            handle.write(created.key + "\n")
-    if not key_file.exists():
-        print(f"demo tenant: {settings.policy_dir / 'demo.yaml'} exists but {key_file} is gone;")
-        print("  make a key with `lantern keys create --tenant demo` and add it to that file")
-        return
-    key = key_file.read_text(encoding="ascii").strip()
-    url = f"http://{settings.host}:{settings.port}"
-    print(f"Lantern (demo) will listen on {url} once the bundled engine has loaded SmolLM2.")
-    print(f"demo API key: {key}   (stored in {key_file})")
-    print("try it:")
-    print(f"  curl -s {url}/v1/chat/completions -H 'authorization: Bearer {key}' \\")
-    print("    -H 'content-type: application/json' \\")
-    print(
-        '    -d \'{"model": "smollm2", "max_tokens": 40, '
-        '"messages": [{"role": "user", "content": "What is a lantern?"}]}\''
-    )
 
 
 def _policy_check(args: argparse.Namespace) -> int:

@@ -244,7 +244,7 @@ def test_serve_demo_prints_an_admin_token_and_the_console(
 ) -> None:
     served: list[Settings] = []
     fake = types.ModuleType("gateway.http.app")
-    fake.serve = lambda settings: served.append(settings)  # type: ignore[attr-defined]
+    fake.serve = lambda settings, workers=1: served.append(settings)  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "gateway.http.app", fake)
     monkeypatch.chdir(tmp_path)
     assert main(["serve", "--demo"]) == 0
