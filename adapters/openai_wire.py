@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import orjson
-
 from adapters.errors import WireFormatError
 from adapters.openai_wire_response import (
     FINISH_TO_STOP,
@@ -24,6 +22,12 @@ from adapters.openai_wire_response import (
     encode_tool_calls,
     encode_usage,
 )
+from adapters.openai_wire_tools import (
+    ToolListMemo,
+    decode_tool_list,
+    decode_tools,
+    is_typed_tool,
+)
 from adapters.types import (
     JSON,
     CacheControl,
@@ -34,7 +38,6 @@ from adapters.types import (
     Role,
     TextPart,
     ToolResultPart,
-    ToolSpec,
     ToolUsePart,
 )
 from adapters.wire_json import cache_control_at, expect, optional, with_cache_control
@@ -138,7 +141,7 @@ def _content(value: Any, path: str) -> tuple[TextPart | ImagePart, ...]:
     return tuple(parts)
 
 
-def _message(msg: Any, path: str) -> Message:
+def decode_message(msg: Any, path: str) -> Message:
     expect(msg, dict, path)
     role = msg.get("role")
     name = msg.get("name")
@@ -159,70 +162,6 @@ def _message(msg: Any, path: str) -> Message:
     raise WireFormatError(f"{path}.role", f"unsupported role {role!r}")
 
 
-def is_typed_tool(tool: Any) -> bool:
-    """Whether a tool has a canonical form (custom and hosted tools have none: they are
-    forwarded on the same wire only)."""
-    return isinstance(tool, dict) and tool.get("type", "function") == "function"
-
-
-def decode_tools(value: Any) -> tuple[ToolSpec, ...]:
-    """The canonical tools of a `tools` list (custom and hosted tools skipped)."""
-    return _tools(value)
-
-
-def decode_message(msg: Any, path: str) -> Message:
-    """One message; a system or developer message decodes to role `system`."""
-    return _message(msg, path)
-
-
-def split_system(messages: list[Message]) -> tuple[tuple[TextPart, ...], tuple[Message, ...]]:
-    return _split_system(messages)
-
-
-def _tools(value: Any) -> tuple[ToolSpec, ...]:
-    tools = []
-    for i, tool in enumerate(expect(value, list, "tools")):
-        p = f"tools[{i}]"
-        if not is_typed_tool(expect(tool, dict, p)):
-            continue
-        fn = expect(tool.get("function"), dict, f"{p}.function")
-        tools.append(
-            ToolSpec(
-                name=expect(fn.get("name"), str, f"{p}.function.name"),
-                description=expect(fn.get("description", ""), str, f"{p}.function.description"),
-                input_schema=expect(fn.get("parameters", {}), dict, f"{p}.function.parameters"),
-                cache_control=cache_control_at(tool, p),
-            )
-        )
-    return tuple(tools)
-
-
-# Kept: 12 tools decode in ~125-150 µs; the key and a hit take ~25-30 µs.
-class ToolListMemo:
-    """Decoded `tools` lists by their exact JSON bytes (bounded): an agent sends the same tools
-    on every call, and decoding them was ~40 µs of the call's critical path against ~4 µs for
-    the key. Entries are decoded from the key's own bytes, so they never share an object with a
-    caller's body; the same list then yields the same (read-only) ToolSpec objects every call."""
-
-    def __init__(self, max_entries: int = 1024) -> None:
-        self._entries: dict[bytes, tuple[ToolSpec, ...]] = {}
-        self._max_entries = max_entries
-
-    def decode(self, value: Any) -> tuple[ToolSpec, ...]:
-        """`_tools(value)`: equal bytes are equal JSON (1, 1.0 and true stay distinct)."""
-        key = orjson.dumps(value)
-        found = self._entries.get(key)
-        if found is None:
-            found = _tools(orjson.loads(key))  # raises as the plain decode does; nothing kept
-            if len(self._entries) >= self._max_entries:
-                self._entries.clear()  # a bound, not an LRU: an agent's tool lists are few
-            self._entries[key] = found
-        return found
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-
 def _tool_choice(value: Any) -> JSON:
     if value is None or value in ("auto", "none", "required"):
         return value
@@ -231,7 +170,7 @@ def _tool_choice(value: Any) -> JSON:
     raise WireFormatError("tool_choice", "expected 'auto', 'none', 'required' or a function")
 
 
-def _split_system(messages: list[Message]) -> tuple[tuple[TextPart, ...], tuple[Message, ...]]:
+def split_system(messages: list[Message]) -> tuple[tuple[TextPart, ...], tuple[Message, ...]]:
     """Leading system messages become `system`; later ones stay in place as system messages."""
     system: list[TextPart] = []
     i = 0
@@ -256,8 +195,8 @@ def decode_request(body: Mapping[str, Any], tool_lists: ToolListMemo | None = No
     model = expect(body.get("model"), str, "model")
     raw_messages = expect(body.get("messages"), list, "messages")
     _stream_options(body.get("stream_options"))
-    messages = [_message(m, f"messages[{i}]") for i, m in enumerate(raw_messages)]
-    system, rest = _split_system(messages)
+    messages = [decode_message(m, f"messages[{i}]") for i, m in enumerate(raw_messages)]
+    system, rest = split_system(messages)
     max_tokens = optional(body, "max_completion_tokens", int)
     if max_tokens is None:
         max_tokens = optional(body, "max_tokens", int)
@@ -265,7 +204,7 @@ def decode_request(body: Mapping[str, Any], tool_lists: ToolListMemo | None = No
         model=model,
         messages=rest,
         system=system,
-        tools=_decode_tools(body["tools"], tool_lists) if body.get("tools") else (),
+        tools=decode_tool_list(body["tools"], tool_lists) if body.get("tools") else (),
         tool_choice=_tool_choice(body.get("tool_choice")),
         max_tokens=max_tokens,
         temperature=optional(body, "temperature", (int, float)),
@@ -294,10 +233,6 @@ def _stream_options(value: Any) -> None:
         usage = expect(value, dict, "stream_options").get("include_usage")
         if usage is not None:
             expect(usage, bool, "stream_options.include_usage")
-
-
-def _decode_tools(value: Any, memo: ToolListMemo | None) -> tuple[ToolSpec, ...]:
-    return _tools(value) if memo is None else memo.decode(value)
 
 
 def include_usage(body: Mapping[str, Any]) -> bool:
