@@ -260,6 +260,19 @@ def build_pipeline(
     )
 
 
+def build_policies(settings: Settings) -> PolicyStore:
+    """Tenant policies, checked against the configured model and backend names, with the last
+    good one of each file kept on disk across restarts."""
+    return PolicyStore(
+        settings.policy_dir,
+        poll_interval_s=settings.policy_poll_interval_s,
+        known=KnownNames(
+            {m.name for m in settings.models}, {b.name for m in settings.models for b in m.backends}
+        ),
+        archive=DirectoryArchive(settings.var_dir / "policy-last-good"),
+    )
+
+
 def build_components(
     settings: Settings, *, clock: Callable[[], float] = time.monotonic
 ) -> GatewayProcess:
@@ -274,14 +287,7 @@ def build_components(
     http = Http1Pool(max_connections=1000)
     models, children = build_model_table(settings, http)
     pricing = RoutePricing.from_settings(settings)
-    policies = PolicyStore(
-        settings.policy_dir,
-        poll_interval_s=settings.policy_poll_interval_s,
-        known=KnownNames(
-            {m.name for m in settings.models}, {b.name for m in settings.models for b in m.backends}
-        ),
-        archive=DirectoryArchive(settings.var_dir / "policy-last-good"),
-    )
+    policies = build_policies(settings)
     admission = Admission.from_settings(settings, registry=metrics.registry)
     ledger = build_ledger(settings, admission, metrics)
     prompt = build_prompt_parts(settings, models, metrics, clock)
