@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import FastAPI
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
@@ -32,6 +33,7 @@ from gateway.http.compat_routes import CompatRoutes, build_compat_router, not_fo
 from gateway.http.console.login import ConsoleSessions
 from gateway.http.console.pages import ConsoleData
 from gateway.http.console.routes import Console, build_console_router
+from gateway.http.database_down import database_unavailable
 from gateway.http.embeddings_routes import build_embeddings_router
 from gateway.http.readiness import Readiness
 from gateway.http.request_body import BodyLimits
@@ -113,6 +115,7 @@ def create_app(settings: Settings, components: GatewayProcess | None = None) -> 
     embeddings = Embeddings(parts.pipeline.s)
     app.include_router(build_embeddings_router(embeddings, lookup, limits))
     app.add_exception_handler(StarletteHTTPException, not_found)
+    app.add_exception_handler(SQLAlchemyError, database_unavailable)
     metrics_token = settings.metrics_token.get_secret_value() if settings.metrics_token else None
     app.include_router(
         build_ops_router(parts.models, lookup, parts.metrics, metrics_token, readiness)

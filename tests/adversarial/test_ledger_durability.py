@@ -26,6 +26,8 @@ from tests.fakes.upstream import FakeUpstream
 
 pytestmark = pytest.mark.slow
 AUTH = {"authorization": f"Bearer {KEY}"}
+ADMIN = "admin-secret-for-outage"
+ADMIN_AUTH = {"authorization": f"Bearer {ADMIN}"}
 
 
 @pytest.fixture
@@ -88,7 +90,7 @@ def test_gateway_starts_and_serves_with_postgres_down_then_catches_up(
     proxy.restore()
     proxy.cut()  # refusing before the gateway starts: its schema is not even migrated yet
     proxied_url = url.set(port=proxy.port).render_as_string(hide_password=False)
-    config = gateway_config(tmp_path / "var", upstream, proxied_url)
+    config = gateway_config(tmp_path / "var", upstream, proxied_url, admin_token=ADMIN)
     try:
         with running(GatewayProcess(config, tmp_path / "gateway.log")) as gateway:
             traffic = Traffic(gateway.url).start()
@@ -96,12 +98,19 @@ def test_gateway_starts_and_serves_with_postgres_down_then_catches_up(
                 wait_until(lambda: traffic.num_succeeded() >= 60, "calls during the outage")
                 assert ledger_request_ids(postgres_url) == {}  # the table does not exist yet
                 assert_tool_runs_answer_503_in_json(gateway.url)
+                assert_database_reads_answer_503_in_json(gateway.url)
                 proxy.restore()
                 wait_until(lambda: traffic.num_succeeded() >= 120, "calls after the outage")
             finally:
                 traffic.stop()
             assert traffic.num_failed == 0
             succeeded = list(traffic.succeeded)
+            wait_until(
+                lambda: (
+                    httpx.get(gateway.url + "/admin/reports/cost", headers=ADMIN_AUTH).is_success
+                ),
+                "the cost report once PostgreSQL answered",
+            )
             wait_until(
                 lambda: set(succeeded) <= set(ledger_request_ids(postgres_url)),
                 "spooled rows written once PostgreSQL answered",
@@ -126,6 +135,15 @@ def assert_tool_runs_answer_503_in_json(url: str) -> None:
     assert reply.status_code == 503
     assert reply.headers["content-type"] == "application/json"
     assert reply.json()["error"]["code"] == "tool_store_unavailable"
+
+
+def assert_database_reads_answer_503_in_json(url: str) -> None:
+    """The admin report and the keys API read PostgreSQL directly: a 503 to retry, not a 500."""
+    for path in ("/admin/reports/cost", "/admin/keys"):
+        reply = httpx.get(url + path, headers=ADMIN_AUTH, timeout=30)
+        assert reply.status_code == 503, (path, reply.text)
+        assert reply.headers["retry-after"] == "5"
+        assert reply.json()["error"]["code"] == "database"
 
 
 def test_ledger_files_are_private(upstream: FakeUpstream, tmp_path: Path) -> None:
