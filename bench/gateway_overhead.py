@@ -242,6 +242,11 @@ def main() -> None:
     mode.add_argument("--both", action="store_true", help="non-streaming, then streaming")
     ap.add_argument("--skip-litellm", action="store_true")
     ap.add_argument(
+        "--aiohttp-lantern",
+        action="store_true",
+        help="also Lantern with its upstreams on aiohttp (what its own HTTP/1.1 client earns)",
+    )
+    ap.add_argument(
         "--litellm-bin",
         type=Path,
         default=ROOT / ".venv/bin/litellm",
@@ -257,7 +262,7 @@ def main() -> None:
         procs: list[subprocess.Popen[bytes]] = []
         try:
             litellm_bin = None if args.skip_litellm else args.litellm_bin
-            targets = start_targets(Path(d), procs, litellm_bin)
+            targets = start_targets(Path(d), procs, litellm_bin, args.aiohttp_lantern)
             for stream in modes:
                 results = _run(sweep(targets, rates, args.duration_s, stream))
                 report(results)
@@ -272,9 +277,10 @@ def _run(coro: Coroutine[Any, Any, list[Result]]) -> list[Result]:
 
 
 def start_targets(
-    tmp: Path, procs: list[subprocess.Popen[bytes]], litellm_bin: Path | None
+    tmp: Path, procs: list[subprocess.Popen[bytes]], litellm_bin: Path | None, aiohttp: bool
 ) -> list[Target]:
-    """The fake upstream ("direct"), Lantern in front of it, and LiteLLM (one worker)."""
+    """The fake upstream ("direct"), Lantern in front of it, Lantern with its upstreams on aiohttp
+    (`aiohttp`), and LiteLLM (one worker)."""
     up_port, gw_port, ll_port = free_port(), free_port(), free_port()
     upstream = f"http://127.0.0.1:{up_port}/v1"
     fake = [PY, "-m", "bench.gateway_overhead", "--serve-upstream", str(up_port)]
@@ -285,6 +291,12 @@ def start_targets(
     gw = start(lantern, f"http://127.0.0.1:{gw_port}/healthz", env=ENV, log=tmp / "gw.log")
     procs.append(gw)
     targets.append(("lantern", f"http://127.0.0.1:{gw_port}/v1", gw.pid))
+    if aiohttp:
+        port = free_port()
+        cmd = [PY, "-m", "bench.aiohttp_gateway", "--config", config, "--port", str(port)]
+        aio = start(cmd, f"http://127.0.0.1:{port}/healthz", env=ENV, log=tmp / "gw-aio.log")
+        procs.append(aio)
+        targets.append(("lantern-aiohttp", f"http://127.0.0.1:{port}/v1", aio.pid))
     if litellm_bin is not None:
         config = str(write_litellm_config(tmp, upstream))
         litellm = [str(litellm_bin), "--config", config, "--port", str(ll_port)]
