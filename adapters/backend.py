@@ -75,6 +75,13 @@ class EmbeddingReply:
 
 
 class EmbeddingBackend(Backend, Protocol):
-    """A backend whose upstream also serves OpenAI's `/embeddings`."""
+    """A backend whose upstream also serves OpenAI's `/embeddings` (an OpenAI-compatible
+    server; a Bedrock embedding model through InvokeModel)."""
 
     async def embed(self, body: Mapping[str, JSON], timeout_s: float) -> EmbeddingReply: ...
+
+
+def serves_embeddings(backend: Backend) -> bool:
+    """Whether `backend` embeds: it has `embed` and has not said `embeds = False` (a server
+    kind with no `/embeddings`, such as the bundled engine)."""
+    return callable(getattr(backend, "embed", None)) and bool(getattr(backend, "embeds", True))

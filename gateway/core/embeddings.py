@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import anyio
 
-from adapters.backend import EmbeddingBackend, EmbeddingReply
+from adapters.backend import EmbeddingBackend, EmbeddingReply, serves_embeddings
 from adapters.types import JSON, ChatRequest, Usage
 from gateway.core.calls import IncomingCall, route_for
 from gateway.core.ids import uuid4_hex
@@ -94,11 +94,12 @@ class Embeddings:
         """The first allowed backend of the route that serves embeddings."""
         for candidate in route.candidates:
             allowed = tenant.backends is None or candidate.backend_name in tenant.backends
-            if allowed and hasattr(candidate.backend, "embed"):
+            if allowed and serves_embeddings(candidate.backend):
                 return candidate
         raise RequestRejected(
             f"model '{route.name}' has no backend that serves embeddings (an OpenAI-compatible "
-            "upstream does; Bedrock, Anthropic, LiteLLM and the bundled engine do not here)",
+            "upstream and a Bedrock embedding model do; Anthropic, LiteLLM, the bundled engine "
+            "and Bedrock chat models do not)",
             rule="embeddings_unsupported",
             field="model",
         )
