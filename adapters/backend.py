@@ -76,7 +76,7 @@ class EmbeddingReply:
 
 class EmbeddingBackend(Backend, Protocol):
     """A backend whose upstream also serves OpenAI's `/embeddings` (an OpenAI-compatible
-    server; a Bedrock embedding model through InvokeModel)."""
+    server; LiteLLM's `aembedding`; a Bedrock embedding model through InvokeModel)."""
 
     async def embed(self, body: Mapping[str, JSON], timeout_s: float) -> EmbeddingReply: ...
 

@@ -98,7 +98,7 @@ class Embeddings:
                 return candidate
         raise RequestRejected(
             f"model '{route.name}' has no backend that serves embeddings (an OpenAI-compatible "
-            "upstream and a Bedrock embedding model do; Anthropic, LiteLLM, the bundled engine "
+            "upstream, LiteLLM and a Bedrock embedding model do; Anthropic, the bundled engine "
             "and Bedrock chat models do not)",
             rule="embeddings_unsupported",
             field="model",

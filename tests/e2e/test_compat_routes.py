@@ -42,6 +42,9 @@ def test_models_by_id_and_the_unserved_and_unknown_routes(gateway: RunningGatewa
     with pytest.raises(openai.BadRequestError) as legacy:
         client.completions.create(model="gpt-4o-mini", prompt="hi")
     assert legacy.value.body["code"] == "unsupported_endpoint"  # type: ignore[index]
+    assert legacy.value.body["type"] == "invalid_request_error"  # type: ignore[index]
+    message = legacy.value.body["message"]  # type: ignore[index]
+    assert "/v1/completions" in message and "/v1/chat/completions" in message
     msgs = httpx.post(f"{gateway.url}/v1/messages/batches", json={}, headers=AUTH)
     assert msgs.status_code == 404
     assert msgs.json()["type"] == "error"

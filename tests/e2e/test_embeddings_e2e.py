@@ -1,5 +1,5 @@
-"""`/v1/embeddings` through a real gateway: served by an OpenAI-compatible upstream or a Bedrock
-embedding model, billed on the tokens it reports, one ledger row per call, under the tenant's
+"""`/v1/embeddings` through a real gateway: served by an OpenAI-compatible upstream, LiteLLM or a
+Bedrock embedding model, billed on the tokens it reports, one ledger row per call, under the tenant's
 token quota; a model whose backends cannot embed is a 400 naming it."""
 
 from __future__ import annotations
@@ -20,17 +20,24 @@ TITAN = "amazon.titan-embed-text-v2:0"
 
 
 @pytest.fixture
-def gateway(tmp_path: Path) -> Iterator[RunningGateway]:
+def gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RunningGateway]:
+    monkeypatch.setenv("LANTERN_TEST_EMBED_KEY", "sk-test")
     (tmp_path / "policies").mkdir()
     write_policy(tmp_path / "policies", "acme", KEY, limits={"tokens_per_minute": 10})
     with FakeEmbeddings() as fake:
         embed = {"kind": "openai_compatible", "name": "fake-embed", "base_url": fake.base_url}
         claude = {"kind": "anthropic", "name": "claude", "model": "claude-sonnet-4-5"}
+        litellm = {"kind": "litellm", "name": "ll-embed", "model": "openai/te3"}
+        litellm |= {"api_base": fake.base_url, "api_key_env": "LANTERN_TEST_EMBED_KEY"}
         models = [
             {"name": "text-embedding-3-small", "backends": [{**embed, "model": "te3"}]},
             {"name": "claude-sonnet-4-5", "backends": [{**claude, "base_url": fake.base_url}]},
+            {"name": "via-litellm", "backends": [litellm]},
         ]
-        prices = {"text-embedding-3-small": {"input": 0.02, "output": 0.0}}
+        prices = {
+            "text-embedding-3-small": {"input": 0.02, "output": 0.0},
+            "via-litellm": {"input": 0.1, "output": 0.0},
+        }
         config = write_config(tmp_path / "lantern.yaml", tmp_path, models, prices=prices)
         running = start_gateway(config)
         try:
@@ -44,7 +51,7 @@ def test_embeddings_are_served_billed_recorded_and_limited(gateway: RunningGatew
     reply = client.embeddings.create(model="text-embedding-3-small", input=["a b c", "d e"])
     assert [d.embedding for d in reply.data] == [vector("a b c"), vector("d e")]
     assert reply.usage.prompt_tokens == 5
-    (row,) = _ledger_rows(gateway, 1)
+    row = _ledger_rows(gateway, 1)[0]
     assert (row["model"], row["backend"], row["status"]) == (
         "text-embedding-3-small",
         "fake-embed",
@@ -52,7 +59,12 @@ def test_embeddings_are_served_billed_recorded_and_limited(gateway: RunningGatew
     )
     assert row["input_tokens"] == 5
     assert row["cost_usd"] == pytest.approx(5 * 0.02 / 1e6)
-    with pytest.raises(openai.RateLimitError):  # 5 of 10 tokens used; 6 more do not fit
+    through_litellm = client.embeddings.create(model="via-litellm", input="f g")
+    assert through_litellm.data[0].embedding == vector("f g")
+    row = _ledger_rows(gateway, 2)[1]
+    assert (row["model"], row["backend"], row["input_tokens"]) == ("via-litellm", "ll-embed", 2)
+    assert row["cost_usd"] == pytest.approx(2 * 0.1 / 1e6)
+    with pytest.raises(openai.RateLimitError):  # 7 of 10 tokens used; 6 more do not fit
         client.embeddings.create(
             model="text-embedding-3-small", input="one two three four five six"
         )

@@ -16,13 +16,13 @@ from adapters.backends.bedrock.embeddings import (
     COHERE_INPUT_TYPE,
     Family,
     invoke_bodies,
-    openai_reply,
     read_ask,
     tokens_of,
     vectors_of,
 )
 from adapters.backends.bedrock.errors import map_error
 from adapters.errors import ProviderUnavailable
+from adapters.openai_wire_embeddings import embeddings_reply
 from adapters.types import JSON
 
 PARALLEL_CALLS = 8  # InvokeModel calls in flight for one request's Titan texts
@@ -76,7 +76,7 @@ class BedrockEmbeddingBackend(BedrockBackend):
                 self.name, f"{len(vectors)} vectors for {len(ask.texts)} inputs"
             )
         model = body.get("model")
-        out = openai_reply(
+        out = embeddings_reply(
             model if isinstance(model, str) else self.model_id, vectors, tokens, ask.as_base64
         )
         return EmbeddingReply(out, tokens)

@@ -11,9 +11,7 @@ Pure encoding and decoding: no boto3, no I/O.
 
 from __future__ import annotations
 
-import base64
-import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -105,23 +103,3 @@ def tokens_of(family: Family, reply: Mapping[str, Any], headers: Mapping[str, st
         return int(reply["inputTextTokenCount"])
     raw = headers.get(TOKEN_COUNT_HEADER)
     return int(raw) if raw is not None and raw.isdigit() else None
-
-
-def openai_reply(
-    model: str, vectors: Sequence[list[float]], tokens: int, as_base64: bool
-) -> dict[str, Any]:
-    """OpenAI's `/embeddings` answer; base64 vectors are little-endian float32, as OpenAI's."""
-    data = [
-        {
-            "object": "embedding",
-            "index": i,
-            "embedding": _b64(vector) if as_base64 else vector,
-        }
-        for i, vector in enumerate(vectors)
-    ]
-    usage = {"prompt_tokens": tokens, "total_tokens": tokens}
-    return {"object": "list", "data": data, "model": model, "usage": usage}
-
-
-def _b64(vector: list[float]) -> str:
-    return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
