@@ -81,6 +81,14 @@ class EmbeddingBackend(Backend, Protocol):
     async def embed(self, body: Mapping[str, JSON], timeout_s: float) -> EmbeddingReply: ...
 
 
+def check_embedding(backend: Backend, body: Mapping[str, JSON]) -> None:
+    """The backend's own check of an embeddings body (`check_embedding`, where it has one: a
+    `WireFormatError` naming a field it cannot honour), run before anything is reserved."""
+    check = getattr(backend, "check_embedding", None)
+    if check is not None:
+        check(body)
+
+
 def serves_embeddings(backend: Backend) -> bool:
     """Whether `backend` embeds: it has `embed` and has not said `embeds = False` (a server
     kind with no `/embeddings`, such as the bundled engine)."""

@@ -130,13 +130,18 @@ class LiteLLMBackend:
         for event in decoder.finish():
             yield event
 
+    def check_embedding(self, body: Mapping[str, JSON]) -> None:
+        """A field OpenAI's embeddings API lacks: a 400 naming it, before anything is reserved
+        (what the provider cannot take only LiteLLM knows, at call time)."""
+        for field in body:
+            if field not in EMBEDDING_FIELDS:
+                raise WireFormatError(field, "OpenAI's embeddings API has no such field")
+
     async def embed(self, body: Mapping[str, JSON], timeout_s: float) -> EmbeddingReply:
         """`litellm.aembedding` with the client's fields, `drop_params` off: a field the
         provider cannot take is LiteLLM's `UnsupportedParamsError`, a 400, never dropped. The
         reply in OpenAI's shape (vectors as base64 when asked, whatever the provider sent)."""
-        for field in body:
-            if field not in EMBEDDING_FIELDS:
-                raise WireFormatError(field, "OpenAI's embeddings API has no such field")
+        self.check_embedding(body)
         spec = self._spec
         kwargs: dict[str, Any] = {k: v for k, v in body.items() if k != "model"}
         kwargs.update(

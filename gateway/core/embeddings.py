@@ -10,7 +10,12 @@ from dataclasses import dataclass
 
 import anyio
 
-from adapters.backend import EmbeddingBackend, EmbeddingReply, serves_embeddings
+from adapters.backend import (
+    EmbeddingBackend,
+    EmbeddingReply,
+    check_embedding,
+    serves_embeddings,
+)
 from adapters.types import JSON, ChatRequest, Usage
 from gateway.core.calls import IncomingCall, route_for
 from gateway.core.ids import uuid4_hex
@@ -66,6 +71,7 @@ class Embeddings:
         route = route_for(self.s.models, incoming)
         candidate = self._embedder(route, call.tenant)
         texts, num_tokens = input_texts(call.body)
+        check_embedding(candidate.backend, call.body)
         prompt_tokens = num_tokens + sum(self.s.counter.count_text(model, t) for t in texts)
         worst = self.s.pricing.worst_case_usd(route.name, prompt_tokens, 0, "5m")
         ticket = await self.s.admission.reserve(

@@ -127,6 +127,9 @@ def test_bedrock_titan_embeddings_are_served_billed_and_recorded(
     with pytest.raises(openai.BadRequestError) as user:  # InvokeModel has no slot for it
         client.embeddings.create(model="titan", input="x", user="u-1")
     assert user.value.body["param"] == "user"  # type: ignore[index]
+    client.embeddings.create(model="titan", input="x")  # refused before reserving: no row
+    rows = _ledger_rows(bedrock_gateway, 2)
+    assert [(r["status"], r["input_tokens"]) for r in rows] == [("ok", 5), ("ok", 1)]
     with pytest.raises(openai.BadRequestError) as chat_model:
         client.embeddings.create(model="claude", input="x")
     assert chat_model.value.body["code"] == "embeddings_unsupported"  # type: ignore[index]

@@ -47,6 +47,10 @@ class BedrockEmbeddingBackend(BedrockBackend):
         self.family: Family = family
         self.input_type = input_type  # Cohere's `input_type` for every text
 
+    def check_embedding(self, body: Mapping[str, JSON]) -> None:
+        """The 400 (`WireFormatError`) `embed` would raise, before anything is reserved."""
+        read_ask(self.family, self.model_id, body)
+
     async def embed(self, body: Mapping[str, JSON], timeout_s: float) -> EmbeddingReply:
         """A 400 (`WireFormatError`) names a field Bedrock cannot honour before any call."""
         ask = read_ask(self.family, self.model_id, body)
