@@ -138,6 +138,16 @@ def _tool_choice(value: Any) -> JSON:
     raise WireFormatError("tool_choice.type", "expected 'auto', 'any', 'tool' or 'none'")
 
 
+def _extra(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields without a canonical slot; `tool_choice.disable_parallel_tool_use` as OpenAI's
+    `parallel_tool_calls: false`, which an OpenAI-style upstream takes."""
+    extra = {k: v for k, v in body.items() if k not in _KNOWN}
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict) and choice.get("disable_parallel_tool_use") is True:
+        extra["parallel_tool_calls"] = False
+    return extra
+
+
 def decode_request(body: Mapping[str, Any], *, require_max_tokens: bool = True) -> ChatRequest:
     """Canonical form of an Anthropic `/v1/messages` body; raises WireFormatError(path).
     `require_max_tokens=False` for `/v1/messages/count_tokens`, which takes none."""
@@ -158,7 +168,7 @@ def decode_request(body: Mapping[str, Any], *, require_max_tokens: bool = True) 
         stop=tuple(expect(s, str, f"stop_sequences[{i}]") for i, s in enumerate(stop)),
         stream=bool(optional(body, "stream", bool)),
         user=expect(user, str, "metadata.user_id") if user is not None else None,
-        extra={k: v for k, v in body.items() if k not in _KNOWN},
+        extra=_extra(body),
     )
     if not raw:  # checked last, so that every other field's error is named first
         raise WireFormatError("messages", "must hold at least one message")

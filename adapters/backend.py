@@ -75,6 +75,21 @@ class EmbeddingReply:
 
 
 class EmbeddingBackend(Backend, Protocol):
-    """A backend whose upstream also serves OpenAI's `/embeddings`."""
+    """A backend whose upstream also serves OpenAI's `/embeddings` (an OpenAI-compatible
+    server; LiteLLM's `aembedding`; a Bedrock embedding model through InvokeModel)."""
 
     async def embed(self, body: Mapping[str, JSON], timeout_s: float) -> EmbeddingReply: ...
+
+
+def check_embedding(backend: Backend, body: Mapping[str, JSON]) -> None:
+    """The backend's own check of an embeddings body (`check_embedding`, where it has one: a
+    `WireFormatError` naming a field it cannot honour), run before anything is reserved."""
+    check = getattr(backend, "check_embedding", None)
+    if check is not None:
+        check(body)
+
+
+def serves_embeddings(backend: Backend) -> bool:
+    """Whether `backend` embeds: it has `embed` and has not said `embeds = False` (a server
+    kind with no `/embeddings`, such as the bundled engine)."""
+    return callable(getattr(backend, "embed", None)) and bool(getattr(backend, "embeds", True))

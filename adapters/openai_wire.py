@@ -213,7 +213,7 @@ def decode_request(body: Mapping[str, Any], tool_lists: ToolListMemo | None = No
         stream=bool(optional(body, "stream", bool)),
         prompt_cache_key=optional(body, "prompt_cache_key", str),
         cache_salt=optional(body, "cache_salt", str),
-        user=optional(body, "user", str),
+        user=optional(body, "user", str) or optional(body, "safety_identifier", str),
         extra={k: v for k, v in body.items() if k not in _KNOWN},
     )
     return _with_messages(request, raw_messages)

@@ -213,6 +213,12 @@ class BedrockBackend(_Backend):
     endpoint_url: str | None = None
     # the clients' `anthropic-beta` values forwarded (as Converse's `anthropic_beta` field)
     anthropic_beta: tuple[str, ...] = DEFAULT_BETAS
+    # an embedding model's request shape, for a modelId (an ARN) that does not name the model
+    embeddings: Literal["titan", "cohere"] | None = None
+    # Cohere Embed's `input_type` for every text (OpenAI's API has no such field)
+    input_type: Literal["search_document", "search_query", "classification", "clustering"] = (
+        "search_document"
+    )
 
 
 class AnthropicBackend(_Backend):

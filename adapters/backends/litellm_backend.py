@@ -1,4 +1,5 @@
-"""Backend for providers reached through LiteLLM's SDK (`litellm.acompletion`).
+"""Backend for providers reached through LiteLLM's SDK (`litellm.acompletion`, and
+`litellm.aembedding` for `/v1/embeddings`).
 
 The slow path by design (LiteLLM costs ~15-40 ms CPU per call): used for providers Lantern has
 no native codec for. Retries are off; fallback is the router's job.
@@ -11,7 +12,7 @@ from types import ModuleType
 from typing import Any
 
 from adapters import openai_wire
-from adapters.backend import BackendCall
+from adapters.backend import BackendCall, EmbeddingReply
 from adapters.backends.http_upstream import parse_retry_after
 from adapters.backends.spec import BackendSpec
 from adapters.errors import (
@@ -20,10 +21,15 @@ from adapters.errors import (
     ProviderTimeout,
     ProviderUnavailable,
     UpstreamError,
+    WireFormatError,
 )
+from adapters.openai_wire_embeddings import embeddings_reply
 from adapters.openai_wire_stream import OpenAIStreamDecoder
 from adapters.pricing import import_litellm_offline
-from adapters.types import ChatResponse, StreamEvent, WireFormat
+from adapters.types import JSON, ChatResponse, StreamEvent, WireFormat
+
+# OpenAI's embeddings fields; LiteLLM maps each to the provider or refuses it
+EMBEDDING_FIELDS = frozenset({"model", "input", "dimensions", "encoding_format", "user"})
 
 
 def _headers_of(exc: Exception) -> Mapping[str, str]:
@@ -124,5 +130,50 @@ class LiteLLMBackend:
         for event in decoder.finish():
             yield event
 
+    def check_embedding(self, body: Mapping[str, JSON]) -> None:
+        """A field OpenAI's embeddings API lacks: a 400 naming it, before anything is reserved
+        (what the provider cannot take only LiteLLM knows, at call time)."""
+        for field in body:
+            if field not in EMBEDDING_FIELDS:
+                raise WireFormatError(field, "OpenAI's embeddings API has no such field")
+
+    async def embed(self, body: Mapping[str, JSON], timeout_s: float) -> EmbeddingReply:
+        """`litellm.aembedding` with the client's fields, `drop_params` off: a field the
+        provider cannot take is LiteLLM's `UnsupportedParamsError`, a 400, never dropped. The
+        reply in OpenAI's shape (vectors as base64 when asked, whatever the provider sent)."""
+        self.check_embedding(body)
+        spec = self._spec
+        kwargs: dict[str, Any] = {k: v for k, v in body.items() if k != "model"}
+        kwargs.update(
+            model=spec.model or body.get("model"),
+            num_retries=0,
+            max_retries=0,
+            timeout=min(timeout_s, spec.timeout_s),
+            drop_params=False,
+        )
+        if spec.base_url:
+            kwargs["api_base"] = spec.base_url
+        if spec.api_key:
+            kwargs["api_key"] = spec.api_key
+        try:
+            reply = (await self._litellm.aembedding(**kwargs)).model_dump()
+        except Exception as exc:
+            raise map_litellm_error(self._litellm, self.name, exc) from exc
+        tokens = (reply.get("usage") or {}).get("prompt_tokens")
+        data = reply.get("data")
+        if not isinstance(tokens, int) or not isinstance(data, list):
+            raise ProviderUnavailable(self.name, "embeddings reply without data or usage")
+        vectors = [item["embedding"] for item in sorted(data, key=lambda d: d["index"])]
+        if any(isinstance(v, str) for v in vectors):  # already base64, as asked
+            return EmbeddingReply({**reply, "usage": _usage(tokens)}, tokens)
+        model = body.get("model")
+        as_base64 = body.get("encoding_format") == "base64"
+        out = embeddings_reply(model if isinstance(model, str) else "", vectors, tokens, as_base64)
+        return EmbeddingReply(out, tokens)
+
     async def aclose(self) -> None:
         """LiteLLM keeps its own client cache; nothing of ours to close."""
+
+
+def _usage(tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": tokens, "total_tokens": tokens}

@@ -76,6 +76,7 @@ class OpenAICompatibleBackend:
             if spec.extra.get("responses") == "native"
             else None
         )
+        self.embeds = spec.kind == "openai_compatible"  # the bundled engine has no /embeddings
         embeddings_url = spec.base_url.rstrip("/") + "/embeddings"
         self._embeddings = http.upstream(spec.name, embeddings_url, headers)
 

@@ -21,7 +21,8 @@ class BackendSpec:
     `extra` keys: `send_cache_salt` (bool; default true for openai_compatible/selfhost),
     `responses` ("native": forward the Responses door to `/responses`; openai_compatible),
     `anthropic_version` (anthropic), `anthropic_beta` (anthropic, bedrock: the comma-separated
-    allow-list of the clients' `anthropic-beta` values forwarded upstream), `region` (bedrock).
+    allow-list of the clients' `anthropic-beta` values forwarded upstream), `region` (bedrock),
+    `embeddings` (`titan` or `cohere`) and `input_type` (Cohere's) for Bedrock embedding models.
     """
 
     name: str

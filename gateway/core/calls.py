@@ -48,7 +48,7 @@ class IncomingCall:
 
     def __post_init__(self) -> None:
         # the one check of client identifiers, before anything is reserved or called
-        check_identifiers(self.wire, self.request, self.session_header)
+        check_identifiers(self.wire, self.request, self.session_header, self.body)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,9 +172,9 @@ def session_id_for(call: IncomingCall, prepared: PreparedPrompt) -> str:
 
 def budget_session_for(call: IncomingCall) -> str | None:
     """The session that `calls_per_session` counts: only one the client named (header,
-    `prompt_cache_key`, Anthropic `metadata.user_id`, OpenAI `user`). A call without one is
-    not counted: two independent runs of one agent share a conversation root, never a
-    budget."""
+    `prompt_cache_key`, Anthropic `metadata.user_id`, OpenAI `user` or `safety_identifier`).
+    A call without one is not counted: two independent runs of one agent share a
+    conversation root, never a budget."""
     request = call.request
     for named in (call.session_header, request.session_id, request.prompt_cache_key, request.user):
         if named:

@@ -10,7 +10,12 @@ from dataclasses import dataclass
 
 import anyio
 
-from adapters.backend import EmbeddingBackend, EmbeddingReply
+from adapters.backend import (
+    EmbeddingBackend,
+    EmbeddingReply,
+    check_embedding,
+    serves_embeddings,
+)
 from adapters.types import JSON, ChatRequest, Usage
 from gateway.core.calls import IncomingCall, route_for
 from gateway.core.ids import uuid4_hex
@@ -66,6 +71,7 @@ class Embeddings:
         route = route_for(self.s.models, incoming)
         candidate = self._embedder(route, call.tenant)
         texts, num_tokens = input_texts(call.body)
+        check_embedding(candidate.backend, call.body)
         prompt_tokens = num_tokens + sum(self.s.counter.count_text(model, t) for t in texts)
         worst = self.s.pricing.worst_case_usd(route.name, prompt_tokens, 0, "5m")
         ticket = await self.s.admission.reserve(
@@ -94,11 +100,12 @@ class Embeddings:
         """The first allowed backend of the route that serves embeddings."""
         for candidate in route.candidates:
             allowed = tenant.backends is None or candidate.backend_name in tenant.backends
-            if allowed and hasattr(candidate.backend, "embed"):
+            if allowed and serves_embeddings(candidate.backend):
                 return candidate
         raise RequestRejected(
             f"model '{route.name}' has no backend that serves embeddings (an OpenAI-compatible "
-            "upstream does; Bedrock, Anthropic, LiteLLM and the bundled engine do not here)",
+            "upstream, LiteLLM and a Bedrock embedding model do; Anthropic, the bundled engine "
+            "and Bedrock chat models do not)",
             rule="embeddings_unsupported",
             field="model",
         )

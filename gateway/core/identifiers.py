@@ -6,15 +6,25 @@ no header carries a control character or a byte HTTP/1.1 cannot take.
 
 from __future__ import annotations
 
-from adapters.types import ChatRequest, WireFormat
+from collections.abc import Mapping
+
+from adapters.types import JSON, ChatRequest, WireFormat
 from gateway.errors import RequestRejected
 
 MAX_IDENTIFIER_CHARS = 256  # the ledger's session_id column (gateway/ledger/models.py)
 
 
-def check_identifiers(wire: WireFormat, request: ChatRequest, session_header: str | None) -> None:
-    """Raise RequestRejected (400, rule `identifier`) naming the first unusable field."""
+def check_identifiers(
+    wire: WireFormat,
+    request: ChatRequest,
+    session_header: str | None,
+    body: Mapping[str, JSON] | None = None,
+) -> None:
+    """Raise RequestRejected (400, rule `identifier`) naming the first unusable field (the
+    end-user id by the field it came in: OpenAI's `user`, else its `safety_identifier`)."""
     user_field = "metadata.user_id" if wire == "anthropic" else "user"
+    if wire == "openai" and body is not None and not body.get("user"):
+        user_field = "safety_identifier" if body.get("safety_identifier") else "user"
     for field, value in (
         ("x-session-id", session_header),
         ("prompt_cache_key", request.prompt_cache_key),

@@ -80,6 +80,9 @@ def _specs(b: BackendSettings, children: list[EngineChild]) -> list[tuple[Backen
     converse: dict[str, str] = {"anthropic_beta": ",".join(b.anthropic_beta)}
     if b.region:  # none: the AWS chain decides
         converse["region"] = b.region
+    if b.embeddings:
+        converse["embeddings"] = b.embeddings
+    converse["input_type"] = b.input_type
     return [(spec(model=b.model, base_url=b.endpoint_url, extra=converse), None)]
 
 

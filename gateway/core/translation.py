@@ -32,7 +32,16 @@ def _thinking_on(value: JSON) -> bool:
     return isinstance(value, Mapping) and value.get("type") not in (None, "disabled")
 
 
-# OpenAI chat fields that neither Anthropic's API nor Bedrock Converse has
+def _tier(neutral: tuple[str, ...]) -> Asks:
+    return lambda value: value is not None and value not in neutral
+
+
+def _parallel_off(value: JSON) -> bool:
+    return isinstance(value, Mapping) and value.get("disable_parallel_tool_use") is True
+
+
+# OpenAI chat fields that neither Anthropic's API nor Bedrock Converse has (`user` and
+# `safety_identifier` they take: as `metadata.user_id`, as Converse's `requestMetadata`)
 OPENAI_ONLY: Mapping[str, Asks] = {
     "n": _not(1),
     "logprobs": _not(False),
@@ -47,6 +56,22 @@ OPENAI_ONLY: Mapping[str, Asks] = {
     "prediction": _anything,
     "audio": _anything,
     "web_search_options": _anything,
+    "reasoning_effort": _anything,
+    "service_tier": _tier(("auto",)),
+    "store": _not(False),
+    "metadata": _anything,
+    "verbosity": _anything,
+    "prompt_cache_retention": _anything,
+    "functions": _anything,
+    "function_call": _anything,
+}
+
+# ... and those the bundled engine does not take: it honours `seed`, `stop`, `logprobs`,
+# `top_logprobs`, `response_format`, `tools` and `tool_choice`, and answers one choice
+NOT_ON_ENGINE: Mapping[str, Asks] = {
+    k: v
+    for k, v in OPENAI_ONLY.items()
+    if k not in ("seed", "logprobs", "top_logprobs", "response_format")
 }
 
 # Anthropic Messages fields an OpenAI-style upstream has no slot for
@@ -56,16 +81,29 @@ ANTHROPIC_ONLY: Mapping[str, Asks] = {
     "container": _anything,
     "mcp_servers": _anything,
     "context_management": _anything,
+    "service_tier": _tier(("auto",)),
+    "output_format": _anything,
+    "output_config": _anything,
 }
 
-# ... and those Bedrock Converse cannot carry either (thinking and top_k it can)
+# ... and those Bedrock Converse cannot carry either (thinking and top_k it can), with
+# `tool_choice.disable_parallel_tool_use` (an OpenAI upstream takes it as `parallel_tool_calls`)
 NOT_ON_BEDROCK: Mapping[str, Asks] = {
-    k: v for k, v in ANTHROPIC_ONLY.items() if k not in ("thinking", "top_k")
+    **{k: v for k, v in ANTHROPIC_ONLY.items() if k not in ("thinking", "top_k")},
+    "tool_choice": _parallel_off,
 }
+
+# ... and those the bundled engine cannot: it draws its tool calls without that limit
+ANTHROPIC_NOT_ON_ENGINE: Mapping[str, Asks] = {**ANTHROPIC_ONLY, "tool_choice": _parallel_off}
+
+# the name a refusal gives a field whose offending part is nested
+_REPORTED = {"tool_choice": "tool_choice.disable_parallel_tool_use"}
 
 
 def _refused(client: WireFormat, backend_wire: WireFormat | None, kind: str) -> Mapping[str, Asks]:
     """The fields a client of `client` may not send to a backend of this wire and kind."""
+    if kind == "selfhost":  # the bundled engine speaks OpenAI but ignores what it cannot do
+        return NOT_ON_ENGINE if client == "openai" else ANTHROPIC_NOT_ON_ENGINE
     if kind == "litellm" or backend_wire == client:
         return {}  # the same wire forwards the client's JSON; LiteLLM translates for itself
     if client == "openai":
@@ -81,9 +119,10 @@ def check_translatable(wire: WireFormat, body: Mapping[str, JSON], route: ModelR
         backend = candidate.backend
         for field, asks in _refused(wire, backend.wire, backend.kind).items():
             if field in body and asks(body[field]):
+                name = _REPORTED.get(field, field)
                 raise RequestRejected(
-                    f"{field}: backend '{candidate.backend_name}' of model '{route.name}' "
+                    f"{name}: backend '{candidate.backend_name}' of model '{route.name}' "
                     f"cannot honour it ({backend.kind} does not take this {wire} parameter)",
                     rule="unsupported_parameter",
-                    field=field,
+                    field=name,
                 )

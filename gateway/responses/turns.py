@@ -23,7 +23,12 @@ from policies.model import TenantPolicy
 log = logging.getLogger("lantern.responses")
 DOOR = "responses"
 # the door's names for the pipeline's fields (it speaks chat completions inside)
-_FIELDS = {"max_tokens": "max_output_tokens", "messages": "input"}
+_FIELDS = {
+    "max_tokens": "max_output_tokens",
+    "messages": "input",
+    "response_format": "text.format",
+    "reasoning_effort": "reasoning.effort",
+}
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from adapters import openai_wire
-from adapters.backend import Backend, BackendCall
+from adapters.backend import Backend, BackendCall, serves_embeddings
 from adapters.backends import BackendSpec, build_backend
 from adapters.backends.aiohttp_upstream import AiohttpPool
 from adapters.backends.anthropic_native import messages_url
@@ -289,3 +289,15 @@ def test_stream_cut_short_is_unavailable(run: Runner, upstream: FakeUpstream) ->
             run(spec, drain)
         assert "stream ended before" in info.value.detail
         assert seen[1:] == [TextDelta(0, "The"), TextDelta(0, " quick")]
+
+
+def test_which_http_backends_serve_embeddings(run: Runner, upstream: FakeUpstream) -> None:
+    """An OpenAI-compatible server does; the bundled engine (no `/embeddings`) and Anthropic
+    do not, so the gateway answers 400 naming the model instead of calling them."""
+
+    async def embeds(backend: Backend) -> bool:
+        return serves_embeddings(backend)
+
+    assert run(local(upstream), embeds)
+    assert not run(dataclasses.replace(local(upstream), kind="selfhost"), embeds)
+    assert not run(anthropic(upstream), embeds)

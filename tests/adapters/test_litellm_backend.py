@@ -4,6 +4,8 @@ servers (`api_base` pointing at them)."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import struct
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -19,8 +21,10 @@ from adapters.errors import (
     ProviderRejected,
     ProviderTimeout,
     ProviderUnavailable,
+    WireFormatError,
 )
 from adapters.types import StreamEnd, TextDelta, TextPart, ToolCallStart, ToolUsePart, Usage
+from tests.fakes.embeddings import FakeEmbeddings, vector
 from tests.fakes.upstream import FakeUpstream
 
 T = TypeVar("T")
@@ -151,3 +155,31 @@ def test_timeout_maps_to_provider_timeout(upstream: FakeUpstream) -> None:
     upstream.app.delay_s = 1.5
     with pytest.raises(ProviderTimeout):
         run(via_openai(upstream, timeout_s=0.3), lambda b: b.complete(call_of(HI)))
+
+
+def test_embeddings_through_litellm_as_openai_shapes_them() -> None:
+    """`aembedding` on LiteLLM's real OpenAI path to the embeddings fake: vectors in order,
+    the provider's token count, base64 when asked; a field OpenAI's API lacks is refused by
+    name, one the provider cannot take is LiteLLM's 400, never dropped."""
+    with FakeEmbeddings() as fake:
+        spec = BackendSpec("ll-embed", "litellm", fake.base_url, model="openai/te3", api_key="k")
+
+        async def embed(backend: Backend, body: dict[str, Any]) -> Any:
+            return await backend.embed(body, 10)  # type: ignore[attr-defined]
+
+        reply = run(spec, lambda b: embed(b, {"model": "small", "input": ["a b c", "d e"]}))
+        assert reply.prompt_tokens == 5
+        assert [d["embedding"] for d in reply.body["data"]] == [vector("a b c"), vector("d e")]
+        assert reply.body["usage"] == {"prompt_tokens": 5, "total_tokens": 5}
+        assert reply.body["model"] == "small"
+        asked = {"model": "small", "input": "x y", "encoding_format": "base64"}
+        encoded = run(spec, lambda b: embed(b, asked)).body["data"][0]["embedding"]
+        raw = base64.b64decode(encoded)
+        assert list(struct.unpack(f"<{len(raw) // 4}f", raw)) == vector("x y")
+        before = len(fake.app.requests)
+        with pytest.raises(WireFormatError) as unknown:
+            run(spec, lambda b: embed(b, {"input": "x", "input_type": "query"}))
+        assert unknown.value.field == "input_type"
+        with pytest.raises(ProviderRejected, match="dimensions"):
+            run(spec, lambda b: embed(b, {"input": "x", "dimensions": 2}))
+        assert len(fake.app.requests) == before

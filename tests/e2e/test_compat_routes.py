@@ -42,6 +42,9 @@ def test_models_by_id_and_the_unserved_and_unknown_routes(gateway: RunningGatewa
     with pytest.raises(openai.BadRequestError) as legacy:
         client.completions.create(model="gpt-4o-mini", prompt="hi")
     assert legacy.value.body["code"] == "unsupported_endpoint"  # type: ignore[index]
+    assert legacy.value.body["type"] == "invalid_request_error"  # type: ignore[index]
+    message = legacy.value.body["message"]  # type: ignore[index]
+    assert "/v1/completions" in message and "/v1/chat/completions" in message
     msgs = httpx.post(f"{gateway.url}/v1/messages/batches", json={}, headers=AUTH)
     assert msgs.status_code == 404
     assert msgs.json()["type"] == "error"
@@ -52,18 +55,21 @@ def test_models_by_id_and_the_unserved_and_unknown_routes(gateway: RunningGatewa
 
 
 def test_untranslatable_fields_are_refused_by_name(gateway: RunningGateway) -> None:
-    """An OpenAI client on an Anthropic backend: `response_format`, `n`, `logprobs` and
-    `parallel_tool_calls: false` have no Anthropic equivalent; neutral values pass."""
+    """An OpenAI client on an Anthropic backend: `response_format`, `n` (streamed or not),
+    `logprobs`, `parallel_tool_calls: false`, `reasoning_effort` and `metadata` have no
+    Anthropic equivalent; neutral values pass."""
     base = {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "x"}]}
-    for field, value in (
-        ("response_format", {"type": "json_object"}),
-        ("n", 2),
-        ("logprobs", True),
-        ("parallel_tool_calls", False),
+    for field, value, stream in (
+        ("response_format", {"type": "json_object"}, False),
+        ("n", 2, False),
+        ("n", 2, True),
+        ("logprobs", True, False),
+        ("parallel_tool_calls", False, False),
+        ("reasoning_effort", "high", True),
+        ("metadata", {"k": "v"}, False),
     ):
-        reply = httpx.post(
-            f"{gateway.url}/v1/chat/completions", json={**base, field: value}, headers=AUTH
-        )
+        body = {**base, field: value, "stream": stream}
+        reply = httpx.post(f"{gateway.url}/v1/chat/completions", json=body, headers=AUTH)
         assert reply.status_code == 400, field
         assert reply.json()["error"]["param"] == field
         assert reply.json()["error"]["code"] == "unsupported_parameter"

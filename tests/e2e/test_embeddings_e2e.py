@@ -1,6 +1,6 @@
-"""`/v1/embeddings` through a real gateway: served by an OpenAI-compatible upstream, billed on
-the tokens it reports, one ledger row per call, under the tenant's token quota; a model whose
-backends cannot embed is a 400 naming it."""
+"""`/v1/embeddings` through a real gateway: served by an OpenAI-compatible upstream, LiteLLM or a
+Bedrock embedding model, billed on the tokens it reports, one ledger row per call, under the tenant's
+token quota; a model whose backends cannot embed is a 400 naming it."""
 
 from __future__ import annotations
 
@@ -12,23 +12,32 @@ import pytest
 
 from tests.e2e.harness import RunningGateway, start_gateway, write_config, write_policy
 from tests.e2e.test_front_doors import _ledger_rows
+from tests.fakes.bedrock import FakeBedrock, embedding
 from tests.fakes.embeddings import FakeEmbeddings, vector
 
 KEY = "lt-embed-secret-key-0001"
+TITAN = "amazon.titan-embed-text-v2:0"
 
 
 @pytest.fixture
-def gateway(tmp_path: Path) -> Iterator[RunningGateway]:
+def gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RunningGateway]:
+    monkeypatch.setenv("LANTERN_TEST_EMBED_KEY", "sk-test")
     (tmp_path / "policies").mkdir()
     write_policy(tmp_path / "policies", "acme", KEY, limits={"tokens_per_minute": 10})
     with FakeEmbeddings() as fake:
         embed = {"kind": "openai_compatible", "name": "fake-embed", "base_url": fake.base_url}
         claude = {"kind": "anthropic", "name": "claude", "model": "claude-sonnet-4-5"}
+        litellm = {"kind": "litellm", "name": "ll-embed", "model": "openai/te3"}
+        litellm |= {"api_base": fake.base_url, "api_key_env": "LANTERN_TEST_EMBED_KEY"}
         models = [
             {"name": "text-embedding-3-small", "backends": [{**embed, "model": "te3"}]},
             {"name": "claude-sonnet-4-5", "backends": [{**claude, "base_url": fake.base_url}]},
+            {"name": "via-litellm", "backends": [litellm]},
         ]
-        prices = {"text-embedding-3-small": {"input": 0.02, "output": 0.0}}
+        prices = {
+            "text-embedding-3-small": {"input": 0.02, "output": 0.0},
+            "via-litellm": {"input": 0.1, "output": 0.0},
+        }
         config = write_config(tmp_path / "lantern.yaml", tmp_path, models, prices=prices)
         running = start_gateway(config)
         try:
@@ -42,7 +51,7 @@ def test_embeddings_are_served_billed_recorded_and_limited(gateway: RunningGatew
     reply = client.embeddings.create(model="text-embedding-3-small", input=["a b c", "d e"])
     assert [d.embedding for d in reply.data] == [vector("a b c"), vector("d e")]
     assert reply.usage.prompt_tokens == 5
-    (row,) = _ledger_rows(gateway, 1)
+    row = _ledger_rows(gateway, 1)[0]
     assert (row["model"], row["backend"], row["status"]) == (
         "text-embedding-3-small",
         "fake-embed",
@@ -50,7 +59,12 @@ def test_embeddings_are_served_billed_recorded_and_limited(gateway: RunningGatew
     )
     assert row["input_tokens"] == 5
     assert row["cost_usd"] == pytest.approx(5 * 0.02 / 1e6)
-    with pytest.raises(openai.RateLimitError):  # 5 of 10 tokens used; 6 more do not fit
+    through_litellm = client.embeddings.create(model="via-litellm", input="f g")
+    assert through_litellm.data[0].embedding == vector("f g")
+    row = _ledger_rows(gateway, 2)[1]
+    assert (row["model"], row["backend"], row["input_tokens"]) == ("via-litellm", "ll-embed", 2)
+    assert row["cost_usd"] == pytest.approx(2 * 0.1 / 1e6)
+    with pytest.raises(openai.RateLimitError):  # 7 of 10 tokens used; 6 more do not fit
         client.embeddings.create(
             model="text-embedding-3-small", input="one two three four five six"
         )
@@ -61,3 +75,62 @@ def test_embeddings_are_served_billed_recorded_and_limited(gateway: RunningGatew
     with pytest.raises(openai.BadRequestError) as bad:
         client.embeddings.create(model="text-embedding-3-small", input=[])
     assert bad.value.body["param"] == "input"  # type: ignore[index]
+
+
+@pytest.fixture
+def bedrock_gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RunningGateway]:
+    """Titan and a Claude chat model on the Bedrock wire fake; AWS credentials from the env."""
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "AKIDLANTERNTEST",
+        "AWS_SECRET_ACCESS_KEY": "secret",
+        "AWS_CONFIG_FILE": str(tmp_path / "none"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    (tmp_path / "policies").mkdir()
+    write_policy(tmp_path / "policies", "acme", KEY, limits={"tokens_per_minute": 10})
+    fake = FakeBedrock(region="eu-west-1").start()
+    aws = {"kind": "bedrock", "region": "eu-west-1", "endpoint_url": fake.url}
+    models = [
+        {"name": "titan", "backends": [{**aws, "name": "titan-v2", "model": TITAN}]},
+        {"name": "claude", "backends": [{**aws, "name": "br-claude", "model": "anthropic.claude"}]},
+    ]
+    prices = {"titan": {"input": 0.02, "output": 0.0}, "claude": {"input": 3.0, "output": 15.0}}
+    running = start_gateway(
+        write_config(tmp_path / "lantern.yaml", tmp_path, models, prices=prices)
+    )
+    try:
+        yield running
+    finally:
+        running.stop()
+        fake.stop()
+
+
+def test_bedrock_titan_embeddings_are_served_billed_and_recorded(
+    bedrock_gateway: RunningGateway,
+) -> None:
+    """The SDK asks for base64 vectors by default: they decode to Titan's floats. A list of
+    inputs is one InvokeModel per text, the tokens summed."""
+    client = openai.OpenAI(base_url=f"{bedrock_gateway.url}/v1", api_key=KEY, max_retries=0)
+    reply = client.embeddings.create(model="titan", input=["a b c", "d e"], dimensions=256)
+    assert [d.embedding for d in reply.data] == [embedding("a b c", 256), embedding("d e", 256)]
+    assert reply.usage.prompt_tokens == 5
+    (row,) = _ledger_rows(bedrock_gateway, 1)
+    assert (row["model"], row["backend"], row["status"]) == ("titan", "titan-v2", "ok")
+    assert row["input_tokens"] == 5
+    assert row["cost_usd"] == pytest.approx(5 * 0.02 / 1e6)
+    with pytest.raises(openai.RateLimitError):  # 5 of 10 tokens used; 6 more do not fit
+        client.embeddings.create(model="titan", input="one two three four five six")
+    with pytest.raises(openai.BadRequestError) as user:  # InvokeModel has no slot for it
+        client.embeddings.create(model="titan", input="x", user="u-1")
+    assert user.value.body["param"] == "user"  # type: ignore[index]
+    client.embeddings.create(model="titan", input="x")  # refused before reserving: no row
+    rows = _ledger_rows(bedrock_gateway, 2)
+    assert [(r["status"], r["input_tokens"]) for r in rows] == [("ok", 5), ("ok", 1)]
+    with pytest.raises(openai.BadRequestError) as chat_model:
+        client.embeddings.create(model="claude", input="x")
+    assert chat_model.value.body["code"] == "embeddings_unsupported"  # type: ignore[index]
+    assert "'claude'" in chat_model.value.body["message"]  # type: ignore[index]

@@ -1,4 +1,5 @@
-"""A wire-level fake of Bedrock runtime's Converse and ConverseStream HTTP API.
+"""A wire-level fake of Bedrock runtime's Converse, ConverseStream and (for the embedding
+models) InvokeModel HTTP API.
 
 A real local HTTP server that boto3 reaches through `endpoint_url`: it checks the SigV4
 credential scope (region, service), keeps an exact-prefix prompt cache at `cachePoint` blocks
@@ -20,6 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import unquote
 
 LOOKBACK_BLOCKS = 20
 
@@ -98,6 +100,40 @@ def _blocks_in_order(body: dict[str, Any]) -> Iterator[dict[str, Any]]:
     for message in body.get("messages", []):
         yield {"role": message["role"]}
         yield from message["content"]
+
+
+def embedding(text: str, dimensions: int) -> list[float]:
+    """A deterministic vector: the text's length and word count, then 0.5s."""
+    return [float(len(text)), float(_words(text))] + [0.5] * (dimensions - 2)
+
+
+COHERE_INPUT_TYPES = ("search_document", "search_query", "classification", "clustering")
+
+
+def invoke_embedding(model_id: str, body: dict[str, Any]) -> tuple[dict[str, Any], int] | str:
+    """An embedding model's InvokeModel reply and its input tokens, or a ValidationException's
+    message. Titan v2 checks `dimensions` (256, 512, 1024; default 1024); Cohere v3 embeds up
+    to 96 texts of one `input_type` into 1024 dimensions."""
+    if "titan-embed-text" in model_id:
+        text, dims = body.get("inputText"), body.get("dimensions", 1024)
+        if not isinstance(text, str) or not text or set(body) - {"inputText", "dimensions"}:
+            return "expected inputText (a non-empty string) and at most dimensions"
+        if dims not in (256, 512, 1024):
+            return "dimensions must be 256, 512 or 1024"
+        vector = embedding(text, dims)
+        tokens = _words(text)
+        reply = {"embedding": vector, "embeddingsByType": {"float": vector}}
+        return {**reply, "inputTextTokenCount": tokens}, tokens
+    if "cohere.embed" in model_id:
+        texts = body.get("texts")
+        if not isinstance(texts, list) or not 0 < len(texts) <= 96:
+            return "texts must hold 1 to 96 strings"
+        if body.get("input_type") not in COHERE_INPUT_TYPES:
+            return "input_type is required"
+        vectors = [embedding(t, 1024) for t in texts]
+        reply = {"id": "emb-1", "embeddings": vectors, "texts": texts}
+        return {**reply, "response_type": "embeddings_floats"}, sum(_words(t) for t in texts)
+    return f"{model_id} does not support InvokeModel embeddings here"
 
 
 @dataclass
@@ -188,6 +224,9 @@ class FakeBedrock:
         if failure is not None and not failure.mid_stream:
             self._error(h, failure.status, failure.code, f"injected {failure.code}")
             return
+        if h.path.endswith("/invoke"):
+            self._invoke(h, unquote(h.path.split("/")[2]), body)
+            return
         if not body.get("messages"):
             self._error(h, 400, "ValidationException", "messages must not be empty")
             return
@@ -218,6 +257,20 @@ class FakeBedrock:
     def _error(self, h: BaseHTTPRequestHandler, status: int, code: str, message: str) -> None:
         headers = {"content-type": "application/json", "x-amzn-errortype": f"{code}:"}
         self._send(h, status, headers, json.dumps({"message": message}).encode())
+
+    def _invoke(self, h: BaseHTTPRequestHandler, model_id: str, body: dict[str, Any]) -> None:
+        """InvokeModel for the embedding models: Titan (one `inputText`) and Cohere (`texts`)."""
+        answer = invoke_embedding(model_id, body)
+        if isinstance(answer, str):
+            self._error(h, 400, "ValidationException", answer)
+            return
+        reply, tokens = answer
+        headers = {
+            "content-type": "application/json",
+            "x-amzn-bedrock-input-token-count": str(tokens),
+            "x-amzn-bedrock-invocation-latency": "1",
+        }
+        self._send(h, 200, headers, json.dumps(reply).encode())
 
     def _converse(self, h: BaseHTTPRequestHandler, reply: Reply, usage: dict[str, int]) -> None:
         content: list[dict[str, Any]] = [{"text": reply.text}] if reply.text else []

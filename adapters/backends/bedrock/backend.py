@@ -16,7 +16,7 @@ from adapters.backend import BackendCall
 from adapters.backends.bedrock.converse_reply import ConverseStreamDecoder, decode_converse
 from adapters.backends.bedrock.converse_request import encode_converse
 from adapters.backends.bedrock.errors import map_error
-from adapters.backends.spec import DEFAULT_BETAS, BackendSpec, allowed_betas, forwarded_betas
+from adapters.backends.spec import DEFAULT_BETAS, forwarded_betas
 from adapters.errors import ProviderTimeout, ProviderUnavailable
 from adapters.types import ChatResponse, StreamEvent, WireFormat
 
@@ -152,21 +152,3 @@ def _put(
             loop.call_soon_threadsafe(queue.put_nowait, item)
 
     return put
-
-
-def build_bedrock_backend(spec: BackendSpec) -> BedrockBackend:
-    """The factory's entry: `model` is the Bedrock modelId, `extra.region`, `base_url` an
-    optional endpoint override (tests, VPC endpoints), `extra.cache_points` (default true)."""
-    if not spec.model:
-        raise ValueError(f"backend {spec.name}: model (the Bedrock modelId) is required")
-    region = str(spec.extra.get("region", ""))  # empty: the AWS chain (AWS_REGION, config)
-    backend = BedrockBackend(
-        spec.name,
-        spec.model,
-        region,
-        spec.base_url,
-        spec.timeout_s,
-        bool(spec.extra.get("cache_points", True)),
-    )
-    backend.betas = allowed_betas(spec)
-    return backend

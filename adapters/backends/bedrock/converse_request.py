@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from typing import Any
 
 from adapters.errors import ProviderRejected
@@ -22,6 +23,7 @@ from adapters.types import (
 )
 
 MAX_CACHE_POINTS = 4
+_METADATA_VALUE = re.compile(r"[a-zA-Z0-9\s:_@$#=/+,\-.]{0,256}")
 
 
 def _cache_point(cc: CacheControl) -> dict[str, Any]:
@@ -169,7 +171,21 @@ def encode_converse(
     additional = _additional_fields(request, betas)
     if additional:
         kwargs["additionalModelRequestFields"] = additional
+    if request.user is not None:
+        kwargs["requestMetadata"] = {"user_id": _metadata_value(backend, request.user)}
     return kwargs
+
+
+def _metadata_value(backend: str, user: str) -> str:
+    """The client's end-user id (OpenAI `user`, Anthropic `metadata.user_id`) as a value of
+    Converse's `requestMetadata` (it filters Bedrock's invocation logs), whose form is narrow."""
+    if not _METADATA_VALUE.fullmatch(user):
+        raise ProviderRejected(
+            backend,
+            "user (metadata.user_id): Bedrock's requestMetadata takes up to 256 characters of "
+            "letters, digits, whitespace and :_@$#=/+,-.",
+        )
+    return user
 
 
 def _additional_fields(request: ChatRequest, betas: tuple[str, ...]) -> dict[str, Any]:

@@ -67,6 +67,14 @@ def test_a_bad_openai_user_is_a_400_naming_it(case: str) -> None:
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
+def test_a_bad_openai_safety_identifier_is_a_400_naming_it(case: str) -> None:
+    """`safety_identifier` is the end-user id when `user` is absent, and named as itself."""
+    with pytest.raises(RequestRejected) as caught:
+        _openai(safety_identifier=BAD[case])
+    assert caught.value.field == "safety_identifier"
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
 def test_a_bad_anthropic_user_id_is_a_400_in_anthropic_shape(case: str) -> None:
     with pytest.raises(RequestRejected) as caught:
         _anthropic(BAD[case])

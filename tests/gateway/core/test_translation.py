@@ -1,0 +1,165 @@
+"""Every documented OpenAI chat and Anthropic Messages parameter, on every backend that
+translates it: honoured, or refused with a 400 naming it; never dropped on the way."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Mapping
+
+import httpx
+import pytest
+
+from adapters import anthropic_wire, openai_wire
+from adapters.backends import BackendSpec, build_backend
+from adapters.backends.bedrock import encode_converse
+from adapters.backends.http_upstream import HttpxPool
+from adapters.types import JSON, WireFormat
+from gateway.core.ports import Candidate, ModelRoute
+from gateway.core.translation import check_translatable
+from gateway.errors import RequestRejected
+
+# OpenAI's chat-completions parameters (API reference), each with a value that asks for
+# something; the neutral values (`n: 1`, ...) are checked apart
+OPENAI_ASKING: Mapping[str, JSON] = {
+    "audio": {"voice": "alloy", "format": "wav"},
+    "frequency_penalty": 0.5,
+    "function_call": "auto",
+    "functions": [{"name": "f", "parameters": {}}],
+    "logit_bias": {"50256": -100},
+    "logprobs": True,
+    "metadata": {"k": "v"},
+    "modalities": ["text", "audio"],
+    "n": 2,
+    "parallel_tool_calls": False,
+    "prediction": {"type": "content", "content": "x"},
+    "presence_penalty": 0.5,
+    "prompt_cache_retention": "24h",
+    "reasoning_effort": "high",
+    "response_format": {"type": "json_object"},
+    "seed": 7,
+    "service_tier": "flex",
+    "store": True,
+    "top_logprobs": 2,
+    "verbosity": "low",
+    "web_search_options": {},
+}
+# ... and those every translated backend honours (through the canonical request or the gateway)
+OPENAI_HONOURED = [
+    "messages",
+    "model",
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "top_p",
+    "stop",
+    "stream",
+    "stream_options",
+    "tools",
+    "tool_choice",
+    "user",
+    "safety_identifier",
+    "prompt_cache_key",
+]
+ENGINE_HONOURS = {"seed", "logprobs", "top_logprobs", "response_format"}
+
+ANTHROPIC_ASKING: Mapping[str, JSON] = {
+    "thinking": {"type": "enabled", "budget_tokens": 1024},
+    "top_k": 5,
+    "container": "c-1",
+    "mcp_servers": [{"type": "url", "url": "https://mcp", "name": "m"}],
+    "context_management": {"edits": []},
+    "service_tier": "standard_only",
+    "output_format": {"type": "json_schema", "schema": {}},
+    "output_config": {"effort": "low"},
+    "tool_choice": {"type": "auto", "disable_parallel_tool_use": True},
+}
+BEDROCK_HONOURS = {"thinking", "top_k"}  # as Converse's additionalModelRequestFields
+
+
+@pytest.fixture
+def routes() -> Iterator[dict[str, ModelRoute]]:
+    """One single-backend route per kind, the backends built as the gateway builds them."""
+    client = httpx.AsyncClient()
+    pool = HttpxPool(client)
+    specs = {
+        "anthropic": BackendSpec("claude", "anthropic", "http://127.0.0.1:9", model="c"),
+        "bedrock": BackendSpec("br", "bedrock", model="anthropic.claude-sonnet-4-5-v1:0"),
+        "selfhost": BackendSpec("engine", "selfhost", "http://127.0.0.1:9/v1", model="s"),
+        "openai_compatible": BackendSpec(
+            "oai", "openai_compatible", "http://127.0.0.1:9/v1", model="o"
+        ),
+    }
+    yield {
+        kind: ModelRoute("m", (Candidate(build_backend(spec, http=pool), spec.name, "api"),))
+        for kind, spec in specs.items()
+    }
+    asyncio.run(client.aclose())
+
+
+def refused(wire: WireFormat, body: Mapping[str, JSON], route: ModelRoute) -> str | None:
+    try:
+        check_translatable(wire, body, route)
+    except RequestRejected as exc:
+        assert exc.rule == "unsupported_parameter"
+        return exc.field
+    return None
+
+
+@pytest.mark.parametrize("kind", ["anthropic", "bedrock", "selfhost"])
+@pytest.mark.parametrize("field", sorted(OPENAI_ASKING))
+def test_openai_parameters_are_refused_by_name_where_not_honoured(
+    routes: dict[str, ModelRoute], kind: str, field: str
+) -> None:
+    body = {"model": "m", "messages": [], "stream": True, field: OPENAI_ASKING[field]}
+    honoured = kind == "selfhost" and field in ENGINE_HONOURS
+    assert refused("openai", body, routes[kind]) == (None if honoured else field)
+
+
+@pytest.mark.parametrize("kind", ["anthropic", "bedrock", "selfhost"])
+def test_neutral_and_honoured_openai_values_pass(routes: dict[str, ModelRoute], kind: str) -> None:
+    neutral = {"n": 1, "logprobs": False, "parallel_tool_calls": True, "store": False}
+    honoured = {f: "x" for f in OPENAI_HONOURED}
+    body = {**honoured, **neutral, "service_tier": "auto", "presence_penalty": 0}
+    assert refused("openai", body, routes[kind]) is None
+
+
+@pytest.mark.parametrize("kind", ["openai_compatible", "bedrock", "selfhost"])
+@pytest.mark.parametrize("field", sorted(ANTHROPIC_ASKING))
+def test_anthropic_parameters_are_refused_by_name_where_not_honoured(
+    routes: dict[str, ModelRoute], kind: str, field: str
+) -> None:
+    body = {"model": "m", "messages": [], field: ANTHROPIC_ASKING[field]}
+    if kind == "bedrock" and field in BEDROCK_HONOURS:
+        expected = None
+    elif field == "tool_choice":
+        # an OpenAI-compatible upstream takes it as `parallel_tool_calls: false`
+        expected = None if kind == "openai_compatible" else "tool_choice.disable_parallel_tool_use"
+    else:
+        expected = field
+    assert refused("anthropic", body, routes[kind]) == expected
+
+
+def test_the_same_wire_forwards_everything(routes: dict[str, ModelRoute]) -> None:
+    assert refused("openai", dict(OPENAI_ASKING), routes["openai_compatible"]) is None
+    assert refused("anthropic", dict(ANTHROPIC_ASKING), routes["anthropic"]) is None
+
+
+def test_what_translation_honours_reaches_the_upstream() -> None:
+    """`disable_parallel_tool_use` as `parallel_tool_calls: false`; `safety_identifier` as the
+    end-user id; the end-user id on Bedrock as `requestMetadata`."""
+    tools = [{"name": "f", "input_schema": {"type": "object"}}]
+    body = {
+        "model": "m",
+        "max_tokens": 10,
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": tools,
+        "tool_choice": {"type": "auto", "disable_parallel_tool_use": True},
+        "metadata": {"user_id": "u-1"},
+    }
+    request = anthropic_wire.decode_request(body)
+    assert openai_wire.encode_request(request)["parallel_tool_calls"] is False
+    converse = encode_converse("br", "model-id", request, cache_points=False)
+    assert converse["requestMetadata"] == {"user_id": "u-1"}
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    by_safety_id = openai_wire.decode_request({**chat, "safety_identifier": "s-1"})
+    assert anthropic_wire.encode_request(by_safety_id)["metadata"] == {"user_id": "s-1"}
