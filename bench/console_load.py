@@ -93,9 +93,8 @@ def query_plans(database_url: str, statements: list[tuple[str, object]]) -> list
     """Each statement's plan: EXPLAIN (ANALYZE, BUFFERS) on PostgreSQL, EXPLAIN QUERY PLAN on
     SQLite."""
     engine = create_ledger_engine(database_url)
-    prefix = "EXPLAIN (ANALYZE, BUFFERS) " if engine.dialect.name == "postgresql" else (
-        "EXPLAIN QUERY PLAN "
-    )
+    postgres = engine.dialect.name == "postgresql"
+    prefix = "EXPLAIN (ANALYZE, BUFFERS) " if postgres else "EXPLAIN QUERY PLAN "
     plans = []
     raw = engine.raw_connection()
     try:
