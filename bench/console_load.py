@@ -19,6 +19,7 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import sqlalchemy as sa
@@ -80,7 +81,7 @@ class StatementLog:
     own queries, so their plans are the plans of what the page ran."""
 
     def __init__(self) -> None:
-        self.statements: list[tuple[str, object]] = []
+        self.statements: list[tuple[str, Any]] = []
         self.recording = False
         sa.event.listen(sa.engine.Engine, "before_cursor_execute", self._seen)
 
@@ -89,7 +90,7 @@ class StatementLog:
             self.statements.append((statement, parameters))
 
 
-def query_plans(database_url: str, statements: list[tuple[str, object]]) -> list[list[str]]:
+def query_plans(database_url: str, statements: list[tuple[str, Any]]) -> list[list[str]]:
     """Each statement's plan: EXPLAIN (ANALYZE, BUFFERS) on PostgreSQL, EXPLAIN QUERY PLAN on
     SQLite."""
     engine = create_ledger_engine(database_url)

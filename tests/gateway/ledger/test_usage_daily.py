@@ -3,6 +3,7 @@ days, topped up from `usage` for partial days, and equal to the ledger to the 1e
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
@@ -106,6 +107,35 @@ def test_rollup_report_equals_the_ledger_including_today_and_late_rows(engine, m
     every = first + later
     assert report_sums(queries, SINCE, NOW, keys) == ledger_sums(every, SINCE, NOW, keys)
     whole = ledger_sums(every, datetime(2000, 1, 1, tzinfo=UTC), NOW, [])[()]
+    assert daily_table(engine) == (whole[0], whole[3])
+
+
+def test_deleted_and_updated_rows_leave_the_rollup_as_the_ledger(engine, make_row):
+    rows = rows_over(10, 300, 6, make_row)
+    insert_rows(engine, rows)
+    gone = {r.id for r in rows[:40]}
+    moved = {r.id for r in rows[40:60]}
+    with engine.begin() as db:  # a retention purge, and a correction by hand
+        db.execute(
+            sa.text("DELETE FROM usage WHERE id IN :ids").bindparams(
+                sa.bindparam("ids", expanding=True)
+            ),
+            {"ids": sorted(gone)},
+        )
+        db.execute(
+            sa.text(
+                "UPDATE usage SET tenant = 'initech', cost_usd = cost_usd + 1 WHERE id IN :ids"
+            ).bindparams(sa.bindparam("ids", expanding=True)),
+            {"ids": sorted(moved)},
+        )
+    kept = [
+        dataclasses.replace(r, tenant="initech", cost_usd=r.cost_usd + 1) if r.id in moved else r
+        for r in rows
+        if r.id not in gone
+    ]
+    queries = LedgerQueries(session_factory(engine))
+    assert report_sums(queries, SINCE, NOW, KEYS) == ledger_sums(kept, SINCE, NOW, KEYS)
+    whole = ledger_sums(kept, datetime(2000, 1, 1, tzinfo=UTC), NOW, [])[()]
     assert daily_table(engine) == (whole[0], whole[3])
 
 
