@@ -9,7 +9,7 @@ does the split and adds the pieces up.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -81,3 +81,15 @@ def _daily_column(key: str, dialect: str) -> sa.ColumnElement[Any]:
         raise ValueError(f"usage_daily has no {key!r}; use {sorted(DAILY_KEYS)}")
     column: sa.ColumnElement[Any] = getattr(d, key)
     return column.label(key)
+
+
+def spend_since(session: Session, key_ids: Sequence[str], day: date) -> dict[str, Decimal]:
+    """Dollars each of `key_ids` spent from UTC midnight of `day` on, up to the last row stored
+    (today's included): the key budgets' windows, read from the rollup alone."""
+    d = UsageDailyRecord
+    query = (
+        sa.select(d.key_id, sa.func.sum(d.cost_e8))
+        .where(d.key_id.in_(list(key_ids)), d.day >= day)
+        .group_by(d.key_id)
+    )
+    return {key: _dollars(units) or Decimal(0) for key, units in session.execute(query)}
