@@ -1,7 +1,8 @@
 """Page load of the console's spend view over a large ledger: seeds `--rows` usage rows over the
 last 30 days (SQLite file by default, or `--database-url`), starts the real gateway app under
-uvicorn, logs in, and times GET /console/spend over HTTP. Records the row count and the query
-plan of the spend query (EXPLAIN QUERY PLAN on SQLite, EXPLAIN ANALYZE on PostgreSQL).
+uvicorn, logs in, and times GET /console/spend over HTTP. Records the row count and the plan of
+every ledger query the last page load sent (EXPLAIN QUERY PLAN on SQLite, EXPLAIN (ANALYZE,
+BUFFERS) on PostgreSQL).
 
     .venv/bin/python -m bench.console_load [--rows 1000000] [--loads 5] [--database-url URL]
 """
@@ -18,6 +19,7 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import sqlalchemy as sa
@@ -42,6 +44,7 @@ def seed(database_url: str, num_rows: int, now: datetime) -> int:
     span_s = int((now - start).total_seconds()) - 1
     with engine.begin() as db:
         db.execute(USAGE_TABLE.delete())
+        db.execute(sa.text("DELETE FROM usage_daily"))  # usage's triggers keep it from here
     # a ledger is appended in time order: rows i are spread evenly over the window, in order
     step_s = span_s / max(num_rows, 1)
     for first in range(0, num_rows, BATCH):
@@ -73,21 +76,46 @@ def _row(i: int, ts: datetime, rng: random.Random) -> dict[str, object]:
     }  # fmt: skip
 
 
-def query_plan(database_url: str, since: datetime, until: datetime) -> list[str]:
-    """The plan of the spend view's query (cost by day and tenant over the window)."""
+class StatementLog:
+    """The SQL statements (and parameters) the gateway sends while `recording`: the spend page's
+    own queries, so their plans are the plans of what the page ran."""
+
+    def __init__(self) -> None:
+        self.statements: list[tuple[str, Any]] = []
+        self.recording = False
+        sa.event.listen(sa.engine.Engine, "before_cursor_execute", self._seen)
+
+    def _seen(self, _conn, _cursor, statement, parameters, _context, _many) -> None:  # type: ignore[no-untyped-def]
+        if self.recording and "usage" in statement:
+            self.statements.append((statement, parameters))
+
+
+def query_plans(database_url: str, statements: list[tuple[str, Any]]) -> list[list[str]]:
+    """Each statement's plan: EXPLAIN (ANALYZE, BUFFERS) on PostgreSQL, EXPLAIN QUERY PLAN on
+    SQLite."""
     engine = create_ledger_engine(database_url)
-    pg = engine.dialect.name == "postgresql"
-    day = "date(ts)"
-    sql = (
-        f"SELECT {day}, tenant, count(id), sum(cost_usd) FROM usage "
-        "WHERE ts >= :since AND ts < :until GROUP BY 1, 2"
-    )
-    prefix = "EXPLAIN (ANALYZE, BUFFERS) " if pg else "EXPLAIN QUERY PLAN "
-    params = {"since": since.replace(tzinfo=None), "until": until.replace(tzinfo=None)}
+    postgres = engine.dialect.name == "postgresql"
+    prefix = "EXPLAIN (ANALYZE, BUFFERS) " if postgres else "EXPLAIN QUERY PLAN "
+    plans = []
+    raw = engine.raw_connection()
+    try:
+        for statement, parameters in statements:
+            cursor = raw.cursor()
+            cursor.execute(prefix + statement, parameters)
+            plans.append([" | ".join(str(c) for c in row) for row in cursor.fetchall()])
+            cursor.close()
+    finally:
+        raw.close()
+        engine.dispose()
+    return plans
+
+
+def count_rows(database_url: str, table: str) -> int:
+    engine = create_ledger_engine(database_url)
     with engine.connect() as db:
-        rows = db.execute(sa.text(prefix + sql), params).all()
+        count = db.execute(sa.text(f"SELECT count(*) FROM {table}")).scalar_one()
     engine.dispose()
-    return [" | ".join(str(c) for c in row) for row in rows]
+    return int(count)
 
 
 def serve(settings: Settings) -> tuple[uvicorn.Server, threading.Thread, str]:
@@ -120,22 +148,26 @@ def main() -> None:
     )  # fmt: skip
     server, thread, base = serve(settings)
     times = []
+    log = StatementLog()
     with httpx.Client(base_url=base, timeout=60) as client:
         client.post("/console/login", data={"token": TOKEN})
         since = (now - timedelta(days=30)).date().isoformat()
-        for _ in range(args.loads):
+        for i in range(args.loads):
+            log.recording = i == args.loads - 1  # the last load's statements
             t = time.perf_counter()
             reply = client.get(f"/console/spend?since={since}")
             times.append(time.perf_counter() - t)
             assert reply.status_code == 200 and "<svg" in reply.text, reply.status_code
+        log.recording = False
     server.should_exit = True
     thread.join(timeout=10)
-    plan = query_plan(url, now - timedelta(days=30), now)
     print(json.dumps({
-        "database": url.split(":")[0], "rows": count, "seed_s": round(seed_s, 1),
+        "database": url.split(":")[0], "rows": count,
+        "usage_daily_rows": count_rows(url, "usage_daily"), "seed_s": round(seed_s, 1),
         "spend_page_s": {"min": round(min(times), 3), "median": round(statistics.median(times), 3),
-                         "max": round(max(times), 3)},
-        "query_plan": plan,
+                         "max": round(max(times), 3), "loads": len(times)},
+        "statements": [statement for statement, _ in log.statements],
+        "query_plans": query_plans(url, log.statements),
     }, indent=2))  # fmt: skip
 
 

@@ -293,14 +293,16 @@ def build_components(
     prompt = build_prompt_parts(settings, models, metrics, clock)
     fleet = build_fleet(settings, models, pricing, clock, metrics.registry)
     pipeline = build_pipeline(models, pricing, admission, prompt, fleet, ledger, telemetry, clock)
-    tools = build_tools(settings, policies)
     views = build_admin_views(settings, policies, ledger.engine)
-    process = GatewayProcess(pipeline, policies, models, metrics, views, tools.router)
+    process = GatewayProcess(pipeline, policies, models, metrics, views)
+    lookup = _add_keyring(process, ledger.engine)
+    # tool runs authenticate as the chat doors do: YAML keys, then keys issued over /admin/keys
+    tools = build_tools(settings, lookup)
+    process.tools_router = tools.router
     process.on_start.append(tools.start)
     process.on_stop.append(tools.stop)
     process.response_store = build_response_store(settings, clock)
     process.on_stop.append(process.response_store.aclose)
-    _add_keyring(process, ledger.engine)
 
     async def start() -> None:
         policies.reload_now()
@@ -359,15 +361,16 @@ async def _start_fleet(
         parts.sharing.start()
 
 
-def _add_keyring(parts: GatewayProcess, engine: Engine) -> None:
-    """Issued keys: a snapshot refreshed every second on every process (gateway/apikeys)."""
+def _add_keyring(parts: GatewayProcess, engine: Engine) -> KeyChain:
+    """Issued keys: a snapshot refreshed every second on every process (gateway/apikeys); the
+    lookup every door authenticates with (YAML keys first)."""
 
     def utc_now() -> datetime:
         return datetime.now(UTC)
 
     parts.sessions = session_factory(engine)
     parts.keyring = Keyring(parts.sessions, utc_now)
-    parts.lookup = KeyChain(parts.policies, parts.keyring, utc_now)
+    lookup = parts.lookup = KeyChain(parts.policies, parts.keyring, utc_now)
     keyring = parts.keyring
 
     async def start() -> None:
@@ -379,6 +382,7 @@ def _add_keyring(parts: GatewayProcess, engine: Engine) -> None:
 
     parts.on_start.append(start)
     parts.on_stop.append(stop)
+    return lookup
 
 
 def _prepare_ledger(

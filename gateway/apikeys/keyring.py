@@ -14,17 +14,17 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Protocol
 
-import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from gateway.apikeys.records import IssuedKey, KeyRecords
 from gateway.errors import KeyBudgetExhausted
-from gateway.ledger.models import UsageRecord, to_money
+from gateway.ledger.daily import spend_since
+from gateway.ledger.models import to_money
 from policies.model import TenantPolicy
 
 log = logging.getLogger("lantern.apikeys")
@@ -92,18 +92,18 @@ class Keyring:
             self.refresh()
 
     def _spend(self, budgeted: list[IssuedKey]) -> dict[str, Decimal]:
-        """Each budgeted key's spend since its window's start (index ix_usage_key_ts)."""
+        """Each budgeted key's spend since its window's start, from the daily rollup (a window
+        starts at a UTC midnight, so its days are whole): one query per window start."""
         now = self._clock()
-        spend: dict[str, Decimal] = {}
+        by_start: dict[date, list[str]] = {}
+        for key in budgeted:
+            start = window_start(key.budget_window or "month", now).date()
+            by_start.setdefault(start, []).append(key.key_id)
+        spend = {key.key_id: Decimal(0) for key in budgeted}
         with self._sessions() as session:
-            for key in budgeted:
-                start = window_start(key.budget_window or "month", now)
-                total = session.execute(
-                    sa.select(sa.func.sum(UsageRecord.cost_usd)).where(
-                        UsageRecord.key_id == key.key_id, UsageRecord.ts >= start
-                    )
-                ).scalar_one()
-                spend[key.key_id] = to_money(total or 0)
+            for start, key_ids in by_start.items():
+                for key_id, spent in spend_since(session, key_ids, start).items():
+                    spend[key_id] = to_money(spent)
         return spend
 
 

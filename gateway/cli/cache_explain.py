@@ -57,12 +57,16 @@ class ExplainedCall:
     gap_s: float | None
     ttl: str | None = None  # the lifetime the autopilot chose for the call's markers
     pattern: str | None = None  # volatile_block: the volatile pattern seen in the block
+    reported_read_tokens: int | None = None  # what the backend said it read from its cache
 
 
-def explain_rows(rows: Iterable[tuple[datetime | float, str]]) -> list[ExplainedCall]:
-    """Parse (timestamp, diagnosis JSON) rows; rows that are not diagnoses are skipped."""
+def explain_rows(
+    rows: Iterable[tuple[datetime | float, str] | tuple[datetime | float, str, int]],
+) -> list[ExplainedCall]:
+    """Parse (timestamp, diagnosis JSON[, cache-read tokens the backend reported]) rows; rows
+    that are not diagnoses are skipped."""
     calls: list[ExplainedCall] = []
-    for ts, text in rows:
+    for ts, text, *reported in rows:
         try:
             d = json.loads(text)
             at = ts if isinstance(ts, datetime) else datetime.fromtimestamp(ts, UTC)
@@ -78,6 +82,7 @@ def explain_rows(rows: Iterable[tuple[datetime | float, str]]) -> list[Explained
                     d.get("gap_s"),
                     (d.get("ttl_choice") or {}).get("ttl"),
                     d.get("pattern"),
+                    int(reported[0]) if reported else None,
                 )
             )
         except (ValueError, KeyError, TypeError):
@@ -96,16 +101,22 @@ def render_explanation(session_id: str, calls: list[ExplainedCall]) -> str:
         f"follow-up calls{share}",
         "",
         f"{'call':>4}  {'time (UTC)':<19}  {'reason':<17}  {'first change':<14}  {'prefix':>7}  "
-        f"{'expected':>8}  {'read':>7}  {'gap s':>7}  {'ttl':>3}",
+        f"{'expected':>8}  {'predicted':>9}  {'reported':>8}  {'gap s':>7}  {'ttl':>3}",
     ]
     for c in calls:
         gap = f"{c.gap_s:.1f}" if c.gap_s is not None else "-"
+        reported = "-" if c.reported_read_tokens is None else str(c.reported_read_tokens)
         lines.append(
             f"{c.call:>4}  {c.at.astimezone(UTC):%Y-%m-%d %H:%M:%S}  {c.reason:<17}  "
             f"{c.first_changed or '-':<14}  {c.stable_prefix_tokens:>7}  "
-            f"{c.expected_prefix_tokens:>8}  {c.predicted_read_tokens:>7}  {gap:>7}  "
-            f"{c.ttl or '-':>3}"
+            f"{c.expected_prefix_tokens:>8}  {c.predicted_read_tokens:>9}  {reported:>8}  "
+            f"{gap:>7}  {c.ttl or '-':>3}"
         )
+    lines += [
+        "",
+        "predicted: cache reads the gateway expected; reported: the cache reads the backend "
+        "reported; ttl: the lifetime the autopilot chose",
+    ]
     breaks = [c for c in follow_ups if c.reason != "kept"]
     if breaks:
         lines += ["", "Breaks:"]
@@ -120,15 +131,17 @@ def render_explanation(session_id: str, calls: list[ExplainedCall]) -> str:
 
 
 def cli_explain(args: argparse.Namespace, settings: LedgerSettings) -> int:
-    """args.session (required), args.tenant (required: the ledger is read per tenant)."""
-    if not getattr(args, "tenant", None):
-        print("lantern cache explain: --tenant is required", file=sys.stderr)
-        return 2
+    """args.session (required), args.tenant (optional: needed only when several tenants used
+    the same session id, since sessions are per tenant)."""
+    tenant = getattr(args, "tenant", None)
     engine = create_ledger_engine(settings.database_url)
     try:
         sessions = session_factory(engine)
-        rows = LedgerQueries(sessions).session_diagnoses(args.tenant, args.session)
-        pnl = cache_pnl(sessions, *ALL_TIME, args.tenant, args.session)
+        found = LedgerQueries(sessions).session_reads(args.session, tenant)
+        tenants = sorted({row[1] for row in found})
+        pnl = (
+            cache_pnl(sessions, *ALL_TIME, tenants[0], args.session) if len(tenants) == 1 else None
+        )
     except SQLAlchemyError as error:
         print(
             f"lantern cache explain: cannot read the ledger ({type(error).__name__}): "
@@ -138,7 +151,15 @@ def cli_explain(args: argparse.Namespace, settings: LedgerSettings) -> int:
         return 1
     finally:
         engine.dispose()
+    if len(tenants) > 1:
+        print(
+            f"lantern cache explain: session {args.session!r} was used by several tenants; "
+            f"pass --tenant with one of: {', '.join(tenants)}",
+            file=sys.stderr,
+        )
+        return 2
+    rows = [(ts, diagnosis, reads) for ts, _, diagnosis, reads in found]
     sys.stdout.write(render_explanation(args.session, explain_rows(rows)))
-    if rows:
+    if pnl is not None:
         sys.stdout.write("\n" + render_session_pnl(pnl))
     return 0

@@ -9,7 +9,7 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any, Literal, cast
 
@@ -83,6 +83,26 @@ class UsageRecord(Base):
         sa.Index("ix_usage_model_ts", "model", "ts"),
         sa.Index("ix_usage_tenant_session", "tenant", "session_id"),
     )
+
+
+class UsageDailyRecord(Base):
+    """`usage` summed per UTC day, tenant, model, backend (`(none)` for none) and key, kept by
+    triggers on `usage` (migration 0005); money in integer units of 1e-8 dollars."""
+
+    __tablename__ = "usage_daily"
+
+    day: Mapped[date] = mapped_column(sa.Date, primary_key=True)
+    tenant: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
+    model: Mapped[str] = mapped_column(sa.String(256), primary_key=True)
+    backend: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
+    key_id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
+    num_calls: Mapped[int] = mapped_column(sa.BigInteger)
+    input_tokens: Mapped[int] = mapped_column(sa.BigInteger)
+    cache_read_tokens: Mapped[int] = mapped_column(sa.BigInteger)
+    cache_write_tokens: Mapped[int] = mapped_column(sa.BigInteger)
+    output_tokens: Mapped[int] = mapped_column(sa.BigInteger)
+    cost_e8: Mapped[int] = mapped_column(sa.BigInteger)
+    uncached_cost_e8: Mapped[int] = mapped_column(sa.BigInteger)
 
 
 class ApiKeyRecord(Base):

@@ -15,6 +15,7 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
+from gateway.ledger.daily import DAILY_KEYS, daily_rows, whole_days
 from gateway.ledger.models import UsageRecord, to_money
 
 GroupKey = Literal["tenant", "model", "backend", "day", "key", "session", "month"]
@@ -60,37 +61,31 @@ class LedgerQueries:
     def usage_totals(
         self, since: datetime, until: datetime, group_by: Sequence[str]
     ) -> list[UsageTotals]:
-        """Totals per group, sorted by group values; one row overall (none if no calls) without keys."""
+        """Totals per group, sorted by group values; one row overall (none if no calls) without
+        keys. Whole UTC days come from the daily rollup (`usage_daily`) unless a session is a
+        key; the partial days at the window's ends from `usage`."""
         unknown = [key for key in group_by if key not in GROUP_KEYS]
         if unknown:
             raise ValueError(f"unknown group-by key(s) {unknown}; use {GROUP_KEYS}")
+        days = whole_days(since, until) if DAILY_KEYS.issuperset(group_by) else None
         with self._sessions() as session:
-            dialect = session.get_bind().dialect.name
-            keys = [_group_column(key, dialect) for key in group_by]
-            query = (
-                sa.select(*keys, *_sums())
-                .where(UsageRecord.ts >= since, UsageRecord.ts < until)
-                .group_by(*keys)
-            )
-            rows = session.execute(query).all()
-        width = len(keys)
-        totals = [
-            UsageTotals(tuple(_text(v) for v in row[:width]), *_totals(row[width:]))
-            for row in rows
-            if row[width]  # an empty window still returns one all-NULL row without groups
-        ]
-        return sorted(totals, key=lambda t: t.group)  # code-point order on every dialect
+            if days is None:
+                pieces = [_usage_rows(session, since, until, group_by)]
+            else:
+                first, last = days
+                pieces = [daily_rows(session, first, last, group_by)]
+                if since < first:
+                    pieces.append(_usage_rows(session, since, first, group_by))
+                if last < until:
+                    pieces.append(_usage_rows(session, last, until, group_by))
+        return _added_up(pieces, len(group_by))
 
     def month_spend_by_tenant(self, now: datetime) -> dict[str, float]:
         """Dollars each tenant spent from the first of `now`'s UTC month up to `now` (budgets)."""
         start = now.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-        query = (
-            sa.select(UsageRecord.tenant, sa.func.sum(UsageRecord.cost_usd))
-            .where(UsageRecord.ts >= start, UsageRecord.ts < now)
-            .group_by(UsageRecord.tenant)
-        )
-        with self._sessions() as session:
-            return {tenant: float(to_money(cost)) for tenant, cost in session.execute(query)}
+        if start >= now:
+            return {}
+        return {t.group[0]: float(t.cost_usd) for t in self.usage_totals(start, now, ["tenant"])}
 
     def hourly_model_tokens(self, since: datetime, until: datetime) -> list[HourlyModelTokens]:
         """Per model, venue and UTC hour: what the break-even report (F2) is computed from."""
@@ -148,6 +143,47 @@ class LedgerQueries:
             query = query.where(u.tenant == tenant)
         with self._sessions() as session:
             return [(ts, t, d or "", int(r)) for ts, t, d, r in session.execute(query)]
+
+
+def _usage_rows(
+    session: Session, since: datetime, until: datetime, group_by: Sequence[str]
+) -> list[Any]:
+    """`usage` itself aggregated over [since, until): group values, then `_sums()`."""
+    dialect = session.get_bind().dialect.name
+    keys = [_group_column(key, dialect) for key in group_by]
+    query = (
+        sa.select(*keys, *_sums())
+        .where(UsageRecord.ts >= since, UsageRecord.ts < until)
+        .group_by(*keys)
+    )
+    return list(session.execute(query).all())
+
+
+def _added_up(pieces: Sequence[Sequence[Any]], width: int) -> list[UsageTotals]:
+    """One UsageTotals per group over every piece (the same group may be in several)."""
+    merged: dict[tuple[str, ...], UsageTotals] = {}
+    for rows in pieces:
+        for row in rows:
+            if not row[width]:  # an empty window still returns one all-NULL row without groups
+                continue
+            group = tuple(_text(v) for v in row[:width])
+            totals = UsageTotals(group, *_totals(row[width:]))
+            seen = merged.get(group)
+            merged[group] = totals if seen is None else _plus(seen, totals)
+    return sorted(merged.values(), key=lambda t: t.group)  # code-point order on every dialect
+
+
+def _plus(a: UsageTotals, b: UsageTotals) -> UsageTotals:
+    return UsageTotals(
+        a.group,
+        a.num_calls + b.num_calls,
+        a.input_tokens + b.input_tokens,
+        a.cache_read_tokens + b.cache_read_tokens,
+        a.cache_write_tokens + b.cache_write_tokens,
+        a.output_tokens + b.output_tokens,
+        a.cost_usd + b.cost_usd,
+        a.uncached_cost_usd + b.uncached_cost_usd,
+    )
 
 
 def _sums() -> list[sa.ColumnElement[Any]]:

@@ -10,6 +10,7 @@ import pytest
 
 from gateway.cli.main import main
 from tests.e2e.harness import start_gateway, write_config, write_policy
+from tests.fakes.prompt_cache import PromptCacheFake
 from tests.fakes.upstream import FakeUpstream
 
 KEY = "lt-explain-key-00000000000000000000000001"
@@ -25,7 +26,7 @@ def test_explain_names_the_call_that_changed_the_system_prompt(
 ) -> None:
     (tmp_path / "policies").mkdir()
     write_policy(tmp_path / "policies", "acme", KEY)
-    with FakeUpstream() as fake:
+    with FakeUpstream(cache=PromptCacheFake(time.monotonic)) as fake:  # reads as a provider would
         models = [
             {
                 "name": "claude-sonnet-4-5",
@@ -77,3 +78,8 @@ def test_explain_names_the_call_that_changed_the_system_prompt(
     out = capsys.readouterr().out
     assert "Session task-7: 3 calls; prefix kept on 1 of 2 follow-up calls (50.0 %)" in out
     assert "call 2 at system" in out and "system changed" in out
+    # the backend's reported cache reads stand beside the prediction: the kept call read its
+    # cached prefix, and the provider-faithful fake said so
+    [kept] = [line.split() for line in out.splitlines() if line.startswith("   1  ")]
+    predicted, reported = int(kept[7]), int(kept[8])
+    assert kept[3] == "kept" and predicted > 0 and reported > 0

@@ -1,17 +1,26 @@
 """`/admin/keys` against a real gateway: an issued key works within 2 s, honours its model
-subset and budget, is recorded by key id in the ledger, and stops within 2 s of revocation."""
+subset and budget, runs tools, is recorded by key id in the ledger, and stops within 2 s of
+revocation."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
 from decimal import Decimal
+from pathlib import Path
 
 import httpx
 import sqlalchemy as sa
 
 from gateway.ledger.db import create_ledger_engine
-from tests.e2e.harness import ADMIN_TOKEN, RunningGateway
+from tests.e2e.harness import (
+    ADMIN_TOKEN,
+    RunningGateway,
+    start_gateway,
+    write_config,
+    write_policy,
+)
+from tests.fakes.upstream import FakeUpstream
 
 ADMIN = {"authorization": f"Bearer {ADMIN_TOKEN}"}
 CALL = {"model": "gpt-4o-mini", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
@@ -128,3 +137,53 @@ def test_spend_views_answer_with_the_reports_of_the_console(gateway: RunningGate
     assert {b["tenant"] for b in budgets} == {"acme", "other"}
     bad = httpx.get(f"{gateway.url}/admin/reports/spend?dimension=colour", headers=ADMIN)
     assert bad.status_code == 400 and "tenant|model|backend|key" in bad.json()["error"]["message"]
+
+
+TOOL = {
+    "name": "run_python",
+    "runner": "local",
+    "command": ["python3", "-c", "{code}"],
+    "egress": [],
+    "limits": {"wall_s": 20, "memory_mb": 256, "cpu_s": 10, "output_kb": 4},
+}
+
+
+def test_an_issued_key_runs_tools_until_it_is_revoked(tmp_path: Path) -> None:
+    (tmp_path / "policies").mkdir()
+    write_policy(tmp_path / "policies", "acme", "lt-acme-yaml-key-0001", tools=[TOOL])
+    with FakeUpstream() as fake:
+        models = [{"name": "gpt-4o-mini", "backends": [{
+            "kind": "openai_compatible", "name": "fake", "base_url": fake.openai_base_url,
+            "model": "gpt-4o-mini",
+        }]}]  # fmt: skip
+        gateway = start_gateway(write_config(tmp_path / "lantern.yaml", tmp_path, models))
+        try:
+            issued = httpx.post(
+                f"{gateway.url}/admin/keys",
+                json={"tenant": "acme", "id": "tool-bot"},
+                headers=ADMIN,
+            )
+            assert issued.status_code == 201, issued.text
+            key = issued.json()["key"]
+            runs = f"{gateway.url}/v1/tools/runs"
+
+            def run(step: str) -> httpx.Response:
+                body = {"tool": "run_python", "arguments": {"code": "print(6*7)"}}
+                headers = {"authorization": f"Bearer {key}", "idempotency-key": step}
+                return httpx.post(runs, json=body, headers=headers, timeout=60)
+
+            wait_for(lambda: run("probe").status_code != 401)
+            first = run("step-1")
+            assert first.status_code == 200, first.text
+            assert (first.json()["status"], first.json()["stdout"]) == ("succeeded", "42\n")
+            fetched = httpx.get(
+                f"{runs}/{first.json()['id']}", headers={"authorization": f"Bearer {key}"}
+            )
+            assert fetched.status_code == 200 and fetched.json()["id"] == first.json()["id"]
+
+            revoked = httpx.post(f"{gateway.url}/admin/keys/tool-bot/revoke", headers=ADMIN)
+            assert revoked.status_code == 200
+            wait_for(lambda: run("step-2").status_code == 401)
+            assert run("step-1").json()["error"]["message"] == "invalid API key"
+        finally:
+            gateway.stop()

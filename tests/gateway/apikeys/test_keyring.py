@@ -103,8 +103,16 @@ def test_a_weekly_budget_counts_only_this_weeks_spend(engine) -> None:
         spend("wk", datetime(2026, 11, 29, tzinfo=UTC), "5.00", 1),  # last week: not counted
         spend("wk", datetime(2026, 12, 1, tzinfo=UTC), "0.60", 2),
     ])  # fmt: skip
+    # a daily budget beside it: windows starting on other days are read in the same refresh
+    records.issue(KeyRequest("acme", "dy", None, Decimal("9"), "day"), "alice")
+    insert_rows(engine, [
+        spend("dy", datetime(2026, 12, 2, 23, 59, tzinfo=UTC), "4.00", 4),  # yesterday
+        spend("dy", datetime(2026, 12, 3, 0, 0, tzinfo=UTC), "0.25", 5),
+        spend("dy", datetime(2026, 12, 3, 13, 59, tzinfo=UTC), "0.00000001", 6),
+    ])  # fmt: skip
     keyring.refresh()
     assert keyring.snapshot.spend_usd["wk"] == Decimal("0.60000000")
+    assert keyring.snapshot.spend_usd["dy"] == Decimal("0.25000001")
     assert chain.tenant_for_key(secret) is not None
     insert_rows(engine, [spend("wk", datetime(2026, 12, 2, tzinfo=UTC), "0.40", 3)])
     keyring.refresh()

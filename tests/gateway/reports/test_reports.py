@@ -11,6 +11,7 @@ from decimal import Decimal
 import pytest
 
 from gateway.ledger.db import create_ledger_engine, migrate, session_factory
+from gateway.ledger.models import UsageRow
 from gateway.ledger.recorder import insert_rows
 from gateway.reports.cost import (
     CostReport,
@@ -25,6 +26,7 @@ from gateway.reports.cost import (
     to_table,
 )
 from gateway.reports.focus import FOCUS_GROUP_BY, FOCUS_MANDATORY_COLUMNS, to_focus_csv
+from gateway.reports.spend import spend_series
 from tests.gateway.ledger.ledger_dataset import DEC_1, NOV_1, edge_rows, november_rows
 
 
@@ -238,3 +240,35 @@ def test_focus_export_has_every_mandatory_column_and_the_ledgers_total(sessions)
         "acme/key-1",
         "claude-sonnet",
     )
+
+
+def test_spend_view_equals_the_ledger_with_today_and_rows_written_late(sessions):
+    """The console's spend series (whole days from the daily rollup, today's partial day from
+    `usage`) over rows written after the rollup held their day, today's, and one after `now`."""
+    now = datetime(2026, 11, 3, 12, 0, tzinfo=UTC)  # 2026-11-03 is "today", a partial day
+    late = [
+        UsageRow(id=f"late-{n}", ts=ts, tenant=tenant, key_id="k", model="m", request_id=f"l{n}",
+                 status="ok", cost_usd=Decimal(cost), uncached_cost_usd=Decimal(cost))
+        for n, (ts, tenant, cost) in enumerate([
+            (datetime(2026, 11, 1, 23, 59, 59, 999999, tzinfo=UTC), "acme", "0.00000001"),
+            (datetime(2026, 11, 3, 0, 0, tzinfo=UTC), "globex", "0.12345678"),
+            (datetime(2026, 11, 3, 11, 59, 59, tzinfo=UTC), "acme", "2.5"),
+            (now, "acme", "100"),  # at `until`: outside the window
+        ])
+    ]  # fmt: skip
+    insert_rows(sessions.kw["bind"], late)
+    ledger: dict[tuple[str, str], Decimal] = {}
+    for row in [*november_rows(), *edge_rows(), *late]:
+        if NOV_1 <= row.ts < now:
+            day = (row.ts.date().isoformat(), row.tenant)
+            ledger[day] = ledger.get(day, Decimal(0)) + row.cost_usd
+    series = spend_series(sessions, NOV_1, now, "tenant")
+    drawn = {
+        (day, tenant): amounts[i]
+        for tenant, amounts in series.series.items()
+        for i, day in enumerate(series.days)
+        if (day, tenant) in ledger
+    }
+    assert drawn == ledger
+    assert series.report.totals.cost_usd == sum(ledger.values())
+    assert ledger[("2026-11-03", "acme")] == money("2.5")  # today's rows are in
