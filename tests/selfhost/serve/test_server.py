@@ -10,6 +10,7 @@ import openai
 import pytest
 
 from selfhost.engine.llm_engine import LLMEngine
+from selfhost.model.tokenizer import TextTokenizer
 from selfhost.serve.server import parse_args
 from tests.selfhost.serving import serving
 
@@ -180,3 +181,31 @@ def test_tokenizer_card_and_tokenize_agree_with_the_billed_prompt(
     assert len(counted["tokens"]) == counted["count"]
     plain = httpx.post(f"{base_url}/tokenize", json={"prompt": "Paris"}, timeout=30).json()
     assert plain["count"] == len(plain["tokens"]) == 1
+
+
+PUBLIC_RULES = "You answer questions for the public help desk of the city library. " * 8
+
+
+def test_a_declared_public_head_is_shared_across_tenants_and_nothing_after_it(
+    base_url: str, smollm_files: tuple[object, TextTokenizer]
+) -> None:
+    user = "Which floor holds the maps?"  # the same private text for every tenant
+    messages = [{"role": "system", "content": PUBLIC_RULES}, {"role": "user", "content": user}]
+
+    def cached(salt: str, public: bool) -> int:
+        body: dict[str, object] = {"messages": messages, "max_tokens": 1, "cache_salt": salt}
+        if public:
+            body["lantern_public"] = {"system": 1}
+        reply = httpx.post(f"{base_url}/v1/chat/completions", json=body, timeout=120).json()
+        return int(reply["usage"]["prompt_tokens_details"]["cached_tokens"])
+
+    tokenizer = smollm_files[1]
+    text = tokenizer.render_chat(messages)
+    prompt = tokenizer.encode(text)
+    head = tokenizer.encode(text[: text.index(user)])  # up to the first private character
+    public = next(i for i, (a, b) in enumerate(zip(prompt, head + [-1], strict=False)) if a != b)
+    assert public > 64
+    assert cached("lib-a", True) == 0
+    assert cached("lib-b", True) == public // 16 * 16  # the public blocks, none after them
+    assert cached("lib-a", True) == (len(prompt) - 1) // 16 * 16  # its own: everything
+    assert cached("lib-c", False) == 0  # no head declared: nothing is shared
