@@ -37,7 +37,7 @@ def build_body(
     Deterministic edits only: `model` when the backend names one; `stream` set or removed;
     `stream_options.include_usage` forced on when streaming (usage settles quotas; the client's
     own choice is honoured by the gateway's stream encoder); `cache_salt` when the request has
-    one and the backend accepts it; `lantern_public` (the declared-public head, which the
+    one and the backend accepts it (a client's own is never forwarded); `lantern_public` (the declared-public head, which the
     bundled engine shares across tenants) set by the gateway alone, for `engine: lantern`.
     """
     if call.raw_body is not None and call.client_wire == "openai":
@@ -54,9 +54,10 @@ def build_body(
     else:
         body.pop("stream", None)
         body.pop("stream_options", None)
+    body.pop("cache_salt", None)  # never the client's own: the tenant's, or none
+    body.pop(PUBLIC_FIELD, None)
     if send_cache_salt and call.request.cache_salt is not None:
         body["cache_salt"] = call.request.cache_salt
-    body.pop(PUBLIC_FIELD, None)  # never the client's own
     public = call.request.cache_public
     if engine == "lantern" and "cache_salt" in body and public and (public.tools or public.system):
         body[PUBLIC_FIELD] = {"tools": public.tools, "system": public.system}

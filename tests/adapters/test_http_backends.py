@@ -165,10 +165,10 @@ def test_cache_salt_goes_only_to_servers_that_accept_it(
     assert ("cache_salt" in upstream.requests[0].json()) is sent
 
 
-def test_public_head_goes_only_to_the_bundled_engine_and_never_from_the_client(
+def test_public_head_goes_only_to_the_bundled_engine_and_no_cache_field_from_the_client(
     run: Runner, upstream: FakeUpstream
 ) -> None:
-    raw = dict(HI, lantern_public={"tools": 9, "system": 9})  # a client's own: dropped
+    raw = dict(HI, lantern_public={"tools": 9, "system": 9}, cache_salt="")  # the client's own
     request = dataclasses.replace(
         openai_wire.decode_request(HI), cache_salt="tenant-a", cache_public=PublicHead(1, 2)
     )
@@ -177,6 +177,7 @@ def test_public_head_goes_only_to_the_bundled_engine_and_never_from_the_client(
         run(local(upstream, extra=extra), lambda b: b.complete(call))
     bodies = [r.json() for r in upstream.requests]
     assert [b.get("lantern_public") for b in bodies] == [{"tools": 1, "system": 2}, None, None]
+    assert [b.get("cache_salt") for b in bodies] == ["tenant-a", "tenant-a", None]
     no_head = dataclasses.replace(call, request=dataclasses.replace(request, cache_public=None))
     run(local(upstream, extra={"engine": "lantern"}), lambda b: b.complete(no_head))
     assert "lantern_public" not in upstream.requests[-1].json()

@@ -12,6 +12,7 @@ import pytest
 from selfhost.engine.llm_engine import LLMEngine
 from selfhost.model.tokenizer import TextTokenizer
 from selfhost.serve.server import parse_args
+from selfhost.structured.chat_plan import plan_chat
 from tests.selfhost.serving import serving
 
 QUESTION = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
@@ -186,26 +187,42 @@ def test_tokenizer_card_and_tokenize_agree_with_the_billed_prompt(
 PUBLIC_RULES = "You answer questions for the public help desk of the city library. " * 8
 
 
+CATALOGUE = {
+    "type": "function",
+    "function": {
+        "name": "search_catalogue",
+        "description": "Search the library catalogue by title, author or subject.",
+        "parameters": {"type": "object", "properties": {"query": {"type": "string"}}},
+    },
+}
+
+
+@pytest.mark.parametrize(("case", "head"), [("system", {"system": 1}), ("tools", {"tools": 1})])
 def test_a_declared_public_head_is_shared_across_tenants_and_nothing_after_it(
-    base_url: str, smollm_files: tuple[object, TextTokenizer]
+    base_url: str, smollm_files: tuple[object, TextTokenizer], case: str, head: dict[str, int]
 ) -> None:
     user = "Which floor holds the maps?"  # the same private text for every tenant
-    messages = [{"role": "system", "content": PUBLIC_RULES}, {"role": "user", "content": user}]
+    messages: list[dict[str, str]] = [{"role": "user", "content": user}]
+    extra: dict[str, object] = {"tools": [CATALOGUE]} if case == "tools" else {}
+    if case == "system":
+        messages.insert(0, {"role": "system", "content": PUBLIC_RULES})
 
     def cached(salt: str, public: bool) -> int:
-        body: dict[str, object] = {"messages": messages, "max_tokens": 1, "cache_salt": salt}
+        body = {"messages": messages, "max_tokens": 1, "cache_salt": f"{case}-{salt}", **extra}
         if public:
-            body["lantern_public"] = {"system": 1}
+            body["lantern_public"] = head
         reply = httpx.post(f"{base_url}/v1/chat/completions", json=body, timeout=120).json()
         return int(reply["usage"]["prompt_tokens_details"]["cached_tokens"])
 
     tokenizer = smollm_files[1]
-    text = tokenizer.render_chat(messages)
+    plan = plan_chat(messages, list(extra.get("tools", [])), None, None, tokenizer.renders_tools)  # type: ignore[arg-type]
+    text = tokenizer.render_chat(plan.messages, plan.tools)
     prompt = tokenizer.encode(text)
-    head = tokenizer.encode(text[: text.index(user)])  # up to the first private character
-    public = next(i for i, (a, b) in enumerate(zip(prompt, head + [-1], strict=False)) if a != b)
+    public_ids = tokenizer.encode(text[: text.index(user)])  # up to the first private character
+    pairs = zip(prompt, [*public_ids, -1], strict=False)
+    public = next(i for i, (a, b) in enumerate(pairs) if a != b)
     assert public > 64
-    assert cached("lib-a", True) == 0
-    assert cached("lib-b", True) == public // 16 * 16  # the public blocks, none after them
-    assert cached("lib-a", True) == (len(prompt) - 1) // 16 * 16  # its own: everything
-    assert cached("lib-c", False) == 0  # no head declared: nothing is shared
+    assert cached("a", True) == 0
+    assert cached("b", True) == public // 16 * 16  # the public blocks, none after them
+    assert cached("a", True) == (len(prompt) - 1) // 16 * 16  # its own: everything
+    assert cached("c", False) == 0  # no head declared: nothing is shared
