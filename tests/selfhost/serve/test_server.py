@@ -203,7 +203,7 @@ def test_a_declared_public_head_is_shared_across_tenants_and_nothing_after_it(
 ) -> None:
     user = "Which floor holds the maps?"  # the same private text for every tenant
     messages: list[dict[str, str]] = [{"role": "user", "content": user}]
-    extra: dict[str, object] = {"tools": [CATALOGUE]} if case == "tools" else {}
+    extra: dict[str, object] = {"tools": [CATALOGUE]} if case == "tools" else {}  # as sent
     if case == "system":
         messages.insert(0, {"role": "system", "content": PUBLIC_RULES})
 
@@ -215,7 +215,8 @@ def test_a_declared_public_head_is_shared_across_tenants_and_nothing_after_it(
         return int(reply["usage"]["prompt_tokens_details"]["cached_tokens"])
 
     tokenizer = smollm_files[1]
-    plan = plan_chat(messages, list(extra.get("tools", [])), None, None, tokenizer.renders_tools)  # type: ignore[arg-type]
+    tools = [CATALOGUE] if case == "tools" else []
+    plan = plan_chat(messages, tools, None, None, tokenizer.renders_tools)  # type: ignore[arg-type]
     text = tokenizer.render_chat(plan.messages, plan.tools)
     prompt = tokenizer.encode(text)
     public_ids = tokenizer.encode(text[: text.index(user)])  # up to the first private character
