@@ -11,8 +11,11 @@ import pytest
 
 from adapters import openai_wire
 from adapters.backend import BackendCall
+from adapters.backends import BackendSpec, build_backend
 from adapters.backends.http_upstream import HttpxPool
 from gateway.core.models_table import build_model_table, shares_provider_cache
+from gateway.core.ports import Candidate
+from gateway.fleet.probe import probe
 from gateway.settings import OpenAICompatibleBackend, Settings
 from tests.fakes.upstream import FakeUpstream
 
@@ -94,3 +97,22 @@ def test_the_model_table_hands_the_declaration_to_the_backend() -> None:
         asyncio.run(main())
         sent = ["cache_salt" in r.json() for r in upstream.requests]
     assert sent == [False, True, True]
+
+
+def test_the_health_probe_carries_no_cache_field() -> None:
+    """A server that rejects `cache_salt` with a 400 fails only the calls that carry it (the
+    request's fault, never a drain: tests/gateway/fleet/test_backend_health_faults.py); the
+    probe that judges its health carries none."""
+    with FakeUpstream() as upstream:
+        spec = BackendSpec(
+            "v", "openai_compatible", upstream.openai_base_url, model="m", extra={"engine": "vllm"}
+        )
+
+        async def main() -> bool:
+            async with httpx.AsyncClient() as http:
+                backend = build_backend(spec, http=HttpxPool(http))
+                return await probe(Candidate(backend, "v", "selfhost", "r1"), "m", 10.0)
+
+        assert asyncio.run(main()) is True
+        (sent,) = [r.json() for r in upstream.requests]
+    assert "cache_salt" not in sent and "lantern_public" not in sent
