@@ -90,6 +90,15 @@ class ToolSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class PublicHead:
+    """The leading part of a prompt an admin declared public: its first `tools` tools and, when
+    every tool is public, its first `system` system text blocks (canonical order)."""
+
+    tools: int = 0
+    system: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class ChatRequest:
     """One chat call in canonical form. `system` is separate from `messages` (Anthropic order)."""
 
@@ -106,6 +115,7 @@ class ChatRequest:
     session_id: str | None = None
     prompt_cache_key: str | None = None
     cache_salt: str | None = None
+    cache_public: PublicHead | None = None  # what the bundled engine may share across tenants
     user: str | None = None
     extra: Mapping[str, JSON] = field(default_factory=dict)
 

@@ -369,6 +369,15 @@ class PromptLayout:
             n += tokens
         return n
 
+    def public_head(self) -> tuple[int, int]:
+        """(tools, system text blocks) in the leading run of declared-public blocks."""
+        counts = {"tools": 0, "system": 0}
+        for block in self.blocks:
+            if not block.is_public or block.level not in counts:
+                break
+            counts[block.level] += 1
+        return counts["tools"], counts["system"]
+
     def last_of(self, level: Level) -> int:
         indices = [i for i, b in enumerate(self.blocks) if b.level == level]
         return indices[-1] if indices else -1

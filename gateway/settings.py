@@ -26,7 +26,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from adapters.backends.spec import DEFAULT_BETAS
+from adapters.backends.spec import DEFAULT_BETAS, SALTED_ENGINES
 from policies.errors import DOCUMENT_FIELD, PolicyFileError, PolicyIssue
 from policies.loader import YamlDocument, issues_from_errors, parse_yaml
 
@@ -151,15 +151,25 @@ class OpenAICompatibleBackend(_Backend):
     base_url: str | None = None
     model: str
     api_key_env: str | None = None
-    # send the tenant's `cache_salt` (vLLM and SGLang key their prefix cache with it); false for
-    # a server that rejects or ignores it: its calls then carry the cache-scope line instead
-    cache_salt: bool = True
+    # what serves this URL: "vllm", "sglang" and "lantern" (the bundled engine) key their prefix
+    # cache with the `cache_salt` Lantern sends; "other" (an API, an unknown server) is sent none
+    engine: Literal["vllm", "sglang", "lantern", "other"] = "other"
+    # send the tenant's `cache_salt`; null: when `engine` accepts it. Calls not sent it carry the
+    # tenant's cache-scope line instead (docs/cache.md)
+    cache_salt: bool | None = None
     # "native": the server speaks the Responses API too, and `/v1/responses` calls are forwarded
     # to its `/responses` as they came; "translate" (default): they go to /chat/completions
     responses: Literal["translate", "native"] = "translate"
     # the served model's Hugging Face tokenizer files (tokenizer.json, tokenizer_config.json):
     # prompts are then counted with its tokenizer and chat template, as the server bills them
     tokenizer_dir: Path | None = None
+
+    @property
+    def sends_cache_salt(self) -> bool:
+        """Whether calls carry `cache_salt`: as configured, else when `engine` accepts it."""
+        if self.cache_salt is not None:
+            return self.cache_salt
+        return self.engine in SALTED_ENGINES
 
     @field_validator("tokenizer_dir")
     @classmethod

@@ -16,7 +16,7 @@ from adapters import openai_wire
 from adapters.backend import BackendCall, EmbeddingReply, RelayedChunk
 from adapters.backends.http_upstream import HTTPClient
 from adapters.backends.openai_responses import ResponsesUpstream
-from adapters.backends.spec import BackendSpec
+from adapters.backends.spec import SALTED_ENGINES, BackendSpec
 from adapters.errors import ProviderUnavailable
 from adapters.openai_wire_relay import OpenAIRelay
 from adapters.openai_wire_stream import OpenAIStreamDecoder
@@ -25,15 +25,20 @@ from adapters.types import ChatResponse, StreamEvent, WireFormat
 SESSION_HEADER = "x-session-id"
 
 
+# the bundled engine's request field: the prompt's declared-public head (gateway-set only)
+PUBLIC_FIELD = "lantern_public"
+
+
 def build_body(
-    call: BackendCall, *, model: str | None, stream: bool, send_cache_salt: bool
+    call: BackendCall, *, model: str | None, stream: bool, send_cache_salt: bool, engine: str
 ) -> dict[str, Any]:
     """The OpenAI JSON to send: the client's raw body (shallow copy) or the canonical encoding.
 
     Deterministic edits only: `model` when the backend names one; `stream` set or removed;
     `stream_options.include_usage` forced on when streaming (usage settles quotas; the client's
     own choice is honoured by the gateway's stream encoder); `cache_salt` when the request has
-    one and the backend accepts it.
+    one and the backend accepts it (a client's own is never forwarded); `lantern_public` (the declared-public head, which the
+    bundled engine shares across tenants) set by the gateway alone, for `engine: lantern`.
     """
     if call.raw_body is not None and call.client_wire == "openai":
         body = dict(call.raw_body)
@@ -49,8 +54,13 @@ def build_body(
     else:
         body.pop("stream", None)
         body.pop("stream_options", None)
+    body.pop("cache_salt", None)  # never the client's own: the tenant's, or none
+    body.pop(PUBLIC_FIELD, None)
     if send_cache_salt and call.request.cache_salt is not None:
         body["cache_salt"] = call.request.cache_salt
+    public = call.request.cache_public
+    if engine == "lantern" and "cache_salt" in body and public and (public.tools or public.system):
+        body[PUBLIC_FIELD] = {"tools": public.tools, "system": public.system}
     return body
 
 
@@ -64,7 +74,13 @@ class OpenAICompatibleBackend:
         self.kind: str = spec.kind
         self._model = spec.model
         self._timeout_s = spec.timeout_s
-        self._send_cache_salt = bool(spec.extra.get("send_cache_salt", True))
+        # what serves the URL; the bundled engine when the kind is `selfhost`
+        self._engine = str(
+            spec.extra.get("engine", "lantern" if spec.kind == "selfhost" else "other")
+        )
+        self._send_cache_salt = bool(
+            spec.extra.get("send_cache_salt", self._engine in SALTED_ENGINES)
+        )
         headers = {"content-type": "application/json"}
         if spec.api_key:
             headers["authorization"] = f"Bearer {spec.api_key}"
@@ -94,7 +110,11 @@ class OpenAICompatibleBackend:
 
     def _prepare(self, call: BackendCall, stream: bool) -> tuple[bytes, dict[str, str], float]:
         body = build_body(
-            call, model=self._model, stream=stream, send_cache_salt=self._send_cache_salt
+            call,
+            model=self._model,
+            stream=stream,
+            send_cache_salt=self._send_cache_salt,
+            engine=self._engine,
         )
         headers = dict(call.extra_headers or {})
         if call.request.session_id is not None:

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 BackendKind = Literal["openai_compatible", "selfhost", "anthropic", "litellm", "bedrock"]
+# the OpenAI-compatible servers that accept `cache_salt` (and key their prefix cache with it)
+SALTED_ENGINES = frozenset({"vllm", "sglang", "lantern"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,7 +20,9 @@ class BackendSpec:
     provider root for anthropic (`https://api.anthropic.com`), LiteLLM's `api_base` for litellm.
     `model`: the upstream model name (LiteLLM form `anthropic/claude-...` for litellm); None
     forwards the client's model. `api_key`: the secret itself (settings read the env var).
-    `extra` keys: `send_cache_salt` (bool; default true for openai_compatible/selfhost),
+    `extra` keys: `engine` (what serves an openai_compatible URL: "vllm", "sglang", "lantern"
+    or "other", the default; selfhost: "lantern"), `send_cache_salt` (bool; default: true for
+    the engines that accept it, vllm, sglang and lantern),
     `responses` ("native": forward the Responses door to `/responses`; openai_compatible),
     `anthropic_version` (anthropic), `anthropic_beta` (anthropic, bedrock: the comma-separated
     allow-list of the clients' `anthropic-beta` values forwarded upstream), `region` (bedrock),

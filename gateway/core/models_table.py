@@ -67,7 +67,11 @@ def _specs(b: BackendSettings, children: list[EngineChild]) -> list[tuple[Backen
         return [(spec(base_url=url, model=b.model), url) for url in b.base_urls()]
     if isinstance(b, OpenAICompatibleBackend):
         key = b.api_key()
-        extra: dict[str, str | bool] = {"send_cache_salt": b.cache_salt, "responses": b.responses}
+        extra: dict[str, str | bool] = {
+            "send_cache_salt": b.sends_cache_salt,
+            "engine": b.engine,
+            "responses": b.responses,
+        }
         return [
             (spec(base_url=url, model=b.model, api_key=key, extra=extra), url)
             for url in b.base_urls()
@@ -107,12 +111,13 @@ def build_model_table(
 
 def shares_provider_cache(backend: BackendSettings) -> bool:
     """Whether tenants calling through this backend could share prompt-cache entries: an API
-    provider behind shared credentials, or an OpenAI-compatible server not sent `cache_salt`.
-    The bundled engine keys its prefix cache with the salt."""
+    provider behind shared credentials, or an OpenAI-compatible server not sent `cache_salt`
+    (`engine: other` unless `cache_salt: true`). The bundled engine keys its prefix cache with
+    the salt."""
     if backend.dedicated_credentials or isinstance(backend, SelfhostBackend):
         return False
     if isinstance(backend, OpenAICompatibleBackend):
-        return not backend.cache_salt
+        return not backend.sends_cache_salt
     return True
 
 

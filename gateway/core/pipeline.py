@@ -16,7 +16,7 @@ import anyio
 
 from adapters.backend import BackendCall, RelayedChunk
 from adapters.errors import UpstreamError
-from adapters.types import ChatResponse, Message, StreamEvent, Usage
+from adapters.types import ChatResponse, Message, PublicHead, StreamEvent, Usage
 from gateway.core.after_reply import AfterReply
 from gateway.core.attempts import Outcome, Try, call_record, fault_of, gone_or_ours, write_telemetry
 from gateway.core.calls import (
@@ -129,6 +129,7 @@ class Pipeline:
             adm.prepared.request,
             max_tokens=adm.max_tokens,
             cache_salt=adm.prepared.cache_salt,
+            cache_public=PublicHead(*adm.prepared.public_head),
             session_id=adm.session_id,
         )
         same_wire = attempt.candidate.backend.wire == adm.call.wire

@@ -85,6 +85,7 @@ class PreparedPrompt:
     stable_prefix_tokens: int = 0
     diagnosis: object | None = None  # what prepare() learned, for observe() (opaque here)
     write_ttl: str = "5m"  # the longest TTL of a cache marker in the prompt ("5m" or "1h")
+    public_head: tuple[int, int] = (0, 0)  # (tools, system blocks) declared public, leading
 
 
 class PromptPort(Protocol):

@@ -207,6 +207,7 @@ def prepare_call(
             steering,
         ),
         write_ttl=_write_ttl(call.policy, advice, laid.layout, body),
+        public_head=laid.layout.public_head(),
     )
 
 

@@ -30,6 +30,7 @@ class _Add:
     sink: asyncio.Queue[RequestOutput | Exception]
     loop: asyncio.AbstractEventLoop
     guide: Guide | None = None
+    public_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -68,11 +69,14 @@ class AsyncEngine:
         params: SamplingParams,
         cache_salt: str = "",
         guide: Guide | None = None,
+        *,
+        public_tokens: int = 0,
     ) -> AsyncIterator[RequestOutput]:
+        """`public_tokens`: leading prompt tokens whose full blocks are shared across salts."""
         sink: asyncio.Queue[RequestOutput | Exception] = asyncio.Queue()
         loop = asyncio.get_running_loop()
         self._commands.put(
-            _Add(request_id, prompt_token_ids, params, cache_salt, sink, loop, guide)
+            _Add(request_id, prompt_token_ids, params, cache_salt, sink, loop, guide, public_tokens)
         )
         finished = False
         try:
@@ -130,6 +134,7 @@ class AsyncEngine:
                 command.params,
                 command.cache_salt,
                 command.guide,
+                public_tokens=command.public_tokens,
             )
         except Exception as exc:  # noqa: BLE001 - the request's own error goes back to its caller
             command.loop.call_soon_threadsafe(command.sink.put_nowait, exc)

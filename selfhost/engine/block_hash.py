@@ -24,12 +24,18 @@ def hash_block(parent: bytes, token_ids: Sequence[int], salt: str) -> bytes:
 
 
 def chain_hashes(
-    token_ids: Sequence[int], salt: str, block_size: int = DEFAULT_BLOCK_SIZE
+    token_ids: Sequence[int],
+    salt: str,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    public_tokens: int = 0,
 ) -> list[bytes]:
-    """Hashes of every full block of `token_ids`, each chained to its parent's hash."""
+    """Hashes of every full block of `token_ids`, each chained to its parent's hash. Blocks
+    that end inside the first `public_tokens` hash with the empty salt (a public head); a block
+    that straddles that end keeps `salt`."""
     hashes: list[bytes] = []
     parent = ROOT_PARENT
     for start in range(0, len(token_ids) - block_size + 1, block_size):
-        parent = hash_block(parent, token_ids[start : start + block_size], salt)
+        block_salt = "" if start + block_size <= public_tokens else salt
+        parent = hash_block(parent, token_ids[start : start + block_size], block_salt)
         hashes.append(parent)
     return hashes

@@ -98,12 +98,18 @@ class LLMEngine:
         params: SamplingParams,
         cache_salt: str = "",
         guide: Guide | None = None,
+        *,
+        public_tokens: int = 0,
     ) -> None:
-        """`guide`: the grammar this request's tokens must follow (guided decoding), if any."""
+        """`guide`: the grammar this request's tokens must follow (guided decoding), if any.
+        `public_tokens`: leading prompt tokens whose full blocks hash without `cache_salt`
+        (a declared-public head, shared across tenants)."""
         self._validate(prompt_token_ids, params)
         if guide is not None and self.masks is None:
             raise RequestRejected("guided decoding is not enabled in this engine")
-        seq = Sequence(request_id, list(prompt_token_ids), params, cache_salt)
+        seq = Sequence(
+            request_id, list(prompt_token_ids), params, cache_salt, public_tokens=public_tokens
+        )
         self._sequences[request_id] = seq
         if guide is not None:
             self._guides[request_id] = guide

@@ -44,6 +44,7 @@ class Sequence:
     token_ids: list[int]
     params: SamplingParams = field(default_factory=SamplingParams)
     cache_salt: str = ""
+    public_tokens: int = 0  # leading tokens whose full blocks hash unsalted (a public head)
     status: SequenceStatus = SequenceStatus.WAITING
     block_table: list[int] = field(default_factory=list)
     num_computed_tokens: int = 0
@@ -81,7 +82,6 @@ class Sequence:
         while (len(hashes) + 1) * block_size <= len(self.token_ids):
             start = len(hashes) * block_size
             parent = hashes[-1] if hashes else ROOT_PARENT
-            hashes.append(
-                hash_block(parent, self.token_ids[start : start + block_size], self.cache_salt)
-            )
+            salt = "" if start + block_size <= self.public_tokens else self.cache_salt
+            hashes.append(hash_block(parent, self.token_ids[start : start + block_size], salt))
         return hashes

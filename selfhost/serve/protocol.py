@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from selfhost.engine.sampler import TokenLogprobs
 from selfhost.engine.sequence import SamplingParams
+from selfhost.serve.public_prefix import PublicHead
 
 
 class StreamOptions(BaseModel):
@@ -74,6 +75,9 @@ class ChatRequest(GenerationRequest):
     tools: list[ToolSpec] | None = None
     tool_choice: str | dict[str, Any] | None = None
     response_format: dict[str, Any] | None = None
+    # the declared-public head, set by the gateway: prefix blocks inside it are shared across
+    # cache salts (selfhost/serve/public_prefix.py)
+    lantern_public: PublicHead | None = None
 
     def tool_objects(self) -> list[dict[str, Any]]:
         """The tools as OpenAI tool objects, unset fields left out (they reach the prompt)."""
@@ -84,7 +88,12 @@ class ChatRequest(GenerationRequest):
 
     def text_messages(self) -> list[dict[str, Any]]:
         """Messages with list-of-parts content flattened to text, for the chat template."""
-        return [{**m, "content": _content_text(m.get("content"))} for m in self.messages]
+        return flattened(self.messages)
+
+
+def flattened(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages with list-of-parts content flattened to text, for the chat template."""
+    return [{**m, "content": _content_text(m.get("content"))} for m in messages]
 
 
 class TokenizeRequest(BaseModel):

@@ -28,7 +28,9 @@ from selfhost.serve.protocol import (
     TokenizeRequest,
     chat_logprobs,
     completion_logprobs,
+    flattened,
 )
+from selfhost.serve.public_prefix import marked_request, public_token_count
 from selfhost.serve.responses import ResponseShape, chat_shape, completion_shape
 from selfhost.structured.chat_plan import compile_guide, plan_chat
 from selfhost.structured.grammar import GrammarCompiler, GrammarRejected, Guide
@@ -65,9 +67,22 @@ class GenerationService:
         )
         text = self.tokenizer.render_chat(plan.messages, plan.tools)
         prompt = await asyncio.to_thread(self.tokenizer.encode, text)
+        public = await asyncio.to_thread(self.public_tokens, body, text, prompt)
         guide = await asyncio.to_thread(compile_guide, self.grammars, plan)
         shape = chat_shape(self.model_name, self.chat_logprobs, plan.parses_calls)
-        return await self.serve(request, body, prompt, body.num_logprobs(), shape, guide)
+        return await self.serve(request, body, prompt, body.num_logprobs(), shape, guide, public)
+
+    def public_tokens(self, body: ChatRequest, text: str, prompt: list[int]) -> int:
+        """Leading tokens of `prompt` inside the head the gateway declared public (0 without a
+        salt: every block is unsalted then anyway)."""
+        head = body.lantern_public
+        if head is None or not body.cache_salt or not (head.tools or head.system):
+            return 0
+        messages, tools = marked_request(body.messages, body.tool_objects(), head)
+        choice = "none" if body.tool_choice == "none" else "auto"
+        plan = plan_chat(flattened(messages), tools, choice, None, self.tokenizer.renders_tools)
+        marked_text = self.tokenizer.render_chat(plan.messages, plan.tools)
+        return public_token_count(prompt, text, marked_text, self.tokenizer.encode)
 
     async def complete(self, body: CompletionRequest, request: Request) -> Any:
         prompt = body.prompt_text_or_ids()
@@ -86,10 +101,13 @@ class GenerationService:
         num_logprobs: int | None,
         shape: ResponseShape,
         guide: Guide | None = None,
+        public_tokens: int = 0,
     ) -> Any:
         params = body.sampling_params(self.default_max_tokens, num_logprobs)
         request_id = f"{shape.id_prefix}-{uuid.uuid4().hex}"
-        outputs = self.engine.generate(request_id, prompt, params, body.cache_salt, guide)
+        outputs = self.engine.generate(
+            request_id, prompt, params, body.cache_salt, guide, public_tokens=public_tokens
+        )
         first = await anext(outputs)  # errors (e.g. too long) become a 4xx before any byte is sent
         headers = {"x-session-id": body.session_id or request.headers.get("x-session-id", "")}
         if body.stream:

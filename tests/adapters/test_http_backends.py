@@ -27,6 +27,7 @@ from adapters.errors import (
 from adapters.http1.connection import Http1Pool
 from adapters.types import (
     ChatResponse,
+    PublicHead,
     StreamEnd,
     StreamEvent,
     StreamStart,
@@ -133,12 +134,53 @@ def test_raw_body_is_forwarded_exactly(run: Runner, upstream: FakeUpstream) -> N
 def test_cache_salt_and_session_header(run: Runner, upstream: FakeUpstream) -> None:
     request = openai_wire.decode_request(dict(HI, cache_salt="tenant-a"))
     call = BackendCall(dataclasses.replace(request, session_id="sess-1"), "anthropic")
-    run(local(upstream), lambda b: b.complete(call))
+    run(local(upstream, extra={"engine": "vllm"}), lambda b: b.complete(call))
     sent = upstream.requests[0]
     assert sent.json()["cache_salt"] == "tenant-a"
     assert sent.headers["x-session-id"] == "sess-1"
-    run(local(upstream, extra={"send_cache_salt": False}), lambda b: b.complete(call))
+    run(
+        local(upstream, extra={"engine": "vllm", "send_cache_salt": False}),
+        lambda b: b.complete(call),
+    )
     assert "cache_salt" not in upstream.requests[1].json()
+
+
+@pytest.mark.parametrize(
+    ("extra", "kind", "sent"),
+    [
+        ({}, "openai_compatible", False),  # an undeclared server: no field it may reject
+        ({"engine": "other"}, "openai_compatible", False),
+        ({"engine": "sglang"}, "openai_compatible", True),
+        ({"engine": "lantern"}, "openai_compatible", True),
+        ({"engine": "other", "send_cache_salt": True}, "openai_compatible", True),
+        ({}, "selfhost", True),  # the bundled engine
+    ],
+)
+def test_cache_salt_goes_only_to_servers_that_accept_it(
+    run: Runner, upstream: FakeUpstream, extra: dict[str, Any], kind: str, sent: bool
+) -> None:
+    request = openai_wire.decode_request(dict(HI, cache_salt="tenant-a"))
+    spec = BackendSpec("local", kind, upstream.openai_base_url, extra=extra)  # type: ignore[arg-type]
+    run(spec, lambda b: b.complete(BackendCall(request, "anthropic")))
+    assert ("cache_salt" in upstream.requests[0].json()) is sent
+
+
+def test_public_head_goes_only_to_the_bundled_engine_and_no_cache_field_from_the_client(
+    run: Runner, upstream: FakeUpstream
+) -> None:
+    raw = dict(HI, lantern_public={"tools": 9, "system": 9}, cache_salt="")  # the client's own
+    request = dataclasses.replace(
+        openai_wire.decode_request(HI), cache_salt="tenant-a", cache_public=PublicHead(1, 2)
+    )
+    call = BackendCall(request, "openai", raw_body=raw)
+    for extra in ({"engine": "lantern"}, {"engine": "vllm"}, {"engine": "other"}):
+        run(local(upstream, extra=extra), lambda b: b.complete(call))
+    bodies = [r.json() for r in upstream.requests]
+    assert [b.get("lantern_public") for b in bodies] == [{"tools": 1, "system": 2}, None, None]
+    assert [b.get("cache_salt") for b in bodies] == ["tenant-a", "tenant-a", None]
+    no_head = dataclasses.replace(call, request=dataclasses.replace(request, cache_public=None))
+    run(local(upstream, extra={"engine": "lantern"}), lambda b: b.complete(no_head))
+    assert "lantern_public" not in upstream.requests[-1].json()
 
 
 def test_prompt_cache_usage_passes_through(

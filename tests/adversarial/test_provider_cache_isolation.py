@@ -51,13 +51,12 @@ def start(tmp_path: Path, cache: dict) -> tuple[RunningGateway, PromptCacheFake,
         "api_key_env": "ISOLATION_PROVIDER_KEY",
         "timeout_s": 10,
     }
-    openai = {  # an OpenAI-compatible API that ignores cache_salt, so Lantern does not send it
+    openai = {  # an OpenAI-compatible API (`engine` undeclared: other), not sent cache_salt
         "kind": "openai_compatible",
         "name": "openai-api",
         "base_url": upstream.openai_base_url,
         "model": GPT,
         "api_key_env": "ISOLATION_PROVIDER_KEY",
-        "cache_salt": False,
         "metrics_path": None,
         "timeout_s": 10,
     }
@@ -136,7 +135,7 @@ def test_openai_automatic_caching_is_isolated_too(
     assert alpha_1.read == 0 and beta_1.read == 0  # beta's identical prompt: a miss
     assert alpha_2.read == alpha_1.write > 1024  # alpha's own entries: a hit
     sent = [r.json() for r in upstream.app.requests if r.path == "/v1/chat/completions"]
-    assert not [b for b in sent if "cache_salt" in b]  # `cache_salt: false` on this backend
+    assert not [b for b in sent if "cache_salt" in b]  # `engine: other` (the default) takes no salt
 
 
 def test_a_declared_public_prefix_is_still_shared(

@@ -36,7 +36,7 @@ def _digest(value: Any) -> str:
 def _fields(prepared: PreparedPrompt) -> dict[str, Any]:
     return {
         "body": orjson.dumps(prepared.body).decode(),
-        "request": orjson.dumps(_plain(prepared.request)).decode(),
+        "request": orjson.dumps(_request(prepared)).decode(),
         "session_root": prepared.session_root,
         "cache_salt": prepared.cache_salt,
         "prefix_hashes": [h.hex() for h in prepared.prefix_hashes],
@@ -44,3 +44,12 @@ def _fields(prepared: PreparedPrompt) -> dict[str, Any]:
         "write_ttl": prepared.write_ttl,
         "facts": orjson.dumps(_plain(getattr(prepared.diagnosis, "fingerprint", None))).decode(),
     }
+
+
+def _request(prepared: PreparedPrompt) -> dict[str, Any]:
+    """The typed request's fields; `cache_public` (set by the pipeline per backend call, never
+    by `prepare`) only when set, so the recorded digests keep their meaning."""
+    fields = _plain(prepared.request)
+    if fields.get("cache_public") is None:
+        fields.pop("cache_public", None)
+    return fields

@@ -62,3 +62,17 @@ def test_equal_to_the_engine_scheme() -> None:
         ([2**32 - 1] * 16, "x"),
     ):
         assert chain_hashes(ids, salt) == tuple(engine_chain_hashes(ids, salt))
+
+
+def test_public_split_equal_to_the_engine_scheme() -> None:
+    """The engine's public head (blocks inside `public_tokens` unsalted, the straddling block
+    salted) is byte-identical to the gateway's."""
+    from selfhost.engine.block_hash import chain_hashes as engine_chain_hashes
+    from selfhost.engine.sequence import Sequence
+
+    ids = list(range(100))
+    for public in (0, 15, 16, 20, 32, 99, 100, 500):
+        expected = scoped_chain_hashes(ids, public, "t1")
+        assert tuple(engine_chain_hashes(ids, "t1", public_tokens=public)) == expected
+        seq = Sequence("r", list(ids), cache_salt="t1", public_tokens=public)
+        assert tuple(seq.block_hashes(16)) == expected

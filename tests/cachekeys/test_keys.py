@@ -7,7 +7,7 @@ from dataclasses import replace
 from adapters.types import Message, TextPart
 from cachekeys.blockhash import chain_hashes, tenant_salt
 from cachekeys.keys import prefix_hashes, prompt_cache_key, session_root
-from cachekeys.layout import PromptLayout, request_blocks
+from cachekeys.layout import PromptLayout, request_blocks, system_digest_hex
 from cachekeys.normalise import PublicPrefix
 from tests.cachekeys.conftest import agent_request
 
@@ -63,3 +63,21 @@ def test_public_tools_hash_without_salt() -> None:
     flat = [i for block in ids(lay) for i in block]
     assert hashes[: tool_tokens // 16] == chain_hashes(flat[: tool_tokens // 16 * 16], "")
     assert lay.public_tokens() == tool_tokens
+
+
+def test_public_head_counts_the_leading_public_run_only() -> None:
+    rules = TextPart("Shared rules.")
+    request = replace(
+        agent_request(turns=1, tools=("search",)),
+        system=(rules, TextPart("Acme's own prompt.")),
+    )
+    both = PublicPrefix(
+        tool_names=frozenset({"search"}), system_sha256=frozenset({system_digest_hex(rules.text)})
+    )
+    assert layout(request, both).public_head() == (1, 1)
+    tools_only = PublicPrefix(tool_names=frozenset({"search"}))
+    assert layout(request, tools_only).public_head() == (1, 0)
+    # a private tool ahead of it ends the run: the public system block is not in the head
+    system_only = PublicPrefix(system_sha256=frozenset({system_digest_hex(rules.text)}))
+    assert layout(request, system_only).public_head() == (0, 0)
+    assert layout(request).public_head() == (0, 0)

@@ -66,6 +66,7 @@ class ScriptedBackend:
 
     def __init__(self) -> None:
         self.started = 0
+        self.requests: list[ChatRequest] = []  # what each call was sent
         # prompt text -> set once that call's backend is at work (hanging until cancelled)
         self.hanging: defaultdict[str, asyncio.Event] = defaultdict(asyncio.Event)
 
@@ -83,6 +84,7 @@ class ScriptedBackend:
 
     async def complete(self, call: BackendCall) -> ChatResponse:
         self.started += 1
+        self.requests.append(call.request)
         kind = _kind(call.request)
         self._fail(kind)
         if kind == "disconnect":

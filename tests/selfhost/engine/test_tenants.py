@@ -69,3 +69,30 @@ def test_request_larger_than_the_usable_pool_is_rejected(
         engine.add_request("big", [5] * 3160, SamplingParams(max_tokens=9))
     engine.add_request("fits", [5] * 3160, SamplingParams(max_tokens=8, temperature=0.0))
     assert not engine.scheduler.waiting[0].block_table
+
+
+def test_a_public_head_is_shared_across_tenants_and_nothing_after_it(
+    make_engine: Callable[..., LLMEngine],
+) -> None:
+    engine = make_engine()
+    head = [7] * 40  # 2 full public blocks, the third straddles the end of the head
+    prompt_a = head + [11] * 40
+    prompt_b = head + [11] * 40  # identical text: the private part still never matches
+    engine.add_request("a", prompt_a, PARAMS, cache_salt="tenant-a", public_tokens=len(head))
+    while engine.has_unfinished():
+        engine.step()
+    cached_b = _run_public(engine, "b", prompt_b, "tenant-b", len(head))
+    cached_a2 = _run_public(engine, "a2", prompt_a, "tenant-a", len(head))
+    cached_c = _run_public(engine, "c", prompt_b, "tenant-c", 0)  # no public head declared
+    assert (cached_b, cached_a2, cached_c) == (32, 64, 0)
+
+
+def _run_public(
+    engine: LLMEngine, request_id: str, prompt: list[int], salt: str, public: int
+) -> int:
+    engine.add_request(request_id, prompt, PARAMS, cache_salt=salt, public_tokens=public)
+    cached = -1
+    while engine.has_unfinished():
+        outputs = engine.step()
+        cached = next((o.num_cached_tokens for o in outputs if o.request_id == request_id), cached)
+    return cached

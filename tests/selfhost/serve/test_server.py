@@ -10,7 +10,9 @@ import openai
 import pytest
 
 from selfhost.engine.llm_engine import LLMEngine
+from selfhost.model.tokenizer import TextTokenizer
 from selfhost.serve.server import parse_args
+from selfhost.structured.chat_plan import plan_chat
 from tests.selfhost.serving import serving
 
 QUESTION = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
@@ -180,3 +182,48 @@ def test_tokenizer_card_and_tokenize_agree_with_the_billed_prompt(
     assert len(counted["tokens"]) == counted["count"]
     plain = httpx.post(f"{base_url}/tokenize", json={"prompt": "Paris"}, timeout=30).json()
     assert plain["count"] == len(plain["tokens"]) == 1
+
+
+PUBLIC_RULES = "You answer questions for the public help desk of the city library. " * 8
+
+
+CATALOGUE = {
+    "type": "function",
+    "function": {
+        "name": "search_catalogue",
+        "description": "Search the library catalogue by title, author or subject.",
+        "parameters": {"type": "object", "properties": {"query": {"type": "string"}}},
+    },
+}
+
+
+@pytest.mark.parametrize(("case", "head"), [("system", {"system": 1}), ("tools", {"tools": 1})])
+def test_a_declared_public_head_is_shared_across_tenants_and_nothing_after_it(
+    base_url: str, smollm_files: tuple[object, TextTokenizer], case: str, head: dict[str, int]
+) -> None:
+    user = "Which floor holds the maps?"  # the same private text for every tenant
+    messages: list[dict[str, str]] = [{"role": "user", "content": user}]
+    extra: dict[str, object] = {"tools": [CATALOGUE]} if case == "tools" else {}  # as sent
+    if case == "system":
+        messages.insert(0, {"role": "system", "content": PUBLIC_RULES})
+
+    def cached(salt: str, public: bool) -> int:
+        body = {"messages": messages, "max_tokens": 1, "cache_salt": f"{case}-{salt}", **extra}
+        if public:
+            body["lantern_public"] = head
+        reply = httpx.post(f"{base_url}/v1/chat/completions", json=body, timeout=120).json()
+        return int(reply["usage"]["prompt_tokens_details"]["cached_tokens"])
+
+    tokenizer = smollm_files[1]
+    tools = [CATALOGUE] if case == "tools" else []
+    plan = plan_chat(messages, tools, None, None, tokenizer.renders_tools)  # type: ignore[arg-type]
+    text = tokenizer.render_chat(plan.messages, plan.tools)
+    prompt = tokenizer.encode(text)
+    public_ids = tokenizer.encode(text[: text.index(user)])  # up to the first private character
+    pairs = zip(prompt, [*public_ids, -1], strict=False)
+    public = next(i for i, (a, b) in enumerate(pairs) if a != b)
+    assert public > 64
+    assert cached("a", True) == 0
+    assert cached("b", True) == public // 16 * 16  # the public blocks, none after them
+    assert cached("a", True) == (len(prompt) - 1) // 16 * 16  # its own: everything
+    assert cached("c", False) == 0  # no head declared: nothing is shared
