@@ -22,18 +22,18 @@ from adapters.pricing import (
     worst_case_cost,
 )
 from adapters.types import Usage
-from gateway.core.ports import Candidate, ModelRoute, Venue
-from gateway.engine_child import EngineChild
-from gateway.fleet.routing_port import ReplicaSpec
-from gateway.settings import (
+from gateway.backend_settings import (
     AnthropicBackend,
     BackendSettings,
     LiteLLMBackend,
     OpenAICompatibleBackend,
     PriceOverride,
     SelfhostBackend,
-    Settings,
 )
+from gateway.core.ports import Candidate, ModelRoute, Venue
+from gateway.engine_child import EngineChild
+from gateway.fleet.routing_port import ReplicaSpec
+from gateway.settings import Settings
 from routing.types import Prices, TokenPrices
 
 _PER_MTOK = Decimal(1_000_000)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from adapters.tokens import TokenCounter, TokenIdsMemo
 from adapters.types import ChatRequest
+from gateway.backend_settings import OpenAICompatibleBackend
 from gateway.core.engine_tokens import (
     ChatPromptCounter,
     EngineTokenizers,
@@ -18,7 +19,6 @@ from gateway.core.engine_tokens import (
     card_from_dir,
     engine_messages,
 )
-from gateway.settings import OpenAICompatibleBackend
 
 if TYPE_CHECKING:
     from gateway.core.ports import ModelRoute

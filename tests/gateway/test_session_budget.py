@@ -9,7 +9,6 @@ import asyncio
 import dataclasses
 
 import pytest
-from tests.gateway.core.pipeline_harness import Harness, build
 
 from gateway.core.calls import budget_session_for
 from gateway.core.pipeline import IncomingCall
@@ -17,6 +16,7 @@ from policies.limits import LimitsPolicy
 from policies.model import TenantPolicy
 from quotas.errors import QuotaExceeded
 from quotas.memory import MemoryQuotaStore
+from tests.gateway.core.pipeline_harness import Harness, build
 
 TENANT = TenantPolicy(tenant="acme", limits=LimitsPolicy(calls_per_session=2))
 PROMPT = "start the task kind:ok"

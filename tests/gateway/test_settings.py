@@ -7,10 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from gateway.backend_settings import BedrockBackend, OpenAICompatibleBackend, SelfhostBackend
 from gateway.settings import (
-    BedrockBackend,
-    OpenAICompatibleBackend,
-    SelfhostBackend,
     SettingsError,
     demo_settings,
     load_settings,

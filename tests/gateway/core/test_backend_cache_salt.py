@@ -13,10 +13,11 @@ from adapters import openai_wire
 from adapters.backend import BackendCall
 from adapters.backends import BackendSpec, build_backend
 from adapters.backends.http_upstream import HttpxPool
+from gateway.backend_settings import OpenAICompatibleBackend
 from gateway.core.models_table import build_model_table, shares_provider_cache
 from gateway.core.ports import Candidate
 from gateway.fleet.probe import probe
-from gateway.settings import OpenAICompatibleBackend, Settings
+from gateway.settings import Settings
 from tests.fakes.upstream import FakeUpstream
 
 URL = "http://127.0.0.1:9/v1"

@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 from prometheus_client import CollectorRegistry
-from tests.routing.test_router_fleet import Clock, ProbeBackend, chain, prepared
 
 from adapters.types import Usage
 from gateway.core.ports import Candidate, ModelRoute
@@ -24,6 +23,7 @@ from policies.model import TenantPolicy
 from policies.routing import RoutingPolicy
 from tests.fakes.tcp_cut import TcpCut
 from tests.quotas.conftest import delete_prefix
+from tests.routing.test_router_fleet import Clock, ProbeBackend, chain, prepared
 
 pytestmark = pytest.mark.redis
 A, B = "local@http://a", "local@http://b"
