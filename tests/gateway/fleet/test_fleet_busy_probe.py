@@ -38,8 +38,8 @@ def check_while(serve: bool) -> tuple[dict[str, bool], bool]:
     route = ModelRoute(
         "smollm2",
         (
-            Candidate(slow, "local", "selfhost", "http://a"),
-            Candidate(ProbeBackend("b"), "local", "selfhost", "http://b"),
+            Candidate(slow, "local", "selfhost", "http://a"),  # type: ignore[arg-type]
+            Candidate(ProbeBackend("b"), "local", "selfhost", "http://b"),  # type: ignore[arg-type]
         ),
     )
     fleet = Fleet([route], FleetConfig(cooldown_s=30.0), clock=Clock(), rng=random.Random(1))
