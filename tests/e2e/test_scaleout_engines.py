@@ -166,8 +166,11 @@ def test_sessions_spread_over_four_gateways_keep_their_cache(
     four_cached, four_prompt = run_traffic(urls, "B", spread=True)
     assert one_prompt == four_prompt > 0
     one, four = one_cached / one_prompt, four_cached / four_prompt
-    assert abs(one - four) <= 0.02, (one, four)
     logs = "".join((tmp / f"gw-{n}.log").read_text() for n in range(NUM_GATEWAYS))
+    # one call that loses its cache costs ~5 points here: the router's moves and drains (each
+    # logged with its reason) are what to read first when the rates differ
+    events = [line for line in logs.splitlines() if " moved from " in line or " drained " in line]
+    assert abs(one - four) <= 0.02, (one, four, events)
     moved = set(re.findall(r"session (\S+) moved from", logs))
     time.sleep(2.0)  # the ledger writer's linger
     engine = sa.create_engine(postgres_url)
