@@ -3,10 +3,11 @@
 1. Sustained rate of `lantern serve --workers 1` and `--workers 2` in front of the same fake
    upstream (open-loop sweep, `bench.gateway_overhead.run_rate`, the ≈6,000-token agent call;
    sustained = no errors and p99 < 1 s). Targets are interleaved per rate.
-2. The added latency of the shared affinity lookup (`Fleet.recall` through Redis, the one
-   round trip a call gains with `redis_url`), against the same call without sharing.
+2. The added latency of the shared affinity lookup: the admission step as the pipeline makes
+   it (the quota reservation on Redis, and with sharing the recall of the session's affinity
+   at the same time), with sharing against without; the recall alone and a PING for scale.
 
-    python -m bench.scaleout --redis redis://127.0.0.1:6379/0 [--rates 50,100,...]
+    python -m bench.scaleout --redis redis://127.0.0.1:6379/0 [--rates 50,100,...] [--lookups-only]
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import NamedTuple
 
 from bench._procs import PY, free_port, start, stop
 from bench.gateway_overhead import ENV, Result, _run, run_rate, write_lantern_config
@@ -70,14 +72,42 @@ def sustained(results: list[Result], name: str) -> float:
     return max((r.rate for r in results if r.target == name and r.is_sustained), default=0.0)
 
 
-async def affinity_lookup(redis_url: str, n: int) -> tuple[float, float, float, float, float]:
-    """(p50, p99) ms of `Fleet.recall` with sharing, then without, over `n` calls of sessions
-    that have a shared entry; then the p50 of a bare Redis PING on the same pool (the floor:
-    one round trip)."""
+class Lookup(NamedTuple):
+    """p50 and p99 (ms) of the admission step with sharing and without, the added p50, the
+    lookup alone (`Fleet.recall`) and a bare Redis PING on the affinity pool (one round trip)."""
+
+    shared_p50: float
+    shared_p99: float
+    local_p50: float
+    local_p99: float
+    recall_p50: float
+    ping_p50: float
+
+    @property
+    def added_p50(self) -> float:
+        return self.shared_p50 - self.local_p50
+
+
+def _p(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(int(len(ordered) * q), len(ordered) - 1)]
+
+
+async def affinity_lookup(redis_url: str, n: int) -> Lookup:
+    """The admission step of a call, as the pipeline makes it (`reserve_recalling`: the quota
+    reservation on Redis with the shared affinity's recall at the same time), with sharing and
+    without (the reservation alone), interleaved over `n` calls of sessions that have a shared
+    entry; then `Fleet.recall` alone and a PING, for scale."""
+    from adapters.types import Usage
+    from gateway.core.admission import Admission
     from gateway.core.ports import Candidate, ModelRoute
+    from gateway.core.reserve_recall import reserve_recalling
     from gateway.fleet.affinity_store import Placement
     from gateway.fleet.routing_port import Fleet
     from gateway.fleet.sharing import FleetSharing
+    from policies.limits import LimitsPolicy
+    from policies.model import TenantPolicy
+    from quotas.redis_store import RedisQuotaStore
 
     route = ModelRoute("m", (Candidate(None, "b", "selfhost", "http://a"),))  # type: ignore[arg-type]
     fleet = Fleet([route], clock=time.monotonic, rng=random.Random(0))
@@ -89,6 +119,8 @@ async def affinity_lookup(redis_url: str, n: int) -> tuple[float, float, float, 
         clock=time.monotonic,
         key_prefix=prefix,
     )
+    admission = Admission(RedisQuotaStore.from_url(redis_url, key_prefix=prefix + "quota:"))
+    tenant = TenantPolicy(tenant="t", limits=LimitsPolicy(tokens_per_minute=10**12))
     store = sharing.affinity.store
     for i in range(100):
         await store.commit(
@@ -100,13 +132,28 @@ async def affinity_lookup(redis_url: str, n: int) -> tuple[float, float, float, 
             seen_ms=int(time.time() * 1000),
         )
     timings: dict[bool, list[float]] = {True: [], False: []}
+    recalls: list[float] = []
     pings: list[float] = []
     for i in range(n):
         for shared in (True, False):
             fleet.sharing = sharing if shared else None
             t0 = time.perf_counter()
-            await fleet.recall("t", f"s{i % 100}")
+            ticket = await reserve_recalling(
+                admission,
+                fleet,
+                tenant,
+                f"s{i % 100}",
+                budget_session=None,
+                prompt_tokens=6000,
+                max_tokens=200,
+                worst_case_usd=0.0,
+            )
             timings[shared].append((time.perf_counter() - t0) * 1000)
+            await admission.settle(ticket, usage=Usage(6000, 200), cost_usd=0.0)
+        fleet.sharing = sharing
+        t0 = time.perf_counter()
+        await fleet.recall("t", f"s{i % 100}")
+        recalls.append((time.perf_counter() - t0) * 1000)
         t0 = time.perf_counter()
         await store.redis.ping()
         pings.append((time.perf_counter() - t0) * 1000)
@@ -114,8 +161,11 @@ async def affinity_lookup(redis_url: str, n: int) -> tuple[float, float, float, 
     if keys:
         await store.redis.delete(*keys)
     await sharing.stop()
-    on, off = sorted(timings[True]), sorted(timings[False])
-    return on[n // 2], on[int(n * 0.99)], off[n // 2], off[int(n * 0.99)], sorted(pings)[n // 2]
+    await admission.aclose()
+    on, off = timings[True], timings[False]
+    return Lookup(
+        _p(on, 0.5), _p(on, 0.99), _p(off, 0.5), _p(off, 0.99), _p(recalls, 0.5), _p(pings, 0.5)
+    )
 
 
 def main() -> None:
@@ -126,13 +176,18 @@ def main() -> None:
     ap.add_argument("--rates", default="100,150,200,250,300,350,400,500,600")
     ap.add_argument("--duration-s", type=float, default=5.0)
     ap.add_argument("--lookups", type=int, default=5000)
+    ap.add_argument("--lookups-only", action="store_true", help="skip the workers sweep")
     args = ap.parse_args()
-    on50, on99, off50, off99, ping50 = asyncio.run(affinity_lookup(args.redis, args.lookups))
+    lk = asyncio.run(affinity_lookup(args.redis, args.lookups))
     print(
-        f"affinity lookup: shared p50 {on50:.3f} ms p99 {on99:.3f} ms; "
-        f"local p50 {off50:.4f} ms p99 {off99:.4f} ms; added p50 {on50 - off50:.3f} ms; "
-        f"Redis PING p50 {ping50:.3f} ms"
+        f"admission step (quota reservation + affinity recall): shared p50 {lk.shared_p50:.3f} ms"
+        f" p99 {lk.shared_p99:.3f} ms; without sharing p50 {lk.local_p50:.3f} ms"
+        f" p99 {lk.local_p99:.3f} ms; added p50 {lk.added_p50:.3f} ms; the recall alone p50"
+        f" {lk.recall_p50:.3f} ms; Redis PING p50 {lk.ping_p50:.3f} ms",
+        flush=True,
     )
+    if args.lookups_only:
+        return
     rates = [float(r) for r in args.rates.split(",")]
     with tempfile.TemporaryDirectory() as d:
         procs: list = []  # type: ignore[type-arg]

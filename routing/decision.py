@@ -57,7 +57,13 @@ def _replica_score(r: ReplicaState, f: RequestFeatures, snap: FleetSnapshot) -> 
     # also re-pins when no running request holds its prefix, broke stickiness too often)
     new_blocks = -(-(uncached + f.max_tokens) // f.block_tokens)
     wait = admission_wait_s(r, new_blocks)
-    ttft = r.base_ttft_s + wait + (r.inflight_tokens + uncached) / r.prefill_tok_s
+    queued = r.inflight_tokens + uncached
+    ttft = r.base_ttft_s + wait + queued / r.prefill_tok_s
+    stall = r.inflight_requests * uncached / r.prefill_tok_s
+    learned = r.learned_tok_s if r.learned_tok_s is not None else r.prefill_tok_s
+    unfinished = max(
+        (queued + r.inflight_requests * uncached) * (1 / r.prefill_tok_s - 1 / learned), 0.0
+    )
     return CandidateScore(
         r.backend,
         r.key,
@@ -69,7 +75,8 @@ def _replica_score(r: ReplicaState, f: RequestFeatures, snap: FleetSnapshot) -> 
         admission_wait_s=wait,
         # every call in flight there: those running now, and those queued ahead of it, which
         # the engine admits first, so they are running while its prefill shares their steps
-        stall_s=r.inflight_requests * uncached / r.prefill_tok_s,
+        stall_s=stall,
+        unfinished_s=unfinished,
         room_blocks=r.kv_capacity_blocks - r.live_blocks - new_blocks,
     )
 
@@ -107,7 +114,14 @@ def lantern_pick(inputs: PickInputs) -> tuple[int, str]:
     session's whole context for good, and moves driven by a sampled wait herded sessions
     between blocked replicas until the fleet thrashed (docs/bench/fleet_sim.md). The wait stays in each candidate's predicted
     TTFT, where the venue reads it: under `cheapest` a pick past `ttft_slo_s` moves to a
-    replica within it, or overflows to an API when none is (`choose`)."""
+    replica within it, or overflows to an API when none is (`choose`).
+
+    For the same reason stickiness weighs queued prefill at the learned rate, not at the cap
+    that unfinished calls put on it (`unfinished_s`): a call in flight without a first token
+    (a non-streamed one is in that state until it ends) says nothing of its neighbour's
+    replica, which then looked faster, and sessions left their cache for it whenever their
+    own replica had the older call in flight (tests/e2e/test_scaleout_engines.py). New
+    sessions are placed on the capped rate, so a first burst still spreads."""
     subset, scores, sticky, knobs = inputs.subset, inputs.scores, inputs.sticky, inputs.knobs
     rng = inputs.rng
     ttft = [s.predicted_ttft_s - s.admission_wait_s for s in scores]
@@ -118,7 +132,8 @@ def lantern_pick(inputs: PickInputs) -> tuple[int, str]:
     best = _longest_match(near, scores, ttft)
     if sticky is not None and sticky in subset:
         stay, move = scores[sticky], scores[best]
-        penalty = ttft[sticky] + stay.stall_s - ttft[best] - move.stall_s
+        penalty = ttft[sticky] + stay.stall_s - stay.unfinished_s
+        penalty -= ttft[best] + move.stall_s - move.unfinished_s
         if penalty <= knobs.stickiness_gate_s:
             return sticky, "sticky"
         return best, "sticky_broken_gate"

@@ -52,6 +52,9 @@ class ReplicaState:
     admit_interval_s: float = 0.0  # seconds per admission while admission-bound (1 / completions)
     signal_age_s: float | None = None  # age of the engine's load sample; None: none in use
     live_blocks: int = 0  # distinct cached blocks touched recently: live sessions' working set
+    # the rate learned from finished prefills, before the cap that calls still in flight
+    # without a first token put on it (`prefill_tok_s`); None: the same as `prefill_tok_s`
+    learned_tok_s: float | None = None
 
     @property
     def key(self) -> str:
@@ -169,6 +172,9 @@ class CandidateScore:
     note: str = ""
     admission_wait_s: float = 0.0  # the part of predicted_ttft_s spent waiting for KV / a slot
     stall_s: float = 0.0  # the delay this call's uncached prefill adds to the calls running there
+    # the part of predicted_ttft_s + stall_s owed only to the cap of unfinished calls (a
+    # transient reading: it clears as they report, or finish)
+    unfinished_s: float = 0.0
     # KV left once the live sessions' blocks and this call's new ones are counted (< 0: the
     # call would evict blocks a live session is about to reuse)
     room_blocks: int = 0

@@ -1,8 +1,9 @@
 """The path of one call, with no HTTP in it.
 
-policy → cachekeys → quotas.reserve → router → backend (fallback chain) → quotas.settle →
-ledger. `admit` does everything that can still reject the call; `complete` and `stream` serve
-it and always settle and record, also on upstream errors and client disconnects.
+policy → cachekeys → quotas.reserve (and, at once, the shared affinity's recall) → router →
+backend (fallback chain) → quotas.settle → ledger. `admit` does everything that can still reject
+the call; `complete` and `stream` serve it and always settle and record, also on upstream errors
+and client disconnects.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from gateway.core.ports import (
     RoutingPort,
     TokenCounting,
 )
+from gateway.core.reserve_recall import reserve_recalling
 from gateway.core.stream_tally import StreamTally
 from gateway.core.translation import check_translatable
 from gateway.telemetry import Telemetry
@@ -88,15 +90,17 @@ class Pipeline:
         window = self.s.routing.context_window(route, call.tenant)
         max_tokens = fit_window(call, route, prompt_tokens, max_tokens, window)
         session_id = session_id_for(call, prepared)
-        await self.s.routing.recall(call.tenant.tenant, session_id)
         worst = self.s.pricing.worst_case_usd(
             route.name, prompt_tokens, max_tokens, prepared.write_ttl
         )
-        ticket = await self.s.admission.reserve(
+        ticket = await reserve_recalling(
+            self.s.admission,
+            self.s.routing,
             call.tenant,
-            session_id=budget_session_for(call),
+            session_id,
+            budget_session=budget_session_for(call),
             prompt_tokens=prompt_tokens,
-            max_output_tokens=max_tokens,
+            max_tokens=max_tokens,
             worst_case_usd=worst,
         )
         try:  # from here on, any way out but an Admitted gives the reservation back

@@ -69,20 +69,23 @@ class SharedAffinity:
         self._adopt(session_id, shared)
         self._track(session_id, _Read(tenant, shared.version, shared.placement))
 
-    def publish(self, session_id: str, placement: Placement, cached_tokens: int) -> None:
-        """The session's call was dispatched to `placement`: commit it (off the request path,
-        while the call runs, so the session's next call finds it from any process). A session
-        this process did not recall is not shared."""
+    def publish(
+        self, session_id: str, placement: Placement, cached_tokens: int, reason: str = ""
+    ) -> None:
+        """The session's call was dispatched to `placement` (the router's `reason`): commit it
+        (off the request path, while the call runs, so the session's next call finds it from any
+        process). A session this process did not recall is not shared."""
         read = self._reads.get(session_id)
         if read is None:
             return
         if read.placement is not None and placement != read.placement:
             self.num_moves += 1
             log.info(
-                "session %s moved from %s to %s by the router (version %d)",
+                "session %s moved from %s to %s by the router (%s, version %d)",
                 session_id,
                 read.placement.encode(),
                 placement.encode(),
+                reason or "unknown",
                 read.version,
             )
         task = asyncio.get_running_loop().create_task(

@@ -154,7 +154,7 @@ class LoadBook:
                 if r.failures >= self._failures_to_drain:
                     self._drain(rec.key, now)
             return
-        r.failures = 0
+        r.failures, r.served_at = 0, now
         took = now - rec.started_at
         r.service_s = took if r.service_s is None else 0.8 * r.service_s + 0.2 * took
         work_tokens = usage.input_tokens + usage.cache_write_tokens + usage.output_tokens

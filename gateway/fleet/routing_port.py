@@ -146,6 +146,7 @@ class Fleet:
         service = r.service_s if r.service_s is not None else 10 * r.spec.base_ttft_s
         admit_interval = service / max(running, 1)
         c = r.candidate
+        learned = self.book.learned.get(c.backend_name)
         return ReplicaState(
             c.backend_name,
             c.replica,
@@ -156,7 +157,7 @@ class Fleet:
             r.inflight_tokens,
             r.inflight_blocks,
             load.queue_depth if load else 0,
-            r.prefill.capped(pending, self.book.learned.get(c.backend_name)),
+            r.prefill.capped(pending, learned),
             r.spec.capacity_tok_s,
             self.registry.index.capacity(key),
             min(util, 1.0),
@@ -165,6 +166,7 @@ class Fleet:
             admit_interval,
             load.age_s if load else None,
             self.registry.index.recent_blocks(key, now, self._live_window_s),
+            r.prefill.capped((), learned),
         )
 
     def snapshot(self, now: float) -> FleetSnapshot:

@@ -61,7 +61,8 @@ class FleetSharing:
     ) -> None:
         c = attempt.candidate
         key = replica_key(c.backend_name, c.replica) if c.venue == "selfhost" else None
-        self.affinity.publish(session_id, Placement(c.venue, c.backend_name, key), prompt_tokens)
+        placement = Placement(c.venue, c.backend_name, key)
+        self.affinity.publish(session_id, placement, prompt_tokens, attempt.reason)
         if key is not None and attempt.indexed:
             self.feed.publish(key, prepared.prefix_hashes)
 

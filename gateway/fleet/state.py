@@ -46,6 +46,7 @@ class ReplicaRecord:
     service_s: float | None = None  # moving mean, first token (else dispatch) to completion
     dispatched: int = 0  # ever, for bringing engine samples up to date
     completed: int = 0
+    served_at: float | None = None  # the fleet's clock at its last call that ended well
     prefill: PrefillRate = field(init=False)
 
     def __post_init__(self) -> None:

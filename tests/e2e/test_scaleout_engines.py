@@ -76,7 +76,11 @@ def fleet(
         for proc, url in engines:
             wait_engine(proc, url)
         (tmp_path / "policies").mkdir()
-        write_policy(tmp_path / "policies", "acme", KEY)
+        # like with like: the tenant never trades its cache for load here, so both runs keep
+        # what affinity and the shared index keep; a move for load depends on which calls happen
+        # to be in flight at the moment (timing, not topology), and one costs ~5 points
+        routing = {"stickiness_gate_s": 60.0}
+        write_policy(tmp_path / "policies", "acme", KEY, routing=routing)
         backend = {
             "kind": "selfhost",
             "name": "smol",
@@ -166,8 +170,11 @@ def test_sessions_spread_over_four_gateways_keep_their_cache(
     four_cached, four_prompt = run_traffic(urls, "B", spread=True)
     assert one_prompt == four_prompt > 0
     one, four = one_cached / one_prompt, four_cached / four_prompt
-    assert abs(one - four) <= 0.02, (one, four)
     logs = "".join((tmp / f"gw-{n}.log").read_text() for n in range(NUM_GATEWAYS))
+    # one call that loses its cache costs ~5 points here: the router's moves and drains (each
+    # logged with its reason) are what to read first when the rates differ
+    events = [line for line in logs.splitlines() if " moved from " in line or " drained " in line]
+    assert abs(one - four) <= 0.02, (one, four, events)
     moved = set(re.findall(r"session (\S+) moved from", logs))
     time.sleep(2.0)  # the ledger writer's linger
     engine = sa.create_engine(postgres_url)

@@ -153,6 +153,8 @@ def test_unfinished_prefills_cap_the_rate_before_any_sample() -> None:
     assert rate_of(fleet) == pytest.approx(learned, rel=1e-12)
     clock.now += 3.0  # 2400 tokens unfinished after 3.45 s: the cap is 696 tok/s
     assert rate_of(fleet) == pytest.approx(2400 / 3.45)
+    # what stickiness weighs: the learned rate, without the cap
+    assert fleet.snapshot(clock.now).replicas[0].learned_tok_s == pytest.approx(learned)
     fleet.on_complete(second.attempts[0], Usage(800, 4), ok=True)
     assert fleet.stats().replicas[0].prefill_tok_s < learned  # the slow sample was learned
 
