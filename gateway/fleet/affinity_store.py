@@ -77,10 +77,13 @@ class RedisAffinity:
 
     @classmethod
     def from_url(
-        cls, url: str, *, key_prefix: str = "lantern:fleet:", ttl_s: float, timeout_s: float = 0.2
+        cls, url: str, *, key_prefix: str = "lantern:fleet:", ttl_s: float, timeout_s: float = 1.0
     ) -> RedisAffinity:
-        """A short timeout: a lookup that does not answer quickly is worth less than routing on
-        the local view (the call then goes on, the outage is logged)."""
+        """A lookup that does not answer within `timeout_s` is given up for the local view (the
+        call goes on, the outage is logged). The recall runs beside the quota reservation, whose
+        own Redis round trip the call waits for anyway, so a second is no added latency while
+        Redis answers; a fraction of a second gives up on a live Redis whenever this process is
+        starved of CPU for a moment, and the session loses its replica's cache."""
         pool = BlockingConnectionPool.from_url(
             url,
             max_connections=32,
