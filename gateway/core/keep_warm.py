@@ -26,6 +26,7 @@ from gateway.core.cache_autopilot import CacheAutopilot
 from gateway.core.calls import Admitted, IncomingCall, max_tokens_field
 from gateway.core.pipeline import Pipeline
 from gateway.core.prompt_prepare import PromptFacts
+from policies.model import TenantPolicy
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,9 @@ class KeepWarm:
         self._max = max_sessions
         self.sessions: OrderedDict[tuple[str, str], WarmSession] = OrderedDict()
         self.sent = 0
+        # the tenant's policy now (a reload may have turned keep_warm off or changed limits);
+        # None: the policy the session's last call had
+        self.policy_of: Callable[[str], TenantPolicy | None] | None = None
 
     def note(self, adm: Admitted, usage: Usage) -> None:
         """A call was served: remember it when its tenant keeps sessions warm."""
@@ -120,6 +124,11 @@ class KeepWarm:
         """Send the read through the pipeline; True when the provider answered."""
         call = _minimal(session.call)
         tenant = call.tenant.tenant
+        if self.policy_of is not None:
+            policy = self.policy_of(tenant)
+            if policy is None or not policy.cache.keep_warm:
+                return False
+            call = dataclasses.replace(call, tenant=policy)
         record = self._autopilot.sessions.get(tenant, session.root)
         try:
             adm = await self._pipeline.admit(call)

@@ -168,6 +168,20 @@ def test_with_the_switch_off_nothing_is_sent_and_the_entry_expires() -> None:
     asyncio.run(main())
 
 
+def test_a_policy_reloaded_without_the_switch_stops_the_reads() -> None:
+    async def main() -> None:
+        w, acme = World(), tenant("acme", keep_warm=True)
+        await w.paused_session(acme)
+        policies = {"acme": tenant("acme", keep_warm=False)}
+        w.warm.policy_of = policies.get
+        sent = len(w.cache.calls)
+        w.clock.now_s += 281
+        assert await w.warm.tick() == 0
+        assert len(w.cache.calls) == sent and w.rows(DOOR) == []
+
+    asyncio.run(main())
+
+
 def test_one_tenants_read_never_touches_another_tenants_quota_or_ledger() -> None:
     async def main() -> None:
         w = World()
