@@ -24,7 +24,8 @@ MIN_GAPS = 2
 ENDED_WEIGHT = 1.0
 # How long before expiry the read is sent (it must land before the entry goes).
 LEAD_S = 20.0
-# Output price over input price, for the one token the read generates (Claude: 5x).
+# Output price over input price, for the one token the read generates, when the route's prices
+# do not say (Claude: 5x).
 OUTPUT_RATIO = 5.0
 # At most this many reads per pause: a session that stops for good stops costing.
 MAX_REFRESHES = 3
@@ -67,14 +68,16 @@ def keep_warm_choice(
     expires_s: float,
     prefix_tokens: int,
     refreshes: int = 0,
+    output_ratio: float = OUTPUT_RATIO,
 ) -> WarmChoice:
     """Decide at `expires_s − LEAD_S` seconds after the session's last call, when its entry
     (lifetime `ttl`) expires `expires_s` after that call; `refreshes`: reads already sent in
-    this pause. A read moves the expiry to now + the lifetime."""
+    this pause; `output_ratio`: the output price over the input price. A read moves the expiry
+    to now + the lifetime."""
     idle_s = expires_s - LEAD_S
     p = p_next_in_window(gaps_s, idle_s, expires_s, idle_s + TTL_S[ttl])
     saving = p * (PRICE_WRITE[ttl] - PRICE_READ) * prefix_tokens
-    cost = PRICE_READ * prefix_tokens + OUTPUT_RATIO
+    cost = PRICE_READ * prefix_tokens + output_ratio
     hot = len(gaps_s) >= MIN_GAPS and refreshes < MAX_REFRESHES and prefix_tokens > 0
     return WarmChoice(hot and saving > cost, p, saving, cost)
 

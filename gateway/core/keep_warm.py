@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from adapters.types import Usage
-from cachekeys.keep_warm import LEAD_S, keep_warm_choice, next_expiry
+from cachekeys.keep_warm import LEAD_S, OUTPUT_RATIO, keep_warm_choice, next_expiry
 from cachekeys.ttl import TTL_S, Ttl
 from gateway.core.cache_autopilot import CacheAutopilot
 from gateway.core.calls import Admitted, IncomingCall, max_tokens_field
@@ -40,6 +40,7 @@ class WarmSession:
     """A session's last call and its provider entry, as the last real call left it."""
 
     call: IncomingCall  # resent as it came, with max_tokens 1
+    route: str  # the model route it was priced on
     root: str  # the autopilot's session root
     last_s: float  # when that call was served
     expires_s: float  # seconds after `last_s` when the provider entry goes
@@ -85,32 +86,46 @@ class KeepWarm:
         if not adm.call.tenant.cache.keep_warm or prefix == 0:
             return
         ttl: Ttl = "1h" if adm.prepared.write_ttl == "1h" else "5m"
-        self.sessions[key] = WarmSession(adm.call, key[1], self._clock(), TTL_S[ttl], ttl, prefix)
+        self.sessions[key] = WarmSession(
+            adm.call, adm.route.name, key[1], self._clock(), TTL_S[ttl], ttl, prefix
+        )
         while len(self.sessions) > self._max:
             self.sessions.popitem(last=False)
 
     async def tick(self) -> int:
-        """Send the reads now due; sessions not worth one are dropped. Returns the reads sent."""
+        """Send the reads now due, together; sessions not worth one are dropped. Returns the
+        reads sent."""
         now = self._clock()
         due = [key for key, s in self.sessions.items() if s.due_s <= now]
-        sent = 0
-        for key in due:
-            session = self.sessions.pop(key)
-            if now >= session.last_s + session.expires_s:
-                continue  # too late: the entry is gone
-            record = self._autopilot.sessions.get(key[0], session.root)
-            gaps = record.gaps_s if record is not None else ()
-            choice = keep_warm_choice(
-                gaps, session.ttl, session.expires_s, session.prefix_tokens, session.refreshes
-            )
-            if choice.refresh and await self._read(session):
-                sent += 1
+        chosen = [(key, self.sessions.pop(key)) for key in due]
+        chosen = [(key, s) for key, s in chosen if self._worth_a_read(key[0], s, now)]
+        results = await asyncio.gather(*(self._read(s) for _, s in chosen))
+        for (key, session), sent in zip(chosen, results, strict=True):
+            if sent:
                 session.expires_s = next_expiry(session.expires_s, session.ttl)
                 session.refreshes += 1
                 if key not in self.sessions:  # no real call came meanwhile
                     self.sessions[key] = session
-        self.sent += sent
-        return sent
+        self.sent += sum(results)
+        return sum(results)
+
+    def _worth_a_read(self, tenant: str, session: WarmSession, now: float) -> bool:
+        if now >= session.last_s + session.expires_s:
+            return False  # too late: the entry is gone
+        record = self._autopilot.sessions.get(tenant, session.root)
+        gaps = record.gaps_s if record is not None else ()
+        pricing = self._pipeline.s.pricing
+        per_input = pricing.cost_usd(session.route, Usage(1))
+        ratio = pricing.cost_usd(session.route, Usage(0, 1)) / per_input if per_input else None
+        choice = keep_warm_choice(
+            gaps,
+            session.ttl,
+            session.expires_s,
+            session.prefix_tokens,
+            session.refreshes,
+            OUTPUT_RATIO if ratio is None else ratio,
+        )
+        return choice.refresh
 
     async def run(self, interval_s: float = INTERVAL_S) -> None:
         while True:

@@ -49,6 +49,8 @@ def test_a_tiny_prefix_is_kept_only_when_the_output_token_is_worth_it() -> None:
     # 30 tokens: the read costs 3 + 5 (one output token); a rebuild 0.22 x 1.15 x 30 ≈ 7.5.
     assert not keep_warm_choice(PAUSES, "5m", 300.0, 30).refresh
     assert keep_warm_choice(PAUSES, "5m", 300.0, 60).refresh
+    # the route's own output price: at 15x input the one token tips it back
+    assert not keep_warm_choice(PAUSES, "5m", 300.0, 60, output_ratio=15.0).refresh
 
 
 def test_the_window_is_a_conditional_probability() -> None:
