@@ -330,9 +330,9 @@ async def _start_fleet(
         await fleet.run_health_checks(health_interval_s)
 
     process.tasks.append(asyncio.create_task(health_loop()))
-    if (warm := process.pipeline.keep_warm) is not None:  # cache.keep_warm, off the request path
-        warm.policy_of = process.policies.get
-        process.tasks.append(asyncio.create_task(warm.run()))
+    if (warm := process.pipeline.keep_warm) is not None and process.lookup is not None:
+        warm.policy_for = process.lookup.policy_for_key_id  # the key and policy as they are now
+        process.tasks.append(asyncio.create_task(warm.run()))  # cache.keep_warm reads
     if parts.scraper is not None:  # engine load, off the request path
         process.tasks.append(asyncio.create_task(fleet.run_signal_polls()))
     if parts.sharing is not None:

@@ -69,9 +69,9 @@ class KeepWarm:
         self._max = max_sessions
         self.sessions: OrderedDict[tuple[str, str], WarmSession] = OrderedDict()
         self.sent = 0
-        # the tenant's policy now (a reload may have turned keep_warm off or changed limits);
-        # None: the policy the session's last call had
-        self.policy_of: Callable[[str], TenantPolicy | None] | None = None
+        # (tenant, key id) -> the policy a call with that key runs under now, None when the key
+        # may no longer call (KeyChain.policy_for_key_id); unset: the last call's policy
+        self.policy_for: Callable[[str, str], TenantPolicy | None] | None = None
 
     def note(self, adm: Admitted, usage: Usage) -> None:
         """A call was served: remember it when its tenant keeps sessions warm."""
@@ -139,8 +139,8 @@ class KeepWarm:
         """Send the read through the pipeline; True when the provider answered."""
         call = _minimal(session.call)
         tenant = call.tenant.tenant
-        if self.policy_of is not None:
-            policy = self.policy_of(tenant)
+        if self.policy_for is not None:
+            policy = self.policy_for(tenant, call.key_id)
             if policy is None or not policy.cache.keep_warm:
                 return False
             call = dataclasses.replace(call, tenant=policy)

@@ -172,8 +172,21 @@ def test_a_policy_reloaded_without_the_switch_stops_the_reads() -> None:
     async def main() -> None:
         w, acme = World(), tenant("acme", keep_warm=True)
         await w.paused_session(acme)
-        policies = {"acme": tenant("acme", keep_warm=False)}
-        w.warm.policy_of = policies.get
+        policies = {("acme", "k1"): tenant("acme", keep_warm=False)}
+        w.warm.policy_for = lambda tenant_id, key_id: policies.get((tenant_id, key_id))
+        sent = len(w.cache.calls)
+        w.clock.now_s += 281
+        assert await w.warm.tick() == 0
+        assert len(w.cache.calls) == sent and w.rows(DOOR) == []
+
+    asyncio.run(main())
+
+
+def test_a_key_that_may_no_longer_call_stops_the_reads() -> None:
+    async def main() -> None:
+        w, acme = World(), tenant("acme", keep_warm=True)
+        await w.paused_session(acme)
+        w.warm.policy_for = lambda tenant_id, key_id: None  # revoked since
         sent = len(w.cache.calls)
         w.clock.now_s += 281
         assert await w.warm.tick() == 0
