@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 DOOR = "keep_warm"  # the ledger's `door` of a keep-warm read
 MAX_SESSIONS = 1000  # sessions held (each holds its last prompt)
 INTERVAL_S = 5.0  # how often the loop looks for entries about to expire
+# backends whose prompt cache is Anthropic's (5 min / 1 h entries, write premiums, reads refresh)
+KEEPABLE_KINDS = frozenset({"anthropic", "bedrock"})
 
 
 @dataclass(slots=True)
@@ -73,8 +75,9 @@ class KeepWarm:
         # may no longer call (KeyChain.policy_for_key_id); unset: the last call's policy
         self.policy_for: Callable[[str, str], TenantPolicy | None] | None = None
 
-    def note(self, adm: Admitted, usage: Usage) -> None:
-        """A call was served: remember it when its tenant keeps sessions warm."""
+    def note(self, adm: Admitted, usage: Usage, backend_kind: str) -> None:
+        """A call was served (by a backend of `backend_kind`): remember it when its tenant keeps
+        sessions warm and the call left an entry a read can keep."""
         if adm.call.door == DOOR:
             return  # a read of ours: `tick` reschedules it
         facts = adm.prepared.diagnosis
@@ -83,7 +86,7 @@ class KeepWarm:
         key = (adm.call.tenant.tenant, facts.steering.root)
         self.sessions.pop(key, None)
         prefix = usage.cache_read_tokens + usage.cache_write_tokens
-        if not adm.call.tenant.cache.keep_warm or prefix == 0:
+        if not adm.call.tenant.cache.keep_warm or prefix == 0 or not _keepable(adm, backend_kind):
             return
         ttl: Ttl = "1h" if adm.prepared.write_ttl == "1h" else "5m"
         self.sessions[key] = WarmSession(
@@ -155,6 +158,15 @@ class KeepWarm:
             log.info("keep-warm read for tenant %s not sent: %s", tenant, exc)
             return False
         return True
+
+
+def _keepable(adm: Admitted, backend_kind: str) -> bool:
+    """A provider whose entries have the lifetimes and write premiums the rule prices, and a call
+    one output token can repeat (extended thinking needs max_tokens above its budget, and
+    turning it off would change what the messages' entries hold)."""
+    thinking = adm.call.body.get("thinking")
+    thinks = isinstance(thinking, dict) and thinking.get("type") == "enabled"
+    return backend_kind in KEEPABLE_KINDS and not thinks
 
 
 def _minimal(call: IncomingCall) -> IncomingCall:

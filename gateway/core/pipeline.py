@@ -267,7 +267,7 @@ class Pipeline:
         self.s.ledger.record(call_record(adm, t, out, self.s.pricing))  # before the reply completes
         self.after_reply.add(self._close_attempt, adm, t, out)
         if status == "ok" and self.keep_warm is not None:
-            self.keep_warm.note(adm, usage)
+            self.keep_warm.note(adm, usage, t.attempt.candidate.backend.kind)
 
     def _close_attempt(self, adm: Admitted, t: Try, out: Outcome) -> None:
         self.s.routing.on_complete(t.attempt, out.usage, out.status == "ok", out.fault)

@@ -95,6 +95,7 @@ class World:
         )
         self.pipeline = Pipeline(services)
         self.warm = KeepWarm(self.pipeline, self.prompts.autopilot, self.clock)
+        self.thinking: dict[str, Any] | None = None
         self.pipeline.keep_warm = self.warm
 
     async def call(self, tenant: TenantPolicy, turns: int) -> Accounting:
@@ -103,7 +104,9 @@ class World:
             if t:
                 messages.append({"role": "assistant", "content": f"Step {t} done." + " a" * 60})
             messages.append({"role": "user", "content": f"Go on with step {t}." + " b" * 80})
-        body = {"model": MODEL, "max_tokens": 64, "system": SYSTEM, "messages": messages}
+        body = {"model": MODEL, "max_tokens": 2048, "system": SYSTEM, "messages": messages}
+        if self.thinking is not None:
+            body["thinking"] = self.thinking
         request = anthropic_wire.decode_request(body)
         call = IncomingCall("anthropic", tenant, "k1", request, body, session_header="s1")
         await self.pipeline.complete(await self.pipeline.admit(call))
@@ -178,6 +181,28 @@ def test_a_policy_reloaded_without_the_switch_stops_the_reads() -> None:
         w.clock.now_s += 281
         assert await w.warm.tick() == 0
         assert len(w.cache.calls) == sent and w.rows(DOOR) == []
+
+    asyncio.run(main())
+
+
+def test_sessions_with_extended_thinking_are_not_kept() -> None:
+    async def main() -> None:
+        w, acme = World(), tenant("acme", keep_warm=True)
+        w.thinking = {"type": "enabled", "budget_tokens": 1024}
+        await w.paused_session(acme)
+        assert not w.warm.sessions
+        w.clock.now_s += 281
+        assert await w.warm.tick() == 0 and w.rows(DOOR) == []
+
+    asyncio.run(main())
+
+
+def test_a_backend_without_anthropics_cache_prices_is_not_kept() -> None:
+    async def main() -> None:
+        w, acme = World(), tenant("acme", keep_warm=True)
+        w.backend.kind = "openai_compatible"  # no write premium: a rewrite is no dearer
+        await w.paused_session(acme)
+        assert not w.warm.sessions
 
     asyncio.run(main())
 
