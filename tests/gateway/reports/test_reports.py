@@ -291,8 +291,8 @@ def test_keep_warm_reads_are_a_line_of_their_own_by_door(tmp_path):
         latency_ms=300.0,
         cache_read_tokens=600_000,
         output_tokens=1,
-        cost_usd="0.180015",
-        uncached_cost_usd="1.800015",
+        cost_usd=Decimal("0.180015"),
+        uncached_cost_usd=Decimal("1.800015"),
         door="keep_warm",
     )
     insert_rows(engine, [*november_rows(), read])
