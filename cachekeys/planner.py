@@ -237,5 +237,12 @@ class SessionReuseMemo:
         while len(self._records) > self._max:
             self._records.popitem(last=False)
 
+    def restore(self, tenant: str, root: str, record: ReuseRecord | None) -> None:
+        """Put back a session's record (a keep-warm read is not one of the session's calls)."""
+        if record is None:
+            self._records.pop((tenant, root), None)
+        else:
+            self._records[(tenant, root)] = record
+
     def __len__(self) -> int:
         return len(self._records)

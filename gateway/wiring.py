@@ -30,7 +30,7 @@ from gateway.core.models_table import (
     fleet_inputs,
     shared_cache_models,
 )
-from gateway.core.pipeline import Pipeline, PipelineParts
+from gateway.core.pipeline import Pipeline
 from gateway.core.prompt_cache import PromptCachePort, TiktokenEncoder
 from gateway.core.token_count import RouteTokenCounting, TiktokenCounting, route_counting
 from gateway.fleet.routing_port import Fleet, FleetConfig
@@ -43,6 +43,7 @@ from gateway.ledger.call_ledger import CallLedger
 from gateway.ledger.db import create_ledger_engine, migrate_engine, session_factory
 from gateway.ledger.metrics import RecorderCollector
 from gateway.ledger.recorder import RecorderConfig, UsageRecorder
+from gateway.pipeline_wiring import build_pipeline
 from gateway.policy_archive import DirectoryArchive
 from gateway.responses.redis_store import RedisResponseStore
 from gateway.responses.store import MemoryResponseStore, ResponseStore
@@ -234,32 +235,6 @@ def _sharing(
     )
 
 
-def build_pipeline(
-    models: ModelTableImpl,
-    pricing: RoutePricing,
-    admission: Admission,
-    prompt: PromptParts,
-    fleet: FleetParts,
-    ledger: LedgerParts,
-    telemetry: Telemetry,
-    clock: Callable[[], float],
-) -> Pipeline:
-    return Pipeline(
-        PipelineParts(
-            models=models,
-            counter=prompt.counting,
-            pricing=pricing,
-            admission=admission,
-            prompts=prompt.prompts,
-            routing=fleet.fleet,
-            ledger=ledger.ledger,
-            telemetry=telemetry,
-            clock=clock,
-            measure_lane=prompt.lane,
-        )
-    )
-
-
 def build_policies(settings: Settings) -> PolicyStore:
     """Tenant policies, checked against the configured model and backend names, with the last
     good one of each file kept on disk across restarts."""
@@ -355,6 +330,9 @@ async def _start_fleet(
         await fleet.run_health_checks(health_interval_s)
 
     process.tasks.append(asyncio.create_task(health_loop()))
+    if (warm := process.pipeline.keep_warm) is not None and process.lookup is not None:
+        warm.policy_for = process.lookup.policy_for_key_id  # the key and policy as they are now
+        process.tasks.append(asyncio.create_task(warm.run()))  # cache.keep_warm reads
     if parts.scraper is not None:  # engine load, off the request path
         process.tasks.append(asyncio.create_task(fleet.run_signal_polls()))
     if parts.sharing is not None:

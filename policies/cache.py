@@ -68,6 +68,15 @@ class CachePolicy(PolicyModel):
     # auto: per session, 5 min or 1 h by expected cost from the gaps between its calls
     ttl: Literal["5m", "1h", "auto"] = "auto"
     markers: Literal["auto", "off"] = "auto"  # Lantern places provider cache breakpoints
+    # opt-in: before a hot session's entry expires, resend its last prompt for one output token
+    # when that is expected to cost less than a rewrite (cachekeys/keep_warm.py); the tenant pays
+    keep_warm: bool = False
     normalise: NormalisePolicy = NormalisePolicy()
     public_prefixes: tuple[PublicPrefix, ...] = ()
     min_cacheable_tokens: tuple[MinimumCacheable, ...] = ()
+
+    @model_validator(mode="after")
+    def _warm_needs_a_cache(self) -> CachePolicy:
+        if self.keep_warm and self.scope == "none":
+            raise ValueError("keep_warm needs prompt caching: scope none caches nothing to keep")
+        return self

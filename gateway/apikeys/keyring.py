@@ -142,6 +142,28 @@ class KeyChain:
         _check_budget(issued, snapshot.spend_usd.get(issued.key_id, Decimal(0)))
         return _narrowed(policy, issued), issued.key_id
 
+    def policy_for_key_id(self, tenant: str, key_id: str) -> TenantPolicy | None:
+        """The policy a call of `tenant` with its key `key_id` would run under now (for calls
+        the gateway makes on a client's behalf: keep-warm reads), or None when that key may no
+        longer call: gone from the policy file, revoked, expired or over its budget."""
+        policy = self._policies.get(tenant)
+        if policy is None:
+            return None
+        if any(k.id == key_id for k in policy.api_keys):
+            return policy
+        snapshot = self._keyring.snapshot
+        issued = next(
+            (k for k in snapshot.by_sha256.values() if (k.tenant, k.key_id) == (tenant, key_id)),
+            None,
+        )
+        if issued is None or not issued.is_usable(self._clock()):
+            return None
+        try:
+            _check_budget(issued, snapshot.spend_usd.get(issued.key_id, Decimal(0)))
+        except KeyBudgetExhausted:
+            return None
+        return _narrowed(policy, issued)
+
 
 def _check_budget(issued: IssuedKey, spent: Decimal) -> None:
     if issued.budget_usd is not None and spent >= issued.budget_usd:

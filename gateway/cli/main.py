@@ -21,7 +21,7 @@ from gateway.settings import Settings, SettingsError, demo_settings, load_settin
 from policies.loader import check_paths, reference_issues
 
 EXIT_OK, EXIT_INVALID, EXIT_UNAVAILABLE = 0, 1, 2
-GROUP_BY_CHOICES = ("tenant", "model", "backend", "day", "key", "session", "month")
+GROUP_BY_CHOICES = ("tenant", "model", "backend", "day", "key", "session", "month", "door")
 _TENANT_ID = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 _KEY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 

@@ -12,6 +12,7 @@ import dataclasses
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -49,6 +50,9 @@ from gateway.core.stream_tally import StreamTally
 from gateway.core.translation import check_translatable
 from gateway.telemetry import Telemetry
 
+if TYPE_CHECKING:
+    from gateway.core.keep_warm import KeepWarm
+
 __all__ = ["Admitted", "IncomingCall", "Pipeline", "PipelineParts"]
 
 
@@ -75,6 +79,7 @@ class Pipeline:
     def __init__(self, services: PipelineParts) -> None:
         self.s = services
         self.after_reply = AfterReply(immediate=not services.defer_bookkeeping)
+        self.keep_warm: KeepWarm | None = None  # told of every call served (cache.keep_warm)
 
     # --- admission: everything that may still say no ---------------------------------------
 
@@ -265,6 +270,8 @@ class Pipeline:
         out = Outcome(status, error_kind, usage, ttft_s, cost, self.s.clock(), fault)
         self.s.ledger.record(call_record(adm, t, out, self.s.pricing))  # before the reply completes
         self.after_reply.add(self._close_attempt, adm, t, out)
+        if status == "ok" and self.keep_warm is not None:
+            self.keep_warm.note(adm, usage, t.attempt.candidate.backend.kind)
 
     def _close_attempt(self, adm: Admitted, t: Try, out: Outcome) -> None:
         self.s.routing.on_complete(t.attempt, out.usage, out.status == "ok", out.fault)

@@ -18,11 +18,21 @@ from sqlalchemy.orm import Session, sessionmaker
 from gateway.ledger.daily import DAILY_KEYS, daily_rows, whole_days
 from gateway.ledger.models import UsageRecord, to_money
 
-GroupKey = Literal["tenant", "model", "backend", "day", "key", "session", "month"]
-GROUP_KEYS: tuple[str, ...] = ("tenant", "model", "backend", "day", "key", "session", "month")
+GroupKey = Literal["tenant", "model", "backend", "day", "key", "session", "month", "door"]
+GROUP_KEYS: tuple[str, ...] = (
+    "tenant",
+    "model",
+    "backend",
+    "day",
+    "key",
+    "session",
+    "month",
+    "door",  # the client's route, or keep_warm for the gateway's own keep-warm reads
+)
 Venue = Literal["fleet", "api"]
 NO_BACKEND = "(none)"  # rows rejected before routing have no backend
 NO_SESSION = "(none)"
+NO_DOOR = "(none)"  # rows written before the ledger named the route
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +234,8 @@ def _group_column(key: str, dialect: str = "sqlite") -> sa.ColumnElement[Any]:
         return sa.func.coalesce(UsageRecord.session_id, NO_SESSION).label("session")
     if key == "backend":
         return sa.func.coalesce(UsageRecord.backend, NO_BACKEND).label("backend")
+    if key == "door":
+        return sa.func.coalesce(UsageRecord.door, NO_DOOR).label("door")
     column: sa.ColumnElement[Any] = getattr(UsageRecord, key)
     return column.label(key)
 

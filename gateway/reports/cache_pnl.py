@@ -24,6 +24,7 @@ from gateway.ledger.models import UsageRecord
 from gateway.reports.cost import InvalidReportQuery, LedgerSettings, parse_period
 
 ZERO = Decimal(0)
+KEEP_WARM = "keep_warm"  # the ledger's door of a keep-warm read
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +66,8 @@ class CachePnl:
     by_session: tuple[PnlLine, ...]  # key "tenant/session"
     lost_by_cause: tuple[tuple[str, Decimal], ...]  # cause -> money lost, largest first
     ttl_choices: tuple[tuple[str, int], ...]  # "5m"/"1h" -> calls whose markers used it
+    # the gateway's keep-warm reads (`cache.keep_warm`; door keep_warm), also counted above
+    keep_warm: PnlLine = PnlLine(KEEP_WARM)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +79,7 @@ class _Call:
     line: PnlLine
     cause: str | None
     ttl: str | None
+    keep_warm: bool = False
 
 
 def cache_pnl(
@@ -109,6 +113,7 @@ def cache_pnl(
         if c.ttl is not None:
             ttls[c.ttl] += 1
     total = _sum("total", (c.line for c in calls))
+    warm = _sum(KEEP_WARM, (c.line for c in calls if c.keep_warm))
     return CachePnl(
         since,
         until,
@@ -117,6 +122,7 @@ def cache_pnl(
         by_session,
         tuple(sorted(lost.items(), key=lambda kv: (-kv[1], kv[0]))),
         tuple(sorted(ttls.items())),
+        warm,
     )
 
 
@@ -143,6 +149,7 @@ def _call(row: UsageRecord) -> _Call:
         line,
         row.cache_cause,
         ttl,
+        row.door == KEEP_WARM,
     )
 
 
@@ -162,7 +169,7 @@ def _with_unread_premiums(calls: list[_Call]) -> Iterable[_Call]:
         unread = min(max(c.read + c.written - next_read, 0), c.written)
         share = c.line.premium_usd * unread / c.written
         line = replace(c.line, unread_premium_usd=share)
-        yield _Call(c.tenant, c.session, c.read, c.written, line, c.cause, c.ttl)
+        yield replace(c, line=line)
 
 
 def _group(calls: list[_Call], key_of: Callable[[_Call], str]) -> tuple[PnlLine, ...]:
@@ -197,6 +204,8 @@ def render_pnl(pnl: CachePnl) -> str:
     out += ["", "Lost by cause:"]
     out += [f"  {cause:<20} {money:>12.6f}" for cause, money in pnl.lost_by_cause] or ["  -"]
     out += ["", "Cache lifetimes chosen (calls): " + _ttls(pnl)]
+    warm = pnl.keep_warm
+    out.append(f"Keep-warm reads: {warm.num_calls} calls, cost {warm.cost_usd:.6f}")
     check = pnl.total.uncached_cost_usd - pnl.total.cost_usd
     out.append(f"Check: uncached - cost = {check:.6f} = net {pnl.total.net_usd:.6f}")
     return "\n".join(out) + "\n"

@@ -14,7 +14,7 @@ from gateway.errors import KeyBudgetExhausted
 from gateway.ledger.db import create_ledger_engine, migrate, session_factory
 from gateway.ledger.models import UsageRow
 from gateway.ledger.recorder import insert_rows
-from policies.model import TenantPolicy
+from policies.model import ApiKeyEntry, TenantPolicy
 
 NOW = datetime(2026, 12, 3, 14, 0, tzinfo=UTC)  # a Thursday
 
@@ -128,3 +128,27 @@ def test_bad_requests_say_what_is_accepted(engine) -> None:
         records.issue(KeyRequest("acme", None, None, Decimal(1), None), "a")
     with pytest.raises(KeyRequestInvalid, match="letters, digits"):
         records.issue(KeyRequest("acme", "no spaces"), "a")
+
+
+def test_policy_for_key_id_is_none_once_the_key_may_no_longer_call(engine) -> None:
+    clock = Clock()
+    records = KeyRecords(session_factory(engine), clock)
+    keyring = Keyring(session_factory(engine), clock)
+    policies = Policies()
+    yaml_key = ApiKeyEntry(id="yaml", sha256="0" * 64)
+    policies.acme = policies.acme.model_copy(update={"api_keys": (yaml_key,)})
+    chain = KeyChain(policies, keyring, clock)
+    records.issue(KeyRequest("acme", "bot", models=("smollm2",)), "alice")
+    records.issue(KeyRequest("acme", "cap", None, Decimal("1.00"), "day"), "alice")
+    keyring.refresh()
+    assert chain.policy_for_key_id("acme", "yaml") == policies.acme
+    bot = chain.policy_for_key_id("acme", "bot")
+    assert bot is not None and bot.models == ("smollm2",)  # narrowed as at lookup
+    assert chain.policy_for_key_id("globex", "bot") is None  # another tenant's id
+    assert chain.policy_for_key_id("acme", "nobody") is None
+    assert chain.policy_for_key_id("acme", "cap") is not None
+    insert_rows(engine, [spend("cap", datetime(2026, 12, 3, 1, 0, tzinfo=UTC), "1.00", 1)])
+    records.revoke("bot", "bob")
+    keyring.refresh()
+    assert chain.policy_for_key_id("acme", "bot") is None  # revoked
+    assert chain.policy_for_key_id("acme", "cap") is None  # over its budget

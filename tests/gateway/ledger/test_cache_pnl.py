@@ -4,6 +4,7 @@ on the real PostgreSQL; unread premiums, lost money per cause and TTL choices ar
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -105,3 +106,33 @@ def test_pnl_sums_to_the_ledger_to_the_cent(engine) -> None:
     assert one.unread_premium_usd == edit.unread_premium_usd
     text = render_pnl(pnl)
     assert "history_edit" in text and "1h x19" in text
+
+
+def test_keep_warm_reads_are_their_own_line(engine) -> None:
+    records = _records("acme", "pauses", run_trace(pauses()))[:3]
+    usage = Usage(0, 1, records[-1].usage.prompt_tokens, 0)  # the last prompt, all read
+    money = cache_money(PRICING, MODEL, usage, records[-1].cache_diagnosis)
+    read = dataclasses.replace(
+        records[-1],
+        request_id="pauses-warm",
+        usage=usage,
+        cost_usd=PRICING.cost_usd(MODEL, usage),
+        uncached_cost_usd=PRICING.uncached_cost_usd(MODEL, usage),
+        cache_saved_usd=money.saved_usd,
+        cache_premium_usd=money.premium_usd,
+        door="keep_warm",
+    )
+    rows = [usage_row(r, T0 + timedelta(seconds=i)) for i, r in enumerate([*records, read])]
+    with engine.begin() as connection:
+        connection.execute(sa.insert(USAGE_TABLE), [r.to_values() for r in rows])
+
+    pnl = cache_pnl(session_factory(engine), T0, T0 + timedelta(days=1))
+
+    assert pnl.total.num_calls == 4 and pnl.keep_warm.num_calls == 1
+    warm = pnl.keep_warm
+    assert warm.cost_usd.quantize(CENT / 10**6) == Decimal(str(read.cost_usd)) > 0
+    assert warm.premium_usd == 0 and warm.saved_usd > 0
+    assert pnl.total.cost_usd.quantize(CENT / 10**6) == Decimal(
+        str(round(sum(r.cost_usd for r in [*records, read]), 8))
+    )
+    assert "Keep-warm reads: 1 calls" in render_pnl(pnl)

@@ -272,3 +272,33 @@ def test_spend_view_equals_the_ledger_with_today_and_rows_written_late(sessions)
     assert drawn == ledger
     assert series.report.totals.cost_usd == sum(ledger.values())
     assert ledger[("2026-11-03", "acme")] == money("2.5")  # today's rows are in
+
+
+def test_keep_warm_reads_are_a_line_of_their_own_by_door(tmp_path):
+    url = f"sqlite:///{tmp_path}/ledger.db"
+    migrate(url)
+    engine = create_ledger_engine(url)
+    read = UsageRow(
+        id="00000000-0000-0000-0000-000000000099",
+        ts=datetime(2026, 11, 1, 10, 9, tzinfo=UTC),
+        tenant="acme",
+        key_id="key-1",
+        request_id="req-99",
+        session_id="s-1",
+        model="claude-sonnet",
+        backend="anthropic",
+        status="ok",
+        latency_ms=300.0,
+        cache_read_tokens=600_000,
+        output_tokens=1,
+        cost_usd=Decimal("0.180015"),
+        uncached_cost_usd=Decimal("1.800015"),
+        door="keep_warm",
+    )
+    insert_rows(engine, [*november_rows(), read])
+    report = cost_report(session_factory(engine), NOV_1, DEC_1, ["door"])
+    engine.dispose()
+    assert [(r.group, r.num_calls, r.cost_usd) for r in report.rows] == [
+        (("(none)",), 6, money("7.11")),
+        (("keep_warm",), 1, money("0.180015")),
+    ]
