@@ -31,6 +31,34 @@ from adapters.types import JSON, ChatResponse, StreamEvent, WireFormat
 # OpenAI's embeddings fields; LiteLLM maps each to the provider or refuses it
 EMBEDDING_FIELDS = frozenset({"model", "input", "dimensions", "encoding_format", "user"})
 
+# OpenAI chat fields that change what comes back. LiteLLM drops what its provider cannot take
+# (`drop_params`); the gateway refuses those by name first, from LiteLLM's own list of what the
+# provider supports. Fields that only describe the call (`user`, `metadata`,
+# `prompt_cache_key`, `safety_identifier`) are not among them: dropping one changes no output.
+SHAPING_FIELDS = (
+    "n",
+    "logprobs",
+    "top_logprobs",
+    "seed",
+    "response_format",
+    "stop",
+    "presence_penalty",
+    "frequency_penalty",
+    "logit_bias",
+    "parallel_tool_calls",
+    "temperature",
+    "top_p",
+    "tools",
+    "tool_choice",
+    "functions",
+    "function_call",
+    "reasoning_effort",
+    "modalities",
+    "audio",
+    "prediction",
+    "web_search_options",
+)
+
 
 def _headers_of(exc: Exception) -> Mapping[str, str]:
     """The upstream's response headers: LiteLLM keeps them in `litellm_response_headers`."""
@@ -81,6 +109,7 @@ class LiteLLMBackend:
         self.kind: str = spec.kind
         self._spec = spec
         self._litellm = import_litellm_offline()
+        self.unsupported_fields = unsupported_fields(self._litellm, spec.model)
 
     def _kwargs(self, call: BackendCall, stream: bool) -> dict[str, Any]:
         """OpenAI-format kwargs: the client's raw OpenAI body, or the canonical request encoded
@@ -177,3 +206,17 @@ class LiteLLMBackend:
 
 def _usage(tokens: int) -> dict[str, int]:
     return {"prompt_tokens": tokens, "total_tokens": tokens}
+
+
+def unsupported_fields(litellm: ModuleType, model: str | None) -> frozenset[str]:
+    """The shaping fields LiteLLM says the provider of `model` does not take (none where LiteLLM
+    does not know the provider: it then passes every field on)."""
+    if not model:
+        return frozenset()
+    try:
+        supported = litellm.get_supported_openai_params(model=model)
+    except Exception:  # an unknown provider prefix: LiteLLM raises rather than answering None
+        supported = None
+    if supported is None:
+        return frozenset()
+    return frozenset(f for f in SHAPING_FIELDS if f not in supported)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from adapters.backend import Backend
 from adapters.types import JSON, WireFormat
 from gateway.core.ports import ModelRoute
 from gateway.errors import RequestRejected
@@ -100,12 +101,18 @@ ANTHROPIC_NOT_ON_ENGINE: Mapping[str, Asks] = {**ANTHROPIC_ONLY, "tool_choice": 
 _REPORTED = {"tool_choice": "tool_choice.disable_parallel_tool_use"}
 
 
-def _refused(client: WireFormat, backend_wire: WireFormat | None, kind: str) -> Mapping[str, Asks]:
-    """The fields a client of `client` may not send to a backend of this wire and kind."""
+def _refused(client: WireFormat, backend: Backend) -> Mapping[str, Asks]:
+    """The fields a client of `client` may not send to `backend` (by its wire and kind)."""
+    kind, backend_wire = backend.kind, backend.wire
     if kind == "selfhost":  # the bundled engine speaks OpenAI but ignores what it cannot do
         return NOT_ON_ENGINE if client == "openai" else ANTHROPIC_NOT_ON_ENGINE
-    if kind == "litellm" or backend_wire == client:
-        return {}  # the same wire forwards the client's JSON; LiteLLM translates for itself
+    if kind == "litellm":  # LiteLLM takes OpenAI's shape and says what its provider supports
+        if client == "anthropic":
+            return ANTHROPIC_ONLY
+        unsupported: frozenset[str] = getattr(backend, "unsupported_fields", frozenset())
+        return {f: OPENAI_ONLY.get(f, _anything) for f in unsupported}
+    if backend_wire == client:
+        return {}  # the same wire forwards the client's JSON
     if client == "openai":
         return OPENAI_ONLY
     return NOT_ON_BEDROCK if kind == "bedrock" else ANTHROPIC_ONLY
@@ -117,7 +124,7 @@ def check_translatable(wire: WireFormat, body: Mapping[str, JSON], route: ModelR
     the answer must not change with the backend that happens to serve it."""
     for candidate in route.candidates:
         backend = candidate.backend
-        for field, asks in _refused(wire, backend.wire, backend.kind).items():
+        for field, asks in _refused(wire, backend).items():
             if field in body and asks(body[field]):
                 name = _REPORTED.get(field, field)
                 raise RequestRejected(

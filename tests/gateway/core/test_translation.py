@@ -163,3 +163,41 @@ def test_what_translation_honours_reaches_the_upstream() -> None:
     chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     by_safety_id = openai_wire.decode_request({**chat, "safety_identifier": "s-1"})
     assert anthropic_wire.encode_request(by_safety_id)["metadata"] == {"user_id": "s-1"}
+
+
+def litellm_route(model: str) -> ModelRoute:
+    spec = BackendSpec("ll", "litellm", model=model)
+    backend = build_backend(spec, http=HttpxPool(httpx.AsyncClient()))  # LiteLLM uses its own
+    return ModelRoute("m", (Candidate(backend, spec.name, "api"),))
+
+
+@pytest.mark.parametrize("field", ["n", "seed", "logprobs", "top_logprobs", "logit_bias"])
+def test_litellm_refuses_what_its_provider_does_not_take(field: str) -> None:
+    # LiteLLM would drop these for Anthropic (drop_params); its own list says so, the gateway
+    # refuses them by name instead
+    body = {"model": "m", "messages": [], field: OPENAI_ASKING.get(field, 3)}
+    assert refused("openai", body, litellm_route("anthropic/claude-sonnet-4-5")) == field
+    assert refused("openai", body, litellm_route("openai/gpt-4o-mini")) is None
+
+
+def test_litellm_passes_what_its_provider_takes_and_what_only_describes_the_call() -> None:
+    route = litellm_route("anthropic/claude-sonnet-4-5")
+    body = {
+        "model": "m",
+        "messages": [],
+        "temperature": 0.2,
+        "stop": ["x"],
+        "response_format": {"type": "json_object"},
+        "tools": [],
+        "user": "u1",
+        "metadata": {"k": "v"},
+        "prompt_cache_key": "p",
+        "safety_identifier": "s",
+        "n": 1,
+    }
+    assert refused("openai", body, route) is None
+
+
+def test_an_anthropic_client_through_litellm_keeps_no_field_silently() -> None:
+    body = {"model": "m", "messages": [], "top_k": 5}
+    assert refused("anthropic", body, litellm_route("anthropic/claude-sonnet-4-5")) == "top_k"
