@@ -93,6 +93,10 @@ def openai_model(upstream_url: str) -> dict[str, Any]:
         "base_url": upstream_url + "/v1",
         "model": "gpt-4o-mini",
         "timeout_s": 60,
+        # the tenants' isolation travels as `cache_salt`, not as a scope line in the prompt,
+        # whose keyed tag tokenises to a different length per tenant: the probe tenant's
+        # reservation must be the busy tenant's, to the token
+        "cache_salt": True,
     }
     return {"name": "gpt-4o-mini", "backends": [backend]}
 
