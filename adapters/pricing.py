@@ -6,6 +6,8 @@ Never prices an unknown model at $0: `price_for` raises UnknownPrice (checked at
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -59,6 +61,34 @@ def import_litellm_offline() -> ModuleType:
     return litellm
 
 
+COST_MAP_FILE = "model_prices_and_context_window_backup.json"
+
+
+def bundled_cost_map() -> dict[str, Mapping[str, Any]]:
+    """LiteLLM's bundled cost map, read from the file LiteLLM ships (the one
+    `LITELLM_LOCAL_MODEL_COST_MAP` makes LiteLLM itself load) without importing LiteLLM: the
+    import takes seconds, and a gateway with no LiteLLM backend never needs it. An entry that
+    is an `alias_of` another takes the other's fields under its own."""
+    spec = importlib.util.find_spec("litellm")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("litellm is not installed: its cost map prices every model")
+    path = os.path.join(spec.submodule_search_locations[0], COST_MAP_FILE)
+    with open(path, encoding="utf-8") as handle:
+        raw: dict[str, Any] = json.load(handle)
+    return {
+        name: _resolved(raw, name, 0) for name, entry in raw.items() if isinstance(entry, Mapping)
+    }
+
+
+def _resolved(raw: Mapping[str, Any], name: str, depth: int) -> Mapping[str, Any]:
+    entry = raw[name]
+    target = entry.get("alias_of")
+    if target is None or target not in raw or depth > 8:
+        return entry
+    own = {k: v for k, v in entry.items() if k != "alias_of"}
+    return {**_resolved(raw, target, depth + 1), **own}
+
+
 def _decimal(value: Any) -> Decimal | None:
     if value is None or isinstance(value, bool):
         return None
@@ -103,7 +133,7 @@ class PriceBook:
 
     @classmethod
     def from_litellm(cls, overrides: Mapping[str, Price] | None = None) -> PriceBook:
-        return cls(import_litellm_offline().model_cost, overrides)
+        return cls(bundled_cost_map(), overrides)
 
     def price_for(self, model: str) -> Price:
         found = self._resolved.get(model)

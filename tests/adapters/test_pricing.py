@@ -106,3 +106,21 @@ def test_worst_case_holds_the_write_premium_of_the_ttl(book: PriceBook) -> None:
     assert worst_case_cost(1000, 100, price, "1h") == 0.0075  # 1000 x 6 + 100 x 15
     every_write = Usage(0, 100, 0, 1000, cache_write_1h_tokens=1000)
     assert cost(every_write, price) == worst_case_cost(1000, 100, price, "1h")
+
+
+def test_the_cost_map_is_litellms_own_without_importing_litellm() -> None:
+    """The file read directly prices every model as LiteLLM's loaded map does, aliases too."""
+    from adapters.pricing import bundled_cost_map, import_litellm_offline
+
+    ours = bundled_cost_map()
+    theirs = import_litellm_offline().model_cost
+    fields = (
+        "input_cost_per_token",
+        "output_cost_per_token",
+        "cache_read_input_token_cost",
+        "cache_creation_input_token_cost",
+        "cache_creation_input_token_cost_above_1hr",
+    )
+    assert set(theirs) <= set(ours)
+    assert [k for k in theirs if any(ours[k].get(f) != theirs[k].get(f) for f in fields)] == []
+    assert any("alias_of" in e for e in ours.values()) is False  # every alias resolved
