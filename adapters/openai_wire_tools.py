@@ -3,6 +3,7 @@ on every call."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -41,18 +42,24 @@ class ToolListMemo:
     """Decoded `tools` lists by their exact JSON bytes (bounded): an agent sends the same tools
     on every call, and decoding them was ~40 µs of the call's critical path against ~4 µs for
     the key. Entries are decoded from the key's own bytes, so they never share an object with a
-    caller's body; the same list then yields the same (read-only) ToolSpec objects every call."""
+    caller's body; the same list then yields the same (read-only) ToolSpec objects every call.
+    `decode`: the wire's own (OpenAI's by default)."""
 
-    def __init__(self, max_entries: int = 1024) -> None:
+    def __init__(
+        self,
+        max_entries: int = 1024,
+        decode: Callable[[Any], tuple[ToolSpec, ...]] = decode_tools,
+    ) -> None:
         self._entries: dict[bytes, tuple[ToolSpec, ...]] = {}
         self._max_entries = max_entries
+        self._decode = decode
 
     def decode(self, value: Any) -> tuple[ToolSpec, ...]:
-        """`decode_tools(value)`: equal bytes are equal JSON (1, 1.0 and true stay distinct)."""
+        """`decode(value)`: equal bytes are equal JSON (1, 1.0 and true stay distinct)."""
         key = orjson.dumps(value)
         found = self._entries.get(key)
         if found is None:
-            found = decode_tools(orjson.loads(key))  # raises as the plain decode does; nothing kept
+            found = self._decode(orjson.loads(key))  # raises as the plain decode does; nothing kept
             if len(self._entries) >= self._max_entries:
                 self._entries.clear()  # a bound, not an LRU: an agent's tool lists are few
             self._entries[key] = found

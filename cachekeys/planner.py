@@ -22,7 +22,16 @@ from cachekeys.markers import (
     _breaks_ttl_order,
     plan_breakpoints,
 )
-from cachekeys.ttl import MAX_GAPS, TTL_S, TtlChoice, choose_ttl, fixed_ttl
+from cachekeys.ttl import (
+    MAX_GAPS,
+    TTL_S,
+    TtlChoice,
+    choose_ttl,
+    choose_ttl_for,
+    fixed_ttl,
+    long_gap_weight,
+    p_long_of,
+)
 from cachekeys.volatile_probe import BlockProbe
 
 MAX_SESSIONS = 100_000
@@ -75,6 +84,7 @@ class ReuseRecord:
     at_s: float
     gaps_s: tuple[float, ...] = ()
     broke_at: int | None = None  # the head block where the last call's prefix changed
+    long_weights: tuple[float, ...] = ()  # `long_gap_weight` of each of `gaps_s`
 
     @classmethod
     def of(
@@ -93,9 +103,11 @@ class ReuseRecord:
         masked = tuple(p.masked for p in probes[:n])
         if previous is None:
             return cls(digests, masked, tuple(ends), now_s)
-        gaps = (*previous.gaps_s, now_s - previous.at_s)[-MAX_GAPS:]
+        gap = now_s - previous.at_s
+        gaps = (*previous.gaps_s, gap)[-MAX_GAPS:]
+        weights = (*previous.long_weights, long_gap_weight(gap))[-MAX_GAPS:]
         broke = _head_change(previous.digests, layout, n)
-        return cls(digests, masked, tuple(ends), now_s, gaps, broke)
+        return cls(digests, masked, tuple(ends), now_s, gaps, broke, weights)
 
     def common_tokens(self, layout: PromptLayout) -> int:
         """Tokens of the prefix this call shares with the remembered one."""
@@ -131,10 +143,11 @@ def advise(
         return Advice(
             choose_ttl((), layout.stable_tokens(), layout.stable_tokens()), limit, volatile
         )
-    gaps = (*previous.gaps_s, now_s - previous.at_s)
-    common = previous.common_tokens(layout) if gaps[-1] <= TTL_S["1h"] else 0
+    gap = now_s - previous.at_s
+    common = previous.common_tokens(layout) if gap <= TTL_S["1h"] else 0
     cached = layout.stable_tokens() if limit is None else layout.end(limit - 1)
-    choice = choose_ttl(gaps, cached, max(cached - common, 0))
+    p_long = p_long_of((*previous.long_weights, long_gap_weight(gap)))
+    choice = choose_ttl_for(p_long, cached, max(cached - common, 0))
     return Advice(choice, limit, volatile)
 
 

@@ -46,30 +46,43 @@ class TtlChoice:
 def p_long_gap(gaps_s: Sequence[float]) -> float:
     """Chance that the next gap lies in (5 min, 1 h]: a smoothed count over the gaps seen,
     each spread log-normally around its value."""
-    long_gaps = sum(_p_between(g, TTL_S["5m"], TTL_S["1h"]) for g in gaps_s)
-    return (long_gaps + PRIOR_LONG_GAPS) / (len(gaps_s) + PRIOR_GAPS)
+    return p_long_of([long_gap_weight(g) for g in gaps_s])
 
 
-def _p_between(gap_s: float, low_s: float, high_s: float) -> float:
+def long_gap_weight(gap_s: float) -> float:
+    """How much one observed gap counts towards the long ones: the part of its log-normal
+    spread that lies in (5 min, 1 h]. A session keeps these beside its gaps (each computed
+    once, when the gap is seen)."""
     centre = math.log(max(gap_s, 1e-3))
-    return _phi((math.log(high_s) - centre) / GAP_SPREAD) - _phi(
-        (math.log(low_s) - centre) / GAP_SPREAD
-    )
+    return _phi((_LOG_HIGH - centre) / GAP_SPREAD) - _phi((_LOG_LOW - centre) / GAP_SPREAD)
+
+
+def p_long_of(weights: Sequence[float]) -> float:
+    """`p_long_gap` from the gaps' `long_gap_weight`s."""
+    return (sum(weights) + PRIOR_LONG_GAPS) / (len(weights) + PRIOR_GAPS)
+
+
+_LOG_LOW, _LOG_HIGH = math.log(TTL_S["5m"]), math.log(TTL_S["1h"])
+_SQRT2 = math.sqrt(2.0)
 
 
 def _phi(z: float) -> float:
-    return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
+    return 0.5 * (1.0 + math.erf(z / _SQRT2))
 
 
 def choose_ttl(gaps_s: Sequence[float], cached_tokens: int, write_tokens: int) -> TtlChoice:
     """`cached_tokens`: the prefix this call leaves cached (what a lost entry makes the next
     call rebuild at the write price instead of reading); `write_tokens`: what this call writes.
     1 h only when the expected saving pays the 2x write (a call that writes nothing keeps 5 m)."""
-    p = p_long_gap(gaps_s)
-    saving = p * (PRICE_WRITE["5m"] - PRICE_READ) * cached_tokens
+    return choose_ttl_for(p_long_gap(gaps_s), cached_tokens, write_tokens)
+
+
+def choose_ttl_for(p_long: float, cached_tokens: int, write_tokens: int) -> TtlChoice:
+    """`choose_ttl` given the chance of a long gap (`p_long_of` the session's gap weights)."""
+    saving = p_long * (PRICE_WRITE["5m"] - PRICE_READ) * cached_tokens
     premium = (PRICE_WRITE["1h"] - PRICE_WRITE["5m"]) * write_tokens
     is_long = write_tokens > 0 and saving > premium
-    return TtlChoice("1h" if is_long else "5m", p, saving, premium)
+    return TtlChoice("1h" if is_long else "5m", p_long, saving, premium)
 
 
 def fixed_ttl(ttl: Ttl) -> TtlChoice:

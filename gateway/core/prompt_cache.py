@@ -51,6 +51,7 @@ from gateway.core.prompt_prepare import (
     prepare_call,
     salt_for,
 )
+from gateway.core.prompt_view import ToolLists
 from policies.cache import CachePolicy
 from policies.model import TenantPolicy
 
@@ -91,6 +92,7 @@ class PromptCachePort:
         self._options_for: PerObjectMemo[CachePolicy, NormaliseOptions] = PerObjectMemo(
             lambda policy: normalise_options(policy, self._matchers, self._memos.schemas)
         )
+        self._tool_lists = ToolLists()
         self._salts: dict[str, str] = {}  # tenant id -> its salt (HMAC of the port's secret)
         self.tracker = SessionCacheTracker(max_sessions)
         self.autopilot = CacheAutopilot(clock, max_sessions)
@@ -114,7 +116,7 @@ class PromptCachePort:
             return self.autopilot.steer(policy, tenant_id, layout, salt, root)
 
         call = PromptCall(wire, body, request, policy, tenant_id, salt, options, isolate, steer)
-        return prepare_call(call, self._encoder, self._memos)
+        return prepare_call(call, self._encoder, self._memos, self._tool_lists)
 
     def _tenant_salt(self, secret: bytes, tenant_id: str) -> str:
         """`tenant_salt`, memoised per tenant id (the secret is always the port's own)."""

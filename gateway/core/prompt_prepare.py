@@ -33,7 +33,7 @@ from cachekeys.planner import Advice, Steering, default_advice, plan_markers
 from cachekeys.session_layout import LayoutEntry, LayoutKey, LayoutMatch
 from cachekeys.volatile import VolatileMatcher
 from gateway.core.ports import PreparedPrompt
-from gateway.core.prompt_view import typed_view
+from gateway.core.prompt_view import ToolLists, typed_view
 from policies.cache import CachePolicy
 
 TTL_S = {"5m": 300.0, "1h": 3600.0}
@@ -175,10 +175,13 @@ def prepare(
 
 
 def prepare_call(
-    call: PromptCall, encoder: Encoder, memos: ConversationMemo | None = None
+    call: PromptCall,
+    encoder: Encoder,
+    memos: ConversationMemo | None = None,
+    tool_lists: ToolLists | None = None,
 ) -> PreparedPrompt:
     """Normalise the body (the typed request is its view), lay out, mark, key and hash."""
-    body, request = normalised(call)
+    body, request = normalised(call, tool_lists)
     laid = lay_out(call, request, encoder, memos)
     steering = _steering(call, laid)
     advice = default_advice(call.policy.ttl) if steering is None else steering.advice
@@ -219,12 +222,14 @@ def _steering(call: PromptCall, laid: LaidOut) -> Steering | None:
     return call.steer(laid.layout, call.salt, root)
 
 
-def normalised(call: PromptCall) -> tuple[dict[str, JSON], ChatRequest]:
+def normalised(
+    call: PromptCall, tool_lists: ToolLists | None = None
+) -> tuple[dict[str, JSON], ChatRequest]:
     """The body after normalisation and isolation, and the typed request decoded from it."""
     body = normalise(call.wire, call.body, call.options)
     if call.isolate and call.salt:
         body = isolate(call.wire, body, scope_line(call.salt), call.options.public)
-    return body, typed_view(call.wire, call.body, body, call.request)
+    return body, typed_view(call.wire, call.body, body, call.request, tool_lists)
 
 
 def lay_out(

@@ -7,7 +7,7 @@ Give tiktoken the counter the prompt cache encodes with: both then read one memo
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from adapters.tokens import TokenCounter, TokenIdsMemo
 from adapters.types import ChatRequest
@@ -65,18 +65,20 @@ class RouteTokenCounting:
         replicas = self._replicas.get(request.model)
         if not replicas:
             return self._base.count_prompt(request)
-        messages = engine_messages(request)
+        messages: list[dict[str, Any]] | None = None  # rendered once, when a replica needs it
         counts: dict[object, int] = {}  # by counter: replicas of one engine share it
         estimate = request.model in self._api_routes
         for replica in replicas:
             counter = self.tokenizers.get(replica)
-            if counter is not None:
-                if counter not in counts:
-                    counts[counter] = counter.count(messages)
-            elif replica in self._bounded:
-                counts["bound"] = bound(messages)
-            else:
+            if counter is None and replica not in self._bounded:
                 estimate = True
+                continue
+            if messages is None:
+                messages = engine_messages(request)
+            if counter is None:
+                counts["bound"] = bound(messages)
+            elif counter not in counts:
+                counts[counter] = counter.count(messages)
         if estimate:
             counts["tiktoken"] = self._base.count_prompt(request)
         return max(counts.values())

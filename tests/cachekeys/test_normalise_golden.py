@@ -273,9 +273,10 @@ def test_raw_openai_golden() -> None:
 
 def test_the_typed_view_is_the_normalised_body_decoded() -> None:
     from adapters import anthropic_wire, openai_wire
-    from gateway.core.prompt_view import typed_view
+    from gateway.core.prompt_view import ToolLists, typed_view
 
     options = NormaliseOptions(relocate_volatile=True, canonical_tool_args=True)
+    tool_lists = ToolLists()
     for wire, body, codec in (
         ("anthropic", ANTHROPIC_BODY, anthropic_wire),
         ("openai", OPENAI_BODY, openai_wire),
@@ -284,6 +285,9 @@ def test_the_typed_view_is_the_normalised_body_decoded() -> None:
             out = normalise(wire, body, switches)  # type: ignore[arg-type]
             view = typed_view(wire, body, out, codec.decode_request(body))  # type: ignore[arg-type]
             assert view == codec.decode_request(out)
+            for _ in range(2):  # the decoded tool lists, on first sight and reused
+                memo = typed_view(wire, body, out, codec.decode_request(body), tool_lists)  # type: ignore[arg-type]
+                assert memo == view
 
 
 def test_a_broad_tenant_pattern_never_rewrites_a_placeholder() -> None:

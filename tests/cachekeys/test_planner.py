@@ -7,7 +7,7 @@ import pytest
 from adapters.types import ChatRequest, Message, TextPart, ToolResultPart, ToolSpec, ToolUsePart
 from cachekeys.layout import PromptLayout, request_blocks
 from cachekeys.planner import Advice, ReuseRecord, advise, plan_markers
-from cachekeys.ttl import choose_ttl, fixed_ttl, p_long_gap
+from cachekeys.ttl import MAX_GAPS, choose_ttl, fixed_ttl, p_long_gap
 from cachekeys.volatile_probe import VolatileProbe
 
 MODEL = "claude-sonnet-4-5"
@@ -51,6 +51,21 @@ def test_ttl_choice_pays_the_2x_write_only_when_expected_saving_covers_it() -> N
     assert choose_ttl((900.0,), 30000, 0).ttl == "5m"  # nothing written: nothing to pay for
     assert choose_ttl((86400.0, 86400.0), 30000, 1500).ttl == "5m"  # a day: 1 h will not help
     assert fixed_ttl("1h").ttl == "1h"
+
+
+def test_a_session_s_kept_gap_weights_choose_as_its_gaps_do() -> None:
+    probe = VolatileProbe()
+    layout = _layout(_request("Be brief.", steps=3))
+    probes = probe.probes(layout.blocks)
+    record, at, gaps = None, 0.0, []
+    for gap in (20.0, 900.0, 40.0, 1800.0, 30.0) * 8:  # 40 gaps: the oldest ones drop out
+        record = ReuseRecord.of(layout, probes, at, record)
+        at += gap
+        advice = advise(record, layout, probes, "auto", at)
+        gaps.append(gap)
+        window = (*gaps[-MAX_GAPS - 1 : -1], gap) if len(gaps) > MAX_GAPS else tuple(gaps)
+        assert advice.choice.p_long == pytest.approx(p_long_gap(window), abs=1e-12)
+    assert record is not None and len(record.long_weights) == len(record.gaps_s) == MAX_GAPS
 
 
 def test_first_call_writes_nothing_past_a_timestamp_in_the_system_prompt() -> None:
