@@ -6,7 +6,7 @@ tests fit fakes. Keeping them here keeps `pipeline.py` free of construction deta
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -131,7 +131,8 @@ class RoutePlan:
 
 
 class RoutingPort(Protocol):
-    async def recall(self, tenant: str, session_id: str) -> None: ...  # shared affinity, if any
+    def recall(self, tenant: str, session_id: str) -> Awaitable[None] | None:
+        """The session's shared affinity, recalled when awaited; None when nothing is shared."""
 
     def plan(
         self,

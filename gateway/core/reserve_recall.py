@@ -28,15 +28,19 @@ async def reserve_recalling(
     """Reserve the call's quota while the router recalls `session_id`; return once both are
     done. A refused reservation cancels the recall (the call goes nowhere); a recall that fails
     once the quota is held gives the reservation back before the error goes on."""
-    recall = asyncio.ensure_future(routing.recall(tenant.tenant, session_id))
+    pending = routing.recall(tenant.tenant, session_id)
+    reserve = admission.reserve(
+        tenant,
+        session_id=budget_session,
+        prompt_tokens=prompt_tokens,
+        max_output_tokens=max_tokens,
+        worst_case_usd=worst_case_usd,
+    )
+    if pending is None:  # nothing shared: no task to run beside the reservation
+        return await reserve
+    recall = asyncio.ensure_future(pending)
     try:
-        ticket = await admission.reserve(
-            tenant,
-            session_id=budget_session,
-            prompt_tokens=prompt_tokens,
-            max_output_tokens=max_tokens,
-            worst_case_usd=worst_case_usd,
-        )
+        ticket = await reserve
     except BaseException:
         recall.cancel()
         raise

@@ -6,7 +6,7 @@ its parts: the registry, the load book of calls in flight, health checks and eng
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
@@ -186,10 +186,10 @@ class Fleet:
 
     # --- RoutingPort: the plan ----------------------------------------------------------------
 
-    async def recall(self, tenant: str, session_id: str) -> None:
-        """Before the plan: the session's shared affinity replaces this process's entry."""
-        if self.sharing is not None:
-            await self.sharing.recall(tenant, session_id)
+    def recall(self, tenant: str, session_id: str) -> Awaitable[None] | None:
+        """Before the plan: the session's shared affinity replaces this process's entry (None:
+        this process shares none)."""
+        return None if self.sharing is None else self.sharing.recall(tenant, session_id)
 
     def route(
         self,
