@@ -185,9 +185,7 @@ class UsageRow:
         if self.status not in CALL_STATUSES:
             raise ValueError(f"UsageRow.status must be one of {CALL_STATUSES}")
         for name in MONEY_FIELDS:
-            value = getattr(self, name)
-            if not _is_money(value):
-                object.__setattr__(self, name, to_money(value))
+            object.__setattr__(self, name, to_money(getattr(self, name)))
         for name, rule in _COLUMN_RULES:
             if (broken := rule(getattr(self, name))) is not None:
                 raise ValueError(broken)
@@ -236,16 +234,6 @@ MONEY_FIELDS = (
     "cache_lost_usd",
 )
 _PLAIN_FIELDS = tuple(n for n in USAGE_COLUMNS if n != "ts" and n not in MONEY_FIELDS)
-
-
-def _is_money(value: object) -> bool:
-    """Already what `to_money` makes (a finite Decimal in range at the ledger's precision)."""
-    return (
-        type(value) is Decimal
-        and value.is_finite()
-        and 0 <= value < MAX_MONEY
-        and value.as_tuple().exponent == MONEY_QUANTUM.as_tuple().exponent
-    )
 
 
 def _column_rule(column: sa.Column[Any]) -> Callable[[object], str | None]:
