@@ -55,7 +55,7 @@ def typed_view(
 class ToolLists:
     """Each wire's normalised tool lists, decoded once per list (`ToolListMemo`). Canonical JSON
     gives every call new tool objects, so the client's decoded tools cannot be reused; an agent
-    sends the same list on every call, and decoding its tools again was ~50 µs a call."""
+    sends the same list on every call, and decoding its tools again costs ~50 µs a call."""
 
     def __init__(self) -> None:
         self._memos = {
