@@ -218,15 +218,24 @@ def test_the_egress_socket_is_private_to_the_box(
     runner = LocalRunner(logging.getLogger("lantern.test.limits"), MapResolver())
     owner = 65534 if os.geteuid() == 0 else os.geteuid()
 
+    want = [(stat.S_IFDIR | 0o700, owner, owner), (stat.S_IFSOCK | 0o600, owner, owner)]
+    folder_modes: set[int] = set()  # the folder's type and mode at every sample
+
     async def scenario() -> tuple[RunOutput, list[tuple[int, int, int]]]:
+        """Samples until the socket is handed to the box (it is bound, then chmodded and
+        chowned, with the loop turning in between) or the run ends."""
         task = asyncio.ensure_future(runner.run(job))
         modes: list[tuple[int, int, int]] = []
-        while not task.done() and not modes:
+        while not task.done() and modes != want:
             for folder in tmp_path.glob("lantern-egress-*"):
                 sock = folder / "egress.sock"
-                if sock.exists():
-                    modes = [_mode(folder), _mode(sock)]
-            await asyncio.sleep(0.005)
+                try:
+                    sample = [_mode(folder), _mode(sock)]
+                except FileNotFoundError:  # not bound yet, or already removed
+                    continue
+                modes = sample
+                folder_modes.add(sample[0][0])
+            await asyncio.sleep(0.001)
         return await task, modes
 
     try:
@@ -236,7 +245,8 @@ def test_the_egress_socket_is_private_to_the_box(
         leftovers = list(tmp_path.glob("lantern-egress-*"))
         temp.cleanup()
     assert (result.status, result.stdout) == (RunStatus.SUCCEEDED, "connected\n30\n")  # EROFS
-    assert modes == [(stat.S_IFDIR | 0o700, owner, owner), (stat.S_IFSOCK | 0o600, owner, owner)]
+    assert modes == want
+    assert folder_modes == {stat.S_IFDIR | 0o700}  # private at every moment, also before the chown
     assert leftovers == []
 
 
