@@ -17,6 +17,7 @@ from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.wait import WebDriverWait
 
 from gateway.ledger.db import create_ledger_engine, migrate
 from gateway.ledger.recorder import insert_rows
@@ -109,10 +110,12 @@ def log_in(driver: WebDriver, url: str) -> None:
     shot(driver, "login")
     driver.find_element(By.ID, "token").send_keys("not-the-token")
     driver.find_element(By.ID, "login").click()
-    assert driver.find_element(By.ID, "error").text == "wrong admin token"
+    # a form post's navigation may still be under way when click() returns: wait for its page
+    error = WebDriverWait(driver, 10).until(lambda d: d.find_elements(By.ID, "error"))
+    assert error[0].text == "wrong admin token"
     driver.find_element(By.ID, "token").send_keys(ADMIN_TOKEN)
     driver.find_element(By.ID, "login").click()
-    assert driver.current_url.endswith("/console/spend")
+    WebDriverWait(driver, 10).until(lambda d: d.current_url.endswith("/console/spend"))
 
 
 def test_every_page_shows_the_seeded_month(
