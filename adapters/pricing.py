@@ -6,13 +6,14 @@ Never prices an unknown model at $0: `price_for` raises UnknownPrice (checked at
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from types import ModuleType
+from types import MappingProxyType, ModuleType
 from typing import Any
 
 from adapters.errors import AdapterError
@@ -64,20 +65,25 @@ def import_litellm_offline() -> ModuleType:
 COST_MAP_FILE = "model_prices_and_context_window_backup.json"
 
 
-def bundled_cost_map() -> dict[str, Mapping[str, Any]]:
+@functools.cache
+def bundled_cost_map() -> Mapping[str, Mapping[str, Any]]:
     """LiteLLM's bundled cost map, read from the file LiteLLM ships (the one
     `LITELLM_LOCAL_MODEL_COST_MAP` makes LiteLLM itself load) without importing LiteLLM: the
     import takes seconds, and a gateway with no LiteLLM backend never needs it. An entry that
-    is an `alias_of` another takes the other's fields under its own."""
+    is an `alias_of` another takes the other's fields under its own. Read once per process
+    (the route prices and the router's prices both start from it), so it is read-only."""
     spec = importlib.util.find_spec("litellm")
     if spec is None or not spec.submodule_search_locations:
         raise ModuleNotFoundError("litellm is not installed: its cost map prices every model")
     path = os.path.join(spec.submodule_search_locations[0], COST_MAP_FILE)
     with open(path, encoding="utf-8") as handle:
         raw: dict[str, Any] = json.load(handle)
-    return {
-        name: _resolved(raw, name, 0) for name, entry in raw.items() if isinstance(entry, Mapping)
+    resolved = {
+        name: MappingProxyType(dict(_resolved(raw, name, 0)))
+        for name, entry in raw.items()
+        if isinstance(entry, Mapping)
     }
+    return MappingProxyType(resolved)
 
 
 def _resolved(raw: Mapping[str, Any], name: str, depth: int) -> Mapping[str, Any]:
