@@ -174,7 +174,8 @@ def test_a_console_key_works_within_2s_and_stops_within_2s_of_revocation(
     browser.find_element(By.ID, "key-id").send_keys("web-key")
     browser.find_element(By.ID, "models").send_keys("gpt-4o-mini")
     browser.find_element(By.ID, "issue-button").click()
-    secret = browser.find_element(By.ID, "new-key").text
+    # the form post's page (with the new secret) may not have loaded when click() returns
+    secret = WebDriverWait(browser, 10).until(lambda d: d.find_elements(By.ID, "new-key"))[0].text
     assert secret.startswith("lt-")
     shot(browser, "keys")
 
@@ -193,6 +194,7 @@ def test_a_console_key_works_within_2s_and_stops_within_2s_of_revocation(
     browser.get(f"{url}/console/keys")
     browser.find_element(By.ID, "revoke-web-key").click()
     wait_for(lambda: status() == 401)
+    browser.get(f"{url}/console/keys")
     audit = browser.find_element(By.ID, "audit").text
     assert "key.revoke" in audit and "key.issue" in audit and "console" in audit
     shot(browser, "keys-revoked")
