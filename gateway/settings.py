@@ -87,6 +87,10 @@ class HttpSettings(Section):
     offload_body_bytes: int = Field(default=256 * 1024, ge=0)
     header_timeout_s: float = Field(default=10.0, gt=0)  # connection open -> headers complete
     body_timeout_s: float = Field(default=60.0, gt=0)  # headers complete -> body complete
+    # an idle connection is kept this long between requests: longer than clients keep theirs
+    # pooled (httpx 5 s, aiohttp 15 s) and than a load balancer's idle timeout (ALB 60 s), so the
+    # gateway never closes a connection as a client sends on it ("Server disconnected")
+    keep_alive_s: int = Field(default=65, gt=0)
     # SIGTERM: /ready says 503 for drain_grace_s while still serving (a load balancer stops
     # sending), then the listener closes and calls in flight get drain_timeout_s to finish
     drain_grace_s: float = Field(default=0.0, ge=0)

@@ -194,6 +194,7 @@ def run_server(
         http=deadline_protocol(settings.http.header_timeout_s, settings.http.body_timeout_s),
         log_level="info",
         access_log=False,
+        timeout_keep_alive=settings.http.keep_alive_s,
         timeout_graceful_shutdown=math.ceil(settings.http.drain_timeout_s),
     )
     server = TickServer(

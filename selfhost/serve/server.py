@@ -37,6 +37,9 @@ from selfhost.structured.grammar import GrammarCompiler, GrammarRejected, Guide
 
 HEALTH_TIMEOUT_S = 60.0
 DISCONNECT_POLL_S = 0.5
+# idle connections outlive the clients' pools (httpx 5 s, the gateway's 4 s), so the server never
+# closes one as a client sends on it
+KEEP_ALIVE_S = 65
 
 
 class GenerationService:
@@ -297,5 +300,7 @@ def main(argv: list[str]) -> int:
     engine = build_engine(config)
     print(f"selfhost: {config} loaded in {time.monotonic() - started:.1f} s", flush=True)
     app = create_app(AsyncEngine(engine), served_name(config))
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    uvicorn.run(
+        app, host=args.host, port=args.port, log_level="warning", timeout_keep_alive=KEEP_ALIVE_S
+    )
     return 0

@@ -4,6 +4,7 @@ holds it for ever), and the gateway keeps serving meanwhile."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -59,3 +60,14 @@ def test_next_request_on_a_kept_alive_connection_has_its_own_deadline(gw: EdgeGa
         assert (reply.status, reply.body) == (200, b'{"status":"ok"}')
         sock.sendall(b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n")  # no blank line: stalls
         assert read_until_closed(sock) == REQUEST_TIMEOUT
+
+
+def test_an_idle_kept_alive_connection_outlives_the_clients_pool(gw: EdgeGateway) -> None:
+    """httpx keeps an idle connection pooled for 5 s, uvicorn's default keep-alive: a client that
+    sends on it at 5 s could meet the server closing it. The gateway keeps it longer."""
+    with gw.connect() as sock:
+        for pause_s in (6.0, 0.0):
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
+            reply = read_reply(sock)
+            assert (reply.status, reply.body) == (200, b'{"status":"ok"}')
+            time.sleep(pause_s)

@@ -62,7 +62,11 @@ class RunningGateway:
         self._socket.bind(("127.0.0.1", 0))
         self.port = self._socket.getsockname()[1]
         config = uvicorn.Config(
-            self.app, log_level="warning", access_log=False, timeout_graceful_shutdown=2
+            self.app,
+            log_level="warning",
+            access_log=False,
+            timeout_keep_alive=settings.http.keep_alive_s,
+            timeout_graceful_shutdown=2,
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(

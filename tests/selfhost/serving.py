@@ -13,7 +13,7 @@ import uvicorn
 from bench._procs import free_port
 from selfhost.engine.async_engine import AsyncEngine
 from selfhost.engine.llm_engine import LLMEngine
-from selfhost.serve.server import create_app
+from selfhost.serve.server import KEEP_ALIVE_S, create_app
 
 
 @contextmanager
@@ -21,7 +21,10 @@ def serving(engine: LLMEngine, model: str) -> Iterator[str]:
     """The server's base URL while the block runs; stopped afterwards."""
     port = free_port()
     app = create_app(AsyncEngine(engine), model)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", timeout_keep_alive=KEEP_ALIVE_S
+    )
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 60
