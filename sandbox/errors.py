@@ -114,9 +114,14 @@ class FargateConflict(RunnerFailed):
 
 
 class LeaseLost(SandboxError):
-    """A fenced write affected no row: another worker took the run over."""
+    """A fenced write affected no row: another worker took the run over after this one's
+    lease ran out. That worker answers for the key now; a retry gets what it stores."""
 
+    status_code = 409
     code = "idempotency_lease_lost"
+    error_type = "invalid_request_error"
+    param = "Idempotency-Key"
+    retry_after_s = 1
 
 
 class EgressDenied(SandboxError):

@@ -17,7 +17,7 @@ from typing import Literal
 
 import sqlalchemy as sa
 
-from sandbox.errors import ToolStoreUnavailable
+from sandbox.errors import IdempotencyKeyInUse, ToolStoreUnavailable
 
 metadata = sa.MetaData()
 
@@ -40,6 +40,20 @@ tool_runs = sa.Table(
     sa.Column("expires_at", sa.Float, nullable=False),
     sa.UniqueConstraint("tenant", "idem_key", name="uq_lantern_tool_runs_tenant_key"),
 )
+
+
+SQLITE_BUSY_TIMEOUT_S = 30  # a writer waits this long for another process's write to commit
+CONNECT_TIMEOUT_S = 5  # an unreachable server database answers 503 after this, not a hung call
+
+
+def create_store_engine(database_url: str) -> sa.Engine:
+    """The store's own pool: tool runs hold rows for seconds, the ledger never waits on them.
+    The gateway and the tests build it here alike."""
+    if database_url.startswith("sqlite"):
+        return sa.create_engine(database_url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
+    return sa.create_engine(
+        database_url, pool_pre_ping=True, connect_args={"connect_timeout": CONNECT_TIMEOUT_S}
+    )
 
 
 @contextmanager
@@ -174,7 +188,8 @@ class IdempotencyStore:
                 self._delete_expired(existing.id, now)
                 continue
             return Claim(self._classify(existing, fingerprint, now), existing)
-        raise sa.exc.InvalidRequestError("idempotency claim did not settle after 3 tries")
+        # the key's row came and went three times (released or swept as we looked): busy
+        raise IdempotencyKeyInUse("this Idempotency-Key is changing hands; retry")
 
     @staticmethod
     def _classify(record: RunRecord, fingerprint: str, now: float) -> ClaimKind:

@@ -12,7 +12,7 @@ import contextlib
 import dataclasses
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 from sandbox.errors import (
@@ -164,13 +164,30 @@ class ToolRunService:
             if record.state == "done":
                 return _replay(record)
         job = dataclasses.replace(prepared.job, run_id=record.id)
-        if record.state != "claimed":  # reattaching to a started Fargate task: nothing new runs
-            return await self._execute(record, prepared.spec, job)
-        return await self._execute_in_slot(request, record, prepared.spec, job)
+        async with self._lease_kept(record):
+            if record.state != "claimed":  # reattaching to a started Fargate task: none new
+                output = await self._execute(record, prepared.spec, job)
+            else:
+                output = await self._execute_in_slot(request, record, prepared.spec, job)
+        stored = await self._finish(record, output)
+        return _replay(stored, replayed=False)
+
+    @contextlib.asynccontextmanager
+    async def _lease_kept(self, record: RunRecord) -> AsyncIterator[None]:
+        """Renews the lease from the claim until the run's output is in hand, so time spent
+        waiting for a slot, a worker thread or the database never lets another worker take
+        over a run this one is about to start."""
+        heartbeat = asyncio.create_task(self._heartbeat(record))
+        try:
+            yield
+        finally:
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
 
     async def _execute_in_slot(
         self, request: ToolRunRequest, record: RunRecord, spec: ToolSpec, job: SandboxJob
-    ) -> ToolRunReply:
+    ) -> RunOutput:
         """One of the tenant's run slots for the run's whole life, given back however it ends;
         none free: the claim is forgotten (nothing ran) and the caller gets a 429."""
         token = uuid.uuid4().hex
@@ -215,22 +232,15 @@ class ToolRunService:
             return await self._finish(won, output)
         return won
 
-    async def _execute(self, record: RunRecord, spec: ToolSpec, job: SandboxJob) -> ToolRunReply:
-        heartbeat = asyncio.create_task(self._heartbeat(record))
+    async def _execute(self, record: RunRecord, spec: ToolSpec, job: SandboxJob) -> RunOutput:
         try:
-            output = await self._run(record, spec, job)
+            return await self._run(record, spec, job)
         except (SandboxUnavailable, RunnerFailed, InvalidToolRequest) as exc:
             # Raised only when nothing was started (no process, no ECS task): forget the claim.
             # A clientToken conflict means ECS knows a task by this token: keep the record.
             if not isinstance(exc, FargateConflict):
                 await asyncio.to_thread(self._store.release, record.id, record.fence)
             raise
-        finally:
-            heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await heartbeat
-        stored = await self._finish(record, output)
-        return _replay(stored, replayed=False)
 
     async def _run(self, record: RunRecord, spec: ToolSpec, job: SandboxJob) -> RunOutput:
         if spec.runner == "fargate":

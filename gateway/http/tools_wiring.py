@@ -11,7 +11,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-import sqlalchemy as sa
 from fastapi import APIRouter, Request
 
 from gateway.http.auth import KeyLookup, authenticate
@@ -20,9 +19,9 @@ from gateway.http.tools_routes import build_tools_router
 from gateway.settings import Settings
 from policies.model import TenantPolicy
 from sandbox.assembly import build_tool_run_service
+from sandbox.idempotency import create_store_engine
 
 log = logging.getLogger("lantern.sandbox")
-TOOL_DB_CONNECT_S = 5  # an unreachable database answers 503 after this, not a hung request
 
 
 ToolsRouter = APIRouter
@@ -35,18 +34,9 @@ class ToolsPart:
     stop: Callable[[], Awaitable[None]]
 
 
-def _tool_engine(database_url: str) -> sa.Engine:
-    """Its own pool: tool runs hold rows for seconds, the ledger must never wait on them."""
-    if database_url.startswith("sqlite"):
-        return sa.create_engine(database_url, connect_args={"timeout": 30})
-    return sa.create_engine(
-        database_url, pool_pre_ping=True, connect_args={"connect_timeout": TOOL_DB_CONNECT_S}
-    )
-
-
 def build_tools(settings: Settings, keys: KeyLookup) -> ToolsPart:
     cfg = settings.sandbox
-    engine = _tool_engine(settings.database_url)
+    engine = create_store_engine(settings.database_url)
     redis_client = None
     if settings.redis_url:
         import redis.asyncio as redis

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from sandbox.cgroups import CgroupTree
 from sandbox.errors import SandboxUnavailable
-from sandbox.idempotency import create_tables
+from sandbox.idempotency import create_store_engine, create_tables
 from sandbox.local_runner import LocalRunner
 
 
@@ -83,7 +83,7 @@ def make_runner() -> Iterator[Callable[..., LocalRunner]]:
 
 @pytest.fixture
 def sqlite_engine(tmp_path: Path) -> Iterator[sa.Engine]:
-    engine = sa.create_engine(f"sqlite:///{tmp_path / 'runs.db'}", connect_args={"timeout": 30})
+    engine = create_store_engine(f"sqlite:///{tmp_path / 'runs.db'}")
     create_tables(engine)
     yield engine
     engine.dispose()
@@ -92,10 +92,9 @@ def sqlite_engine(tmp_path: Path) -> Iterator[sa.Engine]:
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[sa.Engine]:
     if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'runs.db'}"
-        built = sa.create_engine(url, connect_args={"timeout": 30})
+        built = create_store_engine(f"sqlite:///{tmp_path / 'runs.db'}")
     else:
-        built = sa.create_engine(request.getfixturevalue("postgres_url"))
+        built = create_store_engine(request.getfixturevalue("postgres_url"))
     create_tables(built)
     yield built
     built.dispose()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from sandbox.errors import SandboxUnavailable
 from sandbox.types import RunOutput, RunStatus, SandboxJob
@@ -19,8 +20,10 @@ class FakeRunner:
         self.clock = clock
         self.exit_code = exit_code
         self.available = True
+        self.backend_delay_s = 0.0  # how long looking up the backend takes (a busy host)
 
     def backend(self) -> str:
+        time.sleep(self.backend_delay_s)
         if not self.available:
             raise SandboxUnavailable("no namespaces in this test")
         return "fake"

@@ -15,10 +15,8 @@ import os
 import sys
 import time
 
-import sqlalchemy as sa
-
 from sandbox.errors import SandboxError
-from sandbox.idempotency import IdempotencyStore
+from sandbox.idempotency import IdempotencyStore, create_store_engine
 from sandbox.local_runner import LocalRunner
 from sandbox.service import ToolRunService
 from sandbox.types import RunOutput, SandboxJob, ToolLimits, ToolRunRequest, ToolSpec
@@ -63,9 +61,7 @@ async def ask(service: ToolRunService, specs: tuple[ToolSpec, ...], key: str) ->
 
 
 async def main(args: argparse.Namespace) -> None:
-    engine = sa.create_engine(
-        args.db, connect_args={"timeout": 60} if args.db.startswith("sqlite") else {}
-    )
+    engine = create_store_engine(args.db)  # as the gateway builds it
     store = IdempotencyStore(engine, time.time, lease_s=args.lease)
     local = LocalRunner(logging.getLogger("worker"))
     runner = CountingRunner(local, args.counter)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 
 import pytest
 import sqlalchemy as sa
@@ -13,11 +14,13 @@ from sandbox.errors import (
     IdempotencyKeyInUse,
     IdempotencyKeyReused,
     InvalidToolRequest,
+    LeaseLost,
     RunNotFound,
     SandboxUnavailable,
     ToolNotAllowed,
 )
 from sandbox.idempotency import IdempotencyStore
+from sandbox.run_slots import LocalRunSlots
 from sandbox.service import ToolRunService
 from sandbox.types import ToolLimits, ToolRunRequest, ToolSpec
 from tests.sandbox.conftest import ManualClock
@@ -174,6 +177,58 @@ def test_claimed_but_never_started_is_taken_over_and_run(
     clock.advance(11)
     reply = asyncio.run(service.submit(TOOLS, _req("key-1")))
     assert json.loads(reply.body)["status"] == "succeeded"
+    assert len(runner.jobs) == 1
+
+
+def test_the_lease_is_kept_from_the_claim_while_the_run_waits_to_start(
+    sqlite_engine: sa.Engine,
+) -> None:
+    """A claim that waits for its run slot (a shared Redis slot store, a busy host) longer than
+    its lease is not taken over by a retry: the lease is renewed from the claim on."""
+
+    class SlowSlots(LocalRunSlots):
+        async def acquire(self, tenant: str, token: str, limit: int, ttl_s: float) -> bool:
+            await asyncio.sleep(1.0)  # three leases of 0.3 s
+            return await super().acquire(tenant, token, limit, ttl_s)
+
+    runner = FakeRunner(ManualClock())
+    store = IdempotencyStore(sqlite_engine, time.time, lease_s=0.3, retention_s=3600)
+    log = logging.getLogger("t")
+    service = ToolRunService(store, runner, time.time, log, slots=SlowSlots())  # type: ignore[arg-type]
+
+    async def scenario() -> None:
+        first = asyncio.create_task(service.submit(TOOLS, _req("key-1")))
+        await asyncio.sleep(0.7)
+        with pytest.raises(IdempotencyKeyInUse):
+            await service.submit(TOOLS, _req("key-1"))
+        assert (await first).http_status == 200
+
+    asyncio.run(scenario())
+    assert len(runner.jobs) == 1
+
+
+def test_a_run_taken_over_answers_409_and_the_retry_gets_the_winners_result(
+    sqlite_engine: sa.Engine, clock: ManualClock
+) -> None:
+    runner = FakeRunner(clock)
+    runner.backend_delay_s = 0.5
+    service, store = _service(sqlite_engine, clock, runner)
+
+    async def scenario() -> None:
+        first = asyncio.create_task(service.submit(TOOLS, _req("key-1")))
+        while (row := store.find("acme", "key-1")) is None:
+            await asyncio.sleep(0.01)
+        clock.advance(11)  # its lease ran out before it started: another worker takes over
+        assert store.take_over(row) is not None
+        with pytest.raises(LeaseLost) as lost:
+            await first
+        assert (lost.value.status_code, lost.value.retry_after_s) == (409, 1)
+        assert runner.jobs == []  # it never started
+        clock.advance(11)  # the winner died too; the retry takes over and runs it
+        reply = await service.submit(TOOLS, _req("key-1"))
+        assert json.loads(reply.body)["status"] == "succeeded"
+
+    asyncio.run(scenario())
     assert len(runner.jobs) == 1
 
 
