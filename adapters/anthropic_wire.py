@@ -156,6 +156,9 @@ def decode_request(body: Mapping[str, Any], *, require_max_tokens: bool = True) 
     metadata = optional(body, "metadata", dict) or {}
     user = metadata.get("user_id")
     stop = optional(body, "stop_sequences", list) or []
+    top_k = optional(body, "top_k", int)
+    if isinstance(top_k, bool) or (top_k is not None and top_k < 0):
+        raise WireFormatError("top_k", "expected an integer >= 0")
     request = ChatRequest(
         model=expect(body.get("model"), str, "model"),
         messages=tuple(_message(m, f"messages[{i}]") for i, m in enumerate(raw)),

@@ -16,7 +16,7 @@ from adapters import openai_wire
 from adapters.backend import BackendCall, EmbeddingReply, RelayedChunk
 from adapters.backends.http_upstream import HTTPClient
 from adapters.backends.openai_responses import ResponsesUpstream
-from adapters.backends.spec import SALTED_ENGINES, BackendSpec
+from adapters.backends.spec import SALTED_ENGINES, TOP_K_ENGINES, BackendSpec
 from adapters.errors import ProviderUnavailable
 from adapters.openai_wire_relay import OpenAIRelay
 from adapters.openai_wire_stream import OpenAIStreamDecoder
@@ -37,13 +37,17 @@ def build_body(
     Deterministic edits only: `model` when the backend names one; `stream` set or removed;
     `stream_options.include_usage` forced on when streaming (usage settles quotas; the client's
     own choice is honoured by the gateway's stream encoder); `cache_salt` when the request has
-    one and the backend accepts it (a client's own is never forwarded); `lantern_public` (the declared-public head, which the
+    one and the backend accepts it (a client's own is never forwarded); an Anthropic client's
+    `top_k` for the engines that take it; `lantern_public` (the declared-public head, which the
     bundled engine shares across tenants) set by the gateway alone, for `engine: lantern`.
     """
     if call.raw_body is not None and call.client_wire == "openai":
         body = dict(call.raw_body)
     else:
         body = openai_wire.encode_request(call.request)
+        top_k = call.request.extra.get("top_k")  # an Anthropic client's
+        if top_k is not None and engine in TOP_K_ENGINES:
+            body["top_k"] = top_k
     if model is not None:
         body["model"] = model
     if stream:
@@ -78,6 +82,7 @@ class OpenAICompatibleBackend:
         self._engine = str(
             spec.extra.get("engine", "lantern" if spec.kind == "selfhost" else "other")
         )
+        self.takes_top_k = self._engine in TOP_K_ENGINES
         self._send_cache_salt = bool(
             spec.extra.get("send_cache_salt", self._engine in SALTED_ENGINES)
         )

@@ -10,6 +10,8 @@ from typing import Literal
 BackendKind = Literal["openai_compatible", "selfhost", "anthropic", "litellm", "bedrock"]
 # the OpenAI-compatible servers that accept `cache_salt` (and key their prefix cache with it)
 SALTED_ENGINES = frozenset({"vllm", "sglang", "lantern"})
+# ... and those that take `top_k` (their sampling extension to OpenAI's chat API)
+TOP_K_ENGINES = frozenset({"vllm", "sglang", "lantern"})
 
 
 @dataclass(frozen=True, slots=True)

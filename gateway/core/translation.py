@@ -102,7 +102,15 @@ _REPORTED = {"tool_choice": "tool_choice.disable_parallel_tool_use"}
 
 
 def _refused(client: WireFormat, backend: Backend) -> Mapping[str, Asks]:
-    """The fields a client of `client` may not send to `backend` (by its wire and kind)."""
+    """The fields a client of `client` may not send to `backend` (by its wire and kind); an
+    Anthropic client's `top_k` goes to the OpenAI-compatible engines that take it."""
+    refused = _refused_by_kind(client, backend)
+    if client == "anthropic" and getattr(backend, "takes_top_k", False):
+        return {k: v for k, v in refused.items() if k != "top_k"}
+    return refused
+
+
+def _refused_by_kind(client: WireFormat, backend: Backend) -> Mapping[str, Asks]:
     kind, backend_wire = backend.kind, backend.wire
     if kind == "selfhost":  # the bundled engine speaks OpenAI but ignores what it cannot do
         return NOT_ON_ENGINE if client == "openai" else ANTHROPIC_NOT_ON_ENGINE

@@ -206,6 +206,9 @@ def test_thinking_blocks_are_kept_and_server_tools_skipped() -> None:
         ({"model": "m", "messages": [], "metadata": {"user_id": 7}}, "metadata.user_id"),
         ({"model": "m", "messages": [], "tool_choice": {"type": "sometimes"}}, "tool_choice.type"),
         ({"model": "m", "messages": [], "stop_sequences": ["a", 2]}, "stop_sequences[1]"),
+        ({"model": "m", "messages": [], "top_k": -1}, "top_k"),
+        ({"model": "m", "messages": [], "top_k": True}, "top_k"),
+        ({"model": "m", "messages": [], "top_k": "5"}, "top_k"),
     ],
 )
 def test_errors_name_the_json_path(body: dict, field: str) -> None:

@@ -317,6 +317,23 @@ def test_anthropic_raw_body_is_forwarded(run: Runner, upstream: FakeUpstream) ->
     assert (resp.content, resp.stop_reason) == ((TextPart("The quick brown fox"),), "length")
 
 
+@pytest.mark.parametrize(("engine", "sent"), [("lantern", 5), ("vllm", 5), ("other", None)])
+def test_an_anthropic_clients_top_k_goes_to_the_engines_that_take_it(
+    run: Runner, upstream: FakeUpstream, engine: str, sent: int | None
+) -> None:
+    from adapters import anthropic_wire
+
+    raw = {
+        "model": "m",
+        "max_tokens": 4,
+        "top_k": 5,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    call = BackendCall(anthropic_wire.decode_request(raw), "anthropic", raw)
+    run(local(upstream, extra={"engine": engine}), lambda b: b.complete(call))
+    assert upstream.requests[0].json().get("top_k") == sent
+
+
 def test_stream_cut_short_is_unavailable(run: Runner, upstream: FakeUpstream) -> None:
     upstream.app.drop_stream_after = 3
     seen: list[StreamEvent] = []

@@ -135,6 +135,21 @@ def test_anthropic_sdk_gets_tool_use_blocks_streamed_and_not(gateway: RunningGat
     assert [b.type for b in final.content] == ["text"]
 
 
+def test_an_anthropic_top_k_reaches_the_engine(gateway: RunningGateway) -> None:
+    """top_k 1 at temperature 1 samples the greedy answer every time: the engine honoured it
+    (dropped on the way, three hot samples of 16 tokens would not all be the greedy text)."""
+    client = anthropic.Anthropic(base_url=gateway.url, api_key=KEY, max_retries=0, timeout=120)
+    ask: Any = {
+        "model": "smollm2",
+        "max_tokens": 16,
+        "messages": [{"role": "user", "content": "Write one line about the sea."}],
+    }
+    greedy = client.messages.create(**ask, extra_body={"temperature": 0})
+    for _ in range(3):
+        hot = client.messages.create(**ask, extra_body={"temperature": 1.0, "top_k": 1})
+        assert hot.content == greedy.content
+
+
 def test_pydantic_ai_agent_gets_structured_output(gateway: RunningGateway) -> None:
     from pydantic import BaseModel, Field
     from pydantic_ai import Agent

@@ -73,7 +73,8 @@ ANTHROPIC_ASKING: Mapping[str, JSON] = {
     "output_config": {"effort": "low"},
     "tool_choice": {"type": "auto", "disable_parallel_tool_use": True},
 }
-BEDROCK_HONOURS = {"thinking", "top_k"}  # as Converse's additionalModelRequestFields
+# Converse's additionalModelRequestFields; the engine's sampling extension
+HONOURED_ANTHROPIC = {"bedrock": {"thinking", "top_k"}, "selfhost": {"top_k"}}
 
 
 @pytest.fixture
@@ -115,6 +116,22 @@ def test_openai_parameters_are_refused_by_name_where_not_honoured(
     assert refused("openai", body, routes[kind]) == (None if honoured else field)
 
 
+@pytest.mark.parametrize(
+    ("engine", "honoured"), [("vllm", True), ("sglang", True), ("other", False)]
+)
+def test_an_anthropic_top_k_is_honoured_by_the_declared_engines_that_take_it(
+    engine: str, honoured: bool
+) -> None:
+    spec = BackendSpec(
+        "srv", "openai_compatible", "http://127.0.0.1:9/v1", extra={"engine": engine}
+    )
+    client = httpx.AsyncClient()
+    route = ModelRoute("m", (Candidate(build_backend(spec, http=HttpxPool(client)), "srv", "api"),))
+    body = {"model": "m", "messages": [], "top_k": 5}
+    assert refused("anthropic", body, route) == (None if honoured else "top_k")
+    asyncio.run(client.aclose())
+
+
 @pytest.mark.parametrize("kind", ["anthropic", "bedrock", "selfhost"])
 def test_neutral_and_honoured_openai_values_pass(routes: dict[str, ModelRoute], kind: str) -> None:
     neutral = {"n": 1, "logprobs": False, "parallel_tool_calls": True, "store": False}
@@ -129,7 +146,7 @@ def test_anthropic_parameters_are_refused_by_name_where_not_honoured(
     routes: dict[str, ModelRoute], kind: str, field: str
 ) -> None:
     body = {"model": "m", "messages": [], field: ANTHROPIC_ASKING[field]}
-    if kind == "bedrock" and field in BEDROCK_HONOURS:
+    if field in HONOURED_ANTHROPIC.get(kind, set()):
         expected = None
     elif field == "tool_choice":
         # an OpenAI-compatible upstream takes it as `parallel_tool_calls: false`
