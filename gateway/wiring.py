@@ -22,6 +22,7 @@ from adapters.http1.connection import Http1Pool
 from gateway.apikeys.keyring import KeyChain, Keyring
 from gateway.core.admission import Admission
 from gateway.core.engine_tokens import EngineTokenizers
+from gateway.core.keep_warm_latest import RedisLatestCalls
 from gateway.core.measure_lane import MeasureLane
 from gateway.core.models_table import (
     ModelTableImpl,
@@ -111,6 +112,20 @@ def build_response_store(settings: Settings, clock: Callable[[], float]) -> Resp
     if settings.redis_url:
         return RedisResponseStore.from_url(settings.redis_url, ttl_s)
     return MemoryResponseStore(ttl_s, settings.responses.max_entries, clock)
+
+
+def _add_shared_state(
+    process: GatewayProcess, settings: Settings, clock: Callable[[], float]
+) -> None:
+    """What the gateway processes share through Redis beside quotas and the fleet (stored
+    responses; which process serves each kept-warm session), or keep each to itself."""
+    process.response_store = build_response_store(settings, clock)
+    process.on_stop.append(process.response_store.aclose)
+    warm = process.pipeline.keep_warm
+    if settings.redis_url and warm is not None:
+        latest = RedisLatestCalls.from_url(settings.redis_url)
+        warm.latest = latest
+        process.on_stop.append(latest.aclose)
 
 
 @dataclass
@@ -276,8 +291,7 @@ def build_components(
     process.tools_router = tools.router
     process.on_start.append(tools.start)
     process.on_stop.append(tools.stop)
-    process.response_store = build_response_store(settings, clock)
-    process.on_stop.append(process.response_store.aclose)
+    _add_shared_state(process, settings, clock)
 
     async def start() -> None:
         policies.reload_now()

@@ -3,7 +3,8 @@ provider cache entry alive, when `cachekeys.keep_warm` says it costs less than a
 
 Per process, memory only: the last call of each session whose tenant turned it on (the
 client's own call, so it holds prompt text; bounded, never written anywhere), with when its
-entry expires. Just before that, the call is sent again with `max_tokens: 1` through the
+entry expires. With Redis, only the process that served a session's latest call reads for it
+(gateway/core/keep_warm_latest.py). Just before that, the call is sent again with `max_tokens: 1` through the
 pipeline's own admission, quotas, routing and ledger: the tenant pays for it, its budgets
 count it, and its ledger row has `door: keep_warm`. The read is not one of the session's calls
 for the autopilot's gap statistics.
@@ -24,6 +25,7 @@ from cachekeys.keep_warm import LEAD_S, OUTPUT_RATIO, keep_warm_choice, next_exp
 from cachekeys.ttl import TTL_S, Ttl
 from gateway.core.cache_autopilot import CacheAutopilot
 from gateway.core.calls import Admitted, IncomingCall, max_tokens_field
+from gateway.core.keep_warm_latest import LatestCalls
 from gateway.core.pipeline import Pipeline
 from gateway.core.prompt_prepare import PromptFacts
 from policies.model import TenantPolicy
@@ -48,6 +50,7 @@ class WarmSession:
     expires_s: float  # seconds after `last_s` when the provider entry goes
     ttl: Ttl
     prefix_tokens: int  # what the provider holds: read + written by that call
+    token: str = ""  # the call's token among the processes (LatestCalls), when shared
     refreshes: int = 0  # reads sent since
 
     @property
@@ -74,6 +77,9 @@ class KeepWarm:
         # (tenant, key id) -> the policy a call with that key runs under now, None when the key
         # may no longer call (KeyChain.policy_for_key_id); unset: the last call's policy
         self.policy_for: Callable[[str, str], TenantPolicy | None] | None = None
+        # shared with the other gateway processes: only the one that served a session's latest
+        # call reads for it; unset: this process decides alone
+        self.latest: LatestCalls | None = None
 
     def note(self, adm: Admitted, usage: Usage, backend_kind: str) -> None:
         """A call was served (by a backend of `backend_kind`): remember it when its tenant keeps
@@ -85,12 +91,15 @@ class KeepWarm:
             return
         key = (adm.call.tenant.tenant, facts.steering.root)
         self.sessions.pop(key, None)
+        if not adm.call.tenant.cache.keep_warm:
+            return
+        token = self.latest.served(key) if self.latest is not None else ""
         prefix = usage.cache_read_tokens + usage.cache_write_tokens
-        if not adm.call.tenant.cache.keep_warm or prefix == 0 or not _keepable(adm, backend_kind):
+        if prefix == 0 or not _keepable(adm, backend_kind):
             return
         ttl: Ttl = "1h" if adm.prepared.write_ttl == "1h" else "5m"
         self.sessions[key] = WarmSession(
-            adm.call, adm.route.name, key[1], self._clock(), TTL_S[ttl], ttl, prefix
+            adm.call, adm.route.name, key[1], self._clock(), TTL_S[ttl], ttl, prefix, token
         )
         while len(self.sessions) > self._max:
             self.sessions.popitem(last=False)
@@ -98,10 +107,15 @@ class KeepWarm:
     async def tick(self) -> int:
         """Send the reads now due, together; sessions not worth one are dropped. Returns the
         reads sent."""
+        if self.latest is not None:
+            await self.latest.publish()
         now = self._clock()
         due = [key for key, s in self.sessions.items() if s.due_s <= now]
         chosen = [(key, self.sessions.pop(key)) for key in due]
         chosen = [(key, s) for key, s in chosen if self._worth_a_read(key[0], s, now)]
+        if self.latest is not None and chosen:  # another process served a later call: its read
+            ours = await self.latest.latest([(key, s.token) for key, s in chosen])
+            chosen = [pair for pair, mine in zip(chosen, ours, strict=True) if mine]
         results = await asyncio.gather(*(self._read(s) for _, s in chosen))
         for (key, session), sent in zip(chosen, results, strict=True):
             if sent:

@@ -6,16 +6,19 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 from opentelemetry.sdk.trace import TracerProvider
+from redis.asyncio import Redis
 
 from adapters import anthropic_wire
 from adapters.backend import BackendCall
 from adapters.types import ChatRequest, ChatResponse, StreamEvent, TextPart, Usage
 from gateway.core.admission import Admission
 from gateway.core.keep_warm import DOOR, KeepWarm
+from gateway.core.keep_warm_latest import RedisLatestCalls
 from gateway.core.pipeline import IncomingCall, Pipeline, PipelineParts
 from gateway.core.ports import Candidate, ModelRoute
 from gateway.core.prompt_cache import PromptCachePort
@@ -71,9 +74,11 @@ class WordParts(Parts):
 
 
 class World:
-    def __init__(self, store: MemoryQuotaStore | None = None) -> None:
-        self.clock = Clock()
-        self.cache = PromptCacheFake(self.clock)
+    """One gateway process; `of` another: a second process before the same provider."""
+
+    def __init__(self, store: MemoryQuotaStore | None = None, of: World | None = None) -> None:
+        self.clock = of.clock if of is not None else Clock()
+        self.cache = of.cache if of is not None else PromptCacheFake(self.clock)
         self.backend = AnthropicFake(self.cache)
         route = ModelRoute(MODEL, (Candidate(self.backend, "claude-api", "api"),))  # type: ignore[arg-type]
         self.parts = WordParts(route)
@@ -251,3 +256,48 @@ def test_a_quota_that_says_no_stops_the_read() -> None:
         assert len(w.cache.calls) == sent and w.rows(DOOR) == [] and not w.warm.sessions
 
     asyncio.run(main())
+
+
+def test_with_redis_only_the_process_that_served_the_latest_call_reads(redis_url: str) -> None:
+    """Two processes serve one session in turn, each ticking every 5 s. Alone, each reads for
+    the call it last served (two reads in the pause, one of them needless); sharing who served
+    the latest call, only that process reads."""
+
+    async def main(shared: bool) -> tuple[int, int]:
+        a = World()
+        b = World(of=a)
+        prefix = f"lantern:test:kw:{uuid.uuid4().hex}:"
+        clients = [Redis.from_url(redis_url) for _ in (a, b)] if shared else []
+        for world, client in zip((a, b), clients, strict=False):
+            world.warm.latest = RedisLatestCalls(client, prefix, wall_clock=a.clock)
+        acme = tenant("acme", keep_warm=True)
+        start = a.clock.now_s
+        calls = {0: (a, 1), 30: (b, 1), 420: (a, 2), 450: (b, 2), 840: (a, 3), 870: (b, 3)}
+        for at in range(0, 870 + 340, 5):
+            a.clock.now_s = start + at
+            if at in calls:
+                world, turns = calls[at]
+                await world.call(acme, turns)
+            await a.warm.tick()
+            await b.warm.tick()
+        for client in clients:
+            await client.aclose()
+        return len(a.rows(DOOR)), len(b.rows(DOOR))
+
+    assert asyncio.run(main(shared=False)) == (1, 1)
+    assert asyncio.run(main(shared=True)) == (0, 1)
+
+
+def test_with_redis_unreachable_each_process_decides_alone(caplog: Any) -> None:
+    async def main() -> tuple[int, int]:
+        a = World()
+        down = Redis.from_url("redis://127.0.0.1:1", socket_connect_timeout=0.2)
+        a.warm.latest = RedisLatestCalls(down, "lantern:test:kw:", wall_clock=a.clock)
+        await a.paused_session(tenant("acme", keep_warm=True))
+        a.clock.now_s += 281
+        sent = await a.warm.tick()
+        await down.aclose()
+        return sent, len(a.rows(DOOR))
+
+    assert asyncio.run(main()) == (1, 1)
+    assert "each process decides alone" in caplog.text
