@@ -110,6 +110,7 @@ class LiteLLMBackend:
         self._spec = spec
         self._litellm = import_litellm_offline()
         self.unsupported_fields = unsupported_fields(self._litellm, spec.model)
+        self.embeds = may_embed(self._litellm, spec.model)
 
     def _kwargs(self, call: BackendCall, stream: bool) -> dict[str, Any]:
         """OpenAI-format kwargs: the client's raw OpenAI body, or the canonical request encoded
@@ -206,6 +207,19 @@ class LiteLLMBackend:
 
 def _usage(tokens: int) -> dict[str, int]:
     return {"prompt_tokens": tokens, "total_tokens": tokens}
+
+
+def may_embed(litellm: ModuleType, model: str | None) -> bool:
+    """False when LiteLLM's model map knows `model` as anything but an embedding model (a
+    `/v1/embeddings` call is then refused before anything is reserved, as for any backend that
+    cannot embed); True where it does not know the model: the provider decides."""
+    if not model:
+        return True
+    try:
+        mode = litellm.get_model_info(model).get("mode")
+    except Exception:  # not in LiteLLM's map: it raises rather than answering None
+        return True
+    return mode in (None, "embedding")
 
 
 def unsupported_fields(litellm: ModuleType, model: str | None) -> frozenset[str]:

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from adapters import anthropic_wire, openai_wire
-from adapters.backend import Backend, BackendCall
+from adapters.backend import Backend, BackendCall, serves_embeddings
 from adapters.backends import BackendSpec, build_backend
 from adapters.backends.http_upstream import HttpxPool
 from adapters.errors import (
@@ -183,3 +183,21 @@ def test_embeddings_through_litellm_as_openai_shapes_them() -> None:
         with pytest.raises(ProviderRejected, match="dimensions"):
             run(spec, lambda b: embed(b, {"input": "x", "dimensions": 2}))
         assert len(fake.app.requests) == before
+
+
+@pytest.mark.parametrize(
+    ("model", "embeds"),
+    [
+        ("openai/gpt-4o-mini", False),  # LiteLLM's map: a chat model
+        ("anthropic/claude-sonnet-4-5", False),
+        ("text-embedding-3-small", True),
+        ("bedrock/amazon.titan-embed-text-v2:0", True),
+        ("openai/te3", True),  # not in the map: the provider decides
+        (None, True),  # the client's model, named per call
+    ],
+)
+def test_a_model_litellm_knows_as_a_chat_model_does_not_embed(
+    model: str | None, embeds: bool
+) -> None:
+    spec = BackendSpec("ll", "litellm", "http://127.0.0.1:9", model=model, api_key="k")
+    assert serves_embeddings(build_backend(spec, http=HttpxPool(httpx.AsyncClient()))) is embeds

@@ -33,6 +33,10 @@ def gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Running
             {"name": "text-embedding-3-small", "backends": [{**embed, "model": "te3"}]},
             {"name": "claude-sonnet-4-5", "backends": [{**claude, "base_url": fake.base_url}]},
             {"name": "via-litellm", "backends": [litellm]},
+            {
+                "name": "chat-via-litellm",
+                "backends": [{**litellm, "name": "ll-chat", "model": "openai/gpt-4o-mini"}],
+            },
         ]
         prices = {
             "text-embedding-3-small": {"input": 0.02, "output": 0.0},
@@ -72,6 +76,9 @@ def test_embeddings_are_served_billed_recorded_and_limited(gateway: RunningGatew
         client.embeddings.create(model="claude-sonnet-4-5", input="x")
     assert no_embed.value.body["code"] == "embeddings_unsupported"  # type: ignore[index]
     assert no_embed.value.body["param"] == "model"  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError) as chat_only:  # LiteLLM's map: a chat model
+        client.embeddings.create(model="chat-via-litellm", input="x")
+    assert chat_only.value.body["code"] == "embeddings_unsupported"  # type: ignore[index]
     with pytest.raises(openai.BadRequestError) as bad:
         client.embeddings.create(model="text-embedding-3-small", input=[])
     assert bad.value.body["param"] == "input"  # type: ignore[index]
