@@ -154,12 +154,21 @@ def serve(settings: Settings, workers: int = 1, components: GatewayProcess | Non
     """Run the gateway in the foreground (the `lantern serve` command); `workers` > 1: that many
     processes on the port (`gateway.http.workers`). `components`: built from `settings` when
     not given (one process only)."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    _log_setup("")
     if workers > 1:
         from gateway.http.workers import supervise
 
         return supervise(settings, workers)
     return run_server(settings, components=components)
+
+
+def _log_setup(tag: str) -> None:
+    """INFO to stderr; httpx's line per request (the engines' load polls, every second; the
+    health checks) only when it warns."""
+    logging.basicConfig(
+        level=logging.INFO, format=f"%(asctime)s %(levelname)s {tag}%(name)s %(message)s"
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 def run_server(
@@ -177,10 +186,7 @@ def run_server(
     from gateway.http.server import TickServer, deadline_protocol
     from gateway.http.workers import WorkerTag
 
-    tag = f"{name} " if name else ""
-    logging.basicConfig(
-        level=logging.INFO, format=f"%(asctime)s %(levelname)s {tag}%(name)s %(message)s"
-    )
+    _log_setup(f"{name} " if name else "")
     parts = components or build_components(settings)
     parts.on_start.append(_freeze_gc)  # last: after every other start-up step
     app = create_app(settings, parts)
