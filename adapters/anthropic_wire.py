@@ -208,12 +208,18 @@ def _is_tool_turn(msg: dict[str, Any]) -> bool:
     return any(b.get("type") == "tool_result" for b in msg["content"])
 
 
-def _encode_tool_choice(choice: JSON) -> JSON:
-    if choice is None:
-        return None
+def _encode_tool_choice(choice: JSON, parallel: bool) -> JSON:
+    """`parallel` False (OpenAI's `parallel_tool_calls: false`): at most one tool call, as
+    `disable_parallel_tool_use` (which `none` does not take: it calls no tool at all)."""
     if isinstance(choice, dict):
-        return {"type": "tool", "name": choice["name"]}
-    return {"type": {"required": "any"}.get(choice, choice)}
+        out: dict[str, Any] = {"type": "tool", "name": choice["name"]}
+    elif choice is None and parallel:
+        return None
+    else:
+        out = {"type": {"required": "any"}.get(choice or "auto", choice or "auto")}
+    if not parallel and out["type"] != "none":
+        out["disable_parallel_tool_use"] = True
+    return out
 
 
 def encode_request(req: ChatRequest) -> dict[str, Any]:
@@ -238,7 +244,11 @@ def encode_request(req: ChatRequest) -> dict[str, Any]:
             for t in req.tools
         ]
     optional = {
-        "tool_choice": _encode_tool_choice(req.tool_choice) if req.tools else None,
+        "tool_choice": (
+            _encode_tool_choice(req.tool_choice, req.extra.get("parallel_tool_calls") is not False)
+            if req.tools
+            else None
+        ),
         "temperature": req.temperature,
         "top_p": req.top_p,
         "stop_sequences": list(req.stop) or None,

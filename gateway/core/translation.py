@@ -67,6 +67,12 @@ OPENAI_ONLY: Mapping[str, Asks] = {
     "function_call": _anything,
 }
 
+# ... and those Anthropic's API does not take (`parallel_tool_calls: false` it does, as
+# `tool_choice.disable_parallel_tool_use`)
+OPENAI_NOT_ON_ANTHROPIC: Mapping[str, Asks] = {
+    k: v for k, v in OPENAI_ONLY.items() if k != "parallel_tool_calls"
+}
+
 # ... and those the bundled engine does not take: it honours `seed`, `stop`, `logprobs`,
 # `top_logprobs`, `response_format`, `tools` and `tool_choice`, and answers one choice
 NOT_ON_ENGINE: Mapping[str, Asks] = {
@@ -122,7 +128,7 @@ def _refused_by_kind(client: WireFormat, backend: Backend) -> Mapping[str, Asks]
     if backend_wire == client:
         return {}  # the same wire forwards the client's JSON
     if client == "openai":
-        return OPENAI_ONLY
+        return OPENAI_ONLY if kind == "bedrock" else OPENAI_NOT_ON_ANTHROPIC
     return NOT_ON_BEDROCK if kind == "bedrock" else ANTHROPIC_ONLY
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from tests.e2e.conftest import ACME_KEY
 from tests.e2e.harness import RunningGateway
+from tests.fakes.upstream import FakeUpstream
 
 AUTH = {"authorization": f"Bearer {ACME_KEY}"}
 
@@ -56,15 +57,14 @@ def test_models_by_id_and_the_unserved_and_unknown_routes(gateway: RunningGatewa
 
 def test_untranslatable_fields_are_refused_by_name(gateway: RunningGateway) -> None:
     """An OpenAI client on an Anthropic backend: `response_format`, `n` (streamed or not),
-    `logprobs`, `parallel_tool_calls: false`, `reasoning_effort` and `metadata` have no
-    Anthropic equivalent; neutral values pass."""
+    `logprobs`, `reasoning_effort` and `metadata` have no Anthropic equivalent; neutral values
+    pass, and `parallel_tool_calls: false` is Anthropic's `disable_parallel_tool_use`."""
     base = {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "x"}]}
     for field, value, stream in (
         ("response_format", {"type": "json_object"}, False),
         ("n", 2, False),
         ("n", 2, True),
         ("logprobs", True, False),
-        ("parallel_tool_calls", False, False),
         ("reasoning_effort", "high", True),
         ("metadata", {"k": "v"}, False),
     ):
@@ -77,3 +77,20 @@ def test_untranslatable_fields_are_refused_by_name(gateway: RunningGateway) -> N
     ok = httpx.post(f"{gateway.url}/v1/chat/completions", json=neutral, headers=AUTH)
     assert ok.status_code == 200
     assert ok.json()["model"] == "claude-sonnet-4-5"
+
+
+def test_parallel_tool_calls_false_reaches_anthropic(
+    gateway: RunningGateway, upstream: FakeUpstream
+) -> None:
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    body = {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 20,
+        "messages": [{"role": "user", "content": "x"}],
+        "tools": [tool],
+        "parallel_tool_calls": False,
+    }
+    reply = httpx.post(f"{gateway.url}/v1/chat/completions", json=body, headers=AUTH)
+    assert reply.status_code == 200
+    sent = upstream.requests[-1].json()
+    assert sent["tool_choice"] == {"type": "auto", "disable_parallel_tool_use": True}

@@ -112,7 +112,9 @@ def test_openai_parameters_are_refused_by_name_where_not_honoured(
     routes: dict[str, ModelRoute], kind: str, field: str
 ) -> None:
     body = {"model": "m", "messages": [], "stream": True, field: OPENAI_ASKING[field]}
-    honoured = kind == "selfhost" and field in ENGINE_HONOURS
+    honoured = (kind == "selfhost" and field in ENGINE_HONOURS) or (
+        kind == "anthropic" and field == "parallel_tool_calls"  # as disable_parallel_tool_use
+    )
     assert refused("openai", body, routes[kind]) == (None if honoured else field)
 
 
@@ -180,6 +182,32 @@ def test_what_translation_honours_reaches_the_upstream() -> None:
     chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     by_safety_id = openai_wire.decode_request({**chat, "safety_identifier": "s-1"})
     assert anthropic_wire.encode_request(by_safety_id)["metadata"] == {"user_id": "s-1"}
+
+
+@pytest.mark.parametrize(
+    ("tool_choice", "sent"),
+    [
+        (None, {"type": "auto", "disable_parallel_tool_use": True}),
+        ("auto", {"type": "auto", "disable_parallel_tool_use": True}),
+        ("required", {"type": "any", "disable_parallel_tool_use": True}),
+        (
+            {"type": "function", "function": {"name": "f"}},
+            {"type": "tool", "name": "f", "disable_parallel_tool_use": True},
+        ),
+        ("none", {"type": "none"}),  # no tool call at all: nothing to limit
+    ],
+)
+def test_parallel_tool_calls_false_reaches_anthropic_as_one_tool_call_at_most(
+    tool_choice: JSON, sent: JSON
+) -> None:
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": tools}
+    if tool_choice is not None:
+        chat["tool_choice"] = tool_choice
+    request = openai_wire.decode_request({**chat, "parallel_tool_calls": False})
+    assert anthropic_wire.encode_request(request)["tool_choice"] == sent
+    plain = anthropic_wire.encode_request(openai_wire.decode_request(chat)).get("tool_choice")
+    assert plain is None or "disable_parallel_tool_use" not in plain  # only when asked
 
 
 def litellm_route(model: str) -> ModelRoute:
