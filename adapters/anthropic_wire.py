@@ -39,6 +39,7 @@ __all__ = [
     "encode_response",
     "encode_usage",
     "is_typed_tool",
+    "json_schema_of",
 ]
 
 
@@ -258,4 +259,17 @@ def encode_request(req: ChatRequest) -> dict[str, Any]:
     if req.stream:
         body["stream"] = True
     body.update((k, v) for k, v in req.extra.items() if k in ANTHROPIC_EXTRA_FIELDS)
+    schema = json_schema_of(req.extra.get("response_format"))
+    if schema is not None:  # Anthropic's structured outputs: the reply's text is that JSON
+        body["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
     return body
+
+
+def json_schema_of(response_format: Any) -> dict[str, Any] | None:
+    """The schema of OpenAI's `response_format: {"type": "json_schema", "json_schema":
+    {"schema": ...}}`; None for any other format (JSON mode has no Anthropic equivalent)."""
+    if not isinstance(response_format, dict) or response_format.get("type") != "json_schema":
+        return None
+    spec = response_format.get("json_schema")
+    schema = spec.get("schema") if isinstance(spec, dict) else None
+    return schema if isinstance(schema, dict) else None

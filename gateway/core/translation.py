@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from adapters.anthropic_wire import json_schema_of
 from adapters.backend import Backend
 from adapters.types import JSON, WireFormat
 from gateway.core.ports import ModelRoute
@@ -67,10 +68,16 @@ OPENAI_ONLY: Mapping[str, Asks] = {
     "function_call": _anything,
 }
 
+
+def _not_a_json_schema(value: JSON) -> bool:
+    return _json_format(value) and json_schema_of(value) is None
+
+
 # ... and those Anthropic's API does not take (`parallel_tool_calls: false` it does, as
-# `tool_choice.disable_parallel_tool_use`)
+# `tool_choice.disable_parallel_tool_use`; a JSON schema format as `output_config.format`)
 OPENAI_NOT_ON_ANTHROPIC: Mapping[str, Asks] = {
-    k: v for k, v in OPENAI_ONLY.items() if k != "parallel_tool_calls"
+    **{k: v for k, v in OPENAI_ONLY.items() if k != "parallel_tool_calls"},
+    "response_format": _not_a_json_schema,
 }
 
 # ... and those the bundled engine does not take: it honours `seed`, `stop`, `logprobs`,

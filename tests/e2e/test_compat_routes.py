@@ -94,3 +94,20 @@ def test_parallel_tool_calls_false_reaches_anthropic(
     assert reply.status_code == 200
     sent = upstream.requests[-1].json()
     assert sent["tool_choice"] == {"type": "auto", "disable_parallel_tool_use": True}
+
+
+def test_a_json_schema_response_format_reaches_anthropic(
+    gateway: RunningGateway, upstream: FakeUpstream
+) -> None:
+    schema = {"type": "object", "properties": {"answer": {"type": "string"}}}
+    body = {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 20,
+        "messages": [{"role": "user", "content": "x"}],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": schema}},
+    }
+    reply = httpx.post(f"{gateway.url}/v1/chat/completions", json=body, headers=AUTH)
+    assert reply.status_code == 200
+    sent = upstream.requests[-1].json()
+    assert sent["output_config"] == {"format": {"type": "json_schema", "schema": schema}}
+    assert "response_format" not in sent

@@ -246,3 +246,32 @@ def test_litellm_passes_what_its_provider_takes_and_what_only_describes_the_call
 def test_an_anthropic_client_through_litellm_keeps_no_field_silently() -> None:
     body = {"model": "m", "messages": [], "top_k": 5}
     assert refused("anthropic", body, litellm_route("anthropic/claude-sonnet-4-5")) == "top_k"
+
+
+WEATHER_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}}
+
+
+@pytest.mark.parametrize(
+    ("response_format", "on_anthropic"),
+    [
+        ({"type": "json_schema", "json_schema": {"name": "w", "schema": WEATHER_SCHEMA}}, True),
+        ({"type": "json_schema", "json_schema": {"name": "w"}}, False),  # no schema to give
+        ({"type": "json_object"}, False),  # JSON mode: Anthropic has none
+        ({"type": "text"}, True),
+    ],
+)
+def test_a_json_schema_response_format_reaches_anthropic_as_its_output_format(
+    routes: dict[str, ModelRoute], response_format: JSON, on_anthropic: bool
+) -> None:
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    body = {**chat, "response_format": response_format}
+    assert refused("openai", body, routes["anthropic"]) == (
+        None if on_anthropic else "response_format"
+    )
+    is_text = response_format == {"type": "text"}
+    assert refused("openai", body, routes["bedrock"]) == (None if is_text else "response_format")
+    sent = anthropic_wire.encode_request(openai_wire.decode_request(body)).get("output_config")
+    if on_anthropic and not is_text:
+        assert sent == {"format": {"type": "json_schema", "schema": WEATHER_SCHEMA}}
+    else:
+        assert sent is None
