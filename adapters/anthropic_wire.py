@@ -40,6 +40,7 @@ __all__ = [
     "encode_usage",
     "is_typed_tool",
     "json_schema_of",
+    "output_schema_of",
 ]
 
 
@@ -146,7 +147,27 @@ def _extra(body: Mapping[str, Any]) -> dict[str, Any]:
     choice = body.get("tool_choice")
     if isinstance(choice, dict) and choice.get("disable_parallel_tool_use") is True:
         extra["parallel_tool_calls"] = False
+    schema = output_schema_of(body.get("output_config"), body.get("output_format"))
+    if schema is not None:
+        extra["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": "output", "schema": schema},
+        }
     return extra
+
+
+def output_schema_of(output_config: Any, output_format: Any = None) -> dict[str, Any] | None:
+    """The JSON schema of Anthropic's structured outputs, `output_config: {"format": F}` (or
+    the beta's `output_format: F`) with F `{"type": "json_schema", "schema": {...}}` and
+    nothing else asked; None otherwise."""
+    if isinstance(output_config, dict) and set(output_config) == {"format"}:
+        output_format = output_config["format"]
+    elif output_config is not None:
+        return None
+    if not isinstance(output_format, dict) or output_format.get("type") != "json_schema":
+        return None
+    schema = output_format.get("schema")
+    return schema if isinstance(schema, dict) and set(output_format) <= {"type", "schema"} else None
 
 
 def decode_request(body: Mapping[str, Any], *, require_max_tokens: bool = True) -> ChatRequest:

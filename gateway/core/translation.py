@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from adapters.anthropic_wire import json_schema_of
+from adapters.anthropic_wire import json_schema_of, output_schema_of
 from adapters.backend import Backend
 from adapters.types import JSON, WireFormat
 from gateway.core.ports import ModelRoute
@@ -88,7 +88,17 @@ NOT_ON_ENGINE: Mapping[str, Asks] = {
     if k not in ("seed", "logprobs", "top_logprobs", "response_format")
 }
 
-# Anthropic Messages fields an OpenAI-style upstream has no slot for
+
+def _not_a_json_schema_output(value: JSON) -> bool:
+    return value is not None and output_schema_of(value) is None
+
+
+def _not_a_json_schema_beta_output(value: JSON) -> bool:
+    return value is not None and output_schema_of(None, value) is None
+
+
+# Anthropic Messages fields an OpenAI-style upstream has no slot for (a JSON schema output
+# format it takes, as `response_format`)
 ANTHROPIC_ONLY: Mapping[str, Asks] = {
     "thinking": _thinking_on,
     "top_k": _anything,
@@ -96,14 +106,17 @@ ANTHROPIC_ONLY: Mapping[str, Asks] = {
     "mcp_servers": _anything,
     "context_management": _anything,
     "service_tier": _tier(("auto",)),
-    "output_format": _anything,
-    "output_config": _anything,
+    "output_format": _not_a_json_schema_beta_output,
+    "output_config": _not_a_json_schema_output,
 }
 
-# ... and those Bedrock Converse cannot carry either (thinking and top_k it can), with
-# `tool_choice.disable_parallel_tool_use` (an OpenAI upstream takes it as `parallel_tool_calls`)
+# ... and those Bedrock Converse cannot carry either (thinking and top_k it can; no output
+# format), with `tool_choice.disable_parallel_tool_use` (an OpenAI upstream takes it as
+# `parallel_tool_calls`)
 NOT_ON_BEDROCK: Mapping[str, Asks] = {
     **{k: v for k, v in ANTHROPIC_ONLY.items() if k not in ("thinking", "top_k")},
+    "output_format": _anything,
+    "output_config": _anything,
     "tool_choice": _parallel_off,
 }
 

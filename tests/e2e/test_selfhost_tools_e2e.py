@@ -150,6 +150,21 @@ def test_an_anthropic_top_k_reaches_the_engine(gateway: RunningGateway) -> None:
         assert hot.content == greedy.content
 
 
+def test_an_anthropic_structured_output_is_json_of_its_schema(gateway: RunningGateway) -> None:
+    """`output_config.format` (Anthropic's structured outputs) reaches the engine as its
+    `response_format`: the reply's text is JSON that the schema accepts."""
+    client = anthropic.Anthropic(base_url=gateway.url, api_key=KEY, max_retries=0, timeout=120)
+    reply = client.messages.create(
+        model="smollm2",
+        max_tokens=64,
+        messages=[{"role": "user", "content": QUESTION}],
+        extra_body={"output_config": {"format": {"type": "json_schema", "schema": WEATHER}}},
+    )
+    [block] = reply.content
+    assert block.type == "text"
+    jsonschema.validate(json.loads(block.text), WEATHER)
+
+
 def test_pydantic_ai_agent_gets_structured_output(gateway: RunningGateway) -> None:
     from pydantic import BaseModel, Field
     from pydantic_ai import Agent

@@ -74,7 +74,12 @@ ANTHROPIC_ASKING: Mapping[str, JSON] = {
     "tool_choice": {"type": "auto", "disable_parallel_tool_use": True},
 }
 # Converse's additionalModelRequestFields; the engine's sampling extension
-HONOURED_ANTHROPIC = {"bedrock": {"thinking", "top_k"}, "selfhost": {"top_k"}}
+# (a JSON schema output format as `response_format` on an OpenAI-style upstream)
+HONOURED_ANTHROPIC = {
+    "bedrock": {"thinking", "top_k"},
+    "selfhost": {"top_k", "output_format"},
+    "openai_compatible": {"output_format"},
+}
 
 
 @pytest.fixture
@@ -275,3 +280,26 @@ def test_a_json_schema_response_format_reaches_anthropic_as_its_output_format(
         assert sent == {"format": {"type": "json_schema", "schema": WEATHER_SCHEMA}}
     else:
         assert sent is None
+
+
+@pytest.mark.parametrize(
+    ("fields", "translated"),
+    [
+        ({"output_config": {"format": {"type": "json_schema", "schema": WEATHER_SCHEMA}}}, True),
+        ({"output_format": {"type": "json_schema", "schema": WEATHER_SCHEMA}}, True),
+        ({"output_config": {"format": {"type": "json_schema"}}}, False),  # no schema
+        ({"output_config": {"effort": "low", "format": {"type": "json_schema"}}}, False),
+    ],
+)
+def test_an_anthropic_json_schema_output_reaches_openai_upstreams_as_response_format(
+    routes: dict[str, ModelRoute], fields: dict[str, JSON], translated: bool
+) -> None:
+    body = {"model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": "hi"}]}
+    body |= fields
+    (field,) = fields
+    for kind in ("openai_compatible", "selfhost"):
+        assert refused("anthropic", body, routes[kind]) == (None if translated else field)
+    assert refused("anthropic", body, routes["bedrock"]) == field  # Converse: no slot
+    sent = openai_wire.encode_request(anthropic_wire.decode_request(body))
+    expected = {"type": "json_schema", "json_schema": {"name": "output", "schema": WEATHER_SCHEMA}}
+    assert sent.get("response_format") == (expected if translated else None)
