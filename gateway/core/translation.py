@@ -141,9 +141,14 @@ def _refused_by_kind(client: WireFormat, backend: Backend) -> Mapping[str, Asks]
     if kind == "selfhost":  # the bundled engine speaks OpenAI but ignores what it cannot do
         return NOT_ON_ENGINE if client == "openai" else ANTHROPIC_NOT_ON_ENGINE
     if kind == "litellm":  # LiteLLM takes OpenAI's shape and says what its provider supports
-        if client == "anthropic":
-            return ANTHROPIC_ONLY
         unsupported: frozenset[str] = getattr(backend, "unsupported_fields", frozenset())
+        if client == "anthropic":  # an output format goes as `response_format`
+            formats = {"output_config": _anything, "output_format": _anything}
+            return (
+                {**ANTHROPIC_ONLY, **formats}
+                if "response_format" in unsupported
+                else ANTHROPIC_ONLY
+            )
         return {f: OPENAI_ONLY.get(f, _anything) for f in unsupported}
     if backend_wire == client:
         return {}  # the same wire forwards the client's JSON

@@ -303,3 +303,11 @@ def test_an_anthropic_json_schema_output_reaches_openai_upstreams_as_response_fo
     sent = openai_wire.encode_request(anthropic_wire.decode_request(body))
     expected = {"type": "json_schema", "json_schema": {"name": "output", "schema": WEATHER_SCHEMA}}
     assert sent.get("response_format") == (expected if translated else None)
+
+
+def test_litellm_takes_an_anthropic_output_format_only_where_its_provider_takes_one() -> None:
+    output = {"format": {"type": "json_schema", "schema": WEATHER_SCHEMA}}
+    body = {"model": "m", "max_tokens": 9, "messages": [], "output_config": output}
+    assert refused("anthropic", body, litellm_route("openai/gpt-4o-mini")) is None
+    # LiteLLM would drop `response_format` for Cohere: refused by name instead
+    assert refused("anthropic", body, litellm_route("cohere/command-r")) == "output_config"
