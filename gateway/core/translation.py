@@ -123,7 +123,38 @@ NOT_ON_BEDROCK: Mapping[str, Asks] = {
 # ... and those the bundled engine cannot: it draws its tool calls without that limit
 ANTHROPIC_NOT_ON_ENGINE: Mapping[str, Asks] = {**ANTHROPIC_ONLY, "tool_choice": _parallel_off}
 
-# the name a refusal gives a field whose offending part is nested
+
+def _nonempty(value: JSON) -> bool:
+    return bool(value)
+
+
+# the Anthropic fields each OpenAI shaping field is made from, and when they ask for it (an
+# Anthropic client on a LiteLLM backend whose provider lacks that OpenAI field)
+_ANTHROPIC_SOURCES: Mapping[str, Mapping[str, Asks]] = {
+    "tools": {"tools": _nonempty},
+    "tool_choice": {"tool_choice": _anything},
+    "parallel_tool_calls": {"tool_choice": _parallel_off},
+    "temperature": {"temperature": _anything},
+    "top_p": {"top_p": _anything},
+    "stop": {"stop_sequences": _nonempty},
+    "response_format": {"output_config": _anything, "output_format": _anything},
+}
+
+
+def _anthropic_on_litellm(unsupported: frozenset[str]) -> Mapping[str, Asks]:
+    refused = dict(ANTHROPIC_ONLY)
+    for openai_field in sorted(unsupported):
+        for field, asks in _ANTHROPIC_SOURCES.get(openai_field, {}).items():
+            held = refused.get(field)
+            refused[field] = asks if held is None else _either(held, asks)
+    return refused
+
+
+def _either(first: Asks, second: Asks) -> Asks:
+    return lambda value: first(value) or second(value)
+
+
+# the name a refusal gives a field whose offending part is nested (when only that part is)
 _REPORTED = {"tool_choice": "tool_choice.disable_parallel_tool_use"}
 
 
@@ -142,13 +173,8 @@ def _refused_by_kind(client: WireFormat, backend: Backend) -> Mapping[str, Asks]
         return NOT_ON_ENGINE if client == "openai" else ANTHROPIC_NOT_ON_ENGINE
     if kind == "litellm":  # LiteLLM takes OpenAI's shape and says what its provider supports
         unsupported: frozenset[str] = getattr(backend, "unsupported_fields", frozenset())
-        if client == "anthropic":  # an output format goes as `response_format`
-            formats = {"output_config": _anything, "output_format": _anything}
-            return (
-                {**ANTHROPIC_ONLY, **formats}
-                if "response_format" in unsupported
-                else ANTHROPIC_ONLY
-            )
+        if client == "anthropic":
+            return _anthropic_on_litellm(unsupported) if unsupported else ANTHROPIC_ONLY
         return {f: OPENAI_ONLY.get(f, _anything) for f in unsupported}
     if backend_wire == client:
         return {}  # the same wire forwards the client's JSON
@@ -165,7 +191,7 @@ def check_translatable(wire: WireFormat, body: Mapping[str, JSON], route: ModelR
         backend = candidate.backend
         for field, asks in _refused(wire, backend).items():
             if field in body and asks(body[field]):
-                name = _REPORTED.get(field, field)
+                name = _REPORTED.get(field, field) if asks is _parallel_off else field
                 raise RequestRejected(
                     f"{name}: backend '{candidate.backend_name}' of model '{route.name}' "
                     f"cannot honour it ({backend.kind} does not take this {wire} parameter)",

@@ -311,3 +311,22 @@ def test_litellm_takes_an_anthropic_output_format_only_where_its_provider_takes_
     assert refused("anthropic", body, litellm_route("openai/gpt-4o-mini")) is None
     # LiteLLM would drop `response_format` for Cohere: refused by name instead
     assert refused("anthropic", body, litellm_route("cohere/command-r")) == "output_config"
+
+
+@pytest.mark.parametrize(
+    ("fields", "reported"),
+    [
+        ({"tools": [{"name": "f", "input_schema": {"type": "object"}}]}, "tools"),
+        ({"tool_choice": {"type": "auto"}}, "tool_choice"),
+        ({"tool_choice": {"type": "auto", "disable_parallel_tool_use": True}}, "tool_choice"),
+        ({"tools": []}, None),  # nothing asked
+    ],
+)
+def test_litellm_refuses_the_anthropic_fields_its_provider_cannot_take(
+    fields: dict[str, JSON], reported: str | None
+) -> None:
+    """LiteLLM would drop `tools`, `tool_choice` and `parallel_tool_calls` for Ollama: the
+    Anthropic fields they come from are refused by name instead; OpenAI itself takes them."""
+    body = {"model": "m", "max_tokens": 9, "messages": []} | fields
+    assert refused("anthropic", body, litellm_route("ollama/llama3")) == reported
+    assert refused("anthropic", body, litellm_route("openai/gpt-4o-mini")) is None
