@@ -80,6 +80,9 @@ OPENAI_NOT_ON_ANTHROPIC: Mapping[str, Asks] = {
     "response_format": _not_a_json_schema,
 }
 
+# ... and those Bedrock Converse does not take (a JSON schema format it does, as `outputConfig`)
+OPENAI_NOT_ON_BEDROCK: Mapping[str, Asks] = {**OPENAI_ONLY, "response_format": _not_a_json_schema}
+
 # ... and those the bundled engine does not take: it honours `seed`, `stop`, `logprobs`,
 # `top_logprobs`, `response_format`, `tools` and `tool_choice`, and answers one choice
 NOT_ON_ENGINE: Mapping[str, Asks] = {
@@ -110,13 +113,10 @@ ANTHROPIC_ONLY: Mapping[str, Asks] = {
     "output_config": _not_a_json_schema_output,
 }
 
-# ... and those Bedrock Converse cannot carry either (thinking and top_k it can; no output
-# format), with `tool_choice.disable_parallel_tool_use` (an OpenAI upstream takes it as
-# `parallel_tool_calls`)
+# ... and those Bedrock Converse cannot carry either (thinking and top_k it can, and a JSON
+# schema output format, as `outputConfig`), with `tool_choice.disable_parallel_tool_use`
 NOT_ON_BEDROCK: Mapping[str, Asks] = {
     **{k: v for k, v in ANTHROPIC_ONLY.items() if k not in ("thinking", "top_k")},
-    "output_format": _anything,
-    "output_config": _anything,
     "tool_choice": _parallel_off,
 }
 
@@ -179,7 +179,7 @@ def _refused_by_kind(client: WireFormat, backend: Backend) -> Mapping[str, Asks]
     if backend_wire == client:
         return {}  # the same wire forwards the client's JSON
     if client == "openai":
-        return OPENAI_ONLY if kind == "bedrock" else OPENAI_NOT_ON_ANTHROPIC
+        return OPENAI_NOT_ON_BEDROCK if kind == "bedrock" else OPENAI_NOT_ON_ANTHROPIC
     return NOT_ON_BEDROCK if kind == "bedrock" else ANTHROPIC_ONLY
 
 

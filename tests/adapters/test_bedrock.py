@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -257,3 +259,16 @@ def test_image_urls_are_rejected_before_any_call() -> None:
     req = ChatRequest(model="m", messages=(Message("user", (ImagePart(url="http://x/y.png"),)),))
     with pytest.raises(ProviderRejected):
         encode_converse("br", MODEL_ID, req, cache_points=True)
+
+
+def test_a_json_schema_format_goes_through_boto3_as_output_config(fake: FakeBedrock) -> None:
+    """Through the real client (botocore validates the shape): Converse's structured outputs."""
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    response_format = {"type": "json_schema", "json_schema": {"name": "w", "schema": schema}}
+    request = dataclasses.replace(
+        conversation("where is it"), extra={"response_format": response_format}
+    )
+    run(backend(fake).complete(BackendCall(request, "openai")))
+    sent = fake.requests[0]["body"]["outputConfig"]["textFormat"]
+    assert sent["type"] == "json_schema"
+    assert json.loads(sent["structure"]["jsonSchema"]["schema"]) == schema

@@ -10,6 +10,7 @@ import json
 import re
 from typing import Any
 
+from adapters.anthropic_wire import json_schema_of
 from adapters.errors import ProviderRejected
 from adapters.types import (
     JSON,
@@ -168,12 +169,26 @@ def encode_converse(
         inference["stopSequences"] = list(request.stop)
     if inference:
         kwargs["inferenceConfig"] = inference
+    output = _output_config(request.extra.get("response_format"))
+    if output is not None:
+        kwargs["outputConfig"] = output
     additional = _additional_fields(request, betas)
     if additional:
         kwargs["additionalModelRequestFields"] = additional
     if request.user is not None:
         kwargs["requestMetadata"] = {"user_id": _metadata_value(backend, request.user)}
     return kwargs
+
+
+def _output_config(response_format: Any) -> dict[str, Any] | None:
+    """A JSON schema response format (OpenAI's, or Anthropic's `output_config.format` made
+    one) as Converse's structured outputs: `outputConfig.textFormat`, the schema as a string."""
+    schema = json_schema_of(response_format)
+    if schema is None:
+        return None
+    name = response_format["json_schema"].get("name")
+    definition = {"schema": json.dumps(schema), "name": name if isinstance(name, str) else "output"}
+    return {"textFormat": {"type": "json_schema", "structure": {"jsonSchema": definition}}}
 
 
 def _metadata_value(backend: str, user: str) -> str:

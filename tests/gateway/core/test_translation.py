@@ -4,6 +4,7 @@ translates it: honoured, or refused with a 400 naming it; never dropped on the w
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator, Mapping
 
 import httpx
@@ -76,7 +77,7 @@ ANTHROPIC_ASKING: Mapping[str, JSON] = {
 # Converse's additionalModelRequestFields; the engine's sampling extension
 # (a JSON schema output format as `response_format` on an OpenAI-style upstream)
 HONOURED_ANTHROPIC = {
-    "bedrock": {"thinking", "top_k"},
+    "bedrock": {"thinking", "top_k", "output_format"},
     "selfhost": {"top_k", "output_format"},
     "openai_compatible": {"output_format"},
 }
@@ -273,13 +274,20 @@ def test_a_json_schema_response_format_reaches_anthropic_as_its_output_format(
     assert refused("openai", body, routes["anthropic"]) == (
         None if on_anthropic else "response_format"
     )
-    is_text = response_format == {"type": "text"}
-    assert refused("openai", body, routes["bedrock"]) == (None if is_text else "response_format")
-    sent = anthropic_wire.encode_request(openai_wire.decode_request(body)).get("output_config")
-    if on_anthropic and not is_text:
+    assert refused("openai", body, routes["bedrock"]) == refused(
+        "openai", body, routes["anthropic"]
+    )
+    request = openai_wire.decode_request(body)
+    sent = anthropic_wire.encode_request(request).get("output_config")
+    converse = encode_converse("br", "model-id", request, cache_points=False).get("outputConfig")
+    if on_anthropic and response_format != {"type": "text"}:
         assert sent == {"format": {"type": "json_schema", "schema": WEATHER_SCHEMA}}
+        definition = {"schema": json.dumps(WEATHER_SCHEMA), "name": "w"}
+        assert converse == {
+            "textFormat": {"type": "json_schema", "structure": {"jsonSchema": definition}}
+        }
     else:
-        assert sent is None
+        assert sent is None and converse is None
 
 
 @pytest.mark.parametrize(
@@ -297,9 +305,8 @@ def test_an_anthropic_json_schema_output_reaches_openai_upstreams_as_response_fo
     body = {"model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": "hi"}]}
     body |= fields
     (field,) = fields
-    for kind in ("openai_compatible", "selfhost"):
+    for kind in ("openai_compatible", "selfhost", "bedrock"):
         assert refused("anthropic", body, routes[kind]) == (None if translated else field)
-    assert refused("anthropic", body, routes["bedrock"]) == field  # Converse: no slot
     sent = openai_wire.encode_request(anthropic_wire.decode_request(body))
     expected = {"type": "json_schema", "json_schema": {"name": "output", "schema": WEATHER_SCHEMA}}
     assert sent.get("response_format") == (expected if translated else None)
