@@ -84,11 +84,21 @@ OPENAI_NOT_ON_ANTHROPIC: Mapping[str, Asks] = {
 OPENAI_NOT_ON_BEDROCK: Mapping[str, Asks] = {**OPENAI_ONLY, "response_format": _not_a_json_schema}
 
 # ... and those the bundled engine does not take: it honours `seed`, `stop`, `logprobs`,
-# `top_logprobs`, `response_format`, `tools` and `tool_choice`, and answers one choice
+# `top_logprobs`, `response_format`, `tools`, `tool_choice`, the penalties and `logit_bias`,
+# and answers one choice
+ENGINE_HONOURS = frozenset(
+    {
+        "seed",
+        "logprobs",
+        "top_logprobs",
+        "response_format",
+        "presence_penalty",
+        "frequency_penalty",
+        "logit_bias",
+    }
+)
 NOT_ON_ENGINE: Mapping[str, Asks] = {
-    k: v
-    for k, v in OPENAI_ONLY.items()
-    if k not in ("seed", "logprobs", "top_logprobs", "response_format")
+    k: v for k, v in OPENAI_ONLY.items() if k not in ENGINE_HONOURS
 }
 
 

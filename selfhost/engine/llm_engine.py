@@ -132,6 +132,10 @@ class LLMEngine:
             raise RequestRejected(
                 f"prompt + max_tokens = {total} > max_model_len {self.max_model_len}"
             )
+        if params.logit_bias:
+            vocab = self.tokenizer.tokenizer.get_vocab_size(with_added_tokens=True)
+            if any(not 0 <= token < vocab for token, _ in params.logit_bias):
+                raise RequestRejected(f"logit_bias: token ids must be in [0, {vocab})")
         manager = self.scheduler.block_manager
         usable = manager.num_blocks - self.scheduler.config.watermark_blocks
         if manager.num_blocks_for(total) > usable:
@@ -155,7 +159,11 @@ class LLMEngine:
         seqs = [item.seq for item in sampled]
         masks = None if pending is None else pending.result()
         tokens = self.sampler.sample(
-            logits, [s.request_id for s in seqs], [s.params for s in seqs], masks
+            logits,
+            [s.request_id for s in seqs],
+            [s.params for s in seqs],
+            masks,
+            lambda row: seqs[row].token_ids[seqs[row].num_prompt_tokens :],
         )
         self._count(output.num_batched_tokens, len(seqs))
         return [

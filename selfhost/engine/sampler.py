@@ -47,11 +47,16 @@ class Sampler:
         request_ids: list[str],
         params: list[SamplingParams],
         masks: StepMasks | None = None,
+        generated: Callable[[int], list[int]] | None = None,
     ) -> list[SampledToken]:
         """logits: [B, V] (any device). Only rows that draw or report logprobs leave the device.
-        `masks`: the guided rows' allowed tokens; the others are applied -inf first (in place)."""
+        `masks`: the guided rows' allowed tokens; the others are applied -inf first (in place).
+        `generated(row)`: the tokens row `row` has generated so far, for its penalties."""
         if masks is not None:
             apply_masks(logits, request_ids, masks)
+        for row, p in enumerate(params):
+            if p.adjusts_logits:
+                adjust_row(logits[row], p, generated(row) if generated is not None else [])
         argmax = self._argmax
         on_kernel = logits.device.type == "cpu" and logits.dtype == torch.float32
         if argmax is None or not on_kernel or not logits.is_contiguous():
@@ -79,6 +84,20 @@ class Sampler:
         if request_id not in self._generators:
             self._generators[request_id] = torch.Generator().manual_seed(p.seed)
         return self._generators[request_id]
+
+
+@torch.inference_mode()  # logits come from an inference-mode forward
+def adjust_row(logits: torch.Tensor, p: SamplingParams, generated: list[int]) -> None:
+    """OpenAI's penalties and logit bias on one row of logits [V], in place."""
+    if generated and (p.presence_penalty or p.frequency_penalty):
+        counts = torch.bincount(
+            torch.tensor(generated, device=logits.device), minlength=logits.shape[-1]
+        ).to(logits.dtype)
+        logits -= p.frequency_penalty * counts + p.presence_penalty * (counts > 0).to(logits.dtype)
+    if p.logit_bias:
+        ids = torch.tensor([i for i, _ in p.logit_bias], device=logits.device)
+        bias = torch.tensor([b for _, b in p.logit_bias], dtype=logits.dtype, device=logits.device)
+        logits.index_add_(0, ids, bias)
 
 
 def filtered_probs(

@@ -24,10 +24,19 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
     logprobs: int | None = None
+    # OpenAI's: subtracted once per token already generated (frequency) or once if it was at
+    # all (presence); added to the named tokens' logits
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
 
     @property
     def is_greedy(self) -> bool:
         return self.temperature <= 1e-5
+
+    @property
+    def adjusts_logits(self) -> bool:
+        return bool(self.presence_penalty or self.frequency_penalty or self.logit_bias)
 
 
 class SequenceStatus(enum.Enum):

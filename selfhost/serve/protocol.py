@@ -5,13 +5,15 @@ Pure data; no engine or HTTP here. Unknown request fields are ignored, as OpenAI
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from selfhost.engine.sampler import TokenLogprobs
 from selfhost.engine.sequence import SamplingParams
 from selfhost.serve.public_prefix import PublicHead
+
+Bias = Annotated[float, Field(ge=-100.0, le=100.0)]  # OpenAI's range
 
 
 class StreamOptions(BaseModel):
@@ -27,6 +29,9 @@ class GenerationRequest(BaseModel):
     temperature: float = Field(default=1.0, ge=0.0, le=2.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     top_k: int = Field(default=0, ge=0)
+    presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    logit_bias: dict[int, Bias] | None = None  # token id (a string in JSON) -> its bias
     n: Literal[1] = 1
     seed: int | None = None
     stop: str | list[str] | None = None
@@ -49,6 +54,9 @@ class GenerationRequest(BaseModel):
             stop_token_ids=tuple(self.stop_token_ids),
             ignore_eos=self.ignore_eos,
             logprobs=num_logprobs,
+            presence_penalty=self.presence_penalty,
+            frequency_penalty=self.frequency_penalty,
+            logit_bias=tuple((self.logit_bias or {}).items()),
         )
 
     @property

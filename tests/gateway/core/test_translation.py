@@ -61,7 +61,15 @@ OPENAI_HONOURED = [
     "safety_identifier",
     "prompt_cache_key",
 ]
-ENGINE_HONOURS = {"seed", "logprobs", "top_logprobs", "response_format"}
+ENGINE_HONOURS = {
+    "seed",
+    "logprobs",
+    "top_logprobs",
+    "response_format",
+    "presence_penalty",
+    "frequency_penalty",
+    "logit_bias",
+}
 
 ANTHROPIC_ASKING: Mapping[str, JSON] = {
     "thinking": {"type": "enabled", "budget_tokens": 1024},

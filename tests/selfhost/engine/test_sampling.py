@@ -99,3 +99,22 @@ def test_incomplete_utf8_is_held_until_complete() -> None:
     detok = IncrementalDetokenizer(BytesDecoder())
     encoded = "é!".encode()
     assert [detok.add(b) for b in encoded] == ["", "é", "!"]
+
+
+def test_penalties_and_logit_bias_move_the_choice_as_openai_defines_them() -> None:
+    logits = torch.tensor([[4.0, 3.5, 1.0, 0.0]])
+    sampler = Sampler(seed=0)
+
+    def greedy(p: SamplingParams, generated: list[int]) -> int:
+        return sampler.sample(logits.clone(), ["r"], [p], generated=lambda _: generated)[0].token_id
+
+    assert greedy(SamplingParams(temperature=0.0), [0, 0]) == 0
+    # token 0 twice: 4.0 - 2 x 0.3 = 3.4 < 3.5
+    assert greedy(SamplingParams(temperature=0.0, frequency_penalty=0.3), [0, 0]) == 1
+    # presence counts once: 4.0 - 0.3 = 3.7 > 3.5
+    assert greedy(SamplingParams(temperature=0.0, presence_penalty=0.3), [0, 0]) == 0
+    assert greedy(SamplingParams(temperature=0.0, presence_penalty=0.6), [0, 0]) == 1
+    forced = SamplingParams(temperature=0.0, logit_bias=((3, 100.0),))
+    assert greedy(forced, []) == 3
+    banned = SamplingParams(temperature=1.0, seed=7, logit_bias=((0, -100.0), (1, -100.0)))
+    assert {greedy(banned, []) for _ in range(20)} <= {2, 3}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpx
 import openai
@@ -96,6 +97,31 @@ def test_seeded_sampling_is_reproducible(client: openai.OpenAI) -> None:
         return out.choices[0].message.content
 
     assert ask() == ask()
+
+
+def test_logit_bias_and_penalties_reach_the_sampler(client: openai.OpenAI) -> None:
+    def ask(**sampling: Any) -> Any:
+        sampling.setdefault("max_tokens", 6)
+        sampling.setdefault("messages", QUESTION)
+        return client.chat.completions.create(model="m", temperature=0, **sampling)
+
+    plain = ask()
+    assert plain.choices[0].message.content
+    # token 33 ("1" in SmolLM2's vocabulary) forced at every step
+    forced = ask(logit_bias={"33": 100})
+    assert forced.choices[0].message.content == "1" * 6
+    # the greedy answer repeats ", " after each number; penalised, the comma soon loses
+    count = [{"role": "user", "content": "List the numbers from 1 to 20, separated by commas."}]
+    repeat = ask(messages=count, max_tokens=24).choices[0].message.content
+    penalised = ask(messages=count, max_tokens=24, presence_penalty=2.0, frequency_penalty=2.0)
+    assert repeat.count(",") >= 6 > penalised.choices[0].message.content.count(",")
+    for bad in (
+        {"logit_bias": {"33": 101}},
+        {"logit_bias": {"999999": 1}},
+        {"presence_penalty": 3},
+    ):
+        with pytest.raises((openai.BadRequestError, openai.UnprocessableEntityError)):
+            ask(**bad)  # out of OpenAI's ranges (422, as every field's), or no such token (400)
 
 
 def test_too_long_request_is_a_400(client: openai.OpenAI) -> None:
