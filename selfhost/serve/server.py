@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from selfhost.engine.async_engine import AsyncEngine, EngineFailed
@@ -169,6 +170,7 @@ def create_app(engine: AsyncEngine, model_name: str, default_max_tokens: int = 2
     app.add_exception_handler(TemplateError, _rejected)
     app.add_exception_handler(GrammarRejected, _unsupported)
     app.add_exception_handler(EngineFailed, _failed)
+    app.add_exception_handler(RequestValidationError, _invalid)
     app.add_api_route("/v1/chat/completions", service.chat, methods=["POST"])
     app.add_api_route("/v1/completions", service.complete, methods=["POST"])
     app.add_api_route("/health", service.health, methods=["GET"])
@@ -192,6 +194,16 @@ def create_app(engine: AsyncEngine, model_name: str, default_max_tokens: int = 2
         return PlainTextResponse(render_metrics(engine.stats(), model_name))
 
     return app
+
+
+async def _invalid(_: Request, exc: Exception) -> JSONResponse:
+    """A field out of its range or of the wrong type: 400 in OpenAI's shape, naming it (as
+    OpenAI and vLLM answer), not FastAPI's 422."""
+    errors = exc.errors() if isinstance(exc, RequestValidationError) else []
+    first = errors[0] if errors else {}
+    path = [str(part) for part in first.get("loc", ()) if part != "body"]
+    param = ".".join(path) or None
+    return _error(400, "invalid_request_error", f"{param}: {first.get('msg', exc)}", param=param)
 
 
 async def _rejected(_: Request, exc: Exception) -> JSONResponse:
