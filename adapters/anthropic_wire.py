@@ -21,7 +21,13 @@ from adapters.anthropic_wire_response import (
 )
 from adapters.errors import WireFormatError
 from adapters.types import JSON, ChatRequest, Message, TextPart, ToolSpec
-from adapters.wire_json import cache_control_at, expect, optional, with_cache_control
+from adapters.wire_json import (
+    cache_control_at,
+    expect,
+    json_schema_of,
+    optional,
+    with_cache_control,
+)
 
 __all__ = [
     "ANTHROPIC_EXTRA_FIELDS",
@@ -39,7 +45,6 @@ __all__ = [
     "encode_response",
     "encode_usage",
     "is_typed_tool",
-    "json_schema_of",
     "output_schema_of",
 ]
 
@@ -233,12 +238,13 @@ def _is_tool_turn(msg: dict[str, Any]) -> bool:
 def _encode_tool_choice(choice: JSON, parallel: bool) -> JSON:
     """`parallel` False (OpenAI's `parallel_tool_calls: false`): at most one tool call, as
     `disable_parallel_tool_use` (which `none` does not take: it calls no tool at all)."""
+    if choice is None and parallel:
+        return None
     if isinstance(choice, dict):
         out: dict[str, Any] = {"type": "tool", "name": choice["name"]}
-    elif choice is None and parallel:
-        return None
     else:
-        out = {"type": {"required": "any"}.get(choice or "auto", choice or "auto")}
+        kind = choice or "auto"
+        out = {"type": "any" if kind == "required" else kind}
     if not parallel and out["type"] != "none":
         out["disable_parallel_tool_use"] = True
     return out
@@ -284,13 +290,3 @@ def encode_request(req: ChatRequest) -> dict[str, Any]:
     if schema is not None:  # Anthropic's structured outputs: the reply's text is that JSON
         body["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
     return body
-
-
-def json_schema_of(response_format: Any) -> dict[str, Any] | None:
-    """The schema of OpenAI's `response_format: {"type": "json_schema", "json_schema":
-    {"schema": ...}}`; None for any other format (JSON mode has no Anthropic equivalent)."""
-    if not isinstance(response_format, dict) or response_format.get("type") != "json_schema":
-        return None
-    spec = response_format.get("json_schema")
-    schema = spec.get("schema") if isinstance(spec, dict) else None
-    return schema if isinstance(schema, dict) else None

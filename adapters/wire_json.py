@@ -1,5 +1,6 @@
-"""Checked reads of client JSON that name the JSON path on error, and the cache-marker JSON
-both wire formats share. Pure; no schema of its own."""
+"""Checked reads of client JSON that name the JSON path on error, the cache-marker JSON both
+wire formats share, and the schema of a JSON-schema response format, which every backend's
+encoder reads. Pure; no schema of its own."""
 
 from __future__ import annotations
 
@@ -42,3 +43,13 @@ def with_cache_control(out: dict[str, Any], cc: CacheControl | None) -> dict[str
             {"type": "ephemeral"} if cc.ttl == "5m" else {"type": "ephemeral", "ttl": cc.ttl}
         )
     return out
+
+
+def json_schema_of(response_format: Any) -> dict[str, Any] | None:
+    """The schema of OpenAI's `response_format: {"type": "json_schema", "json_schema":
+    {"schema": ...}}`; None for any other format (JSON mode included)."""
+    if not isinstance(response_format, dict) or response_format.get("type") != "json_schema":
+        return None
+    spec = response_format.get("json_schema")
+    schema = spec.get("schema") if isinstance(spec, dict) else None
+    return schema if isinstance(schema, dict) else None

@@ -4,10 +4,10 @@ provider cache entry alive, when `cachekeys.keep_warm` says it costs less than a
 Per process, memory only: the last call of each session whose tenant turned it on (the
 client's own call, so it holds prompt text; bounded, never written anywhere), with when its
 entry expires. With Redis, only the process that served a session's latest call reads for it
-(gateway/core/keep_warm_latest.py). Just before that, the call is sent again with `max_tokens: 1` through the
-pipeline's own admission, quotas, routing and ledger: the tenant pays for it, its budgets
-count it, and its ledger row has `door: keep_warm`. The read is not one of the session's calls
-for the autopilot's gap statistics.
+(gateway/core/keep_warm_latest.py). Just before the entry expires, the call is sent again with
+`max_tokens: 1` through the pipeline's own admission, quotas, routing and ledger: the tenant
+pays for it, its budgets count it, and its ledger row has `door: keep_warm`. The read is not
+one of the session's calls for the autopilot's gap statistics.
 """
 
 from __future__ import annotations

@@ -5,11 +5,13 @@ reserved, never dropped on the way.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 
-from adapters.anthropic_wire import json_schema_of, output_schema_of
+from adapters.anthropic_wire import output_schema_of
 from adapters.backend import Backend
 from adapters.types import JSON, WireFormat
+from adapters.wire_json import json_schema_of
 from gateway.core.ports import ModelRoute
 from gateway.errors import RequestRejected
 
@@ -133,6 +135,12 @@ NOT_ON_BEDROCK: Mapping[str, Asks] = {
 # ... and those the bundled engine cannot: it draws its tool calls without that limit
 ANTHROPIC_NOT_ON_ENGINE: Mapping[str, Asks] = {**ANTHROPIC_ONLY, "tool_choice": _parallel_off}
 
+# the same two for the OpenAI-compatible engines that take `top_k` (`takes_top_k`)
+_BUT_TOP_K: Mapping[int, Mapping[str, Asks]] = {
+    id(table): {k: v for k, v in table.items() if k != "top_k"}
+    for table in (ANTHROPIC_ONLY, ANTHROPIC_NOT_ON_ENGINE)
+}
+
 
 def _nonempty(value: JSON) -> bool:
     return bool(value)
@@ -151,6 +159,7 @@ _ANTHROPIC_SOURCES: Mapping[str, Mapping[str, Asks]] = {
 }
 
 
+@functools.cache  # one table per provider's list: built at a backend's first call
 def _anthropic_on_litellm(unsupported: frozenset[str]) -> Mapping[str, Asks]:
     refused = dict(ANTHROPIC_ONLY)
     for openai_field in sorted(unsupported):
@@ -173,7 +182,7 @@ def _refused(client: WireFormat, backend: Backend) -> Mapping[str, Asks]:
     Anthropic client's `top_k` goes to the OpenAI-compatible engines that take it."""
     refused = _refused_by_kind(client, backend)
     if client == "anthropic" and getattr(backend, "takes_top_k", False):
-        return {k: v for k, v in refused.items() if k != "top_k"}
+        return _BUT_TOP_K.get(id(refused), refused)
     return refused
 
 

@@ -10,7 +10,6 @@ import json
 import re
 from typing import Any
 
-from adapters.anthropic_wire import json_schema_of
 from adapters.errors import ProviderRejected
 from adapters.types import (
     JSON,
@@ -22,6 +21,7 @@ from adapters.types import (
     ThinkingPart,
     ToolUsePart,
 )
+from adapters.wire_json import json_schema_of
 
 MAX_CACHE_POINTS = 4
 _METADATA_VALUE = re.compile(r"[a-zA-Z0-9\s:_@$#=/+,\-.]{0,256}")
