@@ -114,7 +114,7 @@ def _reject_unsupported(body: Mapping[str, Any]) -> None:
     if body.get("truncation") not in (None, "disabled"):
         raise WireFormatError("truncation", "only 'disabled' is supported")
     for i, value in enumerate(optional(body, "include", list) or ()):
-        if value not in _HARMLESS_INCLUDES:
+        if expect(value, str, f"include[{i}]") not in _HARMLESS_INCLUDES:
             raise WireFormatError(f"include[{i}]", f"{value!r} is not supported")
     if body.get("stream_options") is not None:
         expect(body["stream_options"], dict, "stream_options")

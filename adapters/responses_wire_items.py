@@ -48,7 +48,7 @@ def normalise_input(value: Any) -> tuple[Mapping[str, JSON], ...]:
 
 def _checked(item: Mapping[str, Any], kind: Any, path: str) -> Mapping[str, JSON]:
     if kind == "message":
-        if item.get("role") not in _ROLE:
+        if not isinstance(item.get("role"), str) or item["role"] not in _ROLE:
             raise WireFormatError(f"{path}.role", f"unsupported role {item.get('role')!r}")
         _message_parts(item.get("content"), f"{path}.content")
         return {**item, "type": "message"}
@@ -72,6 +72,8 @@ def _message_parts(value: Any, path: str) -> tuple[TextPart | ImagePart, ...]:
     for i, part in enumerate(expect(value, list, path)):
         p = f"{path}[{i}]"
         kind = expect(part, dict, p).get("type")
+        if not isinstance(kind, str):  # a set lookup of an object or array raises TypeError
+            raise WireFormatError(f"{p}.type", "expected str")
         if kind in _TEXT_PARTS:
             parts.append(TextPart(expect(part.get("text"), str, f"{p}.text")))
         elif kind == "refusal":

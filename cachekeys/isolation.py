@@ -47,6 +47,43 @@ def isolate(
     return out
 
 
+def isolate_responses(body: Mapping[str, JSON], line: str, public: PublicPrefix) -> dict[str, JSON]:
+    """A Responses API body with `line` at the head of its private part, where `isolate` puts it
+    in the chat body the same call becomes: the first tool not declared public (Responses tools
+    are flat: name, description, parameters at the top), else before private `instructions`,
+    else a system message after the leading public system messages of `input`."""
+    out = dict(body)
+    tools = list(_as_list(out.get("tools")))
+    for i, tool in enumerate(tools):
+        if not _is_public_flat_tool(public, tool):
+            tools[i] = _tag_raw_tool("anthropic", tool, line)  # flat, as Anthropic's
+            out["tools"] = tools
+            return out
+    instructions = out.get("instructions")
+    if isinstance(instructions, str) and instructions and not _is_public_text(public, instructions):
+        out["instructions"] = line + instructions
+        return out
+    given = out.get("input")
+    items = [{"role": "user", "content": given}] if isinstance(given, str) else _as_list(given)
+    out["input"] = _openai_messages(items, line, public)
+    return out
+
+
+def _is_public_text(public: PublicPrefix, text: str) -> bool:
+    return public.is_public_system(system_digest_hex(text))
+
+
+def _is_public_flat_tool(public: PublicPrefix, tool: Any) -> bool:
+    if not public.has_tools or not isinstance(tool, Mapping):
+        return False
+    flat = {  # as the door reads it (adapters/responses_wire.py `_tools`)
+        "name": tool.get("name", ""),
+        "description": tool.get("description") or "",
+        "input_schema": tool.get("parameters") or {},
+    }
+    return public.is_public_tool(str(flat["name"]), raw_tool_digest("anthropic", flat))
+
+
 def _is_public_raw_tool(public: PublicPrefix, wire: WireFormat, tool: Any) -> bool:
     if not public.has_tools or not isinstance(tool, Mapping):
         return False

@@ -109,9 +109,10 @@ async def fetch_tokenizers(tokenizers: EngineTokenizers, retry_s: float = 2.0) -
 def build_response_store(settings: Settings, clock: Callable[[], float]) -> ResponseStore:
     """Where `/v1/responses` keeps responses: Redis when configured (every process sees them)."""
     ttl_s = settings.responses.ttl_s
-    if settings.redis_url:
-        return RedisResponseStore.from_url(settings.redis_url, ttl_s)
-    return MemoryResponseStore(ttl_s, settings.responses.max_entries, clock)
+    max_entries = settings.responses.max_entries
+    if settings.redis_url:  # per tenant there; in all, fairly shared, in this process
+        return RedisResponseStore.from_url(settings.redis_url, ttl_s, max_entries)
+    return MemoryResponseStore(ttl_s, max_entries, clock)
 
 
 def _add_shared_state(

@@ -16,7 +16,6 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -28,12 +27,13 @@ from gateway.core.calls import Admitted, IncomingCall, max_tokens_field
 from gateway.core.keep_warm_latest import LatestCalls
 from gateway.core.pipeline import Pipeline
 from gateway.core.prompt_prepare import PromptFacts
+from gateway.core.tenant_table import TenantTable
 from policies.model import TenantPolicy
 
 log = logging.getLogger(__name__)
 
 DOOR = "keep_warm"  # the ledger's `door` of a keep-warm read
-MAX_SESSIONS = 1000  # sessions held (each holds its last prompt)
+MAX_SESSIONS = 1000  # sessions held in all (each holds its last prompt), shared fairly by tenants
 INTERVAL_S = 5.0  # how often the loop looks for entries about to expire
 # backends whose prompt cache is Anthropic's (5 min / 1 h entries, write premiums, reads refresh)
 KEEPABLE_KINDS = frozenset({"anthropic", "bedrock"})
@@ -71,8 +71,9 @@ class KeepWarm:
         self._pipeline = pipeline
         self._autopilot = autopilot
         self._clock = clock
-        self._max = max_sessions
-        self.sessions: OrderedDict[tuple[str, str], WarmSession] = OrderedDict()
+        # past `max_sessions`, the tenant holding the most loses its oldest: no tenant's
+        # sessions pushed out by another's burst
+        self.sessions: TenantTable[WarmSession] = TenantTable(max_sessions)
         self.sent = 0
         # (tenant, key id) -> the policy a call with that key runs under now, None when the key
         # may no longer call (KeyChain.policy_for_key_id); unset: the last call's policy
@@ -101,8 +102,6 @@ class KeepWarm:
         self.sessions[key] = WarmSession(
             adm.call, adm.route.name, key[1], self._clock(), TTL_S[ttl], ttl, prefix, token
         )
-        while len(self.sessions) > self._max:
-            self.sessions.popitem(last=False)
 
     async def tick(self) -> int:
         """Send the reads now due, together; sessions not worth one are dropped. Returns the

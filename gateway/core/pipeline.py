@@ -45,6 +45,7 @@ from gateway.core.ports import (
     RoutingPort,
     TokenCounting,
 )
+from gateway.core.prompt_prepare import scoped_native_body
 from gateway.core.reserve_recall import reserve_recalling
 from gateway.core.stream_tally import StreamTally
 from gateway.core.translation import check_translatable
@@ -145,11 +146,14 @@ class Pipeline:
         body = dict(adm.prepared.body) if same_wire else None
         if body is not None:
             body[max_tokens_field(adm.call.wire, body)] = adm.max_tokens
+        native = adm.call.native_body
+        if native is not None:  # scoped as the prepared chat body is
+            native = scoped_native_body(native, adm.prepared, adm.call.tenant.cache)
         return BackendCall(
             request=request,
             client_wire=adm.call.wire,
             raw_body=body,
-            native_body=adm.call.native_body,
+            native_body=native,
             betas=adm.call.betas,
         )
 

@@ -86,6 +86,7 @@ class PreparedPrompt:
     diagnosis: object | None = None  # what prepare() learned, for observe() (opaque here)
     write_ttl: str = "5m"  # the longest TTL of a cache marker in the prompt ("5m" or "1h")
     public_head: tuple[int, int] = (0, 0)  # (tools, system blocks) declared public, leading
+    scope_line: str = ""  # the tenant's cache-scope line the prompt carries ("": none)
 
 
 class PromptPort(Protocol):

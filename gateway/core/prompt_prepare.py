@@ -24,7 +24,7 @@ from cachekeys.diagnosis import (
     PromptFingerprint,
     options_digest,
 )
-from cachekeys.isolation import isolate, scope_line
+from cachekeys.isolation import isolate, isolate_responses, scope_line
 from cachekeys.keys import prefix_hashes, prompt_cache_key, session_root
 from cachekeys.layout import PromptLayout, anthropic_layout, request_blocks
 from cachekeys.markers import apply_to_anthropic, apply_to_request, min_cacheable_tokens
@@ -83,11 +83,7 @@ def normalise_options(
     )
     if matchers is not None:
         matchers[key] = matcher
-    public = PublicPrefix(
-        tool_names=frozenset(p.tool for p in policy.public_prefixes if p.tool),
-        tool_sha256=frozenset(p.tool_sha256 for p in policy.public_prefixes if p.tool_sha256),
-        system_sha256=frozenset(p.system_sha256 for p in policy.public_prefixes if p.system_sha256),
-    )
+    public = public_prefix(policy)
     return NormaliseOptions(
         n.order_tools,
         n.canonical_json,
@@ -97,6 +93,30 @@ def normalise_options(
         public,
         schemas,
     )
+
+
+def public_prefix(policy: CachePolicy) -> PublicPrefix:
+    """What the tenant's `cache.public_prefixes` declares shareable across tenants."""
+    prefixes = policy.public_prefixes
+    return PublicPrefix(
+        tool_names=frozenset(p.tool for p in prefixes if p.tool),
+        tool_sha256=frozenset(p.tool_sha256 for p in prefixes if p.tool_sha256),
+        system_sha256=frozenset(p.system_sha256 for p in prefixes if p.system_sha256),
+    )
+
+
+def scoped_native_body(
+    body: Mapping[str, JSON], prepared: PreparedPrompt, policy: CachePolicy
+) -> dict[str, JSON]:
+    """A door's own body (the Responses API's, forwarded natively) scoped as its chat twin was
+    prepared: the tenant-scoped `prompt_cache_key` and, when the prompt carries one, the scope
+    line at the head of its private part, so a native call shares no provider entry either."""
+    out = dict(body)
+    if policy.scope != "none":
+        out["prompt_cache_key"] = prepared.request.prompt_cache_key
+    if prepared.scope_line:
+        out = isolate_responses(out, prepared.scope_line, public_prefix(policy))
+    return out
 
 
 def salt_for(
@@ -211,6 +231,7 @@ def prepare_call(
         ),
         write_ttl=_write_ttl(call.policy, advice, laid.layout, body),
         public_head=laid.layout.public_head(),
+        scope_line=scope_line(call.salt) if call.isolate and call.salt else "",
     )
 
 

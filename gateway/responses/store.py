@@ -7,7 +7,6 @@ key. Holds the conversation items needed to continue, never anything about other
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -15,6 +14,7 @@ from typing import Any, Protocol
 import orjson
 
 from adapters.types import JSON
+from gateway.core.tenant_table import TenantTable
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,22 +45,20 @@ class ResponseStore(Protocol):
 
 
 class MemoryResponseStore:
-    """One process's stored responses, each kept `ttl_s`; the oldest go first past
-    `max_entries`. Entries are kept serialised, so no caller ever shares an object."""
+    """One process's stored responses, each kept `ttl_s`; past `max_entries` in all, the
+    tenant holding the most loses its oldest (gateway/core/tenant_table.py), so one tenant's
+    burst never evicts another's share. Entries are kept serialised, so no caller ever shares
+    an object."""
 
     def __init__(
         self, ttl_s: float, max_entries: int, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self._ttl_s = ttl_s
-        self._max_entries = max_entries
         self._clock = clock
-        self._entries: OrderedDict[tuple[str, str], tuple[float, bytes]] = OrderedDict()
+        self._entries: TenantTable[tuple[float, bytes]] = TenantTable(max_entries)
 
     async def put(self, tenant: str, response_id: str, stored: StoredResponse) -> None:
         self._entries[(tenant, response_id)] = (self._clock() + self._ttl_s, stored.to_bytes())
-        self._entries.move_to_end((tenant, response_id))
-        while len(self._entries) > self._max_entries:
-            self._entries.popitem(last=False)
 
     async def get(self, tenant: str, response_id: str) -> StoredResponse | None:
         found = self._entries.get((tenant, response_id))

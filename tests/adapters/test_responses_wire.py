@@ -78,6 +78,13 @@ def test_history_comes_before_the_new_input() -> None:
         ({"model": "m", "input": "x", "max_tool_calls": 2}, "max_tool_calls"),
         ({"model": "m", "input": "x", "store": "yes"}, "store"),
         ({"model": "m", "input": [{"type": "function_call", "call_id": "c"}]}, "input[0].name"),
+        # an object or an array where a name is expected: a 400, not a failed set lookup
+        ({"model": "m", "input": [{"role": {}, "content": "x"}]}, "input[0].role"),
+        (
+            {"model": "m", "input": [{"role": "user", "content": [{"type": ["input_text"]}]}]},
+            "input[0].content[0].type",
+        ),
+        ({"model": "m", "input": "x", "include": [{}]}, "include[0]"),
     ],
 )
 def test_bad_or_unsupported_input_names_the_field(body: dict[str, object], field: str) -> None:

@@ -16,7 +16,7 @@ from tests.e2e.harness import RunningGateway, start_gateway, write_config, write
 from tests.fakes.prompt_cache import Accounting, PromptCacheFake, anthropic_blocks
 from tests.fakes.upstream import FakeUpstream
 
-CLAUDE, GPT = "claude-sonnet-4-5", "gpt-4o"
+CLAUDE, GPT, NATIVE = "claude-sonnet-4-5", "gpt-4o", "gpt-native"
 PROVIDER_KEY = "sk-one-key-for-every-tenant"
 KEYS = {"alpha": "lt-iso-alpha-key-0001", "beta": "lt-iso-beta-key-00001"}
 RULES = "You review pull requests for the payments team." + " rule" * 1500
@@ -40,7 +40,7 @@ def start(tmp_path: Path, cache: dict) -> tuple[RunningGateway, PromptCacheFake,
     policies = tmp_path / "policies"
     policies.mkdir()
     for tenant, key in KEYS.items():
-        write_policy(policies, tenant, key, models=[CLAUDE, GPT], cache=cache)
+        write_policy(policies, tenant, key, models=[CLAUDE, GPT, NATIVE], cache=cache)
     fake = PromptCacheFake(Clock())
     upstream = FakeUpstream(cache=fake, api_key=PROVIDER_KEY).__enter__()
     anthropic = {
@@ -60,8 +60,14 @@ def start(tmp_path: Path, cache: dict) -> tuple[RunningGateway, PromptCacheFake,
         "metrics_path": None,
         "timeout_s": 10,
     }
-    models = [{"name": CLAUDE, "backends": [anthropic]}, {"name": GPT, "backends": [openai]}]
-    config = write_config(tmp_path / "lantern.yaml", tmp_path, models)
+    native = {**openai, "name": "openai-responses", "model": NATIVE, "responses": "native"}
+    models = [
+        {"name": CLAUDE, "backends": [anthropic]},
+        {"name": GPT, "backends": [openai]},
+        {"name": NATIVE, "backends": [native]},
+    ]
+    prices = {NATIVE: {"input": 2.5, "output": 10.0}}
+    config = write_config(tmp_path / "lantern.yaml", tmp_path, models, prices=prices)
     return start_gateway(config), fake, upstream
 
 
@@ -136,6 +142,28 @@ def test_openai_automatic_caching_is_isolated_too(
     assert alpha_2.read == alpha_1.write > 1024  # alpha's own entries: a hit
     sent = [r.json() for r in upstream.app.requests if r.path == "/v1/chat/completions"]
     assert not [b for b in sent if "cache_salt" in b]  # `engine: other` (the default) takes no salt
+
+
+def test_native_responses_calls_are_isolated_too(
+    isolated: tuple[RunningGateway, PromptCacheFake, FakeUpstream],
+) -> None:
+    """A backend that forwards `/v1/responses` natively: the body sent carries the tenant's
+    scope line and its own `prompt_cache_key`, as a translated call does."""
+    gateway, fake, upstream = isolated
+    body = {"model": NATIVE, "instructions": RULES, "input": "Review PR 4412.", "store": False}
+    body["prompt_cache_key"] = "pr-reviews"  # the same key from both tenants
+    with httpx.Client(base_url=gateway.url, timeout=30) as client:
+        for tenant in ("alpha", "beta", "alpha"):
+            post(client, tenant, "/v1/responses", body)
+    alpha_1, beta_1, alpha_2 = calls(fake, "openai")
+    assert alpha_1.read == 0 and beta_1.read == 0  # beta's identical prompt: a miss
+    assert alpha_2.read == alpha_1.write > 1024  # alpha's own entries: a hit
+    sent = [r.json() for r in upstream.app.requests if r.path == "/v1/responses"]
+    keys = [b["prompt_cache_key"] for b in sent]
+    assert keys[0] == keys[2] != keys[1] and "pr-reviews" not in keys  # scoped per tenant
+    lines = [b["instructions"].removesuffix(RULES) for b in sent]
+    assert lines[0] == lines[2] != lines[1]
+    assert lines[1].startswith("[cache scope ") and lines[1].endswith("]\n")
 
 
 def test_a_declared_public_prefix_is_still_shared(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 
 from adapters import anthropic_wire, openai_wire
-from cachekeys.isolation import isolate, scope_line
+from cachekeys.isolation import isolate, isolate_responses, scope_line
 from cachekeys.normalise import PublicPrefix
 from gateway.core.prompt_view import typed_view
 
@@ -82,3 +82,31 @@ def test_openai_system_message_and_function_descriptions() -> None:
     tagged = isolate("openai", {**body, "tools": [tool]}, LINE, public)
     assert tagged["tools"][0]["function"]["description"] == LINE + "F."
     assert tagged["messages"] == body["messages"]
+
+
+def test_a_responses_body_gets_the_line_where_its_chat_twin_does() -> None:
+    """A natively forwarded Responses body: the first private tool, else private
+    instructions, else a system message after the input's leading public system items."""
+    tool = {"type": "function", "name": "grep", "description": "Search.", "parameters": {}}
+    rules = "Shared rules."
+    public = PublicPrefix(
+        tool_names=frozenset({"grep"}),
+        system_sha256=frozenset({hashlib.sha256(rules.encode()).hexdigest()}),
+    )
+    own = {**tool, "name": "deploy"}
+    tagged = isolate_responses({"tools": [tool, own], "input": "hi"}, LINE, public)
+    assert tagged["tools"] == [tool, {**own, "description": LINE + "Search."}]
+    private = isolate_responses({"instructions": "Ours.", "input": "hi"}, LINE, public)
+    assert private == {"instructions": LINE + "Ours.", "input": "hi"}
+    shared = isolate_responses({"instructions": rules, "input": "hi"}, LINE, public)
+    assert shared["instructions"] == rules
+    assert shared["input"] == [
+        {"role": "system", "content": LINE},
+        {"role": "user", "content": "hi"},
+    ]
+    items = [
+        {"type": "message", "role": "developer", "content": rules},
+        {"role": "user", "content": "q"},
+    ]
+    after = isolate_responses({"input": items}, LINE, public)
+    assert after["input"] == [items[0], {"role": "system", "content": LINE}, items[1]]

@@ -4,7 +4,9 @@ It answers as `FakeUpstreamApp` answers chat calls (same replies, usage and prom
 the Responses API's own shapes, and behaves as a reasoning model: every reply starts with a
 reasoning item (`rs_fake_N`, with an encrypted payload) and bills `REASONING_TOKENS` of
 reasoning inside its output tokens. It keeps nothing: `previous_response_id` or `store: true`
-is a 400, so a gateway that forwards natively must expand conversations itself.
+is a 400, so a gateway that forwards natively must expand conversations itself. Its prompt
+cache (when the upstream has one) sees the prompt as the chat call it amounts to: tools,
+instructions as a system message, then the input.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from adapters import openai_wire
 from adapters.errors import WireFormatError
 from adapters.responses_wire import parse_request, to_chat_request
 from adapters.responses_wire_reply import encode_response, envelope
@@ -25,7 +28,7 @@ if TYPE_CHECKING:
 REASONING_TOKENS = 7
 
 
-async def serve_responses(app: FakeUpstreamApp, raw: bytes, send: Send) -> None:
+async def serve_responses(app: FakeUpstreamApp, raw: bytes, send: Send, api_key: str = "") -> None:
     from tests.fakes.upstream import _error_body, _respond, stream_events
 
     try:
@@ -37,7 +40,7 @@ async def serve_responses(app: FakeUpstreamApp, raw: bytes, send: Send) -> None:
     except (orjson.JSONDecodeError, WireFormatError) as exc:
         await _respond(send, 400, _error_body("openai", str(exc), "invalid_request_error"))
         return
-    answer = app._reply("openai", body, chat)
+    answer = app._reply("openai", openai_wire.encode_request(chat), chat, api_key)
     answer = _with_reasoning_tokens(answer)
     response_id = "resp_fake_" + answer.id.removeprefix("chatcmpl-fake-")
     reasoning = _reasoning_item(response_id)

@@ -166,7 +166,8 @@ class FakeUpstreamApp:
             await _respond(send, 200, self._models())
             return
         if path == "/v1/responses":  # tests/fakes/responses_api.py
-            await serve_responses(self, body, send)
+            key = headers.get("authorization", "")[7:]
+            await serve_responses(self, body, send, key)
             return
         if wire is None:
             await _respond(send, 404, _error_body("openai", "no such route", "not_found"))

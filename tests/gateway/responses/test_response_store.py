@@ -33,7 +33,9 @@ def test_memory_store_keeps_the_promises() -> None:
 
 def test_redis_store_keeps_the_promises(redis_url: str, redis_prefix: str) -> None:
     async def main() -> None:
-        store = RedisResponseStore.from_url(redis_url, ttl_s=60, key_prefix=redis_prefix)
+        store = RedisResponseStore.from_url(
+            redis_url, ttl_s=60, max_entries=10, key_prefix=redis_prefix
+        )
         try:
             await _promises(store)
         finally:
@@ -44,20 +46,45 @@ def test_redis_store_keeps_the_promises(redis_url: str, redis_prefix: str) -> No
 
 def test_redis_store_sets_the_ttl_on_a_tenant_scoped_key(redis_url: str, redis_prefix: str) -> None:
     async def main() -> tuple[list[bytes], int]:
-        store = RedisResponseStore.from_url(redis_url, ttl_s=90, key_prefix=redis_prefix)
+        store = RedisResponseStore.from_url(
+            redis_url, ttl_s=90, max_entries=10, key_prefix=redis_prefix
+        )
         try:
             await store.put("acme", "resp_9", STORED)
             client = store._client
             keys = sorted(await client.keys(redis_prefix + "*"))
-            ttl = await client.ttl(keys[0])
+            ttl = await client.ttl(keys[1])
             await store.delete("acme", "resp_9")
             return keys, ttl
         finally:
             await store.aclose()
 
     keys, ttl = asyncio.run(main())
-    assert keys == [f"{redis_prefix}{{acme}}:resp_9".encode()]
+    # the tenant's index of its ids, then the response
+    assert keys == [f"{redis_prefix}{{acme}}".encode(), f"{redis_prefix}{{acme}}:resp_9".encode()]
     assert 85 <= ttl <= 90
+
+
+def test_redis_store_keeps_each_tenant_to_its_bound(redis_url: str, redis_prefix: str) -> None:
+    async def main() -> None:
+        store = RedisResponseStore.from_url(
+            redis_url, ttl_s=60, max_entries=3, key_prefix=redis_prefix
+        )
+        try:
+            await store.put("acme", "a0", STORED)
+            for n in range(5):
+                await store.put("globex", f"g{n}", STORED)
+            kept = [n for n in range(5) if await store.get("globex", f"g{n}") is not None]
+            assert kept == [2, 3, 4]  # the oldest two went, with their keys
+            assert await store.get("acme", "a0") == STORED
+            assert await store._client.zcard(f"{redis_prefix}{{globex}}") == 3
+            assert await store.delete("globex", "g4") is True
+            assert await store._client.zcard(f"{redis_prefix}{{globex}}") == 2
+        finally:
+            await store._client.delete(*await store._client.keys(redis_prefix + "*"))
+            await store.aclose()
+
+    asyncio.run(main())
 
 
 def test_memory_store_expires_and_drops_the_oldest_past_its_bound() -> None:

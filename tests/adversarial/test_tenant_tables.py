@@ -1,0 +1,114 @@
+"""One tenant filling a shared table leaves another tenant's entries alone: stored responses
+(in process and in Redis, real gateway, `responses.max_entries: 50`) and the keep-warm
+sessions (the pipeline with the provider prompt-cache fake)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from adapters import anthropic_wire
+from gateway.core.keep_warm import KeepWarm
+from gateway.core.pipeline import IncomingCall
+from tests.e2e.conftest import models_for
+from tests.e2e.harness import RunningGateway, start_gateway, write_config, write_policy
+from tests.fakes.upstream import FakeUpstream
+from tests.gateway.core.test_keep_warm import MODEL, SYSTEM, World, tenant
+
+MAX_ENTRIES = 50
+
+
+@pytest.fixture(params=["memory", "redis"])
+def gateway(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[tuple[RunningGateway, dict[str, str]]]:
+    """Two tenants (names unique to the run: the Redis store is the machine's); stores of 50."""
+    run = uuid.uuid4().hex[:8]
+    keys = {f"acme-{run}": f"lt-acme-{run}-key-001", f"globex-{run}": f"lt-globex-{run}-key-01"}
+    (tmp_path / "policies").mkdir()
+    for name, key in keys.items():
+        write_policy(tmp_path / "policies", name, key, models=["gpt-4o-mini"])
+    extra: dict[str, Any] = {"responses": {"max_entries": MAX_ENTRIES}}
+    if request.param == "redis":
+        request.getfixturevalue("redis_url")  # skips without a Redis server
+        extra["redis_url"] = "redis://127.0.0.1:6379/0"
+    with FakeUpstream() as upstream:
+        config = write_config(
+            tmp_path / "lantern.yaml", tmp_path, models_for(upstream)[:1], **extra
+        )
+        running = start_gateway(config)
+        try:
+            yield running, keys
+        finally:
+            running.stop()
+
+
+def store(client: httpx.Client, key: str, text: str) -> str:
+    body = {"model": "gpt-4o-mini", "input": text, "max_output_tokens": 8}
+    reply = client.post("/v1/responses", json=body, headers={"authorization": f"Bearer {key}"})
+    assert reply.status_code == 200, reply.text
+    return str(reply.json()["id"])
+
+
+def test_one_tenant_storing_past_the_bound_keeps_the_others_responses(
+    gateway: tuple[RunningGateway, dict[str, str]],
+) -> None:
+    running, keys = gateway
+    acme, globex = keys.values()
+    with httpx.Client(base_url=running.url, timeout=30) as client:
+        kept = store(client, acme, "remember me")
+        burst = [store(client, globex, f"filler {n}") for n in range(MAX_ENTRIES + 10)]
+
+        def found(key: str, response_id: str) -> int:
+            auth = {"authorization": f"Bearer {key}"}
+            return client.get(f"/v1/responses/{response_id}", headers=auth).status_code
+
+        assert found(acme, kept) == 200  # globex's 60 evicted none of acme's
+        assert [found(globex, r) for r in burst[:10]] == [404] * 10  # its own oldest went
+        # its newest 49 stay (in process acme's one counts against the 50 in all; Redis: 50)
+        assert [found(globex, r) for r in burst[11:]] == [200] * (MAX_ENTRIES - 1)
+        for response_id in burst[10:]:  # the machine's Redis is shared: leave nothing
+            client.delete(
+                f"/v1/responses/{response_id}", headers={"authorization": f"Bearer {globex}"}
+            )
+        client.delete(f"/v1/responses/{kept}", headers={"authorization": f"Bearer {acme}"})
+
+
+async def session_call(world: World, name: str, first: str) -> None:
+    """A session of its own (its root: the first user message) of tenant `name`."""
+    body = {
+        "model": MODEL,
+        "max_tokens": 64,
+        "system": SYSTEM,
+        "messages": [{"role": "user", "content": first + " b" * 80}],
+    }
+    call = IncomingCall(
+        "anthropic",
+        tenant(name, keep_warm=True),
+        "k1",
+        anthropic_wire.decode_request(body),
+        body,
+        session_header=first,
+    )
+    await world.pipeline.complete(await world.pipeline.admit(call))
+
+
+def test_one_tenant_past_the_keep_warm_bound_keeps_the_others_sessions() -> None:
+    async def main() -> None:
+        world = World()
+        world.warm = world.pipeline.keep_warm = KeepWarm(
+            world.pipeline, world.prompts.autopilot, world.clock, max_sessions=MAX_ENTRIES
+        )
+        await session_call(world, "acme", "Fix the flaky login test.")
+        for n in range(MAX_ENTRIES + 10):
+            await session_call(world, "globex", f"Task {n}: rename the module.")
+        tenants = [name for name, _ in world.warm.sessions]
+        assert tenants.count("acme") == 1 and tenants.count("globex") == MAX_ENTRIES - 1
+
+    asyncio.run(main())
