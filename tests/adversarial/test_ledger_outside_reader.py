@@ -1,6 +1,6 @@
 """The SQLite ledger keeps every row whatever else opens its file: another process reading it
-(a report, `sqlite3`, a backup) while the tool-run store sweeps. Real `lantern serve`
-processes, a real client."""
+(a report, `sqlite3`, a backup) while the tool-run store sweeps, and a file deleted under the
+gateway is noticed by `/ready` and `/metrics`. Real `lantern serve` processes, a real client."""
 
 from __future__ import annotations
 
@@ -85,5 +85,30 @@ def test_every_row_stays_visible_to_an_outside_reader_while_the_tool_store_sweep
                 seen.append(outside_count(database))
         assert gateway.proc is not None
         held = deleted_files_held(gateway.proc.pid, var_dir)
-    assert (seen, held) == (list(range(1, NUM_CALLS + 1)), [])
+        gauge = metric(gateway.url, "lantern_ledger_file_intact")
+    assert (seen, held, gauge) == (list(range(1, NUM_CALLS + 1)), [], 1)
     assert outside_count(database) == NUM_CALLS  # and after the gateway stopped
+
+
+def test_a_deleted_ledger_file_turns_ready_503_and_the_gauge_0(
+    upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    var_dir = tmp_path / "var"
+    database = var_dir / "lantern.db"
+    config = gateway_config(var_dir, upstream, f"sqlite:///{database}")
+    with running(GatewayProcess(config, tmp_path / "gateway.log")) as gateway:
+        with httpx.Client(timeout=30) as client:
+            assert chat_call(client, gateway.url, 0) is not None
+        wait_written(gateway.url, 1)
+        before = httpx.get(gateway.url + "/ready", timeout=10)
+        database.unlink()
+        after = httpx.get(gateway.url + "/ready", timeout=10)
+        gauge = metric(gateway.url, "lantern_ledger_file_intact")
+        log = (tmp_path / "gateway.log").read_text()
+    assert (before.status_code, before.json()) == (200, {"status": "ready"})
+    assert (after.status_code, after.json()) == (
+        503,
+        {"status": "degraded", "problems": ["ledger_file_deleted"]},
+    )
+    assert gauge == 0
+    assert f"ledger: the database file {database} was deleted" in log
