@@ -11,7 +11,7 @@ import os
 import secrets
 from collections.abc import Callable, Mapping
 from importlib import resources
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, Literal
 
 from pydantic import (
@@ -23,6 +23,7 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from sqlalchemy.engine import make_url
 
 from gateway.backend_settings import (
     ModelRoute,
@@ -60,6 +61,9 @@ class SandboxSettings(Section):
     cgroup_root: str = "auto"
     fargate_region: str | None = None  # set: tools with `runner: fargate` run on ECS
     sweep_interval_s: float = Field(default=300.0, gt=0)
+    # where the runs are stored; None: beside a SQLite ledger in its own file, else the
+    # ledger's database (`Settings.tool_store_url`)
+    database_url: str | None = None
 
 
 class FleetSettings(Section):
@@ -157,6 +161,22 @@ class Settings(BaseSettings):
 
     def model_route(self, name: str) -> ModelRoute | None:
         return next((route for route in self.models if route.name == name), None)
+
+    def tool_store_url(self) -> str:
+        """The tool-run store's database: `sandbox.database_url`, else for a SQLite ledger file
+        `<name>-tool-runs<suffix>` beside it (a second handle on the ledger's own file would
+        drop SQLite's locks on it when closed), else the ledger's database."""
+        if self.sandbox.database_url is not None:
+            return self.sandbox.database_url
+        url = make_url(self.database_url)
+        name = url.database or ""
+        if url.get_backend_name() != "sqlite" or name in ("", ":memory:"):
+            return self.database_url
+        if name.startswith("file:") or url.query.get("uri"):
+            return self.database_url
+        path = PurePath(name)
+        store = path.with_name(f"{path.stem}-tool-runs{path.suffix}")
+        return url.set(database=str(store)).render_as_string(hide_password=False)
 
     def resolve_server_secret(
         self, random_bytes: Callable[[int], bytes] = secrets.token_bytes

@@ -39,11 +39,13 @@ from gateway.fleet.sharing import FleetSharing
 from gateway.fleet.signals import HttpMetricsSource
 from gateway.fleet.window import ContextWindows, HttpModelCards
 from gateway.http.admin_views import JsonView, build_admin_views
+from gateway.http.readiness import HealthCheck
 from gateway.http.tools_wiring import ToolsRouter, build_tools
 from gateway.ledger.call_ledger import CallLedger
 from gateway.ledger.db import create_ledger_engine, migrate_engine, session_factory
-from gateway.ledger.metrics import RecorderCollector
+from gateway.ledger.metrics import LedgerFileCollector, RecorderCollector
 from gateway.ledger.recorder import RecorderConfig, UsageRecorder
+from gateway.ledger.sqlite_file import LedgerFileWatch
 from gateway.pipeline_wiring import build_pipeline
 from gateway.policy_archive import DirectoryArchive
 from gateway.responses.redis_store import RedisResponseStore
@@ -78,6 +80,7 @@ class GatewayProcess:
     lookup: KeyChain | None = None  # YAML keys, then keys issued over /admin/keys
     keyring: Keyring | None = None
     sessions: sessionmaker[Session] | None = None  # the ledger database, for admin and console
+    readiness_checks: list[HealthCheck] = field(default_factory=list)  # /ready's, beside state
     on_start: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -137,6 +140,7 @@ class LedgerParts:
     recorder: UsageRecorder
     ledger: CallLedger
     loop: list[asyncio.AbstractEventLoop]  # the serving loop, known once started
+    checks: list[HealthCheck]  # for /ready: a SQLite ledger's file still the one written
 
 
 def build_ledger(settings: Settings, admission: Admission, metrics: Metrics) -> LedgerParts:
@@ -148,7 +152,13 @@ def build_ledger(settings: Settings, admission: Admission, metrics: Metrics) -> 
         prepare=lambda db: _prepare_ledger(db, admission, loop),
     )
     metrics.registry.register(RecorderCollector(recorder))
-    return LedgerParts(engine, recorder, CallLedger(recorder, lambda: datetime.now(UTC)), loop)
+    watch = LedgerFileWatch.of(engine)
+    checks: list[HealthCheck] = []
+    if watch is not None:
+        metrics.registry.register(LedgerFileCollector(watch))
+        checks.append(watch.problems)
+    ledger = CallLedger(recorder, lambda: datetime.now(UTC))
+    return LedgerParts(engine, recorder, ledger, loop, checks)
 
 
 @dataclass
@@ -286,6 +296,7 @@ def build_components(
     pipeline = build_pipeline(models, pricing, admission, prompt, fleet, ledger, telemetry, clock)
     views = build_admin_views(settings, policies, ledger.engine)
     process = GatewayProcess(pipeline, policies, models, metrics, views)
+    process.readiness_checks.extend(ledger.checks)
     lookup = _add_keyring(process, ledger.engine)
     # tool runs authenticate as the chat doors do: YAML keys, then keys issued over /admin/keys
     tools = build_tools(settings, lookup)

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import sqlalchemy as sa
 
@@ -48,12 +48,42 @@ CONNECT_TIMEOUT_S = 5  # an unreachable server database answers 503 after this, 
 
 def create_store_engine(database_url: str) -> sa.Engine:
     """The store's own pool: tool runs hold rows for seconds, the ledger never waits on them.
-    The gateway and the tests build it here alike."""
-    if database_url.startswith("sqlite"):
-        return sa.create_engine(database_url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
-    return sa.create_engine(
-        database_url, pool_pre_ping=True, connect_args={"connect_timeout": CONNECT_TIMEOUT_S}
-    )
+    The gateway and the tests build it here alike. A SQLite file is the store's alone (never
+    the ledger's: see `docs/ledger.md`), made 0600 before SQLite opens it, and runs in WAL."""
+    url = sa.make_url(database_url)
+    if url.get_backend_name() != "sqlite":
+        return sa.create_engine(
+            url, pool_pre_ping=True, connect_args={"connect_timeout": CONNECT_TIMEOUT_S}
+        )
+    _private_sqlite_file(url)
+    engine = sa.create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
+    sa.event.listen(engine, "connect", _wal_mode)
+    return engine
+
+
+def _private_sqlite_file(url: sa.URL) -> None:
+    """Owner-only permissions on a SQLite database file (SQLite gives its journal and WAL
+    files the database's own mode). Only here, before any connection: closing a descriptor
+    of a file drops every POSIX lock this process holds on it, SQLite's included, and then
+    another process's reader deletes the -wal that open connections still write to."""
+    if url.database in (None, "", ":memory:") or url.query.get("uri"):
+        return
+    if url.database.startswith("file:"):
+        return  # a URI filename: SQLite opens it as it says; nothing to create here
+    path = os.path.expanduser(url.database)
+    os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
+    descriptor = os.open(path, os.O_CREAT | os.O_RDONLY | os.O_CLOEXEC, 0o600)
+    try:
+        os.fchmod(descriptor, 0o600)
+    finally:
+        os.close(descriptor)
+
+
+def _wal_mode(dbapi_connection: Any, _record: Any) -> None:
+    """Readers never wait for a writer, nor a writer for readers (several gateway processes)."""
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.close()
 
 
 @contextmanager
@@ -66,29 +96,13 @@ def _unavailable_as_typed() -> Iterator[None]:
 
 def create_tables(engine: sa.Engine) -> None:
     """Create the table if missing; the gateway calls this at start-up. Several processes
-    may race to create it: losing that race is fine once the table exists. A SQLite file is
-    made (or left) 0600 first: its rows hold tools' output, the tenants' data."""
-    _private_sqlite_file(engine)
+    may race to create it: losing that race is fine once the table exists. Opens the
+    database only through `engine` (build it with `create_store_engine`)."""
     try:
         metadata.create_all(engine, tables=[tool_runs])
     except sa.exc.DBAPIError:
         if not sa.inspect(engine).has_table(tool_runs.name):
             raise
-
-
-def _private_sqlite_file(engine: sa.Engine) -> None:
-    """Owner-only permissions on a SQLite database file (SQLite gives its journal and WAL
-    files the database's own mode)."""
-    url = engine.url
-    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
-        return
-    if url.query.get("uri") or url.database.startswith("file:"):
-        return  # a URI filename: SQLite opens it as it says; nothing to create here
-    descriptor = os.open(url.database, os.O_CREAT | os.O_RDONLY, 0o600)
-    try:
-        os.fchmod(descriptor, 0o600)
-    finally:
-        os.close(descriptor)
 
 
 @dataclass(frozen=True)

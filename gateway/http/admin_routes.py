@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -117,6 +118,9 @@ def build_ops_router(
     @router.get("/ready", responses={200: {"model": Ready}, 503: {"model": Ready}})
     async def ready() -> Response:
         state = ready_state.state
+        problems = await asyncio.to_thread(ready_state.problems) if state == "ready" else ()
+        if problems:
+            return json_response({"status": "degraded", "problems": list(problems)}, 503)
         return json_response({"status": state}, 200 if state == "ready" else 503)
 
     @router.get(

@@ -278,7 +278,8 @@ class Health(BaseModel):
 
 
 class Ready(BaseModel):
-    status: Literal["starting", "ready", "draining"]
+    status: Literal["starting", "ready", "draining", "degraded"]
+    problems: list[str] | None = None  # degraded: e.g. `ledger_file_deleted` (docs/ledger.md)
 
 
 class ModelEntry(BaseModel):

@@ -83,7 +83,7 @@ def create_app(settings: Settings, components: GatewayProcess | None = None) -> 
     served by `LanternApp` ahead of FastAPI's stack and stream through `SSEReply`; the reference
     paths (FastAPI's router, Starlette's `StreamingResponse`) are test and benchmark wiring."""
     parts = components or build_components(settings)
-    readiness = Readiness()
+    readiness = Readiness(parts.readiness_checks)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

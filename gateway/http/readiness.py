@@ -1,5 +1,6 @@
 """Whether this process should be sent new calls: `starting` until the lifespan's start-up is
-done, `ready` while serving, `draining` from the first SIGTERM on. Liveness is another question
+done, `ready` while serving, `draining` from the first SIGTERM on; a ready process with a
+problem (its ledger file deleted) is not sent calls either. Liveness is another question
 (`/health`: the process answers at all).
 
 Owns the state and its transitions; the routes and the server read and set it.
@@ -8,15 +9,22 @@ Owns the state and its transitions; the routes and the server read and set it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 log = logging.getLogger("lantern.ready")
 ReadyState = Literal["starting", "ready", "draining"]
+HealthCheck = Callable[[], tuple[str, ...]]  # codes of what is wrong; () when all is well
 
 
 class Readiness:
-    def __init__(self) -> None:
+    def __init__(self, checks: Sequence[HealthCheck] = ()) -> None:
         self.state: ReadyState = "starting"
+        self._checks = tuple(checks)
+
+    def problems(self) -> tuple[str, ...]:
+        """What the checks find now (blocking: file system calls; run it in a thread)."""
+        return tuple(code for check in self._checks for code in check())
 
     @property
     def is_ready(self) -> bool:

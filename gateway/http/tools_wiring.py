@@ -1,6 +1,7 @@
 """Builds the tool-run service (sandbox/) and its routes for one gateway process.
 
-The idempotency table lives in the gateway's database; Redis (when configured) adds a
+The idempotency table lives in its own SQLite file beside a SQLite ledger (never in the
+ledger's file), else in the gateway's database (`Settings.tool_store_url`); Redis (when configured) adds a
 cross-process in-flight gate; Fargate clients exist only when a region is configured.
 """
 
@@ -36,7 +37,7 @@ class ToolsPart:
 
 def build_tools(settings: Settings, keys: KeyLookup) -> ToolsPart:
     cfg = settings.sandbox
-    engine = create_store_engine(settings.database_url)
+    engine = create_store_engine(settings.tool_store_url())
     redis_client = None
     if settings.redis_url:
         import redis.asyncio as redis

@@ -1,6 +1,5 @@
-"""Prometheus view of a `UsageRecorder`, read at scrape time from `stats()` (no module state).
-
-Register on the app's registry: `metrics.registry.register(RecorderCollector(recorder))`.
+"""Prometheus view of a `UsageRecorder` and of the SQLite ledger file, read at scrape time (no
+module state). Register on the app's registry: `registry.register(RecorderCollector(recorder))`.
 """
 
 from __future__ import annotations
@@ -11,6 +10,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from gateway.ledger.recorder import UsageRecorder
+from gateway.ledger.sqlite_file import LedgerFileWatch
 
 
 class RecorderCollector(Collector):
@@ -41,4 +41,16 @@ class RecorderCollector(Collector):
             "lantern_ledger_database_up",
             "1 while the ledger database accepts writes",
             value=1.0 if s.is_database_up else 0.0,
+        )
+
+
+class LedgerFileCollector(Collector):
+    def __init__(self, watch: LedgerFileWatch) -> None:
+        self._watch = watch
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "lantern_ledger_file_intact",
+            "1 while the SQLite ledger file and its -wal are the ones the gateway writes to",
+            value=0.0 if self._watch.problems() else 1.0,
         )

@@ -178,5 +178,6 @@ def test_a_tenants_run_past_its_cap_gets_429_while_another_tenant_proceeds(
         "released k3\n",
         False,
     )
-    # the database that stores the runs' output is the owner's alone
-    assert stat.S_IMODE((tmp_path / "lantern.db").stat().st_mode) == 0o600
+    # the databases of the ledger and of the runs' output are the owner's alone
+    files = ("lantern.db", "lantern-tool-runs.db")
+    assert [stat.S_IMODE((tmp_path / name).stat().st_mode) for name in files] == [0o600, 0o600]

@@ -224,6 +224,18 @@ def test_server_secret_is_generated_once_by_an_explicit_call(tmp_path: Path) -> 
     assert load_settings(server_secret="given").resolve_server_secret() == b"given"
 
 
+def test_the_tool_run_store_has_its_own_file_beside_a_sqlite_ledger() -> None:
+    def store(**values: object) -> str:
+        return load_settings(**values).tool_store_url()
+
+    assert store() == "sqlite:///var/lantern-tool-runs.db"
+    assert store(database_url="sqlite:////srv/l/ledger") == "sqlite:////srv/l/ledger-tool-runs"
+    postgres = "postgresql+psycopg://u:pw@db/lantern"
+    assert store(database_url=postgres) == postgres  # a server: its own connections suffice
+    chosen = "sqlite:////srv/runs.db"
+    assert store(sandbox={"database_url": chosen}) == chosen
+
+
 def test_reference_config_loads() -> None:
     example = Path(__file__).resolve().parents[2] / "examples" / "lantern.yaml"
     settings = load_settings(example)

@@ -1,7 +1,7 @@
 """Idempotency through real gateways: 4 gateway processes (the lead's app, settings, policy
-store and API-key auth, with the tools router attached) share one SQLite database; real HTTP; real
-sandboxed runs whose only side effect is one HTTP hit, through the egress proxy, on an origin
-server that counts them. A gateway SIGKILLed mid-run never leads to a second hit."""
+store and API-key auth, with the tools router attached) share one SQLite tool-run store; real
+HTTP; real sandboxed runs whose only side effect is one HTTP hit, through the egress proxy, on an
+origin server that counts them. A gateway SIGKILLed mid-run never leads to a second hit."""
 
 from __future__ import annotations
 

@@ -15,11 +15,10 @@ import uuid
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
 from sandbox.cgroups import CgroupTree
 from sandbox.egress import Resolver
-from sandbox.idempotency import create_tables
+from sandbox.idempotency import create_store_engine, create_tables
 from sandbox.local_runner import LocalRunner
 from sandbox.sandbox_argv import SCRATCH_MB
 from sandbox.types import RunOutput, RunStatus, SandboxJob, ToolLimits
@@ -261,7 +260,7 @@ def test_the_sqlite_idempotency_file_is_owner_only(tmp_path: Path) -> None:
     existing.touch(mode=0o644)
     os.chmod(existing, 0o644)
     for path in (fresh, existing):
-        engine = sa.create_engine(f"sqlite:///{path}")
+        engine = create_store_engine(f"sqlite:///{path}")
         create_tables(engine)
         engine.dispose()
     assert [stat.S_IMODE(p.stat().st_mode) for p in (fresh, existing)] == [0o600, 0o600]

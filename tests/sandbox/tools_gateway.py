@@ -8,7 +8,6 @@ import argparse
 import logging
 import sys
 
-import sqlalchemy as sa
 import uvicorn
 from fastapi import Request
 
@@ -19,15 +18,13 @@ from gateway.settings import load_settings
 from gateway.wiring import build_components
 from policies.model import TenantPolicy
 from sandbox.assembly import build_tool_run_service
+from sandbox.idempotency import create_store_engine
 
 
 def main(args: argparse.Namespace) -> None:
     settings = load_settings(args.config)
     components = build_components(settings)
-    is_sqlite = settings.database_url.startswith("sqlite")
-    engine = sa.create_engine(
-        settings.database_url, connect_args={"timeout": 60} if is_sqlite else {}
-    )
+    engine = create_store_engine(settings.tool_store_url())  # as the gateway builds it
     service, local = build_tool_run_service(
         engine,
         logging.getLogger("lantern.sandbox"),
