@@ -46,6 +46,8 @@ from gateway.ledger.metrics import RecorderCollector
 from gateway.ledger.recorder import RecorderConfig, UsageRecorder
 from gateway.pipeline_wiring import build_pipeline
 from gateway.policy_archive import DirectoryArchive
+from gateway.replay.assembly import build_replay
+from gateway.replay.service import ReplayService
 from gateway.responses.redis_store import RedisResponseStore
 from gateway.responses.store import MemoryResponseStore, ResponseStore
 from gateway.settings import Settings
@@ -78,6 +80,7 @@ class GatewayProcess:
     lookup: KeyChain | None = None  # YAML keys, then keys issued over /admin/keys
     keyring: Keyring | None = None
     sessions: sessionmaker[Session] | None = None  # the ledger database, for admin and console
+    replay: ReplayService | None = None  # `Idempotency-Key` on the model doors
     on_start: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -121,6 +124,10 @@ def _add_shared_state(
     responses; which process serves each kept-warm session), or keep each to itself."""
     process.response_store = build_response_store(settings, clock)
     process.on_stop.append(process.response_store.aclose)
+    replay = build_replay(settings)  # keyed model calls: records shared through Redis too
+    process.replay = replay.service
+    process.on_start.append(replay.start)
+    process.on_stop.append(replay.stop)
     warm = process.pipeline.keep_warm
     if settings.redis_url and warm is not None:
         latest = RedisLatestCalls.from_url(settings.redis_url)
