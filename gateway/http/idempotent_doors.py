@@ -88,7 +88,10 @@ def _with_body(http: Request, raw: bytes) -> Request:
 
 async def _as_bytes(chunks: AsyncIterable[str | bytes | memoryview]) -> AsyncIterator[bytes]:
     async for chunk in chunks:
-        yield chunk.encode() if isinstance(chunk, str) else bytes(chunk)
+        if isinstance(chunk, bytes):
+            yield chunk
+        else:
+            yield chunk.encode() if isinstance(chunk, str) else bytes(chunk)
 
 
 async def _one(body: bytes) -> AsyncIterator[bytes]:
