@@ -11,6 +11,7 @@ class GatewayError(Exception):
     status_code = 400
     openai_type = "invalid_request_error"
     anthropic_type = "invalid_request_error"
+    retry_after_s: int | None = None  # set: the reply carries Retry-After
 
     def __init__(self, message: str, *, rule: str | None = None, field: str | None = None) -> None:
         super().__init__(message)

@@ -13,7 +13,8 @@ from gateway.core.pipeline import Pipeline, PipelineParts
 from gateway.telemetry import Telemetry
 
 if TYPE_CHECKING:
-    from gateway.wiring import FleetParts, LedgerParts, PromptParts
+    from gateway.ledger_wiring import LedgerParts
+    from gateway.wiring import FleetParts, PromptParts
 
 
 def build_pipeline(

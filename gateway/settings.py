@@ -110,6 +110,17 @@ class ResponsesSettings(Section):
     max_entries: int = Field(default=10_000, gt=0)
 
 
+class ReplaySettings(Section):
+    """`Idempotency-Key` on the model doors (docs/idempotency.md): records in Redis when
+    `redis_url` is set (every process shares them), else in this process."""
+
+    retention_s: float = Field(default=86400.0, gt=0)  # how long a reply is replayed
+    lease_s: float = Field(default=30.0, gt=0)  # a dead gateway's call is taken over after it
+    wait_s: float = Field(default=30.0, ge=0)  # a retry waits this long for a running call
+    max_reply_bytes: int = Field(default=4 * 1024 * 1024, gt=0)  # larger: served, not stored
+    sweep_interval_s: float = Field(default=60.0, gt=0)  # the in-process store's expiry pass
+
+
 class Settings(BaseSettings):
     """Everything the process is configured with; built by `load_settings()`."""
 
@@ -134,6 +145,7 @@ class Settings(BaseSettings):
     sandbox: SandboxSettings = SandboxSettings()
     fleet: FleetSettings = FleetSettings()
     responses: ResponsesSettings = ResponsesSettings()
+    replay: ReplaySettings = ReplaySettings()
     prices: dict[str, PriceOverride] = Field(default_factory=dict)  # model -> USD per Mtok
     models: tuple[ModelRoute, ...] = ()
 

@@ -41,13 +41,12 @@ from gateway.fleet.window import ContextWindows, HttpModelCards
 from gateway.http.admin_views import JsonView, build_admin_views
 from gateway.http.readiness import HealthCheck
 from gateway.http.tools_wiring import ToolsRouter, build_tools
-from gateway.ledger.call_ledger import CallLedger
-from gateway.ledger.db import create_ledger_engine, migrate_engine, session_factory
-from gateway.ledger.metrics import LedgerFileCollector, RecorderCollector
-from gateway.ledger.recorder import RecorderConfig, UsageRecorder
-from gateway.ledger.sqlite_file import LedgerFileWatch
+from gateway.ledger.db import session_factory
+from gateway.ledger_wiring import build_ledger
 from gateway.pipeline_wiring import build_pipeline
 from gateway.policy_archive import DirectoryArchive
+from gateway.replay.assembly import build_replay
+from gateway.replay.service import ReplayService
 from gateway.responses.redis_store import RedisResponseStore
 from gateway.responses.store import MemoryResponseStore, ResponseStore
 from gateway.settings import Settings
@@ -56,13 +55,6 @@ from policies.last_good import KnownNames
 from policies.store import PolicyStore
 
 log = logging.getLogger("lantern.wiring")
-# The ledger writer gathers rows this long once woken: one insert costs ~1 ms of CPU whatever
-# its size, so at 25 calls/s a 50 ms linger paid it for nearly every row (0.3-0.5 ms a call);
-# rows reach the database at most this much later (reports and tests poll; close() drains).
-# 0.5 s: an insert of a few rows still costs ~0.5 ms of cold CPU on the 2-vCPU hosts, so five
-# batches a second were ~0.1 ms per call at 25 calls/s; two are ~0.04.
-LEDGER_LINGER_S = 0.5
-LEDGER_SEED_TIMEOUT_S = 60.0
 LEDGER_FIRST_TRY_S = 30.0
 
 
@@ -81,6 +73,7 @@ class GatewayProcess:
     keyring: Keyring | None = None
     sessions: sessionmaker[Session] | None = None  # the ledger database, for admin and console
     readiness_checks: list[HealthCheck] = field(default_factory=list)  # /ready's, beside state
+    replay: ReplayService | None = None  # `Idempotency-Key` on the model doors
     on_start: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -125,40 +118,15 @@ def _add_shared_state(
     responses; which process serves each kept-warm session), or keep each to itself."""
     process.response_store = build_response_store(settings, clock)
     process.on_stop.append(process.response_store.aclose)
+    replay = build_replay(settings)  # keyed model calls: records shared through Redis too
+    process.replay = replay.service
+    process.on_start.append(replay.start)
+    process.on_stop.append(replay.stop)
     warm = process.pipeline.keep_warm
     if settings.redis_url and warm is not None:
         latest = RedisLatestCalls.from_url(settings.redis_url)
         warm.latest = latest
         process.on_stop.append(latest.aclose)
-
-
-@dataclass
-class LedgerParts:
-    """The usage ledger: the database engine, its writer thread and the pipeline's port."""
-
-    engine: Engine
-    recorder: UsageRecorder
-    ledger: CallLedger
-    loop: list[asyncio.AbstractEventLoop]  # the serving loop, known once started
-    checks: list[HealthCheck]  # for /ready: a SQLite ledger's file still the one written
-
-
-def build_ledger(settings: Settings, admission: Admission, metrics: Metrics) -> LedgerParts:
-    engine = create_ledger_engine(settings.database_url)
-    loop: list[asyncio.AbstractEventLoop] = []
-    recorder = UsageRecorder(
-        engine,
-        RecorderConfig(spool_dir=settings.var_dir / "spool", linger_s=LEDGER_LINGER_S),
-        prepare=lambda db: _prepare_ledger(db, admission, loop),
-    )
-    metrics.registry.register(RecorderCollector(recorder))
-    watch = LedgerFileWatch.of(engine)
-    checks: list[HealthCheck] = []
-    if watch is not None:
-        metrics.registry.register(LedgerFileCollector(watch))
-        checks.append(watch.problems)
-    ledger = CallLedger(recorder, lambda: datetime.now(UTC))
-    return LedgerParts(engine, recorder, ledger, loop, checks)
 
 
 @dataclass
@@ -387,14 +355,3 @@ def _add_keyring(parts: GatewayProcess, engine: Engine) -> KeyChain:
     parts.on_start.append(start)
     parts.on_stop.append(stop)
     return lookup
-
-
-def _prepare_ledger(
-    engine: Engine, admission: Admission, loop: list[asyncio.AbstractEventLoop]
-) -> None:
-    """Runs in the ledger writer thread until it succeeds, so the gateway starts and serves
-    while the database is down: the migrations, then this month's spend per tenant seeded
-    into the quota store (seeding never lowers a spend, so late seeding is safe)."""
-    migrate_engine(engine)
-    seeded = asyncio.run_coroutine_threadsafe(admission.start(engine), loop[0])
-    seeded.result(timeout=LEDGER_SEED_TIMEOUT_S)

@@ -35,6 +35,7 @@ from gateway.http.console.pages import ConsoleData
 from gateway.http.console.routes import Console, build_console_router
 from gateway.http.database_down import database_unavailable
 from gateway.http.embeddings_routes import build_embeddings_router
+from gateway.http.idempotent_doors import IdempotentDoors
 from gateway.http.readiness import Readiness
 from gateway.http.request_body import BodyLimits
 from gateway.http.responses_routes import ResponsesRoutes, build_responses_router
@@ -107,9 +108,10 @@ def create_app(settings: Settings, components: GatewayProcess | None = None) -> 
     app.chat_routes = chat
     limits = BodyLimits.from_settings(settings.http)
     turns = Turns(parts.response_store, limits.max_messages)
-    app.include_router(
-        build_responses_router(ResponsesRoutes(parts.pipeline, lookup, turns, limits))
-    )
+    responses = ResponsesRoutes(parts.pipeline, lookup, turns, limits)
+    app.include_router(build_responses_router(responses))
+    if parts.replay is not None:
+        chat.replay = responses.replay = IdempotentDoors(parts.replay, lookup, limits)
     compat = CompatRoutes(parts.pipeline, lookup, limits)
     app.include_router(build_compat_router(compat))
     embeddings = Embeddings(parts.pipeline.s)

@@ -35,6 +35,8 @@ from gateway.http.api_schema import (
 )
 from gateway.http.auth import KeyLookup, authenticate
 from gateway.http.errors import to_http
+from gateway.http.idempotent_doors import HEADER as IDEMPOTENCY_KEY
+from gateway.http.idempotent_doors import IdempotentDoors
 from gateway.http.request_body import BodyLimits, parse_object, read_body
 from gateway.http.sse_reply import SSEReply
 
@@ -81,8 +83,14 @@ class ChatRoutes:
         # Starlette's `StreamingResponse` is the reference path (set by tests and benchmarks)
         self.stream_reply: type[SSEReply] | type[StreamingResponse] = SSEReply
         self._tool_lists = openai_wire.ToolListMemo()  # the agent's tools, decoded once
+        self.replay: IdempotentDoors | None = None  # set: `Idempotency-Key` is honoured
 
     async def serve(self, http: Request, wire: WireFormat) -> Response:
+        if self.replay is not None and IDEMPOTENCY_KEY in http.headers:
+            return await self.replay.serve(http, wire, lambda again: self._serve(again, wire))
+        return await self._serve(http, wire)
+
+    async def _serve(self, http: Request, wire: WireFormat) -> Response:
         try:
             call = await self._incoming(http, wire)
             admitted = await self.pipeline.admit(call)

@@ -37,7 +37,8 @@ def to_http(exc: Exception, wire: WireFormat) -> HttpError:
             exc.rule,
             exc.field,
         )
-        return HttpError(exc.status_code, body)
+        wait = exc.retry_after_s
+        return HttpError(exc.status_code, body, {"retry-after": str(wait)} if wait else {})
     if isinstance(exc, WireFormatError):
         body = error_body(
             wire,

@@ -24,6 +24,8 @@ from gateway.http.api_schema import OpenAIError, errors, json_body
 from gateway.http.auth import KeyLookup, authenticate
 from gateway.http.chat_routes import error_response
 from gateway.http.errors import to_http
+from gateway.http.idempotent_doors import HEADER as IDEMPOTENCY_KEY
+from gateway.http.idempotent_doors import IdempotentDoors
 from gateway.http.request_body import BodyLimits, parse_object, read_body
 from gateway.http.responses_schema import ResponseObject, ResponsesCreateRequest
 from gateway.http.sse_reply import SSEReply
@@ -40,8 +42,14 @@ class ResponsesRoutes:
         self.policies = policies
         self.turns = turns
         self.limits = limits
+        self.replay: IdempotentDoors | None = None  # set: `Idempotency-Key` is honoured
 
     async def create(self, http: Request) -> Response:
+        if self.replay is not None and IDEMPOTENCY_KEY in http.headers:
+            return await self.replay.serve(http, "openai", self._create)
+        return await self._create(http)
+
+    async def _create(self, http: Request) -> Response:
         try:
             turn = await self._turn(http)
             admitted = await self.pipeline.admit(turn.call)

@@ -1,0 +1,149 @@
+"""Where keyed replies are kept: the `ReplayStore` protocol and the in-process store (one
+process; the reference path of the Redis store, which every process shares).
+
+A claim is decided in one step (nobody runs a key twice); every write is fenced, so an owner
+whose lease ran out and was taken over writes nothing more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from gateway.replay.records import Claim, Entry, Page, RecordState
+
+
+class ReplayStore(Protocol):
+    async def claim(self, scope: str, fingerprint: str, lease_s: float, ttl_s: float) -> Claim:
+        """Create the record (`new`, fence 1), take over one whose lease ran out (`new`, the
+        next fence, its entries dropped), or report it as found."""
+        ...
+
+    async def append(
+        self, scope: str, fence: int, entries: Sequence[Entry], lease_s: float, ttl_s: float
+    ) -> bool:
+        """Add entries (an `end` entry sets the state); renews the lease. False: not ours."""
+        ...
+
+    async def renew(self, scope: str, fence: int, lease_s: float) -> bool: ...
+
+    async def release(self, scope: str, fence: int) -> None:
+        """Forget a running record (its reply is not to be replayed: the key is free)."""
+        ...
+
+    async def read(self, scope: str, after: int, block_s: float) -> Page:
+        """Entries from index `after` on, waiting up to `block_s` for one when none are there
+        yet and the record is still running."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+@dataclass
+class _Record:
+    fingerprint: str
+    fence: int
+    lease_until: float
+    expires_at: float
+    state: RecordState = "running"
+    entries: list[Entry] = field(default_factory=list)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def notify(self) -> None:
+        self.changed.set()
+        self.changed = asyncio.Event()
+
+
+class MemoryReplayStore:
+    """Records in this process's memory; `sweep` (run in the background) drops expired ones."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._records: dict[str, _Record] = {}
+
+    async def claim(self, scope: str, fingerprint: str, lease_s: float, ttl_s: float) -> Claim:
+        now = self._clock()
+        found = self._live(scope, now)
+        if found is None:
+            self._records[scope] = _Record(fingerprint, 1, now + lease_s, now + ttl_s)
+            return Claim("new", 1)
+        if found.fingerprint != fingerprint:
+            return Claim("mismatch", found.fence)
+        if found.state != "running":
+            return Claim(found.state, found.fence)
+        if found.lease_until > now:
+            return Claim("running", found.fence)
+        found.fence += 1
+        found.lease_until, found.expires_at = now + lease_s, now + ttl_s
+        found.entries.clear()
+        found.notify()
+        return Claim("new", found.fence)
+
+    async def append(
+        self, scope: str, fence: int, entries: Sequence[Entry], lease_s: float, ttl_s: float
+    ) -> bool:
+        record = self._owned(scope, fence)
+        if record is None:
+            return False
+        now = self._clock()
+        for entry in entries:
+            if entry.kind == "end":
+                record.state = "done" if entry.data == b"done" else "too_large"
+                record.expires_at = now + ttl_s
+        if record.state == "too_large":
+            record.entries.clear()
+        else:
+            record.entries.extend(entries)
+        record.lease_until = now + lease_s
+        record.notify()
+        return True
+
+    async def renew(self, scope: str, fence: int, lease_s: float) -> bool:
+        record = self._owned(scope, fence)
+        if record is not None:
+            record.lease_until = self._clock() + lease_s
+        return record is not None
+
+    async def release(self, scope: str, fence: int) -> None:
+        record = self._owned(scope, fence)
+        if record is not None:
+            del self._records[scope]
+            record.notify()
+
+    async def read(self, scope: str, after: int, block_s: float) -> Page:
+        record = self._live(scope, self._clock())
+        if record is not None and record.state == "running" and len(record.entries) <= after:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(record.changed.wait(), block_s)
+            record = self._live(scope, self._clock())
+        if record is None:
+            return Page((), None, 0, False)
+        is_leased = record.lease_until > self._clock()
+        return Page(tuple(record.entries[after:]), record.state, record.fence, is_leased)
+
+    def sweep(self) -> int:
+        """Drop records past their retention; returns how many."""
+        now = self._clock()
+        gone = [scope for scope, r in self._records.items() if r.expires_at <= now]
+        for scope in gone:
+            self._records.pop(scope).notify()
+        return len(gone)
+
+    async def aclose(self) -> None:
+        self._records.clear()
+
+    def _live(self, scope: str, now: float) -> _Record | None:
+        record = self._records.get(scope)
+        if record is not None and record.expires_at <= now:
+            del self._records[scope]
+            return None
+        return record
+
+    def _owned(self, scope: str, fence: int) -> _Record | None:
+        record = self._records.get(scope)
+        if record is None or record.fence != fence or record.state != "running":
+            return None
+        return record

@@ -1,0 +1,118 @@
+"""The replay stores keep the same promises, the in-process one (the reference path) and the
+Redis one against the real server: one claim wins, a different request is a mismatch, writes
+are fenced, a lapsed lease is taken over, a reply over the cap is marked, records expire."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from gateway.replay.records import Entry, Page, ReplyHead
+from gateway.replay.redis_store import RedisReplayStore
+from gateway.replay.store import MemoryReplayStore, ReplayStore
+
+HEAD = ReplyHead(200, (("content-type", "text/event-stream"),)).to_entry()
+TTL_S = 60.0
+
+
+def _chunks(page: Page) -> list[bytes]:
+    return [e.data for e in page.entries if e.kind == "chunk"]
+
+
+async def _promises(store: ReplayStore, sleep: Callable[[float], Awaitable[None]]) -> None:
+    assert (await store.claim("acme:k1", "fp-a", 10.0, TTL_S)).kind == "new"
+    assert (await store.claim("acme:k1", "fp-a", 10.0, TTL_S)).kind == "running"
+    assert (await store.claim("acme:k1", "fp-b", 10.0, TTL_S)).kind == "mismatch"
+    assert (await store.claim("other:k1", "fp-a", 10.0, TTL_S)).kind == "new"  # another scope
+    assert await store.append("acme:k1", 1, [HEAD, Entry("chunk", b"data: 1\n\n")], 10.0, TTL_S)
+    assert not await store.append("acme:k1", 2, [Entry("chunk", b"stale")], 10.0, TTL_S)
+    page = await store.read("acme:k1", 0, 0.0)
+    assert (page.state, page.fence, page.is_leased) == ("running", 1, True)
+    assert [e.kind for e in page.entries] == ["head", "chunk"]
+    waiting = asyncio.ensure_future(store.read("acme:k1", 2, 1.5))  # blocks for the next one
+    await sleep(0.05)
+    assert await store.append("acme:k1", 1, [Entry("chunk", b"\x00\xff"), Entry("end", b"done")], 10.0, TTL_S)  # fmt: skip
+    assert _chunks(await waiting) == [b"\x00\xff"]
+    done = await store.read("acme:k1", 0, 0.0)
+    assert done.state == "done" and _chunks(done) == [b"data: 1\n\n", b"\x00\xff"]
+    assert (await store.claim("acme:k1", "fp-a", 10.0, TTL_S)).kind == "done"
+    assert not await store.append("acme:k1", 1, [Entry("chunk", b"late")], 10.0, TTL_S)
+    # a lapsed lease: the next claim takes over with fence 2 and a clean record
+    assert (await store.claim("acme:k2", "fp-a", 0.05, TTL_S)).kind == "new"
+    assert await store.append("acme:k2", 1, [HEAD], 0.05, TTL_S)
+    await sleep(0.1)
+    assert (await store.read("acme:k2", 0, 0.0)).is_leased is False
+    taken = await store.claim("acme:k2", "fp-a", 10.0, TTL_S)
+    assert (taken.kind, taken.fence) == ("new", 2)
+    assert (await store.read("acme:k2", 0, 0.0)).entries == ()
+    assert not await store.renew("acme:k2", 1, 10.0)  # the old owner writes nothing
+    assert await store.renew("acme:k2", 2, 10.0)
+    # over the cap: marked, entries dropped, replays refused by the service
+    assert await store.append("acme:k2", 2, [HEAD, Entry("end", b"too_large")], 10.0, TTL_S)
+    assert (await store.claim("acme:k2", "fp-a", 10.0, TTL_S)).kind == "too_large"
+    assert (await store.read("acme:k2", 0, 0.0)).entries == ()
+    # released: the key is free again
+    assert (await store.claim("acme:k3", "fp-a", 10.0, TTL_S)).kind == "new"
+    await store.release("acme:k3", 1)
+    assert (await store.read("acme:k3", 0, 0.0)).state is None
+    assert (await store.claim("acme:k3", "fp-b", 10.0, TTL_S)).kind == "new"
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        await asyncio.sleep(0)
+
+
+def test_memory_store_keeps_the_promises() -> None:
+    clock = FakeClock()
+    asyncio.run(_promises(MemoryReplayStore(clock), clock.sleep))
+
+
+def test_memory_store_sweeps_expired_records() -> None:
+    async def main() -> None:
+        clock = FakeClock()
+        store = MemoryReplayStore(clock)
+        await store.claim("acme:k1", "fp", 10.0, 100.0)
+        await store.claim("acme:k2", "fp", 10.0, 300.0)
+        clock.now += 200
+        assert store.sweep() == 1
+        assert (await store.claim("acme:k1", "fp-other", 10.0, 100.0)).kind == "new"
+        assert (await store.claim("acme:k2", "fp-other", 10.0, 100.0)).kind == "mismatch"
+
+    asyncio.run(main())
+
+
+@pytest.mark.redis
+def test_redis_store_keeps_the_promises(redis_url: str, redis_prefix: str) -> None:
+    async def main() -> None:
+        store = RedisReplayStore.from_url(redis_url, key_prefix=redis_prefix)
+        try:
+            await _promises(store, asyncio.sleep)
+        finally:
+            await store.aclose()
+
+    asyncio.run(main())
+
+
+@pytest.mark.redis
+def test_redis_store_expires_records_itself(redis_url: str, redis_prefix: str) -> None:
+    async def main() -> None:
+        store = RedisReplayStore.from_url(redis_url, key_prefix=redis_prefix)
+        try:
+            await store.claim("acme:k1", "fp", 10.0, 0.05)
+            await asyncio.sleep(0.1)
+            assert (await store.read("acme:k1", 0, 0.0)).state is None
+            assert (await store.claim("acme:k1", "fp-other", 10.0, TTL_S)).kind == "new"
+        finally:
+            await store.aclose()
+
+    asyncio.run(main())
