@@ -110,8 +110,8 @@ class ApiKeyRecord(Base):
 
     __tablename__ = "api_keys"
 
+    tenant: Mapped[str] = mapped_column(sa.String(128), primary_key=True)  # ids are per tenant
     id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
-    tenant: Mapped[str] = mapped_column(sa.String(128), index=True)
     sha256: Mapped[str] = mapped_column(sa.String(64), unique=True)
     models: Mapped[str | None] = mapped_column(sa.String(4096))  # JSON list; NULL: the tenant's
     budget_usd: Mapped[Decimal | None] = mapped_column(sa.Numeric(18, 8))

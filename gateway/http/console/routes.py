@@ -18,7 +18,7 @@ import jinja2
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from gateway.apikeys.records import KeyNotFound, KeyRequestInvalid
+from gateway.apikeys.records import KeyIdConflict, KeyNotFound, KeyRequestInvalid
 from gateway.http.admin_keys import KeyIssueBody, check_key_request
 from gateway.http.console import pages
 from gateway.http.console.login import COOKIE, SESSION_TTL_S, ConsoleSessions
@@ -132,10 +132,11 @@ class ConsoleRoutes:
         form = _form(await request.body())
         if not self.console.auth.is_form_token(request.cookies, form.get("form_token", "")):
             return Response("stale form: reload the page", 403)
-        key_id = request.path_params["key_id"]
+        key_id, tenant = request.path_params["key_id"], form.get("tenant") or None
+        records = self.console.data.records
         try:
-            await asyncio.to_thread(self.console.data.records.revoke, key_id, CONSOLE_ACTOR)
-        except KeyNotFound as exc:
+            await asyncio.to_thread(records.revoke, key_id, CONSOLE_ACTOR, tenant)
+        except (KeyNotFound, KeyIdConflict) as exc:
             return await self.keys(request, error=str(exc))
         return RedirectResponse("/console/keys", 303)
 
