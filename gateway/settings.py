@@ -105,6 +105,17 @@ class ResponsesSettings(Section):
     max_entries: int = Field(default=10_000, gt=0)  # the in-process store only
 
 
+class ConsoleSettings(Section):
+    """The web console's logins (`docs/console.md`): stored in the ledger database."""
+
+    session_ttl_s: int = Field(default=8 * 3600, gt=0)  # a login's life; logout ends it sooner
+    max_sessions: int = Field(default=64, gt=0)  # live logins kept; the oldest is closed first
+    # true: the cookie is sent over HTTPS only (set it where TLS ends before the gateway or at it)
+    secure_cookie: bool = False
+    max_login_failures: int = Field(default=10, gt=0)  # wrong tokens per client address ...
+    login_window_s: float = Field(default=300.0, gt=0)  # ... per window; then 429 till its end
+
+
 class Settings(BaseSettings):
     """Everything the process is configured with; built by `load_settings()`."""
 
@@ -129,6 +140,7 @@ class Settings(BaseSettings):
     sandbox: SandboxSettings = SandboxSettings()
     fleet: FleetSettings = FleetSettings()
     responses: ResponsesSettings = ResponsesSettings()
+    console: ConsoleSettings = ConsoleSettings()
     prices: dict[str, PriceOverride] = Field(default_factory=dict)  # model -> USD per Mtok
     models: tuple[ModelRoute, ...] = ()
 

@@ -135,6 +135,18 @@ class AdminAuditRecord(Base):
     detail: Mapped[str] = mapped_column(sa.String(2048))
 
 
+class ConsoleSessionRecord(Base):
+    """A console login: the sha256 of its cookie (never the cookie), the admin token it was
+    opened with (as an HMAC: a rotated token closes it) and its expiry (migration 0007)."""
+
+    __tablename__ = "console_sessions"
+
+    cookie_sha256: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    admin_hmac: Mapped[str] = mapped_column(sa.String(64))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), index=True)
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+
 def to_money(value: Decimal | float | int | str) -> Decimal:
     """Exact decimal dollars at the ledger's precision; floats go through their shortest repr."""
     try:
