@@ -121,6 +121,17 @@ class ReplaySettings(Section):
     sweep_interval_s: float = Field(default=60.0, gt=0)  # the in-process store's expiry pass
 
 
+class ConsoleSettings(Section):
+    """The web console's logins (`docs/console.md`): stored in the ledger database."""
+
+    session_ttl_s: int = Field(default=8 * 3600, gt=0)  # a login's life; logout ends it sooner
+    max_sessions: int = Field(default=64, gt=0)  # live logins kept; the oldest is closed first
+    # true: the cookie is sent over HTTPS only (set it where TLS ends before the gateway or at it)
+    secure_cookie: bool = False
+    max_login_failures: int = Field(default=10, gt=0)  # wrong tokens per client address ...
+    login_window_s: float = Field(default=300.0, gt=0)  # ... per window; then 429 till its end
+
+
 class Settings(BaseSettings):
     """Everything the process is configured with; built by `load_settings()`."""
 
@@ -146,6 +157,7 @@ class Settings(BaseSettings):
     fleet: FleetSettings = FleetSettings()
     responses: ResponsesSettings = ResponsesSettings()
     replay: ReplaySettings = ReplaySettings()
+    console: ConsoleSettings = ConsoleSettings()
     prices: dict[str, PriceOverride] = Field(default_factory=dict)  # model -> USD per Mtok
     models: tuple[ModelRoute, ...] = ()
 

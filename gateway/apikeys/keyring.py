@@ -44,7 +44,8 @@ def window_start(window: str, now: datetime) -> datetime:
 @dataclass(frozen=True, slots=True)
 class KeyringSnapshot:
     by_sha256: dict[str, IssuedKey] = field(default_factory=dict)
-    spend_usd: dict[str, Decimal] = field(default_factory=dict)  # budgeted keys, in their window
+    # (tenant, key id) of each budgeted key -> its spend in its window
+    spend_usd: dict[tuple[str, str], Decimal] = field(default_factory=dict)
 
 
 class Keyring:
@@ -91,19 +92,19 @@ class Keyring:
         while not self._stop.wait(self._poll_interval_s):
             self.refresh()
 
-    def _spend(self, budgeted: list[IssuedKey]) -> dict[str, Decimal]:
+    def _spend(self, budgeted: list[IssuedKey]) -> dict[tuple[str, str], Decimal]:
         """Each budgeted key's spend since its window's start, from the daily rollup (a window
         starts at a UTC midnight, so its days are whole): one query per window start."""
         now = self._clock()
-        by_start: dict[date, list[str]] = {}
+        by_start: dict[date, list[tuple[str, str]]] = {}
         for key in budgeted:
             start = window_start(key.budget_window or "month", now).date()
-            by_start.setdefault(start, []).append(key.key_id)
-        spend = {key.key_id: Decimal(0) for key in budgeted}
+            by_start.setdefault(start, []).append(key.scope)
+        spend = {key.scope: Decimal(0) for key in budgeted}
         with self._sessions() as session:
-            for start, key_ids in by_start.items():
-                for key_id, spent in spend_since(session, key_ids, start).items():
-                    spend[key_id] = to_money(spent)
+            for start, scopes in by_start.items():
+                for scope, spent in spend_since(session, scopes, start).items():
+                    spend[scope] = to_money(spent)
         return spend
 
 
@@ -139,7 +140,7 @@ class KeyChain:
         policy = self._policies.get(issued.tenant)
         if policy is None:
             return None
-        _check_budget(issued, snapshot.spend_usd.get(issued.key_id, Decimal(0)))
+        _check_budget(issued, snapshot.spend_usd.get(issued.scope, Decimal(0)))
         return _narrowed(policy, issued), issued.key_id
 
     def policy_for_key_id(self, tenant: str, key_id: str) -> TenantPolicy | None:
@@ -159,7 +160,7 @@ class KeyChain:
         if issued is None or not issued.is_usable(self._clock()):
             return None
         try:
-            _check_budget(issued, snapshot.spend_usd.get(issued.key_id, Decimal(0)))
+            _check_budget(issued, snapshot.spend_usd.get(issued.scope, Decimal(0)))
         except KeyBudgetExhausted:
             return None
         return _narrowed(policy, issued)

@@ -1,6 +1,7 @@
 """The `api_keys` and `admin_audit` tables: issue, list, expire and revoke keys, each change
 audited (who, what, when) in the same transaction. Sync database I/O: async callers use a thread.
 
+A key is named by (tenant, id), as the ledger's rows are: two tenants may hold the same id.
 The secret is returned once by `issue` and never stored: only its sha256 is.
 """
 
@@ -32,6 +33,10 @@ class KeyRequestInvalid(ValueError):
     """A key request names something that cannot be (unknown tenant, bad id, bad budget)."""
 
 
+class KeyIdConflict(KeyRequestInvalid):
+    """A key id the tenant already holds, or one several tenants hold named without a tenant."""
+
+
 class KeyNotFound(LookupError):
     pass
 
@@ -50,6 +55,11 @@ class IssuedKey:
     revoked_at: datetime | None
     created_at: datetime
     created_by: str
+
+    @property
+    def scope(self) -> tuple[str, str]:
+        """(tenant, key id): what names the key, in `api_keys` and in the ledger."""
+        return self.tenant, self.key_id
 
     def is_usable(self, now: datetime) -> bool:
         return self.revoked_at is None and (self.expires_at is None or now < self.expires_at)
@@ -102,9 +112,12 @@ class KeyRecords:
         try:
             with self._sessions.begin() as session:
                 session.add(record)
-                session.add(_audit(now, actor, "key.issue", fresh.key_id, detail))
+                target = f"{request.tenant}/{fresh.key_id}"
+                session.add(_audit(now, actor, "key.issue", target, detail))
         except IntegrityError as error:
-            raise KeyRequestInvalid(f"key id {fresh.key_id!r} is already taken") from error
+            raise KeyIdConflict(
+                f"key id {fresh.key_id!r} is already taken in tenant {request.tenant!r}"
+            ) from error
         return _issued(record), fresh.key
 
     def all(self, tenant: str | None = None) -> list[IssuedKey]:
@@ -118,14 +131,17 @@ class KeyRecords:
         with self._sessions() as session:
             return [_issued(r) for r in session.scalars(query)]
 
-    def expire(self, key_id: str, at: datetime | None, actor: str) -> IssuedKey:
-        now = self._clock()
-        when = at or now
-        return self._change(key_id, actor, "key.expire", {"expires_at": when}, when.isoformat())
+    def expire(
+        self, key_id: str, at: datetime | None, actor: str, tenant: str | None = None
+    ) -> IssuedKey:
+        """`tenant` None: the one key with this id (KeyIdConflict when tenants share it)."""
+        when = at or self._clock()
+        values: dict[str, object] = {"expires_at": when}
+        return self._change(tenant, key_id, actor, "key.expire", values, when.isoformat())
 
-    def revoke(self, key_id: str, actor: str) -> IssuedKey:
+    def revoke(self, key_id: str, actor: str, tenant: str | None = None) -> IssuedKey:
         now = self._clock()
-        return self._change(key_id, actor, "key.revoke", {"revoked_at": now}, "")
+        return self._change(tenant, key_id, actor, "key.revoke", {"revoked_at": now}, "")
 
     def audit_log(self, limit: int = 100) -> list[AuditEntry]:
         query = (
@@ -140,17 +156,34 @@ class KeyRecords:
             ]
 
     def _change(
-        self, key_id: str, actor: str, action: str, values: dict[str, object], note: str
+        self,
+        tenant: str | None,
+        key_id: str,
+        actor: str,
+        action: str,
+        values: dict[str, object],
+        note: str,
     ) -> IssuedKey:
-        if not KEY_ID.fullmatch(key_id):
+        if not KEY_ID.fullmatch(key_id) or (tenant is not None and not TENANT_ID.fullmatch(tenant)):
             raise KeyNotFound(f"no key {key_id!r}")  # never sent to the database as is
+        query = sa.select(ApiKeyRecord).where(ApiKeyRecord.id == key_id)
+        if tenant is not None:
+            query = query.where(ApiKeyRecord.tenant == tenant)
         with self._sessions.begin() as session:
-            record = session.get(ApiKeyRecord, key_id)
-            if record is None:
-                raise KeyNotFound(f"no key {key_id!r}")
+            found = list(session.scalars(query.limit(2)))
+            if not found:
+                raise KeyNotFound(
+                    f"no key {key_id!r}" + (f" in tenant {tenant!r}" if tenant else "")
+                )
+            if len(found) > 1:
+                raise KeyIdConflict(
+                    f"key id {key_id!r} is held by several tenants: name the tenant (?tenant=)"
+                )
+            record = found[0]
             for name, value in values.items():
                 setattr(record, name, value)
-            session.add(_audit(self._clock(), actor, action, key_id, {"at": note}))
+            target = f"{record.tenant}/{key_id}"
+            session.add(_audit(self._clock(), actor, action, target, {"at": note}))
             session.flush()
             return _issued(record)
 

@@ -1,7 +1,9 @@
 """`/admin/keys`: issue (the secret is in the reply, once), list, expire and revoke API keys.
 
 Guarded by the admin token; every change is audited by `KeyRecords`. Database work runs in a
-thread. Bad input is a 400 naming what is accepted; an unknown key id is a 404.
+thread. Bad input is a 400 naming what is accepted; an unknown key id is a 404; a key id the
+tenant already holds (issued or in its YAML), or one several tenants hold named without
+`?tenant=`, is a 409.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gateway.apikeys.records import IssuedKey, KeyNotFound, KeyRecords, KeyRequest
+from gateway.apikeys.records import IssuedKey, KeyIdConflict, KeyNotFound, KeyRecords, KeyRequest
 from gateway.apikeys.records import KeyRequestInvalid as Invalid
 from gateway.errors import AuthenticationFailed
 from gateway.http.admin_routes import json_response
@@ -76,7 +78,7 @@ def check_key_request(
     if unknown:
         raise Invalid(f"models {unknown} are not allowed for {body.tenant}; use {allowed}")
     if body.id is not None and body.id in {k.id for k in policy.api_keys}:
-        raise Invalid(f"key id {body.id!r} is already a key of {body.tenant}.yaml")
+        raise KeyIdConflict(f"key id {body.id!r} is already a key of {body.tenant}.yaml")
     models = tuple(body.models) if body.models is not None else None
     return KeyRequest(
         body.tenant, body.id, models, body.budget_usd, body.budget_window, body.expires_at
@@ -90,7 +92,7 @@ def build_keys_router(
     model_names: list[str],
 ) -> APIRouter:
     router = APIRouter()
-    answers = {**errors(OpenAIError, 400, 401, 404)}
+    answers = {**errors(OpenAIError, 400, 401, 404, 409)}
 
     @router.post("/admin/keys", status_code=201, responses=answers)
     async def issue(request: Request, body: dict[str, Any]) -> Response:
@@ -100,7 +102,7 @@ def build_keys_router(
             wanted = check_key_request(KeyIssueBody.model_validate(body), tenants, model_names)
             key, secret = await asyncio.to_thread(records.issue, wanted, ADMIN_ACTOR)
         except (ValidationError, Invalid) as exc:
-            return _bad_request(exc)
+            return _refusal(exc)
         return json_response({**key_document(key), "key": secret}, 201)
 
     @router.get("/admin/keys", responses=answers)
@@ -110,30 +112,30 @@ def build_keys_router(
         try:
             keys = await asyncio.to_thread(records.all, tenant)
         except Invalid as exc:
-            return _bad_request(exc)
+            return _refusal(exc)
         return json_response({"keys": [key_document(k) for k in keys]})
 
     @router.post("/admin/keys/{key_id}/expire", responses=answers)
-    async def expire(request: Request, key_id: str, body: dict[str, Any] | None = None) -> Response:
+    async def expire(
+        request: Request, key_id: str, tenant: str | None = None, body: dict[str, Any] | None = None
+    ) -> Response:
         if not is_admin(request.headers, admin_token):
             return _denied()
         try:
             at = KeyExpireBody.model_validate(body or {}).expires_at
-            key = await asyncio.to_thread(records.expire, key_id, at, ADMIN_ACTOR)
-        except ValidationError as exc:
-            return _bad_request(exc)
-        except KeyNotFound as exc:
-            return _not_found(exc)
+            key = await asyncio.to_thread(records.expire, key_id, at, ADMIN_ACTOR, tenant)
+        except (ValidationError, KeyNotFound, KeyIdConflict) as exc:
+            return _refusal(exc)
         return json_response(key_document(key))
 
     @router.post("/admin/keys/{key_id}/revoke", responses=answers)
-    async def revoke(request: Request, key_id: str) -> Response:
+    async def revoke(request: Request, key_id: str, tenant: str | None = None) -> Response:
         if not is_admin(request.headers, admin_token):
             return _denied()
         try:
-            key = await asyncio.to_thread(records.revoke, key_id, ADMIN_ACTOR)
-        except KeyNotFound as exc:
-            return _not_found(exc)
+            key = await asyncio.to_thread(records.revoke, key_id, ADMIN_ACTOR, tenant)
+        except (KeyNotFound, KeyIdConflict) as exc:
+            return _refusal(exc)
         return json_response(key_document(key))
 
     return router
@@ -143,15 +145,16 @@ def _denied() -> Response:
     return error_response(AuthenticationFailed("admin token required"), "openai")
 
 
-def _bad_request(exc: Exception) -> Response:
+def _refusal(exc: Exception) -> Response:
+    """A refused key request as the client's error: 404 for an unknown key, 409 for a key id
+    taken (or shared by tenants and named without one), else 400."""
     kind = "invalid_request_error"
+    if isinstance(exc, KeyNotFound):
+        return json_response(error_body("openai", kind, kind, str(exc), "key_not_found", None), 404)
+    if isinstance(exc, KeyIdConflict):
+        return json_response(error_body("openai", kind, kind, str(exc), "key_id_taken", None), 409)
     message = str(exc).splitlines()[0] if not isinstance(exc, ValidationError) else _first(exc)
     return json_response(error_body("openai", kind, kind, message, "bad_key_request", None), 400)
-
-
-def _not_found(exc: Exception) -> Response:
-    kind = "invalid_request_error"
-    return json_response(error_body("openai", kind, kind, str(exc), "key_not_found", None), 404)
 
 
 def _first(exc: ValidationError) -> str:

@@ -33,6 +33,8 @@ from gateway.http.compat_routes import CompatRoutes, build_compat_router, not_fo
 from gateway.http.console.login import ConsoleSessions
 from gateway.http.console.pages import ConsoleData
 from gateway.http.console.routes import Console, build_console_router
+from gateway.http.console.session_store import ConsoleSessionStore
+from gateway.http.console.throttle import LoginThrottle
 from gateway.http.database_down import database_unavailable
 from gateway.http.embeddings_routes import build_embeddings_router
 from gateway.http.idempotent_doors import IdempotentDoors
@@ -148,8 +150,24 @@ def include_console(
     names = list(parts.models.names())
     app.include_router(build_keys_router(admin_token, records, parts.policies.get, names))
     data = ConsoleData(parts.sessions, parts.policies, records, settings)
-    auth = ConsoleSessions(admin_token, settings.resolve_server_secret(), time.time)
-    app.include_router(build_console_router(Console(data, auth, names, lambda: datetime.now(UTC))))
+    app.include_router(build_console_router(_console(settings, data, admin_token, names)))
+
+
+def _console(
+    settings: Settings, data: ConsoleData, admin_token: str | None, names: list[str]
+) -> Console:
+    """The console's logins in the ledger database (shared by every process), its login
+    throttle per process."""
+    wanted = settings.console
+    store = ConsoleSessionStore(data.sessions, wanted.max_sessions)
+    secret = settings.resolve_server_secret()
+    auth = ConsoleSessions(admin_token, secret, store, _utc_now, wanted.session_ttl_s)
+    throttle = LoginThrottle(wanted.max_login_failures, wanted.login_window_s, time.monotonic)
+    return Console(data, auth, throttle, names, _utc_now, wanted.secure_cookie)
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
 
 
 def serve(settings: Settings, workers: int = 1, components: GatewayProcess | None = None) -> int:

@@ -83,13 +83,19 @@ def _daily_column(key: str, dialect: str) -> sa.ColumnElement[Any]:
     return column.label(key)
 
 
-def spend_since(session: Session, key_ids: Sequence[str], day: date) -> dict[str, Decimal]:
-    """Dollars each of `key_ids` spent from UTC midnight of `day` on, up to the last row stored
-    (today's included): the key budgets' windows, read from the rollup alone."""
+def spend_since(
+    session: Session, keys: Sequence[tuple[str, str]], day: date
+) -> dict[tuple[str, str], Decimal]:
+    """Dollars each (tenant, key id) of `keys` spent from UTC midnight of `day` on, up to the
+    last row stored (today's included): the key budgets' windows, read from the rollup alone.
+    A key id names a key within its tenant only: two tenants' `prod` are two keys."""
     d = UsageDailyRecord
     query = (
-        sa.select(d.key_id, sa.func.sum(d.cost_e8))
-        .where(d.key_id.in_(list(key_ids)), d.day >= day)
-        .group_by(d.key_id)
+        sa.select(d.tenant, d.key_id, sa.func.sum(d.cost_e8))
+        .where(sa.tuple_(d.tenant, d.key_id).in_(list(keys)), d.day >= day)
+        .group_by(d.tenant, d.key_id)
     )
-    return {key: _dollars(units) or Decimal(0) for key, units in session.execute(query)}
+    return {
+        (tenant, key): _dollars(units) or Decimal(0)
+        for tenant, key, units in session.execute(query)
+    }

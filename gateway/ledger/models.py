@@ -110,8 +110,8 @@ class ApiKeyRecord(Base):
 
     __tablename__ = "api_keys"
 
+    tenant: Mapped[str] = mapped_column(sa.String(128), primary_key=True)  # ids are per tenant
     id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
-    tenant: Mapped[str] = mapped_column(sa.String(128), index=True)
     sha256: Mapped[str] = mapped_column(sa.String(64), unique=True)
     models: Mapped[str | None] = mapped_column(sa.String(4096))  # JSON list; NULL: the tenant's
     budget_usd: Mapped[Decimal | None] = mapped_column(sa.Numeric(18, 8))
@@ -133,6 +133,18 @@ class AdminAuditRecord(Base):
     action: Mapped[str] = mapped_column(sa.String(64))
     target: Mapped[str] = mapped_column(sa.String(256))
     detail: Mapped[str] = mapped_column(sa.String(2048))
+
+
+class ConsoleSessionRecord(Base):
+    """A console login: the sha256 of its cookie (never the cookie), the admin token it was
+    opened with (as an HMAC: a rotated token closes it) and its expiry (migration 0007)."""
+
+    __tablename__ = "console_sessions"
+
+    cookie_sha256: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    admin_hmac: Mapped[str] = mapped_column(sa.String(64))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), index=True)
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime())
 
 
 def to_money(value: Decimal | float | int | str) -> Decimal:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import calendar
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -65,7 +65,7 @@ def spend_series(
         raise InvalidReportQuery(
             f"unknown dimension {dimension!r}; use {'|'.join(SPEND_DIMENSIONS)}"
         )
-    report = cost_report(sessions, since, until, ["day", dimension])
+    report = _by_day(sessions, since, until, dimension)
     days = tuple(sorted({row.group[0] for row in report.rows}))
     position = {day: i for i, day in enumerate(days)}
     amounts: dict[str, list[Decimal]] = {}
@@ -73,6 +73,20 @@ def spend_series(
         day, value = row.group
         amounts.setdefault(value, [Decimal(0)] * len(days))[position[day]] = row.cost_usd
     return SpendSeries(dimension, days, {k: tuple(v) for k, v in amounts.items()}, report)
+
+
+def _by_day(
+    sessions: sessionmaker[Session], since: datetime, until: datetime, dimension: str
+) -> CostReport:
+    """The report per (day, value of `dimension`); a key's value is `tenant/key id`, since a
+    key id names a key within its tenant only (two tenants' `prod` are two keys)."""
+    if dimension != "key":
+        return cost_report(sessions, since, until, ["day", dimension])
+    report = cost_report(sessions, since, until, ["day", "tenant", "key"])
+    rows = tuple(
+        replace(row, group=(row.group[0], f"{row.group[1]}/{row.group[2]}")) for row in report.rows
+    )
+    return replace(report, group_by=("day", "key"), rows=rows)
 
 
 def budget_lines(

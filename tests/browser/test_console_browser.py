@@ -198,3 +198,8 @@ def test_a_console_key_works_within_2s_and_stops_within_2s_of_revocation(
     audit = browser.find_element(By.ID, "audit").text
     assert "key.revoke" in audit and "key.issue" in audit and "console" in audit
     shot(browser, "keys-revoked")
+
+    browser.find_element(By.ID, "logout").click()  # a form post: the session ends server-side
+    WebDriverWait(browser, 10).until(lambda d: d.current_url.endswith("/console/login"))
+    browser.get(f"{url}/console/keys")
+    assert browser.current_url.endswith("/console/login")

@@ -80,8 +80,8 @@ def test_issue_use_and_revoke_a_key(gateway: RunningGateway) -> None:
     engine.dispose()
     assert {r.key_id for r in rows} == {"ci-bot"}  # the id, never the secret
     assert [tuple(a) for a in audit] == [
-        ("admin-token", "key.issue", "ci-bot"),
-        ("admin-token", "key.revoke", "ci-bot"),
+        ("admin-token", "key.issue", "acme/ci-bot"),
+        ("admin-token", "key.revoke", "acme/ci-bot"),
     ]
 
 
@@ -129,7 +129,7 @@ def test_spend_views_answer_with_the_reports_of_the_console(gateway: RunningGate
         if document["series"] or time.monotonic() > deadline:
             break
         time.sleep(0.1)
-    assert spend.status_code == 200 and list(document["series"]) == ["k1"]
+    assert spend.status_code == 200 and list(document["series"]) == ["acme/k1"]
     assert document["currency"] == "USD"
     top = httpx.get(f"{gateway.url}/admin/reports/sessions?limit=5", headers=ADMIN).json()
     assert [s["tenant"] for s in top["sessions"]] == ["acme"]

@@ -1,7 +1,8 @@
 """The console's routes: login and logout, one GET per page, and the key forms (issue, revoke).
 
-Every page but the login needs a valid console cookie (else a redirect to the login form);
-every form needs the cookie's form token. Page data is gathered in a thread (pages.py).
+Every page but the login needs a valid console session (else a redirect to the login form);
+every form, logout included, needs the cookie's form token. Logins are throttled per client
+address. Every reply forbids framing. Page data is gathered in a thread (pages.py).
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ import jinja2
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from gateway.apikeys.records import KeyNotFound, KeyRequestInvalid
+from gateway.apikeys.records import KeyIdConflict, KeyNotFound, KeyRequestInvalid
 from gateway.http.admin_keys import KeyIssueBody, check_key_request
 from gateway.http.console import pages
-from gateway.http.console.login import COOKIE, SESSION_TTL_S, ConsoleSessions
+from gateway.http.console.login import COOKIE, ConsoleSessions
+from gateway.http.console.throttle import LoginThrottle
 from gateway.reports.cost import InvalidReportQuery, parse_period
 from gateway.reports.spend import SPEND_DIMENSIONS
 
@@ -29,14 +31,23 @@ CONSOLE_ACTOR = "console"
 View = Callable[[Request], Awaitable[Response]]
 NAV = (("spend", "Spend"), ("budgets", "Budgets"), ("cache", "Cache"), ("sessions", "Sessions"),
        ("breakeven", "Break-even"), ("tenants", "Tenants"), ("keys", "Keys"))  # fmt: skip
+HARDENING = {
+    "x-frame-options": "DENY",
+    "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; "
+    "form-action 'self'; base-uri 'none'; frame-ancestors 'none'",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+}
 
 
 @dataclass(frozen=True, slots=True)
 class Console:
     data: pages.ConsoleData
     auth: ConsoleSessions
+    throttle: LoginThrottle
     model_names: list[str]
     clock: Callable[[], datetime]
+    secure_cookie: bool = False
 
 
 def _templates() -> jinja2.Environment:
@@ -62,12 +73,14 @@ class ConsoleRoutes:
         """The view for a logged-in browser; else a redirect to the login form."""
 
         async def handler(request: Request) -> Response:
-            if not self.console.auth.is_valid(request.cookies):
+            if not await asyncio.to_thread(self.console.auth.is_valid, request.cookies):
                 return RedirectResponse("/console/login", 303)
             try:
                 return await view(request)
             except InvalidReportQuery as exc:
-                return self.html("page.html.j2", 400, page=None, error=str(exc), current="")
+                token = self.console.auth.form_token(request.cookies)
+                return self.html("page.html.j2", 400, page=None, error=str(exc), current="",
+                                 form_token=token)  # fmt: skip
 
         return handler
 
@@ -75,17 +88,30 @@ class ConsoleRoutes:
         return self.html("login.html.j2", error=None, enabled=self.console.auth.is_enabled)
 
     async def login(self, request: Request) -> Response:
-        cookie = self.console.auth.login(_form(await request.body()).get("token", ""))
+        auth, address = self.console.auth, request.client.host if request.client else ""
+        retry_after_s = self.console.throttle.retry_after_s(address)
+        if retry_after_s is not None:
+            refused = self.html("login.html.j2", 429, error="too many wrong tokens: try later",
+                                enabled=auth.is_enabled)  # fmt: skip
+            refused.headers["retry-after"] = str(retry_after_s)
+            return refused
+        cookie = await asyncio.to_thread(auth.login, _form(await request.body()).get("token", ""))
         if cookie is None:
-            enabled = self.console.auth.is_enabled
-            return self.html("login.html.j2", 401, error="wrong admin token", enabled=enabled)
+            self.console.throttle.failed(address)
+            return self.html("login.html.j2", 401, error="wrong admin token",
+                             enabled=auth.is_enabled)  # fmt: skip
+        self.console.throttle.succeeded(address)
         reply = RedirectResponse("/console/spend", 303)
-        reply.set_cookie(
-            COOKIE, cookie, max_age=SESSION_TTL_S, httponly=True, samesite="strict", path="/console"
-        )
+        reply.set_cookie(COOKIE, cookie, max_age=auth.ttl_s, httponly=True, samesite="strict",
+                         secure=self.console.secure_cookie, path="/console")  # fmt: skip
         return reply
 
     async def logout(self, request: Request) -> Response:
+        """Ends the session server-side (POST with the form token: no other site can)."""
+        form = _form(await request.body())
+        if not self.console.auth.is_form_token(request.cookies, form.get("form_token", "")):
+            return Response("stale form: reload the page", 403)
+        await asyncio.to_thread(self.console.auth.logout, request.cookies)
         reply = RedirectResponse("/console/login", 303)
         reply.delete_cookie(COOKIE, path="/console")
         return reply
@@ -98,7 +124,8 @@ class ConsoleRoutes:
         found = await asyncio.to_thread(_page, self.console, name, request)
         status = 200 if found is not None else 404
         return self.html("page.html.j2", status, page=found, current=name, error=None,
-                         dimensions=SPEND_DIMENSIONS)  # fmt: skip
+                         dimensions=SPEND_DIMENSIONS,
+                         form_token=self.console.auth.form_token(request.cookies))  # fmt: skip
 
     async def keys(
         self, request: Request, issued: dict[str, str] | None = None, error: str | None = None
@@ -132,10 +159,11 @@ class ConsoleRoutes:
         form = _form(await request.body())
         if not self.console.auth.is_form_token(request.cookies, form.get("form_token", "")):
             return Response("stale form: reload the page", 403)
-        key_id = request.path_params["key_id"]
+        key_id, tenant = request.path_params["key_id"], form.get("tenant") or None
+        records = self.console.data.records
         try:
-            await asyncio.to_thread(self.console.data.records.revoke, key_id, CONSOLE_ACTOR)
-        except KeyNotFound as exc:
+            await asyncio.to_thread(records.revoke, key_id, CONSOLE_ACTOR, tenant)
+        except (KeyNotFound, KeyIdConflict) as exc:
             return await self.keys(request, error=str(exc))
         return RedirectResponse("/console/keys", 303)
 
@@ -143,16 +171,30 @@ class ConsoleRoutes:
 def build_console_router(console: Console) -> APIRouter:
     routes = ConsoleRoutes(console)
     router = APIRouter(include_in_schema=False)
-    add = router.add_api_route
+
+    def add(path: str, view: View, methods: list[str]) -> None:
+        router.add_api_route(path, _hardened(view), methods=methods)
+
     add("/console/login", routes.login_form, methods=["GET"])
     add("/console/login", routes.login, methods=["POST"])
-    add("/console/logout", routes.logout, methods=["GET", "POST"])
+    add("/console/logout", routes.guarded(routes.logout), methods=["POST"])
     add("/console", routes.guarded(routes.home), methods=["GET"])
     add("/console/keys", routes.guarded(routes.keys), methods=["GET"])
     add("/console/keys", routes.guarded(routes.issue), methods=["POST"])
     add("/console/keys/{key_id}/revoke", routes.guarded(routes.revoke), methods=["POST"])
     add("/console/{name}", routes.guarded(routes.page), methods=["GET"])
     return router
+
+
+def _hardened(view: View) -> View:
+    """`view` whose every reply forbids framing (clickjacking) and sniffing."""
+
+    async def handler(request: Request) -> Response:
+        reply = await view(request)
+        reply.headers.update(HARDENING)
+        return reply
+
+    return handler
 
 
 def _page(console: Console, name: str, request: Request) -> pages.Page | None:

@@ -9,7 +9,13 @@ from decimal import Decimal
 import pytest
 
 from gateway.apikeys.keyring import KeyChain, Keyring, window_start
-from gateway.apikeys.records import KeyRecords, KeyRequest, KeyRequestInvalid
+from gateway.apikeys.records import (
+    KeyIdConflict,
+    KeyNotFound,
+    KeyRecords,
+    KeyRequest,
+    KeyRequestInvalid,
+)
 from gateway.errors import KeyBudgetExhausted
 from gateway.ledger.db import create_ledger_engine, migrate, session_factory
 from gateway.ledger.models import UsageRow
@@ -30,12 +36,13 @@ class Clock:
 class Policies:
     def __init__(self) -> None:
         self.acme = TenantPolicy(tenant="acme", models=("gpt-4o-mini", "smollm2"))
+        self.globex = TenantPolicy(tenant="globex", models=("smollm2",))
 
     def tenant_for_key(self, key: str) -> tuple[TenantPolicy, str] | None:
         return (self.acme, "yaml") if key == "lt-yaml" else None
 
     def get(self, tenant: str) -> TenantPolicy | None:
-        return self.acme if tenant == "acme" else None
+        return {"acme": self.acme, "globex": self.globex}.get(tenant)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -51,9 +58,9 @@ def engine(request, tmp_path):
     engine.dispose()
 
 
-def spend(key_id: str, ts: datetime, cost: str, n: int) -> UsageRow:
+def spend(key_id: str, ts: datetime, cost: str, n: int, tenant: str = "acme") -> UsageRow:
     return UsageRow(
-        id=f"row-{n}", ts=ts, tenant="acme", key_id=key_id, model="smollm2",
+        id=f"row-{n}", ts=ts, tenant=tenant, key_id=key_id, model="smollm2",
         request_id=f"r{n}", status="ok", cost_usd=cost,
     )  # fmt: skip
 
@@ -84,12 +91,12 @@ def test_issue_expire_revoke_with_audit_and_lookup(engine) -> None:
     assert chain.tenant_for_key(secret) is None  # expired
     records.revoke("bot", "bob")
     assert [(a.actor, a.action, a.target) for a in records.audit_log()] == [
-        ("bob", "key.revoke", "bot"),
-        ("alice", "key.expire", "bot"),
-        ("alice", "key.issue", "bot"),
+        ("bob", "key.revoke", "acme/bot"),
+        ("alice", "key.expire", "acme/bot"),
+        ("alice", "key.issue", "acme/bot"),
     ]
     assert records.all("acme")[0].revoked_at == NOW + timedelta(hours=1)
-    with pytest.raises(KeyRequestInvalid, match="already taken"):
+    with pytest.raises(KeyIdConflict, match="already taken in tenant 'acme'"):
         records.issue(KeyRequest("acme", "bot"), "alice")
 
 
@@ -111,8 +118,8 @@ def test_a_weekly_budget_counts_only_this_weeks_spend(engine) -> None:
         spend("dy", datetime(2026, 12, 3, 13, 59, tzinfo=UTC), "0.00000001", 6),
     ])  # fmt: skip
     keyring.refresh()
-    assert keyring.snapshot.spend_usd["wk"] == Decimal("0.60000000")
-    assert keyring.snapshot.spend_usd["dy"] == Decimal("0.25000001")
+    assert keyring.snapshot.spend_usd["acme", "wk"] == Decimal("0.60000000")
+    assert keyring.snapshot.spend_usd["acme", "dy"] == Decimal("0.25000001")
     assert chain.tenant_for_key(secret) is not None
     insert_rows(engine, [spend("wk", datetime(2026, 12, 2, tzinfo=UTC), "0.40", 3)])
     keyring.refresh()
@@ -152,3 +159,30 @@ def test_policy_for_key_id_is_none_once_the_key_may_no_longer_call(engine) -> No
     keyring.refresh()
     assert chain.policy_for_key_id("acme", "bot") is None  # revoked
     assert chain.policy_for_key_id("acme", "cap") is None  # over its budget
+
+
+def test_a_key_id_names_a_key_within_its_tenant_only(engine) -> None:
+    """globex's key `prod` is not charged acme's `prod` spend; each tenant may hold a `bot`;
+    a revocation that names no tenant is refused while both do."""
+    clock = Clock()
+    records = KeyRecords(session_factory(engine), clock)
+    keyring = Keyring(session_factory(engine), clock)
+    chain = KeyChain(Policies(), keyring, clock)
+    insert_rows(engine, [spend("prod", datetime(2026, 12, 3, 9, 0, tzinfo=UTC), "0.148", 1)])
+    _, secret = records.issue(KeyRequest("globex", "prod", None, Decimal("0.10"), "day"), "a")
+    records.issue(KeyRequest("acme", "prod", None, Decimal("0.10"), "day"), "a")
+    keyring.refresh()
+    assert keyring.snapshot.spend_usd == {
+        ("globex", "prod"): Decimal("0"),
+        ("acme", "prod"): Decimal("0.14800000"),
+    }
+    found = chain.tenant_for_key(secret)
+    assert found is not None and (found[0].tenant, found[1]) == ("globex", "prod")
+    assert chain.policy_for_key_id("acme", "prod") is None  # acme's own is spent
+
+    with pytest.raises(KeyIdConflict, match="several tenants"):
+        records.revoke("prod", "bob")
+    assert records.revoke("prod", "bob", tenant="globex").tenant == "globex"
+    assert [k.revoked_at is None for k in records.all()] == [True, False]  # acme, globex
+    with pytest.raises(KeyNotFound, match="in tenant 'initech'"):
+        records.expire("prod", None, "bob", tenant="initech")

@@ -65,7 +65,7 @@ def test_migration_creates_exactly_the_usage_columns(engine):
     with engine.connect() as connection:
         assert (
             connection.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one()
-            == "0005"
+            == "0007"
         )
 
 
@@ -192,5 +192,5 @@ def test_processes_starting_together_migrate_one_at_a_time(database_url):
     with engine.connect() as connection:
         assert connection.execute(
             sa.text("SELECT version_num FROM alembic_version")
-        ).scalars().all() == ["0005"]
+        ).scalars().all() == ["0007"]
     engine.dispose()
