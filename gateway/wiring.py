@@ -44,6 +44,8 @@ from gateway.ledger.call_ledger import CallLedger
 from gateway.ledger.db import create_ledger_engine, migrate_engine, session_factory
 from gateway.ledger.metrics import RecorderCollector
 from gateway.ledger.recorder import RecorderConfig, UsageRecorder
+from gateway.mcp.assembly import build_mcp
+from gateway.mcp.door import McpDoor
 from gateway.pipeline_wiring import build_pipeline
 from gateway.policy_archive import DirectoryArchive
 from gateway.responses.redis_store import RedisResponseStore
@@ -74,6 +76,7 @@ class GatewayProcess:
     metrics: Metrics
     admin_views: dict[str, JsonView]
     tools_router: ToolsRouter | None = None
+    mcp_door: McpDoor | None = None  # /mcp (gateway/mcp)
     response_store: ResponseStore = field(default_factory=lambda: MemoryResponseStore(3600, 1000))
     lookup: KeyChain | None = None  # YAML keys, then keys issued over /admin/keys
     keyring: Keyring | None = None
@@ -287,10 +290,11 @@ def build_components(
     process = GatewayProcess(pipeline, policies, models, metrics, views)
     lookup = _add_keyring(process, ledger.engine)
     # tool runs authenticate as the chat doors do: YAML keys, then keys issued over /admin/keys
-    tools = build_tools(settings, lookup)
-    process.tools_router = tools.router
-    process.on_start.append(tools.start)
-    process.on_stop.append(tools.stop)
+    tools = build_tools(settings, lookup)  # one sandbox service for /v1/tools/runs and /mcp
+    mcp = build_mcp(settings, lookup, policies, tools.service, ledger.ledger, clock)
+    process.tools_router, process.mcp_door = tools.router, mcp.door
+    process.on_start.extend((tools.start, mcp.start))
+    process.on_stop.extend((tools.stop, mcp.stop))
     _add_shared_state(process, settings, clock)
 
     async def start() -> None:
