@@ -17,13 +17,18 @@ import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from mcp_types import CONNECTION_CLOSED, CallToolResult, Tool
+from mcp_types import CONNECTION_CLOSED, PARSE_ERROR, CallToolResult, Tool
 from pydantic import ValidationError
 
-from gateway.mcp.errors import UpstreamFailed
+from gateway.mcp.errors import UpstreamFailed, UpstreamFault
 from gateway.mcp.settings import McpServerSettings
 
 Connect = Callable[[], AbstractAsyncContextManager[Client]]
+# errors the SDK's client makes up itself when the connection breaks or a reply is not MCP
+_CLIENT_FAULTS: dict[int, UpstreamFault] = {
+    CONNECTION_CLOSED: "unreachable",
+    PARSE_ERROR: "invalid_reply",
+}
 
 
 @asynccontextmanager
@@ -94,10 +99,11 @@ class UpstreamLink:
             async with asyncio.timeout(timeout_s):
                 return await step(await self._client())
         except MCPError as exc:
-            if exc.code != CONNECTION_CLOSED:
+            fault = _CLIENT_FAULTS.get(exc.code)
+            if fault is None:  # the server's own JSON-RPC error
                 raise MCPError(exc.code, f"{name}: {exc.message}", exc.data) from exc
             await self._drop()
-            raise UpstreamFailed(name, "unreachable", exc.message) from exc
+            raise UpstreamFailed(name, fault, exc.message[:200]) from exc
         except TimeoutError as exc:
             await self._drop()
             raise UpstreamFailed(name, "timed_out", f"no answer in {timeout_s:g} s") from exc

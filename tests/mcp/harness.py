@@ -9,7 +9,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +81,7 @@ class Gateway:
     proc: subprocess.Popen[bytes]
     port: int
     var_dir: Path
+    upstreams: dict[str, Upstream] = field(default_factory=dict)
 
     @property
     def url(self) -> str:

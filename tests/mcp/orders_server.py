@@ -3,7 +3,8 @@
 
 It offers `lookup_order` and appends the headers of every HTTP request it receives to
 HEADERS_LOG (one JSON object a line), so a test can show what reached it. `slow`: the tool
-sleeps 30 s; `garbage`: every request is answered 200 with bytes that are not MCP.
+sleeps 30 s; `garbage`: it lists its tools, and answers every tool call (the 2026 wire names
+the method in a header) with 200 and bytes that are not MCP.
 """
 
 from __future__ import annotations
@@ -42,12 +43,15 @@ async def garbage(scope: Scope, receive: Receive, send: Send) -> None:
     await send({"type": "http.response.body", "body": b"<html>not MCP</html>"})
 
 
-def recording(app: ASGIApp, log: Path) -> ASGIApp:
+def recording(app: ASGIApp, log: Path, mode: str) -> ASGIApp:
     async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             seen = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
             with log.open("ab") as out:
                 out.write(orjson.dumps(seen) + b"\n")
+            if mode == "garbage" and seen.get("mcp-method") == "tools/call":
+                await garbage(scope, receive, send)
+                return
         await app(scope, receive, send)
 
     return wrapped
@@ -56,8 +60,8 @@ def recording(app: ASGIApp, log: Path) -> ASGIApp:
 def main() -> None:
     port, log = int(sys.argv[1]), Path(sys.argv[2])
     mode = sys.argv[3] if len(sys.argv) > 3 else "ok"
-    app = garbage if mode == "garbage" else orders_app(mode)
-    uvicorn.run(recording(app, log), host="127.0.0.1", port=port, log_level="warning")
+    app = recording(orders_app(mode), log, mode)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 
 
 if __name__ == "__main__":
