@@ -30,6 +30,7 @@ from gateway.backend_settings import (
     PriceOverride,
     Section,
 )
+from gateway.mcp.settings import McpServerSettings, McpSettings
 from policies.errors import DOCUMENT_FIELD, PolicyFileError, PolicyIssue
 from policies.loader import YamlDocument, issues_from_errors, parse_yaml
 
@@ -158,6 +159,8 @@ class Settings(BaseSettings):
     responses: ResponsesSettings = ResponsesSettings()
     replay: ReplaySettings = ReplaySettings()
     console: ConsoleSettings = ConsoleSettings()
+    mcp: McpSettings = McpSettings()  # the /mcp door (gateway/mcp/, docs/mcp.md)
+    mcp_servers: tuple[McpServerSettings, ...] = ()  # upstream MCP servers tenants may be granted
     prices: dict[str, PriceOverride] = Field(default_factory=dict)  # model -> USD per Mtok
     models: tuple[ModelRoute, ...] = ()
 
@@ -182,6 +185,17 @@ class Settings(BaseSettings):
             if twice:
                 raise ValueError(f"{what} names must be unique: {', '.join(twice)} repeated")
         return models
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _unique_servers(
+        cls, servers: tuple[McpServerSettings, ...]
+    ) -> tuple[McpServerSettings, ...]:
+        names = [server.name for server in servers]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ValueError(f"MCP server names must be unique: {', '.join(twice)} repeated")
+        return servers
 
     def model_route(self, name: str) -> ModelRoute | None:
         return next((route for route in self.models if route.name == name), None)

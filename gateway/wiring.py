@@ -41,8 +41,11 @@ from gateway.fleet.window import ContextWindows, HttpModelCards
 from gateway.http.admin_views import JsonView, build_admin_views
 from gateway.http.readiness import HealthCheck
 from gateway.http.tools_wiring import ToolsRouter, build_tools
+from gateway.ledger.call_ledger import CallLedger
 from gateway.ledger.db import session_factory
 from gateway.ledger_wiring import build_ledger
+from gateway.mcp.assembly import build_mcp
+from gateway.mcp.door import McpDoor
 from gateway.pipeline_wiring import build_pipeline
 from gateway.policy_archive import DirectoryArchive
 from gateway.replay.assembly import build_replay
@@ -68,6 +71,7 @@ class GatewayProcess:
     metrics: Metrics
     admin_views: dict[str, JsonView]
     tools_router: ToolsRouter | None = None
+    mcp_door: McpDoor | None = None  # /mcp (gateway/mcp)
     response_store: ResponseStore = field(default_factory=lambda: MemoryResponseStore(3600, 1000))
     lookup: KeyChain | None = None  # YAML keys, then keys issued over /admin/keys
     keyring: Keyring | None = None
@@ -266,11 +270,7 @@ def build_components(
     process = GatewayProcess(pipeline, policies, models, metrics, views)
     process.readiness_checks.extend(ledger.checks)
     lookup = _add_keyring(process, ledger.engine)
-    # tool runs authenticate as the chat doors do: YAML keys, then keys issued over /admin/keys
-    tools = build_tools(settings, lookup)
-    process.tools_router = tools.router
-    process.on_start.append(tools.start)
-    process.on_stop.append(tools.stop)
+    _add_tools(process, settings, lookup, ledger.ledger, clock)
     _add_shared_state(process, settings, clock)
 
     async def start() -> None:
@@ -302,6 +302,22 @@ def build_components(
     process.on_start.append(start)
     process.on_stop.append(stop)
     return process
+
+
+def _add_tools(
+    process: GatewayProcess,
+    settings: Settings,
+    lookup: KeyChain,
+    ledger: CallLedger,
+    clock: Callable[[], float],
+) -> None:
+    """Tool runs (`/v1/tools/runs`) and `/mcp` on one sandbox service; both authenticate as the
+    chat doors do: YAML keys, then keys issued over /admin/keys."""
+    tools = build_tools(settings, lookup)
+    mcp = build_mcp(settings, lookup, process.policies, tools.service, ledger, clock)
+    process.tools_router, process.mcp_door = tools.router, mcp.door
+    process.on_start.extend((tools.start, mcp.start))
+    process.on_stop.extend((tools.stop, mcp.stop))
 
 
 async def _start_fleet(

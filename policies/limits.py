@@ -49,3 +49,6 @@ class LimitsPolicy(PolicyModel):
     lease_s: float = Field(default=900.0, gt=0, le=86_400)
     # calls_per_session counts the calls of a session until it has been idle this long
     session_ttl_s: float = Field(default=86_400.0, gt=0, le=30 * 86_400)
+    # MCP tool calls (gateway/mcp, counted per gateway process): per 60 s window, and at once
+    tool_calls_per_minute: int | None = Field(default=None, ge=1)
+    concurrent_tool_calls: int | None = Field(default=None, ge=1)

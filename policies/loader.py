@@ -246,12 +246,13 @@ def load_policy_text(text: str, file: str, *, expected_tenant: str | None = None
 
 
 def _duplicates(policy: TenantPolicy, doc: YamlDocument, file: str) -> list[PolicyIssue]:
-    """Key ids, key hashes and tool names must each be unique within one tenant."""
+    """Key ids, key hashes, tool names and granted MCP servers are each unique in a tenant."""
     issues = []
     columns: list[tuple[str, str, list[str]]] = [
         ("api_keys", "id", [k.id for k in policy.api_keys]),
         ("api_keys", "sha256", [k.sha256 for k in policy.api_keys]),
         ("tools", "name", [t.name for t in policy.tools]),
+        ("mcp_servers", "name", [g.name for g in policy.mcp_servers]),
     ]
     for section, attr, values in columns:
         first: dict[str, int] = {}

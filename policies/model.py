@@ -16,6 +16,7 @@ from pydantic_core import PydanticCustomError
 from policies.base import PolicyModel
 from policies.cache import CachePolicy
 from policies.limits import LimitsPolicy
+from policies.mcp import McpServerGrant
 from policies.routing import RoutingPolicy
 from policies.tools import ToolPolicy, ToolRunsPolicy
 
@@ -62,3 +63,4 @@ class TenantPolicy(PolicyModel):
     routing: RoutingPolicy = RoutingPolicy()
     tools: tuple[ToolPolicy, ...] = ()
     tool_runs: ToolRunsPolicy = ToolRunsPolicy()
+    mcp_servers: tuple[McpServerGrant, ...] = ()  # upstream MCP servers granted (gateway/mcp)

@@ -1,8 +1,8 @@
 """The `tools:` and `tool_runs:` sections of a tenant policy (run by `sandbox/` via the gateway).
 
 Validates the declaration only (names, argv, egress syntax, Fargate fields, the tenant's cap
-on concurrent runs); it decides nothing about running. An egress entry is `host[:port]`
-(default port 443) or `*.suffix[:port]`.
+on concurrent runs, how the tool is described to an MCP client); it decides nothing about
+running. An egress entry is `host[:port]` (default port 443) or `*.suffix[:port]`.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ _HOST = re.compile(
     r"^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
 )
 _NUMERIC_LABEL = re.compile(r"^(0x[0-9a-f]*|[0-9]+)$")  # inet_aton spellings end so
+# the `{name}` placeholders of a command, as `sandbox.limits` fills them (`{{`/`}}`: literal)
+_PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _FARGATE_REQUIRED = (
     "cluster",
     "task_definition",
@@ -44,10 +46,21 @@ class ToolRunsPolicy(PolicyModel):
     max_concurrent: int = Field(default=4, ge=1, le=256, strict=True)
 
 
+class ToolArgument(PolicyModel):
+    """How one `{placeholder}` of the command is described to a client (its JSON schema); the
+    value still reaches the tool as text in its argv element."""
+
+    type: Literal["string", "integer", "number"] = "string"
+    description: str = ""
+    enum: tuple[str | int | float, ...] = ()
+
+
 class ToolPolicy(PolicyModel):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,128}$")
     runner: Literal["local", "fargate"] = "local"
     command: tuple[str, ...] = Field(min_length=1)
+    description: str = ""  # what an MCP client (and its model) is told the tool does
+    arguments: dict[str, ToolArgument] = {}  # keyed by placeholder; absent: a plain string
     egress: tuple[str, ...] = ()
     limits: ToolLimits = ToolLimits()
     # Fargate only (runner: fargate). The image is pinned by the task definition; `image`
@@ -76,6 +89,18 @@ class ToolPolicy(PolicyModel):
             ):
                 raise ValueError(f"{entry!r}: a host name or '*.suffix' (IP addresses not allowed)")
         return entries
+
+    def placeholder_names(self) -> tuple[str, ...]:
+        """The command's placeholders, each once, in the order they first appear."""
+        found = (m.group(1) for part in self.command for m in _PLACEHOLDER.finditer(part))
+        return tuple(dict.fromkeys(name for name in found if name))
+
+    @model_validator(mode="after")
+    def _arguments_are_placeholders(self) -> ToolPolicy:
+        unknown = sorted(set(self.arguments) - set(self.placeholder_names()))
+        if unknown:
+            raise ValueError(f"arguments.{unknown[0]}: not a placeholder of the command")
+        return self
 
     @model_validator(mode="after")
     def _runner_fields(self) -> ToolPolicy:

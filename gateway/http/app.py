@@ -20,6 +20,7 @@ from fastapi import FastAPI
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
+from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from adapters.types import WireFormat
@@ -130,6 +131,8 @@ def create_app(settings: Settings, components: GatewayProcess | None = None) -> 
         include_console(app, settings, parts, admin_token)
     if parts.tools_router is not None:
         app.include_router(parts.tools_router)
+    if parts.mcp_door is not None:  # an ASGI app: the MCP SDK reads its own requests
+        app.router.routes.append(Route("/mcp", parts.mcp_door, methods=["GET", "POST", "DELETE"]))
     return app
 
 

@@ -21,6 +21,7 @@ from gateway.settings import Settings
 from policies.model import TenantPolicy
 from sandbox.assembly import build_tool_run_service
 from sandbox.idempotency import create_store_engine
+from sandbox.service import ToolRunService
 
 log = logging.getLogger("lantern.sandbox")
 
@@ -33,6 +34,7 @@ class ToolsPart:
     router: ToolsRouter
     start: Callable[[], Awaitable[None]]
     stop: Callable[[], Awaitable[None]]
+    service: ToolRunService  # also serves the MCP door's sandboxed tools
 
 
 def build_tools(settings: Settings, keys: KeyLookup) -> ToolsPart:
@@ -90,4 +92,4 @@ def build_tools(settings: Settings, keys: KeyLookup) -> ToolsPart:
         engine.dispose()
 
     limits = BodyLimits.from_settings(settings.http)
-    return ToolsPart(build_tools_router(service, caller, limits), start, stop)
+    return ToolsPart(build_tools_router(service, caller, limits), start, stop, service)

@@ -79,8 +79,8 @@ def test_unknown_key_names_line_field_and_suggestion() -> None:
 
 def test_unknown_top_level_key() -> None:
     assert issues_of("tenant: acme\n\nquota: 5\n") == [
-        "acme.yaml:3: quota: unknown key (allowed: api_keys, backends, cache, limits, models, "
-        "name, routing, tenant, tool_runs, tools)"
+        "acme.yaml:3: quota: unknown key (allowed: api_keys, backends, cache, limits, mcp_servers, "
+        "models, name, routing, tenant, tool_runs, tools)"
     ]
 
 

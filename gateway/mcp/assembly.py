@@ -1,0 +1,78 @@
+"""Builds the `/mcp` door for one gateway process, and starts and stops what it runs: the SDK's
+session manager, the upstream servers' list refreshes and the list-change announcements.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+
+from gateway.core.ports import LedgerPort
+from gateway.http.auth import KeyLookup
+from gateway.mcp.accounting import ToolCallLedger
+from gateway.mcp.calls import ToolCalls
+from gateway.mcp.catalogue import ToolCatalogue
+from gateway.mcp.changes import ListChanges, Policies
+from gateway.mcp.door import McpDoor
+from gateway.mcp.limits import ToolCallLimiter
+from gateway.mcp.sandbox_tools import SandboxTools
+from gateway.mcp.server import build_server
+from gateway.mcp.upstream import UpstreamServers
+from gateway.settings import Settings
+from sandbox.service import ToolRunService
+
+log = logging.getLogger("lantern.mcp")
+
+
+@dataclass(frozen=True, slots=True)
+class McpPart:
+    door: McpDoor
+    start: Callable[[], Awaitable[None]]
+    stop: Callable[[], Awaitable[None]]
+
+
+def build_mcp(
+    settings: Settings,
+    keys: KeyLookup,
+    policies: Policies,
+    service: ToolRunService,
+    ledger: LedgerPort,
+    clock: Callable[[], float],
+) -> McpPart:
+    cfg = settings.mcp
+    upstreams = UpstreamServers.from_settings(settings.mcp_servers, log)
+    catalogue = ToolCatalogue(upstreams, log)
+    limiter = ToolCallLimiter(clock)
+    calls = ToolCalls(
+        catalogue, SandboxTools(service), upstreams, limiter, ToolCallLedger(ledger, clock)
+    )
+    changes = ListChanges(catalogue, policies, clock, cfg.session_idle_s, log)
+    manager = StreamableHTTPSessionManager(
+        build_server(catalogue, calls, changes),
+        # Origin is checked by the door; the SDK's check would also pin the Host header
+        security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        session_idle_timeout=cfg.session_idle_s,
+        max_request_body_size=settings.http.max_body_bytes,
+        max_sessions=cfg.max_sessions,
+    )
+    stack = AsyncExitStack()
+    tasks: list[asyncio.Task[None]] = []
+
+    async def start() -> None:
+        await stack.enter_async_context(manager.run())
+        tasks.append(asyncio.create_task(changes.run(cfg.change_poll_s)))
+        tasks.append(asyncio.create_task(upstreams.keep_fresh(changes.wake)))
+
+    async def stop() -> None:
+        for task in tasks:
+            task.cancel()
+        await stack.aclose()
+        await upstreams.aclose()
+
+    return McpPart(McpDoor(manager, keys, cfg.allowed_origins), start, stop)

@@ -1,0 +1,93 @@
+"""A tenant's tools as the door serves them: its sandboxed tools, then the tools of the upstream
+servers it is granted, each under a name that cannot collide, in an order that only grows.
+
+Owns names, order and definitions; it runs nothing (sandbox_tools.py, upstream.py do).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from typing import Protocol
+
+import orjson
+from mcp_types import Tool
+
+from gateway.mcp.errors import UnknownTool
+from gateway.mcp.sandbox_tools import sandbox_definition
+from policies.model import TenantPolicy
+
+SEPARATOR = "__"  # server names have no '_', so `orders__lookup_order` splits at the first
+
+
+class UpstreamTools(Protocol):
+    async def tools(self, server: str) -> tuple[Tool, ...] | None:
+        """The server's tools as last listed; None when no such server is declared."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ServedTool:
+    name: str  # as the client sees it
+    server: str  # "" for a sandboxed tool of the tenant's policy
+    source_name: str  # the tool's name in the policy or on its server
+    definition: Tool
+
+
+class ToolOrder:
+    """Per tenant, the order names were first served in: a new tool goes after the others, so
+    the head of an agent's prompt (its tool list) keeps its bytes when a tool is added."""
+
+    def __init__(self) -> None:
+        self._names: dict[str, list[str]] = {}
+
+    def arrange(self, tenant: str, tools: tuple[ServedTool, ...]) -> tuple[ServedTool, ...]:
+        present = {tool.name: tool for tool in tools}
+        kept = [name for name in self._names.get(tenant, ()) if name in present]
+        known = set(kept)
+        kept.extend(tool.name for tool in tools if tool.name not in known)
+        self._names[tenant] = kept
+        return tuple(present[name] for name in kept)
+
+
+class ToolCatalogue:
+    def __init__(self, upstreams: UpstreamTools, logger: logging.Logger) -> None:
+        self._upstreams = upstreams
+        self._order = ToolOrder()
+        self._log = logger
+
+    async def listing(self, policy: TenantPolicy) -> tuple[ServedTool, ...]:
+        """What `tools/list` answers this tenant, in its stable order."""
+        return self._order.arrange(policy.tenant, await self.tools_of(policy))
+
+    async def find(self, policy: TenantPolicy, name: str) -> ServedTool:
+        """The tool `name` as the tenant's policy and the upstream lists stand now."""
+        for tool in await self.tools_of(policy):
+            if tool.name == name:
+                return tool
+        raise UnknownTool(name)
+
+    async def tools_of(self, policy: TenantPolicy) -> tuple[ServedTool, ...]:
+        """Sandboxed tools in policy order, then each granted server's permitted tools in the
+        server's own order; a served name already taken keeps its first owner."""
+        served = [ServedTool(t.name, "", t.name, sandbox_definition(t)) for t in policy.tools]
+        taken = {tool.name for tool in served}
+        for grant in policy.mcp_servers:
+            tools = await self._upstreams.tools(grant.name)
+            if tools is None:
+                self._log.warning("mcp: %s is granted unknown server %r", policy.tenant, grant.name)
+                continue
+            for tool in tools:
+                name = f"{grant.name}{SEPARATOR}{tool.name}"
+                if grant.permits(tool.name) and name not in taken:
+                    taken.add(name)
+                    definition = tool.model_copy(update={"name": name})
+                    served.append(ServedTool(name, grant.name, tool.name, definition))
+        return tuple(served)
+
+
+def listing_digest(tools: tuple[ServedTool, ...]) -> str:
+    """The identity of a listing: same digest, same bytes in `tools/list`."""
+    dumped = [t.definition.model_dump(mode="json", by_alias=True, exclude_none=True) for t in tools]
+    return hashlib.sha256(orjson.dumps(dumped)).hexdigest()

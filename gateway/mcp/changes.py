@@ -1,0 +1,91 @@
+"""`notifications/tools/list_changed`: the sessions that listed a tenant's tools, told when the
+tenant's list really changed (its policy, or an upstream server's list).
+
+Only handshake-era sessions have a stream to be told on; a session idle past the door's
+`session_idle_s` is forgotten.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from mcp.server.session import ServerSession
+
+from gateway.mcp.catalogue import ToolCatalogue, listing_digest
+from policies.model import TenantPolicy
+
+
+class Policies(Protocol):
+    def get(self, tenant: str) -> TenantPolicy | None: ...
+
+
+@dataclass
+class _Listed:
+    session: ServerSession
+    digest: str
+    seen_at: float
+
+
+class ListChanges:
+    def __init__(
+        self,
+        catalogue: ToolCatalogue,
+        policies: Policies,
+        clock: Callable[[], float],
+        idle_s: float,
+        logger: logging.Logger,
+    ) -> None:
+        self._catalogue = catalogue
+        self._policies = policies
+        self._clock = clock
+        self._idle_s = idle_s
+        self._log = logger
+        self._sessions: dict[str, dict[str, _Listed]] = {}
+        self._wake = asyncio.Event()
+
+    def listed(self, tenant: str, session_id: str, session: ServerSession, digest: str) -> None:
+        """A session of `tenant` was just answered the listing `digest`."""
+        self._sessions.setdefault(tenant, {})[session_id] = _Listed(session, digest, self._clock())
+
+    def wake(self) -> None:
+        """Check now (an upstream server's list changed)."""
+        self._wake.set()
+
+    async def run(self, interval_s: float) -> None:
+        """Check every `interval_s` or when woken, until cancelled."""
+        while True:
+            try:
+                async with asyncio.timeout(interval_s):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            try:
+                await self.check()
+            except Exception:  # the next round tries again; never end the loop
+                self._log.exception("mcp: checking for tool list changes failed")
+
+    async def check(self) -> None:
+        for tenant in list(self._sessions):
+            policy = self._policies.get(tenant)
+            if policy is None:  # the tenant is gone; its keys no longer open anything
+                del self._sessions[tenant]
+                continue
+            digest = listing_digest(await self._catalogue.listing(policy))
+            await self._tell(self._sessions[tenant], digest)
+
+    async def _tell(self, sessions: dict[str, _Listed], digest: str) -> None:
+        stale_before = self._clock() - self._idle_s
+        for session_id, listed in list(sessions.items()):
+            if listed.seen_at < stale_before:
+                del sessions[session_id]
+            elif listed.digest != digest:
+                listed.digest = digest
+                try:
+                    await listed.session.send_tool_list_changed()
+                except Exception:  # the session ended: nobody to tell
+                    del sessions[session_id]

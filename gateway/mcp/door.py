@@ -1,0 +1,63 @@
+"""The `/mcp` door: the checks every HTTP request passes before the SDK reads a byte of its
+body (Origin, then the tenant's API key), then the SDK's Streamable HTTP session manager.
+
+The session manager binds each session to the (tenant, key) that opened it: another key
+presenting its id is answered as if the session did not exist (404).
+"""
+
+from __future__ import annotations
+
+import orjson
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp_types import INVALID_REQUEST
+from starlette.datastructures import Headers
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from gateway.errors import AuthenticationFailed
+from gateway.http.auth import KeyLookup, authenticate
+from gateway.mcp.calls import McpCaller
+from gateway.mcp.server import CALLER_SCOPE_KEY
+
+
+def _refusal(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+    """A JSON-RPC error with no id (no message was read), as the SDK's own refusals."""
+    body = {"jsonrpc": "2.0", "id": None, "error": {"code": INVALID_REQUEST, "message": message}}
+    return Response(orjson.dumps(body), status, headers, media_type="application/json")
+
+
+class McpDoor:
+    """ASGI app for `/mcp`."""
+
+    def __init__(
+        self,
+        manager: StreamableHTTPSessionManager,
+        keys: KeyLookup,
+        allowed_origins: tuple[str, ...],
+    ) -> None:
+        self._manager = manager
+        self._keys = keys
+        self._origins = frozenset(allowed_origins)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = Headers(scope=scope)
+        origin = headers.get("origin")
+        if origin is not None and origin not in self._origins:
+            # the MCP spec's defence against DNS rebinding: a browser page of another origin
+            await _refusal(403, f"origin {origin!r} is not allowed")(scope, receive, send)
+            return
+        try:
+            found = authenticate(headers, self._keys)
+        except AuthenticationFailed as exc:
+            reply = _refusal(401, str(exc), {"WWW-Authenticate": 'Bearer realm="lantern"'})
+            await reply(scope, receive, send)
+            return
+        tenant, key_id = found.tenant.tenant, found.key_id
+        owner = AccessToken(token="-", client_id=tenant, subject=key_id, scopes=[])
+        session_id = headers.get(MCP_SESSION_ID_HEADER) or headers.get("x-session-id") or ""
+        caller = McpCaller(found.tenant, key_id, session_id)
+        scope = {**scope, "user": AuthenticatedUser(owner), CALLER_SCOPE_KEY: caller}
+        await self._manager.handle_request(scope, receive, send)

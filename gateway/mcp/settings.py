@@ -1,0 +1,43 @@
+"""The MCP door's part of lantern.yaml: `mcp:` (the door) and `mcp_servers:` (upstreams).
+
+Credentials for upstream servers come from environment variables named here, read when the
+door is built; a tenant's own key is never among them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from pydantic import Field
+
+from gateway.backend_settings import Section
+from policies.mcp import SERVER_NAME
+
+
+class McpServerSettings(Section):
+    """One upstream MCP server (Streamable HTTP) that policies may grant to tenants."""
+
+    name: str = Field(pattern=SERVER_NAME)  # its tools are served as `<name>__<tool>`
+    url: str = Field(pattern=r"^https?://")
+    # header name -> environment variable holding its value (e.g. Authorization: ORDERS_AUTH)
+    headers_env: dict[str, str] = Field(default_factory=dict)
+    timeout_s: float = Field(default=30.0, gt=0)  # one call, connecting included
+    refresh_s: float = Field(default=60.0, gt=0)  # how often its tool list is read again
+
+    def headers(self, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The headers Lantern sends it; a variable that is unset sends no header."""
+        env = os.environ if environ is None else environ
+        return {name: env[var] for name, var in self.headers_env.items() if var in env}
+
+
+class McpSettings(Section):
+    """The door itself."""
+
+    # browsers send Origin: a request carrying one not listed here is refused (403); clients
+    # that are not browsers send none
+    allowed_origins: tuple[str, ...] = ()
+    session_idle_s: float = Field(default=1800.0, gt=0)  # a session unused this long ends
+    max_sessions: int = Field(default=10_000, gt=0)  # per gateway process
+    # how often tenants with open sessions are checked for a changed tool list
+    change_poll_s: float = Field(default=1.0, gt=0)

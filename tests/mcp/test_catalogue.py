@@ -1,0 +1,141 @@
+"""The tool list's rules without processes: names, order that only appends, grants, schemas,
+limits with a pinned clock."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+from mcp_types import Tool
+
+from gateway.mcp.catalogue import ToolCatalogue, listing_digest
+from gateway.mcp.errors import ToolCallsLimited, UnknownTool
+from gateway.mcp.limits import ToolCallLimiter
+from gateway.mcp.sandbox_tools import sandbox_definition
+from policies.limits import LimitsPolicy
+from policies.model import TenantPolicy
+from policies.tools import ToolPolicy
+
+LOG = logging.getLogger("test.mcp")
+
+
+class FakeUpstreams:
+    """Declared servers and their tool lists, as `UpstreamServers.tools` answers."""
+
+    def __init__(self, lists: dict[str, list[str]]) -> None:
+        self.lists = lists
+
+    async def tools(self, server: str) -> tuple[Tool, ...] | None:
+        names = self.lists.get(server)
+        if names is None:
+            return None
+        return tuple(Tool(name=n, input_schema={"type": "object"}) for n in names)
+
+
+def policy(tools: list[str], grants: list[object]) -> TenantPolicy:
+    entries = [{"name": n, "command": ["/bin/echo", "{text}"]} for n in tools]
+    return TenantPolicy.model_validate({"tenant": "acme", "tools": entries, "mcp_servers": grants})
+
+
+def names(catalogue: ToolCatalogue, tenant: TenantPolicy) -> list[str]:
+    return [t.name for t in asyncio.run(catalogue.listing(tenant))]
+
+
+def test_sandboxed_then_granted_tools_with_allow_and_deny() -> None:
+    upstreams = FakeUpstreams({"orders": ["lookup", "cancel", "refund"], "crm": ["find"]})
+    catalogue = ToolCatalogue(upstreams, LOG)
+    grants = [{"name": "orders", "deny": ["refund"]}, "crm", "unknown"]
+    assert names(catalogue, policy(["zeta", "alpha"], grants)) == [
+        "zeta",
+        "alpha",
+        "orders__lookup",
+        "orders__cancel",
+        "crm__find",
+    ]
+    only = policy([], [{"name": "orders", "allow": ["cancel"]}])
+    assert names(catalogue, only) == ["orders__cancel"]
+    with pytest.raises(UnknownTool):
+        asyncio.run(catalogue.find(only, "orders__lookup"))
+
+
+def test_new_tools_are_appended_and_the_bytes_stay() -> None:
+    upstreams = FakeUpstreams({"orders": ["lookup", "cancel"]})
+    catalogue = ToolCatalogue(upstreams, LOG)
+    before = asyncio.run(catalogue.listing(policy(["b"], ["orders"])))
+    upstreams.lists["orders"] = ["aardvark", "lookup", "cancel"]  # inserted first upstream
+    after = asyncio.run(catalogue.listing(policy(["a", "b"], ["orders"])))
+    # new ones after the old, among themselves in the catalogue's own order
+    assert [t.name for t in after] == [*(t.name for t in before), "a", "orders__aardvark"]
+    assert listing_digest(after[: len(before)]) == listing_digest(before)
+    # a removed tool leaves no gap; if it comes back it comes back last
+    upstreams.lists["orders"] = ["aardvark", "cancel"]
+    assert names(catalogue, policy(["a", "b"], ["orders"])) == [
+        "b",
+        "orders__cancel",
+        "a",
+        "orders__aardvark",
+    ]
+    upstreams.lists["orders"] = ["aardvark", "lookup", "cancel"]
+    assert names(catalogue, policy(["a", "b"], ["orders"]))[-1] == "orders__lookup"
+
+
+def test_a_sandboxed_tool_keeps_a_name_an_upstream_tool_would_take() -> None:
+    catalogue = ToolCatalogue(FakeUpstreams({"orders": ["lookup"]}), LOG)
+    served = asyncio.run(catalogue.tools_of(policy(["orders__lookup"], ["orders"])))
+    assert [(t.name, t.server) for t in served] == [("orders__lookup", "")]
+
+
+def test_schema_from_placeholders_in_command_order() -> None:
+    tool = ToolPolicy.model_validate(
+        {
+            "name": "fetch",
+            "command": ["fetch", "--id={id}", "{{literal}}", "{mode}", "{id}"],
+            "description": "Fetch one record.",
+            "arguments": {"mode": {"type": "string", "enum": ["fast", "full"]}},
+        }
+    )
+    definition = sandbox_definition(tool)
+    assert (definition.name, definition.description) == ("fetch", "Fetch one record.")
+    assert definition.input_schema == {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string"},
+            "mode": {"type": "string", "enum": ["fast", "full"]},
+        },
+        "required": ["id", "mode"],
+        "additionalProperties": False,
+    }
+
+
+def test_limits_per_minute_and_at_once_with_a_retry_hint() -> None:
+    now = [1000.0]
+    limiter = ToolCallLimiter(lambda: now[0])
+    limits = LimitsPolicy(tool_calls_per_minute=2, concurrent_tool_calls=1)
+
+    async def scenario() -> None:
+        async with limiter.slot("acme", limits):
+            with pytest.raises(ToolCallsLimited) as busy:
+                async with limiter.slot("acme", limits):
+                    pass
+            assert (busy.value.rule, busy.value.retry_after_s) == (
+                "limits.concurrent_tool_calls",
+                1,
+            )
+            async with limiter.slot("globex", limits):  # another tenant is not counted
+                pass
+        now[0] += 20
+        async with limiter.slot("acme", limits):
+            pass
+        with pytest.raises(ToolCallsLimited) as window:
+            async with limiter.slot("acme", limits):
+                pass
+        assert (window.value.rule, window.value.retry_after_s) == (
+            "limits.tool_calls_per_minute",
+            40,
+        )
+        now[0] += 40
+        async with limiter.slot("acme", limits):
+            pass
+
+    asyncio.run(scenario())

@@ -1,0 +1,206 @@
+"""Two tenants and four upstream servers (healthy, slow, garbage, down) behind one real
+`lantern serve`: each fault stays with its server, sessions stay with their key, a retry
+replays, a policy change is announced and appended, limits answer with a retry hint."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from mcp.shared.exceptions import MCPError
+
+from bench._procs import free_port
+from gateway.mcp.errors import LIMITED, UPSTREAM_FAILED
+from tests.e2e.harness import write_policy
+from tests.mcp.clients import mcp_client
+from tests.mcp.harness import (
+    ACME_KEY,
+    GLOBEX_KEY,
+    RUN_PYTHON,
+    Gateway,
+    lantern_serve,
+    upstream_server,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.sandbox]
+ACME_SECOND_KEY = "lt-acme-mcp-key-000000000000000000000009"
+ECHO = {"name": "echo", "command": ["/bin/echo", "{text}"], "limits": {"wall_s": 20}}
+GRANTS = ["orders", "slow", "garbage", "down", "flaky"]
+HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    var_dir = tmp_path_factory.mktemp("mcp-adversarial")
+    (var_dir / "policies").mkdir()
+    acme_policy(var_dir, tools=[RUN_PYTHON], mcp_servers=GRANTS)
+    write_policy(
+        var_dir / "policies",
+        "globex",
+        GLOBEX_KEY,
+        tools=[ECHO],
+        mcp_servers=[{"name": "orders", "deny": ["cancel_order"]}],
+        limits={"tool_calls_per_minute": 2},
+    )
+    with ExitStack() as stack:
+        orders = stack.enter_context(upstream_server(var_dir, "orders"))
+        slow = stack.enter_context(upstream_server(var_dir, "slow", "slow"))
+        garbage = stack.enter_context(upstream_server(var_dir, "garbage", "garbage"))
+        flaky = stack.enter_context(upstream_server(var_dir, "flaky"))
+        servers = [
+            {"name": "orders", "url": orders.url, "timeout_s": 10},
+            {"name": "slow", "url": slow.url, "timeout_s": 2},
+            {"name": "garbage", "url": garbage.url, "timeout_s": 5},
+            {"name": "down", "url": f"http://127.0.0.1:{free_port()}/mcp", "timeout_s": 5},
+            {"name": "flaky", "url": flaky.url, "timeout_s": 5},
+        ]
+        gateway = stack.enter_context(lantern_serve(var_dir, mcp_servers=servers))
+        gateway.upstreams = {"flaky": flaky}
+        yield gateway
+
+
+def acme_policy(var_dir: Path, **fields: Any) -> None:
+    """acme with two keys (the second for the session-binding check)."""
+    path = write_policy(var_dir / "policies", "acme", ACME_KEY, **fields)
+    doc = yaml.safe_load(path.read_text())
+    second = hashlib.sha256(ACME_SECOND_KEY.encode()).hexdigest()
+    doc["api_keys"].append({"id": "k2", "sha256": second})
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(yaml.safe_dump(doc, sort_keys=False))
+    tmp.rename(path)
+
+
+def test_each_upstream_fault_names_its_server_and_stays_there(gateway: Gateway) -> None:
+    async def check() -> None:
+        async with mcp_client(gateway.mcp_url, ACME_KEY) as acme:
+            names = [t.name for t in (await acme.list_tools()).tools]
+            assert names == [
+                "run_python",
+                *(
+                    f"{server}__{tool}"
+                    for server in ("orders", "slow", "garbage", "flaky")
+                    for tool in ("lookup_order", "cancel_order")
+                ),
+            ]  # `down` never answered its listing: nothing of it is served
+            gateway.upstreams["flaky"].proc.kill()
+            gateway.upstreams["flaky"].proc.wait()
+            faults = {}
+            for server in ("slow", "garbage", "flaky"):
+                with pytest.raises(MCPError) as failed:
+                    await acme.call_tool(f"{server}__lookup_order", {"order_id": "1"})
+                assert failed.value.code == UPSTREAM_FAILED
+                assert f"'{server}'" in failed.value.message
+                faults[server] = failed.value.data
+            assert faults == {
+                "slow": {"server": "slow", "reason": "timed_out"},
+                "garbage": {"server": "garbage", "reason": "invalid_reply"},
+                "flaky": {"server": "flaky", "reason": "unreachable"},
+            }
+            ok = await acme.call_tool("orders__lookup_order", {"order_id": "2"})
+            assert ok.content[0].text == "order 2: shipped, 2 items"
+            cancelled = await acme.call_tool("slow__cancel_order", {"order_id": "3"})
+            assert cancelled.content[0].text == "order 3: cancelled"  # reconnected after it
+
+    asyncio.run(check())
+
+
+def test_another_key_cannot_use_a_session(gateway: Gateway) -> None:
+    session = _initialize(gateway, ACME_KEY)
+    body = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+    for key, status in ((GLOBEX_KEY, 404), (ACME_SECOND_KEY, 404), (ACME_KEY, 200)):
+        reply = _post(gateway, key, body, session)
+        assert reply.status_code == status, (key, reply.text)
+    assert "run_python" in reply.text
+
+
+def test_a_retried_call_replays_the_first_run(gateway: Gateway) -> None:
+    session = _initialize(gateway, ACME_KEY)
+    code = "import random; print(random.random())"
+    call = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "tools/call",
+        "params": {"name": "run_python", "arguments": {"code": code}},
+    }
+    first, again = (_post(gateway, ACME_KEY, call, session) for _ in range(2))
+    assert first.status_code == again.status_code == 200
+    assert _result(first) == _result(again)  # the same run, not a second one
+    other = _post(gateway, ACME_KEY, {**call, "id": 8}, session)
+    assert _result(other)["structuredContent"]["id"] != _result(first)["structuredContent"]["id"]
+
+
+def test_globex_sees_its_own_tools_and_limits(gateway: Gateway) -> None:
+    async def check() -> None:
+        async with mcp_client(gateway.mcp_url, GLOBEX_KEY) as globex:
+            names = [t.name for t in (await globex.list_tools()).tools]
+            assert names == ["echo", "orders__lookup_order"]  # cancel_order denied
+            with pytest.raises(MCPError):
+                await globex.call_tool("orders__cancel_order", {"order_id": "1"})
+            with pytest.raises(MCPError):
+                await globex.call_tool("run_python", {"code": "print(1)"})
+            answers = [await globex.call_tool("echo", {"text": "hi"}) for _ in range(2)]
+            assert [a.content[0].text for a in answers] == ["hi\n", "hi\n"]
+            with pytest.raises(MCPError) as limited:
+                await globex.call_tool("echo", {"text": "third"})
+            assert limited.value.code == LIMITED
+            assert limited.value.data["rule"] == "limits.tool_calls_per_minute"
+            assert 1 <= limited.value.data["retry_after_s"] <= 60
+
+    asyncio.run(check())
+
+
+def test_a_new_tool_is_announced_and_appended(gateway: Gateway) -> None:
+    async def check() -> None:
+        told = asyncio.Event()
+
+        async def on_message(message: Any) -> None:
+            method = getattr(getattr(message, "root", message), "method", None)
+            if method == "notifications/tools/list_changed":
+                told.set()
+
+        async with mcp_client(gateway.mcp_url, ACME_KEY, "legacy", on_message) as acme:
+            before = [t.name for t in (await acme.list_tools()).tools]
+            tools = [RUN_PYTHON, {**ECHO, "name": "a_first_by_name"}]
+            acme_policy(gateway.var_dir, tools=tools, mcp_servers=GRANTS)
+            await asyncio.wait_for(told.wait(), 10)
+            after = [t.name for t in (await acme.list_tools()).tools]
+        assert after == [*before, "a_first_by_name"]
+
+    asyncio.run(check())
+
+
+def _initialize(gateway: Gateway, key: str) -> str:
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"},
+        },
+    }
+    reply = _post(gateway, key, init, None)
+    session = reply.headers["mcp-session-id"]
+    _post(gateway, key, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
+    return session
+
+
+def _post(gateway: Gateway, key: str, body: dict[str, Any], session: str | None) -> httpx.Response:
+    headers = {**HEADERS, "authorization": f"Bearer {key}", "mcp-protocol-version": "2025-11-25"}
+    if session:
+        headers["mcp-session-id"] = session
+    return httpx.post(gateway.mcp_url, json=body, headers=headers, timeout=60)
+
+
+def _result(reply: httpx.Response) -> dict[str, Any]:
+    """The JSON-RPC result of an SSE reply (one `message` event)."""
+    data = next(line[6:] for line in reply.text.splitlines() if line.startswith("data: "))
+    return dict(yaml.safe_load(data)["result"])
