@@ -1,6 +1,7 @@
 """One tenant filling a shared table leaves another tenant's entries alone: stored responses
-(in process and in Redis, real gateway, `responses.max_entries: 50`) and the keep-warm
-sessions (the pipeline with the provider prompt-cache fake)."""
+(in process and in Redis, real gateway, `responses.max_entries: 50`), the keep-warm sessions
+(the pipeline with the provider prompt-cache fake), the cache diagnosis's and the autopilot's
+session records (the prompt port) and the fleet's shared-affinity reads."""
 
 from __future__ import annotations
 
@@ -16,6 +17,11 @@ import pytest
 from adapters import anthropic_wire
 from gateway.core.keep_warm import KeepWarm
 from gateway.core.pipeline import IncomingCall
+from gateway.core.ports import CacheVerdict
+from gateway.core.prompt_cache import PromptCachePort
+from tests.cachekeys.test_gateway_prompt_cache import ENCODER, SECRET, Clock, anthropic_body
+from tests.cachekeys.test_gateway_prompt_cache import prepare as prepare_prompt
+from tests.cachekeys.test_gateway_prompt_cache import tenant as cache_tenant
 from tests.e2e.conftest import models_for
 from tests.e2e.harness import RunningGateway, start_gateway, write_config, write_policy
 from tests.fakes.upstream import FakeUpstream
@@ -112,3 +118,31 @@ def test_one_tenant_past_the_keep_warm_bound_keeps_the_others_sessions() -> None
         assert tenants.count("acme") == 1 and tenants.count("globex") == MAX_ENTRIES - 1
 
     asyncio.run(main())
+
+
+def acme_session(flood: int) -> list[CacheVerdict]:
+    """acme's session of two calls a minute apart, with `flood` new globex sessions between
+    them; the prompt port holds 50 sessions."""
+    clock = Clock()
+    port = PromptCachePort(SECRET, encoder=ENCODER, clock=clock, max_sessions=MAX_ENTRIES)
+    acme, globex = cache_tenant("acme"), cache_tenant("globex")
+
+    def call(policy: Any, session: str, body: dict[str, Any]) -> CacheVerdict:
+        return port.observe(policy, session, prepare_prompt(port, body, policy))
+
+    verdicts = [call(acme, "acme-1", anthropic_body(2))]
+    for n in range(flood):
+        call(globex, f"globex-{n}", anthropic_body(1, system=f"Task {n}." + " rule" * 1200))
+    clock.now_s += 60
+    verdicts.append(call(acme, "acme-1", anthropic_body(3)))
+    assert port.tracker.num_entries("globex") == min(flood, MAX_ENTRIES - 1)
+    assert port.autopilot.sessions.num_entries("globex") == min(flood, MAX_ENTRIES - 1)
+    return verdicts
+
+
+def test_one_tenant_past_the_session_bound_keeps_the_others_diagnosis_and_plan() -> None:
+    alone, flooded = acme_session(0), acme_session(MAX_ENTRIES + 10)
+    assert flooded[1].header.startswith("kept; prefix=")  # not first_call: the record stayed
+    # the same diagnosis and lifetime choice (the planner's gaps) as with no other tenant
+    assert [v.header for v in flooded] == [v.header for v in alone]
+    assert [v.diagnosis_json for v in flooded] == [v.diagnosis_json for v in alone]
