@@ -17,6 +17,7 @@ import orjson
 from adapters.types import JSON, ToolSpec
 
 IsPublicTool = Callable[[str, bytes], bool]  # (tool name, canonical digest) -> declared public
+SCHEMA_MEMO_MAX_BYTES = 16_000_000  # schema JSON held by `SchemaMemo` (a 32 MiB body fits once)
 
 
 def sort_json(value: JSON) -> JSON:
@@ -47,11 +48,15 @@ def canonical_schema(schema: JSON) -> JSON:
 class SchemaMemo:
     """`canonical_schema` memoised by the schema's JSON bytes (key order included: two spellings
     are two entries). An agent sends the same tool schemas on every call. The results are
-    shared between calls, so they are read-only (nothing in cachekeys edits a schema in place)."""
+    shared between calls, so they are read-only (nothing in cachekeys edits a schema in place).
+    A pure memo (a lost entry costs a recomputation): bounded by entries and by schema bytes,
+    not per tenant."""
 
-    def __init__(self, max_entries: int = 4096) -> None:
+    def __init__(self, max_entries: int = 4096, max_bytes: int = SCHEMA_MEMO_MAX_BYTES) -> None:
         self._memo: dict[bytes, JSON] = {}
         self._max_entries = max_entries
+        self._max_bytes = max_bytes
+        self._num_bytes = 0
 
     def canonical(self, schema: JSON) -> JSON:
         try:
@@ -60,9 +65,14 @@ class SchemaMemo:
             return canonical_schema(schema)
         found = self._memo.get(key)
         if found is None:
-            if len(self._memo) >= self._max_entries:
+            found = canonical_schema(schema)
+            if len(key) > self._max_bytes:
+                return found
+            if len(self._memo) >= self._max_entries or self._num_bytes + len(key) > self._max_bytes:
                 self._memo.clear()  # a bound, not an LRU: a working set this large is unusual
-            found = self._memo[key] = canonical_schema(schema)
+                self._num_bytes = 0
+            self._memo[key] = found
+            self._num_bytes += len(key)
         return found
 
 

@@ -61,7 +61,8 @@ def _salt_bytes(salt: str) -> bytes:
 
 class PrefixHashMemo:
     """`prefix_hashes` with a bounded LRU of per-block segments, keyed by a running digest of
-    (tokenizer, salt, public tokens, block digests so far): a key names the whole prefix."""
+    (tokenizer, salt, public tokens, block digests so far): a key names the whole prefix.
+    A pure memo (a lost segment costs rehashing): bounded by hashes held, not per tenant."""
 
     def __init__(self, max_hashes: int = 1_000_000, block_size: int = BLOCK_SIZE) -> None:
         self._segments: OrderedDict[bytes, ChainSegment] = OrderedDict()

@@ -29,6 +29,7 @@ from cachekeys.volatile import is_volatile_block
 
 Level = Literal["tools", "system", "messages"]
 Locator = tuple[str | int | None, ...]  # ("tools", 2), ("system", 0), ("messages", 3, 1)
+TOOL_TEXT_MAX_CHARS = 16_000_000  # tool text held by `ToolTextMemo` (a 32 MiB body fits once)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,11 +72,14 @@ class ToolTextMemo:
     read-only results, the same objects on every call of an agent, so each tool is serialised
     and hashed once. An entry holds its schema, so the identity cannot be reused by another
     object while the entry lives; a fresh schema object (canonical JSON off) is a miss. Keeps
-    only what the caller's own tool determines: no salt, nothing tenant-specific."""
+    only what the caller's own tool determines: no salt, nothing tenant-specific. A pure memo:
+    bounded by entries and by characters of tool text, not per tenant."""
 
-    def __init__(self, max_entries: int = 4096) -> None:
+    def __init__(self, max_entries: int = 4096, max_chars: int = TOOL_TEXT_MAX_CHARS) -> None:
         self._memo: dict[tuple[str, str, int], tuple[Mapping[str, JSON], str, bytes]] = {}
         self._max_entries = max_entries
+        self._max_chars = max_chars
+        self._num_chars = 0
 
     def text_and_digest(self, tool: ToolSpec) -> tuple[str, bytes]:
         schema = tool.input_schema
@@ -84,9 +88,13 @@ class ToolTextMemo:
         if found is not None and found[0] is schema:
             return found[1], found[2]
         text, digest = _tool_text_and_digest(tool)
-        if len(self._memo) >= self._max_entries:
+        if len(text) > self._max_chars:
+            return text, digest
+        if len(self._memo) >= self._max_entries or self._num_chars + len(text) > self._max_chars:
             self._memo.clear()  # a bound, not an LRU, as SchemaMemo
+            self._num_chars = 0
         self._memo[key] = (schema, text, digest)
+        self._num_chars += len(text)
         return text, digest
 
     def __len__(self) -> int:

@@ -1,7 +1,7 @@
 """Session-aware breakpoint planning: where a marker is worth its write, and for how long.
 
-Pure apart from a bounded per-process memo of each session's last call (digests, token counts
-and times; never text). Three rules on top of `cachekeys.markers.plan_breakpoints`:
+Pure apart from a per-process memo of each session's last call (digests, token counts and
+times; never text), bounded per tenant. Three rules on top of `cachekeys.markers.plan_breakpoints`:
 - do no harm: no marker at or past a tools/system block that keeps changing (or that holds a
   timestamp or id on a session's first call), so a volatile prefix stops paying write premiums;
 - stepping stones: spare breakpoints every 20 blocks back from the conversation marker, so an
@@ -11,7 +11,6 @@ and times; never text). Three rules on top of `cachekeys.markers.plan_breakpoint
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass, replace
 
 from cachekeys.layout import PromptLayout
@@ -22,6 +21,7 @@ from cachekeys.markers import (
     _breaks_ttl_order,
     plan_breakpoints,
 )
+from cachekeys.tenant_table import TenantTable
 from cachekeys.ttl import (
     MAX_GAPS,
     TTL_S,
@@ -227,11 +227,11 @@ def _markable_message_at_or_before(layout: PromptLayout, index: int) -> int:
 
 
 class SessionReuseMemo:
-    """Each session's last call (bounded LRU), by tenant and session root."""
+    """Each session's last call, by tenant and session root. Past `max_sessions` the tenant
+    holding the most loses its oldest: one tenant's new sessions never change another's plan."""
 
     def __init__(self, max_sessions: int = MAX_SESSIONS) -> None:
-        self._records: OrderedDict[tuple[str, str], ReuseRecord] = OrderedDict()
-        self._max = max_sessions
+        self._records: TenantTable[ReuseRecord] = TenantTable(max_sessions)
 
     def get(self, tenant: str, root: str) -> ReuseRecord | None:
         return self._records.get((tenant, root))
@@ -245,10 +245,8 @@ class SessionReuseMemo:
         now_s: float,
     ) -> None:
         key = (tenant, root)
-        previous = self._records.pop(key, None)
+        previous = self._records.get(key)
         self._records[key] = ReuseRecord.of(layout, probes, now_s, previous)
-        while len(self._records) > self._max:
-            self._records.popitem(last=False)
 
     def restore(self, tenant: str, root: str, record: ReuseRecord | None) -> None:
         """Put back a session's record (a keep-warm read is not one of the session's calls)."""
@@ -259,3 +257,6 @@ class SessionReuseMemo:
 
     def __len__(self) -> int:
         return len(self._records)
+
+    def num_entries(self, tenant: str) -> int:
+        return self._records.num_entries(tenant)

@@ -150,7 +150,9 @@ def _same_tools(a: tuple[ToolSpec, ...], b: tuple[ToolSpec, ...]) -> bool:
 
 
 class SessionLayoutMemo:
-    """Bounded LRU of `LayoutEntry`, one per (tenant, conversation) key."""
+    """Bounded LRU of `LayoutEntry`, one per (tenant, conversation) key. A pure memo (a lost
+    entry costs laying the prompt out again, to the same result): bounded by entries and
+    characters, not per tenant."""
 
     def __init__(self, max_entries: int = MAX_ENTRIES, max_chars: int = MAX_CHARS) -> None:
         self._entries: OrderedDict[LayoutKey, LayoutEntry] = OrderedDict()

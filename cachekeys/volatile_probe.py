@@ -51,6 +51,7 @@ class VolatileProbe:
             named += list(zip(DEFAULT_PATTERN_NAMES, DEFAULT_VOLATILE_PATTERNS, strict=True))
         self._patterns = tuple((name, re.compile(p)) for name, p in named)
         self._any = re.compile("|".join(f"(?:{p})" for _, p in named)) if named else None
+        # a pure memo of small fixed-size values (a lost entry costs a probe): an entry bound
         self._memo: dict[bytes, BlockProbe] = {}
         self._max_entries = max_entries
 

@@ -1,12 +1,11 @@
-"""Session cache diagnosis: each call compared with its session's previous one (bounded LRU),
-the header and ledger JSON it yields, and predicted-vs-reported reads per tenant (metrics).
+"""Session cache diagnosis: each call compared with its session's previous one (bounded fairly
+by tenant), the header and ledger JSON it yields, and predicted-vs-reported reads per tenant.
 
 Keeps digests and token counts only, never prompt text.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import orjson
@@ -18,6 +17,7 @@ from cachekeys.diagnosis import (
     Reason,
     diagnose,
 )
+from cachekeys.tenant_table import OwnedTable
 from gateway.core.ports import PreparedPrompt
 from gateway.core.prompt_prepare import PromptFacts
 from gateway.telemetry import LabelChildren
@@ -60,11 +60,13 @@ class CacheReport:
 
 
 class SessionCacheTracker:
-    """The previous call of each session (bounded LRU), compared with each new call."""
+    """The previous call of each session, compared with each new call. A session id is one
+    tenant's at a time (another tenant sending it reads `tenant_changed`); past `max_sessions`
+    the tenant holding the most loses its oldest, so one tenant's flood of new sessions never
+    changes another's diagnosis."""
 
     def __init__(self, max_sessions: int = MAX_SESSIONS) -> None:
-        self._sessions: OrderedDict[str, tuple[PromptFingerprint, float, int]] = OrderedDict()
-        self._max = max_sessions
+        self._sessions: OwnedTable[tuple[PromptFingerprint, float, int]] = OwnedTable(max_sessions)
 
     def observe(
         self, tenant: str, session_id: str, prepared: PreparedPrompt, now_s: float
@@ -75,7 +77,7 @@ class SessionCacheTracker:
                 "observe() needs a PreparedPrompt made by gateway.core.prompt_cache.prepare"
             )
         fingerprint = facts.fingerprint
-        previous = self._sessions.pop(session_id, None)
+        previous = self._sessions.pop(session_id)
         if previous is None:
             diagnosis, index = diagnose(None, None, fingerprint, now_s), 0
         else:
@@ -83,13 +85,14 @@ class SessionCacheTracker:
                 diagnose(previous[0], previous[1], fingerprint, now_s),
                 previous[2] + 1,
             )
-        self._sessions[session_id] = (fingerprint, now_s, index)
-        while len(self._sessions) > self._max:
-            self._sessions.popitem(last=False)
+        self._sessions.put(tenant, session_id, (fingerprint, now_s, index))
         return CacheReport(tenant, session_id, index, diagnosis)
 
     def __len__(self) -> int:
         return len(self._sessions)
+
+    def num_entries(self, tenant: str) -> int:
+        return self._sessions.num_entries(tenant)
 
 
 class CacheMetrics:

@@ -38,7 +38,9 @@ FETCH_TIMEOUT_S = 5.0
 # separators) per message and once for a default system prompt and the reply priming.
 TEMPLATE_ALLOWANCE_PER_MESSAGE = 16
 TEMPLATE_ALLOWANCE_FIXED = 256
-MEMO_MAX_CHARS = 16_000_000  # rendered prompt pieces kept with their token counts (~4M tokens)
+# rendered prompt pieces kept with their token counts (~4M tokens); a pure memo (a lost piece
+# costs encoding it again), so a bound by characters, not per tenant
+MEMO_MAX_CHARS = 16_000_000
 
 
 def _raise_exception(message: str) -> None:

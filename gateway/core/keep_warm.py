@@ -21,13 +21,13 @@ from dataclasses import dataclass
 
 from adapters.types import Usage
 from cachekeys.keep_warm import LEAD_S, OUTPUT_RATIO, keep_warm_choice, next_expiry
+from cachekeys.tenant_table import TenantTable
 from cachekeys.ttl import TTL_S, Ttl
 from gateway.core.cache_autopilot import CacheAutopilot
 from gateway.core.calls import Admitted, IncomingCall, max_tokens_field
 from gateway.core.keep_warm_latest import LatestCalls
 from gateway.core.pipeline import Pipeline
 from gateway.core.prompt_prepare import PromptFacts
-from gateway.core.tenant_table import TenantTable
 from policies.model import TenantPolicy
 
 log = logging.getLogger(__name__)

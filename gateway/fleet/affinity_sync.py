@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
 
 from redis.exceptions import RedisError
 
+from cachekeys.tenant_table import OwnedTable
 from gateway.fleet.affinity_store import Placement, RedisAffinity, SharedEntry
 from gateway.fleet.shared_link import SharedLink
 from routing.types import SessionEntry, VenueKind
@@ -32,7 +32,9 @@ class _Read:
 
 class SharedAffinity:
     """`sessions` is the fleet's own table (written here with what the shared store says).
-    `clock` is the fleet's monotonic clock, `wall_ms` the wall clock every process shares."""
+    `clock` is the fleet's monotonic clock, `wall_ms` the wall clock every process shares.
+    The reads a commit is fenced by are kept for `max_tracked` sessions, bounded fairly by
+    tenant: one tenant's flood of new sessions never drops another's read before its commit."""
 
     def __init__(
         self,
@@ -46,8 +48,7 @@ class SharedAffinity:
     ) -> None:
         self.store, self._sessions, self.link = store, sessions, link
         self._clock, self._wall_ms = clock, wall_ms
-        self._reads: OrderedDict[str, _Read] = OrderedDict()
-        self._max_tracked = max_tracked
+        self._reads: OwnedTable[_Read] = OwnedTable(max_tracked)
         self._tasks: set[asyncio.Task[None]] = set()
         self.num_moves = self.num_lost_moves = 0
 
@@ -135,10 +136,7 @@ class SharedAffinity:
         )
 
     def _track(self, session_id: str, read: _Read) -> None:
-        self._reads[session_id] = read
-        self._reads.move_to_end(session_id)
-        while len(self._reads) > self._max_tracked:
-            self._reads.popitem(last=False)
+        self._reads.put(read.tenant, session_id, read)
 
     async def flush(self) -> None:
         """Wait for the commits still in flight (shutdown)."""

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import orjson
 
 from adapters.types import JSON
-from gateway.core.tenant_table import TenantTable
+from cachekeys.tenant_table import TenantTable
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +46,7 @@ class ResponseStore(Protocol):
 
 class MemoryResponseStore:
     """One process's stored responses, each kept `ttl_s`; past `max_entries` in all, the
-    tenant holding the most loses its oldest (gateway/core/tenant_table.py), so one tenant's
+    tenant holding the most loses its oldest (cachekeys/tenant_table.py), so one tenant's
     burst never evicts another's share. Entries are kept serialised, so no caller ever shares
     an object."""
 

@@ -1,6 +1,7 @@
 """One tenant filling a shared table leaves another tenant's entries alone: stored responses
-(in process and in Redis, real gateway, `responses.max_entries: 50`) and the keep-warm
-sessions (the pipeline with the provider prompt-cache fake)."""
+(in process and in Redis, real gateway, `responses.max_entries: 50`), the keep-warm sessions
+(the pipeline with the provider prompt-cache fake), the cache diagnosis's and the autopilot's
+session records (the prompt port) and the fleet's shared-affinity reads."""
 
 from __future__ import annotations
 
@@ -16,10 +17,19 @@ import pytest
 from adapters import anthropic_wire
 from gateway.core.keep_warm import KeepWarm
 from gateway.core.pipeline import IncomingCall
+from gateway.core.ports import CacheVerdict
+from gateway.core.prompt_cache import PromptCachePort
+from gateway.fleet.affinity_store import Placement, RedisAffinity
+from gateway.fleet.affinity_sync import SharedAffinity
+from gateway.fleet.shared_link import SharedLink
+from tests.cachekeys.test_gateway_prompt_cache import ENCODER, SECRET, Clock, anthropic_body
+from tests.cachekeys.test_gateway_prompt_cache import prepare as prepare_prompt
+from tests.cachekeys.test_gateway_prompt_cache import tenant as cache_tenant
 from tests.e2e.conftest import models_for
 from tests.e2e.harness import RunningGateway, start_gateway, write_config, write_policy
 from tests.fakes.upstream import FakeUpstream
 from tests.gateway.core.test_keep_warm import MODEL, SYSTEM, World, tenant
+from tests.quotas.conftest import delete_prefix
 
 MAX_ENTRIES = 50
 
@@ -112,3 +122,63 @@ def test_one_tenant_past_the_keep_warm_bound_keeps_the_others_sessions() -> None
         assert tenants.count("acme") == 1 and tenants.count("globex") == MAX_ENTRIES - 1
 
     asyncio.run(main())
+
+
+def acme_session(flood: int) -> list[CacheVerdict]:
+    """acme's session of two calls a minute apart, with `flood` new globex sessions between
+    them; the prompt port holds 50 sessions."""
+    clock = Clock()
+    port = PromptCachePort(SECRET, encoder=ENCODER, clock=clock, max_sessions=MAX_ENTRIES)
+    acme, globex = cache_tenant("acme"), cache_tenant("globex")
+
+    def call(policy: Any, session: str, body: dict[str, Any]) -> CacheVerdict:
+        return port.observe(policy, session, prepare_prompt(port, body, policy))
+
+    verdicts = [call(acme, "acme-1", anthropic_body(2))]
+    for n in range(flood):
+        call(globex, f"globex-{n}", anthropic_body(1, system=f"Task {n}." + " rule" * 1200))
+    clock.now_s += 60
+    verdicts.append(call(acme, "acme-1", anthropic_body(3)))
+    assert port.tracker.num_entries("globex") == min(flood, MAX_ENTRIES - 1)
+    assert port.autopilot.sessions.num_entries("globex") == min(flood, MAX_ENTRIES - 1)
+    return verdicts
+
+
+def test_one_tenant_past_the_session_bound_keeps_the_others_diagnosis_and_plan() -> None:
+    alone, flooded = acme_session(0), acme_session(MAX_ENTRIES + 10)
+    assert flooded[1].header.startswith("kept; prefix=")  # not first_call: the record stayed
+    # the same diagnosis and lifetime choice (the planner's gaps) as with no other tenant
+    assert [v.header for v in flooded] == [v.header for v in alone]
+    assert [v.diagnosis_json for v in flooded] == [v.diagnosis_json for v in alone]
+
+
+def test_one_tenant_past_the_tracked_reads_keeps_the_others_commit(
+    redis_url: str, redis_prefix: str
+) -> None:
+    """acme's call recalls its session, globex recalls 60 new ones while acme's call is planned
+    (50 reads tracked), then acme's placement is still committed, fenced by acme's own read."""
+
+    async def main() -> tuple[object, object]:
+        store = RedisAffinity.from_url(redis_url, key_prefix=redis_prefix, ttl_s=60.0)
+        affinity = SharedAffinity(
+            store, {}, SharedLink(float), clock=float, wall_ms=lambda: 1000, max_tracked=MAX_ENTRIES
+        )
+        placement = Placement("selfhost", "local", "local@http://a")
+        try:
+            await affinity.recall("acme", "acme-1")
+            for n in range(MAX_ENTRIES + 10):
+                await affinity.recall("globex", f"globex-{n}")
+            affinity.publish("acme-1", placement, 480)
+            await affinity.flush()
+            acme = await store.fetch("acme", "acme-1")
+            globex = await store.fetch("globex", "acme-1")
+            return (acme.placement, acme.version, acme.cached_tokens) if acme else None, globex
+        finally:
+            await store.aclose()
+
+    try:
+        kept, other = asyncio.run(main())
+        assert kept == (Placement("selfhost", "local", "local@http://a"), 1, 480)
+        assert other is None  # committed under acme's own key, nothing under globex's
+    finally:
+        delete_prefix(redis_url, redis_prefix)

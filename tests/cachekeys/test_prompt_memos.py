@@ -67,6 +67,15 @@ def test_tool_text_memo_is_bounded() -> None:
         assert len(memo) <= 4
 
 
+def test_tool_text_memo_is_bounded_by_characters() -> None:
+    memo = ToolTextMemo(max_chars=400)
+    for i in range(3):
+        memo.text_and_digest(ToolSpec(f"t{i}", "d" * 100, {"type": "object"}))
+        assert len(memo) == [1, 2, 1][i]  # 163 characters each: the third starts afresh
+    memo.text_and_digest(ToolSpec("huge", "d" * 400, {"type": "object"}))
+    assert len(memo) == 1  # one text past the bound is never kept
+
+
 def _tenant(name: str, public_system: str | None = None) -> TenantPolicy:
     cache: dict[str, object] = {}
     if public_system is not None:

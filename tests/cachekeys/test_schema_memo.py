@@ -39,3 +39,14 @@ def test_normalise_with_memo_equals_without() -> None:
         assert normalised(request, memoised) == normalised(request, plain)
         got, want = normalise("openai", body, memoised), normalise("openai", body, plain)
         assert json.dumps(got) == json.dumps(want)
+
+
+def test_a_schema_past_the_byte_bound_is_not_kept_and_the_bound_holds() -> None:
+    memo = SchemaMemo(max_bytes=200)
+    big = {"type": "object", "description": "x" * 300}
+    assert memo.canonical(big) == canonical_schema(big)
+    assert memo.canonical(big) is not memo.canonical(big)  # never kept
+    small = [{"type": "object", "description": f"{n}" * 30} for n in range(4)]
+    kept = [memo.canonical(s) for s in small]  # 64 bytes each: 3 fit, the 4th starts afresh
+    assert memo.canonical(small[3]) is kept[3] and memo.canonical(small[0]) is not kept[0]
+    assert memo.canonical(small[0]) is memo.canonical(small[0])

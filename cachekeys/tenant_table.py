@@ -1,16 +1,18 @@
-"""A bounded in-process table keyed by (tenant, key) where no tenant can push out another's
-entries while it holds more than they do. Holds values only; knows nothing of what they are.
+"""Bounded in-process tables where no tenant can push out another's entries while it holds more
+than they do. Hold values only; know nothing of what they are (the response store, keep-warm,
+the planner's and the diagnosis's sessions and the fleet's reads use them).
 
 Each tenant's entries are their own insertion-ordered table. Past `max_entries` in all, the
 tenant holding the most entries loses its oldest one, so a tenant at or under its fair share
 (`max_entries` over the tenants present) is never evicted by another's burst, while one tenant
-alone may still use the whole table.
+alone may still use the whole table. `OwnedTable` is the same bound for keys any tenant may send
+(a client's session id): each entry belongs to the tenant that stored it last.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping
 from typing import Generic, TypeVar
 
 V = TypeVar("V")
@@ -18,10 +20,12 @@ Key = tuple[str, str]  # (tenant, the key within the tenant)
 
 
 class TenantTable(MutableMapping[Key, V], Generic[V]):
-    def __init__(self, max_entries: int) -> None:
+    def __init__(self, max_entries: int, on_evict: Callable[[Key, V], None] | None = None) -> None:
+        """`on_evict` hears of each entry the bound pushes out (not of those deleted)."""
         if max_entries < 1:
             raise ValueError("max_entries must be at least 1")
         self._max_entries = max_entries
+        self._on_evict = on_evict
         self._tenants: dict[str, OrderedDict[str, V]] = {}
         self._size = 0
 
@@ -72,7 +76,49 @@ class TenantTable(MutableMapping[Key, V], Generic[V]):
 
     def _evict_from(self, tenant: str) -> None:
         table = self._tenants[tenant]
-        table.popitem(last=False)
+        inner, value = table.popitem(last=False)
         self._size -= 1
         if not table:
             del self._tenants[tenant]
+        if self._on_evict is not None:
+            self._on_evict((tenant, inner), value)
+
+
+class OwnedTable(Generic[V]):
+    """Entries keyed by an id alone, each owned by the tenant that stored it last and bounded
+    as `TenantTable` by owner: a tenant's flood of new ids never evicts another's. Storing an
+    id another tenant owns takes it over (the callers compare the owners)."""
+
+    def __init__(self, max_entries: int) -> None:
+        self._by_owner: TenantTable[V] = TenantTable(max_entries, on_evict=self._evicted)
+        self._owner: dict[str, str] = {}
+
+    def get(self, key: str) -> V | None:
+        owner = self._owner.get(key)
+        return None if owner is None else self._by_owner[(owner, key)]
+
+    def pop(self, key: str) -> V | None:
+        owner = self._owner.pop(key, None)
+        return None if owner is None else self._by_owner.pop((owner, key))
+
+    def put(self, tenant: str, key: str, value: V) -> None:
+        """Store `value` as `tenant`'s newest entry, then evict down to the bound."""
+        owner = self._owner.get(key)
+        if owner is not None and owner != tenant:
+            del self._by_owner[(owner, key)]
+        self._owner[key] = tenant
+        self._by_owner[(tenant, key)] = value
+
+    def owner(self, key: str) -> str | None:
+        return self._owner.get(key)
+
+    def num_entries(self, tenant: str) -> int:
+        return self._by_owner.num_entries(tenant)
+
+    def __len__(self) -> int:
+        return len(self._by_owner)
+
+    def _evicted(self, key: Key, _value: V) -> None:
+        tenant, inner = key
+        if self._owner.get(inner) == tenant:
+            del self._owner[inner]
