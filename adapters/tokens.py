@@ -34,9 +34,16 @@ REPLY_PRIMING_TOKENS = 3  # every reply is primed with <|start|>assistant<|messa
 IMAGE_TOKENS = 85  # OpenAI's base cost of one image tile; images are never decoded here
 _O200K_PREFIXES = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o")
 MEMO_MIN_CHARS = 64  # shorter texts encode about as fast as they hash: counted directly
-RECENT_TEXTS = 512  # texts kept by identity: one long call's blocks (alive until 512 newer pass)
+# Longer texts are encoded every time and never kept: one would hold its own size again in ids,
+# and memory a client sent must go back when its call ends (a 28 MiB body kept ~90 MiB).
+MEMO_MAX_CHARS = 1 << 20
+MEMO_MAX_BYTES = 16 << 20  # ids kept by digest: 4 bytes a token plus each entry's own
+ENTRY_BYTES = 160  # an entry's key, array header and dict slot, about (CPython 3.12)
+RECENT_MAX_CHARS = 4 << 20  # the texts kept by identity, all together: one long call's blocks
+RECENT_TEXTS = 512  # and at most this many of them
 MAX_NAMES = 4096  # memoised counts of roles, message names and tool names
-MAX_TOOL_LISTS = 1024  # memoised counts of whole tool lists, by their JSON bytes
+MAX_NAME_CHARS = 256  # a longer name (client input) is counted, not memoised
+MAX_TOOL_LIST_BYTES = 4 << 20  # memoised counts of whole tool lists, by their JSON bytes
 MIN_CALLER_DIGEST_BYTES = 20  # a caller's digest key is longer than the memo's own (16 bytes)
 
 
@@ -65,18 +72,20 @@ def encoding_name_for(model: str) -> str:
 
 # Kept: a 30 KB history encodes in ~5.6 ms; `seen` finds a recent string in ~1 µs, no digest.
 class TokenIdsMemo:
-    """Token ids per (encoding, text digest), a bounded LRU: an agent re-sends its whole history
-    on every call, so a call only tokenises its new text. Keeps digests and ids; of the text,
-    only references to the last `RECENT_TEXTS` strings it was given (in memory, never written)."""
+    """Token ids per (encoding, text digest), an LRU bounded by bytes: an agent re-sends its
+    whole history on every call, so a call only tokenises its new text. Keeps digests and ids;
+    of the text, only references to the last strings it was given (at most `RECENT_MAX_CHARS`
+    together, in memory, never written). Texts over `MEMO_MAX_CHARS` are neither kept nor
+    looked up."""
 
-    def __init__(self, max_tokens: int = 4_000_000, max_entries: int = 200_000) -> None:
+    def __init__(self, max_bytes: int = MEMO_MAX_BYTES) -> None:
         self._entries: OrderedDict[tuple[str, bytes], array[int]] = OrderedDict()
         self._num_tokens = 0
-        self._max_tokens = max_tokens
-        self._max_entries = max_entries
+        self._max_bytes = max_bytes
         # the last texts looked up, by identity: counting reads the very strings that prefix
         # hashing just read, and a 30 KB history is worth not hashing twice per call
         self._recent: dict[int, tuple[str, str, Sequence[int]]] = {}
+        self._recent_chars = 0
 
     def ids(
         self, encoding: tiktoken.Encoding, text: str, digest: bytes | None = None
@@ -90,10 +99,13 @@ class TokenIdsMemo:
             return known
         if digest is not None and len(digest) < MIN_CALLER_DIGEST_BYTES:
             raise ValueError(f"a caller's digest needs {MIN_CALLER_DIGEST_BYTES}+ bytes")
+        if len(text) > MEMO_MAX_CHARS:
+            return encoding.encode_ordinary(text)
         found = self._lookup(encoding, text, digest)
         self._recent[id(text)] = (text, encoding.name, found)
-        if len(self._recent) > RECENT_TEXTS:
-            del self._recent[next(iter(self._recent))]
+        self._recent_chars += len(text)
+        while len(self._recent) > RECENT_TEXTS or self._recent_chars > RECENT_MAX_CHARS:
+            self._recent_chars -= len(self._recent.pop(next(iter(self._recent)))[0])
         return found
 
     def seen(self, encoding: tiktoken.Encoding, text: str) -> Sequence[int] | None:
@@ -117,9 +129,7 @@ class TokenIdsMemo:
         ids = array("I", encoding.encode_ordinary(text))
         self._entries[key] = ids
         self._num_tokens += len(ids)
-        while self._entries and (
-            self._num_tokens > self._max_tokens or len(self._entries) > self._max_entries
-        ):
+        while self._entries and self.num_bytes > self._max_bytes:
             _, evicted = self._entries.popitem(last=False)
             self._num_tokens -= len(evicted)
         return ids
@@ -127,6 +137,15 @@ class TokenIdsMemo:
     @property
     def num_tokens(self) -> int:
         return self._num_tokens
+
+    @property
+    def num_bytes(self) -> int:
+        """What the entries hold: their ids and each entry's own overhead (about)."""
+        return 4 * self._num_tokens + ENTRY_BYTES * len(self._entries)
+
+    @property
+    def num_recent_chars(self) -> int:
+        return self._recent_chars
 
 
 class TokenCounter:
@@ -141,6 +160,7 @@ class TokenCounter:
         # token counts of roles and names (a handful of short strings, a tiktoken call each)
         self._names: dict[tuple[str, str], int] = {}
         self._tool_lists: dict[tuple[str, bytes], int] = {}
+        self._tool_list_bytes = 0
 
     def encoding(self, model: str) -> tiktoken.Encoding:
         name = encoding_name_for(model)
@@ -172,6 +192,8 @@ class TokenCounter:
     # Kept: a hit is ~1 µs against ~3-4 µs to encode, once or twice per message of the history.
     def _name_len(self, enc: tiktoken.Encoding, name: str) -> int:
         """`len(enc.encode_ordinary(name))` for a role or a name, memoised (bounded)."""
+        if len(name) > MAX_NAME_CHARS:
+            return len(enc.encode_ordinary(name))
         key = (enc.name, name)
         found = self._names.get(key)
         if found is None:
@@ -196,9 +218,9 @@ class TokenCounter:
 
     # Kept: 12 tools count in ~40 µs with it, ~90 µs without (the ids memo warm).
     def _tools_len(self, enc: tiktoken.Encoding, tools: tuple[ToolSpec, ...]) -> int:
-        """Tokens of the tool schemas as compact JSON, memoised by those JSON bytes (bounded):
-        an agent sends the same tools on every call, so the text is not decoded, hashed again
-        for the ids memo and looked up there per call."""
+        """Tokens of the tool schemas as compact JSON, memoised by those JSON bytes (bounded by
+        their size): an agent sends the same tools on every call, so the text is not decoded,
+        hashed again for the ids memo and looked up there per call."""
         schemas = [
             {
                 "name": t.name,
@@ -208,12 +230,16 @@ class TokenCounter:
             for t in tools
         ]
         raw = orjson.dumps(schemas)
+        if len(raw) > MAX_TOOL_LIST_BYTES:
+            return self._len(enc, raw.decode())
         key = (enc.name, raw)
         found = self._tool_lists.get(key)
         if found is None:
-            if len(self._tool_lists) >= MAX_TOOL_LISTS:
+            if self._tool_list_bytes + len(raw) > MAX_TOOL_LIST_BYTES:
                 self._tool_lists.clear()  # a bound, not an LRU: an agent's tool lists are few
+                self._tool_list_bytes = 0
             found = self._tool_lists[key] = self._len(enc, raw.decode())
+            self._tool_list_bytes += len(raw)
         return found
 
     def _count_message(self, enc: tiktoken.Encoding, msg: Message) -> int:

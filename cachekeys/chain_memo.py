@@ -18,6 +18,7 @@ from cachekeys.blockhash import BLOCK_SIZE, ROOT_PARENT
 from cachekeys.layout import PromptLayout
 
 ChainState = tuple[bytes, int, tuple[int, ...]]  # (memo key, hashes so far, pending ids)
+MAX_SEGMENT_HASHES = 65_536  # one block's: 1M tokens (~4 MB of text); a larger one is not kept
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +128,8 @@ class PrefixHashMemo:
         return tuple(hashes), tuple(states)
 
     def _remember(self, key: bytes, segment: ChainSegment) -> None:
+        if len(segment.hashes) > MAX_SEGMENT_HASHES:
+            return  # a huge block is hashed again if it comes back, never kept
         self._segments[key] = segment
         self._num_hashes += len(segment.hashes) + 1  # +1: an entry is never free
         while self._segments and self._num_hashes > self._max_hashes:

@@ -25,6 +25,9 @@ from cachekeys.layout import PromptBlock
 
 MAX_ENTRIES = 4096
 MAX_CHARS = 32_000_000  # prompt characters held across all entries
+# A larger prompt is not kept: its entry (text, token ids, chain) would hold ~10 bytes a
+# character after its call, and memory a client sent must go back when the call ends.
+MAX_ENTRY_CHARS = 4_000_000
 
 LayoutKey = tuple[str, str, str, int]
 Chain = tuple[int, tuple[bytes, ...], tuple[ChainState, ...]]
@@ -199,7 +202,7 @@ class SessionLayoutMemo:
         old = self._entries.pop(key, None)
         if old is not None:
             self._chars -= old.chars
-        if entry.chars > self._max_chars:
+        if entry.chars > min(self._max_chars, MAX_ENTRY_CHARS):
             return
         self._entries[key] = entry
         self._chars += entry.chars

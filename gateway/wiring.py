@@ -156,8 +156,12 @@ def build_prompt_parts(
         encoder=TiktokenEncoder(counter=counting.counter),
         shared_cache_models=shared_cache_models(settings),
     )
-    # the large-call lane's own tiktoken memos (used from a thread); engine tokenizers shared
-    lane_counting = counting.with_base(TiktokenCounting())
+    # the large-call lane's own tiktoken memos (used from a thread); engine tokenizers shared;
+    # its tables loaded now too, not in the first large call (and counted in the start-up RSS)
+    lane_tiktoken = TiktokenCounting()
+    for model in settings.models:
+        lane_tiktoken.counter.encoding(model.name)
+    lane_counting = counting.with_base(lane_tiktoken)
     lane = MeasureLane(
         PromptCachePort(
             settings.resolve_server_secret(),

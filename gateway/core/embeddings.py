@@ -17,10 +17,11 @@ from adapters.backend import (
     serves_embeddings,
 )
 from adapters.types import JSON, ChatRequest, Usage
+from adapters.wire_json import optional
 from gateway.core.calls import IncomingCall, route_for
 from gateway.core.ids import uuid4_hex
 from gateway.core.pipeline import PipelineParts
-from gateway.core.ports import CallRecord, Candidate, ModelRoute
+from gateway.core.ports import CallRecord, Candidate, ModelRoute, TokenCounting
 from gateway.errors import RequestRejected
 from policies.model import TenantPolicy
 
@@ -33,6 +34,8 @@ class EmbeddingCall:
     tenant: TenantPolicy
     key_id: str
     body: Mapping[str, JSON]
+    session_header: str | None = None  # `x-session-id`, checked like every door's
+    body_bytes: int = 0  # the size of the client's body (a large input is counted in a thread)
 
 
 def input_texts(body: Mapping[str, JSON]) -> tuple[list[str], int]:
@@ -55,6 +58,10 @@ def input_texts(body: Mapping[str, JSON]) -> tuple[list[str], int]:
     )
 
 
+def count_texts(counter: TokenCounting, model: str, texts: list[str]) -> int:
+    return sum(counter.count_text(model, t) for t in texts)
+
+
 class Embeddings:
     def __init__(self, services: PipelineParts) -> None:
         self.s = services
@@ -65,14 +72,16 @@ class Embeddings:
             raise RequestRejected(
                 "model: required (a string)", rule="invalid_request", field="model"
             )
-        incoming = IncomingCall(
-            "openai", call.tenant, call.key_id, ChatRequest(model, ()), call.body
+        user = optional(call.body, "user", str)  # the end-user id the ledger may keep
+        request = ChatRequest(model, (), user=user)
+        incoming = IncomingCall(  # checks the identifiers, as every door does
+            "openai", call.tenant, call.key_id, request, call.body, call.session_header
         )
         route = route_for(self.s.models, incoming)
         candidate = self._embedder(route, call.tenant)
         texts, num_tokens = input_texts(call.body)
         check_embedding(candidate.backend, call.body)
-        prompt_tokens = num_tokens + sum(self.s.counter.count_text(model, t) for t in texts)
+        prompt_tokens = num_tokens + await self._count(model, texts, call.body_bytes)
         worst = self.s.pricing.worst_case_usd(route.name, prompt_tokens, 0, "5m")
         ticket = await self.s.admission.reserve(
             call.tenant,
@@ -95,6 +104,16 @@ class Embeddings:
         await self.s.admission.settle(ticket, usage=usage, cost_usd=cost)
         self._record(call, route, candidate, usage, began, None)
         return reply
+
+    async def _count(self, model: str, texts: list[str], body_bytes: int) -> int:
+        """Tokens of `texts`; a large body's in the large-call lane's thread, with its own
+        counter (the loop's memos are never touched from a thread)."""
+        lane = self.s.measure_lane
+        if lane is None or body_bytes < lane.min_body_bytes:
+            return count_texts(self.s.counter, model, texts)
+        return await anyio.to_thread.run_sync(
+            count_texts, lane.counter, model, texts, limiter=lane.limiter
+        )
 
     def _embedder(self, route: ModelRoute, tenant: TenantPolicy) -> Candidate:
         """The first allowed backend of the route that serves embeddings."""

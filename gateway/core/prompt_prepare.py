@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from adapters.tokens import TokenCounter, TokenIdsMemo
+from adapters.tokens import MEMO_MAX_BYTES, TokenCounter, TokenIdsMemo
 from adapters.types import (
     JSON,
     ChatRequest,
@@ -54,9 +54,9 @@ class TiktokenEncoder:
     counting reads the same memo (each text is encoded once per process, not once per use)."""
 
     def __init__(
-        self, max_cached_tokens: int = 4_000_000, counter: TokenCounter | None = None
+        self, max_cached_bytes: int = MEMO_MAX_BYTES, counter: TokenCounter | None = None
     ) -> None:
-        counter = counter or TokenCounter(TokenIdsMemo(max_cached_tokens))
+        counter = counter or TokenCounter(TokenIdsMemo(max_cached_bytes))
         if counter.memo is None:
             raise ValueError("TiktokenEncoder needs a TokenCounter with a memo")
         self._counter = counter

@@ -14,21 +14,25 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gateway.apikeys.records import IssuedKey, KeyIdConflict, KeyNotFound, KeyRecords, KeyRequest
 from gateway.apikeys.records import KeyRequestInvalid as Invalid
-from gateway.errors import AuthenticationFailed
+from gateway.errors import AuthenticationFailed, BodyTooLarge, ClientGone
 from gateway.http.admin_routes import json_response
-from gateway.http.api_schema import OpenAIError, errors
+from gateway.http.api_schema import OpenAIError, errors, json_body
 from gateway.http.auth import is_admin
 from gateway.http.chat_routes import error_response
 from gateway.http.error_shapes import error_body
+from gateway.http.request_body import BodyLimits, read_body
 from policies.model import TenantPolicy
 
 ADMIN_ACTOR = "admin-token"
+# what `_refusal` answers: a bad body, an unknown or ambiguous key, a body over the limit
+REFUSALS = (ValidationError, Invalid, KeyNotFound, KeyIdConflict, BodyTooLarge, ClientGone)
 
 
 class KeyIssueBody(BaseModel):
@@ -90,18 +94,23 @@ def build_keys_router(
     records: KeyRecords,
     tenants: Callable[[str], TenantPolicy | None],
     model_names: list[str],
+    limits: BodyLimits,
 ) -> APIRouter:
     router = APIRouter()
-    answers = {**errors(OpenAIError, 400, 401, 404, 409)}
+    answers = {**errors(OpenAIError, 400, 401, 404, 409, 413)}
 
-    @router.post("/admin/keys", status_code=201, responses=answers)
-    async def issue(request: Request, body: dict[str, Any]) -> Response:
+    # the handlers read their own bodies: the token is checked before a byte of one is read
+    @router.post(
+        "/admin/keys", status_code=201, responses=answers, openapi_extra=json_body(KeyIssueBody)
+    )
+    async def issue(request: Request) -> Response:
         if not is_admin(request.headers, admin_token):
             return _denied()
         try:
-            wanted = check_key_request(KeyIssueBody.model_validate(body), tenants, model_names)
+            body = KeyIssueBody.model_validate(await _read_json(request, limits))
+            wanted = check_key_request(body, tenants, model_names)
             key, secret = await asyncio.to_thread(records.issue, wanted, ADMIN_ACTOR)
-        except (ValidationError, Invalid) as exc:
+        except REFUSALS as exc:
             return _refusal(exc)
         return json_response({**key_document(key), "key": secret}, 201)
 
@@ -116,15 +125,14 @@ def build_keys_router(
         return json_response({"keys": [key_document(k) for k in keys]})
 
     @router.post("/admin/keys/{key_id}/expire", responses=answers)
-    async def expire(
-        request: Request, key_id: str, tenant: str | None = None, body: dict[str, Any] | None = None
-    ) -> Response:
+    async def expire(request: Request, key_id: str, tenant: str | None = None) -> Response:
         if not is_admin(request.headers, admin_token):
             return _denied()
         try:
+            body = await _read_json(request, limits, required=False)
             at = KeyExpireBody.model_validate(body or {}).expires_at
             key = await asyncio.to_thread(records.expire, key_id, at, ADMIN_ACTOR, tenant)
-        except (ValidationError, KeyNotFound, KeyIdConflict) as exc:
+        except REFUSALS as exc:
             return _refusal(exc)
         return json_response(key_document(key))
 
@@ -141,13 +149,28 @@ def build_keys_router(
     return router
 
 
+async def _read_json(request: Request, limits: BodyLimits, required: bool = True) -> Any:
+    """The JSON body, read up to the doors' limit (BodyTooLarge past it); KeyRequestInvalid
+    when it is not JSON, or empty though `required`."""
+    raw = await read_body(request, limits.max_bytes)
+    if not raw.strip() and not required:
+        return None
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise Invalid(f"body: not valid JSON ({exc})") from None
+
+
 def _denied() -> Response:
     return error_response(AuthenticationFailed("admin token required"), "openai")
 
 
 def _refusal(exc: Exception) -> Response:
-    """A refused key request as the client's error: 404 for an unknown key, 409 for a key id
-    taken (or shared by tenants and named without one), else 400."""
+    """A refused key request as the client's error: the doors' 413 for a body over the limit,
+    404 for an unknown key, 409 for a key id taken (or shared by tenants and named without
+    one), else 400."""
+    if isinstance(exc, BodyTooLarge | ClientGone):
+        return error_response(exc, "openai")
     kind = "invalid_request_error"
     if isinstance(exc, KeyNotFound):
         return json_response(error_body("openai", kind, kind, str(exc), "key_not_found", None), 404)

@@ -26,7 +26,7 @@ from starlette.types import Receive, Scope, Send
 from adapters.types import WireFormat
 from gateway.apikeys.records import KeyRecords
 from gateway.core.embeddings import Embeddings
-from gateway.http.admin_keys import build_keys_router
+from gateway.http.admin_keys import KeyIssueBody, build_keys_router
 from gateway.http.admin_routes import build_admin_router, build_ops_router
 from gateway.http.api_schema import component_schemas
 from gateway.http.chat_routes import ChatRoutes, build_chat_router
@@ -77,7 +77,7 @@ class LanternApp(FastAPI):
         if self.openapi_schema is None:
             spec = super().openapi()
             spec.setdefault("components", {}).setdefault("schemas", {}).update(
-                component_schemas((ToolRunBody, ResponsesCreateRequest))
+                component_schemas((ToolRunBody, ResponsesCreateRequest, KeyIssueBody))
             )
         return super().openapi()
 
@@ -151,7 +151,8 @@ def include_console(
     assert parts.sessions is not None
     records = KeyRecords(parts.sessions, lambda: datetime.now(UTC))
     names = list(parts.models.names())
-    app.include_router(build_keys_router(admin_token, records, parts.policies.get, names))
+    limits = BodyLimits.from_settings(settings.http)
+    app.include_router(build_keys_router(admin_token, records, parts.policies.get, names, limits))
     data = ConsoleData(parts.sessions, parts.policies, records, settings)
     app.include_router(build_console_router(_console(settings, data, admin_token, names)))
 

@@ -6,27 +6,25 @@ come from the pipeline's parts.
 
 from __future__ import annotations
 
-import logging
+from typing import Any
 
+import anyio
 import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException
 
 from adapters import anthropic_wire
-from adapters.backend import BackendCall
-from adapters.errors import UpstreamError
-from adapters.types import WireFormat
-from gateway.core.calls import IncomingCall, route_for
+from adapters.types import ChatRequest, WireFormat
+from gateway.core.calls import IncomingCall
 from gateway.core.pipeline import Pipeline
-from gateway.core.ports import ModelRoute
+from gateway.core.prompt_count import PromptCounting
 from gateway.errors import EndpointNotServed, UnknownModel
 from gateway.http.auth import KeyLookup, authenticate
 from gateway.http.chat_routes import error_response
 from gateway.http.error_shapes import error_body
+from gateway.http.heap import HeapTrim
 from gateway.http.request_body import BodyLimits, parse_object, read_body
-
-log = logging.getLogger("lantern.routes")
 
 COUNT_HEADER = "x-lantern-token-count"  # `exact` (the provider counted) or `estimate` (we did)
 
@@ -36,43 +34,53 @@ def client_betas(http: Request) -> tuple[str, ...]:
     return tuple(b.strip() for b in raw.split(",") if b.strip())
 
 
+def session_header(http: Request) -> str | None:
+    return http.headers.get("x-session-id") or http.headers.get("x-lantern-session")
+
+
+def decode_count(raw: bytes, limits: BodyLimits) -> tuple[dict[str, Any], ChatRequest]:
+    """Body and canonical request of a `count_tokens` call; pure, so it may run in a thread."""
+    body = parse_object(raw, limits.max_depth)
+    return body, anthropic_wire.decode_request(body, require_max_tokens=False)
+
+
 class CompatRoutes:
     def __init__(self, pipeline: Pipeline, keys: KeyLookup, limits: BodyLimits) -> None:
         self.pipeline = pipeline
         self.keys = keys
         self.limits = limits
+        self.counting = PromptCounting(pipeline.s)
+        self.heap = HeapTrim()
 
     async def count_tokens(self, http: Request) -> Response:
-        """Anthropic's `count_tokens`: the provider's exact count where the model's first
-        backend offers one, else the gateway's own; `x-lantern-token-count` says which."""
+        """Anthropic's `count_tokens`: what the call would be billed, from the provider where
+        the model's first backend counts, else the gateway's; `x-lantern-token-count` says
+        which. Authenticated before the body is read; a large body decoded in a thread."""
         try:
             caller = authenticate(http.headers, self.keys)
-            body = parse_object(await read_body(http, self.limits.max_bytes), self.limits.max_depth)
-            request = anthropic_wire.decode_request(body, require_max_tokens=False)
+            raw = await read_body(http, self.limits.max_bytes)
+            if len(raw) >= self.limits.offload_bytes:
+                body, request = await anyio.to_thread.run_sync(decode_count, raw, self.limits)
+            else:
+                body, request = decode_count(raw, self.limits)
             call = IncomingCall(
-                "anthropic", caller.tenant, caller.key_id, request, body, betas=client_betas(http)
+                "anthropic",
+                caller.tenant,
+                caller.key_id,
+                request,
+                body,
+                session_header(http),
+                len(raw),
+                betas=client_betas(http),
             )
-            count, how = await self._count(call, route_for(self.pipeline.s.models, call))
+            del raw  # the bytes go now, not when the count is done
+            counted = await self.counting.count(call)
         except Exception as exc:
             return error_response(exc, "anthropic")
-        reply = orjson.dumps({"input_tokens": count})
-        return Response(reply, 200, {COUNT_HEADER: how}, "application/json")
-
-    async def _count(self, call: IncomingCall, route: ModelRoute) -> tuple[int, str]:
-        allowed = call.tenant.backends
-        for candidate in route.candidates:
-            if allowed is not None and candidate.backend_name not in allowed:
-                continue
-            exact = getattr(candidate.backend, "count_tokens", None)
-            if exact is None:
-                break  # the backend that would serve the call counts no tokens for us
-            backend_call = BackendCall(call.request, "anthropic", call.body, betas=call.betas)
-            try:
-                return int(await exact(backend_call)), "exact"
-            except UpstreamError as exc:
-                log.warning("count_tokens upstream failed, estimating: %s", exc)
-            break
-        return self.pipeline.s.counter.count_prompt(call.request), "estimate"
+        reply = orjson.dumps({"input_tokens": counted.input_tokens})
+        how = "exact" if counted.is_exact else "estimate"
+        trim = self.heap.after_reply(call.body_bytes, self.limits.offload_bytes)
+        return Response(reply, 200, {COUNT_HEADER: how}, "application/json", trim)
 
     async def model(self, http: Request, model_id: str) -> Response:
         """One model, as `/v1/models` lists it (Anthropic's shape for an Anthropic client)."""

@@ -1,5 +1,5 @@
-"""`POST /v1/embeddings`: parse, call `gateway.core.embeddings`, pass the upstream's vectors on.
-Errors in OpenAI's shape; every rule lives below."""
+"""`POST /v1/embeddings`: parse (a large body in a worker thread), call `gateway.core.embeddings`,
+pass the upstream's vectors on. Errors in OpenAI's shape; every rule lives below."""
 
 from __future__ import annotations
 
@@ -10,22 +10,30 @@ from fastapi.responses import Response
 from gateway.core.embeddings import EmbeddingCall, Embeddings
 from gateway.http.auth import KeyLookup, authenticate
 from gateway.http.chat_routes import error_response
-from gateway.http.request_body import BodyLimits, parse_object, read_body
+from gateway.http.heap import HeapTrim
+from gateway.http.request_body import BodyLimits, read_object
 
 
 def build_embeddings_router(
     embeddings: Embeddings, keys: KeyLookup, limits: BodyLimits
 ) -> APIRouter:
     router = APIRouter()
+    heap = HeapTrim()
 
     async def create(http: Request) -> Response:
+        num_bytes = 0
         try:
             caller = authenticate(http.headers, keys)
-            body = parse_object(await read_body(http, limits.max_bytes), limits.max_depth)
-            reply = await embeddings.embed(EmbeddingCall(caller.tenant, caller.key_id, body))
+            body, num_bytes = await read_object(http, limits)
+            session = http.headers.get("x-session-id") or http.headers.get("x-lantern-session")
+            call = EmbeddingCall(caller.tenant, caller.key_id, body, session, num_bytes)
+            reply = await embeddings.embed(call)
         except Exception as exc:
-            return error_response(exc, "openai")
-        return Response(orjson.dumps(dict(reply.body)), 200, media_type="application/json")
+            refused = error_response(exc, "openai")
+            refused.background = heap.after_reply(num_bytes, limits.offload_bytes)
+            return refused
+        trim = heap.after_reply(num_bytes, limits.offload_bytes)
+        return Response(orjson.dumps(dict(reply.body)), 200, None, "application/json", trim)
 
     router.add_api_route("/v1/embeddings", create, methods=["POST"])
     return router

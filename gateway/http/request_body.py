@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import orjson
 from starlette.requests import ClientDisconnect, Request
 
@@ -52,6 +53,15 @@ async def read_body(request: Request, max_bytes: int) -> bytes:
     except ClientDisconnect:  # gone, or closed at the body deadline: nobody reads a reply
         raise ClientGone() from None
     return b"".join(chunks)
+
+
+async def read_object(request: Request, limits: BodyLimits) -> tuple[dict[str, Any], int]:
+    """The body as a JSON object (`parse_object`) and its size in bytes; a large one parsed in
+    a worker thread, so that the loop keeps serving others meanwhile."""
+    raw = await read_body(request, limits.max_bytes)
+    if len(raw) >= limits.offload_bytes:
+        return await anyio.to_thread.run_sync(parse_object, raw, limits.max_depth), len(raw)
+    return parse_object(raw, limits.max_depth), len(raw)
 
 
 def parse_object(raw: bytes, max_depth: int) -> dict[str, Any]:

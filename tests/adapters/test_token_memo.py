@@ -5,7 +5,13 @@ from __future__ import annotations
 import orjson
 
 from adapters import openai_wire
-from adapters.tokens import MEMO_MIN_CHARS, TokenCounter, TokenIdsMemo
+from adapters.tokens import (
+    MEMO_MAX_CHARS,
+    MEMO_MIN_CHARS,
+    RECENT_MAX_CHARS,
+    TokenCounter,
+    TokenIdsMemo,
+)
 
 HISTORY = " ".join(f"step {i} read the file and saw value {i * 7}." for i in range(300))
 
@@ -86,13 +92,37 @@ def test_a_short_text_just_encoded_is_counted_from_its_ids_and_equals_the_plain_
         del enc.encode_ordinary
 
 
-def test_memo_stays_within_its_token_budget() -> None:
-    memo = TokenIdsMemo(max_tokens=50)
+def test_memo_stays_within_its_bytes() -> None:
+    memo = TokenIdsMemo(max_bytes=1000)
     counter = TokenCounter(memo)
     for i in range(20):
         text = f"document {i}: " + "alpha beta gamma " * 10
         assert len(counter.encode("gpt-4o", text)) == TokenCounter().count_text("gpt-4o", text)
-        assert memo.num_tokens <= 50
+        assert 0 < memo.num_bytes <= 1000
+    # the last three texts' ids: 35 tokens each, at 4 bytes a token and 160 an entry
+    assert (memo.num_tokens, memo.num_bytes) == (3 * 35, 3 * (4 * 35 + 160))
+
+
+def test_a_huge_text_is_counted_and_not_kept() -> None:
+    """A client's 28 MiB text must not stay in memory after its call: counted, never kept."""
+    memo = TokenIdsMemo()
+    counter = TokenCounter(memo)
+    huge = "alpha beta gamma " * (MEMO_MAX_CHARS // 17 + 1)
+    assert counter.count_text("gpt-4o", huge) == TokenCounter().count_text("gpt-4o", huge)
+    assert list(counter.encode("gpt-4o", huge)) == counter.encoding("gpt-4o").encode_ordinary(huge)
+    assert (memo.num_tokens, memo.num_recent_chars) == (0, 0)
+
+
+def test_the_recent_texts_are_bounded_by_their_size() -> None:
+    memo = TokenIdsMemo()
+    counter = TokenCounter(memo)
+    block = "alpha beta gamma " * (RECENT_MAX_CHARS // 4 // 17)  # a quarter, under MEMO_MAX_CHARS
+    texts = [f"{i} {block}" for i in range(6)]
+    for text in texts:
+        counter.count_text("gpt-4o", text)
+        assert memo.num_recent_chars <= RECENT_MAX_CHARS
+    enc = counter.encoding("gpt-4o")
+    assert [memo.seen(enc, t) is not None for t in texts] == [False, False, True, True, True, True]
 
 
 def test_a_callers_digest_keys_the_entry_and_gives_the_plain_ids() -> None:

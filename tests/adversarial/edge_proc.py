@@ -64,9 +64,14 @@ class EdgeGateway:
 
 @contextmanager
 def edge_gateway(
-    var_dir: Path, *, metrics_token: str | None = None, **http: Any
+    var_dir: Path,
+    *,
+    metrics_token: str | None = None,
+    other_limits: dict[str, Any] | None = None,
+    **http: Any,
 ) -> Iterator[EdgeGateway]:
-    """`http`: overrides of the `http` settings section (limits and deadlines)."""
+    """`http`: overrides of the `http` settings section (limits and deadlines);
+    `other_limits`: the `limits` of the second tenant's policy (none by default)."""
     (var_dir / "policies").mkdir(parents=True, exist_ok=True)
     with FakeUpstream() as upstream:
         write_policy(
@@ -77,7 +82,13 @@ def edge_gateway(
             limits={"max_prompt_tokens": MAX_PROMPT_TOKENS},
             tools=[ECHO_TOOL],
         )
-        write_policy(var_dir / "policies", "other", OTHER_KEY, models=["gpt-4o-mini"])
+        write_policy(
+            var_dir / "policies",
+            "other",
+            OTHER_KEY,
+            models=["gpt-4o-mini"],
+            **({"limits": other_limits} if other_limits else {}),
+        )
         config = write_config(
             var_dir / "lantern.yaml",
             var_dir,

@@ -9,6 +9,10 @@ import httpx
 import openai
 import pytest
 
+from adapters import anthropic_wire
+from cachekeys.blockhash import tenant_salt
+from cachekeys.isolation import isolate, scope_line
+from cachekeys.normalise import PublicPrefix
 from tests.e2e.conftest import ACME_KEY
 from tests.e2e.harness import RunningGateway
 from tests.fakes.upstream import FakeUpstream
@@ -21,10 +25,11 @@ def test_count_tokens_estimates_when_the_provider_cannot(gateway: RunningGateway
     reply = httpx.post(f"{gateway.url}/v1/messages/count_tokens", json=body, headers=AUTH)
     assert reply.status_code == 200
     assert reply.headers["x-lantern-token-count"] == "estimate"
+    # the count of the prompt as the gateway sends it: the tenant's scope line included
+    line = scope_line(tenant_salt(b"test-secret", "acme"))
+    scoped = isolate("anthropic", body, line, PublicPrefix())
     counter = gateway.components.pipeline.s.counter
-    from adapters import anthropic_wire
-
-    expected = counter.count_prompt(anthropic_wire.decode_request(body, require_max_tokens=False))
+    expected = counter.count_prompt(anthropic_wire.decode_request(scoped, require_max_tokens=False))
     assert reply.json() == {"input_tokens": expected}
     unknown = httpx.post(
         f"{gateway.url}/v1/messages/count_tokens", json={**body, "model": "nope"}, headers=AUTH

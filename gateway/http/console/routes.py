@@ -1,8 +1,9 @@
 """The console's routes: login and logout, one GET per page, and the key forms (issue, revoke).
 
 Every page but the login needs a valid console session (else a redirect to the login form);
-every form, logout included, needs the cookie's form token. Logins are throttled per client
-address. Every reply forbids framing. Page data is gathered in a thread (pages.py).
+every form, logout included, needs the cookie's form token, and is read (up to
+`FORM_MAX_BYTES`) only once the session is checked. Logins are throttled per client address.
+Every reply forbids framing. Page data is gathered in a thread (pages.py).
 """
 
 from __future__ import annotations
@@ -20,14 +21,17 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from gateway.apikeys.records import KeyIdConflict, KeyNotFound, KeyRequestInvalid
+from gateway.errors import BodyTooLarge, ClientGone
 from gateway.http.admin_keys import KeyIssueBody, check_key_request
 from gateway.http.console import pages
 from gateway.http.console.login import COOKIE, ConsoleSessions
 from gateway.http.console.throttle import LoginThrottle
+from gateway.http.request_body import read_body
 from gateway.reports.cost import InvalidReportQuery, parse_period
 from gateway.reports.spend import SPEND_DIMENSIONS
 
 CONSOLE_ACTOR = "console"
+FORM_MAX_BYTES = 64 * 1024  # the console's forms carry a few short fields
 View = Callable[[Request], Awaitable[Response]]
 NAV = (("spend", "Spend"), ("budgets", "Budgets"), ("cache", "Cache"), ("sessions", "Sessions"),
        ("breakeven", "Break-even"), ("tenants", "Tenants"), ("keys", "Keys"))  # fmt: skip
@@ -77,6 +81,8 @@ class ConsoleRoutes:
                 return RedirectResponse("/console/login", 303)
             try:
                 return await view(request)
+            except (BodyTooLarge, ClientGone):
+                return _too_large()
             except InvalidReportQuery as exc:
                 token = self.console.auth.form_token(request.cookies)
                 return self.html("page.html.j2", 400, page=None, error=str(exc), current="",
@@ -95,7 +101,11 @@ class ConsoleRoutes:
                                 enabled=auth.is_enabled)  # fmt: skip
             refused.headers["retry-after"] = str(retry_after_s)
             return refused
-        cookie = await asyncio.to_thread(auth.login, _form(await request.body()).get("token", ""))
+        try:
+            form = await _form(request)
+        except (BodyTooLarge, ClientGone):
+            return _too_large()
+        cookie = await asyncio.to_thread(auth.login, form.get("token", ""))
         if cookie is None:
             self.console.throttle.failed(address)
             return self.html("login.html.j2", 401, error="wrong admin token",
@@ -108,7 +118,7 @@ class ConsoleRoutes:
 
     async def logout(self, request: Request) -> Response:
         """Ends the session server-side (POST with the form token: no other site can)."""
-        form = _form(await request.body())
+        form = await _form(request)
         if not self.console.auth.is_form_token(request.cookies, form.get("form_token", "")):
             return Response("stale form: reload the page", 403)
         await asyncio.to_thread(self.console.auth.logout, request.cookies)
@@ -140,7 +150,7 @@ class ConsoleRoutes:
                          current="keys")  # fmt: skip
 
     async def issue(self, request: Request) -> Response:
-        form = _form(await request.body())
+        form = await _form(request)
         if not self.console.auth.is_form_token(request.cookies, form.get("form_token", "")):
             return Response("stale form: reload the page", 403)
         data = self.console.data
@@ -156,7 +166,7 @@ class ConsoleRoutes:
         )
 
     async def revoke(self, request: Request) -> Response:
-        form = _form(await request.body())
+        form = await _form(request)
         if not self.console.auth.is_form_token(request.cookies, form.get("form_token", "")):
             return Response("stale form: reload the page", 403)
         key_id, tenant = request.path_params["key_id"], form.get("tenant") or None
@@ -221,8 +231,14 @@ def _page(console: Console, name: str, request: Request) -> pages.Page | None:
     return None
 
 
-def _form(body: bytes) -> dict[str, str]:
+async def _form(request: Request) -> dict[str, str]:
+    """The posted form, read up to `FORM_MAX_BYTES` (BodyTooLarge past it)."""
+    body = await read_body(request, FORM_MAX_BYTES)
     return {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}
+
+
+def _too_large() -> Response:
+    return Response(f"form over {FORM_MAX_BYTES} bytes", 413, media_type="text/plain")
 
 
 def _issue_body(form: dict[str, str]) -> KeyIssueBody:
