@@ -40,26 +40,30 @@ class ReplicaHealth:
         self._reg.index.clear(key)
 
     async def check(self) -> dict[str, bool]:
-        """Probe every replica not cooling down with a real one-token generation. A replica
-        whose probe failed but which ended a call well while the probe waited is busy, not down
-        (the probe queued behind the calls it serves): it stays, and answers True here."""
-        now = self._clock()
-        due = [(k, r) for k, r in self._reg.replicas.items() if now >= r.drained_until]
+        """Probe every replica with a real one-token generation; a drained one too, so a good
+        probe brings it back at once rather than after the cool-down. A replica whose probe
+        failed while it had calls in flight, or ended one well meanwhile, is busy, not down (the
+        probe queued behind the calls it serves): it stays, and answers True here."""
+        due = list(self._reg.replicas.items())
         await self._windows.learn(r.candidate for _, r in due)
         sent = self._clock()
+        busy = {key for key, r in due if r.inflight_requests > 0}
         results = await asyncio.gather(
             *(probe(r.candidate, r.model, self._probe_timeout_s) for _, r in due)
         )
         health: dict[str, bool] = {}
         for (key, r), ok in zip(due, results, strict=True):
             served = r.served_at is not None and r.served_at >= sent
+            kept = served or (key in busy and r.inflight_requests > 0)
             if ok:
-                r.healthy, r.failures = True, 0
-            elif served:
+                if not r.healthy:
+                    log.info("replica %s answered its probe: back in service", key)
+                r.healthy, r.failures, r.drained_until = True, 0, 0.0
+            elif kept:
                 log.info("probe of %s failed while it served calls: busy, kept", key)
-            else:
+            elif r.healthy:
                 self.drain(key, self._clock(), "its probe failed")
-            health[key] = ok or served
+            health[key] = ok or kept
         return health
 
     async def run(self, interval_s: float) -> None:

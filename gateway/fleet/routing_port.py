@@ -252,10 +252,12 @@ class Fleet:
 
     def _lone(self, route: ModelRoute, tenant: TenantPolicy) -> ReplicaRecord | None:
         """The route's one replica when there is nothing to decide: it is the only candidate of
-        every route naming it, the tenant may use it and it is serving; else None (the full
-        decision, which also says why no candidate may serve). Such a replica keeps no prefix
-        index: with nothing to choose, the passes over every block hash of the prompt (match, pin,
-        unpin, the answer's insert) buy nothing. Its load, health and sessions are kept as for
+        every route naming it and the tenant may use it; else None (the full decision, which also
+        says why no candidate may serve). A drained one still serves (panic routing: with nothing
+        to fall back to, refusing every call until it cools down is the outage; its first good
+        answer brings it back). Such a replica keeps no prefix index: with nothing to choose,
+        the passes over every block hash of the prompt (match, pin, unpin, the answer's insert)
+        buy nothing. Its load, health and sessions are kept as for
         any replica; one that a later route gives a second candidate starts with a cold index."""
         if len(route.candidates) != 1:
             return None
@@ -266,9 +268,7 @@ class Fleet:
             return None
         key = replica_key(c.backend_name, c.replica)
         r = self.registry.replicas[key]
-        if self.registry.pool[key] != 1 or not r.healthy or self._clock() < r.drained_until:
-            return None
-        return r
+        return r if self.registry.pool[key] == 1 else None
 
     # --- RoutingPort: the load book -----------------------------------------------------------
 

@@ -67,3 +67,23 @@ def test_a_probe_that_fails_while_the_replica_serves_calls_keeps_it() -> None:
 def test_a_probe_that_fails_while_nothing_was_served_drains_it() -> None:
     health, healthy = check_while(serve=False)
     assert health["local@http://a"] is False and not healthy
+
+
+def test_a_probe_that_times_out_while_calls_are_still_in_flight_keeps_it() -> None:
+    """A busy engine: the probe queued behind calls that have not ended yet when it times out.
+    Nothing ended well meanwhile, but calls were in flight throughout: busy, not down."""
+    slow = SlowProbe("a")
+    route = ModelRoute("smollm2", (Candidate(slow, "local", "selfhost", "http://a"),))  # type: ignore[arg-type]
+    fleet = Fleet([route], FleetConfig(cooldown_s=30.0), clock=Clock(), rng=random.Random(1))
+    tenant = TenantPolicy(tenant="acme", routing=RoutingPolicy(venue="selfhost_only"))
+
+    async def go() -> dict[str, bool]:
+        attempt = fleet.plan(route, tenant, "s1", prepared(()), 100, 10).attempts[0]
+        fleet.on_dispatch(attempt, "s1", prepared(()))
+        checking = asyncio.ensure_future(fleet.check_health())
+        await slow.waiting.wait()
+        slow.release.set()
+        return await checking
+
+    assert asyncio.run(go()) == {"local@http://a": True}
+    assert fleet.registry.replicas["local@http://a"].healthy
