@@ -13,6 +13,7 @@ from types import MappingProxyType
 from adapters.types import Usage
 from gateway.core.ports import Attempt, Fault, ModelRoute, PreparedPrompt, RoutePlan
 from gateway.fleet.book import LoadBook
+from gateway.fleet.capacity import SlotGate
 from gateway.fleet.engine_metrics import EngineLoad
 from gateway.fleet.health import ReplicaHealth
 from gateway.fleet.polls import SignalPolls
@@ -115,6 +116,7 @@ class Fleet:
             block_tokens=block_tokens,
             timeout_s=cfg.signal_timeout_s,
         )
+        self.gate = SlotGate(self.registry, clock)
         for route in routes:
             self.registry.register(route)
         # shared with the other gateway processes (`share`); None: this process's view alone
@@ -270,6 +272,15 @@ class Fleet:
         r = self.registry.replicas[key]
         return r if self.registry.pool[key] == 1 else None
 
+    def queue(self, plan: RoutePlan, tenant: TenantPolicy) -> Awaitable[RoutePlan] | None:
+        """Wait for a slot on the plan's replica when it is at capacity (`SlotGate`); None
+        when the call may go now."""
+        return self.gate.enter(plan, tenant)
+
+    def release(self, plan: RoutePlan) -> None:
+        """The call was given up before dispatch: its slot (if any) goes to the next waiter."""
+        self.gate.leave(plan.attempts[0])
+
     # --- RoutingPort: the load book -----------------------------------------------------------
 
     def on_dispatch(self, attempt: Attempt, session_id: str, prepared: PreparedPrompt) -> None:
@@ -285,6 +296,7 @@ class Fleet:
         self, attempt: Attempt, usage: Usage, ok: bool, fault: Fault = "backend"
     ) -> None:
         self.book.on_complete(attempt, usage, ok, fault)
+        self.gate.leave(attempt)
 
     def extend(self, attempt: Attempt, chain_hashes: tuple[bytes, ...]) -> None:
         self.book.extend(attempt, chain_hashes)

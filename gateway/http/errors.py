@@ -8,6 +8,7 @@ from __future__ import annotations
 from adapters.errors import ProviderRateLimited, UpstreamError, WireFormatError
 from adapters.types import WireFormat
 from gateway.errors import GatewayError
+from gateway.fleet.admission_queue import QueueShed
 from gateway.http.error_shapes import HttpError, error_body
 from gateway.http.quota_replies import quota_to_http
 from routing.types import NoRouteAvailable
@@ -37,6 +38,8 @@ def to_http(exc: Exception, wire: WireFormat) -> HttpError:
             exc.rule,
             exc.field,
         )
+        if isinstance(exc, QueueShed):  # waiting for a replica's slot would pass the bound
+            return HttpError(429, body, {"retry-after": exc.retry_after_header})
         return HttpError(exc.status_code, body)
     if isinstance(exc, WireFormatError):
         body = error_body(
