@@ -87,3 +87,21 @@ def test_a_probe_that_times_out_while_calls_are_still_in_flight_keeps_it() -> No
 
     assert asyncio.run(go()) == {"local@http://a": True}
     assert fleet.registry.replicas["local@http://a"].healthy
+
+
+def test_a_replica_that_answered_well_recently_is_not_probed() -> None:
+    """Passive health: under traffic the calls themselves say the replica serves; the periodic
+    check sends no probe to it (a probe is a generation, paid on a hosted engine)."""
+    backend = ProbeBackend("a")
+    route = ModelRoute("smollm2", (Candidate(backend, "local", "selfhost", "http://a"),))  # type: ignore[arg-type]
+    clock = Clock()
+    fleet = Fleet([route], FleetConfig(), clock=clock, rng=random.Random(1))
+    tenant = TenantPolicy(tenant="acme", routing=RoutingPolicy(venue="selfhost_only"))
+    attempt = fleet.plan(route, tenant, "s1", prepared(()), 100, 10).attempts[0]
+    fleet.on_dispatch(attempt, "s1", prepared(()))
+    fleet.on_complete(attempt, Usage(100, 1), ok=True)
+    assert asyncio.run(fleet.health.check(passive_s=10.0)) == {}
+    assert backend.calls == []
+    clock.now += 10.0  # no answer for a whole interval: probed again
+    assert asyncio.run(fleet.health.check(passive_s=10.0)) == {"local@http://a": True}
+    assert len(backend.calls) == 1
