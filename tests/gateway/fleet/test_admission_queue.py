@@ -87,9 +87,9 @@ def test_a_wait_past_the_bound_is_shed_holding_nothing() -> None:
         assert fleet.queue(first, acme) is None
         # 1 slot, 0.2 s a call: the 3rd waiter would start after 0.6 s > 0.5 s
         waits = [
-            asyncio.ensure_future(fleet.queue(plan(fleet, route, acme, f"s{i}"), acme))
+            asyncio.ensure_future(fleet.queue(plan(fleet, route, acme, f"s{i}"), acme))  # type: ignore[arg-type]
             for i in (1, 2)
-        ]  # type: ignore[arg-type]
+        ]
         await asyncio.sleep(0)
         with pytest.raises(QueueShed) as shed:
             await fleet.queue(plan(fleet, route, acme, "s3"), acme)  # type: ignore[misc]
