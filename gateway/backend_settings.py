@@ -44,6 +44,9 @@ class _Backend(Section):
     max_model_len: int | None = Field(default=None, gt=0)
     # engine load metrics (Prometheus text) under the replica's server root; null: not scraped
     metrics_path: str | None = "/metrics"
+    # calls one replica serves at once; more wait in the gateway's fair queue (docs/routing.md).
+    # null: the batch size its engine's metrics show (bundled engine, vLLM, SGLang), else none
+    max_in_flight: int | None = Field(default=None, gt=0)
     # true: these credentials serve one tenant only (its tenant policy is the only one whose
     # `backends:` names this backend), so the provider's cache is not shared and calls carry
     # no cache-scope line (docs/security.md)

@@ -36,3 +36,7 @@ class RoutingPolicy(PolicyModel):
     session_ttl_s: float = Field(default=300.0, gt=0)
     # probability of routing a session-less request to a random eligible replica (exploration)
     exploration: float = Field(default=0.0, ge=0, le=1)
+    # at a replica's capacity (`max_in_flight`), calls wait in per-tenant queues served in
+    # weighted fair order: this tenant's weight, and the longest it waits before a 429
+    queue_weight: float = Field(default=1.0, gt=0, le=1000)
+    max_queue_ms: int = Field(default=5000, ge=0, le=600_000)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from dataclasses import replace
 
 from routing.types import (
     ApiState,
@@ -211,7 +212,7 @@ def choose(
     if policy.venue == "selfhost_only":
         apis = []
     if not replicas and not apis:
-        raise NoRouteAvailable(features.model, policy.venue)
+        return _panic(features, fleet, policy)
     entry = sessions.fresh(features.session_id, now, policy.session_ttl_s)
     rscores = [_replica_score(r, features, fleet) for r in replicas]
     ascores = [_api_score(a, features, prices, entry) for a in apis]
@@ -249,6 +250,39 @@ def choose(
         predicted_ttft_s=chosen.predicted_ttft_s,
         scores=tuple(rscores) + tuple(ascores) + tuple(excluded),
         fallbacks=_fallbacks(chosen, rscores, ascores),
+    )
+
+
+def _panic(features: RequestFeatures, fleet: FleetSnapshot, policy: RoutingKnobs) -> Decision:
+    """Every candidate the venue allows looks unhealthy: rather than answer 503 for all (a
+    transient fault of the only replica would refuse every tenant for the whole cool-down),
+    send the call to the one most likely to answer, the one whose cool-down ends first (the
+    earliest drained), as Envoy does below its healthy-panic threshold. Its answer brings it
+    back. NoRouteAvailable only when the model has no candidate the venue allows at all."""
+    scores: list[tuple[float, CandidateScore]] = []
+    if policy.venue != "api_only":
+        for r in fleet.replicas:
+            if r.model == features.model:
+                score = _replica_score(r, features, fleet)
+                scores.append((r.drained_until, replace(score, note="panic")))
+    if policy.venue != "selfhost_only":
+        for a in fleet.apis:
+            if a.model == features.model:
+                score = CandidateScore(a.backend, None, "api", True, note="panic")
+                scores.append((a.cooldown_until, score))
+    if not scores:
+        raise NoRouteAvailable(features.model, policy.venue)
+    ordered = [s for _, s in sorted(scores, key=lambda p: p[0])]
+    chosen = ordered[0]
+    return Decision(
+        backend=chosen.backend,
+        replica=chosen.replica,
+        venue=chosen.venue,
+        reason="panic",
+        predicted_cached_tokens=chosen.predicted_cached_tokens,
+        predicted_ttft_s=chosen.predicted_ttft_s,
+        scores=tuple(ordered),
+        fallbacks=tuple(ordered[1:]),
     )
 
 

@@ -72,6 +72,9 @@ class Admitted:
             "x-lantern-cache": self.verdict.header,
             **admission.rate_headers(self.ticket),
         }
+        queued_ms = self.plan.details.get("queued_ms")
+        if queued_ms is not None:  # it waited for a slot on its replica
+            out["x-lantern-queue-ms"] = str(queued_ms)
         asked = self.call.request.max_tokens
         if asked is not None and self.max_tokens < asked:  # clamped to the tenant's cap
             out["x-lantern-max-tokens-clamped"] = str(self.max_tokens)

@@ -211,6 +211,7 @@ def fleet_inputs(settings: Settings, routes: RoutePricing) -> tuple[Prices, dict
                     capacity_tok_s=b.capacity_tok_s or default.capacity_tok_s,
                     kv_capacity_blocks=b.kv_capacity_blocks or default.kv_capacity_blocks,
                     metrics_path=b.metrics_path,
+                    max_in_flight=b.max_in_flight,
                 )
                 continue
             upstream = getattr(b, "model", None)

@@ -109,12 +109,18 @@ class Pipeline:
             max_tokens=max_tokens,
             worst_case_usd=worst,
         )
-        try:  # from here on, any way out but an Admitted gives the reservation back
+        plan = None
+        try:  # from here on, any way out but an Admitted gives the reservation (and slot) back
             plan = self.s.routing.plan(
                 route, call.tenant, session_id, prepared, prompt_tokens, max_tokens
             )
+            waiting = self.s.routing.queue(plan, call.tenant)  # None: a slot is free
+            if waiting is not None:
+                plan = await waiting
             verdict = self.s.prompts.observe(call.tenant, session_id, prepared)
         except BaseException:
+            if plan is not None:
+                self.s.routing.release(plan)
             with anyio.CancelScope(shield=True):
                 await self.s.admission.settle(ticket, usage=Usage(), cost_usd=0.0)
             raise

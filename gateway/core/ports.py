@@ -145,6 +145,12 @@ class RoutingPort(Protocol):
         max_tokens: int,
     ) -> RoutePlan: ...
 
+    def queue(self, plan: RoutePlan, tenant: TenantPolicy) -> Awaitable[RoutePlan] | None:
+        """The wait for the plan's replica when it is at capacity (the plan back, with the
+        queue time in its details); None when the call may go now."""
+
+    def release(self, plan: RoutePlan) -> None: ...  # given up before dispatch: free its slot
+
     def on_dispatch(self, attempt: Attempt, session_id: str, prepared: PreparedPrompt) -> None: ...
 
     def on_first_token(self, attempt: Attempt) -> None: ...  # prefill done: load eases

@@ -155,6 +155,9 @@ class LoadBook:
                     self._drain(rec.key, now)
             return
         r.failures, r.served_at = 0, now
+        if not r.healthy or r.drained_until > now:  # a good answer is the best probe
+            log.info("replica %s answered well: back in service", rec.key)
+            r.healthy, r.drained_until = True, 0.0
         took = now - rec.started_at
         r.service_s = took if r.service_s is None else 0.8 * r.service_s + 0.2 * took
         work_tokens = usage.input_tokens + usage.cache_write_tokens + usage.output_tokens

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from gateway.fleet.probe import probe
 from gateway.fleet.registry import FleetRegistry
+from gateway.fleet.state import ReplicaRecord
 from gateway.fleet.window import ContextWindows
 
 log = logging.getLogger("lantern.fleet")
@@ -39,33 +40,40 @@ class ReplicaHealth:
         r.drained_until = now + self._cooldown_s
         self._reg.index.clear(key)
 
-    async def check(self) -> dict[str, bool]:
-        """Probe every replica not cooling down with a real one-token generation. A replica
-        whose probe failed but which ended a call well while the probe waited is busy, not down
-        (the probe queued behind the calls it serves): it stays, and answers True here."""
+    async def check(self, passive_s: float = 0.0) -> dict[str, bool]:
+        """Probe every replica with a real one-token generation; a drained one too, so a good
+        probe brings it back at once rather than after the cool-down. A healthy replica that
+        answered a call well in the last `passive_s` is healthy by that answer (passive health:
+        under traffic no probe is sent). A replica whose probe failed while it had calls in
+        flight, or ended one well meanwhile, is busy, not down (the probe queued behind the
+        calls it serves): it stays, and answers True here."""
         now = self._clock()
-        due = [(k, r) for k, r in self._reg.replicas.items() if now >= r.drained_until]
+        due = [(k, r) for k, r in self._reg.replicas.items() if not _answered(r, now, passive_s)]
         await self._windows.learn(r.candidate for _, r in due)
         sent = self._clock()
+        busy = {key for key, r in due if r.inflight_requests > 0}
         results = await asyncio.gather(
             *(probe(r.candidate, r.model, self._probe_timeout_s) for _, r in due)
         )
         health: dict[str, bool] = {}
         for (key, r), ok in zip(due, results, strict=True):
             served = r.served_at is not None and r.served_at >= sent
+            kept = served or (key in busy and r.inflight_requests > 0)
             if ok:
-                r.healthy, r.failures = True, 0
-            elif served:
+                if not r.healthy:
+                    log.info("replica %s answered its probe: back in service", key)
+                r.healthy, r.failures, r.drained_until = True, 0, 0.0
+            elif kept:
                 log.info("probe of %s failed while it served calls: busy, kept", key)
-            else:
+            elif r.healthy:
                 self.drain(key, self._clock(), "its probe failed")
-            health[key] = ok or served
+            health[key] = ok or kept
         return health
 
     async def run(self, interval_s: float) -> None:
         """Check and sweep forever (start as a task in the lifespan; cancel on shutdown)."""
         while True:
-            await self.check()
+            await self.check(passive_s=interval_s)
             self.sweep_sessions()
             await asyncio.sleep(interval_s)
 
@@ -76,3 +84,8 @@ class ReplicaHealth:
             del reg.sessions[s]
         # plans of sessions that never completed; a dispatch racing this falls back to hashes
         reg.planned = {s: v for s, v in reg.planned.items() if s in reg.sessions}
+
+
+def _answered(r: ReplicaRecord, now: float, within_s: float) -> bool:
+    """Healthy and a call ended well within the last `within_s`: no probe needed."""
+    return r.healthy and r.served_at is not None and now - r.served_at < within_s

@@ -39,6 +39,8 @@ class SignalPolls:
             return
         if load.kv_capacity_tokens:
             self._reg.index.resize(key, max(load.kv_capacity_tokens // self._block_tokens, 1))
+        if load.waiting and load.running:  # a full batch: the most seen is its capacity
+            r.engine_max_in_flight = max(r.engine_max_in_flight or 0, load.running)
         self._signals.observe(key, load, r.counts())
 
     async def poll(self) -> dict[str, bool]:

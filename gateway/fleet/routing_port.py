@@ -13,6 +13,7 @@ from types import MappingProxyType
 from adapters.types import Usage
 from gateway.core.ports import Attempt, Fault, ModelRoute, PreparedPrompt, RoutePlan
 from gateway.fleet.book import LoadBook
+from gateway.fleet.capacity import SlotGate
 from gateway.fleet.engine_metrics import EngineLoad
 from gateway.fleet.health import ReplicaHealth
 from gateway.fleet.polls import SignalPolls
@@ -115,6 +116,7 @@ class Fleet:
             block_tokens=block_tokens,
             timeout_s=cfg.signal_timeout_s,
         )
+        self.gate = SlotGate(self.registry, clock)
         for route in routes:
             self.registry.register(route)
         # shared with the other gateway processes (`share`); None: this process's view alone
@@ -252,10 +254,12 @@ class Fleet:
 
     def _lone(self, route: ModelRoute, tenant: TenantPolicy) -> ReplicaRecord | None:
         """The route's one replica when there is nothing to decide: it is the only candidate of
-        every route naming it, the tenant may use it and it is serving; else None (the full
-        decision, which also says why no candidate may serve). Such a replica keeps no prefix
-        index: with nothing to choose, the passes over every block hash of the prompt (match, pin,
-        unpin, the answer's insert) buy nothing. Its load, health and sessions are kept as for
+        every route naming it and the tenant may use it; else None (the full decision, which also
+        says why no candidate may serve). A drained one still serves (panic routing: with nothing
+        to fall back to, refusing every call until it cools down is the outage; its first good
+        answer brings it back). Such a replica keeps no prefix index: with nothing to choose,
+        the passes over every block hash of the prompt (match, pin, unpin, the answer's insert)
+        buy nothing. Its load, health and sessions are kept as for
         any replica; one that a later route gives a second candidate starts with a cold index."""
         if len(route.candidates) != 1:
             return None
@@ -266,9 +270,16 @@ class Fleet:
             return None
         key = replica_key(c.backend_name, c.replica)
         r = self.registry.replicas[key]
-        if self.registry.pool[key] != 1 or not r.healthy or self._clock() < r.drained_until:
-            return None
-        return r
+        return r if self.registry.pool[key] == 1 else None
+
+    def queue(self, plan: RoutePlan, tenant: TenantPolicy) -> Awaitable[RoutePlan] | None:
+        """Wait for a slot on the plan's replica when it is at capacity (`SlotGate`); None
+        when the call may go now."""
+        return self.gate.enter(plan, tenant)
+
+    def release(self, plan: RoutePlan) -> None:
+        """The call was given up before dispatch: its slot (if any) goes to the next waiter."""
+        self.gate.leave(plan.attempts[0])
 
     # --- RoutingPort: the load book -----------------------------------------------------------
 
@@ -285,6 +296,7 @@ class Fleet:
         self, attempt: Attempt, usage: Usage, ok: bool, fault: Fault = "backend"
     ) -> None:
         self.book.on_complete(attempt, usage, ok, fault)
+        self.gate.leave(attempt)
 
     def extend(self, attempt: Attempt, chain_hashes: tuple[bytes, ...]) -> None:
         self.book.extend(attempt, chain_hashes)

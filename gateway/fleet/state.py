@@ -28,6 +28,8 @@ class ReplicaSpec:
     kv_capacity_blocks: int = 1024  # the bundled engine's default --num-blocks
     base_ttft_s: float = 0.05
     metrics_path: str | None = "/metrics"  # engine load metrics under the server root; None: off
+    # calls one replica serves at once; None: what its engine shows (else unbounded)
+    max_in_flight: int | None = None
 
 
 @dataclass(slots=True)
@@ -47,6 +49,8 @@ class ReplicaRecord:
     dispatched: int = 0  # ever, for bringing engine samples up to date
     completed: int = 0
     served_at: float | None = None  # the fleet's clock at its last call that ended well
+    # the engine's batch size as its metrics show it: running calls while others wait
+    engine_max_in_flight: int | None = None
     prefill: PrefillRate = field(init=False)
 
     def __post_init__(self) -> None:

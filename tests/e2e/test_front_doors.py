@@ -255,13 +255,12 @@ def test_upstream_5xx_and_timeout(gateway: RunningGateway, upstream) -> None:  #
     rows = _ledger_rows(gateway, 2)
     assert [r["status"] for r in rows] == ["error", "error"]
     assert {r["error_kind"] for r in rows} == {"ProviderUnavailable", "ProviderTimeout"}
-    # two failures in a row drain the only replica: the next call is refused, not hung
-    with pytest.raises(openai.APIStatusError) as drained:
-        _oai(gateway).chat.completions.create(
-            model="gpt-4o-mini", messages=[{"role": "user", "content": "x"}]
-        )
-    assert drained.value.status_code == 503
-    assert drained.value.body["code"] == "no_route"
+    # two failures in a row drain the only replica; with nothing else to go to it still takes
+    # the next call (panic routing), and its good answer brings it back
+    served = _oai(gateway).chat.completions.create(
+        model="gpt-4o-mini", messages=[{"role": "user", "content": "x"}]
+    )
+    assert served.choices[0].finish_reason == "stop"
 
 
 def test_models_list_is_per_tenant_and_ops_routes(gateway: RunningGateway) -> None:

@@ -131,6 +131,9 @@ class FakeUpstreamApp:
     delay_s: float = 0.0  # before the response starts: drives client timeouts
     chunk_delay_s: float = 0.0  # between stream chunks
     drop_stream_after: int | None = None  # end streams cleanly after N events, unfinished
+    # as an engine with this many batch slots: more calls queue inside it (`delay_s` each)
+    max_concurrent: int | None = None
+    peak_concurrent: int = 0  # the most calls it served at once
     # as vLLM: /v1/models reports it, and prompt + max_tokens over it is a 400
     max_model_len: int | None = None
     counter: TokenCounter = field(default_factory=TokenCounter)
@@ -138,6 +141,8 @@ class FakeUpstreamApp:
     _failures: deque[InjectedFailure] = field(default_factory=deque)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _slots: asyncio.Semaphore | None = None
+    _serving: int = 0
 
     def fail_next(
         self,
@@ -172,6 +177,20 @@ class FakeUpstreamApp:
         if wire is None:
             await _respond(send, 404, _error_body("openai", "no such route", "not_found"))
             return
+        if self.max_concurrent is None:
+            await self._serve(wire, body, headers, send)
+            return
+        if self._slots is None:  # made on the server's own loop
+            self._slots = asyncio.Semaphore(self.max_concurrent)
+        async with self._slots:
+            self._serving += 1
+            self.peak_concurrent = max(self.peak_concurrent, self._serving)
+            try:
+                await self._serve(wire, body, headers, send)
+            finally:
+                self._serving -= 1
+
+    async def _serve(self, wire: str, body: bytes, headers: dict[str, str], send: Send) -> None:
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         failure = self._next_failure()

@@ -146,9 +146,32 @@ def test_unhealthy_and_drained_replicas_are_excluded_and_explained() -> None:
 
 def test_no_route_raises_typed_error() -> None:
     with pytest.raises(NoRouteAvailable):
-        decide([replica("a", healthy=False)])
-    with pytest.raises(NoRouteAvailable):
         decide([replica("a")], policy=RoutingPolicy(venue="api_only"))
+    with pytest.raises(NoRouteAvailable):
+        decide([])
+
+
+def test_panic_when_every_replica_looks_unhealthy_goes_to_the_earliest_drained() -> None:
+    """Envoy's healthy panic: no replica available is no reason to refuse every call; the
+    one whose cool-down ends first takes it, the others follow as fallbacks by the same order."""
+    reps = [
+        replica("a", healthy=False, drained_until=130.0),
+        replica("b", healthy=False, drained_until=110.0),
+        replica("c", healthy=False, drained_until=120.0),
+    ]
+    d = decide(reps)
+    assert (d.backend, d.reason) == ("b", "panic")
+    assert [s.backend for s in d.fallbacks] == ["c", "a"]
+    assert {s.note for s in d.scores} == {"panic"}
+
+
+def test_panic_respects_the_venue() -> None:
+    apis = (ApiState("bedrock", MODEL, cooldown_until=105.0),)
+    reps = [replica("a", healthy=False, drained_until=110.0)]
+    d = decide(reps, apis=apis, policy=RoutingPolicy(venue="selfhost_only"))
+    assert (d.backend, d.venue, d.reason) == ("a", "selfhost", "panic")
+    d = decide(reps, apis=apis, policy=RoutingPolicy(venue="cheapest"))
+    assert (d.backend, d.venue) == ("bedrock", "api")  # its cool-down ends first
 
 
 # --- venue choice -------------------------------------------------------------------------
@@ -284,25 +307,25 @@ replica_st = st.builds(
     st.integers(0, 40),
     st.integers(0, 10**6),
 )
-def test_never_an_unavailable_replica(reps, strategy, matched, seed) -> None:
+def test_never_an_unavailable_replica_unless_all_are(reps, strategy, matched, seed) -> None:
     h = chain("p", 40)
     idx = index_with({r.backend: h[:matched] for r in reps})
     policy = RoutingPolicy(venue="selfhost_only", exploration=0.5)
-    try:
-        d = decide(
-            reps,
-            f=features(hashes=h, prompt=640),
-            idx=idx,
-            policy=policy,
-            seed=seed,
-            seq=seed,
-            picker=PICKERS[strategy],
-        )
-    except NoRouteAvailable:
-        assert not any(r.is_available(100.0) for r in reps)
-        return
+    d = decide(
+        reps,
+        f=features(hashes=h, prompt=640),
+        idx=idx,
+        policy=policy,
+        seed=seed,
+        seq=seed,
+        picker=PICKERS[strategy],
+    )
     chosen = next(r for r in reps if r.backend == d.backend)
-    assert chosen.is_available(100.0)
+    if any(r.is_available(100.0) for r in reps):
+        assert chosen.is_available(100.0)
+    else:  # panic: every one looks unhealthy, the earliest drained is tried
+        assert d.reason == "panic"
+        assert chosen.drained_until == min(r.drained_until for r in reps)
 
 
 @settings(max_examples=100, deadline=None)

@@ -156,6 +156,12 @@ class Fakes:
     def plan(self, route, tenant, session_id, prepared, prompt_tokens, max_tokens) -> RoutePlan:  # type: ignore[no-untyped-def]
         return RoutePlan((Attempt(route.candidates[0], "only"),))
 
+    def queue(self, plan, tenant) -> None:  # type: ignore[no-untyped-def]
+        return None
+
+    def release(self, plan) -> None:  # type: ignore[no-untyped-def]
+        return None
+
     def on_dispatch(self, attempt, session_id, prepared) -> None:  # type: ignore[no-untyped-def]
         return None
 

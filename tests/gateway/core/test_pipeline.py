@@ -160,6 +160,12 @@ class Ports:
         self.log.steps.append("plan")
         return RoutePlan(tuple(Attempt(c, "test") for c in route.candidates))
 
+    def queue(self, plan: RoutePlan, tenant: TenantPolicy) -> None:
+        return None  # no replica at capacity
+
+    def release(self, plan: RoutePlan) -> None:
+        self.log.steps.append("release")
+
     def on_dispatch(self, attempt: Attempt, session_id: str, prepared: PreparedPrompt) -> None:
         self.log.steps.append(f"dispatch {attempt.candidate.backend_name}")
 

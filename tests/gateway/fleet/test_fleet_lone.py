@@ -106,7 +106,10 @@ def test_the_same_fleet_with_the_index_kept_pins_and_learns() -> None:
     assert fleet.stats().replicas[0].prefill_tok_s != 1000.0
 
 
-def test_failures_still_drain_the_lone_replica_and_then_nothing_may_serve() -> None:
+def test_a_drained_lone_replica_still_serves_and_its_first_good_answer_restores_it() -> None:
+    """Panic routing: draining the only replica would refuse every tenant for the cool-down
+    (a transient fault of the replica made a 30 s outage); it is drained, still planned, and
+    back in service on its first good answer, not after a fixed cool-down."""
     route = _route("a")
     fleet, clock = _fleet(route)
     for i in range(2):
@@ -115,12 +118,24 @@ def test_failures_still_drain_the_lone_replica_and_then_nothing_may_serve() -> N
         fleet.on_complete(plan.attempts[0], Usage(), ok=False)
     (state,) = fleet.stats().replicas
     assert not state.healthy and state.inflight_requests == 0
-    with pytest.raises(NoRouteAvailable):
-        fleet.plan(route, _tenant(), "s3", prepared(chain("x", 4)), 64, 16)
-    clock.now += 31  # cooled down and probed healthy: the lone plan again
-    assert asyncio.run(fleet.check_health()) == {KEY: True}
+    assert state.drained_until == clock.now + 30.0
     plan = fleet.plan(route, _tenant(), "s3", prepared(chain("x", 4)), 64, 16)
     assert plan.attempts[0].reason == ONLY_CANDIDATE
+    clock.now += 0.5
+    fleet.on_dispatch(plan.attempts[0], "s3", prepared(chain("x", 4)))
+    fleet.on_complete(plan.attempts[0], Usage(64, 1), ok=True)
+    (state,) = fleet.stats().replicas
+    assert state.healthy and state.drained_until == 0.0
+
+
+def test_a_good_probe_restores_a_drained_replica_within_its_cool_down() -> None:
+    route = _route("a")
+    fleet, clock = _fleet(route)
+    fleet.health.drain(KEY, clock.now, "test")
+    clock.now += 1  # well within the 30 s cool-down
+    assert asyncio.run(fleet.check_health()) == {KEY: True}
+    (state,) = fleet.stats().replicas
+    assert state.healthy and state.drained_until == 0.0
 
 
 def test_the_lone_plan_respects_the_tenant() -> None:

@@ -1,0 +1,122 @@
+"""Replica slots: a replica with a capacity (`max_in_flight`) serves at most that many calls of
+this process at once; calls beyond it wait here, per tenant, served in weighted fair order
+(`routing.fair_queue`), and a call that would wait past its tenant's bound is shed
+(`QueueShed`: 429 + Retry-After) holding nothing. No routing decision and no HTTP here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gateway.errors import GatewayError
+from routing.fair_queue import FairQueue
+
+
+class QueueShed(GatewayError):
+    """The call would wait for a replica's slot longer than its tenant's `max_queue_ms`."""
+
+    status_code = 429
+    openai_type = "rate_limit_exceeded"
+    anthropic_type = "rate_limit_error"
+
+    def __init__(self, replica: str, retry_after_s: float, waited_s: float) -> None:
+        super().__init__(
+            f"replica {replica} is at capacity and the queue ahead would pass this tenant's "
+            f"max_queue_ms; retry after {retry_after_s:.1f}s",
+            rule="max_queue_ms",
+        )
+        self.replica = replica
+        self.wait_s = retry_after_s  # the predicted wait; Retry-After rounds it up
+        self.retry_after_s = max(1, math.ceil(retry_after_s))
+        self.waited_s = waited_s
+
+
+@dataclass(slots=True)
+class _Slots:
+    held: int = 0
+    queue: FairQueue[asyncio.Future[None]] = field(default_factory=FairQueue)
+
+
+class ReplicaSlots:
+    """Slots per replica key. `take` is the fast path (a free slot and nobody waiting: no queue
+    work at all); `wait` queues; `release` hands the slot to the next waiter or frees it."""
+
+    def __init__(self, clock: Callable[[], float], max_per_tenant: int = 1000) -> None:
+        self._clock = clock
+        self._max_per_tenant = max_per_tenant
+        self._slots: dict[str, _Slots] = {}
+
+    def held(self, key: str) -> int:
+        s = self._slots.get(key)
+        return 0 if s is None else s.held
+
+    def waiting(self, key: str) -> int:
+        s = self._slots.get(key)
+        return 0 if s is None else len(s.queue)
+
+    def take(self, key: str, capacity: int) -> bool:
+        s = self._slots.get(key)
+        if s is None:
+            s = self._slots[key] = _Slots(queue=FairQueue(self._max_per_tenant))
+        if s.held < capacity and not s.queue:
+            s.held += 1
+            return True
+        return False
+
+    def release(self, key: str) -> None:
+        s = self._slots.get(key)
+        if s is None or s.held == 0:
+            return
+        while (nxt := s.queue.pop()) is not None:
+            waiter = nxt[1]
+            if not waiter.done():  # a waiter that left is taken out; this is only a guard
+                waiter.set_result(None)  # the slot passes on: `held` is unchanged
+                return
+        s.held -= 1
+
+    async def wait(
+        self,
+        key: str,
+        capacity: int,
+        tenant: str,
+        *,
+        weight: float,
+        max_wait_s: float,
+        service_s: float | None,
+    ) -> float:
+        """Wait for a slot in fair order; the seconds waited. Raises `QueueShed` when the
+        predicted wait (the waiters ahead over the capacity, at the replica's service time) or
+        the wait itself passes `max_wait_s`; a call that leaves (cancelled) holds nothing."""
+        s = self._slots[key]
+        began = self._clock()
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        per_call = service_s or 0.0
+        if not s.queue.push(tenant, waiter, weight):
+            raise QueueShed(key, _predict(capacity, per_call, len(s.queue)), 0.0)
+        predicted = _predict(capacity, per_call, s.queue.ahead(tenant, waiter))
+        if predicted > max_wait_s:
+            s.queue.remove(tenant, waiter)
+            raise QueueShed(key, predicted, 0.0)
+        try:
+            async with asyncio.timeout(max_wait_s):
+                await waiter
+        except TimeoutError:
+            if not (waiter.done() and not waiter.cancelled()):
+                s.queue.remove(tenant, waiter)
+                waited = self._clock() - began
+                raise QueueShed(key, _predict(capacity, per_call, len(s.queue)), waited) from None
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self.release(key)  # granted as the caller left: pass it on
+            else:
+                s.queue.remove(tenant, waiter)
+            raise
+        return self._clock() - began
+
+
+def _predict(capacity: int, service_s: float, ahead: int) -> float:
+    """Seconds until a call with `ahead` waiters before it gets a slot."""
+    return (ahead + 1) * service_s / max(capacity, 1)
