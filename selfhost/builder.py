@@ -122,7 +122,7 @@ def build_engine(
         scheduler=Scheduler(scheduler_config, block_manager),
         sampler=Sampler(config.seed, argmax=model.backend.argmax_rows),
         max_model_len=max_model_len,
-        masks=MaskFiller(weights.config.vocab_size, DTYPES[config.dtype]),
+        masks=MaskFiller(weights.config.vocab_size),
     )
 
 

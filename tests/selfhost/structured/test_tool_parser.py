@@ -75,7 +75,7 @@ def test_masks_leave_only_the_grammars_tokens(smollm_files: tuple[object, TextTo
     compiler = GrammarCompiler(tokenizer.tokenizer.to_str(), tokenizer.eos_token_ids)
     guide = compiler.guide(json_grammar({"enum": ["yes", "no"]}), "response_format")
     vocab = compiler.vocab_size
-    masks: StepMasks = MaskFiller(vocab, torch.float32).fill({"r1": guide})
+    masks: StepMasks = MaskFiller(vocab).fill({"r1": guide})
     logits = torch.zeros((2, vocab))
     apply_masks(logits, ["free", "r1"], masks)
     assert bool(torch.isfinite(logits[0]).all())
