@@ -19,6 +19,7 @@ from selfhost.engine.model_runner import ModelRunner
 from selfhost.engine.sampler import Sampler, TokenLogprobs
 from selfhost.engine.scheduler import ScheduledSequence, Scheduler
 from selfhost.engine.sequence import SamplingParams, Sequence
+from selfhost.structured.budget import is_closing
 from selfhost.structured.grammar import Guide
 from selfhost.structured.masks import MaskFiller, StepMasks
 
@@ -230,7 +231,18 @@ class LLMEngine:
         }
         if not guides or self.masks is None:
             return None
-        return self.masks.start(guides)
+        closing = frozenset(
+            request_id
+            for request_id, guide in guides.items()
+            if is_closing(self._remaining_tokens(self._sequences[request_id]), guide.reserve_tokens)
+        )
+        return self.masks.start(guides, closing)
+
+    def _remaining_tokens(self, seq: Sequence) -> int:
+        """Tokens the request may still generate, this step's included."""
+        return min(
+            seq.params.max_tokens - seq.num_output_tokens, self.max_model_len - seq.num_tokens
+        )
 
     def _append(
         self, seq: Sequence, token_id: int, logprobs: TokenLogprobs | None

@@ -8,6 +8,7 @@ A bitmask is int32 words [W] with bit j of word i allowing token 32*i + j (llgui
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -15,6 +16,7 @@ import llguidance
 import numpy as np
 import torch
 
+from selfhost.structured.budget import ClosingTokens
 from selfhost.structured.grammar import Guide
 
 
@@ -30,19 +32,32 @@ class StepMasks:
 
 class MaskFiller:
     """Computes the masks of a step's guided sequences off the engine thread. `vocab_size`: the
-    model's logits' width."""
+    model's logits' width; `closing_ids`: the tokens that close a structure (budget.py)."""
 
-    def __init__(self, vocab_size: int, num_threads: int | None = None) -> None:
+    def __init__(
+        self,
+        vocab_size: int,
+        closing: ClosingTokens = ClosingTokens((), ()),
+        num_threads: int | None = None,
+    ) -> None:
         self.vocab_size = vocab_size
         self.num_words = (vocab_size + 31) // 32
+        # by "inside a string": the sets to narrow to, the first the grammar allows
+        self._closing = {
+            True: [_token_set(closing.quote, vocab_size)],
+            False: [_token_set(t, vocab_size) for t in (closing.bracket, closing.value)],
+        }
         self._executor = llguidance.LLExecutor(num_threads)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="selfhost-masks")
 
-    def start(self, guides: dict[str, Guide]) -> Future[StepMasks]:
-        """Begin filling one mask per guide; the result is ready by the time sampling needs it."""
-        return self._pool.submit(self.fill, dict(guides))
+    def start(
+        self, guides: dict[str, Guide], closing: frozenset[str] = frozenset()
+    ) -> Future[StepMasks]:
+        """Begin filling one mask per guide; the result is ready by the time sampling needs it.
+        `closing`: the requests within their budget reserve."""
+        return self._pool.submit(self.fill, dict(guides), closing)
 
-    def fill(self, guides: dict[str, Guide]) -> StepMasks:
+    def fill(self, guides: dict[str, Guide], closing: frozenset[str] = frozenset()) -> StepMasks:
         bits = torch.zeros((len(guides), self.num_words), dtype=torch.int32)
         rows = {request_id: row for row, request_id in enumerate(guides)}
         pairs = [(guide.matcher, rows[request_id]) for request_id, guide in guides.items()]
@@ -50,12 +65,26 @@ class MaskFiller:
             pairs, bits.data_ptr(), self.num_words * 4, len(rows)
         )
         allowed = allowed_tokens(bits, self.vocab_size)
+        for request_id in closing & rows.keys():
+            row = rows[request_id]
+            for tokens in self._closing[guides[request_id].lex.in_string]:
+                narrowed = allowed[row] & tokens
+                if bool(narrowed.any()):  # else the grammar needs more first: leave it free
+                    allowed[row] = narrowed
+                    break
         dead = frozenset(r for r, row in rows.items() if not bool(allowed[row].any()))
         penalty = allowed.to(torch.float32).log_()  # log(1) = 0, log(0) = -inf
         return StepMasks(rows, penalty, dead)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False)
+
+
+def _token_set(token_ids: Sequence[int], vocab_size: int) -> torch.Tensor:
+    """uint8 [vocab_size], 1 at `token_ids`."""
+    tokens = torch.zeros(vocab_size, dtype=torch.uint8)
+    tokens[list(token_ids)] = 1
+    return tokens
 
 
 def allowed_tokens(bits: torch.Tensor, vocab_size: int) -> torch.Tensor:
