@@ -25,6 +25,7 @@ from selfhost.model.llama import LlamaModel, load_decoder_weights
 from selfhost.model.loader import LoadedWeights, load_gguf, load_safetensors_dir, resolve_model_path
 from selfhost.model.rope import rope_tables
 from selfhost.model.tokenizer import TextTokenizer, tokenizer_from_dir, tokenizer_from_gguf
+from selfhost.structured.budget import closing_tokens
 from selfhost.structured.masks import MaskFiller
 
 log = logging.getLogger(__name__)
@@ -122,8 +123,15 @@ def build_engine(
         scheduler=Scheduler(scheduler_config, block_manager),
         sampler=Sampler(config.seed, argmax=model.backend.argmax_rows),
         max_model_len=max_model_len,
-        masks=MaskFiller(weights.config.vocab_size, DTYPES[config.dtype]),
+        masks=_mask_filler(tokenizer, weights.config.vocab_size),
     )
+
+
+def _mask_filler(tokenizer: TextTokenizer, vocab_size: int) -> MaskFiller:
+    closing = closing_tokens(
+        lambda token_id: tokenizer.decode([token_id]), vocab_size, tokenizer.eos_token_ids
+    )
+    return MaskFiller(vocab_size, closing)
 
 
 def default_dtype(device: str) -> str:

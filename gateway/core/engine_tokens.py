@@ -26,8 +26,7 @@ from jinja2.ext import loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
-from adapters import openai_wire
-from adapters.types import ChatRequest
+from gateway.core.engine_prompt import EnginePrompt, FallbackToolFormat, rendered_chat
 
 log = logging.getLogger("lantern.engine_tokens")
 
@@ -38,6 +37,7 @@ FETCH_TIMEOUT_S = 5.0
 # separators) per message and once for a default system prompt and the reply priming.
 TEMPLATE_ALLOWANCE_PER_MESSAGE = 16
 TEMPLATE_ALLOWANCE_FIXED = 256
+TOOLS_ALLOWANCE = 1024  # the tool format's own text (the bundled engine's: about 330 bytes)
 # rendered prompt pieces kept with their token counts (~4M tokens); a pure memo (a lost piece
 # costs encoding it again), so a bound by characters, not per tenant
 MEMO_MAX_CHARS = 16_000_000
@@ -47,27 +47,15 @@ def _raise_exception(message: str) -> None:
     raise TemplateError(message)
 
 
-def engine_messages(request: ChatRequest) -> list[dict[str, Any]]:
-    """The chat messages an engine renders for `request`, content flattened to text as the
-    bundled engine does. Each system part is a message of its own: a client's leading system
-    messages were merged into parts when decoded, and counting them apart is never less."""
-    body = openai_wire.encode_request(request)
-    messages: list[dict[str, Any]] = body["messages"]
-    if request.system:
-        messages = [{"role": "system", "content": p.text} for p in request.system] + messages[1:]
-    return [{**m, "content": _content_text(m.get("content"))} for m in messages]
-
-
-def _content_text(content: Any) -> str:
-    if isinstance(content, list):
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
-    return "" if content is None else str(content)
-
-
-def bound(messages: Sequence[Mapping[str, Any]]) -> int:
-    """An upper bound of the prompt tokens of `messages` under any byte-level BPE whose chat
-    template adds at most the allowances above."""
-    size = sum(len(str(m.get("role", ""))) + len(str(m["content"]).encode()) for m in messages)
+def bound(prompt: EnginePrompt) -> int:
+    """An upper bound of the prompt tokens of `prompt` under any byte-level BPE whose chat
+    template adds at most the allowances above (and the tool format its preamble)."""
+    messages = prompt.messages
+    size = sum(
+        len(str(m.get("role", ""))) + len(str(m["content"]).encode()) for m in messages
+    ) + sum(len(json.dumps(m["tool_calls"]).encode()) for m in messages if m.get("tool_calls"))
+    if prompt.tools:
+        size += len(json.dumps(prompt.tools).encode()) + TOOLS_ALLOWANCE
     return size + TEMPLATE_ALLOWANCE_PER_MESSAGE * len(messages) + TEMPLATE_ALLOWANCE_FIXED
 
 
@@ -137,24 +125,30 @@ class ChatPromptCounter:
         self._template = env.from_string(source) if isinstance(source, str) else None
         self._bos = str(card.get("bos_token") or "")
         self._eos = str(card.get("eos_token") or "")
+        # a template that renders no tools: the engine writes them in its fallback format
+        self._fallback = FallbackToolFormat.from_card(card.get("tool_format"))
 
-    def render(self, messages: list[dict[str, Any]]) -> str:
+    def render(self, prompt: EnginePrompt) -> str:
+        messages, tools = rendered_chat(prompt, self._fallback)
         if self._template is None:
             return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "
+        extra = {} if tools is None else {"tools": tools}
         return self._template.render(
             messages=messages,
             bos_token=self._bos,
             eos_token=self._eos,
             add_generation_prompt=True,
+            **extra,
         )
 
-    def count(self, messages: list[dict[str, Any]]) -> int:
-        """The engine's prompt tokens; the upper bound when the template refuses the messages
-        (the engine then answers 400 before any work, so no more can be billed)."""
+    def count(self, prompt: EnginePrompt) -> int:
+        """The engine's prompt tokens, its tools included; the upper bound when the template
+        refuses the messages (the engine then answers 400 before any work, so no more can be
+        billed)."""
         try:
-            text = self.render(messages)
+            text = self.render(prompt)
         except TemplateError:
-            return bound(messages)
+            return bound(prompt)
         return self._pieces.count(text)
 
 

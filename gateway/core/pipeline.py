@@ -217,6 +217,8 @@ class Pipeline:
                 # (cancellation) or closed the generator mid-stream; shielded, because anyio
                 # re-cancels every await inside a cancelled scope
                 status, kind, fault = gone_or_ours(exc)
+                if status == "client_disconnect" and tally.ended:
+                    status = "ok"  # closed after the end event went out: a complete reply
                 # an error of ours before any output: nothing was produced to pay for
                 ours_early = fault == "gateway" and not tally.started
                 usage = Usage() if ours_early else tally.usage(adm.prompt_tokens)

@@ -28,6 +28,7 @@ class StreamTally:
         self.final: Usage | None = None
         self.ttft_s: float | None = None
         self.started = False
+        self.ended = False  # the end event went out: the consumer has the whole reply
         self._texts: dict[int, list[str]] = {}  # content block index -> its text pieces
         self._tools: dict[int, tuple[str, str, list[str]]] = {}  # index -> id, name, arguments
 
@@ -53,6 +54,7 @@ class StreamTally:
             self._tools[event.index] = (event.id, event.name, [])
         elif isinstance(event, StreamEnd):
             self.final = event.usage
+            self.ended = True
         return is_first
 
     def usage(self, prompt_tokens: int) -> Usage:

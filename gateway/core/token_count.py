@@ -7,18 +7,13 @@ Give tiktoken the counter the prompt cache encodes with: both then read one memo
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from adapters.tokens import TokenCounter, TokenIdsMemo
 from adapters.types import ChatRequest
 from gateway.backend_settings import OpenAICompatibleBackend
-from gateway.core.engine_tokens import (
-    ChatPromptCounter,
-    EngineTokenizers,
-    bound,
-    card_from_dir,
-    engine_messages,
-)
+from gateway.core.engine_prompt import EnginePrompt, engine_prompt
+from gateway.core.engine_tokens import ChatPromptCounter, EngineTokenizers, bound, card_from_dir
 
 if TYPE_CHECKING:
     from gateway.core.ports import ModelRoute
@@ -65,7 +60,7 @@ class RouteTokenCounting:
         replicas = self._replicas.get(request.model)
         if not replicas:
             return self._base.count_prompt(request)
-        messages: list[dict[str, Any]] | None = None  # rendered once, when a replica needs it
+        prompt: EnginePrompt | None = None  # built once, when a replica needs it
         counts: dict[object, int] = {}  # by counter: replicas of one engine share it
         estimate = request.model in self._api_routes
         for replica in replicas:
@@ -73,12 +68,12 @@ class RouteTokenCounting:
             if counter is None and replica not in self._bounded:
                 estimate = True
                 continue
-            if messages is None:
-                messages = engine_messages(request)
+            if prompt is None:
+                prompt = engine_prompt(request)
             if counter is None:
-                counts["bound"] = bound(messages)
+                counts["bound"] = bound(prompt)
             elif counter not in counts:
-                counts[counter] = counter.count(messages)
+                counts[counter] = counter.count(prompt)
         if estimate:
             counts["tiktoken"] = self._base.count_prompt(request)
         return max(counts.values())

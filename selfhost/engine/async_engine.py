@@ -100,7 +100,8 @@ class AsyncEngine:
                 continue
             try:
                 outputs = self.engine.step()
-            except Exception as exc:  # noqa: BLE001 - fail every request in flight, keep serving
+            except Exception as exc:  # noqa: BLE001 - outside the step's own isolation (an
+                # engine bug): the engine's state is unknown, so every request in flight fails
                 self._fail_all(exc)
                 continue
             self._stats = self.engine.stats()  # before delivery, so a client sees its own step
@@ -146,7 +147,10 @@ class AsyncEngine:
             target = self._sinks.get(output.request_id)
             if target is None:
                 continue
-            target.loop.call_soon_threadsafe(target.sink.put_nowait, output)
+            item: RequestOutput | Exception = output
+            if output.error is not None:
+                item = EngineFailed(f"engine step failed: {output.error}")
+            target.loop.call_soon_threadsafe(target.sink.put_nowait, item)
             if output.finished:
                 del self._sinks[output.request_id]
 

@@ -19,6 +19,7 @@ from selfhost.engine.model_runner import ModelRunner
 from selfhost.engine.sampler import Sampler, TokenLogprobs
 from selfhost.engine.scheduler import ScheduledSequence, Scheduler
 from selfhost.engine.sequence import SamplingParams, Sequence
+from selfhost.structured.budget import is_closing
 from selfhost.structured.grammar import Guide
 from selfhost.structured.masks import MaskFiller, StepMasks
 
@@ -33,6 +34,10 @@ class RequestRejected(ValueError):
     """The request can never fit (too long for the model or the KV cache) or is malformed."""
 
 
+class GrammarDeadEnd(RuntimeError):
+    """A guided request's grammar allows no next token (it cannot go on)."""
+
+
 @dataclass(frozen=True)
 class RequestOutput:
     request_id: str
@@ -44,6 +49,7 @@ class RequestOutput:
     num_output_tokens: int
     num_cached_tokens: int
     logprobs: tuple[TokenLogprobs, ...] = ()
+    error: str | None = None  # the request failed in this step (finished, nothing generated)
 
 
 @dataclass(frozen=True)
@@ -150,26 +156,70 @@ class LLMEngine:
         return self.scheduler.has_unfinished()
 
     def step(self) -> list[RequestOutput]:
+        """One step. A failure fails only the requests it touched: a forward that raises, the
+        requests the step held; a sampling that raises, those that sample; a grammar that allows
+        nothing or a token that cannot be appended, that one request. The engine goes on."""
         output = self.scheduler.schedule()
         if not output.scheduled:
             return []
         pending = self._start_masks(output.scheduled)
-        logits, sampled = self.runner.execute(output)
+        try:
+            logits, sampled = self.runner.execute(output)
+        except Exception as exc:  # noqa: BLE001 - the step's requests fail, the engine goes on
+            if pending is not None:
+                pending.exception()  # the mask thread reads their guides: let it finish first
+            return self._fail([item.seq for item in output.scheduled], exc)
         self.scheduler.update_after_step(output)
         seqs = [item.seq for item in sampled]
-        masks = None if pending is None else pending.result()
-        tokens = self.sampler.sample(
-            logits,
-            [s.request_id for s in seqs],
-            [s.params for s in seqs],
-            masks,
-            lambda row: seqs[row].token_ids[seqs[row].num_prompt_tokens :],
-        )
+        try:
+            masks = None if pending is None else pending.result()
+            tokens = self.sampler.sample(
+                logits,
+                [s.request_id for s in seqs],
+                [s.params for s in seqs],
+                masks,
+                lambda row: seqs[row].token_ids[seqs[row].num_prompt_tokens :],
+            )
+        except Exception as exc:  # noqa: BLE001
+            return self._fail(seqs, exc)
         self._count(output.num_batched_tokens, len(seqs))
+        dead = masks.dead if masks is not None else frozenset()
         return [
-            self._append(seq, token.token_id, token.logprobs)
+            self._fail([seq], GrammarDeadEnd(seq.request_id))[0]
+            if seq.request_id in dead
+            else self._append_or_fail(seq, token.token_id, token.logprobs)
             for seq, token in zip(seqs, tokens, strict=True)
         ]
+
+    def _append_or_fail(
+        self, seq: Sequence, token_id: int, logprobs: TokenLogprobs | None
+    ) -> RequestOutput:
+        try:
+            return self._append(seq, token_id, logprobs)
+        except Exception as exc:  # noqa: BLE001
+            return self._fail([seq], exc)[0]
+
+    def _fail(self, seqs: list[Sequence], exc: Exception) -> list[RequestOutput]:
+        """Abort `seqs` (their blocks are freed) and report each as failed."""
+        log.error("engine step failed for %d request(s): %r", len(seqs), exc, exc_info=exc)
+        outputs = []
+        for seq in seqs:
+            self.scheduler.abort(seq.request_id)
+            self._forget(seq.request_id)
+            outputs.append(
+                RequestOutput(
+                    request_id=seq.request_id,
+                    new_token_ids=(),
+                    new_text="",
+                    finished=True,
+                    finish_reason=None,
+                    num_prompt_tokens=seq.num_prompt_tokens,
+                    num_output_tokens=seq.num_output_tokens,
+                    num_cached_tokens=seq.num_cached_tokens,
+                    error=repr(exc),
+                )
+            )
+        return outputs
 
     def _start_masks(self, scheduled: Sequence_[ScheduledSequence]) -> Future[StepMasks] | None:
         """Start filling the masks of the guided sequences that sample this step (they overlap
@@ -181,7 +231,18 @@ class LLMEngine:
         }
         if not guides or self.masks is None:
             return None
-        return self.masks.start(guides)
+        closing = frozenset(
+            request_id
+            for request_id, guide in guides.items()
+            if is_closing(self._remaining_tokens(self._sequences[request_id]), guide.reserve_tokens)
+        )
+        return self.masks.start(guides, closing)
+
+    def _remaining_tokens(self, seq: Sequence) -> int:
+        """Tokens the request may still generate, this step's included."""
+        return min(
+            seq.params.max_tokens - seq.num_output_tokens, self.max_model_len - seq.num_tokens
+        )
 
     def _append(
         self, seq: Sequence, token_id: int, logprobs: TokenLogprobs | None

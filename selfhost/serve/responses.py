@@ -11,7 +11,7 @@ from typing import Any
 from selfhost.engine.llm_engine import RequestOutput
 from selfhost.engine.sampler import TokenLogprobs
 from selfhost.serve.protocol import usage
-from selfhost.structured.tool_parser import CallDelta, ToolCallParser
+from selfhost.structured.tool_parser import CallDelta, ToolCall, ToolCallParser
 
 LogprobsBuilder = Callable[[list[TokenLogprobs]], dict[str, Any]]
 
@@ -55,11 +55,11 @@ class ResponseShape:
         body = self._envelope(request_id, chunk=False)
         text = "".join(out.new_text for out in outputs)
         body["choices"] = [self._choice(text, items, last.finish_reason, delta=False)]
-        if self.parses_calls:
+        if self.parses_calls and last.finish_reason == "stop":  # a cut reply claims no call
             parser = ToolCallParser()
             parser.feed(text)
             parser.finish()
-            if parser.calls:
+            if parser.calls and _all_parse(parser.calls):
                 body["choices"][0]["message"] = {
                     "role": "assistant",
                     "content": parser.content or None,
@@ -95,7 +95,7 @@ class ResponseShape:
             if not text and not calls and not output.finished and not output.logprobs:
                 continue
             finish = output.finish_reason
-            if parser is not None and parser.calls and finish is not None:
+            if parser is not None and parser.calls and _all_parse(parser.calls):
                 finish = _calls_finish(finish)
             chunk = self._envelope(request_id, chunk=True)
             chunk["choices"] = [self._choice(text, list(output.logprobs), finish, delta=True)]
@@ -126,6 +126,17 @@ def _parse_step(parser: ToolCallParser, output: RequestOutput) -> tuple[str, lis
 def _calls_finish(reason: str | None) -> str | None:
     """A reply that called tools ends with "tool_calls" unless it was cut short."""
     return "tool_calls" if reason == "stop" else reason
+
+
+def _all_parse(calls: list[ToolCall]) -> bool:
+    """Every call's arguments are a JSON object (what a client will `json.loads`)."""
+    for call in calls:
+        try:
+            if not isinstance(json.loads(call.arguments), dict):
+                return False
+        except ValueError:
+            return False
+    return True
 
 
 def _call(call_id: str, name: str, arguments: str) -> dict[str, Any]:

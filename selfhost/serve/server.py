@@ -35,6 +35,7 @@ from selfhost.serve.public_prefix import marked_request, public_token_count
 from selfhost.serve.responses import ResponseShape, chat_shape, completion_shape
 from selfhost.structured.chat_plan import compile_guide, plan_chat
 from selfhost.structured.grammar import GrammarCompiler, GrammarRejected, Guide
+from selfhost.structured.tool_format import fallback_card
 
 HEALTH_TIMEOUT_S = 60.0
 DISCONNECT_POLL_S = 0.5
@@ -123,7 +124,8 @@ class GenerationService:
     async def tokenizer_card(self) -> Any:
         """What a gateway needs to count a chat prompt exactly as `chat` does, fetched once per
         replica: the tokenizer (tokenizer.json text), the chat template and its special tokens
-        (no template: `TextTokenizer.render_chat`'s plain `role: content` lines)."""
+        (no template: `TextTokenizer.render_chat`'s plain `role: content` lines), and the texts
+        of the fallback tool format when the template renders no tools (`tool_format`)."""
         t = self.tokenizer
         return {
             "model": self.model_name,
@@ -132,6 +134,7 @@ class GenerationService:
             "bos_token": t.bos_token,
             "eos_token": t.eos_token,
             "max_model_len": self.engine.engine.max_model_len,
+            "tool_format": None if t.renders_tools else fallback_card(),
         }
 
     async def tokenize(self, body: TokenizeRequest) -> Any:

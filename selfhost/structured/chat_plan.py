@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from selfhost.structured.budget import reserve_tokens
 from selfhost.structured.grammar import (
     GrammarCompiler,
     GrammarRejected,
@@ -32,6 +33,7 @@ class ChatPlan:
     grammar: str | None = None
     field: str = ""  # the request field the grammar comes from (named in a 400)
     parts: tuple[tuple[str, str], ...] = ()  # (field, grammar) of each schema, to name the bad one
+    tail: str = ""  # the grammar's fixed text after the JSON (a call's close tag)
 
 
 def plan_chat(
@@ -57,7 +59,7 @@ def plan_chat(
         (f"tools[{functions.index(f)}].function.parameters", json_grammar(_parameters(f)))
         for f in forced
     )
-    return ChatPlan(base.messages, base.tools, True, grammar, "tools", parts)
+    return ChatPlan(base.messages, base.tools, True, grammar, "tools", parts, CALL_CLOSE)
 
 
 def _forced_functions(
@@ -107,8 +109,9 @@ def compile_guide(compiler: GrammarCompiler, plan: ChatPlan) -> Guide | None:
     Blocking (compiles on a cache miss): call it off the event loop."""
     if plan.grammar is None:
         return None
+    reserve = reserve_tokens(compiler.num_tokens(plan.tail))
     try:
-        return compiler.guide(plan.grammar, plan.field)
+        return compiler.guide(plan.grammar, plan.field, reserve)
     except GrammarRejected:
         for field, grammar in plan.parts:
             compiler.check(grammar, field)

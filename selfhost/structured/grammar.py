@@ -9,9 +9,12 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import llguidance
+
+from selfhost.structured.budget import JsonLexState
 
 # Compact JSON with the separators of Python's json.dumps: the arguments a forced call generates
 # read exactly as the history re-renders them, so the next turn's prompt keeps the same tokens.
@@ -28,13 +31,24 @@ class GrammarRejected(ValueError):
 
 
 class Guide:
-    """One request's grammar state: which tokens may come next, advanced per accepted token."""
+    """One request's grammar state: which tokens may come next, advanced per accepted token.
+    `reserve_tokens`: the last tokens of its budget, kept for closing the structure (budget.py)."""
 
-    def __init__(self, matcher: llguidance.LLMatcher) -> None:
+    def __init__(
+        self,
+        matcher: llguidance.LLMatcher,
+        reserve_tokens: int = 0,
+        token_bytes: Callable[[int], bytes] | None = None,
+    ) -> None:
         self.matcher = matcher
+        self.reserve_tokens = reserve_tokens
+        self.lex = JsonLexState()
+        self._token_bytes = token_bytes
 
     def accept(self, token_id: int) -> bool:
         """Advance past a sampled token; False if the grammar did not allow it."""
+        if self._token_bytes is not None:
+            self.lex.feed(self._token_bytes(token_id))
         return bool(self.matcher.consume_token(token_id))
 
 
@@ -90,7 +104,10 @@ class GrammarCompiler:
         if message:
             raise GrammarRejected(field, message)
 
-    def guide(self, grammar: str, field: str) -> Guide:
+    def num_tokens(self, text: str) -> int:
+        return len(self.tokenizer.tokenize_str(text)) if text else 0
+
+    def guide(self, grammar: str, field: str, reserve_tokens: int = 0) -> Guide:
         """A fresh grammar state; blocking (compiles on a cache miss): call it off the event loop."""
         with self._lock:
             compiled = self._cache.get(grammar)
@@ -98,7 +115,12 @@ class GrammarCompiler:
                 self._cache.move_to_end(grammar)
         if compiled is None:
             compiled = self._compile(grammar, field)
-        return Guide(compiled.deep_copy())
+        tokenizer = self.tokenizer
+        return Guide(
+            compiled.deep_copy(),
+            reserve_tokens,
+            lambda token_id: tokenizer.decode_bytes([token_id]),
+        )
 
     def _compile(self, grammar: str, field: str) -> llguidance.LLMatcher:
         self.check(grammar, field)

@@ -24,6 +24,21 @@ FALLBACK_POSTAMBLE = (
     "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
     '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
 )
+RESULT_OPEN = "<tool_response>\n"
+RESULT_CLOSE = "\n</tool_response>"
+
+
+def fallback_card() -> dict[str, str]:
+    """The fallback format's texts, served in the tokenizer card so that a gateway renders (and
+    counts) a prompt with tools as `fallback_messages` does."""
+    return {
+        "preamble": FALLBACK_PREAMBLE,
+        "postamble": FALLBACK_POSTAMBLE,
+        "call_open": CALL_OPEN,
+        "call_close": CALL_CLOSE,
+        "result_open": RESULT_OPEN,
+        "result_close": RESULT_CLOSE,
+    }
 
 
 def call_text(name: str, arguments: str) -> str:
@@ -68,7 +83,7 @@ def fallback_messages(
 def _fallback_message(message: dict[str, Any]) -> dict[str, Any]:
     role, content = message["role"], message["content"]
     if role == "tool":
-        return {"role": "user", "content": f"<tool_response>\n{content}\n</tool_response>"}
+        return {"role": "user", "content": f"{RESULT_OPEN}{content}{RESULT_CLOSE}"}
     calls = message.get("tool_calls") or []
     if role == "assistant" and calls:
         text = "\n".join(

@@ -60,7 +60,7 @@ class ToolCallParser:
                 self._pending = self._pending[len(OPEN_TAG) :]
                 self._in_call = True
                 continue
-            end = self._pending.find(CLOSE_TAG)
+            end = _find_outside_strings(self._pending, CLOSE_TAG)
             if end < 0:
                 deltas += self._call_progress(self._pending, closed=False)
                 break
@@ -135,6 +135,25 @@ def _arguments_end(arguments: str, closed: bool) -> int:
     if last >= 0 and CLOSE_TAG.startswith(arguments[last + 1 :].strip()):
         return len(arguments[:last].rstrip())
     return len(arguments.rstrip())
+
+
+def _find_outside_strings(body: str, tag: str) -> int:
+    """The first `tag` in a call's body that is not inside a JSON string (an argument may say
+    `</tool_call>`), or -1."""
+    in_string = escaped = False
+    for index, char in enumerate(body):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif body.startswith(tag, index):
+            return index
+    return -1
 
 
 def _partial_suffix(text: str, tag: str) -> int:

@@ -12,13 +12,16 @@ import pytest
 from adapters import anthropic_wire, openai_wire
 from adapters.http1.connection import Http1Pool
 from adapters.types import ChatRequest
-from gateway.core.engine_tokens import ChatPromptCounter, bound, engine_messages
+from gateway.core.engine_prompt import engine_prompt
+from gateway.core.engine_tokens import ChatPromptCounter, bound
 from gateway.core.models_table import build_model_table
 from gateway.core.token_count import TiktokenCounting, route_counting
 from gateway.settings import load_settings
 from selfhost.model.loader import LoadedWeights
 from selfhost.model.tokenizer import TextTokenizer
 from selfhost.serve.protocol import ChatRequest as EngineChatRequest
+from selfhost.structured.chat_plan import plan_chat
+from selfhost.structured.tool_format import fallback_card
 from tests.e2e.harness import write_config
 
 OPENAI_BODIES = [
@@ -65,14 +68,23 @@ def counter(smollm_files: tuple[LoadedWeights, TextTokenizer]) -> ChatPromptCoun
         "chat_template": t.chat_template.source,
         "bos_token": t.bos_token,
         "eos_token": t.eos_token,
+        "tool_format": None if t.renders_tools else fallback_card(),
     }
     return ChatPromptCounter(card)
 
 
 def engine_prompt_tokens(tokenizer: TextTokenizer, body: dict) -> int:
-    """What the engine's `/v1/chat/completions` bills for the OpenAI body the gateway sends."""
-    messages = EngineChatRequest(**body).text_messages()
-    return len(tokenizer.encode(tokenizer.render_chat(messages)))
+    """What the engine's `/v1/chat/completions` bills for the OpenAI body the gateway sends
+    (as `GenerationService.chat` renders it: tools, tool choice and response format read)."""
+    request = EngineChatRequest(**body)
+    plan = plan_chat(
+        request.text_messages(),
+        request.tool_objects(),
+        request.tool_choice,
+        request.response_format,
+        tokenizer.renders_tools,
+    )
+    return len(tokenizer.encode(tokenizer.render_chat(plan.messages, plan.tools)))
 
 
 def requests() -> list[ChatRequest]:
@@ -88,11 +100,11 @@ def test_local_count_equals_the_engine_count(
 ) -> None:
     request = requests()[index]
     sent = openai_wire.encode_request(request)  # the body the openai_compatible backend sends
-    messages = engine_messages(request)
+    prompt = engine_prompt(request)
     exact = engine_prompt_tokens(smollm_files[1], sent)
     merged = len(request.system) <= 1  # several system parts: counted apart, never less
-    assert counter.count(messages) == exact if merged else counter.count(messages) >= exact
-    assert bound(messages) >= counter.count(messages)
+    assert counter.count(prompt) == exact if merged else counter.count(prompt) >= exact
+    assert bound(prompt) >= counter.count(prompt)
 
 
 def test_a_client_split_system_is_counted_exactly(
@@ -106,8 +118,8 @@ def test_a_client_split_system_is_counted_exactly(
         ]
     }
     request = openai_wire.decode_request({"model": "smollm2", **body})
-    # the raw body is relayed as sent: two system messages, as engine_messages counts them
-    assert counter.count(engine_messages(request)) == engine_prompt_tokens(smollm_files[1], body)
+    # the raw body is relayed as sent: two system messages, as engine_prompt counts them
+    assert counter.count(engine_prompt(request)) == engine_prompt_tokens(smollm_files[1], body)
 
 
 def test_memoised_pieces_count_a_growing_conversation_exactly(
@@ -119,7 +131,7 @@ def test_memoised_pieces_count_a_growing_conversation_exactly(
         request = openai_wire.decode_request({"model": "smollm2", "messages": history})
         sent = openai_wire.encode_request(request)
         exact = engine_prompt_tokens(smollm_files[1], sent)
-        assert counter.count(engine_messages(request)) == exact
+        assert counter.count(engine_prompt(request)) == exact
         history.append({"role": "assistant", "content": f"Step {turn} done."})
 
 
@@ -155,3 +167,49 @@ def test_a_server_given_tokenizer_dir_is_counted_with_it(
     request = requests()[1]
     exact = engine_prompt_tokens(tokenizer, openai_wire.encode_request(request))
     assert counting.count_prompt(request) == exact
+
+
+def _tool(name: str, description: str | None, properties: dict) -> dict:
+    function = {"name": name, "parameters": {"type": "object", "properties": properties}}
+    return {
+        "type": "function",
+        "function": function | ({"description": description} if description else {}),
+    }
+
+
+TOOLS = [
+    _tool("get_weather", "Weather for a city, in °C.", {"city": {"type": "string"}}),
+    _tool("get_time", None, {"tz": {"type": "string", "enum": ["UTC", "JST"]}}),
+    _tool("search", "Search the web.", {"q": {"type": "string"}, "n": {"type": "integer"}}),
+]
+CHOICES: list = [
+    None,
+    "auto",
+    "required",
+    "none",
+    {"type": "function", "function": {"name": "get_time"}},
+]
+
+
+@pytest.mark.parametrize("num_tools", [0, 1, 3])
+@pytest.mark.parametrize("choice", range(len(CHOICES)))
+def test_calls_with_tools_are_counted_as_the_engine_bills_them(
+    counter: ChatPromptCounter,
+    smollm_files: tuple[LoadedWeights, TextTokenizer],
+    num_tools: int,
+    choice: int,
+) -> None:
+    """0, 1 and several tools under every tool_choice, with a tool-call history and a JSON
+    response format: the gateway's count is the engine's `prompt_tokens`."""
+    body: dict = {"messages": OPENAI_BODIES[2]["messages"] + [{"role": "user", "content": "Go."}]}
+    if num_tools:
+        body["tools"] = TOOLS[:num_tools]
+        if CHOICES[choice] is not None and (choice != 4 or num_tools == 3):
+            body["tool_choice"] = CHOICES[choice]
+    else:
+        body["response_format"] = {"type": "json_object"}
+    request = openai_wire.decode_request({"model": "smollm2", **body})
+    sent = openai_wire.encode_request(request)
+    exact = engine_prompt_tokens(smollm_files[1], sent)
+    assert counter.count(engine_prompt(request)) == exact
+    assert bound(engine_prompt(request)) >= exact

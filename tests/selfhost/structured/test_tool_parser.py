@@ -14,7 +14,8 @@ from selfhost.structured.masks import MaskFiller, StepMasks, apply_masks
 from selfhost.structured.tool_format import call_text
 from selfhost.structured.tool_parser import ToolCallParser
 
-ARGS = '{"city": "Paris }", "nested": {"a": [1, 2]}}'
+# an argument may hold the close tag, quotes and braces: only the tag outside strings closes
+ARGS = '{"city": "Paris }", "note": "a \\"}}</tool_call>\\" b", "nested": {"a": [1, 2]}}'
 TEXT = "Let me check.\n" + call_text("get_weather", ARGS) + "\n" + call_text("get_time", "{}")
 
 
@@ -35,6 +36,7 @@ def test_any_split_gives_the_same_calls(step: int) -> None:
     names = [(index, name) for index, name, _ in deltas if name is not None]
     assert names == [(0, "get_weather"), (1, "get_time")]
     assert "".join(a for index, _, a in deltas if index == 0) == ARGS
+    assert json.loads(ARGS)["note"] == 'a "}}</tool_call>" b'
     assert "".join(a for index, _, a in deltas if index == 1) == "{}"
 
 
@@ -75,7 +77,7 @@ def test_masks_leave_only_the_grammars_tokens(smollm_files: tuple[object, TextTo
     compiler = GrammarCompiler(tokenizer.tokenizer.to_str(), tokenizer.eos_token_ids)
     guide = compiler.guide(json_grammar({"enum": ["yes", "no"]}), "response_format")
     vocab = compiler.vocab_size
-    masks: StepMasks = MaskFiller(vocab, torch.float32).fill({"r1": guide})
+    masks: StepMasks = MaskFiller(vocab).fill({"r1": guide})
     logits = torch.zeros((2, vocab))
     apply_masks(logits, ["free", "r1"], masks)
     assert bool(torch.isfinite(logits[0]).all())
