@@ -56,6 +56,7 @@ from gateway.settings import Settings
 from gateway.telemetry import Metrics, Telemetry, build_tracer_provider
 from policies.last_good import KnownNames
 from policies.store import PolicyStore
+from quotas.store import QuotaStore
 
 log = logging.getLogger("lantern.wiring")
 LEDGER_FIRST_TRY_S = 30.0
@@ -274,7 +275,7 @@ def build_components(
     process = GatewayProcess(pipeline, policies, models, metrics, views)
     process.readiness_checks.extend(ledger.checks)
     lookup = _add_keyring(process, ledger.engine)
-    _add_tools(process, settings, lookup, ledger.ledger, clock)
+    _add_tools(process, settings, lookup, ledger.ledger, admission.store, clock)
     _add_shared_state(process, settings, clock)
 
     async def start() -> None:
@@ -313,12 +314,13 @@ def _add_tools(
     settings: Settings,
     lookup: KeyChain,
     ledger: CallLedger,
+    quotas: QuotaStore,
     clock: Callable[[], float],
 ) -> None:
     """Tool runs (`/v1/tools/runs`) and `/mcp` on one sandbox service; both authenticate as the
     chat doors do: YAML keys, then keys issued over /admin/keys."""
     tools = build_tools(settings, lookup)
-    mcp = build_mcp(settings, lookup, process.policies, tools.service, ledger, clock)
+    mcp = build_mcp(settings, lookup, process.policies, tools.service, ledger, quotas, clock)
     process.tools_router, process.mcp_door = tools.router, mcp.door
     process.on_start.extend((tools.start, mcp.start))
     process.on_stop.extend((tools.stop, mcp.stop))

@@ -309,14 +309,21 @@ def key_conflicts(candidate: LoadedPolicy, owners: Mapping[str, LoadedPolicy]) -
 
 
 def reference_issues(
-    loaded: LoadedPolicy, model_names: Collection[str], backend_names: Collection[str]
+    loaded: LoadedPolicy,
+    model_names: Collection[str],
+    backend_names: Collection[str],
+    mcp_server_names: Collection[str] | None = None,
 ) -> list[PolicyIssue]:
-    """Issues for `models` / `backends` entries that name nothing in the server config."""
+    """Issues for `models` / `backends` entries (and `mcp_servers` grants, when the declared
+    servers are given) that name nothing in the server config."""
     issues = []
-    lists = (
+    lists: list[tuple[str, Iterable[str], Collection[str], str]] = [
         ("models", loaded.policy.models, model_names, "model"),
         ("backends", loaded.policy.backends or (), backend_names, "backend"),
-    )
+    ]
+    if mcp_server_names is not None:
+        grants = (grant.name for grant in loaded.policy.mcp_servers)
+        lists.append(("mcp_servers", grants, mcp_server_names, "MCP server"))
     for section, names, known, what in lists:
         for index, name in enumerate(names):
             if name not in known:

@@ -11,7 +11,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from quotas.errors import QuotaStoreUnavailable
-from quotas.limits import Actual, Ask, Limits, Reservation, Settlement, UsageSnapshot
+from quotas.limits import (
+    Actual,
+    Ask,
+    Limits,
+    Reservation,
+    Settlement,
+    ToolCallLease,
+    ToolCallLimits,
+    UsageSnapshot,
+)
 from quotas.store import QuotaStore
 
 
@@ -123,6 +132,43 @@ class FailoverQuotaStore:
                 await self._mark_up(now_ms)  # replays deferred settles: look again after it
                 return await self.usage(tenant, limits, now_ms=now_ms, session_id=session_id)
         return await self._fallback.usage(tenant, limits, now_ms=now_ms, session_id=session_id)
+
+    async def admit_tool_call(
+        self,
+        tenant: str,
+        limits: ToolCallLimits,
+        *,
+        call_id: str,
+        session_id: str | None,
+        now_ms: int,
+    ) -> ToolCallLease:
+        """The primary while it answers; else the fallback unless the tenant's rates fail
+        closed (`on_store_down.rates`)."""
+        if self._should_try_primary(now_ms):
+            try:
+                lease = await self._primary.admit_tool_call(
+                    tenant, limits, call_id=call_id, session_id=session_id, now_ms=now_ms
+                )
+            except QuotaStoreUnavailable as exc:
+                self._mark_down(now_ms, exc)
+            else:
+                await self._mark_up(now_ms)
+                return lease
+        if limits.on_store_down == "fail_closed":
+            raise QuotaStoreUnavailable("redis", "down; tenant policy fails closed")
+        return await self._fallback.admit_tool_call(
+            tenant, limits, call_id=call_id, session_id=session_id, now_ms=now_ms
+        )
+
+    async def end_tool_call(self, lease: ToolCallLease, *, now_ms: int) -> None:
+        """In the store that admitted it; a primary that is down lets the lease expire."""
+        if lease.store == self._fallback.name:
+            await self._fallback.end_tool_call(lease, now_ms=now_ms)
+            return
+        try:
+            await self._primary.end_tool_call(lease, now_ms=now_ms)
+        except QuotaStoreUnavailable as exc:
+            self._mark_down(now_ms, exc)
 
     async def close(self) -> None:
         await self._primary.close()

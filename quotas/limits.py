@@ -19,6 +19,8 @@ LimitName = Literal[
     "concurrent_requests",
     "calls_per_session",
     "monthly_budget_usd",
+    "tool_calls_per_minute",
+    "concurrent_tool_calls",
 ]
 SettleStatus = Literal["settled", "late", "duplicate", "unknown", "deferred"]
 StoreName = Literal["memory", "redis"]
@@ -72,6 +74,29 @@ class Limits:
         if self.monthly_budget_usd is None:
             return None
         return math.floor(self.monthly_budget_usd * MICRO_PER_USD + 1e-6)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallLimits:
+    """One tenant's limits on MCP tool calls; `None` means unlimited. `calls_per_session` is the
+    counter model calls count on too (same store, same session)."""
+
+    per_minute: int | None = None
+    concurrent: int | None = None
+    calls_per_session: int | None = None
+    window_ms: int = 60_000
+    lease_ms: int = 900_000
+    session_ttl_ms: int = 86_400_000
+    on_store_down: StoreDownMode = "fail_open"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallLease:
+    """An admitted tool call: its concurrency slot until `end_tool_call` (or the lease ends)."""
+
+    id: str
+    tenant: str
+    store: StoreName
 
 
 @dataclass(frozen=True, slots=True)

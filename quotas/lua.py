@@ -214,3 +214,55 @@ if tonumber(ARGV[2]) > current then redis.call('HSET', KEYS[1], key, ARGV[2]) en
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1
 """
+
+# KEYS: 1 meta (clock), 2 tool window (zset id -> admitted ms), 3 tool leases (zset id -> expiry
+#       ms), 4 session (the hash model calls count on).
+# ARGV: id, now, window, lease, per_minute, concurrent, cps, session_ttl, has_session, gc_ms,
+#       session_gc_ms, concurrency_retry_ms
+TOOL_ADMIT = """
+local meta, twin, tact, sess = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local function int(x) return string.format('%d', x) end
+local id, now = ARGV[1], tonumber(ARGV[2])
+local window, lease = tonumber(ARGV[3]), tonumber(ARGV[4])
+local per_minute, conc, cps = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local session_ttl, has_session = tonumber(ARGV[8]), ARGV[9] == '1' and tonumber(ARGV[7]) >= 0
+local gc_ms, session_gc_ms, conc_retry = ARGV[10], ARGV[11], tonumber(ARGV[12])
+
+local clock = tonumber(redis.call('HGET', meta, 'clock') or '0')
+if clock > now then now = clock end
+redis.call('HSET', meta, 'clock', int(now))
+redis.call('ZREMRANGEBYSCORE', twin, '-inf', int(now - window))
+redis.call('ZREMRANGEBYSCORE', tact, '-inf', int(now))
+
+local best = nil
+local function consider(name, value, current, retry)
+  if best == nil or retry > best[5] then best = {'over', name, value, current, retry} end
+end
+local running = redis.call('ZCARD', tact)
+if conc >= 0 and running + 1 > conc then
+  consider('concurrent_tool_calls', conc, running, conc_retry)
+end
+local started = redis.call('ZCARD', twin)
+if per_minute >= 0 and started + 1 > per_minute then
+  local entry = redis.call('ZRANGE', twin, started - per_minute, started - per_minute, 'WITHSCORES')
+  consider('tool_calls_per_minute', per_minute, started, tonumber(entry[2]) + window - now)
+end
+local calls = 0
+if has_session then
+  local state = redis.call('HMGET', sess, 'calls', 'expiry')
+  local expiry = tonumber(state[2] or '0')
+  if expiry > now then calls = tonumber(state[1] or '0') end
+  if calls + 1 > cps then consider('calls_per_session', cps, calls, expiry - now) end
+end
+if best == nil then
+  redis.call('ZADD', twin, int(now), id)
+  redis.call('ZADD', tact, int(now + lease), id)
+end
+for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], gc_ms) end
+if best then return best end
+if has_session then
+  redis.call('HSET', sess, 'calls', int(calls + 1), 'expiry', int(now + session_ttl))
+  redis.call('PEXPIRE', sess, session_gc_ms)
+end
+return {'ok', now}
+"""

@@ -6,7 +6,7 @@ must not read the clock (time comes in as `now_ms`) and holds no state beyond th
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Literal
@@ -21,6 +21,8 @@ from quotas.limits import (
     Reservation,
     Settlement,
     SettleStatus,
+    ToolCallLease,
+    ToolCallLimits,
     UsageSnapshot,
     WindowUse,
     budget_period_span,
@@ -51,6 +53,8 @@ class _Book:
     budget: dict[str, int] = field(default_factory=dict)
     sessions: dict[str, tuple[int, int]] = field(default_factory=dict)
     sessions_swept_at: int = 0
+    tool_starts: deque[int] = field(default_factory=deque)  # admission ms, oldest first
+    tool_active: dict[str, int] = field(default_factory=dict)  # call id -> lease expiry ms
 
     def add_budget(self, kind: str, period: str, delta: int) -> None:
         key = f"{kind}:{period}"
@@ -156,6 +160,54 @@ class MemoryQuotaStore:
             held_micro_usd=book.budget_of("held", period),
             session_calls=session_calls,
         )
+
+    async def admit_tool_call(
+        self,
+        tenant: str,
+        limits: ToolCallLimits,
+        *,
+        call_id: str,
+        session_id: str | None,
+        now_ms: int,
+    ) -> ToolCallLease:
+        book = self._books.setdefault(tenant, _Book())
+        now = book.clock_ms = max(now_ms, book.clock_ms)
+        while book.tool_starts and book.tool_starts[0] <= now - limits.window_ms:
+            book.tool_starts.popleft()
+        book.tool_active = {i: end for i, end in book.tool_active.items() if end > now}
+        session = session_id if limits.calls_per_session is not None else None
+        calls = self._session_calls(book, session, now) if session else 0
+        failure = self._first_tool_failure(book, limits, session, calls, now)
+        if failure is not None:
+            raise QuotaExceeded(*failure)
+        book.tool_starts.append(now)
+        book.tool_active[call_id] = now + limits.lease_ms
+        if session:
+            book.sessions[session] = (calls + 1, now + limits.session_ttl_ms)
+        return ToolCallLease(call_id, tenant, self.name)
+
+    @staticmethod
+    def _first_tool_failure(
+        book: _Book, limits: ToolCallLimits, session: str | None, calls: int, now: int
+    ) -> tuple[LimitName, float, float, int] | None:
+        """The failing limit with the longest wait (ties: the order below), or None."""
+        failures: list[tuple[LimitName, float, float, int]] = []
+        cap, running = limits.concurrent, len(book.tool_active)
+        if cap is not None and running + 1 > cap:
+            failures.append(("concurrent_tool_calls", cap, running, CONCURRENCY_RETRY_MS))
+        per_minute, started = limits.per_minute, len(book.tool_starts)
+        if per_minute is not None and started + 1 > per_minute:
+            leaving_ms = book.tool_starts[started - per_minute] + limits.window_ms - now
+            failures.append(("tool_calls_per_minute", per_minute, started, leaving_ms))
+        cps = limits.calls_per_session
+        if session and cps is not None and calls + 1 > cps:
+            failures.append(("calls_per_session", cps, calls, book.sessions[session][1] - now))
+        return max(failures, key=lambda f: f[3]) if failures else None
+
+    async def end_tool_call(self, lease: ToolCallLease, *, now_ms: int) -> None:
+        book = self._books.get(lease.tenant)
+        if book is not None:
+            book.tool_active.pop(lease.id, None)
 
     async def close(self) -> None:
         self._books.clear()

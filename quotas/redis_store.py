@@ -26,6 +26,8 @@ from quotas.limits import (
     Reservation,
     Settlement,
     SettleStatus,
+    ToolCallLease,
+    ToolCallLimits,
     UsageSnapshot,
     WindowUse,
     budget_period,
@@ -59,6 +61,7 @@ class RedisQuotaStore:
         self._settle = client.register_script(lua.SETTLE)
         self._usage = client.register_script(lua.USAGE)
         self._seed = client.register_script(lua.SEED_SPEND)
+        self._tool_admit = client.register_script(lua.TOOL_ADMIT)
 
     @classmethod
     def from_url(
@@ -177,6 +180,41 @@ class RedisQuotaStore:
             session_calls=reply[7],
         )
 
+    async def admit_tool_call(
+        self,
+        tenant: str,
+        limits: ToolCallLimits,
+        *,
+        call_id: str,
+        session_id: str | None,
+        now_ms: int,
+    ) -> ToolCallLease:
+        _, period_end_ms = budget_period(now_ms)
+        has_session = limits.calls_per_session is not None and session_id is not None
+        args: list[str | int] = [
+            call_id,
+            now_ms,
+            limits.window_ms,
+            limits.lease_ms,
+            _or_none(limits.per_minute),
+            _or_none(limits.concurrent),
+            _or_none(limits.calls_per_session),
+            limits.session_ttl_ms,
+            1 if has_session else 0,
+            _gc_ms(now_ms, period_end_ms),
+            limits.session_ttl_ms + _SESSION_KEEP_MS,
+            CONCURRENCY_RETRY_MS,
+        ]
+        keys = [*self._tool_keys(tenant), self._session_key(tenant, session_id)]
+        reply = await self._call(self._tool_admit(keys=keys, args=args))
+        if reply[0] == "over":
+            limit: LimitName = reply[1]
+            raise QuotaExceeded(limit, int(reply[2]), int(reply[3]), int(reply[4]))
+        return ToolCallLease(call_id, tenant, self.name)
+
+    async def end_tool_call(self, lease: ToolCallLease, *, now_ms: int) -> None:
+        await self._call(self._client.zrem(self._tool_keys(lease.tenant)[2], lease.id))
+
     async def ping(self) -> None:
         await self._call(self._client.ping())
 
@@ -186,6 +224,10 @@ class RedisQuotaStore:
     def _tenant_keys(self, tenant: str) -> list[str]:
         base = f"{self._prefix}{{{tenant}}}:"
         return [base + part for part in ("meta", "win", "wtok", "active", "res", "budget")]
+
+    def _tool_keys(self, tenant: str) -> list[str]:
+        base = f"{self._prefix}{{{tenant}}}:"
+        return [base + part for part in ("meta", "tools:win", "tools:active")]
 
     def _session_key(self, tenant: str, session_id: str | None) -> str:
         sid = session_id or ""

@@ -10,7 +10,9 @@ The contract (both stores, identical decisions):
 - Concurrency: live leases. A lease that expires (its process died) frees its slot; its tokens
   stay counted at the reserved amount and its dollars move from held to spent (conservative).
 - Budget: per UTC month, `spent + held + asked <= budget`, in integer micro-dollars.
-- Calls per session: a counter that expires `session_ttl_ms` after the session's last call.
+- Calls per session: a counter that expires `session_ttl_ms` after the session's last call;
+  model calls and MCP tool calls of one session count on the same counter.
+- Tool calls: their own sliding window and leases (`ToolCallLimits`), never a model call's.
 - Settle is idempotent; a settle for a record no longer kept changes nothing.
 """
 
@@ -18,7 +20,16 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from quotas.limits import Actual, Ask, Limits, Reservation, Settlement, UsageSnapshot
+from quotas.limits import (
+    Actual,
+    Ask,
+    Limits,
+    Reservation,
+    Settlement,
+    ToolCallLease,
+    ToolCallLimits,
+    UsageSnapshot,
+)
 
 
 class QuotaStore(Protocol):
@@ -54,6 +65,23 @@ class QuotaStore(Protocol):
         self, tenant: str, limits: Limits, *, now_ms: int, session_id: str | None = None
     ) -> UsageSnapshot:
         """Current use after expiring what is due at `now_ms`."""
+        ...
+
+    async def admit_tool_call(
+        self,
+        tenant: str,
+        limits: ToolCallLimits,
+        *,
+        call_id: str,
+        session_id: str | None,
+        now_ms: int,
+    ) -> ToolCallLease:
+        """Count one tool call (and one call of `session_id`) or raise `QuotaExceeded`; its
+        concurrency slot is held until `end_tool_call`."""
+        ...
+
+    async def end_tool_call(self, lease: ToolCallLease, *, now_ms: int) -> None:
+        """Free the call's concurrency slot (idempotent)."""
         ...
 
     async def close(self) -> None: ...

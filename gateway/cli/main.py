@@ -87,7 +87,8 @@ def _add_policy(commands: Any) -> None:
     check.add_argument(
         "--config",
         type=Path,
-        help="also check that `models` and `backends` name entries of this lantern.yaml",
+        help="also check that `models`, `backends` and `mcp_servers` name entries of this "
+        "lantern.yaml",
     )
     check.set_defaults(handler=_policy_check)
 
@@ -273,8 +274,15 @@ def _policy_check(args: argparse.Namespace) -> int:
             return EXIT_UNAVAILABLE
         models = {route.name for route in settings.models}
         backends = {b.name for route in settings.models for b in route.backends}
+        servers = {server.name for server in settings.mcp_servers}
         for item in loaded:
-            issues.extend(reference_issues(item, models, backends))
+            issues.extend(reference_issues(item, models, backends, servers))
+    elif any(item.policy.mcp_servers for item in loaded):
+        print(
+            "lantern policy check: warning: mcp_servers grants not checked against the "
+            "declared servers (pass --config lantern.yaml)",
+            file=sys.stderr,
+        )
     for issue in sorted(issues):
         print(issue)
     if issues:

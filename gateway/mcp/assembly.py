@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from gateway.mcp.sandbox_tools import SandboxTools
 from gateway.mcp.server import build_server
 from gateway.mcp.upstream import UpstreamServers
 from gateway.settings import Settings
+from quotas.store import QuotaStore
 from sandbox.service import ToolRunService
 
 log = logging.getLogger("lantern.mcp")
@@ -43,12 +45,16 @@ def build_mcp(
     policies: Policies,
     service: ToolRunService,
     ledger: LedgerPort,
+    quotas: QuotaStore,
     clock: Callable[[], float],
+    wall_clock: Callable[[], float] = time.time,
 ) -> McpPart:
+    """`quotas`: the model doors' store (tool limits and sessions' calls count there);
+    `clock` times calls, `wall_clock` is the quota store's time."""
     cfg = settings.mcp
     upstreams = UpstreamServers.from_settings(settings.mcp_servers, log)
     catalogue = ToolCatalogue(upstreams, log)
-    limiter = ToolCallLimiter(clock)
+    limiter = ToolCallLimiter(quotas, wall_clock)
     calls = ToolCalls(
         catalogue, SandboxTools(service), upstreams, limiter, ToolCallLedger(ledger, clock)
     )

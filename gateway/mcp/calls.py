@@ -16,6 +16,7 @@ from gateway.mcp.catalogue import ServedTool, ToolCatalogue
 from gateway.mcp.errors import (
     McpDoorError,
     ToolCallsLimited,
+    ToolLimitsUnavailable,
     UnknownTool,
     error_kind,
     mcp_error,
@@ -34,7 +35,10 @@ class McpCaller:
 
     policy: TenantPolicy
     key_id: str
-    session_id: str  # Mcp-Session-Id, else the client's x-session-id, else ""
+    session_id: str  # Mcp-Session-Id, else the client's x-session-id, else "" (idempotency)
+    # the agent session the client names (x-session-id, else the MCP session): the ledger's
+    # session and the `calls_per_session` counter its model calls share
+    agent_session: str = ""
 
 
 def idempotency_key(session_id: str, request_id: str | int | None) -> str:
@@ -70,11 +74,12 @@ class ToolCalls:
         """The result, or an `MCPError` for the client; one ledger row either way."""
         policy = caller.policy
         started = self._ledger.started()
-        row = ToolCall(policy.tenant, caller.key_id, caller.session_id, name, "")
+        session = caller.agent_session
+        row = ToolCall(policy.tenant, caller.key_id, session, name, "")
         try:
             tool = await self._catalogue.find(policy, name)
-            row = ToolCall(policy.tenant, caller.key_id, caller.session_id, name, tool.server)
-            async with self._limiter.slot(policy.tenant, policy.limits):
+            row = ToolCall(policy.tenant, caller.key_id, session, name, tool.server)
+            async with self._limiter.slot(policy.tenant, policy.limits, session):
                 result = await self._dispatch(caller, request_id, tool, arguments)
         except (McpDoorError, SandboxError) as exc:
             status = "rejected" if _refused(exc) else "error"
@@ -103,6 +108,6 @@ class ToolCalls:
 
 def _refused(exc: McpDoorError | SandboxError) -> bool:
     """Refused before anything ran (the ledger's `rejected`)."""
-    return isinstance(exc, UnknownTool | ToolCallsLimited) or (
+    return isinstance(exc, UnknownTool | ToolCallsLimited | ToolLimitsUnavailable) or (
         isinstance(exc, SandboxError) and exc.status_code in (400, 403, 409, 422, 429)
     )

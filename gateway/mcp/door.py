@@ -57,7 +57,8 @@ class McpDoor:
             return
         tenant, key_id = found.tenant.tenant, found.key_id
         owner = AccessToken(token="-", client_id=tenant, subject=key_id, scopes=[])
-        session_id = headers.get(MCP_SESSION_ID_HEADER) or headers.get("x-session-id") or ""
-        caller = McpCaller(found.tenant, key_id, session_id)
+        mcp_session = headers.get(MCP_SESSION_ID_HEADER) or ""
+        named = headers.get("x-session-id") or headers.get("x-lantern-session") or ""
+        caller = McpCaller(found.tenant, key_id, mcp_session or named, named or mcp_session)
         scope = {**scope, "user": AuthenticatedUser(owner), CALLER_SCOPE_KEY: caller}
         await self._manager.handle_request(scope, receive, send)

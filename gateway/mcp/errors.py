@@ -51,6 +51,18 @@ class ToolCallsLimited(McpDoorError):
         return {"rule": self.rule, "retry_after_s": self.retry_after_s}
 
 
+class ToolLimitsUnavailable(McpDoorError):
+    """The shared quota store is down and the tenant's policy fails closed; nothing ran."""
+
+    code = LIMITED
+
+    def __init__(self) -> None:
+        super().__init__("the quota store is unavailable; nothing ran, retry after 1 s")
+
+    def data(self) -> dict[str, object]:
+        return {"rule": "quota_store_unavailable", "retry_after_s": 1}
+
+
 class UpstreamFailed(McpDoorError):
     """An upstream MCP server could not answer this call (down, too slow, or garbage)."""
 
@@ -104,6 +116,8 @@ def error_kind(exc: McpDoorError | SandboxError | MCPError) -> str:
         return exc.code
     if isinstance(exc, ToolCallsLimited):
         return "tool_calls_limited"
+    if isinstance(exc, ToolLimitsUnavailable):
+        return "quota_store_unavailable"
     if isinstance(exc, ToolRunFault):
         return f"tool_run_{exc.status}"
     if isinstance(exc, UnknownTool):

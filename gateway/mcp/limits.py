@@ -1,50 +1,67 @@
-"""A tenant's MCP tool calls per minute and at once (`limits.tool_calls_per_minute`,
-`limits.concurrent_tool_calls`), counted in this gateway process.
+"""A tenant's MCP tool-call limits (`limits.tool_calls_per_minute`, `concurrent_tool_calls`) and
+its `calls_per_session`, counted in the quota store the model doors use: Redis when `redis_url`
+is set (shared by every gateway process, and a session's model calls count on the same
+counter), this process otherwise.
 
 A refused call has not started: the client may retry it after the hint.
 """
 
 from __future__ import annotations
 
-import math
-from collections import deque
+import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
-from gateway.mcp.errors import ToolCallsLimited
+from gateway.mcp.errors import ToolCallsLimited, ToolLimitsUnavailable
 from policies.limits import LimitsPolicy
+from quotas.errors import QuotaExceeded, QuotaStoreUnavailable
+from quotas.limits import ToolCallLimits
+from quotas.store import QuotaStore
 
-WINDOW_S = 60.0
+
+def tool_call_limits(policy: LimitsPolicy) -> ToolCallLimits:
+    return ToolCallLimits(
+        per_minute=policy.tool_calls_per_minute,
+        concurrent=policy.concurrent_tool_calls,
+        calls_per_session=policy.calls_per_session,
+        lease_ms=max(1, round(policy.lease_s * 1000)),
+        session_ttl_ms=max(1, round(policy.session_ttl_s * 1000)),
+        on_store_down=policy.on_store_down.rates,
+    )
 
 
 class ToolCallLimiter:
-    def __init__(self, clock: Callable[[], float]) -> None:
-        self._clock = clock
-        self._started: dict[str, deque[float]] = {}
-        self._running: dict[str, int] = {}
+    def __init__(self, store: QuotaStore, wall_clock: Callable[[], float]) -> None:
+        self._store = store
+        self._wall_clock = wall_clock
 
     @asynccontextmanager
-    async def slot(self, tenant: str, limits: LimitsPolicy) -> AsyncIterator[None]:
-        """Held for the duration of one call; raises `ToolCallsLimited` before it starts."""
-        self._admit(tenant, limits)
-        self._running[tenant] = self._running.get(tenant, 0) + 1
+    async def slot(
+        self, tenant: str, policy: LimitsPolicy, session_id: str | None
+    ) -> AsyncIterator[None]:
+        """Held for the duration of one call; raises `ToolCallsLimited` before it starts.
+        A tenant without tool limits (and no session to count) costs no store round trip."""
+        counts_session = policy.calls_per_session is not None and session_id
+        if not (policy.tool_calls_per_minute or policy.concurrent_tool_calls or counts_session):
+            yield
+            return
+        limits = tool_call_limits(policy)
+        try:
+            lease = await self._store.admit_tool_call(
+                tenant,
+                limits,
+                call_id=uuid.uuid4().hex,
+                session_id=session_id or None,
+                now_ms=self._now_ms(),
+            )
+        except QuotaExceeded as exc:
+            raise ToolCallsLimited(f"limits.{exc.limit}", exc.retry_after_s) from exc
+        except QuotaStoreUnavailable as exc:
+            raise ToolLimitsUnavailable() from exc
         try:
             yield
         finally:
-            self._running[tenant] -= 1
+            await self._store.end_tool_call(lease, now_ms=self._now_ms())
 
-    def _admit(self, tenant: str, limits: LimitsPolicy) -> None:
-        cap = limits.concurrent_tool_calls
-        if cap is not None and self._running.get(tenant, 0) >= cap:
-            raise ToolCallsLimited("limits.concurrent_tool_calls", 1)
-        per_minute = limits.tool_calls_per_minute
-        if per_minute is None:
-            return
-        now = self._clock()
-        started = self._started.setdefault(tenant, deque())
-        while started and started[0] <= now - WINDOW_S:
-            started.popleft()
-        if len(started) >= per_minute:
-            wait_s = max(1, math.ceil(started[0] + WINDOW_S - now))
-            raise ToolCallsLimited("limits.tool_calls_per_minute", wait_s)
-        started.append(now)
+    def _now_ms(self) -> int:
+        return int(self._wall_clock() * 1000)

@@ -21,6 +21,7 @@ from gateway.ledger.models import UsageRecord, to_money
 from gateway.reports.cost import CostReport, InvalidReportQuery, cost_report
 
 SPEND_DIMENSIONS = ("tenant", "model", "backend", "key")
+MCP_DOOR = "mcp"  # the ledger's door of a tool call (gateway/mcp/accounting.py)
 MAX_PAGE = 200
 MAX_OFFSET = 10**9
 
@@ -87,6 +88,28 @@ def _by_day(
         replace(row, group=(row.group[0], f"{row.group[1]}/{row.group[2]}")) for row in report.rows
     )
     return replace(report, group_by=("day", "key"), rows=rows)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallCount:
+    """MCP tool calls (ledger door `mcp`) of one tool of one server: `sandbox` for a tenant's
+    sandboxed tools. They cost nothing themselves; the count is what they show."""
+
+    server: str
+    tool: str  # as served: `<server>__<tool>` for an upstream server's
+    num_calls: int
+
+
+def tool_call_counts(
+    sessions: sessionmaker[Session], since: datetime, until: datetime
+) -> list[ToolCallCount]:
+    """Tool calls over [since, until) by server and tool (every status: ok, error, rejected)."""
+    report = cost_report(sessions, since, until, ["door", "backend", "model"])
+    return [
+        ToolCallCount(row.group[1], row.group[2], row.num_calls)
+        for row in report.rows
+        if row.group[0] == MCP_DOOR
+    ]
 
 
 def budget_lines(

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from quotas.limits import Actual, Ask, Limits, Reservation, Settlement, UsageSnapshot
+from quotas.limits import (
+    Actual,
+    Ask,
+    Limits,
+    Reservation,
+    Settlement,
+    ToolCallLease,
+    ToolCallLimits,
+    UsageSnapshot,
+)
 from quotas.memory import MemoryQuotaStore
 
 
@@ -53,6 +62,22 @@ class RecordingStore:
         self, tenant: str, limits: Limits, *, now_ms: int, session_id: str | None = None
     ) -> UsageSnapshot:
         return await self.inner.usage(tenant, limits, now_ms=now_ms, session_id=session_id)
+
+    async def admit_tool_call(
+        self,
+        tenant: str,
+        limits: ToolCallLimits,
+        *,
+        call_id: str,
+        session_id: str | None,
+        now_ms: int,
+    ) -> ToolCallLease:
+        return await self.inner.admit_tool_call(
+            tenant, limits, call_id=call_id, session_id=session_id, now_ms=now_ms
+        )
+
+    async def end_tool_call(self, lease: ToolCallLease, *, now_ms: int) -> None:
+        await self.inner.end_tool_call(lease, now_ms=now_ms)
 
     async def close(self) -> None:
         await self.inner.close()

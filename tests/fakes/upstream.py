@@ -37,6 +37,7 @@ from adapters.types import (
     TextPart,
     ToolCallDelta,
     ToolCallStart,
+    ToolResultPart,
     ToolUsePart,
     Usage,
 )
@@ -59,6 +60,8 @@ class PromptCacheModel(Protocol):
 # one token each in both cl100k_base and o200k_base
 VOCAB = ("The", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog")
 _CALL = re.compile(r"call:([A-Za-z0-9_-]+)")
+_ARGS = re.compile(r"args:(\{[^}]*\})")  # the tool call's arguments, verbatim
+_RELAY = "relay:result"  # after a tool's result, the answer is that result's text
 _WORDS = re.compile(r"words:(\d+)")
 _STATUS = re.compile(r"status:(\d{3})")  # answer this error status (a fault for this call only)
 _SLOW = "slow:stream"  # this call's stream chunks come SLOW_CHUNK_S apart
@@ -79,14 +82,36 @@ def _last_user_text(req: ChatRequest) -> str:
     return "".join(p.text for p in req.messages[-1].content if isinstance(p, TextPart))
 
 
+def _relayed_result(req: ChatRequest) -> str | None:
+    """The text of the tool results that end the conversation, when its first user message
+    asked for them to be relayed (`relay:result`)."""
+    first = next((m for m in req.messages if m.role == "user"), None)
+    if first is None or not any(
+        isinstance(p, TextPart) and _RELAY in p.text for p in first.content
+    ):
+        return None
+    last = req.messages[-1].content if req.messages else ()
+    results = [p for p in last if isinstance(p, ToolResultPart)]
+    if not results:
+        return None
+    return "".join(c.text for r in results for c in r.content if isinstance(c, TextPart))
+
+
 def plan_reply(req: ChatRequest, counter: TokenCounter, reply_words: int, n: int) -> Reply:
     """Deterministic reply: a tool call when the last user text says `call:<tool>` and that tool
-    was offered, else VOCAB words cycled (`words:N` in the text overrides the count), cut at
-    `max_tokens` (length) or at the first stop sequence (stop_sequence)."""
+    was offered (arguments `{"text": <the user text>}`, or the JSON object after `args:`); after
+    a tool's result, that result's text when the first user text says `relay:result`; else VOCAB
+    words cycled (`words:N` in the text overrides the count), cut at `max_tokens` (length) or
+    at the first stop sequence (stop_sequence)."""
+    relayed = _relayed_result(req)
+    if relayed is not None:
+        tokens = counter.count_text(req.model, relayed)
+        return Reply((TextPart(relayed),), "stop", tokens)
     text = _last_user_text(req)
     call = _CALL.search(text)
     if call and call.group(1) in {t.name for t in req.tools}:
-        args = orjson.dumps({"text": text}).decode()
+        given = _ARGS.search(text)
+        args = given.group(1) if given else orjson.dumps({"text": text}).decode()
         output = counter.count_text(req.model, call.group(1)) + counter.count_text(req.model, args)
         return Reply((ToolUsePart(f"call_fake_{n:06d}", call.group(1), args),), "tool_use", output)
     words = _WORDS.search(text)

@@ -9,6 +9,7 @@ import logging
 import pytest
 from mcp_types import Tool
 
+from gateway.core.admission import limits_from_policy
 from gateway.mcp.catalogue import ToolCatalogue, listing_digest
 from gateway.mcp.errors import ToolCallsLimited, UnknownTool
 from gateway.mcp.limits import ToolCallLimiter
@@ -16,6 +17,8 @@ from gateway.mcp.sandbox_tools import sandbox_definition
 from policies.limits import LimitsPolicy
 from policies.model import TenantPolicy
 from policies.tools import ToolPolicy
+from quotas.limits import Ask
+from quotas.memory import MemoryQuotaStore
 
 LOG = logging.getLogger("test.mcp")
 
@@ -110,32 +113,53 @@ def test_schema_from_placeholders_in_command_order() -> None:
 
 def test_limits_per_minute_and_at_once_with_a_retry_hint() -> None:
     now = [1000.0]
-    limiter = ToolCallLimiter(lambda: now[0])
+    limiter = ToolCallLimiter(MemoryQuotaStore(), lambda: now[0])
     limits = LimitsPolicy(tool_calls_per_minute=2, concurrent_tool_calls=1)
 
     async def scenario() -> None:
-        async with limiter.slot("acme", limits):
+        async with limiter.slot("acme", limits, None):
             with pytest.raises(ToolCallsLimited) as busy:
-                async with limiter.slot("acme", limits):
+                async with limiter.slot("acme", limits, None):
                     pass
             assert (busy.value.rule, busy.value.retry_after_s) == (
                 "limits.concurrent_tool_calls",
                 1,
             )
-            async with limiter.slot("globex", limits):  # another tenant is not counted
+            async with limiter.slot("globex", limits, None):  # another tenant is not counted
                 pass
         now[0] += 20
-        async with limiter.slot("acme", limits):
+        async with limiter.slot("acme", limits, None):
             pass
         with pytest.raises(ToolCallsLimited) as window:
-            async with limiter.slot("acme", limits):
+            async with limiter.slot("acme", limits, None):
                 pass
         assert (window.value.rule, window.value.retry_after_s) == (
             "limits.tool_calls_per_minute",
             40,
         )
         now[0] += 40
-        async with limiter.slot("acme", limits):
+        async with limiter.slot("acme", limits, None):
             pass
+
+    asyncio.run(scenario())
+
+
+def test_a_named_session_counts_its_tool_calls_with_its_model_calls() -> None:
+    store, now = MemoryQuotaStore(), [1000.0]
+    limiter = ToolCallLimiter(store, lambda: now[0])
+    policy = LimitsPolicy(calls_per_session=2)
+
+    async def scenario() -> None:
+        ask = Ask(1, 0.0, "run-7")  # a model call of the agent session `run-7`
+        await store.reserve("acme", limits_from_policy(policy), ask, reservation_id="m", now_ms=1)
+        async with limiter.slot("acme", policy, "run-7"):
+            pass
+        with pytest.raises(ToolCallsLimited) as spent:
+            async with limiter.slot("acme", policy, "run-7"):
+                pass
+        assert (spent.value.rule, spent.value.retry_after_s) == ("limits.calls_per_session", 86_400)
+        for _ in range(3):  # a call naming no session is not counted
+            async with limiter.slot("acme", policy, None):
+                pass
 
     asyncio.run(scenario())

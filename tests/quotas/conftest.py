@@ -9,7 +9,16 @@ import pytest
 import redis
 
 from quotas.errors import QuotaStoreUnavailable
-from quotas.limits import Actual, Ask, Limits, Reservation, Settlement, UsageSnapshot
+from quotas.limits import (
+    Actual,
+    Ask,
+    Limits,
+    Reservation,
+    Settlement,
+    ToolCallLease,
+    ToolCallLimits,
+    UsageSnapshot,
+)
 from quotas.memory import MemoryQuotaStore
 from quotas.redis_store import RedisQuotaStore
 from quotas.store import QuotaStore
@@ -86,6 +95,25 @@ class SwitchableStore:
     ) -> UsageSnapshot:
         self._check()
         return await self.inner.usage(tenant, limits, now_ms=now_ms, session_id=session_id)
+
+    async def admit_tool_call(
+        self,
+        tenant: str,
+        limits: ToolCallLimits,
+        *,
+        call_id: str,
+        session_id: str | None,
+        now_ms: int,
+    ) -> ToolCallLease:
+        self._check()
+        lease = await self.inner.admit_tool_call(
+            tenant, limits, call_id=call_id, session_id=session_id, now_ms=now_ms
+        )
+        return replace(lease, store="redis")
+
+    async def end_tool_call(self, lease: ToolCallLease, *, now_ms: int) -> None:
+        self._check()
+        await self.inner.end_tool_call(lease, now_ms=now_ms)
 
     async def close(self) -> None:
         return None

@@ -21,7 +21,7 @@ from gateway.reports.breakeven import (
     fleets_from_settings,
 )
 from gateway.reports.format import display_money
-from gateway.reports.spend import budget_lines, spend_series, top_sessions
+from gateway.reports.spend import budget_lines, spend_series, tool_call_counts, top_sessions
 from gateway.settings import Settings
 from policies.store import PolicyStore
 
@@ -78,7 +78,18 @@ def spend_page(data: ConsoleData, since: datetime, until: datetime, dimension: s
             display_money(series.report.totals.cost_usd),
         ),
     )
-    return Page("spend", "Spend", _period(since, until), [chart], [table])
+    tables = [table]
+    tools = tool_call_counts(data.sessions, since, until)
+    if tools:  # model calls above count them too, at $0: here they are by tool
+        tables.append(
+            Table(
+                "tool calls (MCP) by server and tool",
+                ("server", "tool", "calls"),
+                [(t.server, t.tool, f"{t.num_calls:,}") for t in tools],
+                ("TOTAL", "", f"{sum(t.num_calls for t in tools):,}"),
+            )
+        )
+    return Page("spend", "Spend", _period(since, until), [chart], tables)
 
 
 def budgets_page(data: ConsoleData, now: datetime) -> Page:

@@ -305,6 +305,27 @@ def test_policy_check_against_the_server_config(
     assert main(["policy", "check", str(folder / "acme.yaml"), "--config", str(config)]) == 0
 
 
+def test_policy_check_refuses_a_grant_of_an_undeclared_mcp_server(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = policies(tmp_path)
+    (folder / "beta.yaml").write_text(
+        "tenant: beta\nmcp_servers:\n  - orders\n  - {name: crm, deny: [drop]}\n"
+    )
+    config = tmp_path / "lantern.yaml"
+    config.write_text("mcp_servers:\n  - {name: orders, url: 'http://127.0.0.1:9/mcp'}\n")
+    assert main(["policy", "check", str(folder), "--config", str(config)]) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        f"{folder}/beta.yaml:4: mcp_servers[1]: no MCP server named 'crm' in the server config",
+    ]
+    # without the server's config the grants cannot be checked: said, not failed
+    assert main(["policy", "check", str(folder)]) == 0
+    assert capsys.readouterr().err == (
+        "lantern policy check: warning: mcp_servers grants not checked against the declared "
+        "servers (pass --config lantern.yaml)\n"
+    )
+
+
 def test_serve_workers_refuses_child_engines_and_a_zero_count(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -26,7 +26,7 @@ from gateway.reports.cost import (
     to_table,
 )
 from gateway.reports.focus import FOCUS_GROUP_BY, FOCUS_MANDATORY_COLUMNS, to_focus_csv
-from gateway.reports.spend import spend_series
+from gateway.reports.spend import ToolCallCount, spend_series, tool_call_counts
 from tests.gateway.ledger.ledger_dataset import DEC_1, NOV_1, edge_rows, november_rows
 
 
@@ -301,4 +301,46 @@ def test_keep_warm_reads_are_a_line_of_their_own_by_door(tmp_path):
     assert [(r.group, r.num_calls, r.cost_usd) for r in report.rows] == [
         (("(none)",), 6, money("7.11")),
         (("keep_warm",), 1, money("0.180015")),
+    ]
+
+
+def _tool_row(n: int, tool: str, server: str, status: str) -> UsageRow:
+    return UsageRow(
+        id=f"00000000-0000-0000-0000-0000000001{n:02d}",
+        ts=datetime(2026, 11, 2, 9, n, tzinfo=UTC),
+        tenant="acme",
+        key_id="key-1",
+        request_id=f"mcp-{n}",
+        session_id="run-1",
+        model=tool,
+        backend=server,
+        status=status,
+        latency_ms=12.0,
+        cost_usd=Decimal(0),
+        uncached_cost_usd=Decimal(0),
+        door="mcp",
+    )
+
+
+def test_tool_calls_are_counted_by_server_and_tool(tmp_path):
+    url = f"sqlite:///{tmp_path}/ledger.db"
+    migrate(url)
+    engine = create_ledger_engine(url)
+    tools = [
+        _tool_row(1, "orders__lookup_order", "orders", "ok"),
+        _tool_row(2, "run_python", "sandbox", "ok"),
+        _tool_row(3, "orders__lookup_order", "orders", "error"),
+    ]
+    insert_rows(engine, [*november_rows(), *tools])
+    sessions = session_factory(engine)
+    report = cost_report(sessions, NOV_1, DEC_1, ["door"])
+    counts = tool_call_counts(sessions, NOV_1, DEC_1)
+    engine.dispose()
+    assert [(r.group, r.num_calls, r.cost_usd) for r in report.rows] == [
+        (("(none)",), 6, money("7.11")),
+        (("mcp",), 3, money("0")),
+    ]
+    assert counts == [
+        ToolCallCount("orders", "orders__lookup_order", 2),
+        ToolCallCount("sandbox", "run_python", 1),
     ]
