@@ -27,7 +27,6 @@ class Reason(StrEnum):
     TOOLS_CHANGED = "tools_changed"
     SYSTEM_CHANGED = "system_changed"
     HISTORY_REWRITTEN = "history_rewritten"
-    TENANT_CHANGED = "tenant_changed"
     MODEL_CHANGED = "model_changed"
     OPTIONS_CHANGED = "options_changed"  # tool_choice, thinking, reasoning effort: messages level
     TTL_EXPIRED = "ttl_expired"
@@ -36,9 +35,9 @@ class Reason(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class PromptFingerprint:
-    """What diagnosis needs of a call: stable block identities, their ends in tokens, breakpoints."""
+    """What diagnosis needs of a call: stable block identities, their ends in tokens, breakpoints.
+    Compared only with the previous call of the same session, which is always the same tenant's."""
 
-    tenant: str
     model: str
     digests: tuple[bytes, ...]
     levels: tuple[str, ...]
@@ -55,7 +54,6 @@ class PromptFingerprint:
     def of(
         cls,
         layout: PromptLayout,
-        tenant: str,
         model: str,
         marked: tuple[int, ...],
         mode: CacheMode,
@@ -70,7 +68,6 @@ class PromptFingerprint:
             ends.append(total)
         client = tuple(i for i, b in enumerate(blocks) if b.marker_ttl is not None)
         return cls(
-            tenant,
             model,
             tuple(b.digest for b in blocks),
             tuple(b.level for b in blocks),
@@ -138,11 +135,8 @@ def diagnose(
         return CacheDiagnosis(Reason.FIRST_CALL, False, stable, 0, 0)
     gap_s = now_s - previous_at_s
     expected = previous.cached_end(len(previous.digests))
-    if previous.tenant != current.tenant or previous.model != current.model:
-        reason = (
-            Reason.TENANT_CHANGED if previous.tenant != current.tenant else Reason.MODEL_CHANGED
-        )
-        return CacheDiagnosis(reason, False, stable, expected, 0, None, gap_s)
+    if previous.model != current.model:
+        return CacheDiagnosis(Reason.MODEL_CHANGED, False, stable, expected, 0, None, gap_s)
     changed = _first_difference(previous, current)
     if changed is not None:
         reason, name = _explain(previous, current, changed)

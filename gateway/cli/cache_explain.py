@@ -29,7 +29,6 @@ ADVICE = {
     "(cache.normalise.relocate_volatile) or send updates as messages",
     "history_rewritten": "an earlier message was edited or removed (compaction, re-serialised "
     "tool calls): keep the conversation append-only",
-    "tenant_changed": "the session id was used by another tenant: caches are per tenant",
     "model_changed": "the model changed: caches are per model",
     "options_changed": "tool_choice or the thinking/reasoning settings changed: the provider keeps "
     "only tools and system; keep them fixed for a session",

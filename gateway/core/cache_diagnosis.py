@@ -17,7 +17,7 @@ from cachekeys.diagnosis import (
     Reason,
     diagnose,
 )
-from cachekeys.tenant_table import OwnedTable
+from cachekeys.tenant_table import TenantTable
 from gateway.core.ports import PreparedPrompt
 from gateway.core.prompt_prepare import PromptFacts
 from gateway.telemetry import LabelChildren
@@ -35,11 +35,7 @@ class CacheReport:
     diagnosis: CacheDiagnosis
 
     def header_value(self) -> str:
-        """The client sees its own call only: a session id last used by another tenant reads as
-        a first call (the ledger keeps `tenant_changed` for the admin)."""
         d = self.diagnosis
-        if d.reason == Reason.TENANT_CHANGED:
-            return f"first_call; prefix={d.stable_prefix_tokens}; expected=0; read=0"
         parts = [d.reason.value]
         if d.first_changed:
             parts.append(f"block={d.first_changed}")
@@ -60,13 +56,15 @@ class CacheReport:
 
 
 class SessionCacheTracker:
-    """The previous call of each session, compared with each new call. A session id is one
-    tenant's at a time (another tenant sending it reads `tenant_changed`); past `max_sessions`
-    the tenant holding the most loses its oldest, so one tenant's flood of new sessions never
-    changes another's diagnosis."""
+    """The previous call of each session, compared with each new call. Sessions are kept by
+    tenant and session, so another tenant sending the same session id has a session of its own;
+    past `max_sessions` the tenant holding the most loses its oldest, so one tenant's flood of
+    new sessions never changes another's diagnosis."""
 
     def __init__(self, max_sessions: int = MAX_SESSIONS) -> None:
-        self._sessions: OwnedTable[tuple[PromptFingerprint, float, int]] = OwnedTable(max_sessions)
+        self._sessions: TenantTable[tuple[PromptFingerprint, float, int]] = TenantTable(
+            max_sessions
+        )
 
     def observe(
         self, tenant: str, session_id: str, prepared: PreparedPrompt, now_s: float
@@ -77,7 +75,7 @@ class SessionCacheTracker:
                 "observe() needs a PreparedPrompt made by gateway.core.prompt_cache.prepare"
             )
         fingerprint = facts.fingerprint
-        previous = self._sessions.pop(session_id)
+        previous = self._sessions.pop((tenant, session_id), None)
         if previous is None:
             diagnosis, index = diagnose(None, None, fingerprint, now_s), 0
         else:
@@ -85,7 +83,7 @@ class SessionCacheTracker:
                 diagnose(previous[0], previous[1], fingerprint, now_s),
                 previous[2] + 1,
             )
-        self._sessions.put(tenant, session_id, (fingerprint, now_s, index))
+        self._sessions[(tenant, session_id)] = (fingerprint, now_s, index)
         return CacheReport(tenant, session_id, index, diagnosis)
 
     def __len__(self) -> int:

@@ -65,6 +65,11 @@ class Admitted:
     verdict: CacheVerdict
     started_s: float
 
+    @property
+    def session_key(self) -> str:
+        """The key of the call's session in Lantern's own tables (`session_key`)."""
+        return session_key(self.call.tenant.tenant, self.session_id)
+
     def headers(self, admission: AdmissionPort) -> dict[str, str]:
         out = {
             "x-lantern-request-id": self.request_id,
@@ -171,6 +176,14 @@ def session_id_for(call: IncomingCall, prepared: PreparedPrompt) -> str:
     if call.request.prompt_cache_key:
         return call.request.prompt_cache_key
     return prepared.session_root
+
+
+def session_key(tenant: str, session_id: str) -> str:
+    """The session as every table in the gateway keys it (the router's and the shared affinity,
+    the cache diagnosis): a session id is the client's to choose, so two tenants sending the same
+    one are two sessions. Tenant ids have no ':' (policies/model.py), so keys never collide.
+    Nothing that leaves the gateway (upstream headers, the ledger, replies) carries it."""
+    return f"{tenant}:{session_id}"
 
 
 def budget_session_for(call: IncomingCall) -> str | None:

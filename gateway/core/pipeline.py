@@ -31,6 +31,7 @@ from gateway.core.calls import (
     max_tokens_for,
     route_for,
     session_id_for,
+    session_key,
 )
 from gateway.core.ids import uuid4_hex
 from gateway.core.measure_lane import MeasureLane, measure
@@ -96,6 +97,7 @@ class Pipeline:
         window = self.s.routing.context_window(route, call.tenant)
         max_tokens = fit_window(call, route, prompt_tokens, max_tokens, window)
         session_id = session_id_for(call, prepared)
+        key = session_key(call.tenant.tenant, session_id)  # what the tables know it by
         worst = self.s.pricing.worst_case_usd(
             route.name, prompt_tokens, max_tokens, prepared.write_ttl
         )
@@ -103,7 +105,7 @@ class Pipeline:
             self.s.admission,
             self.s.routing,
             call.tenant,
-            session_id,
+            key,
             budget_session=budget_session_for(call),
             prompt_tokens=prompt_tokens,
             max_tokens=max_tokens,
@@ -111,13 +113,11 @@ class Pipeline:
         )
         plan = None
         try:  # from here on, any way out but an Admitted gives the reservation (and slot) back
-            plan = self.s.routing.plan(
-                route, call.tenant, session_id, prepared, prompt_tokens, max_tokens
-            )
+            plan = self.s.routing.plan(route, call.tenant, key, prepared, prompt_tokens, max_tokens)
             waiting = self.s.routing.queue(plan, call.tenant)  # None: a slot is free
             if waiting is not None:
                 plan = await waiting
-            verdict = self.s.prompts.observe(call.tenant, session_id, prepared)
+            verdict = self.s.prompts.observe(call.tenant, key, prepared)
         except BaseException:
             if plan is not None:
                 self.s.routing.release(plan)
@@ -246,7 +246,7 @@ class Pipeline:
     def _tries(self, adm: Admitted) -> Iterator[Try]:
         """The plan's attempts in order, each dispatched (load counted) as it starts."""
         for number, attempt in enumerate(adm.plan.attempts):
-            self.s.routing.on_dispatch(attempt, adm.session_id, adm.prepared)
+            self.s.routing.on_dispatch(attempt, adm.session_key, adm.prepared)
             yield Try(number, attempt, self.s.clock())
 
     def _extend(self, adm: Admitted, t: Try, answer: Message) -> None:

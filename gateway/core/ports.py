@@ -100,8 +100,8 @@ class PromptPort(Protocol):
     ) -> PreparedPrompt: ...
 
     def observe(
-        self, tenant: TenantPolicy, session_id: str, prepared: PreparedPrompt
-    ) -> CacheVerdict: ...
+        self, tenant: TenantPolicy, session_key: str, prepared: PreparedPrompt
+    ) -> CacheVerdict: ...  # `session_key`: gateway.core.calls.session_key
 
     def reconcile(self, verdict: CacheVerdict, usage: Usage) -> None: ...
 
@@ -132,14 +132,17 @@ class RoutePlan:
 
 
 class RoutingPort(Protocol):
-    def recall(self, tenant: str, session_id: str) -> Awaitable[None] | None:
+    """Sessions come as `session_key`s (gateway.core.calls.session_key): scoped by tenant, so
+    one tenant sending another's session id never reaches that session's entries."""
+
+    def recall(self, tenant: str, session_key: str) -> Awaitable[None] | None:
         """The session's shared affinity, recalled when awaited; None when nothing is shared."""
 
     def plan(
         self,
         route: ModelRoute,
         tenant: TenantPolicy,
-        session_id: str,
+        session_key: str,
         prepared: PreparedPrompt,
         prompt_tokens: int,
         max_tokens: int,
@@ -151,7 +154,7 @@ class RoutingPort(Protocol):
 
     def release(self, plan: RoutePlan) -> None: ...  # given up before dispatch: free its slot
 
-    def on_dispatch(self, attempt: Attempt, session_id: str, prepared: PreparedPrompt) -> None: ...
+    def on_dispatch(self, attempt: Attempt, session_key: str, prepared: PreparedPrompt) -> None: ...
 
     def on_first_token(self, attempt: Attempt) -> None: ...  # prefill done: load eases
 

@@ -318,7 +318,7 @@ def _fingerprint(
     mode: CacheMode = "automatic" if call.wire == "openai" else "breakpoints"
     options = options_digest(call.request)
     fingerprint = PromptFingerprint.of(
-        laid.layout, call.tenant_id, call.request.model, marked, mode, TTL_S[advice.ttl], options
+        laid.layout, call.request.model, marked, mode, TTL_S[advice.ttl], options
     )
     if steering is None:
         return fingerprint

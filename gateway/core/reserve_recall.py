@@ -18,17 +18,18 @@ async def reserve_recalling(
     admission: AdmissionPort,
     routing: RoutingPort,
     tenant: TenantPolicy,
-    session_id: str,
+    session_key: str,
     *,
     budget_session: str | None,
     prompt_tokens: int,
     max_tokens: int,
     worst_case_usd: float,
 ) -> Ticket:
-    """Reserve the call's quota while the router recalls `session_id`; return once both are
-    done. A refused reservation cancels the recall (the call goes nowhere); a recall that fails
-    once the quota is held gives the reservation back before the error goes on."""
-    pending = routing.recall(tenant.tenant, session_id)
+    """Reserve the call's quota while the router recalls the session (by its tenant-scoped
+    `session_key`); return once both are done. A refused reservation cancels the recall (the
+    call goes nowhere); a recall that fails once the quota is held gives the reservation back
+    before the error goes on."""
+    pending = routing.recall(tenant.tenant, session_key)
     reserve = admission.reserve(
         tenant,
         session_id=budget_session,

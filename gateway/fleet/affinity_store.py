@@ -94,6 +94,9 @@ class RedisAffinity:
         return cls(Redis(connection_pool=pool), key_prefix=key_prefix, ttl_s=ttl_s)
 
     def key(self, tenant: str, session_id: str) -> str:
+        """The session's hash. The fleet's session ids are already tenant-scoped (the pipeline's
+        `session_key`); the tenant stays in the key so that the store keeps tenants apart on its
+        own too."""
         return f"{self._prefix}aff:{tenant}:{session_id}"
 
     async def fetch(self, tenant: str, session_id: str) -> SharedEntry | None:

@@ -17,6 +17,7 @@ from adapters.backends.http_upstream import HttpxPool
 from adapters.backends.openai_compatible import OpenAICompatibleBackend
 from adapters.backends.spec import BackendSpec
 from adapters.types import ChatRequest, Message, TextPart, Usage
+from gateway.core.calls import session_key
 from gateway.core.pipeline import IncomingCall, Pipeline, PipelineParts
 from gateway.core.ports import CacheVerdict, CallRecord, Candidate, ModelRoute, PreparedPrompt
 from gateway.fleet.routing_port import Fleet
@@ -200,5 +201,5 @@ def test_failing_replica_falls_back_to_bedrock_with_one_charge(fake: FakeBedrock
     # the fleet released the replica's load and remembers the session on Bedrock
     state = fleet.stats().replicas[0]
     assert (state.inflight_requests, state.inflight_tokens, state.inflight_blocks) == (0, 0, 0)
-    assert fleet.sessions().entries["sess-1"].backend == "bedrock"
+    assert fleet.sessions().entries[session_key("acme", "sess-1")].backend == "bedrock"
     assert len(fake.requests) == 1

@@ -12,11 +12,11 @@ from tests.cachekeys.conftest import agent_request, tool
 
 
 def fingerprint(
-    request: ChatRequest, tenant: str = "acme", mode: str = "breakpoints", ttl_s: float = 300.0
+    request: ChatRequest, mode: str = "breakpoints", ttl_s: float = 300.0
 ) -> PromptFingerprint:
     layout = PromptLayout(request_blocks(request), tuple(600 for _ in request_blocks(request)))
     plan = plan_breakpoints(layout, "5m", 1024)
-    return PromptFingerprint.of(layout, tenant, request.model, plan.indices, mode, ttl_s)  # type: ignore[arg-type]
+    return PromptFingerprint.of(layout, request.model, plan.indices, mode, ttl_s)  # type: ignore[arg-type]
 
 
 FIRST = agent_request(turns=1)  # tools 0-1 (end 1200), system 2 (1800), message 3 (2400)
@@ -100,9 +100,7 @@ def test_history_rewritten() -> None:
     assert (d.reason, d.first_changed) == (Reason.HISTORY_REWRITTEN, "messages[0][0]")
 
 
-def test_tenant_and_model_changed() -> None:
-    d = diagnose(fingerprint(FIRST, "acme"), 0.0, fingerprint(SECOND, "globex"), 10.0)
-    assert (d.reason, d.predicted_read_tokens) == (Reason.TENANT_CHANGED, 0)
+def test_model_changed() -> None:
     d = diagnose(
         fingerprint(FIRST), 0.0, fingerprint(replace(SECOND, model="claude-opus-4-1")), 10.0
     )

@@ -248,15 +248,15 @@ def test_reconcile_flags_an_unforeseen_break() -> None:
     )
 
 
-def test_tenant_change_is_not_revealed_to_the_caller() -> None:
+def test_another_tenants_call_with_the_same_session_id_is_its_own_session() -> None:
     port = PromptCachePort(SECRET, encoder=ENCODER)
     acme, globex = tenant("acme"), tenant("globex")
     port.observe(acme, "shared-id", prepare(port, anthropic_body(1), acme))
     verdict = port.observe(globex, "shared-id", prepare(port, anthropic_body(2), globex))
-    assert verdict.header.startswith("first_call; ") and verdict.header.endswith(
-        "expected=0; read=0"
-    )
-    assert json.loads(verdict.diagnosis_json)["reason"] == "tenant_changed"
+    assert verdict.header.startswith("first_call; ")  # nothing of acme's call shows
+    verdict = port.observe(acme, "shared-id", prepare(port, anthropic_body(2), acme))
+    assert verdict.header.startswith("kept; ")  # acme's session saw no other tenant
+    assert json.loads(verdict.diagnosis_json)["call"] == 1
 
 
 def test_canonical_request_carries_the_key_for_translated_calls() -> None:
