@@ -7,7 +7,7 @@ import json
 from prometheus_client import CollectorRegistry
 
 from adapters import anthropic_wire, openai_wire
-from adapters.tokens import TokenCounter
+from adapters.tokens import ENTRY_BYTES, TokenCounter
 from adapters.types import Usage
 from cachekeys.blockhash import chain_hashes, tenant_salt
 from gateway.core.ports import CacheVerdict
@@ -283,11 +283,12 @@ def test_request_level_marker_leaves_room_in_the_four_slots() -> None:
 
 
 def test_encoder_memo_is_bounded_and_exact() -> None:
-    encoder = TiktokenEncoder(max_cached_tokens=5)
+    one_entry = 4 * 3 + ENTRY_BYTES  # three token ids and the entry's own overhead
+    encoder = TiktokenEncoder(max_cached_bytes=one_entry + 4)
     counter = TokenCounter()
     first = list(encoder.encode("gpt-4o", "one two three"))
     assert first == counter.encoding("gpt-4o").encode_ordinary("one two three")
     assert encoder.num_cached_tokens == 3
     encoder.encode("gpt-4o", "four five six")
-    assert encoder.num_cached_tokens == 3  # the first entry was evicted to stay under 5
+    assert encoder.num_cached_tokens == 3  # the first entry was evicted to stay under the bound
     assert list(encoder.encode("gpt-4o", "one two three")) == first
