@@ -79,6 +79,8 @@ class FleetSettings(Section):
     # with redis_url: session affinity and the prefix index feed shared under this prefix
     shared_key_prefix: str = "lantern:fleet:"
     shared_session_ttl_s: float = Field(default=3600.0, gt=0)  # a shared session's idle life
+    # with redis_url: a replica slot's lease; a dead process's slots come back after it
+    shared_slot_lease_s: float = Field(default=15.0, gt=0)
 
 
 class HttpSettings(Section):

@@ -233,6 +233,7 @@ def _sharing(
         clock=clock,
         key_prefix=settings.fleet.shared_key_prefix,
         session_ttl_s=settings.fleet.shared_session_ttl_s,
+        slot_lease_s=settings.fleet.shared_slot_lease_s,
         registry=registry,
     )
 

@@ -123,8 +123,10 @@ class Fleet:
         self.sharing: FleetSharing | None = None
 
     def share(self, sharing: FleetSharing) -> None:
-        """Decide on the affinity and prefix index every gateway process shares."""
+        """Decide on the affinity and prefix index every gateway process shares, and count
+        replica slots across them."""
         self.sharing = sharing
+        self.gate.share(sharing.slots)
 
     @property
     def index(self) -> PrefixIndex:
