@@ -32,6 +32,15 @@ class SlotGate:
         r = self._reg.replicas[key]
         return r.spec.max_in_flight or r.engine_max_in_flight
 
+    def free_slots(self, key: str) -> int | None:
+        """Slots of `key` a new call of this process would find free (none while calls wait
+        for one); None: no capacity known. With shared slots, this process's calls only: the
+        decision reads no Redis."""
+        capacity = self.capacity(key)
+        if capacity is None:
+            return None
+        return 0 if self.slots.waiting(key) else max(capacity - self.slots.held(key), 0)
+
     def enter(self, plan: RoutePlan, tenant: TenantPolicy) -> Awaitable[RoutePlan] | None:
         """None when the call may go now (a slot taken, or none needed); else the wait, which
         gives the plan with `queued_ms` in its details or raises `QueueShed`."""

@@ -171,6 +171,7 @@ class Fleet:
             load.age_s if load else None,
             self.registry.index.recent_blocks(key, now, self._live_window_s),
             r.prefill.capped((), learned),
+            self.gate.free_slots(key),
         )
 
     def snapshot(self, now: float) -> FleetSnapshot:
