@@ -203,6 +203,7 @@ def build_fleet(
         signal_interval_s=fs.signal_interval_s,
         signal_max_age_s=fs.signal_max_age_s,
         signal_timeout_s=fs.signal_timeout_s,
+        paid_probe_interval_s=fs.paid_probe_interval_s,
     )
     fleet = Fleet(
         models.routes(),
