@@ -81,6 +81,22 @@ class EmbeddingBackend(Backend, Protocol):
     async def embed(self, body: Mapping[str, JSON], timeout_s: float) -> EmbeddingReply: ...
 
 
+@dataclass(frozen=True, slots=True)
+class HealthCheck:
+    """Free GETs that say whether an upstream serves, tried in order (a 404 or 405 tries the
+    next): no tokens generated, nothing billed."""
+
+    urls: tuple[str, ...]
+    headers: Mapping[str, str]
+
+
+def free_health_check(backend: Backend) -> HealthCheck | None:
+    """The backend's free check (`health_check`, where it has one); None: only a generation
+    says it serves."""
+    check = getattr(backend, "health_check", None)
+    return check if isinstance(check, HealthCheck) else None
+
+
 def check_embedding(backend: Backend, body: Mapping[str, JSON]) -> None:
     """The backend's own check of an embeddings body (`check_embedding`, where it has one: a
     `WireFormatError` naming a field it cannot honour), run before anything is reserved."""

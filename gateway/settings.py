@@ -73,12 +73,16 @@ class FleetSettings(Section):
     signal_interval_s: float = Field(default=1.0, ge=0)  # 0: never scrape (router counts only)
     signal_timeout_s: float = Field(default=0.5, gt=0)
     signal_max_age_s: float = Field(default=5.0, gt=0)  # older samples are ignored
-    health_interval_s: float = Field(default=10.0, gt=0)  # one-token generation probes
+    health_interval_s: float = Field(default=10.0, gt=0)  # free probes (/health, /models)
+    # a replica with no free health endpoint: a one-token generation at most this often
+    paid_probe_interval_s: float = Field(default=300.0, ge=0)
     # true: each backend's prefill_tok_s (or the default) is final; false: it is learned
     pin_prefill_tok_s: bool = False
     # with redis_url: session affinity and the prefix index feed shared under this prefix
     shared_key_prefix: str = "lantern:fleet:"
     shared_session_ttl_s: float = Field(default=3600.0, gt=0)  # a shared session's idle life
+    # with redis_url: a replica slot's lease; a dead process's slots come back after it
+    shared_slot_lease_s: float = Field(default=15.0, gt=0)
 
 
 class HttpSettings(Section):

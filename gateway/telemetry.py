@@ -95,6 +95,13 @@ class Metrics:
             buckets=_LATENCY_BUCKETS_S,
             registry=r,
         )
+        self.queue = Histogram(
+            "lantern_queue_seconds",
+            "Time a call waited in the gateway for a slot on its replica (calls that waited)",
+            ["model"],
+            buckets=_LATENCY_BUCKETS_S,
+            registry=r,
+        )
         self.inflight = Gauge("lantern_inflight_requests", "Calls in flight", registry=r)
         self.policy_errors = Gauge(
             "lantern_policy_errors", "Tenant policy files currently invalid", registry=r
@@ -119,6 +126,9 @@ class Metrics:
             self.child(self.ttft, labels.model, labels.backend).observe(ttft_s)
         if error_kind:
             self.child(self.errors, error_kind).inc()
+
+    def observe_queue(self, model: str, waited_s: float) -> None:
+        self.child(self.queue, model).observe(waited_s)
 
     def observe_usage(self, labels: CallLabels, usage: Usage, cost_usd: float) -> None:
         for kind, n in (

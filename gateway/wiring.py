@@ -204,6 +204,7 @@ def build_fleet(
         signal_interval_s=fs.signal_interval_s,
         signal_max_age_s=fs.signal_max_age_s,
         signal_timeout_s=fs.signal_timeout_s,
+        paid_probe_interval_s=fs.paid_probe_interval_s,
     )
     fleet = Fleet(
         models.routes(),
@@ -234,6 +235,7 @@ def _sharing(
         clock=clock,
         key_prefix=settings.fleet.shared_key_prefix,
         session_ttl_s=settings.fleet.shared_session_ttl_s,
+        slot_lease_s=settings.fleet.shared_slot_lease_s,
         registry=registry,
     )
 

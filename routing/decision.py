@@ -79,6 +79,7 @@ def _replica_score(r: ReplicaState, f: RequestFeatures, snap: FleetSnapshot) -> 
         stall_s=stall,
         unfinished_s=unfinished,
         room_blocks=r.kv_capacity_blocks - r.live_blocks - new_blocks,
+        free_slots=r.free_slots,
     )
 
 
@@ -222,7 +223,7 @@ def choose(
     chosen: CandidateScore
     if venue == "selfhost":
         inputs = PickInputs(subset, replicas, rscores, features, sticky, fleet.seq, policy, rng)
-        i, reason = picker(inputs)
+        i, reason = _with_free_slot(picker, inputs, picker(inputs))
         chosen = rscores[i]
         if note == "overflow_ttft_slo" and chosen.predicted_ttft_s > policy.ttft_slo_s:
             # past the bound where the pick stands (its queue included): another replica that
@@ -251,6 +252,27 @@ def choose(
         scores=tuple(rscores) + tuple(ascores) + tuple(excluded),
         fallbacks=_fallbacks(chosen, rscores, ascores),
     )
+
+
+def _is_full(s: CandidateScore) -> bool:
+    return s.free_slots is not None and s.free_slots <= 0
+
+
+def _with_free_slot(
+    picker: ReplicaPicker, inputs: PickInputs, pick: tuple[int, str]
+) -> tuple[int, str]:
+    """A pick whose replica has no free batch slot, when a sibling has one: the same picker
+    among the siblings with a slot (reason `slot_free`), rather than a queue in the gateway.
+    A session's own replica keeps it (`sticky`): its cached context is worth a short wait,
+    which the tenant's `max_queue_ms` bounds."""
+    i, reason = pick
+    if reason == "sticky" or not _is_full(inputs.scores[i]):
+        return pick
+    free = [k for k in inputs.subset if not _is_full(inputs.scores[k])]
+    if not free:
+        return pick
+    j, _ = picker(replace(inputs, subset=free, sticky=None))
+    return j, "slot_free"
 
 
 def _panic(features: RequestFeatures, fleet: FleetSnapshot, policy: RoutingKnobs) -> Decision:
@@ -291,8 +313,10 @@ def _fallbacks(
     rscores: Sequence[CandidateScore],
     ascores: Sequence[CandidateScore],
 ) -> tuple[CandidateScore, ...]:
-    """The rest of the chain: same venue first (fastest replicas / cheapest APIs), then the other."""
-    fleet = sorted((s for s in rscores if s is not chosen), key=lambda s: s.predicted_ttft_s)
+    """The rest of the chain: same venue first (replicas with a free slot before full ones, each
+    fastest first; cheapest APIs), then the other."""
+    others = (s for s in rscores if s is not chosen)
+    fleet = sorted(others, key=lambda s: (_is_full(s), s.predicted_ttft_s))
     api = sorted((s for s in ascores if s is not chosen), key=lambda s: s.predicted_usd)
     order = fleet + api if chosen.venue == "selfhost" else api + fleet
     return tuple(order)

@@ -55,6 +55,9 @@ class ReplicaState:
     # the rate learned from finished prefills, before the cap that calls still in flight
     # without a first token put on it (`prefill_tok_s`); None: the same as `prefill_tok_s`
     learned_tok_s: float | None = None
+    # batch slots free for a new call (capacity less the calls holding or waiting for one);
+    # None: no capacity known (unbounded)
+    free_slots: int | None = None
 
     @property
     def key(self) -> str:
@@ -178,6 +181,7 @@ class CandidateScore:
     # KV left once the live sessions' blocks and this call's new ones are counted (< 0: the
     # call would evict blocks a live session is about to reuse)
     room_blocks: int = 0
+    free_slots: int | None = None  # the replica's free batch slots; None: unbounded
 
 
 @dataclass(frozen=True, slots=True)

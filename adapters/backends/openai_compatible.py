@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from adapters import openai_wire
-from adapters.backend import BackendCall, EmbeddingReply, RelayedChunk
+from adapters.backend import BackendCall, EmbeddingReply, HealthCheck, RelayedChunk
 from adapters.backends.http_upstream import HTTPClient
 from adapters.backends.openai_responses import ResponsesUpstream
 from adapters.backends.spec import SALTED_ENGINES, TOP_K_ENGINES, BackendSpec
@@ -68,6 +68,10 @@ def build_body(
     return body
 
 
+# servers with a free `/health` at their root: the bundled engine, vLLM, SGLang
+HEALTH_ENGINES = ("lantern", "vllm", "sglang")
+
+
 class OpenAICompatibleBackend:
     wire: WireFormat | None = "openai"
 
@@ -97,6 +101,13 @@ class OpenAICompatibleBackend:
             if spec.extra.get("responses") == "native"
             else None
         )
+        # an engine's /health at its server root, else the OpenAI API's free /models
+        base = spec.base_url.rstrip("/")
+        auth = {k: v for k, v in headers.items() if k == "authorization"}
+        models = base + "/models"
+        engine_health = base.removesuffix("/v1") + "/health"
+        urls = (engine_health, models) if self._engine in HEALTH_ENGINES else (models,)
+        self.health_check = HealthCheck(urls, auth)
         self.embeds = spec.kind == "openai_compatible"  # the bundled engine has no /embeddings
         embeddings_url = spec.base_url.rstrip("/") + "/embeddings"
         self._embeddings = http.upstream(spec.name, embeddings_url, headers)

@@ -76,7 +76,14 @@ def call_record(adm: Admitted, t: Try, out: Outcome, pricing: Pricing) -> CallRe
         cache_premium_usd=money.premium_usd,
         cache_lost_usd=money.lost_usd,
         cache_cause=money.cause,
+        queue_ms=queued_ms(adm, t),
     )
+
+
+def queued_ms(adm: Admitted, t: Try) -> float | None:
+    """The time the call waited for its first replica's slot, on its first attempt."""
+    queued = adm.plan.details.get("queued_ms") if t.number == 0 else None
+    return float(queued) if isinstance(queued, int | float) else None
 
 
 def write_telemetry(telemetry: Telemetry, adm: Admitted, t: Try, out: Outcome) -> None:
@@ -87,6 +94,8 @@ def write_telemetry(telemetry: Telemetry, adm: Admitted, t: Try, out: Outcome) -
     telemetry.metrics.record_attempt(
         labels, out.status, usage, out.cost_usd, now - t.began, out.ttft_s, out.error_kind
     )
+    if t.number == 0 and (queued := queued_ms(adm, t)) is not None:
+        telemetry.metrics.observe_queue(model, queued / 1000.0)
     route = adm.call.door_name
     telemetry.record_call(
         CallSpan(route, adm.request_id, t.number, labels, usage, out.status, now - t.began)

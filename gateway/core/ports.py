@@ -193,6 +193,7 @@ class CallRecord:
     cache_premium_usd: float = 0.0
     cache_lost_usd: float = 0.0
     cache_cause: str | None = None
+    queue_ms: float | None = None  # waited in the gateway for a replica slot (first attempt)
 
 
 class LedgerPort(Protocol):

@@ -10,6 +10,7 @@ import asyncio
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from gateway.errors import GatewayError
 from routing.fair_queue import FairQueue
@@ -32,6 +33,34 @@ class QueueShed(GatewayError):
         self.wait_s = retry_after_s  # the predicted wait; Retry-After rounds it up
         self.retry_after_s = max(1, math.ceil(retry_after_s))
         self.waited_s = waited_s
+
+
+class SlotPool(Protocol):
+    """Slots per replica key: this process's own (`ReplicaSlots`), or shared by every process
+    of a deployment through Redis (`shared_slots.SharedSlots`)."""
+
+    def held(self, key: str) -> int: ...  # slots of `key` this process's calls hold
+
+    def waiting(self, key: str) -> int: ...  # this process's calls queued for `key`
+
+    def take(self, key: str, capacity: int) -> bool:
+        """The fast path: a slot at once, with no waiting and no I/O; False: `wait` for one."""
+
+    async def wait(
+        self,
+        key: str,
+        capacity: int,
+        tenant: str,
+        *,
+        weight: float,
+        max_wait_s: float,
+        service_s: float | None,
+    ) -> float | None:
+        """A slot in fair order: the seconds queued, None when one was free without queueing;
+        raises `QueueShed`."""
+
+    def release(self, key: str) -> None:
+        """Give a slot of `key` back (to the next waiter)."""
 
 
 @dataclass(slots=True)
@@ -95,8 +124,8 @@ class ReplicaSlots:
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         per_call = service_s or 0.0
         if not s.queue.push(tenant, waiter, weight):
-            raise QueueShed(key, _predict(capacity, per_call, len(s.queue)), 0.0)
-        predicted = _predict(capacity, per_call, s.queue.ahead(tenant, waiter))
+            raise QueueShed(key, predict_wait(capacity, per_call, len(s.queue)), 0.0)
+        predicted = predict_wait(capacity, per_call, s.queue.ahead(tenant, waiter))
         if predicted > max_wait_s:
             s.queue.remove(tenant, waiter)
             raise QueueShed(key, predicted, 0.0)
@@ -107,7 +136,9 @@ class ReplicaSlots:
             if not (waiter.done() and not waiter.cancelled()):
                 s.queue.remove(tenant, waiter)
                 waited = self._clock() - began
-                raise QueueShed(key, _predict(capacity, per_call, len(s.queue)), waited) from None
+                raise QueueShed(
+                    key, predict_wait(capacity, per_call, len(s.queue)), waited
+                ) from None
         except BaseException:
             if waiter.done() and not waiter.cancelled():
                 self.release(key)  # granted as the caller left: pass it on
@@ -117,6 +148,6 @@ class ReplicaSlots:
         return self._clock() - began
 
 
-def _predict(capacity: int, service_s: float, ahead: int) -> float:
+def predict_wait(capacity: int, service_s: float, ahead: int) -> float:
     """Seconds until a call with `ahead` waiters before it gets a slot."""
     return (ahead + 1) * service_s / max(capacity, 1)

@@ -1,4 +1,5 @@
-"""Replica health off the request path: real one-token probes, drain and cooldown of a failing
+"""Replica health off the request path: free probes (an engine's /health, an API's /models),
+a one-token generation only where no free endpoint exists (rare, `paid_probe_interval_s`), drain and cooldown of a failing
 replica (its prefix index is cleared), and the sweep of idle sessions that runs with the checks.
 No routing here: the router reads `healthy` and `drained_until` from the records.
 """
@@ -9,7 +10,10 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from gateway.fleet.probe import probe
+import httpx
+
+from adapters.backend import free_health_check
+from gateway.fleet.probe import free_probe, probe
 from gateway.fleet.registry import FleetRegistry
 from gateway.fleet.state import ReplicaRecord
 from gateway.fleet.window import ContextWindows
@@ -27,10 +31,14 @@ class ReplicaHealth:
         cooldown_s: float,
         probe_timeout_s: float,
         session_max_idle_s: float,
+        paid_probe_interval_s: float = 0.0,
     ) -> None:
         self._reg, self._windows, self._clock = registry, windows, clock
         self._cooldown_s, self._probe_timeout_s = cooldown_s, probe_timeout_s
         self._session_max_idle_s = session_max_idle_s
+        self._paid_probe_interval_s = paid_probe_interval_s
+        self._paid_at: dict[str, float] = {}  # replica key -> its last one-token probe
+        self.num_paid_probes = 0
 
     def drain(self, key: str, now: float, why: str = "backend faults") -> None:
         """Take `key` out for the cool-down (its sessions move, its index is cleared)."""
@@ -41,7 +49,7 @@ class ReplicaHealth:
         self._reg.index.clear(key)
 
     async def check(self, passive_s: float = 0.0) -> dict[str, bool]:
-        """Probe every replica with a real one-token generation; a drained one too, so a good
+        """Probe every replica (`_probe`: free where it can be); a drained one too, so a good
         probe brings it back at once rather than after the cool-down. A healthy replica that
         answered a call well in the last `passive_s` is healthy by that answer (passive health:
         under traffic no probe is sent). A replica whose probe failed while it had calls in
@@ -52,11 +60,13 @@ class ReplicaHealth:
         await self._windows.learn(r.candidate for _, r in due)
         sent = self._clock()
         busy = {key for key, r in due if r.inflight_requests > 0}
-        results = await asyncio.gather(
-            *(probe(r.candidate, r.model, self._probe_timeout_s) for _, r in due)
-        )
+        async with httpx.AsyncClient() as client:
+            results = await asyncio.gather(*(self._probe(k, r, client) for k, r in due))
         health: dict[str, bool] = {}
         for (key, r), ok in zip(due, results, strict=True):
+            if ok is None:  # no free endpoint and its paid probe is not due: passive only
+                health[key] = r.healthy
+                continue
             served = r.served_at is not None and r.served_at >= sent
             kept = served or (key in busy and r.inflight_requests > 0)
             if ok:
@@ -69,6 +79,23 @@ class ReplicaHealth:
                 self.drain(key, self._clock(), "its probe failed")
             health[key] = ok or kept
         return health
+
+    async def _probe(self, key: str, r: ReplicaRecord, client: httpx.AsyncClient) -> bool | None:
+        """A free probe where the backend has one; else a one-token generation, at most every
+        `paid_probe_interval_s` (None: not due, nothing sent)."""
+        check = free_health_check(r.candidate.backend)
+        if check is not None:
+            ok = await free_probe(check, client, self._probe_timeout_s)
+            if ok is not None:
+                return ok
+        now = self._clock()
+        last = self._paid_at.get(key)
+        if last is not None and now - last < self._paid_probe_interval_s:
+            return None
+        self._paid_at[key] = now
+        self.num_paid_probes += 1
+        log.info("replica %s has no free health endpoint: a one-token probe", key)
+        return await probe(r.candidate, r.model, self._probe_timeout_s)
 
     async def run(self, interval_s: float) -> None:
         """Check and sweep forever (start as a task in the lifespan; cancel on shutdown)."""

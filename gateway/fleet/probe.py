@@ -1,5 +1,6 @@
 """The fleet's two reads of a replica off the request path, each bounded by its timeout: the
-health probe (a real one-token generation) and the engine-load scrape. No state here."""
+health probe (a free GET where the backend has one, else a one-token generation) and the
+engine-load scrape. No state here."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
-from adapters.backend import BackendCall
+import httpx
+
+from adapters.backend import BackendCall, HealthCheck
 from adapters.types import ChatRequest, Message, TextPart
 from gateway.core.ports import Candidate
 from gateway.fleet.engine_metrics import EngineLoad, MetricsError, MetricsUnavailable
@@ -16,8 +19,23 @@ from gateway.fleet.signals import LoadSignals, MetricsSource
 log = logging.getLogger("lantern.fleet")
 
 
+async def free_probe(
+    check: HealthCheck, client: httpx.AsyncClient, timeout_s: float
+) -> bool | None:
+    """A 200 from the first of the check's URLs the upstream has; None when it has none of them
+    (every one a 404 or 405: only a generation can tell)."""
+    for url in check.urls:
+        try:
+            reply = await client.get(url, headers=dict(check.headers), timeout=timeout_s)
+        except httpx.HTTPError:
+            return False
+        if reply.status_code not in (404, 405):
+            return reply.status_code == 200
+    return None
+
+
 async def probe(candidate: Candidate, model: str, timeout_s: float) -> bool:
-    """True when the replica generates a token (or any content) within `timeout_s`."""
+    """The paid probe: True when the replica generates a token (or any content) within `timeout_s`."""
     request = ChatRequest(
         model=model,
         messages=(Message("user", (TextPart("ping"),)),),

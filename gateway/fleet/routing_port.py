@@ -60,6 +60,8 @@ class FleetConfig:
     failures_to_drain: int = 2
     util_window_s: float = 60.0
     probe_timeout_s: float = 30.0
+    # a replica with no free health endpoint gets a one-token probe at most this often
+    paid_probe_interval_s: float = 0.0
     session_max_idle_s: float = 3600.0
     signal_interval_s: float = 1.0
     signal_max_age_s: float = 5.0
@@ -98,6 +100,7 @@ class Fleet:
             clock=clock,
             cooldown_s=cfg.cooldown_s,
             probe_timeout_s=cfg.probe_timeout_s,
+            paid_probe_interval_s=cfg.paid_probe_interval_s,
             session_max_idle_s=cfg.session_max_idle_s,
         )
         self.book = LoadBook(
@@ -123,8 +126,10 @@ class Fleet:
         self.sharing: FleetSharing | None = None
 
     def share(self, sharing: FleetSharing) -> None:
-        """Decide on the affinity and prefix index every gateway process shares."""
+        """Decide on the affinity and prefix index every gateway process shares, and count
+        replica slots across them."""
         self.sharing = sharing
+        self.gate.share(sharing.slots)
 
     @property
     def index(self) -> PrefixIndex:
@@ -169,6 +174,7 @@ class Fleet:
             load.age_s if load else None,
             self.registry.index.recent_blocks(key, now, self._live_window_s),
             r.prefill.capped((), learned),
+            self.gate.free_slots(key),
         )
 
     def snapshot(self, now: float) -> FleetSnapshot:

@@ -61,6 +61,7 @@ def usage_row(call: CallRecord, ts: datetime) -> UsageRow:
         cache_premium_usd=to_money(max(call.cache_premium_usd, 0.0)),
         cache_lost_usd=to_money(max(call.cache_lost_usd, 0.0)),
         cache_cause=call.cache_cause,
+        queue_ms=call.queue_ms,
     )
 
 

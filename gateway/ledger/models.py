@@ -76,6 +76,8 @@ class UsageRecord(Base):
     cache_premium_usd: Mapped[Decimal] = mapped_column(sa.Numeric(18, 8), server_default="0")
     cache_lost_usd: Mapped[Decimal] = mapped_column(sa.Numeric(18, 8), server_default="0")
     cache_cause: Mapped[str | None] = mapped_column(sa.String(32))
+    # ms the call waited in the gateway for a slot on its replica; null: it did not (0008)
+    queue_ms: Mapped[float | None] = mapped_column(sa.Float)
 
     __table_args__ = (
         sa.Index("ix_usage_tenant_ts", "tenant", "ts"),
@@ -188,6 +190,7 @@ class UsageRow:
     cache_premium_usd: Decimal = Decimal(0)
     cache_lost_usd: Decimal = Decimal(0)
     cache_cause: str | None = None
+    queue_ms: float | None = None  # waited for a replica slot (first attempt only)
 
     def __post_init__(self) -> None:
         """Refuses here, at the caller, any row the database would refuse later: a row that

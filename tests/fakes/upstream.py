@@ -195,6 +195,9 @@ class FakeUpstreamApp:
         if path == "/v1/models":
             await _respond(send, 200, self._models())
             return
+        if path == "/health":  # as the bundled engine, vLLM and SGLang: free, no tokens
+            await _respond(send, 200, b"{}")
+            return
         if path == "/v1/responses":  # tests/fakes/responses_api.py
             key = headers.get("authorization", "")[7:]
             await serve_responses(self, body, send, key)

@@ -136,7 +136,7 @@ def test_unknown_backend_key_and_wrong_type(tmp_path: Path) -> None:
         f"{path}:19: models[0].backends[0].timeout_s: "
         "Input should be a valid number, unable to parse string as a number",
         f"{path}:20: models[0].backends[0].retries: unknown key (allowed: api_key_env, base_url, "
-        "cache_salt, capacity_tok_s, dedicated_credentials, engine, kind, kv_capacity_blocks, "
+        "cache_salt, capacity_tok_s, dedicated_credentials, engine, kind, kv_capacity_blocks, max_in_flight, "
         "max_model_len, metrics_path, model, name, prefill_tok_s, price_per_hour_usd, replicas, responses, "
         "timeout_s, tokenizer_dir)",
     ]

@@ -62,4 +62,7 @@ def test_shed_and_abandoned_calls_hold_nothing() -> None:
 
     asyncio.run(go())
     assert [r.status for r in h.parts.rows] == ["ok", "ok", "ok"]  # no row for shed or gone
+    assert [r.queue_ms for r in h.parts.rows] == [None, 0.0, None]  # only "waits" queued
+    metrics = h.pipeline.s.telemetry.metrics.registry
+    assert metrics.get_sample_value("lantern_queue_seconds_count", {"model": "m"}) == 1.0
     assert h.backend.started == 3

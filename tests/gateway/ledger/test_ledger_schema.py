@@ -43,6 +43,7 @@ EXPECTED_COLUMNS = {
     "cache_premium_usd",
     "cache_lost_usd",
     "cache_cause",
+    "queue_ms",
 }
 
 
@@ -65,7 +66,7 @@ def test_migration_creates_exactly_the_usage_columns(engine):
     with engine.connect() as connection:
         assert (
             connection.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one()
-            == "0007"
+            == "0008"
         )
 
 
@@ -192,5 +193,5 @@ def test_processes_starting_together_migrate_one_at_a_time(database_url):
     with engine.connect() as connection:
         assert connection.execute(
             sa.text("SELECT version_num FROM alembic_version")
-        ).scalars().all() == ["0007"]
+        ).scalars().all() == ["0008"]
     engine.dispose()
