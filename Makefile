@@ -3,9 +3,13 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# LangChain's MCP adapters need mcp<2, the project mcp 2.x: they get their own environment.
+LC_VENV := .venv-langchain
+LC_REQS := tests/mcp/langchain-requirements.txt
+LC_STAMP := $(LC_VENV)/.installed
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: install run test check clean bubblewrap chromium
+.PHONY: install langchain run test check clean bubblewrap chromium
 
 $(STAMP): pyproject.toml
 	command -v bwrap >/dev/null || $(MAKE) bubblewrap
@@ -17,7 +21,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m selfhost.prebuild
 	touch $(STAMP)
 
-install: $(STAMP)
+# Rebuilt from scratch when its requirements change, so nothing stale stays installed.
+$(LC_STAMP): $(LC_REQS)
+	rm -rf $(LC_VENV)
+	$(PY) -m venv $(LC_VENV)
+	$(LC_VENV)/bin/pip install -q --upgrade pip
+	$(LC_VENV)/bin/pip install -q -r $(LC_REQS)
+	touch $(LC_STAMP)
+
+langchain: $(LC_STAMP)
+
+install: $(STAMP) $(LC_STAMP)
 
 # The tool sandbox's namespaces (Debian/Ubuntu package; needs root or sudo once).
 bubblewrap:
@@ -46,4 +60,4 @@ check: install
 	$(BIN)/check-jsonschema --builtin-schema vendor.compose-spec deploy/compose.yaml
 
 clean:
-	rm -rf $(VENV) var build *.egg-info
+	rm -rf $(VENV) $(LC_VENV) var build *.egg-info

@@ -4,8 +4,8 @@ with `args:`) and then answers with its result (`relay:result`); the tool throug
 upstream MCP server made with the SDK. openai-agents (`MCPServerStreamableHttp`, the Responses
 door) and pydantic-ai (`MCPToolset`, the chat completions door).
 
-langchain-mcp-adapters 0.3.2 is not among them: it imports modules mcp 2.x no longer has
-(docs/mcp.md, Frameworks).
+langchain-mcp-adapters 0.3.2 needs mcp<2, so it runs in its own environment:
+test_langchain_client.py.
 """
 
 from __future__ import annotations
