@@ -43,7 +43,7 @@ chromium:
 	if [ "$$(id -u)" = 0 ]; then apt-get install -y -q chromium chromium-driver || (apt-get update -q && apt-get install -y -q chromium chromium-driver); \
 	else sudo apt-get install -y -q chromium chromium-driver; fi
 
-run: install
+run: $(STAMP)
 	$(BIN)/lantern serve --demo
 
 test: install
