@@ -52,6 +52,7 @@ class PortHop:
     """Lantern's prompt port (prepare, then observe once admitted) on the trace's clock."""
 
     def __init__(self, clock: Clock, tenant: TenantPolicy | None = None) -> None:
+        self.clock = clock
         self.port = PromptCachePort(SECRET, encoder=TiktokenEncoder(), clock=clock)
         self.tenant = tenant or TenantPolicy(tenant="acme")
         self.counter = TokenCounter()
@@ -63,11 +64,14 @@ class PortHop:
         return dict(prepared.body), verdict, prepared.write_ttl
 
 
-def run_trace(trace: Trace, tenant: TenantPolicy | None = None) -> TraceResult:
-    """`tenant`: the policy to run under (the default policy when None)."""
-    clock = Clock()
+def run_trace(
+    trace: Trace, tenant: TenantPolicy | None = None, hop: PortHop | None = None
+) -> TraceResult:
+    """`tenant`: the policy to run under (the default policy when None); `hop`: a port that
+    served earlier sessions (what its autopilot learnt carries over), on a fresh provider."""
+    hop = hop or PortHop(Clock(), tenant)
+    clock = hop.clock
     fake = PromptCacheFake(clock)
-    hop = PortHop(clock, tenant)
     counter = TokenCounter()
     bodies, times, prompts, stable_prompts, verdicts, ttls = [], [], [], [], [], []
     for t in range(NUM_CALLS):

@@ -40,6 +40,7 @@ class Trace:
     history: list[Body] = field(default_factory=list)
     stable_system: str | None = None  # the system prompt with its changing values taken out
     shuffle_args: bool = False  # the client replays tool-call arguments in a new key order
+    task: str = "Fix the failing test."
 
     def stable(self, body: Body) -> Body:
         """The call as it would be with a prefix stable from the first call."""
@@ -55,7 +56,7 @@ class Trace:
 
     def body(self, t: int) -> Body:
         if t == 0:
-            task = "Fix the failing test." + " b" * 1500
+            task = self.task + " b" * 1500
             self.history = [{"role": "user", "content": [{"type": "text", "text": task}]}]
         else:
             self._step(t)
@@ -161,10 +162,21 @@ def clean() -> Trace:
     return Trace("clean")
 
 
+def counter(task: str = "Fix the failing test.") -> Trace:
+    """A value of no built-in shape (a build counter) at the head of the system prompt."""
+    return Trace(
+        "build counter in the system prompt",
+        system=lambda t: f"Build {48213 + t} of the workspace. " + SYSTEM,
+        stable_system="Build {{volatile:1}} of the workspace. " + SYSTEM,
+        task=task,
+    )
+
+
 TRACES: tuple[Callable[[], Trace], ...] = (
     clean,
     timestamped,
     shuffled_args,
+    counter,
     history_edit,
     pauses,
     fan_out,

@@ -92,6 +92,8 @@ class PromptCachePort:
             lambda policy: normalise_options(policy, self._memos.schemas)
         )
         self._tool_lists = ToolLists()
+        # tenant -> (policy, learnt patterns, options) for tenants with learnt places
+        self._learned_options: dict[str, tuple[CachePolicy, tuple[str, ...], NormaliseOptions]] = {}
         self._salts: dict[str, str] = {}  # tenant id -> its salt (HMAC of the port's secret)
         self.tracker = SessionCacheTracker(max_sessions)
         self.autopilot = CacheAutopilot(clock, max_sessions)
@@ -108,14 +110,35 @@ class PromptCachePort:
         policy = tenant.cache
         salt = salt_for(policy, self._secret, tenant.tenant, self._tenant_salt)
         isolate = model in self._shared_cache_models
-        options = self._options_for(policy)
         tenant_id = tenant.tenant
+        options = self._options(policy, tenant_id)
 
         def steer(layout: PromptLayout, salt: str, root: str | None) -> Steering:
             return self.autopilot.steer(policy, tenant_id, layout, salt, root)
 
         call = PromptCall(wire, body, request, policy, tenant_id, salt, options, isolate, steer)
-        return prepare_call(call, self._encoder, self._memos, self._tool_lists)
+        learned = self.autopilot.learned.patterns(tenant_id)
+        prepared = prepare_call(call, self._encoder, self._memos, self._tool_lists)
+        if self.autopilot.learned.patterns(tenant_id) != learned:
+            # this call taught the autopilot a place: relocate it already, so the entry this
+            # call writes is the prefix the session's next call starts with
+            call = replace(call, options=self._options(policy, tenant_id))
+            prepared = prepare_call(call, self._encoder, self._memos, self._tool_lists)
+        return prepared
+
+    def _options(self, policy: CachePolicy, tenant_id: str) -> NormaliseOptions:
+        """The policy's options, with the places the autopilot learnt for the tenant (one
+        options object per learnt set, so the conversation memo keeps matching)."""
+        learned = self.autopilot.learned.patterns(tenant_id)
+        if not learned or policy.normalise.relocate_volatile != "auto":
+            return self._options_for(policy)
+        found = self._learned_options.get(tenant_id)
+        if found is None or found[0] is not policy or found[1] != learned:
+            options = normalise_options(policy, self._memos.schemas, learned)
+            if len(self._learned_options) >= MAX_ENTRIES:
+                self._learned_options.clear()
+            found = self._learned_options[tenant_id] = (policy, learned, options)
+        return found[2]
 
     def _tenant_salt(self, secret: bytes, tenant_id: str) -> str:
         """`tenant_salt`, memoised per tenant id (the secret is always the port's own)."""
@@ -148,7 +171,7 @@ class PromptCachePort:
         """The chain the session's next call will start with: this call's prompt (less Lantern's
         relocated volatile tail, which the next call moves past the answer) and then the answer,
         as a client echoes it back. Blocks already hashed come from the memo."""
-        options = self._options_for(tenant.cache)
+        options = self._options(tenant.cache, tenant.tenant)
         echoed = _as_echoed(wire, answer, options.canonical_tool_args)
         model = prepared.request.model
         facts = prepared.diagnosis

@@ -10,10 +10,12 @@ import pytest
 
 from bench.agent_sessions import NORMALISED, NOTE_TABLE, InProcessLantern, fresh, miss_calls
 from bench.agent_sessions import run_session as run_note_session
-from bench.agent_sessions.autopilot import TraceResult, run_trace
+from bench.agent_sessions.autopilot import PortHop, TraceResult, run_trace
+from bench.agent_sessions.hops import Clock
 from bench.agent_sessions.traces import (
     EDIT_CALL,
     clean,
+    counter,
     fan_out,
     history_edit,
     pauses,
@@ -48,6 +50,24 @@ def test_tool_args_in_a_new_key_order_keep_the_prefix() -> None:
     result = run_trace(shuffled_args())
     _within_ideal(result)
     assert result.verdicts() == "kept x19"
+
+
+def test_a_value_of_no_known_shape_is_learnt_and_remembered_for_the_tenant() -> None:
+    hop = PortHop(Clock())
+    result = run_trace(counter(), hop=hop)
+    assert result.cost <= result.uncached
+    # one break to learn from (call 1 already relocates the place it taught)
+    assert result.verdicts() == "kept x18, system_changed x1"
+    assert result.headers[1].startswith("system_changed; block=system[0]; relocated=learned")
+    assert round(result.percent - result.ideal_percent, 2) == 1.26
+    later = run_trace(counter("Review the open pull request."), hop=hop)
+    _within_ideal(later)  # the tenant's next session is relocated from its first call
+    assert later.verdicts() == "kept x19"
+    assert later.headers[0].startswith("first_call; relocated=learned; ")
+    other = PortHop(hop.clock, TenantPolicy(tenant="globex"))
+    other.port = hop.port  # the same gateway process: another tenant learns for itself
+    first = run_trace(counter(), hop=other)
+    assert first.headers[0].startswith("first_call; prefix=")
 
 
 def test_with_relocation_never_a_timestamp_pays_no_premium_and_names_the_block() -> None:
