@@ -4,8 +4,9 @@ Pure: takes a body and options, returns a new body that copies only the containe
 so every byte Lantern did not mean to touch (signed thinking blocks, unknown fields) is
 forwarded unchanged. The body is the one representation the rules edit; the typed request is
 decoded from it (`gateway.core.prompt_view`). Each switch is a tenant policy choice; the gateway
-maps its policy section onto `NormaliseOptions` (cachekeys never reads policies). History is
-only touched by the opt-in `canonical_tool_args` (key order only).
+maps its policy section onto `NormaliseOptions` (cachekeys never reads policies); the defaults
+here are the default policy's. History is only touched by `canonical_tool_args` (key order and
+spacing of tool-call arguments: the same JSON value the model wrote).
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-
-import orjson
 
 from adapters.types import JSON, WireFormat
 from cachekeys.canonical import (
@@ -25,7 +24,8 @@ from cachekeys.canonical import (
     order_tools,
     sort_json,
 )
-from cachekeys.volatile import VolatileMatcher, relocate
+from cachekeys.relocation import relocate
+from cachekeys.volatile import VolatileMatcher
 
 Body = dict[str, Any]
 
@@ -50,15 +50,39 @@ class PublicPrefix:
         return digest_hex in self.system_sha256
 
 
+class ArgumentsMemo:
+    """`canonical_arguments` by the arguments text: an agent re-sends every earlier tool call on
+    each turn, and parsing them all again would grow the request path's CPU with the history."""
+
+    def __init__(self, max_entries: int = 8192, max_chars: int = 8_000_000) -> None:
+        self._memo: dict[str, str] = {}
+        self._chars = 0
+        self._max_entries = max_entries
+        self._max_chars = max_chars
+
+    def canonical(self, arguments: str) -> str:
+        found = self._memo.get(arguments)
+        if found is None:
+            found = canonical_arguments(arguments)
+            if len(self._memo) >= self._max_entries or self._chars > self._max_chars:
+                self._memo.clear()  # a bound, as the other memos
+                self._chars = 0
+            self._memo[arguments] = found
+            self._chars += len(arguments) + len(found)
+        return found
+
+
 @dataclass(frozen=True, slots=True)
 class NormaliseOptions:
     order_tools: bool = True
     canonical_json: bool = True
-    canonical_tool_args: bool = False
-    relocate_volatile: bool = False
-    volatile: VolatileMatcher = field(default_factory=VolatileMatcher.build)
+    canonical_tool_args: bool = True
+    relocate_volatile: bool = True
+    # what is relocated: by default the values that change on every call (`per_call`)
+    volatile: VolatileMatcher = field(default_factory=VolatileMatcher.per_call)
     public: PublicPrefix = PublicPrefix()
     schemas: SchemaMemo | None = None  # canonical schemas memoised (same result, less CPU)
+    arguments: ArgumentsMemo = field(default_factory=ArgumentsMemo, compare=False)
 
     @property
     def is_public_tool(self) -> IsPublicTool | None:
@@ -66,7 +90,21 @@ class NormaliseOptions:
         return self.public.is_public_tool if self.public.has_tools else None
 
 
+@dataclass(frozen=True, slots=True)
+class Edits:
+    """What normalisation did to a call beyond tool order and schemas (for the reply's header)."""
+
+    relocated: tuple[str, ...] = ()  # the kinds of values relocated, sorted
+    num_tool_args: int = 0  # messages in the history whose tool-call arguments were re-serialised
+
+
 def normalise(wire: WireFormat, body: Mapping[str, JSON], options: NormaliseOptions) -> Body:
+    return normalise_edits(wire, body, options)[0]
+
+
+def normalise_edits(
+    wire: WireFormat, body: Mapping[str, JSON], options: NormaliseOptions
+) -> tuple[Body, Edits]:
     """Apply the enabled switches in a fixed order: schemas, tool order, history args, relocation."""
     out: Body = dict(body)
     tools = out.get("tools")
@@ -77,20 +115,28 @@ def normalise(wire: WireFormat, body: Mapping[str, JSON], options: NormaliseOpti
         if options.order_tools:
             tools = order_tools(wire, tools, options.is_public_tool)
         out["tools"] = tools
-    if options.canonical_tool_args and isinstance(out.get("messages"), list):
-        out["messages"] = [_canonical_args(wire, m) for m in out["messages"]]
+    num_args = 0
+    messages = out.get("messages")
+    if options.canonical_tool_args and isinstance(messages, list):
+        edited = [_canonical_args(wire, m, options.arguments) for m in messages]
+        num_args = sum(1 for a, b in zip(edited, messages, strict=True) if a is not b)
+        if num_args:
+            out["messages"] = edited
+    relocated: tuple[str, ...] = ()
     if options.relocate_volatile:
-        out = relocate(wire, out, options.volatile)
-    return out
+        out, relocated = relocate(wire, out, options.volatile)
+    return out, Edits(relocated, num_args)
 
 
-def _canonical_args(wire: str, message: JSON) -> JSON:
-    """Sorted keys in a message's tool-call arguments (opt-in: edits the bytes, not the meaning)."""
-    if not isinstance(message, Mapping):
+def _canonical_args(wire: str, message: JSON, memo: ArgumentsMemo) -> JSON:
+    """Sorted keys in a message's tool-call arguments (edits the bytes, not the meaning); the
+    message itself when they already are."""
+    if not (isinstance(message, dict | Mapping)):
         return message
     if wire == "openai" and isinstance(message.get("tool_calls"), list):
-        calls = [_openai_call_args(c) for c in message["tool_calls"]]
-        return message if calls == message["tool_calls"] else {**message, "tool_calls": calls}
+        calls = [_openai_call_args(c, memo) for c in message["tool_calls"]]
+        changed = any(a is not b for a, b in zip(calls, message["tool_calls"], strict=True))
+        return {**message, "tool_calls": calls} if changed else message
     content = message.get("content")
     if wire == "anthropic" and isinstance(content, list):
         parts = [_anthropic_call_args(p) for p in content]
@@ -108,20 +154,27 @@ def _anthropic_call_args(part: JSON) -> JSON:
         and isinstance(part.get("input"), Mapping)
     ):
         return part
-    ordered = sort_json(part["input"])
-    try:
-        if orjson.dumps(ordered) == orjson.dumps(part["input"]):
-            return part
-    except TypeError:  # not plain JSON for orjson (a huge int): take the sorted copy
-        pass
-    return {**part, "input": ordered}
+    if _is_sorted(part["input"]):
+        return part
+    return {**part, "input": sort_json(part["input"])}
 
 
-def _openai_call_args(call: JSON) -> JSON:
+def _is_sorted(value: JSON) -> bool:
+    """Every object's keys already in sorted order (a walk, no copy: the usual case)."""
+    if isinstance(value, Mapping):
+        keys = list(value)
+        return keys == sorted(keys) and all(_is_sorted(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_is_sorted(v) for v in value)
+    return True
+
+
+def _openai_call_args(call: JSON, memo: ArgumentsMemo) -> JSON:
     function = call.get("function") if isinstance(call, Mapping) else None
     if not isinstance(function, Mapping) or not isinstance(function.get("arguments"), str):
         return call
-    return {
-        **call,
-        "function": {**function, "arguments": canonical_arguments(function["arguments"])},
-    }
+    arguments = function["arguments"]
+    canonical = memo.canonical(arguments)
+    if canonical == arguments:
+        return call
+    return {**call, "function": {**function, "arguments": canonical}}

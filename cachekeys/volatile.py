@@ -1,14 +1,15 @@
-"""Volatile-text relocation: dates, times, ids moved out of tools and system into a trailing block.
+"""Volatile values: the named patterns, one compiled matcher per pattern set, and the relocator
+that swaps values for numbered placeholders (the wire bodies are walked in cachekeys/relocation.py).
 
-Pure: the stable prefix keeps a numbered placeholder, and the values travel in one text block
-appended to the newest user turn. Conversation history is never rewritten.
+Pure apart from a bounded memo of scans per distinct text: an agent sends the same system
+prompt and tools on every call, so each distinct text is scanned once, not once per call.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from adapters.types import JSON
 
@@ -21,27 +22,121 @@ DEFAULT_VOLATILE_PATTERNS: tuple[str, ...] = (
     r"\b(?:req|request|msg|call|run|trace|span)[_-][A-Za-z0-9]{8,}\b",  # request and trace ids
     r"\b1[6-9]\d{8}(?:\d{3})?\b",  # Unix epoch seconds or milliseconds (2020s-2030s)
 )
+DEFAULT_PATTERN_NAMES = ("iso_datetime", "date", "clock_time", "uuid", "request_id", "epoch")
+# Values that change on every call: relocated by default from a session's first call. A date
+# alone may well stay put for a session: it is relocated once the autopilot sees it change.
+PER_CALL_KINDS = frozenset({"iso_datetime", "clock_time", "uuid", "request_id", "epoch"})
 PLACEHOLDER = "{{volatile:%d}}"
 KEEP_PLACEHOLDER = r"(?P<lantern_placeholder>\{\{volatile:\d+\}\})"
 BLOCK_OPEN = "<volatile-context>"
 BLOCK_CLOSE = "</volatile-context>"
+LEARNED = "learned"  # the kind of a place the autopilot learnt (cachekeys/volatile_learn.py)
+
+
+@dataclass(frozen=True, slots=True)
+class Scan:
+    """A text cut around its volatile values: pieces[0] v0 pieces[1] v1 ... pieces[-1]."""
+
+    pieces: tuple[str, ...]
+    values: tuple[tuple[str, str], ...]  # (value, kind)
+
+
+class ScanMemo:
+    """Scans by text, bounded by entries and characters (a bound, as the other memos). One per
+    matcher and tenant: the texts are the tenant's own, read back only for the same tenant."""
+
+    def __init__(self, max_entries: int = 2048, max_chars: int = 4_000_000) -> None:
+        self._scans: dict[str, Scan | None] = {}
+        self._chars = 0
+        self._max_entries = max_entries
+        self._max_chars = max_chars
+        # schemas seen to hold no value, by identity (the entry holds the object, so its id is
+        # not reused): the canonical-schema memo hands out the same objects call after call
+        self._clean: dict[tuple[int, object], JSON] = {}
+
+    def is_clean(self, schema: JSON, description: object = None) -> bool:
+        """`schema` (and the tool's `description` with it) seen before holding no value."""
+        return self._clean.get((id(schema), description), self) is schema
+
+    def mark_clean(self, schema: JSON, description: object = None) -> None:
+        if len(self._clean) >= self._max_entries:
+            self._clean.clear()
+        self._clean[(id(schema), description)] = schema
+
+    def get(self, text: str) -> Scan | None | bool:
+        """The memoised scan (None: no value in it), or False when the text is not known."""
+        return self._scans.get(text, False)
+
+    def put(self, text: str, scan: Scan | None) -> None:
+        if len(self._scans) >= self._max_entries or self._chars + len(text) > self._max_chars:
+            self._scans.clear()
+            self._chars = 0
+        self._scans[text] = scan
+        self._chars += len(text)
 
 
 @dataclass(frozen=True, slots=True)
 class VolatileMatcher:
-    """One compiled alternation of the tenant's patterns (first) and the defaults."""
+    """One compiled alternation: kept placeholders, then the learnt places, the tenant's
+    patterns, and the built-in ones (all, or only `kinds`). `kinds[i]` names alternative i."""
 
     pattern: re.Pattern[str]
+    kinds: tuple[str, ...] = ()
+    memo: ScanMemo = field(default_factory=ScanMemo, compare=False)
 
     @classmethod
     def build(
-        cls, tenant_patterns: Iterable[str] = (), use_defaults: bool = True
+        cls,
+        tenant_patterns: Iterable[str] = (),
+        use_defaults: bool = True,
+        default_kinds: frozenset[str] | None = None,
+        learned: Iterable[str] = (),
     ) -> VolatileMatcher:
-        patterns = tuple(tenant_patterns) + (DEFAULT_VOLATILE_PATTERNS if use_defaults else ())
+        """`default_kinds` None: every built-in pattern; else only those kinds."""
+        named = [(LEARNED, p) for p in learned]
+        named += [(f"tenant[{i}]", p) for i, p in enumerate(tenant_patterns)]
+        if use_defaults:
+            named += [
+                (name, p)
+                for name, p in zip(DEFAULT_PATTERN_NAMES, DEFAULT_VOLATILE_PATTERNS, strict=True)
+                if default_kinds is None or name in default_kinds
+            ]
         # an existing placeholder is matched first and kept, so a broad tenant pattern (\d+)
         # never rewrites one: relocation stays idempotent
-        alternatives = [KEEP_PLACEHOLDER, *(f"(?:{p})" for p in patterns)]
-        return cls(re.compile("|".join(alternatives)))
+        alternatives = [KEEP_PLACEHOLDER]
+        alternatives += [f"(?P<lantern_v{i}>{p})" for i, (_, p) in enumerate(named)]
+        return cls(re.compile("|".join(alternatives)), tuple(name for name, _ in named))
+
+    @classmethod
+    def per_call(
+        cls, tenant_patterns: Iterable[str] = (), learned: Iterable[str] = ()
+    ) -> VolatileMatcher:
+        """The default: the tenant's patterns are left to the policy; the built-in values that
+        change on every call, and the places learnt, are relocated."""
+        del tenant_patterns  # relocated under `always` or once learnt, not by default
+        return cls.build((), True, PER_CALL_KINDS, learned)
+
+    def scan(self, text: str) -> Scan | None:
+        found = self.memo.get(text)
+        if found is not False:
+            return found  # type: ignore[return-value]
+        scan = self._scan(text)
+        self.memo.put(text, scan)
+        return scan
+
+    def _scan(self, text: str) -> Scan | None:
+        pieces, values, start = [], [], 0
+        for match in self.pattern.finditer(text):
+            value, group = match.group(0), match.lastgroup
+            if not value or group is None or group == "lantern_placeholder":
+                continue
+            pieces.append(text[start : match.start()])
+            values.append((value, self.kinds[int(group.removeprefix("lantern_v"))]))
+            start = match.end()
+        if not values:
+            return None
+        pieces.append(text[start:])
+        return Scan(tuple(pieces), tuple(values))
 
 
 class Relocator:
@@ -53,26 +148,49 @@ class Relocator:
     def __init__(self, matcher: VolatileMatcher) -> None:
         self._matcher = matcher
         self._values: dict[str, int] = {}
+        self.kinds: set[str] = set()
 
     def text(self, text: str) -> str:
-        return self._matcher.pattern.sub(self._placeholder, text)
-
-    def _placeholder(self, match: re.Match[str]) -> str:
-        value = match.group(0)
-        if not value or match.group("lantern_placeholder"):
-            return value
-        number = self._values.setdefault(value, len(self._values) + 1)
-        return PLACEHOLDER % number
+        scan = self._matcher.scan(text)
+        if scan is None:
+            return text
+        out = [scan.pieces[0]]
+        for (value, kind), piece in zip(scan.values, scan.pieces[1:], strict=True):
+            self.kinds.add(kind)
+            number = self._values.setdefault(value, len(self._values) + 1)
+            out += (PLACEHOLDER % number, piece)
+        return "".join(out)
 
     def schema(self, schema: JSON) -> JSON:
-        """Relocate inside `description` strings of a JSON schema only."""
+        """Relocate inside `description` strings of a JSON schema only; an unchanged schema
+        is returned itself (copy on write)."""
+        memo = self._matcher.memo
+        if memo.is_clean(schema):
+            return schema
+        out = self._schema(schema)
+        if out is schema and isinstance(schema, dict | list):
+            memo.mark_clean(schema)
+        return out
+
+    def is_clean_tool(self, schema: JSON, description: object) -> bool:
+        """A tool whose schema and description were seen holding no value: one lookup instead
+        of a walk (kept: the walk cost ~2 µs a tool on every call)."""
+        return self._matcher.memo.is_clean(schema, description)
+
+    def mark_clean_tool(self, schema: JSON, description: object) -> None:
+        if isinstance(schema, dict | list):
+            self._matcher.memo.mark_clean(schema, description)
+
+    def _schema(self, schema: JSON) -> JSON:
         if isinstance(schema, Mapping):
-            return {
-                k: self.text(v) if k == "description" and isinstance(v, str) else self.schema(v)
+            out = {
+                k: self.text(v) if k == "description" and isinstance(v, str) else self._schema(v)
                 for k, v in schema.items()
             }
+            return schema if all(out[k] is v for k, v in schema.items()) else out
         if isinstance(schema, list):
-            return [self.schema(item) for item in schema]
+            items = [self._schema(item) for item in schema]
+            return schema if all(a is b for a, b in zip(items, schema, strict=True)) else items
         return schema
 
     def block_text(self) -> str | None:
@@ -85,86 +203,3 @@ class Relocator:
 
 def is_volatile_block(text: str) -> bool:
     return text.startswith(BLOCK_OPEN) and text.endswith(BLOCK_CLOSE)
-
-
-# --- wire bodies -------------------------------------------------------------------------
-
-SYSTEM_ROLES = ("system", "developer")
-
-
-def relocate(wire: str, body: Mapping[str, JSON], matcher: VolatileMatcher) -> dict[str, JSON]:
-    """Move volatile values out of tools and system into a block on the newest user turn
-    (OpenAI: only the leading system turns are system; later ones are conversation history).
-    Returns `body` itself when nothing moved."""
-    relocator = Relocator(matcher)
-    out = dict(body)
-    if isinstance(out.get("tools"), list):
-        out["tools"] = [_relocate_tool(wire, t, relocator) for t in out["tools"]]
-    messages = list(out.get("messages") or [])
-    if wire == "anthropic" and "system" in out:
-        out["system"] = _relocate_content(out["system"], relocator)
-    elif wire == "openai":
-        for i, message in enumerate(messages):
-            if not (isinstance(message, Mapping) and message.get("role") in SYSTEM_ROLES):
-                break
-            messages[i] = {
-                **message,
-                "content": _relocate_content(message.get("content"), relocator),
-            }
-    block = relocator.block_text()
-    if block is None:
-        return dict(body)
-    out["messages"] = _append_block(messages, block)
-    return out
-
-
-def _relocate_tool(wire: str, tool: JSON, relocator: Relocator) -> JSON:
-    if not isinstance(tool, Mapping):
-        return tool
-    if wire == "openai":
-        function = tool.get("function")
-        if not isinstance(function, Mapping):
-            return tool
-        return {**tool, "function": _relocate_fields(function, "parameters", relocator)}
-    return _relocate_fields(tool, "input_schema", relocator)
-
-
-def _relocate_fields(spec: Mapping[str, JSON], schema_key: str, relocator: Relocator) -> JSON:
-    out = dict(spec)
-    if isinstance(out.get("description"), str):
-        out["description"] = relocator.text(out["description"])
-    if schema_key in out:
-        out[schema_key] = relocator.schema(out[schema_key])
-    return out
-
-
-def _relocate_content(content: JSON, relocator: Relocator) -> JSON:
-    if isinstance(content, str):
-        return relocator.text(content)
-    if isinstance(content, list):
-        return [
-            {**p, "text": relocator.text(p["text"])}
-            if isinstance(p, Mapping) and p.get("type") == "text" and isinstance(p.get("text"), str)
-            else p
-            for p in content
-        ]
-    return content
-
-
-def _append_block(messages: list[JSON], block: str) -> list[JSON]:
-    """The newest turn if it is the user's; the user turn before an assistant prefill; else a
-    new user turn at the end (after a tool answer or a system note)."""
-    part = {"type": "text", "text": block}
-    target = len(messages) - 1
-    if messages and _role(messages[-1]) == "assistant" and len(messages) > 1:
-        target -= 1
-    if target < 0 or _role(messages[target]) != "user":
-        return [*messages, {"role": "user", "content": [part]}]
-    message = messages[target]
-    content = message.get("content")
-    parts = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
-    return [*messages[:target], {**message, "content": [*parts, part]}, *messages[target + 1 :]]
-
-
-def _role(message: JSON) -> str | None:
-    return message.get("role") if isinstance(message, Mapping) else None

@@ -3,7 +3,7 @@
 Pure apart from a bounded memo. A block's *masked* digest hashes its text with every volatile
 value replaced, so two calls whose system prompts differ only by a timestamp have equal masked
 digests: the session is recognised, and the break is named `volatile_block` with its pattern.
-Never rewrites what is sent (that is `relocate_volatile`'s job, opt-in).
+Never rewrites what is sent (that is relocation's job, cachekeys/relocation.py).
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from cachekeys.layout import PromptBlock
-from cachekeys.volatile import DEFAULT_VOLATILE_PATTERNS
+from cachekeys.volatile import DEFAULT_PATTERN_NAMES, DEFAULT_VOLATILE_PATTERNS
 
-DEFAULT_PATTERN_NAMES = ("iso_datetime", "date", "clock_time", "uuid", "request_id", "epoch")
 # Values that differ on every call of a session as soon as they appear (a date, or a clock time
 # alone, may well stay put for a whole session): a first call does not write past them.
 PRESUMED_VOLATILE = frozenset({"iso_datetime", "uuid", "request_id", "epoch"})

@@ -1,7 +1,8 @@
 """The `cache:` section of a tenant policy (applied by `cachekeys/` via gateway/core/prompt_cache.py).
 
-Validation only: patterns must compile, public prefixes name exactly one thing. Every switch
-that could change what a prompt means is off by default (see docs/cache.md).
+Validation only: patterns must compile, public prefixes name exactly one thing. The defaults
+keep a prompt's meaning: only bytes (key order) and the place of values that change on every
+call move (see docs/cache.md); each can be turned off.
 """
 
 from __future__ import annotations
@@ -13,14 +14,27 @@ from pydantic import Field, field_validator, model_validator
 
 from policies.base import PolicyModel
 
+RelocateMode = Literal["auto", "always", "never"]
+
 
 class NormalisePolicy(PolicyModel):
     order_tools: bool = True  # tools sorted by name (declared-public tools first)
     canonical_json: bool = True  # JSON schema keys sorted, `required` lists sorted
-    canonical_tool_args: bool = False  # opt-in: sort keys of tool-call arguments in history
-    relocate_volatile: bool = False  # opt-in: dates, times, ids out of tools/system to the tail
-    default_patterns: bool = True  # use Lantern's built-in volatile patterns when relocating
+    canonical_tool_args: bool = True  # tool-call arguments in history: sorted keys, compact
+    # values out of tools/system to the tail of the newest user turn. auto: date-times, clock
+    # times, UUIDs, ids and epochs from the first call, and the places the autopilot sees change
+    # on their own (dates, the tenant's patterns, any shape); always: every pattern from the
+    # first call; never: nothing. `true`/`false` read as always/never.
+    relocate_volatile: RelocateMode = "auto"
+    default_patterns: bool = True  # use Lantern's built-in volatile patterns
     volatile_patterns: tuple[str, ...] = ()  # the tenant's own regular expressions
+
+    @field_validator("relocate_volatile", mode="before")
+    @classmethod
+    def _from_bool(cls, value: object) -> object:
+        if isinstance(value, bool):
+            return "always" if value else "never"
+        return value
 
     @field_validator("volatile_patterns")
     @classmethod

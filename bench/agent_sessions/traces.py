@@ -1,6 +1,8 @@
 """Agent traces the cache autopilot must not make dearer than no caching: a timestamped system
-prompt, a history edit at call 10, tool pauses of 1-20 minutes, a parallel fan-out. The client
-sets no `cache_control` of its own: Lantern's default policy decides every marker.
+prompt, tool-call arguments replayed in a new key order, a history edit at call 10, tool pauses
+of 1-20 minutes, a parallel fan-out. The client sets no `cache_control` of its own: Lantern's
+default policy decides every marker. Each trace also says what its stable form is (the same
+calls with the prefix stable from the first call), which its ideal is worked out on.
 """
 
 from __future__ import annotations
@@ -36,24 +38,39 @@ class Trace:
     edit: tuple[int, int] | None = None  # (at call, result of call) truncated from then on
     gaps_s: tuple[float, ...] = ()
     history: list[Body] = field(default_factory=list)
+    stable_system: str | None = None  # the system prompt with its changing values taken out
+    shuffle_args: bool = False  # the client replays tool-call arguments in a new key order
+    task: str = "Fix the failing test."
+
+    def stable(self, body: Body) -> Body:
+        """The call as it would be with a prefix stable from the first call."""
+        out = dict(body)
+        if self.stable_system is not None:
+            out["system"] = self.stable_system
+        if self.shuffle_args:
+            out["messages"] = _sorted_args(body["messages"])
+        return out
 
     def gap_s(self, t: int) -> float:
         return self.gaps_s[t] if self.gaps_s else TOOL_TIME_S
 
     def body(self, t: int) -> Body:
         if t == 0:
-            task = "Fix the failing test." + " b" * 1500
+            task = self.task + " b" * 1500
             self.history = [{"role": "user", "content": [{"type": "text", "text": task}]}]
         else:
             self._step(t)
         if self.edit is not None and t == self.edit[0]:
             self._truncate(self.edit[1])
+        messages = copy.deepcopy(self.history)
+        if self.shuffle_args:
+            _shuffle_args(messages, random.Random(t))
         return {
             "model": MODEL,
             "max_tokens": 256,
             "tools": _tools(),
             "system": self.system(t),
-            "messages": copy.deepcopy(self.history),
+            "messages": messages,
         }
 
     def _step(self, t: int) -> None:
@@ -86,6 +103,31 @@ class Trace:
             part["content"] = f"result {call}: [truncated]"
 
 
+def _tool_uses(messages: list[Body]) -> list[Body]:
+    return [
+        part
+        for m in messages
+        if isinstance(m.get("content"), list)
+        for part in m["content"]
+        if part.get("type") == "tool_use"
+    ]
+
+
+def _shuffle_args(messages: list[Body], rng: random.Random) -> None:
+    """A client that keeps tool calls in a map with no stable order (a jsonb round trip)."""
+    for use in _tool_uses(messages):
+        keys = list(use["input"])
+        rng.shuffle(keys)
+        use["input"] = {k: use["input"][k] for k in keys}
+
+
+def _sorted_args(messages: list[Body]) -> list[Body]:
+    out = copy.deepcopy(messages)
+    for use in _tool_uses(out):
+        use["input"] = dict(sorted(use["input"].items()))
+    return out
+
+
 def timestamped() -> Trace:
     """The current time at the head of the system prompt, on every call."""
     return Trace(
@@ -93,7 +135,13 @@ def timestamped() -> Trace:
         system=lambda t: (
             f"Current time: 2026-11-30T09:{t * 3 % 60:02d}:{t * 7 % 60:02d}Z. " + SYSTEM
         ),
+        stable_system="Current time: {{volatile:1}}. " + SYSTEM,
     )
+
+
+def shuffled_args() -> Trace:
+    """Tool-call arguments replayed with their keys in a new order on every call."""
+    return Trace("tool-call arguments in a new key order", shuffle_args=True)
 
 
 def history_edit() -> Trace:
@@ -114,4 +162,22 @@ def clean() -> Trace:
     return Trace("clean")
 
 
-TRACES: tuple[Callable[[], Trace], ...] = (clean, timestamped, history_edit, pauses, fan_out)
+def counter(task: str = "Fix the failing test.") -> Trace:
+    """A value of no built-in shape (a build counter) at the head of the system prompt."""
+    return Trace(
+        "build counter in the system prompt",
+        system=lambda t: f"Build {48213 + t} of the workspace. " + SYSTEM,
+        stable_system="Build {{volatile:1}} of the workspace. " + SYSTEM,
+        task=task,
+    )
+
+
+TRACES: tuple[Callable[[], Trace], ...] = (
+    clean,
+    timestamped,
+    shuffled_args,
+    counter,
+    history_edit,
+    pauses,
+    fan_out,
+)

@@ -35,8 +35,8 @@ ADVICE = {
     "ttl_expired": "the gap exceeded the cache lifetime: a slow tool outlived it (cache.ttl: auto, "
     "the default, moves a session with long pauses to 1 h once it pays)",
     "volatile_block": "a value that changes on every call (a time, an id) sits in the tools or "
-    "system prompt: Lantern stopped writing past it; enable cache.normalise.relocate_volatile "
-    "to cache the whole prompt",
+    "system prompt: Lantern stopped writing past it; cache.normalise.relocate_volatile: auto "
+    "(the default) moves times and ids, always moves every pattern",
 }
 
 

@@ -1,20 +1,26 @@
-"""The cache autopilot's per-process state: volatile probes per tenant pattern set, and each
-session's last call for the breakpoint planner (cachekeys/planner.py).
+"""The cache autopilot's per-process state: volatile probes per tenant pattern set, each
+session's last call for the breakpoint planner (cachekeys/planner.py), and the places it learnt
+(gateway/core/cache_learning.py).
 
-Owns memory and the clock only; every decision is in cachekeys. Must not keep prompt text.
+Owns memory and the clock only; every decision is in cachekeys. Keeps prompt text only as the
+learner's bounded in-memory system texts, never in the session records.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 
 import orjson
 
 from cachekeys.keys import session_root
 from cachekeys.layout import PromptLayout
-from cachekeys.planner import SessionReuseMemo, Steering, advise
+from cachekeys.planner import ReuseRecord, SessionReuseMemo, Steering, advise
+from cachekeys.volatile_learn import learn_place
 from cachekeys.volatile_probe import VolatileProbe
+from gateway.core.cache_learning import HeadTexts, LearnedPlaces
 from policies.cache import CachePolicy
 
 MAX_PROBES = 256  # distinct tenant pattern sets kept compiled
@@ -29,6 +35,12 @@ class CacheAutopilot:
         self._clock = clock
         self._probes: dict[tuple[str, ...], VolatileProbe] = {}
         self.sessions = SessionReuseMemo(max_sessions)
+        self.learned = LearnedPlaces()
+        self._texts = HeadTexts()
+        # (tenant, tools + first message) -> the root of its latest call: a system prompt that
+        # changes by a value of no known shape would otherwise start a new session every call
+        self._threads: OrderedDict[bytes, str] = OrderedDict()
+        self._max_threads = max_sessions
 
     def steer(
         self,
@@ -42,11 +54,43 @@ class CacheAutopilot:
         probes = self._probe_for(policy).probes(layout.blocks)
         root = known_root or session_root(layout, salt, [p.masked for p in probes])
         previous = self.sessions.get(tenant, root)
+        if previous is None and known_root is None:  # a head that changed: the same thread?
+            linked = self._threads.get(_thread_key(tenant, layout))
+            found = None if linked is None else self.sessions.get(tenant, linked)
+            if linked is not None and found is not None:
+                root, previous = linked, found
         advice = advise(previous, layout, probes, policy.ttl, self._clock())
+        if previous is not None and policy.normalise.relocate_volatile == "auto":
+            self._learn(tenant, previous, layout)
         return Steering(root, advice, probes)
 
     def remember(self, tenant: str, steering: Steering, layout: PromptLayout) -> None:
         self.sessions.remember(tenant, steering.root, layout, steering.probes, self._clock())
+        self._threads[_thread_key(tenant, layout)] = steering.root
+        self._threads.move_to_end(_thread_key(tenant, layout))
+        while len(self._threads) > self._max_threads:
+            self._threads.popitem(last=False)
+        for block in layout.blocks:
+            if block.level == "system":
+                self._texts.put(tenant, block.digest, block.text)
+
+    def _learn(self, tenant: str, previous: ReuseRecord, layout: PromptLayout) -> None:
+        """The first head block that changed, when it is a system block whose previous text is
+        known: the place where only a value differs is relocated from the tenant's next call."""
+        for i in range(min(len(previous.digests), len(layout.blocks))):
+            block = layout.blocks[i]
+            if block.level == "messages" or block.digest != previous.digests[i]:
+                break
+        else:
+            return
+        if block.level != "system" or block.digest == previous.digests[i]:
+            return
+        old = self._texts.get(tenant, previous.digests[i])
+        if old is None:
+            return
+        pattern = learn_place(old, block.text, repeated=previous.broke_at == i)
+        if pattern is not None:
+            self.learned.add(tenant, pattern)
 
     def _probe_for(self, policy: CachePolicy) -> VolatileProbe:
         n = policy.normalise
@@ -57,6 +101,17 @@ class CacheAutopilot:
                 self._probes.clear()
             probe = self._probes[key] = VolatileProbe(n.volatile_patterns, n.default_patterns)
         return probe
+
+
+def _thread_key(tenant: str, layout: PromptLayout) -> bytes:
+    """The tools and the first message (not the system prompt, not Lantern's volatile tail)."""
+    first = next((b.locator[1] for b in layout.blocks if b.level == "messages"), None)
+    h = hashlib.sha256(tenant.encode())
+    for b in layout.blocks:
+        is_first = b.level == "messages" and b.locator[1] == first
+        if (b.level == "tools" or is_first) and not b.is_volatile:
+            h.update(b.digest)
+    return h.digest()
 
 
 def with_steering(diagnosis_json: str, steering: Steering) -> str:

@@ -17,6 +17,7 @@ from cachekeys.diagnosis import (
     Reason,
     diagnose,
 )
+from cachekeys.normalise import Edits
 from cachekeys.tenant_table import TenantTable
 from gateway.core.ports import PreparedPrompt
 from gateway.core.prompt_prepare import PromptFacts
@@ -33,6 +34,7 @@ class CacheReport:
     session_id: str
     call_index: int  # 0 for the first call Lantern saw in this session
     diagnosis: CacheDiagnosis
+    edits: Edits = Edits()  # what the autopilot did to the call's prompt
 
     def header_value(self) -> str:
         d = self.diagnosis
@@ -41,6 +43,7 @@ class CacheReport:
             parts.append(f"block={d.first_changed}")
         if d.reason == Reason.VOLATILE_BLOCK:
             parts += [f"pattern={d.pattern}", "advice=relocate_volatile"]
+        parts += self.autopilot_parts()
         parts += [
             f"prefix={d.stable_prefix_tokens}",
             f"expected={d.expected_prefix_tokens}",
@@ -48,8 +51,23 @@ class CacheReport:
         ]
         return "; ".join(parts)
 
+    def autopilot_parts(self) -> list[str]:
+        """What was done: `relocated=<kinds>` (values moved to the tail), `tool_args=<n>` (messages
+        whose tool-call arguments were re-serialised canonically)."""
+        parts = []
+        if self.edits.relocated:
+            parts.append("relocated=" + ",".join(self.edits.relocated))
+        if self.edits.num_tool_args:
+            parts.append(f"tool_args={self.edits.num_tool_args}")
+        return parts
+
     def to_json(self) -> str:
         body = {"call": self.call_index, "tenant": self.tenant, **self.diagnosis.as_dict()}
+        if self.edits != Edits():
+            body["autopilot"] = {
+                "relocated": list(self.edits.relocated),
+                "tool_args": self.edits.num_tool_args,
+            }
         gap_s = self.diagnosis.gap_s
         body["gap_s"] = None if gap_s is None else round(gap_s, 3)
         return orjson.dumps(body).decode()
@@ -84,7 +102,7 @@ class SessionCacheTracker:
                 previous[2] + 1,
             )
         self._sessions[(tenant, session_id)] = (fingerprint, now_s, index)
-        return CacheReport(tenant, session_id, index, diagnosis)
+        return CacheReport(tenant, session_id, index, diagnosis, facts.edits)
 
     def __len__(self) -> int:
         return len(self._sessions)

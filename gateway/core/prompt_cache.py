@@ -26,11 +26,11 @@ from adapters.types import (
     WireFormat,
 )
 from cachekeys.blockhash import tenant_salt
+from cachekeys.canonical import canonical_arguments
 from cachekeys.conversation_memo import ConversationMemo
 from cachekeys.layout import PromptLayout, request_blocks
 from cachekeys.normalise import NormaliseOptions
 from cachekeys.planner import Steering
-from cachekeys.volatile import VolatileMatcher
 from gateway.core.cache_autopilot import CacheAutopilot, with_steering
 from gateway.core.cache_diagnosis import (
     MAX_SESSIONS,
@@ -86,13 +86,14 @@ class PromptCachePort:
         self._shared_cache_models = shared_cache_models
         self._encoder = encoder or TiktokenEncoder()
         self._clock = clock
-        self._matchers: dict[tuple[str, ...], VolatileMatcher] = {}
         self._memos = ConversationMemo()
         # options per tenant policy object (a reload makes a new one): built twice a call before
         self._options_for: PerObjectMemo[CachePolicy, NormaliseOptions] = PerObjectMemo(
-            lambda policy: normalise_options(policy, self._matchers, self._memos.schemas)
+            lambda policy: normalise_options(policy, self._memos.schemas)
         )
         self._tool_lists = ToolLists()
+        # tenant -> (policy, learnt patterns, options) for tenants with learnt places
+        self._learned_options: dict[str, tuple[CachePolicy, tuple[str, ...], NormaliseOptions]] = {}
         self._salts: dict[str, str] = {}  # tenant id -> its salt (HMAC of the port's secret)
         self.tracker = SessionCacheTracker(max_sessions)
         self.autopilot = CacheAutopilot(clock, max_sessions)
@@ -109,14 +110,35 @@ class PromptCachePort:
         policy = tenant.cache
         salt = salt_for(policy, self._secret, tenant.tenant, self._tenant_salt)
         isolate = model in self._shared_cache_models
-        options = self._options_for(policy)
         tenant_id = tenant.tenant
+        options = self._options(policy, tenant_id)
 
         def steer(layout: PromptLayout, salt: str, root: str | None) -> Steering:
             return self.autopilot.steer(policy, tenant_id, layout, salt, root)
 
         call = PromptCall(wire, body, request, policy, tenant_id, salt, options, isolate, steer)
-        return prepare_call(call, self._encoder, self._memos, self._tool_lists)
+        learned = self.autopilot.learned.patterns(tenant_id)
+        prepared = prepare_call(call, self._encoder, self._memos, self._tool_lists)
+        if self.autopilot.learned.patterns(tenant_id) != learned:
+            # this call taught the autopilot a place: relocate it already, so the entry this
+            # call writes is the prefix the session's next call starts with
+            call = replace(call, options=self._options(policy, tenant_id))
+            prepared = prepare_call(call, self._encoder, self._memos, self._tool_lists)
+        return prepared
+
+    def _options(self, policy: CachePolicy, tenant_id: str) -> NormaliseOptions:
+        """The policy's options, with the places the autopilot learnt for the tenant (one
+        options object per learnt set, so the conversation memo keeps matching)."""
+        learned = self.autopilot.learned.patterns(tenant_id)
+        if not learned or policy.normalise.relocate_volatile != "auto":
+            return self._options_for(policy)
+        found = self._learned_options.get(tenant_id)
+        if found is None or found[0] is not policy or found[1] != learned:
+            options = normalise_options(policy, self._memos.schemas, learned)
+            if len(self._learned_options) >= MAX_ENTRIES:
+                self._learned_options.clear()
+            found = self._learned_options[tenant_id] = (policy, learned, options)
+        return found[2]
 
     def _tenant_salt(self, secret: bytes, tenant_id: str) -> str:
         """`tenant_salt`, memoised per tenant id (the secret is always the port's own)."""
@@ -149,8 +171,8 @@ class PromptCachePort:
         """The chain the session's next call will start with: this call's prompt (less Lantern's
         relocated volatile tail, which the next call moves past the answer) and then the answer,
         as a client echoes it back. Blocks already hashed come from the memo."""
-        options = self._options_for(tenant.cache)
-        echoed = _as_echoed(wire, answer)
+        options = self._options(tenant.cache, tenant.tenant)
+        echoed = _as_echoed(wire, answer, options.canonical_tool_args)
         model = prepared.request.model
         facts = prepared.diagnosis
         if isinstance(facts, PromptFacts) and facts.layout is not None:
@@ -173,20 +195,23 @@ class PromptCachePort:
         return self._memos.hashes.prefix_hashes(layout, ids, prepared.cache_salt, model)
 
 
-def _as_echoed(wire: WireFormat, answer: Message) -> Message:
+def _as_echoed(wire: WireFormat, answer: Message, canonical: bool) -> Message:
     """An Anthropic client sends a tool call back as an `input` object, which the next call
-    decodes to compact JSON; an OpenAI client sends the model's `arguments` string as it was."""
-    if wire != "anthropic":
+    decodes to compact JSON; an OpenAI client sends the model's `arguments` string as it was.
+    `canonical`: the next call's arguments are re-serialised (`canonical_tool_args`)."""
+    if wire != "anthropic" and not canonical:
         return answer
-    return replace(answer, content=tuple(_compact(p) for p in answer.content))
+    return replace(answer, content=tuple(_compact(p, wire, canonical) for p in answer.content))
 
 
-def _compact(part: ContentPart) -> ContentPart:
+def _compact(part: ContentPart, wire: WireFormat, canonical: bool) -> ContentPart:
     if not isinstance(part, ToolUsePart):
         return part
+    if wire == "openai":  # canonical: as cachekeys re-serialises the echoed arguments string
+        return replace(part, arguments_json=canonical_arguments(part.arguments_json))
+    option = orjson.OPT_SORT_KEYS if canonical else 0
     try:
-        return replace(
-            part, arguments_json=orjson.dumps(orjson.loads(part.arguments_json)).decode()
-        )
+        value = orjson.loads(part.arguments_json)
+        return replace(part, arguments_json=orjson.dumps(value, option=option).decode())
     except orjson.JSONDecodeError:  # a broken stream's partial arguments: keep them as produced
         return part

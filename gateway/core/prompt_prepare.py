@@ -28,7 +28,7 @@ from cachekeys.isolation import isolate, isolate_responses, scope_line
 from cachekeys.keys import prefix_hashes, prompt_cache_key, session_root
 from cachekeys.layout import PromptLayout, anthropic_layout, request_blocks
 from cachekeys.markers import apply_to_anthropic, apply_to_request, min_cacheable_tokens
-from cachekeys.normalise import NormaliseOptions, PublicPrefix, normalise
+from cachekeys.normalise import Edits, NormaliseOptions, PublicPrefix, normalise_edits
 from cachekeys.planner import Advice, Steering, default_advice, plan_markers
 from cachekeys.session_layout import LayoutEntry, LayoutKey, LayoutMatch
 from cachekeys.volatile import VolatileMatcher
@@ -71,26 +71,26 @@ class TiktokenEncoder:
 
 
 def normalise_options(
-    policy: CachePolicy,
-    matchers: dict[tuple[str, ...], VolatileMatcher] | None = None,
-    schemas: SchemaMemo | None = None,
+    policy: CachePolicy, schemas: SchemaMemo | None = None, learned: Sequence[str] = ()
 ) -> NormaliseOptions:
-    """The tenant's `cache:` section as cachekeys options (compiled patterns memoised in `matchers`)."""
+    """The tenant's `cache:` section as cachekeys options; `learned`: the patterns of the places
+    the autopilot learnt for the tenant (relocated under `auto`). Build once per tenant policy
+    (and learnt set): the matcher's scan memo is the tenant's own."""
     n = policy.normalise
-    key = (str(n.default_patterns), *n.volatile_patterns)
-    matcher = (matchers or {}).get(key) or VolatileMatcher.build(
-        n.volatile_patterns, n.default_patterns
-    )
-    if matchers is not None:
-        matchers[key] = matcher
-    public = public_prefix(policy)
+    mode = n.relocate_volatile
+    if mode == "always":
+        matcher = VolatileMatcher.build(n.volatile_patterns, n.default_patterns, None, learned)
+    elif n.default_patterns:
+        matcher = VolatileMatcher.per_call(n.volatile_patterns, learned)
+    else:
+        matcher = VolatileMatcher.build((), False, None, learned)
     return NormaliseOptions(
         n.order_tools,
         n.canonical_json,
         n.canonical_tool_args,
-        n.relocate_volatile,
+        mode != "never",
         matcher,
-        public,
+        public_prefix(policy),
         schemas,
     )
 
@@ -142,6 +142,7 @@ class PromptFacts:
     layout: PromptLayout | None = None
     block_ids: tuple[Sequence[int], ...] = ()
     steering: Steering | None = None  # the autopilot's decision, when it steered this call
+    edits: Edits = Edits()  # what normalisation moved or re-serialised
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,7 +202,7 @@ def prepare_call(
     tool_lists: ToolLists | None = None,
 ) -> PreparedPrompt:
     """Normalise the body (the typed request is its view), lay out, mark, key and hash."""
-    body, request = normalised(call, tool_lists)
+    body, request, edits = normalised(call, tool_lists)
     laid = lay_out(call, request, encoder, memos)
     steering = _steering(call, laid)
     advice = default_advice(call.policy.ttl) if steering is None else steering.advice
@@ -228,6 +229,7 @@ def prepare_call(
             laid.layout,
             laid.ids,
             steering,
+            edits,
         ),
         write_ttl=_write_ttl(call.policy, advice, laid.layout, body),
         public_head=laid.layout.public_head(),
@@ -245,12 +247,13 @@ def _steering(call: PromptCall, laid: LaidOut) -> Steering | None:
 
 def normalised(
     call: PromptCall, tool_lists: ToolLists | None = None
-) -> tuple[dict[str, JSON], ChatRequest]:
-    """The body after normalisation and isolation, and the typed request decoded from it."""
-    body = normalise(call.wire, call.body, call.options)
+) -> tuple[dict[str, JSON], ChatRequest, Edits]:
+    """The body after normalisation and isolation, the typed request decoded from it, and what
+    normalisation moved."""
+    body, edits = normalise_edits(call.wire, call.body, call.options)
     if call.isolate and call.salt:
         body = isolate(call.wire, body, scope_line(call.salt), call.options.public)
-    return body, typed_view(call.wire, call.body, body, call.request, tool_lists)
+    return body, typed_view(call.wire, call.body, body, call.request, tool_lists), edits
 
 
 def lay_out(

@@ -10,15 +10,19 @@ import pytest
 
 from bench.agent_sessions import NORMALISED, NOTE_TABLE, InProcessLantern, fresh, miss_calls
 from bench.agent_sessions import run_session as run_note_session
-from bench.agent_sessions.autopilot import TraceResult, run_trace
+from bench.agent_sessions.autopilot import PortHop, TraceResult, run_trace
+from bench.agent_sessions.hops import Clock
 from bench.agent_sessions.traces import (
     EDIT_CALL,
     clean,
+    counter,
     fan_out,
     history_edit,
     pauses,
+    shuffled_args,
     timestamped,
 )
+from policies.model import TenantPolicy
 
 
 def _within_ideal(result: TraceResult) -> None:
@@ -26,14 +30,58 @@ def _within_ideal(result: TraceResult) -> None:
     assert abs(result.percent - result.ideal_percent) <= 1.0, (result.percent, result.ideal)
 
 
-def test_timestamped_system_prompt_pays_no_premium_and_names_the_block() -> None:
+def test_timestamped_system_prompt_is_relocated_from_the_first_call() -> None:
     result = run_trace(timestamped())
     _within_ideal(result)
+    assert result.verdicts() == "kept x19"
+    assert (
+        result.headers[0] == "first_call; relocated=iso_datetime; prefix=3075; expected=0; read=0"
+    )
+    assert result.headers[1] == (
+        "kept; relocated=iso_datetime; tool_args=1; prefix=4506; expected=3075; read=3075"
+    )
+    assert orjson.loads(result.diagnoses[1])["autopilot"] == {
+        "relocated": ["iso_datetime"],
+        "tool_args": 1,
+    }
+
+
+def test_tool_args_in_a_new_key_order_keep_the_prefix() -> None:
+    result = run_trace(shuffled_args())
+    _within_ideal(result)
+    assert result.verdicts() == "kept x19"
+
+
+def test_a_value_of_no_known_shape_is_learnt_and_remembered_for_the_tenant() -> None:
+    hop = PortHop(Clock())
+    result = run_trace(counter(), hop=hop)
+    assert result.cost <= result.uncached
+    # one break to learn from (call 1 already relocates the place it taught)
+    assert result.verdicts() == "kept x18, system_changed x1"
+    assert result.headers[1].startswith("system_changed; block=system[0]; relocated=learned")
+    assert round(result.percent - result.ideal_percent, 2) == 1.26
+    later = run_trace(counter("Review the open pull request."), hop=hop)
+    _within_ideal(later)  # the tenant's next session is relocated from its first call
+    assert later.verdicts() == "kept x19"
+    assert later.headers[0].startswith("first_call; relocated=learned; ")
+    other = PortHop(hop.clock, TenantPolicy(tenant="globex"))
+    other.port = hop.port  # the same gateway process: another tenant learns for itself
+    first = run_trace(counter(), hop=other)
+    assert first.headers[0].startswith("first_call; prefix=")
+
+
+def test_with_relocation_never_a_timestamp_pays_no_premium_and_names_the_block() -> None:
+    never = TenantPolicy.model_validate(
+        {"tenant": "acme", "cache": {"normalise": {"relocate_volatile": "never"}}}
+    )
+    result = run_trace(timestamped(), never)
+    assert result.cost <= result.uncached
+    assert result.percent == pytest.approx(100.0, abs=0.01)
     assert [(c.read, c.write) for c in result.calls] == [(0, 0)] * 20  # no write nobody reads
     assert result.verdicts() == "volatile_block x19"  # one session, not 20 first calls
     assert result.headers[1] == (
         "volatile_block; block=system[0]; pattern=iso_datetime; advice=relocate_volatile; "
-        "prefix=4515; expected=0; read=0"
+        "tool_args=1; prefix=4515; expected=0; read=0"
     )
     assert orjson.loads(result.diagnoses[1])["volatile"] == {
         "block": "system[0]",

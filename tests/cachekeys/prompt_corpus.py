@@ -114,6 +114,8 @@ BODIES: dict[str, tuple[str, Body]] = {
 PUBLIC_SYSTEM = hashlib.sha256(("Public head. " * 30).encode()).hexdigest()
 POLICIES: dict[str, Body] = {
     "default": {},
+    # the defaults before the autopilot acted on what it sees: history and values left in place
+    "legacy": {"normalise": {"relocate_volatile": "never", "canonical_tool_args": False}},
     "relocate": {
         "ttl": "1h",
         "normalise": {

@@ -29,8 +29,8 @@ def stack(tmp_path: Path) -> Iterator[tuple[RunningGateway, FakeUpstream, Prompt
     fake = PromptCacheFake(Clock())
     with FakeUpstream(cache=fake) as upstream:
         (tmp_path / "policies").mkdir()
-        cache = {"normalise": {"relocate_volatile": True}}
-        write_policy(tmp_path / "policies", "acme", KEY, models=[MODEL, "gpt-4o"], cache=cache)
+        # the default cache policy: date-times are relocated without being asked
+        write_policy(tmp_path / "policies", "acme", KEY, models=[MODEL, "gpt-4o"])
         backend = {
             "kind": "anthropic",
             "name": "fake",

@@ -8,12 +8,14 @@ from dataclasses import replace
 
 from adapters.types import CacheControl, TextPart, ToolSpec
 from cachekeys.canonical import canonical_arguments, canonical_schema, tool_digest
-from cachekeys.normalise import NormaliseOptions, PublicPrefix, normalise
+from cachekeys.normalise import Edits, NormaliseOptions, PublicPrefix, normalise, normalise_edits
 from cachekeys.volatile import VolatileMatcher
 from tests.cachekeys.conftest import agent_request, normalised
 
-ORDER_ONLY = NormaliseOptions()
-RELOCATE = NormaliseOptions(relocate_volatile=True)
+# tool order and schemas only: the two switches that edit history or move values turned off
+ORDER_ONLY = NormaliseOptions(canonical_tool_args=False, relocate_volatile=False)
+# every pattern, dates too (policy `always`), history left alone
+RELOCATE = NormaliseOptions(canonical_tool_args=False, volatile=VolatileMatcher.build())
 
 
 def test_canonical_schema_sorts_keys_and_required_but_keeps_other_arrays() -> None:
@@ -179,7 +181,7 @@ ANTHROPIC_BODY = {
 }
 
 
-def test_raw_anthropic_golden_default_switches() -> None:
+def test_raw_anthropic_golden_order_only() -> None:
     out = normalise("anthropic", ANTHROPIC_BODY, ORDER_ONLY)
     assert out["tools"] == [
         {"name": "edit", "description": "e", "input_schema": {"properties": {}, "type": "object"}},
@@ -201,9 +203,22 @@ def test_raw_anthropic_golden_default_switches() -> None:
     assert ANTHROPIC_BODY["tools"][0]["name"] == "search"  # the input was not mutated
 
 
-def test_raw_anthropic_golden_relocation_and_tool_args() -> None:
-    options = NormaliseOptions(relocate_volatile=True, canonical_tool_args=True)
-    out = normalise("anthropic", ANTHROPIC_BODY, options)
+def test_the_default_relocates_per_call_values_but_not_a_date_alone() -> None:
+    body = {**ANTHROPIC_BODY, "system": "Today 2026-11-30, now 09:18 (run_8f3k2m9x1q)."}
+    out, edits = normalise_edits("anthropic", body, NormaliseOptions())
+    assert out["system"] == "Today 2026-11-30, now {{volatile:1}} ({{volatile:2}})."
+    assert edits == Edits(("clock_time", "request_id"), 1)
+    assert out["messages"][2]["content"][-1]["text"] == (
+        "<volatile-context>\n{{volatile:1}} = 09:18\n{{volatile:2}} = run_8f3k2m9x1q\n"
+        "</volatile-context>"
+    )
+    out, edits = normalise_edits("anthropic", body, RELOCATE)  # `always`: the date too
+    assert out["system"] == "Today {{volatile:1}}, now {{volatile:2}} ({{volatile:3}})."
+    assert edits.relocated == ("clock_time", "date", "request_id")
+
+
+def test_raw_anthropic_golden_default_switches() -> None:
+    out, edits = normalise_edits("anthropic", ANTHROPIC_BODY, NormaliseOptions())
     assert out["system"] == "Time: {{volatile:1}}. Be brief."
     assert out["messages"][1]["content"][0] == {
         "type": "thinking",
@@ -211,6 +226,7 @@ def test_raw_anthropic_golden_relocation_and_tool_args() -> None:
         "signature": "sig==",
     }
     assert json.dumps(out["messages"][1]["content"][1]["input"]) == '{"a": 2, "z": 1}'
+    assert edits == Edits(("iso_datetime",), 1)
     assert out["messages"][2]["content"] == [
         {"type": "tool_result", "tool_use_id": "t1", "content": "found"},
         {

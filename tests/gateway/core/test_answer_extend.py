@@ -57,12 +57,13 @@ def test_openai_answer_chain_is_the_next_calls_prefix() -> None:
 
 
 def test_anthropic_tool_use_answer_chain_is_the_next_calls_prefix() -> None:
-    """The model streamed spaced JSON; the client echoes an object, decoded compact."""
+    """The model streamed spaced JSON; the client echoes an object, decoded compact (and, by
+    default, with its keys sorted: canonical_tool_args)."""
     WIRE = "anthropic"
     port = PromptCachePort(SECRET, encoder=ENCODER)
     body = anthropic_body(2)
     call = prepare(port, body, tenant())
-    args = {"p": 2, "why": "see the second file" + " b" * 40}
+    args = {"why": "see the second file" + " b" * 40, "p": 2}
     streamed = json.dumps(args, indent=1)  # spaced and split over lines, as a model may stream it
     answer = Message("assistant", (ToolUsePart("t2", "read", streamed),))
     chain = port.answer_hashes(WIRE, tenant(), call, answer)
@@ -77,6 +78,25 @@ def test_anthropic_tool_use_answer_chain_is_the_next_calls_prefix() -> None:
         },
     ]
     after = prepare(port, body, tenant())
+    assert len(chain) > len(call.prefix_hashes)
+    assert after.prefix_hashes[: len(chain)] == chain
+
+
+def test_openai_tool_call_answer_chain_is_the_next_calls_prefix() -> None:
+    """The client echoes the model's arguments string; Lantern re-serialises it canonically."""
+    port = PromptCachePort(SECRET, encoder=ENCODER)
+    first = [{"role": "user", "content": "Fix the failing test." + " a" * 200}]
+    call = prepare(port, openai_body(first), tenant(), wire="openai")
+    arguments = '{"why": "see the file' + " b" * 40 + '", "p": 2}'
+    answer = Message("assistant", (ToolUsePart("c1", "read", arguments),))
+    chain = port.answer_hashes("openai", tenant(), call, answer)
+    echoed = {"id": "c1", "type": "function", "function": {"name": "read", "arguments": arguments}}
+    follow = [
+        *first,
+        {"role": "assistant", "content": None, "tool_calls": [echoed]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+    ]
+    after = prepare(port, openai_body(follow), tenant(), wire="openai")
     assert len(chain) > len(call.prefix_hashes)
     assert after.prefix_hashes[: len(chain)] == chain
 

@@ -21,6 +21,7 @@ from gateway.ledger.call_ledger import usage_row
 from gateway.ledger.db import session_factory
 from gateway.ledger.models import USAGE_TABLE
 from gateway.reports.cache_pnl import cache_pnl, render_pnl
+from policies.model import TenantPolicy
 
 MODEL = "claude-sonnet-4-5"
 PRICING = RoutePricing(
@@ -35,6 +36,9 @@ PRICING = RoutePricing(
     }
 )
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+NEVER = TenantPolicy.model_validate(
+    {"tenant": "globex", "cache": {"normalise": {"relocate_volatile": "never"}}}
+)
 CENT = Decimal("0.01")
 
 
@@ -75,7 +79,10 @@ def test_pnl_sums_to_the_ledger_to_the_cent(engine) -> None:
     rows = []
     for n, (name, trace) in enumerate(traces.items()):
         tenant = "acme" if name != "clock" else "globex"
-        for i, record in enumerate(_records(tenant, name, run_trace(trace))):
+        # the clock trace under `relocate_volatile: never`: left in place, the timestamp is
+        # the do-no-harm case (by default it is relocated and the session caches like a clean one)
+        policy = NEVER if name == "clock" else None
+        for i, record in enumerate(_records(tenant, name, run_trace(trace, policy))):
             rows.append(usage_row(record, T0 + timedelta(minutes=n * 30, seconds=i)))
     with engine.begin() as connection:
         connection.execute(sa.insert(USAGE_TABLE), [r.to_values() for r in rows])
