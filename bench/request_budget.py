@@ -160,20 +160,22 @@ async def gateway() -> Any:
 
 
 async def _idle(gw: Gateway, timeout_s: float = 10.0) -> None:
-    """Until the ledger's writer thread has taken every row: whether a call's row wakes it
-    (a `notify`) depends on it, and so would the count."""
+    """Until the ledger's writer thread has taken every row (whether a call's row wakes it, a
+    `notify`, depends on it), the garbage collected, and every timer due by then has run (those
+    that fell due during the collection would otherwise run inside the counted call)."""
     registry = gw.parts.metrics.registry
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while registry.get_sample_value("lantern_ledger_rows_pending") and loop.time() < deadline:
         await asyncio.sleep(0.05)
-    await asyncio.sleep(0.05)  # and out of its insert
+    gc.collect()
+    for _ in range(3):
+        await asyncio.sleep(0)
 
 
 @contextmanager
 def _quiet() -> Iterator[None]:
     """No collection and no thread switch mid-call: both would land at timing-dependent points."""
-    gc.collect()
     gc.disable()
     interval = sys.getswitchinterval()
     sys.setswitchinterval(100.0)
