@@ -55,6 +55,7 @@ check: install
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/python .ci/shape_guard.py
+	$(BIN)/python -m bench.request_budget
 	$(BIN)/hadolint --config deploy/.hadolint.yaml deploy/Dockerfile
 	$(BIN)/kubernetes-validate --strict --quiet deploy/k8s/*.yaml
 	$(BIN)/check-jsonschema --builtin-schema vendor.compose-spec deploy/compose.yaml

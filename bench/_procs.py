@@ -60,10 +60,11 @@ def start(
     env: dict[str, str] | None = None,
     timeout_s: float = 120.0,
     log: Path | None = None,
+    cwd: Path = ROOT,
 ) -> subprocess.Popen[bytes]:
     out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115 - lives with the process
     proc = subprocess.Popen(
-        argv, cwd=ROOT, env={**os.environ, **(env or {})}, stdout=out, stderr=subprocess.STDOUT
+        argv, cwd=cwd, env={**os.environ, **(env or {})}, stdout=out, stderr=subprocess.STDOUT
     )
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -2,12 +2,13 @@
 LiteLLM proxy (one worker each), same fake upstream, same agent-sized bodies (≈6,000 tokens + tools).
 
     .venv/bin/python -m bench.gateway_overhead [--rates 25,50,100,200] [--duration-s 10]
-        [--stream | --both] [--skip-litellm]
+        [--stream | --both] [--skip-litellm] [--previous REF]
 
 Open-loop load (aiohttp on uvloop, bodies encoded before the clock starts): call i is due at
 i/rate whatever the replies do, and its latency counts from that due time, so queueing shows as
 latency. Reports p50/p99 (and TTFB) per target and rate, latency added over direct, CPU ms per
 call of the proxy's process tree, and the highest rate with p99 < 1 s and no errors.
+`--previous REF` also serves Lantern as built from REF (bench/previous_build.py) in the same run.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Coroutine
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,7 @@ import orjson
 import uvloop
 
 from bench._procs import PY, ROOT, free_port, start, stop, tree_cpu_seconds
+from bench.previous_build import previous_build, start_previous
 
 KEY = "sk-bench-key-000000000000000000000000000001"  # also the LiteLLM master key
 TOOLS = [
@@ -252,17 +255,29 @@ def main() -> None:
         default=ROOT / ".venv/bin/litellm",
         help="the LiteLLM proxy's command (e.g. from a venv with 'litellm[proxy]==1.108.7')",
     )
+    ap.add_argument(
+        "--previous",
+        metavar="REF",
+        help="also Lantern as built from this commit (e.g. the previous release), same run",
+    )
     args = ap.parse_args()
     if args.serve_upstream:
         serve_upstream(args.serve_upstream)
         return
     rates = [float(r) for r in args.rates.split(",")]
     modes = [False, True] if args.both else [args.stream]
-    with tempfile.TemporaryDirectory() as d:
+    with tempfile.TemporaryDirectory() as d, ExitStack() as builds:
         procs: list[subprocess.Popen[bytes]] = []
         try:
             litellm_bin = None if args.skip_litellm else args.litellm_bin
             targets = start_targets(Path(d), procs, litellm_bin, args.aiohttp_lantern)
+            if args.previous:
+                tree = builds.enter_context(previous_build(args.previous, Path(d)))
+                (Path(d) / "previous").mkdir()
+                config = write_lantern_config(Path(d) / "previous", targets[0][1])
+                proc, base = start_previous(tree, config)
+                procs.append(proc)
+                targets.insert(2, (f"lantern@{args.previous}", base, proc.pid))
             for stream in modes:
                 results = _run(sweep(targets, rates, args.duration_s, stream))
                 report(results)

@@ -73,7 +73,9 @@ def parse_object(raw: bytes, max_depth: int) -> dict[str, Any]:
         raise WireFormatError("body", f"not valid JSON ({exc})") from None
     if not isinstance(body, dict):
         raise WireFormatError("body", "must be a JSON object")
-    if exceeds_depth(body, max_depth):
+    # a level opens at a `{` or `[`: a body with no more of them than the limit (most calls)
+    # cannot exceed it, and walking every value of it is the cost of the rare deep one
+    if raw.count(b"{") + raw.count(b"[") > max_depth and exceeds_depth(body, max_depth):
         path = too_deep_path(body, max_depth)
         raise RequestRejected(
             f"{path}: JSON nested deeper than the gateway's limit of {max_depth} levels",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import orjson
 import pytest
 from starlette.requests import Request
 
@@ -28,6 +29,26 @@ def test_depth_counts_every_container(levels: int, too_deep: bool) -> None:
     for _ in range(levels - 1):
         listed = [listed]
     assert exceeds_depth(listed, 64) is too_deep
+
+
+def _refused(raw: bytes, max_depth: int) -> bool:
+    try:
+        parse_object(raw, max_depth)
+    except RequestRejected:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("levels", [1, 2, 7, 8, 9, 30])
+@pytest.mark.parametrize("padding", [b"", b'"{{{{{{{{{{"', b'"[[[[[[[[[["', b"[{},[],{}]"])
+def test_parse_refuses_exactly_what_the_walk_finds_too_deep(levels: int, padding: bytes) -> None:
+    """The bracket count only skips the walk where it cannot find a level too many: brackets
+    inside strings and sibling containers raise the count, never the verdict (the reference
+    is `exceeds_depth` on every parsed body)."""
+    for max_depth in (8, 9):
+        inner = b'{"a":' * (levels - 1) + b"{}" + b"}" * (levels - 1)
+        raw = b'{"pad":' + (padding or b"0") + b',"deep":' + inner + b"}"
+        assert _refused(raw, max_depth) is exceeds_depth(orjson.loads(raw), max_depth)
 
 
 def test_parse_names_the_deep_path_and_the_rule() -> None:
