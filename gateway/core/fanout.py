@@ -7,9 +7,11 @@ byte. Knows nothing of prompts: the key (`CacheVerdict.write_key`) comes from th
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import anyio
+import orjson
 
 MAX_LEADS_PER_TENANT = 64  # prefixes being written at once per tenant; past that, no waiting
 MAX_WAIT_S = 30.0  # a waiter's bound when the leading call never reaches its first byte
@@ -47,22 +49,23 @@ class FanoutGate:
         self.max_wait_s = max_wait_s
         self.num_waited = 0  # calls that waited behind a leading call (metrics, tests)
 
-    async def turn(self, key: FanoutKey, can_lead: bool) -> Lead | None:
-        """Wait behind the call already writing `key`, if any (then None), else lead it when
-        `can_lead` (a streamed call: its first byte is observable)."""
+    async def turn(self, key: FanoutKey, can_lead: bool) -> tuple[Lead | None, float | None]:
+        """Wait behind the call already writing `key`, if any: (None, seconds waited); else
+        lead it when `can_lead` (a streamed call: its first byte is observable): (lead, None)."""
         lead = self._leads.get(key)
         if lead is not None:
             lead.num_waiters += 1
             self.num_waited += 1
+            began = time.monotonic()
             with anyio.move_on_after(self.max_wait_s):
                 await lead.event.wait()
-            return None
+            return None, time.monotonic() - began
         tenant = key[0]
         if not can_lead or self._per_tenant.get(tenant, 0) >= self._max_leads:
-            return None
+            return None, None
         lead = self._leads[key] = Lead(key, self)
         self._per_tenant[tenant] = self._per_tenant.get(tenant, 0) + 1
-        return lead
+        return lead, None
 
     def drop(self, lead: Lead) -> None:
         if self._leads.get(lead.key) is not lead:
@@ -77,3 +80,11 @@ class FanoutGate:
 
     def __len__(self) -> int:
         return len(self._leads)
+
+
+def with_fanout_wait(diagnosis_json: str, waited_s: float) -> str:
+    """The diagnosis JSON with the wait behind a fan-out's first write (`autopilot.fanout_wait_ms`)."""
+    body = orjson.loads(diagnosis_json)
+    autopilot = body.setdefault("autopilot", {"relocated": [], "tool_args": 0})
+    autopilot["fanout_wait_ms"] = round(waited_s * 1000.0)
+    return orjson.dumps(body).decode()

@@ -33,7 +33,7 @@ from gateway.core.calls import (
     session_id_for,
     session_key,
 )
-from gateway.core.fanout import FanoutGate, Lead
+from gateway.core.fanout import FanoutGate, Lead, with_fanout_wait
 from gateway.core.ids import uuid4_hex
 from gateway.core.measure_lane import MeasureLane, measure
 from gateway.core.ports import (
@@ -165,25 +165,31 @@ class Pipeline:
             betas=adm.call.betas,
         )
 
-    async def _turn(self, adm: Admitted, streaming: bool) -> Lead | None:
+    async def _turn(self, adm: Admitted, streaming: bool) -> tuple[Lead | None, Admitted]:
         """A call expected to write a prefix head that another call to the same upstream is
         writing now waits for that call's first byte (then reads it); a streamed one leads
         when none is. The common path (a read expected) is one attribute test."""
         write_key = adm.verdict.write_key
         if write_key is None:
-            return None
+            return None, adm
         candidate = adm.plan.attempts[0].candidate
-        upstream = f"{candidate.backend_name}\0{candidate.replica or ''}"
+        key = (adm.call.tenant.tenant, write_key, f"{candidate.backend_name}\0{candidate.replica}")
         try:
-            return await self.fanout.turn((adm.call.tenant.tenant, write_key, upstream), streaming)
+            lead, waited_s = await self.fanout.turn(key, streaming)
         except BaseException:  # the client went away while waiting: nothing was sent
             with anyio.CancelScope(shield=True):
                 self.s.routing.release(adm.plan)
                 await self._settle_failed(adm)
             raise
+        if waited_s is not None:  # the ledger's diagnosis says so
+            diagnosis = with_fanout_wait(adm.verdict.diagnosis_json, waited_s)
+            adm = dataclasses.replace(
+                adm, verdict=dataclasses.replace(adm.verdict, diagnosis_json=diagnosis)
+            )
+        return lead, adm
 
     async def complete(self, adm: Admitted) -> ChatResponse:
-        await self._turn(adm, streaming=False)  # a reply shows no first byte: it never leads
+        _, adm = await self._turn(adm, streaming=False)  # a reply shows no first byte: never leads
         last_error: UpstreamError | None = None
         for t in self._tries(adm):
             try:
@@ -211,7 +217,7 @@ class Pipeline:
     async def stream(self, adm: Admitted) -> AsyncGenerator[StreamEvent | RelayedChunk, None]:
         """Yield the chosen backend's events, or its relayed chunks when the client speaks the
         backend's wire format; fall back only before the first one."""
-        lead = await self._turn(adm, streaming=True)
+        lead, adm = await self._turn(adm, streaming=True)
         try:
             last_error: UpstreamError | None = None
             for t in self._tries(adm):

@@ -14,11 +14,11 @@ def test_waiters_go_when_the_lead_releases_and_nothing_is_held() -> None:
     async def main() -> tuple[list[str], int]:
         gate = FanoutGate()
         order: list[str] = []
-        lead = await gate.turn(KEY, can_lead=True)
+        lead, _ = await gate.turn(KEY, can_lead=True)
         assert lead is not None
 
         async def wait(name: str) -> None:
-            assert await gate.turn(KEY, can_lead=True) is None
+            assert (await gate.turn(KEY, can_lead=True))[0] is None
             order.append(name)
 
         waiters = [asyncio.create_task(wait(n)) for n in ("b", "c")]
@@ -38,22 +38,23 @@ def test_a_call_that_cannot_lead_and_tenants_past_their_bound_do_not_wait() -> N
     async def main() -> list[object]:
         gate = FanoutGate(max_leads_per_tenant=1)
         not_streamed = await gate.turn(KEY, can_lead=False)
-        first = await gate.turn(KEY, can_lead=True)
+        first, _ = await gate.turn(KEY, can_lead=True)
         other_prefix = await gate.turn(("acme", "lt-other", "claude-api\0"), can_lead=True)
-        other_tenant = await gate.turn(("globex", "lt-head", "claude-api\0"), can_lead=True)
+        other_tenant, _ = await gate.turn(("globex", "lt-head", "claude-api\0"), can_lead=True)
         assert first is not None and other_tenant is not None
         first.release()
         other_tenant.release()
         return [not_streamed, other_prefix, len(gate)]
 
-    assert asyncio.run(main()) == [None, None, 0]
+    assert asyncio.run(main()) == [(None, None), (None, None), 0]
 
 
 def test_a_waiter_waits_at_most_max_wait_s() -> None:
     async def main() -> int:
         gate = FanoutGate(max_wait_s=0.01)
-        lead = await gate.turn(KEY, can_lead=True)
-        assert await gate.turn(KEY, can_lead=True) is None  # the lead never reached a first byte
+        lead, _ = await gate.turn(KEY, can_lead=True)
+        waiter, waited_s = await gate.turn(KEY, can_lead=True)  # no first byte ever came
+        assert waiter is None and waited_s is not None and waited_s >= 0.01
         assert lead is not None
         lead.release()
         return gate.num_waited
