@@ -41,6 +41,17 @@ def prompt_cache_key(layout: PromptLayout, salt: str, client_key: str | None = N
     )
 
 
+def head_tokens(layout: PromptLayout) -> int:
+    """Tokens of the stable tools + system head."""
+    return sum(layout.tokens[i] for i in _head_indices(layout))
+
+
+def head_write_key(layout: PromptLayout, salt: str) -> str:
+    """The tenant-scoped key of the stable tools + system head: calls with equal keys, sent to
+    one upstream, write the same provider entry (the fan-out gate's key)."""
+    return _keyed(salt, [b"head\0", *(layout.blocks[i].digest for i in _head_indices(layout))])
+
+
 def session_root(layout: PromptLayout, salt: str, masked: Sequence[bytes] | None = None) -> str:
     """The tenant-scoped key of the conversation's root: tools + system + first message.
 

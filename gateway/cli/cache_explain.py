@@ -57,6 +57,7 @@ class ExplainedCall:
     ttl: str | None = None  # the lifetime the autopilot chose for the call's markers
     pattern: str | None = None  # volatile_block: the volatile pattern seen in the block
     reported_read_tokens: int | None = None  # what the backend said it read from its cache
+    autopilot: str = ""  # what the autopilot did to the call and saved ("": nothing)
 
 
 def explain_rows(
@@ -82,11 +83,31 @@ def explain_rows(
                     (d.get("ttl_choice") or {}).get("ttl"),
                     d.get("pattern"),
                     int(reported[0]) if reported else None,
+                    autopilot_note(d.get("autopilot")),
                 )
             )
         except (ValueError, KeyError, TypeError):
             continue
     return calls
+
+
+def autopilot_note(autopilot: object) -> str:
+    """`relocated iso_datetime,learned; tool args 1; waited 420 ms for a fan-out's first write;
+    saved 0.004500 (1500 tokens)`, from the diagnosis's `autopilot` part."""
+    if not isinstance(autopilot, dict):
+        return ""
+    parts = []
+    if autopilot.get("relocated"):
+        parts.append("relocated " + ",".join(str(k) for k in autopilot["relocated"]))
+    if autopilot.get("tool_args"):
+        parts.append(f"tool args {autopilot['tool_args']}")
+    if autopilot.get("fanout_wait_ms") is not None:
+        parts.append(f"waited {autopilot['fanout_wait_ms']} ms for a fan-out's first write")
+    if autopilot.get("saved_tokens"):
+        parts.append(
+            f"saved {float(autopilot.get('saved_usd') or 0):.6f} ({autopilot['saved_tokens']} tokens)"
+        )
+    return "; ".join(parts)
 
 
 def render_explanation(session_id: str, calls: list[ExplainedCall]) -> str:
@@ -116,6 +137,10 @@ def render_explanation(session_id: str, calls: list[ExplainedCall]) -> str:
         "predicted: cache reads the gateway expected; reported: the cache reads the backend "
         "reported; ttl: the lifetime the autopilot chose",
     ]
+    acted = [c for c in calls if c.autopilot]
+    if acted:
+        lines += ["", "Autopilot:"]
+    lines += [f"  call {c.call}: {c.autopilot}" for c in acted]
     breaks = [c for c in follow_ups if c.reason != "kept"]
     if breaks:
         lines += ["", "Breaks:"]

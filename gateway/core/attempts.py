@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from adapters.errors import UpstreamError
 from adapters.types import Usage
-from gateway.core.cache_money import cache_money
+from gateway.core.cache_money import cache_money, with_autopilot_saving
 from gateway.core.calls import Admitted
 from gateway.core.ports import Attempt, CallRecord, Fault, Pricing
 from gateway.telemetry import CallLabels, CallSpan, Telemetry
@@ -54,6 +54,9 @@ def call_record(adm: Admitted, t: Try, out: Outcome, pricing: Pricing) -> CallRe
     model, usage = adm.route.name, out.usage
     candidate = t.attempt.candidate
     money = cache_money(pricing, model, usage, adm.verdict.diagnosis_json)
+    diagnosis = adm.verdict.diagnosis_json
+    if money.autopilot_saved_tokens:
+        diagnosis = with_autopilot_saving(diagnosis, money)
     return CallRecord(
         request_id=adm.request_id,
         attempt=t.number,
@@ -70,7 +73,7 @@ def call_record(adm: Admitted, t: Try, out: Outcome, pricing: Pricing) -> CallRe
         uncached_cost_usd=pricing.uncached_cost_usd(model, usage),
         ttft_ms=None if out.ttft_s is None else out.ttft_s * 1000.0,
         latency_ms=(out.ended - t.began) * 1000.0,
-        cache_diagnosis=adm.verdict.diagnosis_json,
+        cache_diagnosis=diagnosis,
         door=adm.call.door_name,
         cache_saved_usd=money.saved_usd,
         cache_premium_usd=money.premium_usd,

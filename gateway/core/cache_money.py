@@ -35,6 +35,9 @@ class CacheMoney:
     premium_usd: float = 0.0  # writes: (write - input price) x written tokens
     lost_usd: float = 0.0  # (input - read price) x the cached tokens a break made unreadable
     cause: str | None = None  # why they were lost (None: nothing lost)
+    # what the autopilot's edits and fan-out waits saved (docs/cache.md, "Profit and loss")
+    autopilot_saved_tokens: int = 0
+    autopilot_saved_usd: float = 0.0
 
 
 def cache_money(
@@ -44,9 +47,31 @@ def cache_money(
     saved = _read_saving(pricing, model, read)
     writes = Usage(cache_write_tokens=written, cache_write_1h_tokens=usage.cache_write_1h_tokens)
     premium = pricing.cost_usd(model, writes) - pricing.uncached_cost_usd(model, writes)
-    cause, missing = _break(diagnosis_json, read)
+    body = None if diagnosis_json is None else orjson.loads(diagnosis_json)
+    cause, missing = _break(body, read)
     lost = _read_saving(pricing, model, missing) if missing else 0.0
-    return CacheMoney(saved, premium, lost, cause if missing else None)
+    tokens, by_autopilot = _autopilot_saving(pricing, model, body, read, saved)
+    return CacheMoney(saved, premium, lost, cause if missing else None, tokens, by_autopilot)
+
+
+def _autopilot_saving(
+    pricing: Pricing, model: str, body: dict[str, object] | None, read: int, saved: float
+) -> tuple[int, float]:
+    """(tokens, dollars): a call that waited behind a fan-out's first write read the prefix
+    instead of writing it (write - read price); a follow-up call whose prompt the autopilot
+    edited (relocated values, canonical tool args) and whose prefix was kept read what the
+    edit kept readable (input - read price: the do-no-harm rule would not have written it)."""
+    autopilot = body.get("autopilot") if body is not None else None
+    if not isinstance(autopilot, dict) or read <= 0:
+        return 0, 0.0
+    if autopilot.get("fanout_wait_ms") is not None:
+        reads = Usage(cache_read_tokens=read)
+        writes = Usage(cache_write_tokens=read)
+        return read, pricing.cost_usd(model, writes) - pricing.cost_usd(model, reads)
+    edited = autopilot.get("relocated") or autopilot.get("tool_args")
+    if edited and body is not None and body.get("reason") == "kept":
+        return read, saved
+    return 0, 0.0
 
 
 def _read_saving(pricing: Pricing, model: str, tokens: int) -> float:
@@ -56,12 +81,11 @@ def _read_saving(pricing: Pricing, model: str, tokens: int) -> float:
     return pricing.uncached_cost_usd(model, reads) - pricing.cost_usd(model, reads)
 
 
-def _break(diagnosis_json: str | None, read: int) -> tuple[str | None, int]:
+def _break(body: dict[str, object] | None, read: int) -> tuple[str | None, int]:
     """(cause, cached tokens the call could not read) from the diagnosis and the actual reads."""
-    if diagnosis_json is None:
+    if body is None:
         return None, 0
-    body = orjson.loads(diagnosis_json)
-    reason, expected = str(body.get("reason")), int(body.get("expected_prefix_tokens") or 0)
+    reason, expected = str(body.get("reason")), _int(body.get("expected_prefix_tokens"))
     if reason in CAUSES:
         return CAUSES[reason], max(expected - read, 0)
     if reason == "kept":
@@ -69,3 +93,16 @@ def _break(diagnosis_json: str | None, read: int) -> tuple[str | None, int]:
         if expected - read > slack:
             return EVICTION, expected - read
     return None, 0
+
+
+def _int(value: object) -> int:
+    return int(value) if isinstance(value, int | float) else 0
+
+
+def with_autopilot_saving(diagnosis_json: str, money: CacheMoney) -> str:
+    """The diagnosis JSON with what the autopilot saved on the call, for the ledger
+    (`autopilot.saved_tokens`, `autopilot.saved_usd`)."""
+    body = orjson.loads(diagnosis_json)
+    body["autopilot"]["saved_tokens"] = money.autopilot_saved_tokens
+    body["autopilot"]["saved_usd"] = round(money.autopilot_saved_usd, 9)
+    return orjson.dumps(body).decode()

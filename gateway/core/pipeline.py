@@ -33,6 +33,7 @@ from gateway.core.calls import (
     session_id_for,
     session_key,
 )
+from gateway.core.fanout import FanoutGate, Lead, with_fanout_wait
 from gateway.core.ids import uuid4_hex
 from gateway.core.measure_lane import MeasureLane, measure
 from gateway.core.ports import (
@@ -82,6 +83,7 @@ class Pipeline:
         self.s = services
         self.after_reply = AfterReply(immediate=not services.defer_bookkeeping)
         self.keep_warm: KeepWarm | None = None  # told of every call served (cache.keep_warm)
+        self.fanout = FanoutGate()  # one write per prefix for calls that come together
 
     # --- admission: everything that may still say no ---------------------------------------
 
@@ -163,7 +165,31 @@ class Pipeline:
             betas=adm.call.betas,
         )
 
+    async def _turn(self, adm: Admitted, streaming: bool) -> tuple[Lead | None, Admitted]:
+        """A call expected to write a prefix head that another call to the same upstream is
+        writing now waits for that call's first byte (then reads it); a streamed one leads
+        when none is. The common path (a read expected) is one attribute test."""
+        write_key = adm.verdict.write_key
+        if write_key is None:
+            return None, adm
+        candidate = adm.plan.attempts[0].candidate
+        key = (adm.call.tenant.tenant, write_key, f"{candidate.backend_name}\0{candidate.replica}")
+        try:
+            lead, waited_s = await self.fanout.turn(key, streaming)
+        except BaseException:  # the client went away while waiting: nothing was sent
+            with anyio.CancelScope(shield=True):
+                self.s.routing.release(adm.plan)
+                await self._settle_failed(adm)
+            raise
+        if waited_s is not None:  # the ledger's diagnosis says so
+            diagnosis = with_fanout_wait(adm.verdict.diagnosis_json, waited_s)
+            adm = dataclasses.replace(
+                adm, verdict=dataclasses.replace(adm.verdict, diagnosis_json=diagnosis)
+            )
+        return lead, adm
+
     async def complete(self, adm: Admitted) -> ChatResponse:
+        _, adm = await self._turn(adm, streaming=False)  # a reply shows no first byte: never leads
         last_error: UpstreamError | None = None
         for t in self._tries(adm):
             try:
@@ -191,46 +217,58 @@ class Pipeline:
     async def stream(self, adm: Admitted) -> AsyncGenerator[StreamEvent | RelayedChunk, None]:
         """Yield the chosen backend's events, or its relayed chunks when the client speaks the
         backend's wire format; fall back only before the first one."""
-        last_error: UpstreamError | None = None
-        for t in self._tries(adm):
-            tally = StreamTally(adm.route.name, self.s.counter)
-            try:
-                async for item in self._open_stream(adm, t):
-                    if isinstance(item, RelayedChunk):
-                        for event in item.events:
-                            if tally.see(event, self.s.clock() - t.began):
-                                self.s.routing.on_first_token(t.attempt)  # its prefill is done
-                    elif tally.see(item, self.s.clock() - t.began):
-                        self.s.routing.on_first_token(t.attempt)
-                    yield item
-            except UpstreamError as exc:
-                if tally.started:  # too late to fall back: settle what was produced
-                    usage, name = tally.usage(adm.prompt_tokens), type(exc).__name__
-                    await self._finish(adm, t, "error", name, usage, tally.ttft_s, fault_of(exc))
+        lead, adm = await self._turn(adm, streaming=True)
+        try:
+            last_error: UpstreamError | None = None
+            for t in self._tries(adm):
+                tally = StreamTally(adm.route.name, self.s.counter)
+                try:
+                    async for item in self._open_stream(adm, t):
+                        if isinstance(item, RelayedChunk):
+                            for event in item.events:
+                                if tally.see(event, self.s.clock() - t.began):
+                                    self._first_token(t, lead)
+                        elif tally.see(item, self.s.clock() - t.began):
+                            self._first_token(t, lead)
+                        yield item
+                except UpstreamError as exc:
+                    if tally.started:  # too late to fall back: settle what was produced
+                        usage, name = tally.usage(adm.prompt_tokens), type(exc).__name__
+                        await self._finish(
+                            adm, t, "error", name, usage, tally.ttft_s, fault_of(exc)
+                        )
+                        raise
+                    last_error = exc
+                    if self._failed_before_output(adm, t, exc):
+                        continue
+                    break
+                except BaseException as exc:
+                    # ours (an Exception: not the backend's fault), or the client went away
+                    # (cancellation) or closed the generator mid-stream; shielded, because anyio
+                    # re-cancels every await inside a cancelled scope
+                    status, kind, fault = gone_or_ours(exc)
+                    if status == "client_disconnect" and tally.ended:
+                        status = "ok"  # closed after the end event went out: a complete reply
+                    # an error of ours before any output: nothing was produced to pay for
+                    ours_early = fault == "gateway" and not tally.started
+                    usage = Usage() if ours_early else tally.usage(adm.prompt_tokens)
+                    with anyio.CancelScope(shield=True):
+                        await self._finish(adm, t, status, kind, usage, tally.ttft_s, fault)
                     raise
-                last_error = exc
-                if self._failed_before_output(adm, t, exc):
-                    continue
-                break
-            except BaseException as exc:
-                # ours (an Exception: not the backend's fault), or the client went away
-                # (cancellation) or closed the generator mid-stream; shielded, because anyio
-                # re-cancels every await inside a cancelled scope
-                status, kind, fault = gone_or_ours(exc)
-                if status == "client_disconnect" and tally.ended:
-                    status = "ok"  # closed after the end event went out: a complete reply
-                # an error of ours before any output: nothing was produced to pay for
-                ours_early = fault == "gateway" and not tally.started
-                usage = Usage() if ours_early else tally.usage(adm.prompt_tokens)
-                with anyio.CancelScope(shield=True):
-                    await self._finish(adm, t, status, kind, usage, tally.ttft_s, fault)
-                raise
-            await self._finish(adm, t, "ok", None, tally.usage(adm.prompt_tokens), tally.ttft_s)
-            self.after_reply.add(self._extend, adm, t, tally.answer())
-            return
-        await self._settle_failed(adm)
-        assert last_error is not None
-        raise last_error
+                await self._finish(adm, t, "ok", None, tally.usage(adm.prompt_tokens), tally.ttft_s)
+                self.after_reply.add(self._extend, adm, t, tally.answer())
+                return
+            await self._settle_failed(adm)
+            assert last_error is not None
+            raise last_error
+        finally:
+            if lead is not None:  # failed or cancelled before its first byte: waiters go now
+                lead.release()
+
+    def _first_token(self, t: Try, lead: Lead | None) -> None:
+        self.s.routing.on_first_token(t.attempt)  # its prefill is done
+        if lead is not None:  # and the prefix it wrote is readable
+            lead.release()
 
     def _open_stream(
         self, adm: Admitted, t: Try

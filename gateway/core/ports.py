@@ -114,6 +114,9 @@ class PromptPort(Protocol):
 class CacheVerdict:
     header: str  # value of x-lantern-cache
     diagnosis_json: str  # small JSON for the ledger, never prompt text
+    # the tenant-scoped key of the prefix head this call is expected to write (the provider
+    # does not hold it yet), for the fan-out gate; None when a read of it is expected
+    write_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from adapters.types import (
 from cachekeys.blockhash import tenant_salt
 from cachekeys.canonical import canonical_arguments
 from cachekeys.conversation_memo import ConversationMemo
+from cachekeys.keys import head_tokens, head_write_key
 from cachekeys.layout import PromptLayout, request_blocks
 from cachekeys.normalise import NormaliseOptions
 from cachekeys.planner import Steering
@@ -54,6 +55,8 @@ from gateway.core.prompt_prepare import (
 from gateway.core.prompt_view import ToolLists
 from policies.cache import CachePolicy
 from policies.model import TenantPolicy
+
+MIN_HEAD_TOKENS = 1024  # below every provider's minimum cacheable prefix: nothing to share
 
 __all__ = [
     "CacheReport",
@@ -157,10 +160,15 @@ class PromptCachePort:
         metrics.child(metrics.calls, tenant.tenant, report.diagnosis.reason.value).inc()
         diagnosis_json = report.to_json()
         facts = prepared.diagnosis
-        if isinstance(facts, PromptFacts) and facts.steering and facts.layout:
-            self.autopilot.remember(tenant.tenant, facts.steering, facts.layout)
-            diagnosis_json = with_steering(diagnosis_json, facts.steering)
-        return CacheVerdict(header=report.header_value(), diagnosis_json=diagnosis_json)
+        write_key = None
+        if isinstance(facts, PromptFacts) and facts.layout is not None:
+            if facts.steering is not None:
+                self.autopilot.remember(tenant.tenant, facts.steering, facts.layout)
+                diagnosis_json = with_steering(diagnosis_json, facts.steering)
+            head = head_tokens(facts.layout)
+            if head >= MIN_HEAD_TOKENS and report.diagnosis.predicted_read_tokens < head:
+                write_key = head_write_key(facts.layout, prepared.cache_salt)
+        return CacheVerdict(report.header_value(), diagnosis_json, write_key)
 
     def reconcile(self, verdict: CacheVerdict, usage: Usage) -> None:
         reconcile(verdict.diagnosis_json, usage.cache_read_tokens, self.metrics)

@@ -58,6 +58,31 @@ class PnlLine:
 
 
 @dataclass(frozen=True, slots=True)
+class AutopilotLine:
+    """What the cache autopilot did (calls per action) and what it saved, from the diagnoses."""
+
+    relocated: tuple[tuple[str, int], ...] = ()  # kind of value moved -> calls
+    num_tool_args: int = 0  # calls whose tool-call arguments were re-serialised
+    num_fanout_waits: int = 0  # calls that waited behind a fan-out's first write
+    saved_tokens: int = 0  # tokens read that the edits kept readable or a wait did not write
+    saved_usd: Decimal = ZERO
+
+    def plus(self, autopilot: object) -> AutopilotLine:
+        if not isinstance(autopilot, dict):
+            return self
+        kinds = dict(self.relocated)
+        for kind in autopilot.get("relocated") or ():
+            kinds[str(kind)] = kinds.get(str(kind), 0) + 1
+        return AutopilotLine(
+            tuple(sorted(kinds.items())),
+            self.num_tool_args + (1 if autopilot.get("tool_args") else 0),
+            self.num_fanout_waits + (autopilot.get("fanout_wait_ms") is not None),
+            self.saved_tokens + int(autopilot.get("saved_tokens") or 0),
+            self.saved_usd + Decimal(str(autopilot.get("saved_usd") or 0)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class CachePnl:
     since: datetime
     until: datetime
@@ -68,6 +93,7 @@ class CachePnl:
     ttl_choices: tuple[tuple[str, int], ...]  # "5m"/"1h" -> calls whose markers used it
     # the gateway's keep-warm reads (`cache.keep_warm`; door keep_warm), also counted above
     keep_warm: PnlLine = PnlLine(KEEP_WARM)
+    autopilot: AutopilotLine = AutopilotLine()
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +106,7 @@ class _Call:
     cause: str | None
     ttl: str | None
     keep_warm: bool = False
+    autopilot: object = None  # the diagnosis's `autopilot` part
 
 
 def cache_pnl(
@@ -114,6 +141,9 @@ def cache_pnl(
             ttls[c.ttl] += 1
     total = _sum("total", (c.line for c in calls))
     warm = _sum(KEEP_WARM, (c.line for c in calls if c.keep_warm))
+    autopilot = AutopilotLine()
+    for c in calls:
+        autopilot = autopilot.plus(c.autopilot)
     return CachePnl(
         since,
         until,
@@ -123,6 +153,7 @@ def cache_pnl(
         tuple(sorted(lost.items(), key=lambda kv: (-kv[1], kv[0]))),
         tuple(sorted(ttls.items())),
         warm,
+        autopilot,
     )
 
 
@@ -137,10 +168,12 @@ def _call(row: UsageRecord) -> _Call:
         row.cost_usd,
         row.uncached_cost_usd,
     )
-    ttl = None
+    ttl, autopilot = None, None
     if row.cache_diagnosis:
-        choice = orjson.loads(row.cache_diagnosis).get("ttl_choice")
+        diagnosis = orjson.loads(row.cache_diagnosis)
+        choice = diagnosis.get("ttl_choice")
         ttl = choice.get("ttl") if isinstance(choice, dict) else None
+        autopilot = diagnosis.get("autopilot")
     return _Call(
         row.tenant,
         row.session_id or "",
@@ -150,6 +183,7 @@ def _call(row: UsageRecord) -> _Call:
         row.cache_cause,
         ttl,
         row.door == KEEP_WARM,
+        autopilot,
     )
 
 
@@ -206,19 +240,34 @@ def render_pnl(pnl: CachePnl) -> str:
     out += ["", "Cache lifetimes chosen (calls): " + _ttls(pnl)]
     warm = pnl.keep_warm
     out.append(f"Keep-warm reads: {warm.num_calls} calls, cost {warm.cost_usd:.6f}")
+    out.append(render_autopilot(pnl.autopilot))
     check = pnl.total.uncached_cost_usd - pnl.total.cost_usd
     out.append(f"Check: uncached - cost = {check:.6f} = net {pnl.total.net_usd:.6f}")
     return "\n".join(out) + "\n"
 
 
 def render_session_pnl(pnl: CachePnl) -> str:
-    """One session's money in two lines (for `lantern cache explain`)."""
+    """One session's money in two lines (for `lantern cache explain`), and a third with what
+    the autopilot did when it did anything."""
     t = pnl.total
     lost = ", ".join(f"{cause} {money:.6f}" for cause, money in pnl.lost_by_cause) or "-"
-    return (
+    text = (
         f"Cache P&L (USD): saved {t.saved_usd:.6f}, write premiums {t.premium_usd:.6f} "
         f"(unread {t.unread_premium_usd:.6f}), net {t.net_usd:.6f}\n"
         f"Lost to breaks: {t.lost_usd:.6f} ({lost}); lifetimes chosen: {_ttls(pnl)}\n"
+    )
+    if pnl.autopilot != AutopilotLine():
+        text += render_autopilot(pnl.autopilot) + "\n"
+    return text
+
+
+def render_autopilot(a: AutopilotLine) -> str:
+    """What the autopilot did and saved, in one line."""
+    moved = ", ".join(f"{kind} x{n}" for kind, n in a.relocated) or "-"
+    return (
+        f"Autopilot: relocated ({moved}); canonical tool args x{a.num_tool_args}; "
+        f"fan-out waits x{a.num_fanout_waits}; saved {a.saved_usd:.6f} "
+        f"({a.saved_tokens} tokens read instead of written or resent)"
     )
 
 

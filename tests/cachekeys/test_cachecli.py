@@ -155,3 +155,42 @@ def test_cli_explain_reads_the_ledger(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "pass --tenant with one of: acme, globex" in capsys.readouterr().err
     assert cli_explain(argparse.Namespace(session="s2", tenant=None), LedgerSettings(url)) == 0
     assert "Session s2: 1 calls" in capsys.readouterr().out
+
+
+def test_explain_shows_what_the_autopilot_did_and_saved() -> None:
+    def acted(call: int, reason: str, autopilot: dict) -> str:
+        body = json.loads(diag(call, reason, 6000, 6000 if call else 0, 6000 if call else 0))
+        return json.dumps({**body, "autopilot": autopilot})
+
+    at = datetime(2026, 11, 30, 10, 0, 0, tzinfo=UTC)
+    rows = [
+        (at, acted(0, "first_call", {"relocated": ["iso_datetime"], "tool_args": 0})),
+        (
+            at,
+            acted(
+                1,
+                "kept",
+                {
+                    "relocated": ["iso_datetime", "learned"],
+                    "tool_args": 2,
+                    "saved_tokens": 6000,
+                    "saved_usd": 0.0162,
+                },
+            ),
+        ),
+        (
+            at,
+            acted(
+                2,
+                "kept",
+                {"relocated": [], "fanout_wait_ms": 412, "saved_tokens": 6000, "saved_usd": 0.0207},
+            ),
+        ),
+        (at, diag(3, "kept", 6000, 6000, 6000)),
+    ]
+    text = render_explanation("s1", explain_rows(rows))
+    assert text.split("Autopilot:\n", 1)[1] == (
+        "  call 0: relocated iso_datetime\n"
+        "  call 1: relocated iso_datetime,learned; tool args 2; saved 0.016200 (6000 tokens)\n"
+        "  call 2: waited 412 ms for a fan-out's first write; saved 0.020700 (6000 tokens)\n"
+    )

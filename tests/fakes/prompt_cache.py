@@ -29,6 +29,7 @@ OPENAI_MIN_TOKENS = 1024
 OPENAI_INCREMENT = 128
 PRICE_READ = 0.1
 PRICE_WRITE = {"5m": 1.25, "1h": 2.0}
+READ_PREFILL_SHARE = 0.1  # a cached token costs a tenth of a fresh one's prefill time
 
 
 class CacheMarkerError(ValueError):
@@ -47,6 +48,7 @@ class Entry:
     expires_s: float
     tokens: int
     ttl_s: float
+    ready_s: float = 0.0  # readable once the call writing it has prefilled it
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +87,13 @@ class PromptCacheFake:
     openai_ttl_s: float = 1800.0
     entries: dict[bytes, Entry] = field(default_factory=dict)
     calls: list[Accounting] = field(default_factory=list)
+    # > 0: a call's first byte comes after its prefill (`prefill_s`), and what it writes is
+    # readable only from then on, so calls sent together all miss, as at a provider
+    prefill_s_per_token: float = 0.0
+
+    def prefill_s(self, fresh: int, read: int) -> float:
+        """Time to first byte of a call that prefills `fresh` tokens and reads `read`."""
+        return self.prefill_s_per_token * (fresh + READ_PREFILL_SHARE * read)
 
     def account(
         self, wire: str, body: dict[str, Any], prompt_tokens: int, api_key: str = ""
@@ -108,7 +117,7 @@ class PromptCacheFake:
 
     def _alive(self, key: bytes, now: float) -> Entry | None:
         entry = self.entries.get(key)
-        if entry is None or entry.expires_s <= now:
+        if entry is None or entry.expires_s <= now or entry.ready_s > now:
             return None
         return entry
 
@@ -129,10 +138,12 @@ class PromptCacheFake:
         read = blocks[hit].end if hit >= 0 else 0
         minimum = min_tokens_for(model)
         written = [p for p in marked if p > hit and blocks[p].end >= minimum]
+        ready_s = now + self.prefill_s(blocks[-1].end - read if blocks else 0, read)
         for point in written:
             ttl_s = TTL_S[blocks[point].ttl or "5m"]
-            self.entries[_key(scope, blocks[point].digest)] = Entry(
-                now + ttl_s, blocks[point].end, ttl_s
+            self._write(
+                _key(scope, blocks[point].digest),
+                Entry(now + ttl_s, blocks[point].end, ttl_s, ready_s),
             )
         if not written:
             return read, 0, None, 0
@@ -151,10 +162,19 @@ class PromptCacheFake:
             common = block.end
         read = _rounded(common)
         total = _rounded(blocks[-1].end if blocks else 0)
+        ready_s = now + self.prefill_s(total - read, read)
         for block in blocks:
             key = _key(scope, block.digest)
-            self.entries[key] = Entry(now + self.openai_ttl_s, block.end, self.openai_ttl_s)
+            self._write(key, Entry(now + self.openai_ttl_s, block.end, self.openai_ttl_s, ready_s))
         return read, max(total - read, 0), "5m"
+
+    def _write(self, key: bytes, entry: Entry) -> None:
+        """A call writing an entry another call is still prefilling: readable when that one
+        is done."""
+        pending = self.entries.get(key)
+        if pending is not None and pending.expires_s > self.clock():
+            entry.ready_s = min(entry.ready_s, pending.ready_s)
+        self.entries[key] = entry
 
 
 def _check_markers(blocks: list[Block], marked: list[int]) -> None:

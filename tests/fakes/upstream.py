@@ -155,6 +155,7 @@ class FakeUpstreamApp:
     api_key: str | None = None  # when set, requests must carry it (Bearer or x-api-key)
     delay_s: float = 0.0  # before the response starts: drives client timeouts
     chunk_delay_s: float = 0.0  # between stream chunks
+    hold: threading.Event | None = None  # when set: calls are served once it is set
     drop_stream_after: int | None = None  # end streams cleanly after N events, unfinished
     # as an engine with this many batch slots: more calls queue inside it (`delay_s` each)
     max_concurrent: int | None = None
@@ -219,6 +220,8 @@ class FakeUpstreamApp:
                 self._serving -= 1
 
     async def _serve(self, wire: str, body: bytes, headers: dict[str, str], send: Send) -> None:
+        if self.hold is not None:  # a test lets the calls in once they are all where it wants
+            await asyncio.to_thread(self.hold.wait)
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         failure = self._next_failure()
@@ -253,6 +256,9 @@ class FakeUpstreamApp:
             await _respond(send, *refusal)
             return
         resp = self._reply(wire, body, req, api_key)
+        prefill_s = self._prefill_s()
+        if prefill_s:
+            await asyncio.sleep(prefill_s)
         if req.stream:
             slow = _SLOW in _last_user_text(req)
             await self._stream(wire, body, resp, send, SLOW_CHUNK_S if slow else self.chunk_delay_s)
@@ -260,6 +266,16 @@ class FakeUpstreamApp:
             await _respond(send, 200, orjson.dumps(openai_wire.encode_response(resp)))
         else:
             await _respond(send, 200, orjson.dumps(anthropic_wire.encode_response(resp)))
+
+    def _prefill_s(self) -> float:
+        """The last call's prefill time, from a cache that models it (tests.fakes.prompt_cache
+        with `prefill_s_per_token`); read right after `_reply` accounted the call."""
+        prefill_s = getattr(self.cache, "prefill_s", None)
+        calls = getattr(self.cache, "calls", None)
+        if prefill_s is None or not calls:
+            return 0.0
+        last = calls[-1]
+        return float(prefill_s(last.uncached + last.write, last.read))
 
     def _models(self) -> bytes:
         card: dict[str, Any] = {"id": "gpt-4o-mini", "object": "model", "owned_by": "fake"}

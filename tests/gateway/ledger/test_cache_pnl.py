@@ -8,19 +8,20 @@ import dataclasses
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
+import orjson
 import sqlalchemy as sa
 
 from adapters.pricing import Price
 from adapters.types import Usage
 from bench.agent_sessions.autopilot import TraceResult, run_trace
 from bench.agent_sessions.traces import history_edit, pauses, timestamped
-from gateway.core.cache_money import cache_money
+from gateway.core.cache_money import cache_money, with_autopilot_saving
 from gateway.core.models_table import RoutePricing
 from gateway.core.ports import CallRecord
 from gateway.ledger.call_ledger import usage_row
 from gateway.ledger.db import session_factory
 from gateway.ledger.models import USAGE_TABLE
-from gateway.reports.cache_pnl import cache_pnl, render_pnl
+from gateway.reports.cache_pnl import AutopilotLine, cache_pnl, render_autopilot, render_pnl
 from policies.model import TenantPolicy
 
 MODEL = "claude-sonnet-4-5"
@@ -143,3 +144,80 @@ def test_keep_warm_reads_are_their_own_line(engine) -> None:
         str(round(sum(r.cost_usd for r in [*records, read]), 8))
     )
     assert "Keep-warm reads: 1 calls" in render_pnl(pnl)
+
+
+def _acted(session: str, i: int, usage: Usage, diagnosis: dict) -> CallRecord:
+    """A call's ledger row as `call_record` writes it: the autopilot's saving in its diagnosis."""
+    text = orjson.dumps({"tenant": "acme", "expected_prefix_tokens": 0, **diagnosis}).decode()
+    money = cache_money(PRICING, MODEL, usage, text)
+    if money.autopilot_saved_tokens:
+        text = with_autopilot_saving(text, money)
+    return CallRecord(
+        request_id=f"{session}-{i}",
+        attempt=0,
+        tenant="acme",
+        key_id="k",
+        session_id=session,
+        model=MODEL,
+        backend="anthropic",
+        replica=None,
+        status="ok",
+        error_kind=None,
+        usage=usage,
+        cost_usd=PRICING.cost_usd(MODEL, usage),
+        uncached_cost_usd=PRICING.uncached_cost_usd(MODEL, usage),
+        ttft_ms=None,
+        latency_ms=1.0,
+        cache_diagnosis=text,
+        cache_saved_usd=money.saved_usd,
+        cache_premium_usd=money.premium_usd,
+        cache_lost_usd=money.lost_usd,
+        cache_cause=money.cause,
+    )
+
+
+def test_what_the_autopilot_did_and_saved(engine) -> None:
+    moved = {"relocated": ["iso_datetime"], "tool_args": 0}
+    records = [
+        # a timestamped session: relocated from its first call (nothing read yet: nothing saved)
+        _acted("s1", 0, Usage(3, 40, 0, 6000), {"reason": "first_call", "autopilot": moved}),
+        # its follow-up read the prefix the relocation kept: 6,000 x (3.00 - 0.30) $/M
+        _acted(
+            "s1",
+            1,
+            Usage(3, 40, 6000, 1500),
+            {"reason": "kept", "autopilot": {**moved, "tool_args": 1}},
+        ),
+        # a sub-agent that waited behind a fan-out's first write read 20,023 tokens instead of
+        # writing them: 20,023 x (3.75 - 0.30) $/M
+        _acted(
+            "s2",
+            0,
+            Usage(3, 40, 20_023, 22),
+            {"reason": "first_call", "autopilot": {"relocated": [], "fanout_wait_ms": 412}},
+        ),
+    ]
+    rows = [usage_row(r, T0 + timedelta(seconds=i)) for i, r in enumerate(records)]
+    with engine.begin() as connection:
+        connection.execute(sa.insert(USAGE_TABLE), [r.to_values() for r in rows])
+
+    pnl = cache_pnl(session_factory(engine), T0, T0 + timedelta(days=1))
+
+    assert pnl.autopilot == AutopilotLine(
+        relocated=(("iso_datetime", 2),),
+        num_tool_args=1,
+        num_fanout_waits=1,
+        saved_tokens=26_023,
+        saved_usd=Decimal("0.08527935"),
+    )
+    assert orjson.loads(records[2].cache_diagnosis)["autopilot"] == {
+        "relocated": [],
+        "fanout_wait_ms": 412,
+        "saved_tokens": 20_023,
+        "saved_usd": 0.06907935,
+    }
+    assert render_autopilot(pnl.autopilot) == (
+        "Autopilot: relocated (iso_datetime x2); canonical tool args x1; fan-out waits x1; "
+        "saved 0.085279 (26023 tokens read instead of written or resent)"
+    )
+    assert render_autopilot(pnl.autopilot) in render_pnl(pnl)
