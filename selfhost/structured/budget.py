@@ -2,7 +2,8 @@
 closing its structure takes, its mask is narrowed to the tokens that close (a string's quote, a
 `}` or `]`, end of sequence) wherever the grammar allows one, so the JSON ends before `max_tokens`
 instead of being cut. Where the grammar allows no closing token (a required property still to
-come), the mask is left as it is.
+come), a separator (`,` `:`) is preferred to a value, then the shortest values; where it allows
+none of these either, the mask is left as it is.
 
 No torch here: the token set is built once per tokenizer, the masks apply it (masks.py).
 """
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 
 CLOSING_CHARS = frozenset('"]}')
 SHORT_VALUES = frozenset(['"', '""', "true", "false", "null", "[]", "{}"])
+SEPARATORS = frozenset([",", ":"])
 # Closing tokens beyond the grammar's fixed tail: a quote and a bracket per nesting level of a
 # typical agent schema, and a few tokens of slack for a value that must be finished first.
 JSON_CLOSE_RESERVE = 8
@@ -23,29 +25,39 @@ QUOTE, BACKSLASH = ord('"'), ord("\\")
 @dataclass(frozen=True)
 class ClosingTokens:
     """`quote`: tokens that end a string (a quote first, then only closing characters);
-    `bracket`: tokens that end an object or array (`}` or `]` first); `value`: the shortest
-    values, for where a value must come first (a digit, `""`, `true`, `false`, `null`, `[]`,
-    `{}`, or a quote that the next step closes). Each holds EOS. Inside a string a `}` is text,
-    so which set closes depends on where the JSON is (`JsonLexState`)."""
+    `bracket`: tokens that end an object or array (`}` or `]` first); `separator`: a `,` or
+    `:` alone, for where a required property must come first (before `value`: after a digit
+    the value set would grow the number instead); `value`: the shortest values, for where a
+    value must come first (a digit, `""`, `true`, `false`, `null`, `[]`, `{}`, or a quote that
+    the next step closes). Each holds EOS. Inside a string a `}` is text, so which set closes
+    depends on where the JSON is (`JsonLexState`)."""
 
     quote: tuple[int, ...]
     bracket: tuple[int, ...]
     value: tuple[int, ...] = ()
+    separator: tuple[int, ...] = ()
 
 
 def closing_tokens(
     decode: Callable[[int], str], vocab_size: int, eos_token_ids: Iterable[int]
 ) -> ClosingTokens:
     eos = {i for i in eos_token_ids if 0 <= i < vocab_size}
-    quote, bracket, value = set(eos), set(eos), set(eos)
+    quote, bracket, value, separator = set(eos), set(eos), set(eos), set(eos)
     for token_id in range(vocab_size):
         text = decode(token_id).strip()
         if text in SHORT_VALUES or (text.isascii() and text.isdigit()):
             value.add(token_id)
+        if text in SEPARATORS:
+            separator.add(token_id)
         if not text or not set(text) <= CLOSING_CHARS:
             continue
         (quote if text[0] == '"' else bracket).add(token_id)
-    return ClosingTokens(tuple(sorted(quote)), tuple(sorted(bracket)), tuple(sorted(value)))
+    return ClosingTokens(
+        tuple(sorted(quote)),
+        tuple(sorted(bracket)),
+        tuple(sorted(value)),
+        tuple(sorted(separator)),
+    )
 
 
 class JsonLexState:

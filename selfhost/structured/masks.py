@@ -45,7 +45,10 @@ class MaskFiller:
         # by "inside a string": the sets to narrow to, the first the grammar allows
         self._closing = {
             True: [_token_set(closing.quote, vocab_size)],
-            False: [_token_set(t, vocab_size) for t in (closing.bracket, closing.value)],
+            False: [
+                _token_set(t, vocab_size)
+                for t in (closing.bracket, closing.separator, closing.value)
+            ],
         }
         self._executor = llguidance.LLExecutor(num_threads)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="selfhost-masks")
