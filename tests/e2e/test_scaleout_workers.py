@@ -144,7 +144,8 @@ def test_two_workers_share_the_port_and_the_session_affinity(
             recalled[r.headers["x-lantern-worker"]] = float(found.group(1)) if found else 0.0
             if len(recalled) == 2:
                 break
-        shared = redis.Redis.from_url(redis_url).hgetall(f"{redis_prefix}aff:acme:acme:s-1")  # tenant, then the scoped key
+        # the tenant, then the tenant-scoped session key
+        shared = redis.Redis.from_url(redis_url).hgetall(f"{redis_prefix}aff:acme:acme:s-1")
     finally:
         stop_processes([proc], timeout_s=30)
         delete_prefix(redis_url, redis_prefix)
