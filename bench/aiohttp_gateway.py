@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from adapters.backends.aiohttp_upstream import AiohttpPool
+from adapters.http.aiohttp_pool import AiohttpPool
 from gateway import wiring
 from gateway.http.app import serve
 from gateway.settings import load_settings

@@ -21,9 +21,9 @@ import httpx
 from adapters import anthropic_wire, openai_wire
 from adapters.backend import Backend, BackendCall
 from adapters.backends import BackendSpec, build_backend
-from adapters.backends.aiohttp_upstream import AiohttpPool
-from adapters.backends.http_upstream import HttpxPool
-from adapters.http1.connection import Http1Pool
+from adapters.http.aiohttp_pool import AiohttpPool
+from adapters.http.http1.connection import Http1Pool
+from adapters.http.upstream import HttpxPool
 from adapters.openai_wire_stream import OpenAIStreamDecoder, OpenAIStreamEncoder
 from adapters.types import TextDelta
 from bench._procs import PY, free_port, start, stop

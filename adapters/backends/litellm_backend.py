@@ -13,7 +13,6 @@ from typing import Any
 
 from adapters import openai_wire
 from adapters.backend import BackendCall, EmbeddingReply
-from adapters.backends.http_upstream import parse_retry_after
 from adapters.backends.spec import BackendSpec
 from adapters.errors import (
     ProviderRateLimited,
@@ -23,6 +22,7 @@ from adapters.errors import (
     UpstreamError,
     WireFormatError,
 )
+from adapters.http.upstream import parse_retry_after
 from adapters.openai_wire_embeddings import embeddings_reply
 from adapters.openai_wire_stream import OpenAIStreamDecoder
 from adapters.pricing import import_litellm_offline

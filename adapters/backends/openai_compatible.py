@@ -14,10 +14,10 @@ import orjson
 
 from adapters import openai_wire
 from adapters.backend import BackendCall, EmbeddingReply, HealthCheck, RelayedChunk
-from adapters.backends.http_upstream import HTTPClient
 from adapters.backends.openai_responses import ResponsesUpstream
 from adapters.backends.spec import SALTED_ENGINES, TOP_K_ENGINES, BackendSpec
 from adapters.errors import ProviderUnavailable
+from adapters.http.upstream import HTTPClient
 from adapters.openai_wire_relay import OpenAIRelay
 from adapters.openai_wire_stream import OpenAIStreamDecoder
 from adapters.types import ChatResponse, StreamEvent, WireFormat

@@ -12,8 +12,8 @@ from typing import Any
 import orjson
 
 from adapters.backend import BackendCall, RelayedChunk
-from adapters.backends.http_upstream import HTTPClient
 from adapters.errors import ProviderUnavailable
+from adapters.http.upstream import HTTPClient
 from adapters.responses_wire_native import ResponsesRelay, decode_reply
 from adapters.types import JSON, ChatResponse
 

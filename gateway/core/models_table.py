@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 
 from adapters.backends.factory import build_backend
-from adapters.backends.http_upstream import HTTPClient
 from adapters.backends.spec import BackendSpec
+from adapters.http.upstream import HTTPClient
 from adapters.pricing import (
     CACHE_WRITE_1H_FACTOR,
     CACHE_WRITE_FACTOR,

@@ -13,9 +13,9 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
 from adapters.backends.bedrock import BedrockBackend
-from adapters.backends.http_upstream import HttpxPool
 from adapters.backends.openai_compatible import OpenAICompatibleBackend
 from adapters.backends.spec import BackendSpec
+from adapters.http.upstream import HttpxPool
 from adapters.types import ChatRequest, Message, TextPart, Usage
 from gateway.core.calls import session_key
 from gateway.core.pipeline import IncomingCall, Pipeline, PipelineParts

@@ -15,16 +15,16 @@ import pytest
 from adapters import openai_wire
 from adapters.backend import Backend, BackendCall, serves_embeddings
 from adapters.backends import BackendSpec, build_backend
-from adapters.backends.aiohttp_upstream import AiohttpPool
 from adapters.backends.anthropic_native import messages_url
-from adapters.backends.http_upstream import HttpxPool, parse_retry_after
 from adapters.errors import (
     ProviderRateLimited,
     ProviderRejected,
     ProviderTimeout,
     ProviderUnavailable,
 )
-from adapters.http1.connection import Http1Pool
+from adapters.http.aiohttp_pool import AiohttpPool
+from adapters.http.http1.connection import Http1Pool
+from adapters.http.upstream import HttpxPool, parse_retry_after
 from adapters.types import (
     ChatResponse,
     PublicHead,

@@ -15,7 +15,6 @@ import pytest
 from adapters import anthropic_wire, openai_wire
 from adapters.backend import Backend, BackendCall, serves_embeddings
 from adapters.backends import BackendSpec, build_backend
-from adapters.backends.http_upstream import HttpxPool
 from adapters.errors import (
     ProviderRateLimited,
     ProviderRejected,
@@ -23,6 +22,7 @@ from adapters.errors import (
     ProviderUnavailable,
     WireFormatError,
 )
+from adapters.http.upstream import HttpxPool
 from adapters.types import StreamEnd, TextDelta, TextPart, ToolCallStart, ToolUsePart, Usage
 from tests.fakes.embeddings import FakeEmbeddings, vector
 from tests.fakes.upstream import FakeUpstream

@@ -13,7 +13,7 @@ import pytest
 from adapters import anthropic_wire, openai_wire
 from adapters.backends import BackendSpec, build_backend
 from adapters.backends.bedrock import encode_converse
-from adapters.backends.http_upstream import HttpxPool
+from adapters.http.upstream import HttpxPool
 from adapters.types import JSON, WireFormat
 from gateway.core.ports import Candidate, ModelRoute
 from gateway.core.translation import check_translatable

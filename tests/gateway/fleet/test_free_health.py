@@ -11,8 +11,8 @@ import random
 import httpx
 
 from adapters.backends.factory import build_backend
-from adapters.backends.http_upstream import HttpxPool
 from adapters.backends.spec import BackendSpec
+from adapters.http.upstream import HttpxPool
 from gateway.core.ports import Candidate, ModelRoute
 from gateway.fleet.routing_port import Fleet, FleetConfig
 from tests.fakes.upstream import FakeUpstream

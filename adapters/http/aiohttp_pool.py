@@ -9,7 +9,7 @@ from typing import Any
 
 import aiohttp
 
-from adapters.backends.http_upstream import (
+from adapters.http.upstream import (
     ReadsAsEvents,
     Upstream,
     json_reply,

@@ -17,8 +17,8 @@ from typing import cast
 
 import httptools
 
-from adapters.backends.aiohttp_upstream import AiohttpPool
-from adapters.backends.http_upstream import Upstream
+from adapters.http.aiohttp_pool import AiohttpPool
+from adapters.http.upstream import Upstream
 
 MAX_BUFFERED_BYTES = 1 << 20  # unread body past this pauses the socket until the reader catches up
 
@@ -224,7 +224,7 @@ class Http1Pool:
 
     def upstream(self, backend: str, url: str, headers: Mapping[str, str]) -> Upstream:
         """Our HTTP/1.1 client for a plain `http://` URL, aiohttp (`tls`) for every other."""
-        from adapters.http1.upstream import Http1Upstream, is_plain_http
+        from adapters.http.http1.upstream import Http1Upstream, is_plain_http
 
         if is_plain_http(url):
             return Http1Upstream(backend, self, url, headers)

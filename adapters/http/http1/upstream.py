@@ -1,5 +1,5 @@
 """The upstream endpoint of a plain `http://` URL (a self-hosted engine: the bundled one, vLLM,
-SGLang) over our own keep-alive connections (`adapters.http1.connection`). Per POST of an agent-sized body,
+SGLang) over our own keep-alive connections (`adapters.http.http1.connection`). Per POST of an agent-sized body,
 a third of aiohttp's CPU with caches cold between calls (~130 against ~450 µs at 100 calls/s):
 that CPU is on the call's critical path. Same port, same timeouts and error mapping as
 `AiohttpUpstream` (which still serves `https://`); knows no wire schema.
@@ -13,13 +13,13 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from adapters.backends.http_upstream import (
+from adapters.http.http1.connection import Http1Connection, Http1Pool
+from adapters.http.upstream import (
     ReadsAsEvents,
     json_reply,
     status_error,
     transport_error,
 )
-from adapters.http1.connection import Http1Connection, Http1Pool
 from adapters.sse import SSEParser, SSEvent
 
 # aiohttp's rule (RFC 9110 5.5): no control characters but tab in a header name or value

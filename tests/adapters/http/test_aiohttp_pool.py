@@ -7,7 +7,7 @@ import asyncio
 from adapters import openai_wire
 from adapters.backend import BackendCall
 from adapters.backends import BackendSpec, build_backend
-from adapters.backends.aiohttp_upstream import AiohttpPool
+from adapters.http.aiohttp_pool import AiohttpPool
 from adapters.types import TextPart
 from tests.fakes.upstream import FakeUpstream
 

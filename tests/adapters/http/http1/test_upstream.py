@@ -12,10 +12,10 @@ import orjson
 import pytest
 import uvloop
 
-from adapters.backends.aiohttp_upstream import AiohttpUpstream
 from adapters.errors import ProviderRateLimited, ProviderTimeout, ProviderUnavailable
-from adapters.http1.connection import Http1Pool
-from adapters.http1.upstream import Http1Upstream, is_plain_http
+from adapters.http.aiohttp_pool import AiohttpUpstream
+from adapters.http.http1.connection import Http1Pool
+from adapters.http.http1.upstream import Http1Upstream, is_plain_http
 from tests.fakes.upstream import FakeUpstream
 
 T = TypeVar("T")
