@@ -22,7 +22,7 @@ from adapters import anthropic_wire, openai_wire
 from adapters.backend import Backend, BackendCall
 from adapters.backends import BackendSpec, build_backend
 from adapters.http.aiohttp_pool import AiohttpPool
-from adapters.http.http1.connection import Http1Pool
+from adapters.http.http1.pool import Http1Pool
 from adapters.http.upstream import HttpxPool
 from adapters.openai_wire_stream import OpenAIStreamDecoder, OpenAIStreamEncoder
 from adapters.types import TextDelta

@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from adapters.http.http1.connection import Http1Pool
+from adapters.http.http1.pool import Http1Pool
 from gateway.apikeys.keyring import KeyChain, Keyring
 from gateway.core.admission import Admission
 from gateway.core.engine_tokens import EngineTokenizers

@@ -23,7 +23,7 @@ from adapters.errors import (
     ProviderUnavailable,
 )
 from adapters.http.aiohttp_pool import AiohttpPool
-from adapters.http.http1.connection import Http1Pool
+from adapters.http.http1.pool import Http1Pool
 from adapters.http.upstream import HttpxPool, parse_retry_after
 from adapters.types import (
     ChatResponse,

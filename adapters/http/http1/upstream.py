@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from adapters.http.http1.connection import Http1Connection, Http1Pool
+from adapters.http.http1.connection import ConnectionSource, Http1Connection
 from adapters.http.upstream import (
     ReadsAsEvents,
     json_reply,
@@ -50,7 +50,9 @@ class Http1Upstream(ReadsAsEvents):
     """POSTs to one `http://` URL through the shared `Http1Pool`, with a per-call timeout (for
     SSE: `timeout_s` bounds the connect and each read)."""
 
-    def __init__(self, backend: str, pool: Http1Pool, url: str, headers: Mapping[str, str]) -> None:
+    def __init__(
+        self, backend: str, pool: ConnectionSource, url: str, headers: Mapping[str, str]
+    ) -> None:
         if not is_plain_http(url):
             raise ValueError(f"backend {backend}: Http1Upstream serves http:// URLs, not {url!r}")
         parts = urlsplit(url)

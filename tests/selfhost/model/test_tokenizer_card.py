@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from adapters import anthropic_wire, openai_wire
-from adapters.http.http1.connection import Http1Pool
+from adapters.http.http1.pool import Http1Pool
 from adapters.types import ChatRequest
 from gateway.core.engine_prompt import engine_prompt
 from gateway.core.engine_tokens import ChatPromptCounter, bound

@@ -14,7 +14,7 @@ import uvloop
 
 from adapters.errors import ProviderRateLimited, ProviderTimeout, ProviderUnavailable
 from adapters.http.aiohttp_pool import AiohttpUpstream
-from adapters.http.http1.connection import Http1Pool
+from adapters.http.http1.pool import Http1Pool
 from adapters.http.http1.upstream import Http1Upstream, is_plain_http
 from tests.fakes.upstream import FakeUpstream
 
