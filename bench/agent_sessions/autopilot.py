@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from adapters import anthropic_wire
 from adapters.tokens import TokenCounter
+from adapters.wire import anthropic as anthropic_wire
 from bench.agent_sessions.hops import SECRET, Clock
 from bench.agent_sessions.ideal import ideal_cost
 from bench.agent_sessions.session import Body

@@ -17,7 +17,7 @@ from adapters.backend import (
     serves_embeddings,
 )
 from adapters.types import JSON, ChatRequest, Usage
-from adapters.wire_json import optional
+from adapters.wire.json_fields import optional
 from gateway.core.calls import IncomingCall, route_for
 from gateway.core.ids import uuid4_hex
 from gateway.core.pipeline import PipelineParts

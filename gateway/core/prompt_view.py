@@ -13,8 +13,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from adapters import anthropic_wire, openai_wire
 from adapters.types import JSON, ChatRequest, Message, TextPart, ToolSpec, WireFormat
+from adapters.wire import anthropic as anthropic_wire
+from adapters.wire import openai as openai_wire
 
 T = TypeVar("T")
 SYSTEM_ROLES = ("system", "developer")

@@ -8,10 +8,10 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping
 
-from adapters.anthropic_wire import output_schema_of
 from adapters.backend import Backend
 from adapters.types import JSON, WireFormat
-from adapters.wire_json import json_schema_of
+from adapters.wire.anthropic import output_schema_of
+from adapters.wire.json_fields import json_schema_of
 from gateway.core.ports import ModelRoute
 from gateway.errors import RequestRejected
 

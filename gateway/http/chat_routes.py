@@ -16,11 +16,12 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
-from adapters import anthropic_wire, openai_wire
-from adapters.anthropic_wire_stream import AnthropicStreamEncoder
 from adapters.backend import RelayedChunk
-from adapters.openai_wire_stream import OpenAIStreamEncoder
 from adapters.types import ChatRequest, StreamEvent, Usage, WireFormat
+from adapters.wire import anthropic as anthropic_wire
+from adapters.wire import openai as openai_wire
+from adapters.wire.anthropic import AnthropicStreamEncoder
+from adapters.wire.openai import OpenAIStreamEncoder
 from gateway.core.pipeline import Admitted, IncomingCall, Pipeline
 from gateway.errors import RequestRejected
 from gateway.http.api_schema import (

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from adapters import anthropic_wire
+from adapters.wire import anthropic as anthropic_wire
 from gateway.core.keep_warm import KeepWarm
 from gateway.core.pipeline import IncomingCall
 from gateway.core.ports import CacheVerdict

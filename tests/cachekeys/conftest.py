@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from adapters import anthropic_wire, openai_wire
 from adapters.types import (
     ChatRequest,
     Message,
@@ -12,6 +11,8 @@ from adapters.types import (
     ToolUsePart,
     WireFormat,
 )
+from adapters.wire import anthropic as anthropic_wire
+from adapters.wire import openai as openai_wire
 from cachekeys.normalise import NormaliseOptions, normalise
 from gateway.core.prompt_view import typed_view
 

@@ -6,9 +6,10 @@ import json
 
 from prometheus_client import CollectorRegistry
 
-from adapters import anthropic_wire, openai_wire
 from adapters.tokens import ENTRY_BYTES, TokenCounter
 from adapters.types import Usage
+from adapters.wire import anthropic as anthropic_wire
+from adapters.wire import openai as openai_wire
 from cachekeys.blockhash import chain_hashes, tenant_salt
 from gateway.core.ports import CacheVerdict
 from gateway.core.prompt_cache import PromptCachePort, TiktokenEncoder

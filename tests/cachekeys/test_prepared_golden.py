@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from adapters import anthropic_wire, openai_wire
+from adapters.wire import anthropic as anthropic_wire
+from adapters.wire import openai as openai_wire
 from gateway.core.prompt_cache import PromptCachePort, TiktokenEncoder, prepare
 from tests.cachekeys import prompt_corpus as corpus
 from tests.cachekeys.prepared_view import prepared_view

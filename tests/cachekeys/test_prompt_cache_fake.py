@@ -5,8 +5,9 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from adapters import anthropic_wire, openai_wire
 from adapters.tokens import TokenCounter
+from adapters.wire import anthropic as anthropic_wire
+from adapters.wire import openai as openai_wire
 from tests.fakes.prompt_cache import Accounting, CacheMarkerError, PromptCacheFake, anthropic_blocks
 from tests.fakes.upstream import FakeUpstream
 

@@ -14,9 +14,10 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adapters import anthropic_wire, openai_wire
 from adapters.tokens import TokenCounter, TokenIdsMemo
 from adapters.types import ChatRequest, Message, TextPart, ToolUsePart
+from adapters.wire import anthropic as anthropic_wire
+from adapters.wire import openai as openai_wire
 from cachekeys.layout import request_blocks
 from cachekeys.session_layout import LayoutEntry, SessionLayoutMemo
 from gateway.core.cache_autopilot import CacheAutopilot, with_steering

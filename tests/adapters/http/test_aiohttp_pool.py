@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
-from adapters import openai_wire
 from adapters.backend import BackendCall
 from adapters.backends import BackendSpec, build_backend
 from adapters.http.aiohttp_pool import AiohttpPool
 from adapters.types import TextPart
+from adapters.wire import openai as openai_wire
 from tests.fakes.upstream import FakeUpstream
 
 HI = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi words:4"}]}

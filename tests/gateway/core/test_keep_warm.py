@@ -13,9 +13,9 @@ from typing import Any
 from opentelemetry.sdk.trace import TracerProvider
 from redis.asyncio import Redis
 
-from adapters import anthropic_wire
 from adapters.backend import BackendCall
 from adapters.types import ChatRequest, ChatResponse, StreamEvent, TextPart, Usage
+from adapters.wire import anthropic as anthropic_wire
 from gateway.core.admission import Admission
 from gateway.core.keep_warm import DOOR, KeepWarm
 from gateway.core.keep_warm_latest import RedisLatestCalls

@@ -9,8 +9,8 @@ import dataclasses
 import threading
 from pathlib import Path
 
-from adapters import openai_wire
 from adapters.types import ChatRequest
+from adapters.wire import openai as openai_wire
 from gateway.core.measure_lane import MeasureLane, measure
 from gateway.core.pipeline import IncomingCall, Pipeline
 from gateway.core.ports import PreparedPrompt

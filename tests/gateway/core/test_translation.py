@@ -10,11 +10,12 @@ from collections.abc import Iterator, Mapping
 import httpx
 import pytest
 
-from adapters import anthropic_wire, openai_wire
 from adapters.backends import BackendSpec, build_backend
 from adapters.backends.bedrock import encode_converse
 from adapters.http.upstream import HttpxPool
 from adapters.types import JSON, WireFormat
+from adapters.wire import anthropic as anthropic_wire
+from adapters.wire import openai as openai_wire
 from gateway.core.ports import Candidate, ModelRoute
 from gateway.core.translation import check_translatable
 from gateway.errors import RequestRejected

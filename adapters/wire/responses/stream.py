@@ -12,8 +12,6 @@ from typing import Any
 
 import orjson
 
-from adapters.responses_wire_items import function_call_item, message_item
-from adapters.responses_wire_reply import finished
 from adapters.sse import frame
 from adapters.types import (
     JSON,
@@ -27,6 +25,8 @@ from adapters.types import (
     ToolCallStart,
     ToolUsePart,
 )
+from adapters.wire.responses.items import function_call_item, message_item
+from adapters.wire.responses.response import finished
 
 
 @dataclass(slots=True)

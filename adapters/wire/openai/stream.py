@@ -12,7 +12,6 @@ from typing import Any
 import orjson
 
 from adapters.errors import ProviderUnavailable, WireFormatError
-from adapters.openai_wire import FINISH_TO_STOP, STOP_TO_FINISH, decode_usage, encode_usage
 from adapters.sse import frame
 from adapters.types import (
     StopReason,
@@ -26,6 +25,7 @@ from adapters.types import (
     ToolCallStart,
     Usage,
 )
+from adapters.wire.openai.request import FINISH_TO_STOP, STOP_TO_FINISH, decode_usage, encode_usage
 
 DONE = b"data: [DONE]\n\n"
 

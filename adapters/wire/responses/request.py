@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from adapters.errors import WireFormatError
-from adapters.responses_wire_items import items_to_messages, normalise_input
 from adapters.types import JSON, ChatRequest, TextPart, ToolSpec
-from adapters.wire_json import expect, optional
+from adapters.wire.json_fields import expect, optional
+from adapters.wire.responses.items import items_to_messages, normalise_input
 
 __all__ = ["ResponsesRequest", "parse_request", "to_chat_request"]
 

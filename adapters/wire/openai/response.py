@@ -14,7 +14,7 @@ import orjson
 
 from adapters.errors import WireFormatError
 from adapters.types import ChatResponse, Choice, ReplyPart, StopReason, TextPart, ToolUsePart, Usage
-from adapters.wire_json import expect
+from adapters.wire.json_fields import expect
 
 FINISH_TO_STOP: dict[str, StopReason] = {
     "stop": "stop",

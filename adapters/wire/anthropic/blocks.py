@@ -21,7 +21,7 @@ from adapters.types import (
     ToolResultPart,
     ToolUsePart,
 )
-from adapters.wire_json import cache_control_at, expect, with_cache_control
+from adapters.wire.json_fields import cache_control_at, expect, with_cache_control
 
 SKIPPED_BLOCKS = frozenset(
     {

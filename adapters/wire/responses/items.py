@@ -22,7 +22,7 @@ from adapters.types import (
     ToolResultPart,
     ToolUsePart,
 )
-from adapters.wire_json import expect
+from adapters.wire.json_fields import expect
 
 _ROLE: dict[str, Role] = {
     "user": "user",

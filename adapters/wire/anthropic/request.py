@@ -9,8 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from adapters.anthropic_wire_blocks import decode_block, decode_simple_blocks, encode_block
-from adapters.anthropic_wire_response import (
+from adapters.errors import WireFormatError
+from adapters.types import JSON, ChatRequest, Message, TextPart, ToolSpec
+from adapters.wire.anthropic.blocks import decode_block, decode_simple_blocks, encode_block
+from adapters.wire.anthropic.response import (
     STOP_FROM_WIRE,
     STOP_TO_WIRE,
     decode_response,
@@ -19,9 +21,7 @@ from adapters.anthropic_wire_response import (
     encode_response,
     encode_usage,
 )
-from adapters.errors import WireFormatError
-from adapters.types import JSON, ChatRequest, Message, TextPart, ToolSpec
-from adapters.wire_json import (
+from adapters.wire.json_fields import (
     cache_control_at,
     expect,
     json_schema_of,

@@ -26,7 +26,7 @@ from adapters.types import (
     ToolUsePart,
     Usage,
 )
-from adapters.wire_json import expect
+from adapters.wire.json_fields import expect
 
 _DONE_EVENTS = frozenset({"response.completed", "response.incomplete"})
 

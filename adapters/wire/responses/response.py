@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from adapters.responses_wire import ResponsesRequest
-from adapters.responses_wire_items import output_items
 from adapters.types import JSON, ChatResponse, StopReason, Usage
+from adapters.wire.responses.items import output_items
+from adapters.wire.responses.request import ResponsesRequest
 
 
 def encode_usage(usage: Usage) -> dict[str, Any]:

@@ -12,8 +12,6 @@ from typing import Any
 
 import orjson
 
-from adapters.anthropic_wire import STOP_FROM_WIRE, STOP_TO_WIRE, encode_usage
-from adapters.anthropic_wire_response import message_id, one_hour_writes
 from adapters.errors import ProviderRateLimited, ProviderUnavailable, UpstreamError, WireFormatError
 from adapters.sse import frame
 from adapters.types import (
@@ -28,6 +26,8 @@ from adapters.types import (
     ToolCallStart,
     Usage,
 )
+from adapters.wire.anthropic.request import STOP_FROM_WIRE, STOP_TO_WIRE, encode_usage
+from adapters.wire.anthropic.response import message_id, one_hour_writes
 
 
 def _usage_update(usage: Usage, wire: dict[str, Any]) -> Usage:

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 
 from adapters.types import ToolSpec
-from adapters.wire_json import cache_control_at, expect
+from adapters.wire.json_fields import cache_control_at, expect
 
 
 def is_typed_tool(tool: Any) -> bool:

@@ -18,10 +18,10 @@ import orjson
 
 from adapters.backend import RelayedChunk
 from adapters.errors import WireFormatError
-from adapters.openai_wire import decode_usage
-from adapters.openai_wire_stream import DONE, OpenAIStreamDecoder
 from adapters.sse import SSEvent, frame
 from adapters.types import StreamEvent
+from adapters.wire.openai.request import decode_usage
+from adapters.wire.openai.stream import DONE, OpenAIStreamDecoder
 
 DONE_DATA = "[DONE]"
 

@@ -11,23 +11,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from adapters.errors import WireFormatError
-from adapters.openai_wire_response import (
-    FINISH_TO_STOP,
-    STOP_TO_FINISH,
-    decode_response,
-    decode_tool_calls,
-    decode_usage,
-    encode_error,
-    encode_response,
-    encode_tool_calls,
-    encode_usage,
-)
-from adapters.openai_wire_tools import (
-    ToolListMemo,
-    decode_tool_list,
-    decode_tools,
-    is_typed_tool,
-)
 from adapters.types import (
     JSON,
     CacheControl,
@@ -40,7 +23,24 @@ from adapters.types import (
     ToolResultPart,
     ToolUsePart,
 )
-from adapters.wire_json import cache_control_at, expect, optional, with_cache_control
+from adapters.wire.json_fields import cache_control_at, expect, optional, with_cache_control
+from adapters.wire.openai.response import (
+    FINISH_TO_STOP,
+    STOP_TO_FINISH,
+    decode_response,
+    decode_tool_calls,
+    decode_usage,
+    encode_error,
+    encode_response,
+    encode_tool_calls,
+    encode_usage,
+)
+from adapters.wire.openai.tools import (
+    ToolListMemo,
+    decode_tool_list,
+    decode_tools,
+    is_typed_tool,
+)
 
 __all__ = [
     "FINISH_TO_STOP",

@@ -11,7 +11,6 @@ from typing import Any
 
 import orjson
 
-from adapters.anthropic_wire_blocks import decode_block, encode_block
 from adapters.types import (
     ChatResponse,
     ReplyPart,
@@ -21,7 +20,8 @@ from adapters.types import (
     ToolUsePart,
     Usage,
 )
-from adapters.wire_json import expect
+from adapters.wire.anthropic.blocks import decode_block, encode_block
+from adapters.wire.json_fields import expect
 
 STOP_FROM_WIRE: dict[str, StopReason] = {
     "end_turn": "stop",
