@@ -1,7 +1,7 @@
-"""Anthropic Messages request JSON <-> canonical ChatRequest; the one import for the format.
+"""Anthropic Messages request JSON <-> canonical ChatRequest.
 
-Pure functions at the JSON edge; no I/O. Blocks live in `anthropic_wire_blocks.py`, responses in
-`anthropic_wire_response.py` (re-exported here), streaming in `anthropic_wire_stream.py`.
+Pure functions at the JSON edge; no I/O. Blocks live in `blocks.py`, responses in `response.py`,
+streaming in `stream.py`; the package's `__init__` is the one import for the format.
 """
 
 from __future__ import annotations
@@ -12,15 +12,6 @@ from typing import Any
 from adapters.errors import WireFormatError
 from adapters.types import JSON, ChatRequest, Message, TextPart, ToolSpec
 from adapters.wire.anthropic.blocks import decode_block, decode_simple_blocks, encode_block
-from adapters.wire.anthropic.response import (
-    STOP_FROM_WIRE,
-    STOP_TO_WIRE,
-    decode_response,
-    decode_usage,
-    encode_error,
-    encode_response,
-    encode_usage,
-)
 from adapters.wire.json_fields import (
     cache_control_at,
     expect,
@@ -32,18 +23,11 @@ from adapters.wire.json_fields import (
 __all__ = [
     "ANTHROPIC_EXTRA_FIELDS",
     "DEFAULT_MAX_TOKENS",
-    "STOP_FROM_WIRE",
-    "STOP_TO_WIRE",
     "decode_message",
     "decode_request",
     "decode_system",
     "decode_tools",
-    "decode_response",
-    "decode_usage",
-    "encode_error",
     "encode_request",
-    "encode_response",
-    "encode_usage",
     "is_typed_tool",
     "output_schema_of",
 ]

@@ -1,7 +1,7 @@
 """Anthropic Messages responses, usage and error bodies <-> canonical types.
 
-Pure functions at the JSON edge; requests live in `anthropic_wire.py`, streams in
-`anthropic_wire_stream.py`.
+Pure functions at the JSON edge; requests live in `request.py`, streams in
+`stream.py`.
 """
 
 from __future__ import annotations

@@ -26,8 +26,13 @@ from adapters.types import (
     ToolCallStart,
     Usage,
 )
-from adapters.wire.anthropic.request import STOP_FROM_WIRE, STOP_TO_WIRE, encode_usage
-from adapters.wire.anthropic.response import message_id, one_hour_writes
+from adapters.wire.anthropic.response import (
+    STOP_FROM_WIRE,
+    STOP_TO_WIRE,
+    encode_usage,
+    message_id,
+    one_hour_writes,
+)
 
 
 def _usage_update(usage: Usage, wire: dict[str, Any]) -> Usage:

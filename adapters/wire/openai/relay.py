@@ -20,7 +20,7 @@ from adapters.backend import RelayedChunk
 from adapters.errors import WireFormatError
 from adapters.sse import SSEvent, frame
 from adapters.types import StreamEvent
-from adapters.wire.openai.request import decode_usage
+from adapters.wire.openai.response import decode_usage
 from adapters.wire.openai.stream import DONE, OpenAIStreamDecoder
 
 DONE_DATA = "[DONE]"

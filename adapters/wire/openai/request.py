@@ -1,7 +1,7 @@
-"""OpenAI chat-completions request JSON <-> canonical ChatRequest; the one import for the format.
+"""OpenAI chat-completions request JSON <-> canonical ChatRequest.
 
-Pure functions at the JSON edge; no I/O. Responses live in `openai_wire_response.py` (re-exported
-here), streaming in `openai_wire_stream.py`.
+Pure functions at the JSON edge; no I/O. Responses live in `response.py`, streaming in
+`stream.py`, tool lists in `tools.py`; the package's `__init__` is the one import for the format.
 Canonical `tool_choice` is None | "auto" | "none" | "required" | {"name": <tool>}.
 """
 
@@ -25,39 +25,20 @@ from adapters.types import (
 )
 from adapters.wire.json_fields import cache_control_at, expect, optional, with_cache_control
 from adapters.wire.openai.response import (
-    FINISH_TO_STOP,
-    STOP_TO_FINISH,
-    decode_response,
     decode_tool_calls,
-    decode_usage,
-    encode_error,
-    encode_response,
     encode_tool_calls,
-    encode_usage,
 )
 from adapters.wire.openai.tools import (
     ToolListMemo,
     decode_tool_list,
-    decode_tools,
-    is_typed_tool,
 )
 
 __all__ = [
-    "FINISH_TO_STOP",
     "OPENAI_EXTRA_FIELDS",
-    "STOP_TO_FINISH",
-    "ToolListMemo",
     "decode_message",
     "decode_request",
-    "decode_response",
-    "decode_tools",
-    "decode_usage",
-    "encode_error",
     "encode_request",
-    "encode_response",
-    "encode_usage",
     "include_usage",
-    "is_typed_tool",
     "split_system",
 ]
 

@@ -1,7 +1,7 @@
 """OpenAI chat-completion responses, usage and error bodies <-> canonical types.
 
-Pure functions at the JSON edge; requests live in `openai_wire.py`, streams in
-`openai_wire_stream.py`.
+Pure functions at the JSON edge; requests live in `request.py`, streams in
+`stream.py`.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from adapters.types import (
     ToolCallStart,
     Usage,
 )
-from adapters.wire.openai.request import FINISH_TO_STOP, STOP_TO_FINISH, decode_usage, encode_usage
+from adapters.wire.openai.response import FINISH_TO_STOP, STOP_TO_FINISH, decode_usage, encode_usage
 
 DONE = b"data: [DONE]\n\n"
 

@@ -1,8 +1,8 @@
 """OpenAI Responses API request JSON -> canonical ChatRequest; the request half of the format.
 
 Pure functions at the JSON edge; no I/O. Input items become canonical messages here, the reply
-object and its stream are in `responses_wire_reply.py` and `responses_wire_stream.py`. Every
-field the gateway cannot honour is a WireFormatError naming it, never silently dropped.
+object and its stream are in `response.py` and `stream.py`. Every field the gateway cannot honour
+is a WireFormatError naming it, never silently dropped.
 """
 
 from __future__ import annotations

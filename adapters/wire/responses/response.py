@@ -1,7 +1,7 @@
 """The Responses API reply object (`{"object": "response", ...}`) and its usage block.
 
 Pure functions at the JSON edge: the envelope echoes the request's settings, as OpenAI's does;
-the stream encoder (`responses_wire_stream.py`) builds its `response.*` events on it.
+the stream encoder (`stream.py`) builds its `response.*` events on it.
 """
 
 from __future__ import annotations
