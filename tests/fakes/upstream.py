@@ -41,6 +41,7 @@ from adapters.types import (
 from adapters.wire import anthropic as anthropic_wire
 from adapters.wire import openai as openai_wire
 from adapters.wire.anthropic import AnthropicStreamEncoder
+from adapters.wire.codec import codec_for
 from adapters.wire.openai import OpenAIStreamEncoder
 from tests.fakes.responses_api import serve_responses
 
@@ -247,7 +248,7 @@ class FakeUpstreamApp:
     async def _complete(self, wire: str, raw: bytes, send: Send, api_key: str = "") -> None:
         try:
             body = orjson.loads(raw)
-            codec = openai_wire if wire == "openai" else anthropic_wire
+            codec = codec_for(wire)
             req = codec.decode_request(body)
         except (orjson.JSONDecodeError, WireFormatError) as exc:
             await _respond(send, 400, _error_body(wire, str(exc), "invalid_request_error"))

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from adapters.wire.anthropic.codec import CODEC, AnthropicCodec
 from adapters.wire.anthropic.request import (
     decode_message,
     decode_request,
@@ -22,6 +23,8 @@ from adapters.wire.anthropic.response import (
 from adapters.wire.anthropic.stream import AnthropicStreamDecoder, AnthropicStreamEncoder
 
 __all__ = [
+    "CODEC",
+    "AnthropicCodec",
     "AnthropicStreamDecoder",
     "AnthropicStreamEncoder",
     "decode_message",

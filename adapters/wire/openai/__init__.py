@@ -4,6 +4,7 @@ chunks (`stream`), an OpenAI upstream's stream relayed to an OpenAI client (`rel
 
 from __future__ import annotations
 
+from adapters.wire.openai.codec import CODEC, OpenAICodec
 from adapters.wire.openai.embeddings import embeddings_reply
 from adapters.wire.openai.relay import OpenAIRelay
 from adapters.wire.openai.request import (
@@ -23,6 +24,8 @@ from adapters.wire.openai.stream import OpenAIStreamDecoder, OpenAIStreamEncoder
 from adapters.wire.openai.tools import ToolListMemo, decode_tools, is_typed_tool
 
 __all__ = [
+    "CODEC",
+    "OpenAICodec",
     "OpenAIRelay",
     "OpenAIStreamDecoder",
     "OpenAIStreamEncoder",
