@@ -1,6 +1,6 @@
 """Builds every long-lived part of one gateway process from its settings, and starts/stops them.
 
-The only place that knows concrete classes; the pipeline sees ports (gateway/core/ports.py).
+The only place that knows concrete classes; the pipeline sees ports (gateway/ports.py).
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from adapters.types import JSON, ChatRequest, WireFormat
 from adapters.wire.codec import codec_for
 from gateway.core.identifiers import check_identifiers
-from gateway.core.ports import (
+from gateway.errors import PermissionDenied, RequestRejected, UnknownModel
+from gateway.ports import (
     AdmissionPort,
     CacheVerdict,
     ModelRoute,
@@ -20,7 +21,6 @@ from gateway.core.ports import (
     RoutePlan,
     Ticket,
 )
-from gateway.errors import PermissionDenied, RequestRejected, UnknownModel
 from policies.model import TenantPolicy
 
 DEFAULT_MAX_TOKENS = 4096

@@ -30,9 +30,9 @@ from gateway.backend_settings import (
     PriceOverride,
     SelfhostBackend,
 )
-from gateway.core.ports import Candidate, ModelRoute, Venue
 from gateway.engine_child import EngineChild
 from gateway.fleet.routing_port import ReplicaSpec
+from gateway.ports import Candidate, ModelRoute, Venue
 from gateway.settings import Settings
 from routing.types import Prices, TokenPrices
 

@@ -34,9 +34,13 @@ from gateway.core.calls import (
     session_key,
 )
 from gateway.core.fanout import FanoutGate, Lead, with_fanout_wait
-from gateway.core.ids import uuid4_hex
 from gateway.core.measure_lane import MeasureLane, measure
-from gateway.core.ports import (
+from gateway.core.prompt_prepare import scoped_native_body
+from gateway.core.reserve_recall import reserve_recalling
+from gateway.core.stream_tally import StreamTally
+from gateway.core.translation import check_translatable
+from gateway.ids import uuid4_hex
+from gateway.ports import (
     AdmissionPort,
     Attempt,
     Fault,
@@ -47,10 +51,6 @@ from gateway.core.ports import (
     RoutingPort,
     TokenCounting,
 )
-from gateway.core.prompt_prepare import scoped_native_body
-from gateway.core.reserve_recall import reserve_recalling
-from gateway.core.stream_tally import StreamTally
-from gateway.core.translation import check_translatable
 from gateway.telemetry import Telemetry
 
 if TYPE_CHECKING:

@@ -17,11 +17,11 @@ import pytest
 from adapters.wire import anthropic as anthropic_wire
 from gateway.core.keep_warm import KeepWarm
 from gateway.core.pipeline import IncomingCall
-from gateway.core.ports import CacheVerdict
 from gateway.core.prompt_cache import PromptCachePort
 from gateway.fleet.affinity_store import Placement, RedisAffinity
 from gateway.fleet.affinity_sync import SharedAffinity
 from gateway.fleet.shared_link import SharedLink
+from gateway.ports import CacheVerdict
 from tests.cachekeys.test_gateway_prompt_cache import ENCODER, SECRET, Clock, anthropic_body
 from tests.cachekeys.test_gateway_prompt_cache import prepare as prepare_prompt
 from tests.cachekeys.test_gateway_prompt_cache import tenant as cache_tenant

@@ -11,8 +11,8 @@ from adapters.types import Usage
 from adapters.wire import anthropic as anthropic_wire
 from adapters.wire.codec import codec_for
 from cachekeys.blockhash import chain_hashes, tenant_salt
-from gateway.core.ports import CacheVerdict
 from gateway.core.prompt_cache import PromptCachePort, TiktokenEncoder
+from gateway.ports import CacheVerdict
 from policies.model import TenantPolicy
 from tests.fakes.prompt_cache import PromptCacheFake
 

@@ -15,8 +15,8 @@ from adapters.http.upstream import HttpxPool
 from adapters.wire import openai as openai_wire
 from gateway.backend_settings import OpenAICompatibleBackend
 from gateway.core.models_table import build_model_table, shares_provider_cache
-from gateway.core.ports import Candidate
 from gateway.fleet.probe import probe
+from gateway.ports import Candidate
 from gateway.settings import Settings
 from tests.fakes.upstream import FakeUpstream
 

@@ -20,9 +20,9 @@ from gateway.core.admission import Admission
 from gateway.core.keep_warm import DOOR, KeepWarm
 from gateway.core.keep_warm_latest import RedisLatestCalls
 from gateway.core.pipeline import IncomingCall, Pipeline, PipelineParts
-from gateway.core.ports import Candidate, ModelRoute
 from gateway.core.prompt_cache import PromptCachePort
 from gateway.fleet.routing_port import Fleet, FleetConfig
+from gateway.ports import Candidate, ModelRoute
 from gateway.telemetry import Metrics, Telemetry
 from policies.model import TenantPolicy
 from quotas.limits import Limits

@@ -16,9 +16,9 @@ from adapters.http.upstream import HttpxPool
 from adapters.types import JSON, WireFormat
 from adapters.wire import anthropic as anthropic_wire
 from adapters.wire import openai as openai_wire
-from gateway.core.ports import Candidate, ModelRoute
 from gateway.core.translation import check_translatable
 from gateway.errors import RequestRejected
+from gateway.ports import Candidate, ModelRoute
 
 # OpenAI's chat-completions parameters (API reference), each with a value that asks for
 # something; the neutral values (`n: 1`, ...) are checked apart

@@ -13,8 +13,8 @@ import httpx
 from adapters.backends.factory import build_backend
 from adapters.backends.spec import BackendSpec
 from adapters.http.upstream import HttpxPool
-from gateway.core.ports import Candidate, ModelRoute
 from gateway.fleet.routing_port import Fleet, FleetConfig
+from gateway.ports import Candidate, ModelRoute
 from tests.fakes.upstream import FakeUpstream
 from tests.routing.test_router_fleet import Clock, ProbeBackend
 
