@@ -26,7 +26,7 @@ def build_pipeline(
     ledger: LedgerParts,
     telemetry: Telemetry,
     clock: Callable[[], float],
-) -> Pipeline:
+) -> tuple[Pipeline, KeepWarm]:
     pipeline = Pipeline(
         PipelineParts(
             models=models,
@@ -42,5 +42,6 @@ def build_pipeline(
         )
     )
     # tenants with cache.keep_warm: their paused sessions' entries, read before they expire
-    pipeline.keep_warm = KeepWarm(pipeline, prompt.prompts.autopilot, clock)
-    return pipeline
+    warm = KeepWarm(pipeline, prompt.prompts.autopilot, clock)
+    pipeline.observers.append(warm)
+    return pipeline, warm

@@ -22,6 +22,7 @@ from adapters.http.http1.pool import Http1Pool
 from gateway.apikeys.keyring import KeyChain, Keyring
 from gateway.core.admission import Admission
 from gateway.core.engine_tokens import EngineTokenizers
+from gateway.core.keep_warm import KeepWarm
 from gateway.core.keep_warm_latest import RedisLatestCalls
 from gateway.core.measure_lane import MeasureLane
 from gateway.core.models_table import (
@@ -73,6 +74,7 @@ class GatewayProcess:
     admin_views: dict[str, JsonView]
     tools_router: ToolsRouter | None = None
     mcp_door: McpDoor | None = None  # /mcp (gateway/mcp)
+    keep_warm: KeepWarm | None = None  # cache.keep_warm reads, told of calls by the pipeline
     response_store: ResponseStore = field(default_factory=lambda: MemoryResponseStore(3600, 1000))
     lookup: KeyChain | None = None  # YAML keys, then keys issued over /admin/keys
     keyring: Keyring | None = None
@@ -127,7 +129,7 @@ def _add_shared_state(
     process.replay = replay.service
     process.on_start.append(replay.start)
     process.on_stop.append(replay.stop)
-    warm = process.pipeline.keep_warm
+    warm = process.keep_warm
     if settings.redis_url and warm is not None:
         latest = RedisLatestCalls.from_url(settings.redis_url)
         warm.latest = latest
@@ -272,9 +274,11 @@ def build_components(
     ledger = build_ledger(settings, admission, metrics)
     prompt = build_prompt_parts(settings, models, metrics, clock)
     fleet = build_fleet(settings, models, pricing, clock, metrics.registry)
-    pipeline = build_pipeline(models, pricing, admission, prompt, fleet, ledger, telemetry, clock)
+    pipeline, warm = build_pipeline(
+        models, pricing, admission, prompt, fleet, ledger, telemetry, clock
+    )
     views = build_admin_views(settings, policies, ledger.engine)
-    process = GatewayProcess(pipeline, policies, models, metrics, views)
+    process = GatewayProcess(pipeline, policies, models, metrics, views, keep_warm=warm)
     process.readiness_checks.extend(ledger.checks)
     lookup = _add_keyring(process, ledger.engine)
     _add_tools(process, settings, lookup, ledger.ledger, admission.store, clock)
@@ -348,7 +352,7 @@ async def _start_fleet(
         await fleet.run_health_checks(health_interval_s)
 
     process.tasks.append(asyncio.create_task(health_loop()))
-    if (warm := process.pipeline.keep_warm) is not None and process.lookup is not None:
+    if (warm := process.keep_warm) is not None and process.lookup is not None:
         warm.policy_for = process.lookup.policy_for_key_id  # the key and policy as they are now
         process.tasks.append(asyncio.create_task(warm.run()))  # cache.keep_warm reads
     if parts.scraper is not None:  # engine load, off the request path

@@ -112,9 +112,10 @@ async def session_call(world: World, name: str, first: str) -> None:
 def test_one_tenant_past_the_keep_warm_bound_keeps_the_others_sessions() -> None:
     async def main() -> None:
         world = World()
-        world.warm = world.pipeline.keep_warm = KeepWarm(
+        world.warm = KeepWarm(
             world.pipeline, world.prompts.autopilot, world.clock, max_sessions=MAX_ENTRIES
         )
+        world.pipeline.observers.append(world.warm)
         await session_call(world, "acme", "Fix the flaky login test.")
         for n in range(MAX_ENTRIES + 10):
             await session_call(world, "globex", f"Task {n}: rename the module.")

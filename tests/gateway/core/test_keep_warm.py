@@ -101,7 +101,7 @@ class World:
         self.pipeline = Pipeline(services)
         self.warm = KeepWarm(self.pipeline, self.prompts.autopilot, self.clock)
         self.thinking: dict[str, Any] | None = None
-        self.pipeline.keep_warm = self.warm
+        self.pipeline.observers.append(self.warm)
 
     async def call(self, tenant: TenantPolicy, turns: int) -> Accounting:
         messages: list[dict[str, Any]] = []
