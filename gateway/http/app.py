@@ -44,6 +44,7 @@ from gateway.http.request_body import BodyLimits
 from gateway.http.responses_routes import ResponsesRoutes, build_responses_router
 from gateway.http.responses_schema import ResponsesCreateRequest
 from gateway.http.tools_routes import ToolRunBody
+from gateway.http.workers import supervise
 from gateway.responses.turns import Turns
 from gateway.settings import Settings
 from gateway.wiring import GatewayProcess, build_components
@@ -180,9 +181,7 @@ def serve(settings: Settings, workers: int = 1, components: GatewayProcess | Non
     not given (one process only)."""
     _log_setup("")
     if workers > 1:
-        from gateway.http.workers import supervise
-
-        return supervise(settings, workers)
+        return supervise(settings, workers, run_server)
     return run_server(settings, components=components)
 
 
