@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 
 from adapters.http.aiohttp_pool import AiohttpPool
-from gateway import wiring
 from gateway.http.app import serve
 from gateway.settings import load_settings
+from gateway.wiring import process as wiring
 
 
 def main(argv: list[str] | None = None) -> int:

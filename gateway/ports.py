@@ -1,6 +1,6 @@
 """What the request pipeline needs from the parts below it, as protocols.
 
-The pipeline is written against these; `gateway/wiring.py` fits the real parts to them and the
+The pipeline is written against these; `gateway/wiring/` fits the real parts to them and the
 tests fit fakes. Keeping them here keeps `pipeline.py` free of construction details.
 """
 

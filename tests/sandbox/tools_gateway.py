@@ -1,5 +1,5 @@
 """A real Lantern gateway process with the tools router attached (python -m), for the
-multi-process tests until `gateway/wiring.py` attaches it itself: the lead's settings,
+multi-process tests until `gateway/wiring/` attaches it itself: the lead's settings,
 components, policy store, API-key auth and `create_app`; the tools router as wiring would add it."""
 
 from __future__ import annotations

@@ -1,20 +1,17 @@
 """The request pipeline of one gateway process, and what rides on it: keep-warm reads
-(`cache.keep_warm`, gateway/core/keep_warm.py), whose loop `gateway.wiring` starts and stops."""
+(`cache.keep_warm`, gateway/core/keep_warm.py), whose loop `process.py` starts and stops."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from gateway.core.admission import Admission
 from gateway.core.keep_warm import KeepWarm
 from gateway.core.models_table import ModelTableImpl, RoutePricing
 from gateway.core.pipeline import Pipeline, PipelineParts
 from gateway.telemetry import Telemetry
-
-if TYPE_CHECKING:
-    from gateway.ledger_wiring import LedgerParts
-    from gateway.wiring import FleetParts, PromptParts
+from gateway.wiring.ledger import LedgerParts
+from gateway.wiring.parts import FleetParts, PromptParts
 
 
 def build_pipeline(
