@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from adapters.http.aiohttp_pool import AiohttpPool
-from gateway.http.app import serve
+from gateway.app import serve
 from gateway.settings import load_settings
 from gateway.wiring import process as wiring
 

@@ -39,8 +39,8 @@ from adapters.types import (
 )
 from adapters.wire.openai import OpenAIStreamEncoder, encode_response
 from bench.gateway_overhead import KEY, agent_body, write_lantern_config
+from gateway.app import create_app
 from gateway.core.after_reply import AfterReply
-from gateway.http.app import create_app
 from gateway.settings import load_settings
 
 WORDS = ("The", " quick", " brown", " fox", " jumps", " over", " the", " lazy", " dog")

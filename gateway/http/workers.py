@@ -3,7 +3,7 @@ listening socket with SO_REUSEPORT, so the kernel spreads connections over them 
 worker's share goes to the others; shared decisions go through Redis (`redis_url`).
 
 Owns the supervisor (start, forward SIGTERM, restart a worker that died, wait for the drain);
-what one worker runs is `gateway.http.app.run_server`.
+what one worker runs is `gateway.app.run_server`.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ class WorkerTag:
 
 
 class WorkerRun(Protocol):
-    """What one worker runs (`gateway.http.app.run_server`); a module-level function, so the
+    """What one worker runs (`gateway.app.run_server`); a module-level function, so the
     spawned process can import it by name."""
 
     def __call__(self, settings: Settings, sock: socket.socket, *, name: str) -> int: ...

@@ -11,7 +11,7 @@ import sys
 import uvicorn
 from fastapi import Request
 
-from gateway.http.app import create_app
+from gateway.app import create_app
 from gateway.http.auth import authenticate as authenticate_headers
 from gateway.http.tools_routes import build_tools_router
 from gateway.settings import load_settings

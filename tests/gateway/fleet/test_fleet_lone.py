@@ -13,10 +13,10 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from adapters.types import Usage
 from bench.gateway_overhead import write_lantern_config
+from gateway.app import create_app
 from gateway.core.pipeline import Pipeline, PipelineParts
 from gateway.fleet.routing_port import Fleet, ReplicaSpec
 from gateway.fleet.state import ONLY_CANDIDATE
-from gateway.http.app import create_app
 from gateway.ports import Attempt, Candidate, ModelRoute, RoutePlan
 from gateway.settings import load_settings
 from gateway.telemetry import Metrics, Telemetry
