@@ -60,6 +60,7 @@ check: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/python .ci/import_cycles.py
 	$(BIN)/python .ci/shape_guard.py
 	$(BIN)/python -m bench.request_budget
 	$(BIN)/hadolint --config deploy/.hadolint.yaml deploy/Dockerfile
