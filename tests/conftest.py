@@ -91,12 +91,15 @@ SLOW_TESTS = (
     "sandbox/test_local_runner.py",
     "sandbox/test_run_limits.py",
     "selfhost/engine/test_engine_vs_hf.py",
+    "selfhost/engine/test_step_failures.py",
     "selfhost/engine/test_tenants.py",
     "selfhost/model/test_loader.py",
     "selfhost/model/test_tokenizer.py",
     "selfhost/model/test_tokenizer_card.py::test_local_count_equals_the_engine_count",
     "selfhost/kernels",
     "selfhost/serve/test_server.py",
+    "selfhost/structured/test_grammar_fuzz.py",
+    "selfhost/structured/test_mixed_batch.py",
     "selfhost/structured/test_structured.py",
 )
 _TESTS = Path(__file__).parent
