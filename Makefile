@@ -9,7 +9,7 @@ LC_REQS := tests/mcp/langchain-requirements.txt
 LC_STAMP := $(LC_VENV)/.installed
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: install langchain run test check clean bubblewrap chromium
+.PHONY: install langchain run test test-fast check clean bubblewrap chromium
 
 $(STAMP): pyproject.toml
 	command -v bwrap >/dev/null || $(MAKE) bubblewrap
@@ -46,14 +46,21 @@ chromium:
 run: $(STAMP)
 	$(BIN)/lantern serve --demo
 
+# The whole suite: what CI runs (.ci/run).
 test: install
 	$(BIN)/python -m pytest -q
+
+# The inner loop: units only, no processes, servers, browsers or frameworks (tests/conftest.py
+# lists what is slow, and the slow modules are not even imported).
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not slow"
 
 check: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/python .ci/import_cycles.py
 	$(BIN)/python .ci/shape_guard.py
 	$(BIN)/python -m bench.request_budget
 	$(BIN)/hadolint --config deploy/.hadolint.yaml deploy/Dockerfile

@@ -1,7 +1,7 @@
-"""Report the largest module and function of the packages, and fail past the STYLE.md limits.
+"""Report the largest module and function of the packages, and fail past the size limits.
 
 Limits: a module past 400 lines, a function past 60 lines, a constructor (`__init__`) taking
-more than 8 parameters. The remedy is a cut along concepts, never a squeeze.
+more than 8 parameters. The remedy is a cut along concepts, never a squeeze (docs/architecture.md, CONTRIBUTING.md).
 """
 
 from __future__ import annotations

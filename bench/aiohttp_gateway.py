@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import argparse
 
-from adapters.backends.aiohttp_upstream import AiohttpPool
-from gateway import wiring
-from gateway.http.app import serve
+from adapters.http.aiohttp_pool import AiohttpPool
+from gateway.app import serve
 from gateway.settings import load_settings
+from gateway.wiring import process as wiring
 
 
 def main(argv: list[str] | None = None) -> int:

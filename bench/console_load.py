@@ -25,7 +25,7 @@ import httpx
 import sqlalchemy as sa
 import uvicorn
 
-from gateway.http.app import create_app
+from gateway.app import create_app
 from gateway.ledger.db import create_ledger_engine, migrate
 from gateway.ledger.models import USAGE_TABLE
 from gateway.settings import Settings

@@ -27,8 +27,6 @@ import orjson
 import uvloop
 from starlette.responses import StreamingResponse
 
-from adapters.openai_wire import encode_response
-from adapters.openai_wire_stream import OpenAIStreamEncoder
 from adapters.sse import SSEParser, SSEvent
 from adapters.types import (
     ChatResponse,
@@ -39,9 +37,10 @@ from adapters.types import (
     TextPart,
     Usage,
 )
+from adapters.wire.openai import OpenAIStreamEncoder, encode_response
 from bench.gateway_overhead import KEY, agent_body, write_lantern_config
+from gateway.app import create_app
 from gateway.core.after_reply import AfterReply
-from gateway.http.app import create_app
 from gateway.settings import load_settings
 
 WORDS = ("The", " quick", " brown", " fox", " jumps", " over", " the", " lazy", " dog")

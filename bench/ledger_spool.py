@@ -21,11 +21,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from adapters.types import Usage
-from gateway.core.ports import CallRecord
 from gateway.ledger.call_ledger import CallLedger
 from gateway.ledger.db import create_ledger_engine, migrate
 from gateway.ledger.models import UsageRow
 from gateway.ledger.recorder import RecorderConfig, UsageRecorder
+from gateway.ports import CallRecord
 from gateway.wiring import LEDGER_LINGER_S
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 
 from bench.routing_baselines import PICKERS
+from gateway.app import serve
 from gateway.fleet.routing_port import Fleet
-from gateway.http.app import serve
 from gateway.settings import load_settings
 from gateway.wiring import build_components
 

@@ -38,7 +38,7 @@ import uvloop
 
 from bench._procs import PY, free_port, start, stop
 from bench.gateway_overhead import KEY, agent_body, write_lantern_config
-from gateway.http.app import create_app
+from gateway.app import create_app
 from gateway.settings import load_settings
 from gateway.wiring import build_components
 

@@ -100,11 +100,11 @@ async def affinity_lookup(redis_url: str, n: int) -> Lookup:
     entry; then `Fleet.recall` alone and a PING, for scale."""
     from adapters.types import Usage
     from gateway.core.admission import Admission
-    from gateway.core.ports import Candidate, ModelRoute
     from gateway.core.reserve_recall import reserve_recalling
     from gateway.fleet.affinity_store import Placement
     from gateway.fleet.routing_port import Fleet
     from gateway.fleet.sharing import FleetSharing
+    from gateway.ports import Candidate, ModelRoute
     from policies.limits import LimitsPolicy
     from policies.model import TenantPolicy
     from quotas.redis_store import RedisQuotaStore

@@ -76,7 +76,7 @@ def _is_public_text(public: PublicPrefix, text: str) -> bool:
 def _is_public_flat_tool(public: PublicPrefix, tool: Any) -> bool:
     if not public.has_tools or not isinstance(tool, Mapping):
         return False
-    flat = {  # as the door reads it (adapters/responses_wire.py `_tools`)
+    flat = {  # as the door reads it (adapters/wire/responses/request.py `_tools`)
         "name": tool.get("name", ""),
         "description": tool.get("description") or "",
         "input_schema": tool.get("parameters") or {},

@@ -30,7 +30,7 @@ from gateway.backend_settings import (
     PriceOverride,
     Section,
 )
-from gateway.mcp.settings import McpServerSettings, McpSettings
+from gateway.mcp_settings import McpServerSettings, McpSettings
 from policies.errors import DOCUMENT_FIELD, PolicyFileError, PolicyIssue
 from policies.loader import YamlDocument, issues_from_errors, parse_yaml
 

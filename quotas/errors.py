@@ -7,10 +7,8 @@ Must not know about HTTP: the gateway maps `QuotaExceeded` to 429, `LimitNeverFi
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from quotas.limits import LimitName, WindowUse
+from quotas.limits import Ask, LimitName, Limits, WindowUse, micro_to_usd
 
 
 class QuotaError(Exception):
@@ -77,3 +75,14 @@ class QuotaStoreUnavailable(QuotaError):
         self.store = store
         self.reason = reason
         super().__init__(f"quota store {store} unavailable: {reason}")
+
+
+def check_never_fits(limits: Limits, ask: Ask) -> None:
+    """Raise `LimitNeverFits` when the ask exceeds a limit even with nothing else in use."""
+    if limits.tokens_per_minute is not None and ask.tokens > limits.tokens_per_minute:
+        raise LimitNeverFits("tokens_per_minute", limits.tokens_per_minute, ask.tokens)
+    budget = limits.budget_micro_usd
+    if budget is not None and ask.cost_micro_usd > budget:
+        raise LimitNeverFits(
+            "monthly_budget_usd", micro_to_usd(budget), micro_to_usd(ask.cost_micro_usd)
+        )

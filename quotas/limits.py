@@ -1,6 +1,7 @@
 """The data of admission: limits, what a call asks for, reservations, settlements, usage.
 
-Pure values and the pure rules both stores share (never-fits, period of a budget, money units).
+Pure values and the pure rules both stores share (period of a budget, money units); the
+never-fits rule sits beside the error it raises, in `quotas.errors`.
 """
 
 from __future__ import annotations
@@ -9,8 +10,6 @@ import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
-
-from quotas.errors import LimitNeverFits
 
 StoreDownMode = Literal["fail_open", "fail_closed"]
 LimitName = Literal[
@@ -212,14 +211,3 @@ def budget_period_span(now_ms: int) -> tuple[str, int, int]:
     end = datetime(year, month, 1, tzinfo=UTC)
     name = f"{moment.year:04d}-{moment.month:02d}"
     return name, int(start.timestamp() * 1000), int(end.timestamp() * 1000)
-
-
-def check_never_fits(limits: Limits, ask: Ask) -> None:
-    """Raise `LimitNeverFits` when the ask exceeds a limit even with nothing else in use."""
-    if limits.tokens_per_minute is not None and ask.tokens > limits.tokens_per_minute:
-        raise LimitNeverFits("tokens_per_minute", limits.tokens_per_minute, ask.tokens)
-    budget = limits.budget_micro_usd
-    if budget is not None and ask.cost_micro_usd > budget:
-        raise LimitNeverFits(
-            "monthly_budget_usd", micro_to_usd(budget), micro_to_usd(ask.cost_micro_usd)
-        )

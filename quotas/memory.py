@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Literal
 
-from quotas.errors import QuotaExceeded, ReservationConflict
+from quotas.errors import QuotaExceeded, ReservationConflict, check_never_fits
 from quotas.limits import (
     CONCURRENCY_RETRY_MS,
     Actual,
@@ -26,7 +26,6 @@ from quotas.limits import (
     UsageSnapshot,
     WindowUse,
     budget_period_span,
-    check_never_fits,
     micro_to_usd,
 )
 

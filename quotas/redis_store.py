@@ -16,7 +16,12 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from quotas import lua
-from quotas.errors import QuotaExceeded, QuotaStoreUnavailable, ReservationConflict
+from quotas.errors import (
+    QuotaExceeded,
+    QuotaStoreUnavailable,
+    ReservationConflict,
+    check_never_fits,
+)
 from quotas.limits import (
     CONCURRENCY_RETRY_MS,
     Actual,
@@ -31,7 +36,6 @@ from quotas.limits import (
     UsageSnapshot,
     WindowUse,
     budget_period,
-    check_never_fits,
     micro_to_usd,
 )
 

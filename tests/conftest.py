@@ -10,6 +10,7 @@ import os
 import socket
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -67,3 +68,67 @@ def postgres_url() -> Iterator[str]:
     with admin.begin() as conn:
         conn.execute(sa.text(f"DROP SCHEMA {schema} CASCADE"))
     admin.dispose()
+
+
+# The whole-system suites: every test in these folders starts processes (the gateway, engines,
+# fakes), a browser or an agent framework. `make test-fast` (`-m "not slow"`) skips them.
+SLOW_FOLDERS = ("e2e", "browser", "clients", "bench", "adversarial", "deploy")
+# Modules and tests of the unit folders that start processes or run long.
+SLOW_TESTS = (
+    "adapters/test_fake_upstream.py",
+    "adapters/test_tokens.py::test_bundled_files_work_without_a_cache_dir_set",
+    "cachekeys/test_gateway_e2e.py",
+    "gateway/cli/test_cli.py::test_policy_check_as_a_subprocess",
+    "gateway/ledger/test_ledger_recorder.py::test_spool_survives_a_killed_process",
+    "gateway/ledger/test_ledger_spool.py::test_a_failed_append_leaves_no_half_line_behind",
+    "mcp/test_framework_clients.py",
+    "mcp/test_langchain_client.py",
+    "mcp/test_mcp_adversarial.py",
+    "mcp/test_mcp_door_e2e.py",
+    "quotas/test_quota_processes.py",
+    "sandbox/test_gateway_tools_e2e.py",
+    "sandbox/test_idempotency_processes.py",
+    "sandbox/test_local_runner.py",
+    "sandbox/test_run_limits.py",
+    "selfhost/engine/test_engine_vs_hf.py",
+    "selfhost/engine/test_step_failures.py",
+    "selfhost/engine/test_tenants.py",
+    "selfhost/model/test_loader.py",
+    "selfhost/model/test_tokenizer.py",
+    "selfhost/model/test_tokenizer_card.py::test_local_count_equals_the_engine_count",
+    "selfhost/kernels",
+    "selfhost/serve/test_server.py",
+    "selfhost/structured/test_grammar_fuzz.py",
+    "selfhost/structured/test_mixed_batch.py",
+    "selfhost/structured/test_structured.py",
+)
+_TESTS = Path(__file__).parent
+
+
+def _is_slow(nodeid_in_tests: str) -> bool:
+    if nodeid_in_tests.split("/", 1)[0] in SLOW_FOLDERS:
+        return True
+    return any(
+        nodeid_in_tests == slow or nodeid_in_tests.startswith((slow + "/", slow + "::"))
+        for slow in SLOW_TESTS
+    )
+
+
+def _skips_slow(config: pytest.Config) -> bool:
+    return str(config.getoption("markexpr", "")).replace(" ", "") == "notslow"
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """The fast lane does not even import the slow modules (their imports alone take seconds)."""
+    if not _skips_slow(config) or not collection_path.is_relative_to(_TESTS):
+        return None
+    return True if _is_slow(collection_path.relative_to(_TESTS).as_posix()) else None
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.is_relative_to(_TESTS):
+            where = item.path.relative_to(_TESTS).as_posix()
+            test = item.nodeid.split("::", 1)[1] if "::" in item.nodeid else ""
+            if _is_slow(where) or _is_slow(f"{where}::{test.split('[')[0]}"):
+                item.add_marker(pytest.mark.slow)

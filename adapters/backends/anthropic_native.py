@@ -11,13 +11,13 @@ from typing import Any
 
 import orjson
 
-from adapters import anthropic_wire
-from adapters.anthropic_wire_stream import AnthropicStreamDecoder
 from adapters.backend import BackendCall
-from adapters.backends.http_upstream import HTTPClient
 from adapters.backends.spec import BackendSpec, allowed_betas, forwarded_betas
 from adapters.errors import ProviderUnavailable
+from adapters.http.upstream import HTTPClient
 from adapters.types import ChatResponse, StreamEvent, WireFormat
+from adapters.wire import anthropic as anthropic_wire
+from adapters.wire.anthropic import AnthropicStreamDecoder
 
 DEFAULT_VERSION = "2023-06-01"
 # the Messages fields `/v1/messages/count_tokens` takes (it refuses any other)

@@ -7,9 +7,9 @@ import importlib
 
 from adapters.backend import Backend
 from adapters.backends.anthropic_native import AnthropicBackend
-from adapters.backends.http_upstream import HTTPClient
 from adapters.backends.openai_compatible import OpenAICompatibleBackend
 from adapters.backends.spec import BackendSpec
+from adapters.http.upstream import HTTPClient
 
 
 def build_backend(spec: BackendSpec, *, http: HTTPClient) -> Backend:

@@ -11,9 +11,7 @@ from collections.abc import AsyncIterator, Mapping
 from types import ModuleType
 from typing import Any
 
-from adapters import openai_wire
 from adapters.backend import BackendCall, EmbeddingReply
-from adapters.backends.http_upstream import parse_retry_after
 from adapters.backends.spec import BackendSpec
 from adapters.errors import (
     ProviderRateLimited,
@@ -23,10 +21,11 @@ from adapters.errors import (
     UpstreamError,
     WireFormatError,
 )
-from adapters.openai_wire_embeddings import embeddings_reply
-from adapters.openai_wire_stream import OpenAIStreamDecoder
+from adapters.http.upstream import parse_retry_after
 from adapters.pricing import import_litellm_offline
 from adapters.types import JSON, ChatResponse, StreamEvent, WireFormat
+from adapters.wire import openai as openai_wire
+from adapters.wire.openai import OpenAIStreamDecoder, embeddings_reply
 
 # OpenAI's embeddings fields; LiteLLM maps each to the provider or refuses it
 EMBEDDING_FIELDS = frozenset({"model", "input", "dimensions", "encoding_format", "user"})

@@ -2,7 +2,7 @@
 
 Forwards the client's own JSON when it spoke OpenAI (edits: model, streaming usage, cache
 salt), else encodes the canonical request; streams to an OpenAI client are relayed as the
-upstream framed them (`relay`, adapters/openai_wire_relay.py). Holds no tenant or routing logic.
+upstream framed them (`relay`, adapters/wire/openai/relay.py). Holds no tenant or routing logic.
 """
 
 from __future__ import annotations
@@ -12,15 +12,14 @@ from typing import Any
 
 import orjson
 
-from adapters import openai_wire
 from adapters.backend import BackendCall, EmbeddingReply, HealthCheck, RelayedChunk
-from adapters.backends.http_upstream import HTTPClient
 from adapters.backends.openai_responses import ResponsesUpstream
 from adapters.backends.spec import SALTED_ENGINES, TOP_K_ENGINES, BackendSpec
 from adapters.errors import ProviderUnavailable
-from adapters.openai_wire_relay import OpenAIRelay
-from adapters.openai_wire_stream import OpenAIStreamDecoder
+from adapters.http.upstream import HTTPClient
 from adapters.types import ChatResponse, StreamEvent, WireFormat
+from adapters.wire import openai as openai_wire
+from adapters.wire.openai import OpenAIRelay, OpenAIStreamDecoder
 
 SESSION_HEADER = "x-session-id"
 

@@ -1,6 +1,6 @@
 """The Responses API half of an `openai_compatible` backend declared `responses: native`:
 the Responses door's body forwarded to the upstream's `/responses`, its reply and stream
-passed back as they came (adapters/responses_wire_native.py). Holds no tenant logic; the
+passed back as they came (adapters/wire/responses/relay.py). Holds no tenant logic; the
 gateway keeps conversations itself, so the upstream is always told `store: false`.
 """
 
@@ -12,10 +12,10 @@ from typing import Any
 import orjson
 
 from adapters.backend import BackendCall, RelayedChunk
-from adapters.backends.http_upstream import HTTPClient
 from adapters.errors import ProviderUnavailable
-from adapters.responses_wire_native import ResponsesRelay, decode_reply
+from adapters.http.upstream import HTTPClient
 from adapters.types import JSON, ChatResponse
+from adapters.wire.responses import ResponsesRelay, decode_reply
 
 
 def native_body(

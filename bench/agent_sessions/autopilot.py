@@ -7,14 +7,14 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from adapters import anthropic_wire
 from adapters.tokens import TokenCounter
+from adapters.wire import anthropic as anthropic_wire
 from bench.agent_sessions.hops import SECRET, Clock
 from bench.agent_sessions.ideal import ideal_cost
 from bench.agent_sessions.session import Body
 from bench.agent_sessions.traces import NUM_CALLS, TRACES, Trace
-from gateway.core.ports import CacheVerdict
 from gateway.core.prompt_cache import PromptCachePort, TiktokenEncoder
+from gateway.ports import CacheVerdict
 from policies.model import TenantPolicy
 from tests.fakes.prompt_cache import Accounting, PromptCacheFake
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import httpx
 
-from adapters import anthropic_wire
 from adapters.tokens import TokenCounter
+from adapters.wire import anthropic as anthropic_wire
 from gateway.core.fanout import FanoutGate
 from tests.e2e.harness import RunningGateway, start_gateway, write_config, write_policy
 from tests.fakes.prompt_cache import Accounting, PromptCacheFake

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from adapters import anthropic_wire
 from adapters.tokens import TokenCounter
+from adapters.wire import anthropic as anthropic_wire
 from bench.agent_sessions.session import Body
 from gateway.core.prompt_cache import TiktokenEncoder, prepare
 from policies.cache import CachePolicy, NormalisePolicy

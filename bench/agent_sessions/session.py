@@ -9,8 +9,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from adapters import anthropic_wire
 from adapters.tokens import TokenCounter
+from adapters.wire import anthropic as anthropic_wire
 
 MODEL = "claude-sonnet-4-5"
 NUM_CALLS = 20

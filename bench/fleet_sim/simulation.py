@@ -19,9 +19,9 @@ from bench.fleet_sim.oracle import ORACLES, OracleIndex
 from bench.fleet_sim.state import Replica, Req, Session, SimConfig
 from bench.fleet_trace import SignalError
 from bench.routing_baselines import PICKERS
-from gateway.core.ports import Candidate, ModelRoute, PreparedPrompt
 from gateway.fleet.engine_metrics import EngineLoad
 from gateway.fleet.routing_port import Fleet, FleetConfig, ReplicaSpec
+from gateway.ports import Candidate, ModelRoute, PreparedPrompt
 from policies.model import TenantPolicy
 from policies.routing import RoutingPolicy
 

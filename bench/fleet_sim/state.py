@@ -8,7 +8,7 @@ import random
 from dataclasses import dataclass, field
 
 from bench.fleet_pool import Pool
-from gateway.core.ports import Attempt
+from gateway.ports import Attempt
 
 
 @dataclass(frozen=True)

@@ -255,7 +255,7 @@ def _serve(args: argparse.Namespace) -> int:
     if args.workers < 1:
         print("--workers: at least 1", file=sys.stderr)
         return EXIT_INVALID
-    serve = _lazy("gateway.http.app", "serve", "serve")
+    serve = _lazy("gateway.app", "serve", "serve")
     if serve is None:
         return EXIT_UNAVAILABLE
     try:

@@ -19,8 +19,8 @@ import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from adapters.types import Usage
-from gateway.core.ids import uuid4_hex
 from gateway.core.memo import PerObjectMemo
+from gateway.ids import uuid4_hex
 from gateway.telemetry import LabelChildren
 from policies.limits import LimitsPolicy, TokenWeights
 from policies.model import TenantPolicy

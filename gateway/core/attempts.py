@@ -11,7 +11,7 @@ from adapters.errors import UpstreamError
 from adapters.types import Usage
 from gateway.core.cache_money import cache_money, with_autopilot_saving
 from gateway.core.calls import Admitted
-from gateway.core.ports import Attempt, CallRecord, Fault, Pricing
+from gateway.ports import Attempt, CallRecord, Fault, Pricing
 from gateway.telemetry import CallLabels, CallSpan, Telemetry
 
 

@@ -19,8 +19,8 @@ from cachekeys.diagnosis import (
 )
 from cachekeys.normalise import Edits
 from cachekeys.tenant_table import TenantTable
-from gateway.core.ports import PreparedPrompt
 from gateway.core.prompt_prepare import PromptFacts
+from gateway.ports import PreparedPrompt
 from gateway.telemetry import LabelChildren
 
 MAX_SESSIONS = 100_000

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import orjson
 
 from adapters.types import Usage
-from gateway.core.ports import Pricing
+from gateway.ports import Pricing
 
 # Diagnosis reason -> the P&L's break cause (docs/cache.md, "Cache profit and loss").
 CAUSES = {

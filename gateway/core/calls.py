@@ -9,8 +9,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from adapters.types import JSON, ChatRequest, WireFormat
+from adapters.wire.codec import codec_for
 from gateway.core.identifiers import check_identifiers
-from gateway.core.ports import (
+from gateway.errors import PermissionDenied, RequestRejected, UnknownModel
+from gateway.ports import (
     AdmissionPort,
     CacheVerdict,
     ModelRoute,
@@ -19,7 +21,6 @@ from gateway.core.ports import (
     RoutePlan,
     Ticket,
 )
-from gateway.errors import PermissionDenied, RequestRejected, UnknownModel
 from policies.model import TenantPolicy
 
 DEFAULT_MAX_TOKENS = 4096
@@ -42,7 +43,7 @@ class IncomingCall:
         """The client's route as the ledger and spans name it."""
         if self.door is not None:
             return self.door
-        return "chat.completions" if self.wire == "openai" else "messages"
+        return codec_for(self.wire).door
 
     betas: tuple[str, ...] = ()  # the client's `anthropic-beta` values
 

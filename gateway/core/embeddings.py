@@ -17,12 +17,12 @@ from adapters.backend import (
     serves_embeddings,
 )
 from adapters.types import JSON, ChatRequest, Usage
-from adapters.wire_json import optional
+from adapters.wire.json_fields import optional
 from gateway.core.calls import IncomingCall, route_for
-from gateway.core.ids import uuid4_hex
 from gateway.core.pipeline import PipelineParts
-from gateway.core.ports import CallRecord, Candidate, ModelRoute, TokenCounting
 from gateway.errors import RequestRejected
+from gateway.ids import uuid4_hex
+from gateway.ports import CallRecord, Candidate, ModelRoute, TokenCounting
 from policies.model import TenantPolicy
 
 EMBEDDINGS_SESSION = "embeddings"  # the ledger's session column for calls outside any session

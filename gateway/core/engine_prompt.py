@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from adapters import openai_wire
 from adapters.types import ChatRequest
+from adapters.wire import openai as openai_wire
 
 FALLBACK_KEYS = ("preamble", "postamble", "call_open", "call_close", "result_open", "result_close")
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from gateway.core.ports import PreparedPrompt, PromptPort, TokenCounting
+from gateway.ports import PreparedPrompt, PromptPort, TokenCounting
 
 if TYPE_CHECKING:
     from gateway.core.calls import IncomingCall

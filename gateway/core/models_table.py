@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 
 from adapters.backends.factory import build_backend
-from adapters.backends.http_upstream import HTTPClient
 from adapters.backends.spec import BackendSpec
+from adapters.http.upstream import HTTPClient
 from adapters.pricing import (
     CACHE_WRITE_1H_FACTOR,
     CACHE_WRITE_FACTOR,
@@ -30,9 +30,9 @@ from gateway.backend_settings import (
     PriceOverride,
     SelfhostBackend,
 )
-from gateway.core.ports import Candidate, ModelRoute, Venue
 from gateway.engine_child import EngineChild
 from gateway.fleet.routing_port import ReplicaSpec
+from gateway.ports import Candidate, ModelRoute, Venue
 from gateway.settings import Settings
 from routing.types import Prices, TokenPrices
 

@@ -12,7 +12,7 @@ import dataclasses
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import anyio
 
@@ -34,9 +34,13 @@ from gateway.core.calls import (
     session_key,
 )
 from gateway.core.fanout import FanoutGate, Lead, with_fanout_wait
-from gateway.core.ids import uuid4_hex
 from gateway.core.measure_lane import MeasureLane, measure
-from gateway.core.ports import (
+from gateway.core.prompt_prepare import scoped_native_body
+from gateway.core.reserve_recall import reserve_recalling
+from gateway.core.stream_tally import StreamTally
+from gateway.core.translation import check_translatable
+from gateway.ids import uuid4_hex
+from gateway.ports import (
     AdmissionPort,
     Attempt,
     Fault,
@@ -47,16 +51,15 @@ from gateway.core.ports import (
     RoutingPort,
     TokenCounting,
 )
-from gateway.core.prompt_prepare import scoped_native_body
-from gateway.core.reserve_recall import reserve_recalling
-from gateway.core.stream_tally import StreamTally
-from gateway.core.translation import check_translatable
 from gateway.telemetry import Telemetry
 
-if TYPE_CHECKING:
-    from gateway.core.keep_warm import KeepWarm
+__all__ = ["Admitted", "CallObserver", "IncomingCall", "Pipeline", "PipelineParts"]
 
-__all__ = ["Admitted", "IncomingCall", "Pipeline", "PipelineParts"]
+
+class CallObserver(Protocol):
+    """Told of every call served well, after its settle (keep-warm reads ride on this)."""
+
+    def note(self, adm: Admitted, usage: Usage, backend_kind: str) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +85,7 @@ class Pipeline:
     def __init__(self, services: PipelineParts) -> None:
         self.s = services
         self.after_reply = AfterReply(immediate=not services.defer_bookkeeping)
-        self.keep_warm: KeepWarm | None = None  # told of every call served (cache.keep_warm)
+        self.observers: list[CallObserver] = []  # told of every call served well
         self.fanout = FanoutGate()  # one write per prefix for calls that come together
 
     # --- admission: everything that may still say no ---------------------------------------
@@ -320,8 +323,9 @@ class Pipeline:
         out = Outcome(status, error_kind, usage, ttft_s, cost, self.s.clock(), fault)
         self.s.ledger.record(call_record(adm, t, out, self.s.pricing))  # before the reply completes
         self.after_reply.add(self._close_attempt, adm, t, out)
-        if status == "ok" and self.keep_warm is not None:
-            self.keep_warm.note(adm, usage, t.attempt.candidate.backend.kind)
+        if status == "ok":
+            for observer in self.observers:
+                observer.note(adm, usage, t.attempt.candidate.backend.kind)
 
     def _close_attempt(self, adm: Admitted, t: Try, out: Outcome) -> None:
         self.s.routing.on_complete(t.attempt, out.usage, out.status == "ok", out.fault)

@@ -41,7 +41,6 @@ from gateway.core.cache_diagnosis import (
     reconcile,
 )
 from gateway.core.memo import MAX_ENTRIES, PerObjectMemo
-from gateway.core.ports import CacheVerdict, PreparedPrompt
 from gateway.core.prompt_prepare import (
     Encoder,
     PromptCall,
@@ -53,6 +52,7 @@ from gateway.core.prompt_prepare import (
     salt_for,
 )
 from gateway.core.prompt_view import ToolLists
+from gateway.ports import CacheVerdict, PreparedPrompt
 from policies.cache import CachePolicy
 from policies.model import TenantPolicy
 

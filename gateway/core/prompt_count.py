@@ -16,7 +16,7 @@ from adapters.types import Usage
 from gateway.core.calls import IncomingCall, route_for
 from gateway.core.measure_lane import measure
 from gateway.core.pipeline import PipelineParts
-from gateway.core.ports import ModelRoute, PreparedPrompt
+from gateway.ports import ModelRoute, PreparedPrompt
 
 log = logging.getLogger("lantern.count_tokens")
 

@@ -32,8 +32,8 @@ from cachekeys.normalise import Edits, NormaliseOptions, PublicPrefix, normalise
 from cachekeys.planner import Advice, Steering, default_advice, plan_markers
 from cachekeys.session_layout import LayoutEntry, LayoutKey, LayoutMatch
 from cachekeys.volatile import VolatileMatcher
-from gateway.core.ports import PreparedPrompt
 from gateway.core.prompt_view import ToolLists, typed_view
+from gateway.ports import PreparedPrompt
 from policies.cache import CachePolicy
 
 TTL_S = {"5m": 300.0, "1h": 3600.0}

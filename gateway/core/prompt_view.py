@@ -13,8 +13,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from adapters import anthropic_wire, openai_wire
 from adapters.types import JSON, ChatRequest, Message, TextPart, ToolSpec, WireFormat
+from adapters.wire import anthropic as anthropic_wire
+from adapters.wire import openai as openai_wire
+from adapters.wire.codec import codec_for
 
 T = TypeVar("T")
 SYSTEM_ROLES = ("system", "developer")
@@ -70,7 +72,7 @@ class ToolLists:
 def _tools(
     wire: WireFormat, sent: JSON, edited: JSON, typed: tuple[ToolSpec, ...]
 ) -> tuple[ToolSpec, ...]:
-    codec = openai_wire if wire == "openai" else anthropic_wire
+    codec = codec_for(wire)
     if not edited:
         return ()
     before = [t for t in sent or () if codec.is_typed_tool(t)]

@@ -10,7 +10,7 @@ import asyncio
 import anyio
 
 from adapters.types import Usage
-from gateway.core.ports import AdmissionPort, RoutingPort, Ticket
+from gateway.ports import AdmissionPort, RoutingPort, Ticket
 from policies.model import TenantPolicy
 
 

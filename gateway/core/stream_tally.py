@@ -15,7 +15,7 @@ from adapters.types import (
     ToolUsePart,
     Usage,
 )
-from gateway.core.ports import TokenCounting
+from gateway.ports import TokenCounting
 
 
 class StreamTally:

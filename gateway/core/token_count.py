@@ -16,7 +16,7 @@ from gateway.core.engine_prompt import EnginePrompt, engine_prompt
 from gateway.core.engine_tokens import ChatPromptCounter, EngineTokenizers, bound, card_from_dir
 
 if TYPE_CHECKING:
-    from gateway.core.ports import ModelRoute
+    from gateway.ports import ModelRoute
     from gateway.settings import Settings
 
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping
 
-from adapters.anthropic_wire import output_schema_of
 from adapters.backend import Backend
 from adapters.types import JSON, WireFormat
-from adapters.wire_json import json_schema_of
-from gateway.core.ports import ModelRoute
+from adapters.wire.anthropic import output_schema_of
+from adapters.wire.json_fields import json_schema_of
 from gateway.errors import RequestRejected
+from gateway.ports import ModelRoute
 
 # A field and whether a value of it asks for something the other side cannot do (a neutral
 # value, such as `n: 1` or `parallel_tool_calls: true`, changes nothing and passes).

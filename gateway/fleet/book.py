@@ -9,7 +9,6 @@ import logging
 from collections.abc import Callable
 
 from adapters.types import Usage
-from gateway.core.ports import Attempt, Candidate, Fault, PreparedPrompt
 from gateway.fleet.registry import FleetRegistry
 from gateway.fleet.state import (
     NONSTREAM_SAMPLE_MAX_OUTPUT,
@@ -17,6 +16,7 @@ from gateway.fleet.state import (
     pending_prefills,
     slowest_learned,
 )
+from gateway.ports import Attempt, Candidate, Fault, PreparedPrompt
 from routing.decision import session_after
 from routing.types import replica_key
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from gateway.core.ports import Attempt, RoutePlan
 from gateway.fleet.admission_queue import ReplicaSlots, SlotPool
 from gateway.fleet.registry import FleetRegistry
+from gateway.ports import Attempt, RoutePlan
 from policies.model import TenantPolicy
 from routing.types import replica_key
 

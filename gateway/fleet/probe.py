@@ -12,9 +12,9 @@ import httpx
 
 from adapters.backend import BackendCall, HealthCheck
 from adapters.types import ChatRequest, Message, TextPart
-from gateway.core.ports import Candidate
 from gateway.fleet.engine_metrics import EngineLoad, MetricsError, MetricsUnavailable
 from gateway.fleet.signals import LoadSignals, MetricsSource
+from gateway.ports import Candidate
 
 log = logging.getLogger("lantern.fleet")
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gateway.core.ports import Candidate, ModelRoute
 from gateway.fleet.state import ApiRecord, ReplicaRecord, ReplicaSpec
+from gateway.ports import Candidate, ModelRoute
 from routing.prefix_index import PrefixIndex
 from routing.types import CandidateScore, SessionEntry, replica_key
 

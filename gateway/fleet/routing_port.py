@@ -11,7 +11,6 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from adapters.types import Usage
-from gateway.core.ports import Attempt, Fault, ModelRoute, PreparedPrompt, RoutePlan
 from gateway.fleet.book import LoadBook
 from gateway.fleet.capacity import SlotGate
 from gateway.fleet.engine_metrics import EngineLoad
@@ -29,6 +28,7 @@ from gateway.fleet.state import (
     plan_details,
 )
 from gateway.fleet.window import ContextWindows
+from gateway.ports import Attempt, Fault, ModelRoute, PreparedPrompt, RoutePlan
 from policies.model import TenantPolicy
 from policies.routing import RoutingPolicy
 from routing.decision import choose, lantern_pick

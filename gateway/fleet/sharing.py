@@ -16,13 +16,13 @@ from collections.abc import Callable, MutableMapping
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
-from gateway.core.ports import Attempt, PreparedPrompt
 from gateway.fleet.affinity_store import Placement, RedisAffinity
 from gateway.fleet.affinity_sync import SharedAffinity
 from gateway.fleet.index_feed import IndexFeed
 from gateway.fleet.shared_link import SharedLink
 from gateway.fleet.shared_slots import SharedSlots
 from gateway.fleet.slot_store import RedisSlots
+from gateway.ports import Attempt, PreparedPrompt
 from routing.prefix_index import PrefixIndex
 from routing.types import SessionEntry, replica_key
 

@@ -9,9 +9,9 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from gateway.core.ports import Attempt, Candidate, RoutePlan
 from gateway.fleet.rate import PrefillRate
 from gateway.fleet.signals import Counts
+from gateway.ports import Attempt, Candidate, RoutePlan
 from routing.types import CandidateScore, Decision, ReplicaState, replica_key
 
 # a non-streamed call is a prefill sample only when its answer is at most this many tokens

@@ -14,7 +14,7 @@ from typing import Protocol
 
 import httpx
 
-from gateway.core.ports import Attempt, Candidate, ModelRoute
+from gateway.ports import Attempt, Candidate, ModelRoute
 from routing.types import replica_key
 
 log = logging.getLogger("lantern.fleet")

@@ -15,13 +15,13 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from gateway.core.ports import ModelTable
 from gateway.errors import AuthenticationFailed
 from gateway.http.api_schema import Health, ModelList, OpenAIError, Ready, errors
 from gateway.http.auth import KeyLookup, authenticate, is_admin, presents_token
 from gateway.http.chat_routes import error_response
 from gateway.http.error_shapes import error_body
 from gateway.http.readiness import Readiness
+from gateway.ports import ModelTable
 from gateway.telemetry import Metrics
 
 JsonView = Callable[[Request], Awaitable[Any]]

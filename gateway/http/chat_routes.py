@@ -16,11 +16,10 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
-from adapters import anthropic_wire, openai_wire
-from adapters.anthropic_wire_stream import AnthropicStreamEncoder
 from adapters.backend import RelayedChunk
-from adapters.openai_wire_stream import OpenAIStreamEncoder
-from adapters.types import ChatRequest, StreamEvent, Usage, WireFormat
+from adapters.types import ChatRequest, StreamEvent, WireFormat
+from adapters.wire import openai as openai_wire
+from adapters.wire.codec import codec_for
 from gateway.core.pipeline import Admitted, IncomingCall, Pipeline
 from gateway.errors import RequestRejected
 from gateway.http.api_schema import (
@@ -65,9 +64,7 @@ def decode_call(
             rule="max_messages",
             field="messages",
         )
-    if wire == "openai":
-        return body, openai_wire.decode_request(body, tool_lists)
-    return body, anthropic_wire.decode_request(body)
+    return body, codec_for(wire).decode_request(body, tool_lists)
 
 
 class ChatRoutes:
@@ -105,11 +102,7 @@ class ChatRoutes:
             return error_response(exc, wire, headers)
         # the name the client asked for, as its streams carry it
         response = dataclasses.replace(response, model=call.request.model)
-        encoded = (
-            openai_wire.encode_response(response)
-            if wire == "openai"
-            else anthropic_wire.encode_response(response)
-        )
+        encoded = codec_for(wire).encode_response(response)
         return Response(orjson.dumps(encoded), 200, headers, "application/json")
 
     async def _incoming(self, http: Request, wire: WireFormat) -> IncomingCall:
@@ -134,7 +127,7 @@ class ChatRoutes:
     async def _stream(
         self, adm: Admitted, wire: WireFormat, body: Mapping[str, Any], headers: dict[str, str]
     ) -> Response:
-        encode = _stream_encoder(wire, body, adm)
+        encode = codec_for(wire).stream_encoder(body, adm.call.request.model, adm.prompt_tokens)
         events = self.pipeline.stream(adm)
         try:  # the first event decides between an HTTP error and a 200 stream
             first = await events.__anext__()
@@ -144,18 +137,6 @@ class ChatRoutes:
         return self.stream_reply(
             _sse(first, events, encode, wire), 200, headers, media_type="text/event-stream"
         )
-
-
-def _stream_encoder(
-    wire: WireFormat, body: Mapping[str, Any], adm: Admitted
-) -> Callable[[StreamEvent], bytes]:
-    if wire == "openai":
-        return OpenAIStreamEncoder(
-            include_usage=openai_wire.include_usage(body), model=adm.call.request.model
-        ).encode
-    return AnthropicStreamEncoder(
-        model=adm.call.request.model, start_usage=Usage(input_tokens=adm.prompt_tokens)
-    ).encode
 
 
 async def _sse(
@@ -175,12 +156,7 @@ async def _sse(
         raise
     except Exception as exc:  # the stream already started: report in-band, as providers do
         err = to_http(exc, wire)
-        payload = orjson.dumps(err.body)
-        yield (
-            (b"event: error\ndata: " + payload + b"\n\n")
-            if wire == "anthropic"
-            else (b"data: " + payload + b"\n\n")
-        )
+        yield codec_for(wire).error_event(orjson.dumps(err.body))
     finally:
         await rest.aclose()
 

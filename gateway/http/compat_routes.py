@@ -14,8 +14,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException
 
-from adapters import anthropic_wire
 from adapters.types import ChatRequest, WireFormat
+from adapters.wire import anthropic as anthropic_wire
 from gateway.core.calls import IncomingCall
 from gateway.core.pipeline import Pipeline
 from gateway.core.prompt_count import PromptCounting

@@ -15,10 +15,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from adapters.backend import RelayedChunk
-from adapters.responses_wire_reply import encode_response, envelope
-from adapters.responses_wire_stream import ResponsesStreamEncoder
 from adapters.sse import SSEParser
 from adapters.types import StreamEvent
+from adapters.wire.responses import ResponsesStreamEncoder, encode_response, envelope
 from gateway.core.pipeline import Admitted, Pipeline
 from gateway.http.api_schema import OpenAIError, errors, json_body
 from gateway.http.auth import KeyLookup, authenticate

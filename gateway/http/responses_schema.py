@@ -1,5 +1,5 @@
 """The Responses door's bodies as `/openapi.json` declares them (documentation only: the route
-parses its own bytes with adapters/responses_wire.py, which is the authority)."""
+parses its own bytes with adapters/wire/responses/request.py, which is the authority)."""
 
 from __future__ import annotations
 

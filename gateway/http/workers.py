@@ -3,7 +3,7 @@ listening socket with SO_REUSEPORT, so the kernel spreads connections over them 
 worker's share goes to the others; shared decisions go through Redis (`redis_url`).
 
 Owns the supervisor (start, forward SIGTERM, restart a worker that died, wait for the drain);
-what one worker runs is `gateway.http.app.run_server`.
+what one worker runs is `gateway.app.run_server`.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import socket
 import time
 from multiprocessing.process import BaseProcess
 from types import FrameType
+from typing import Protocol
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -78,23 +79,30 @@ class WorkerTag:
         await self.app(scope, receive, tagged)
 
 
-def worker_main(settings: Settings, number: int) -> None:
-    """One worker process (spawned: nothing of the supervisor's state is inherited)."""
-    from gateway.http.app import run_server
+class WorkerRun(Protocol):
+    """What one worker runs (`gateway.app.run_server`); a module-level function, so the
+    spawned process can import it by name."""
 
-    run_server(settings, reuseport_socket(settings.host, settings.port), name=f"worker-{number}")
+    def __call__(self, settings: Settings, sock: socket.socket, *, name: str) -> int: ...
+
+
+def worker_main(run: WorkerRun, settings: Settings, number: int) -> None:
+    """One worker process (spawned: nothing of the supervisor's state is inherited)."""
+    run(settings, reuseport_socket(settings.host, settings.port), name=f"worker-{number}")
 
 
 class Supervisor:
-    def __init__(self, settings: Settings, num_workers: int) -> None:
-        self._settings, self._num = settings, num_workers
+    def __init__(self, settings: Settings, num_workers: int, run: WorkerRun) -> None:
+        self._settings, self._num, self._run = settings, num_workers, run
         self._ctx = multiprocessing.get_context("spawn")
         self._procs: dict[int, BaseProcess] = {}
         self._stopping = False
 
     def _start(self, number: int) -> None:
         proc = self._ctx.Process(
-            target=worker_main, args=(self._settings, number), name=f"lantern-worker-{number}"
+            target=worker_main,
+            args=(self._run, self._settings, number),
+            name=f"lantern-worker-{number}",
         )
         proc.start()
         self._procs[number] = proc
@@ -139,8 +147,8 @@ class Supervisor:
         return 0 if all(p.exitcode in clean for p in self._procs.values()) else 1
 
 
-def supervise(settings: Settings, num_workers: int) -> int:
+def supervise(settings: Settings, num_workers: int, run: WorkerRun) -> int:
     check_shareable(settings, num_workers)
     # the cache-salt secret, created once here, not raced for by the workers' first calls
     settings.resolve_server_secret()
-    return Supervisor(settings, num_workers).run()
+    return Supervisor(settings, num_workers, run).run()

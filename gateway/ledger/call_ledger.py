@@ -13,9 +13,9 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Protocol
 
-from gateway.core.ids import uuid5_str
-from gateway.core.ports import CallRecord
+from gateway.ids import uuid5_str
 from gateway.ledger.models import CALL_STATUSES, CallStatus, UsageRow, to_money
+from gateway.ports import CallRecord
 
 log = logging.getLogger(__name__)
 ROW_ID_NAMESPACE = uuid.UUID("6d1c4a52-3f0e-4b8e-9a57-0c1f2e9b7d41")

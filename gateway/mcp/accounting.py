@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from adapters.types import Usage
-from gateway.core.ports import CallRecord, LedgerPort
+from gateway.ports import CallRecord, LedgerPort
 
 DOOR = "mcp"
 SANDBOX_SERVER = "sandbox"

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
-from gateway.core.ports import LedgerPort
 from gateway.http.auth import KeyLookup
 from gateway.mcp.accounting import ToolCallLedger
 from gateway.mcp.calls import ToolCalls
@@ -25,6 +24,7 @@ from gateway.mcp.limits import ToolCallLimiter
 from gateway.mcp.sandbox_tools import SandboxTools
 from gateway.mcp.server import build_server
 from gateway.mcp.upstream import UpstreamServers
+from gateway.ports import LedgerPort
 from gateway.settings import Settings
 from quotas.store import QuotaStore
 from sandbox.service import ToolRunService

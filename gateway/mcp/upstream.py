@@ -21,7 +21,7 @@ from mcp_types import CONNECTION_CLOSED, PARSE_ERROR, CallToolResult, Tool
 from pydantic import ValidationError
 
 from gateway.mcp.errors import UpstreamFailed, UpstreamFault
-from gateway.mcp.settings import McpServerSettings
+from gateway.mcp_settings import McpServerSettings
 
 Connect = Callable[[], AbstractAsyncContextManager[Client]]
 # errors the SDK's client makes up itself when the connection breaks or a reply is not MCP

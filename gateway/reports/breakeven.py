@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from gateway.core.models_table import RoutePricing
 from gateway.ledger.db import create_ledger_engine, session_factory
 from gateway.ledger.queries import HourlyModelTokens, LedgerQueries
-from gateway.reports.cost import REPORT_FORMATS, InvalidReportQuery, parse_period
+from gateway.reports.rows import REPORT_FORMATS, InvalidReportQuery, parse_period
 from gateway.settings import Settings
 from routing.breakeven import (
     ApiPrices,

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from gateway.ledger.db import create_ledger_engine, session_factory
 from gateway.ledger.models import UsageRecord
-from gateway.reports.cost import InvalidReportQuery, LedgerSettings, parse_period
+from gateway.reports.rows import InvalidReportQuery, LedgerSettings, parse_period
 
 ZERO = Decimal(0)
 KEEP_WARM = "keep_warm"  # the ledger's door of a keep-warm read

@@ -10,10 +10,8 @@ import io
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from gateway.reports.cost import CostReport, CostRow
+from gateway.reports.rows import CostReport, CostRow
 
 # FOCUS 1.0, columns whose requirement level is Mandatory (the specification's column index)
 FOCUS_MANDATORY_COLUMNS: tuple[str, ...] = (

@@ -11,10 +11,8 @@ import csv
 import io
 import json
 from decimal import ROUND_HALF_UP, Decimal
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from gateway.reports.cost import CostReport, CostRow
+from gateway.reports.rows import CostReport, CostRow
 
 _CENT = Decimal("0.01")
 _COUNTS = ("num_calls", "input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")

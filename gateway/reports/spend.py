@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
 from gateway.ledger.models import UsageRecord, to_money
-from gateway.reports.cost import CostReport, InvalidReportQuery, cost_report
+from gateway.reports.rows import CostReport, InvalidReportQuery, cost_report
 
 SPEND_DIMENSIONS = ("tenant", "model", "backend", "key")
 MCP_DOOR = "mcp"  # the ledger's door of a tool call (gateway/mcp/accounting.py)

@@ -10,12 +10,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from adapters import openai_wire
-from adapters.responses_wire import ResponsesRequest, parse_request, to_chat_request
 from adapters.types import JSON
+from adapters.wire import openai as openai_wire
+from adapters.wire.responses import ResponsesRequest, parse_request, to_chat_request
 from gateway.core.calls import IncomingCall
-from gateway.core.ids import uuid4_hex
 from gateway.errors import RequestRejected
+from gateway.ids import uuid4_hex
 from gateway.responses.errors import ResponseNotFound
 from gateway.responses.store import ResponseStore, StoredResponse
 from policies.model import TenantPolicy

@@ -5,7 +5,6 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from adapters import anthropic_wire
 from adapters.errors import WireFormatError
 from adapters.types import (
     CacheControl,
@@ -20,6 +19,7 @@ from adapters.types import (
     ToolUsePart,
     Usage,
 )
+from adapters.wire import anthropic as anthropic_wire
 
 SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
 

@@ -13,14 +13,14 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
 from adapters.backends.bedrock import BedrockBackend
-from adapters.backends.http_upstream import HttpxPool
 from adapters.backends.openai_compatible import OpenAICompatibleBackend
 from adapters.backends.spec import BackendSpec
+from adapters.http.upstream import HttpxPool
 from adapters.types import ChatRequest, Message, TextPart, Usage
 from gateway.core.calls import session_key
 from gateway.core.pipeline import IncomingCall, Pipeline, PipelineParts
-from gateway.core.ports import CacheVerdict, CallRecord, Candidate, ModelRoute, PreparedPrompt
 from gateway.fleet.routing_port import Fleet
+from gateway.ports import CacheVerdict, CallRecord, Candidate, ModelRoute, PreparedPrompt
 from gateway.telemetry import Metrics, Telemetry
 from policies.model import TenantPolicy
 from routing.types import Prices, TokenPrices

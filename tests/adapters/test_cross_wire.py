@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from adapters import anthropic_wire, openai_wire
 from adapters.types import ChatResponse, TextPart, ToolUsePart, Usage
+from adapters.wire import anthropic as anthropic_wire
+from adapters.wire import openai as openai_wire
 
 TOOLS = [
     {

@@ -8,8 +8,6 @@ import base64
 
 import orjson
 
-from adapters import anthropic_wire, openai_wire
-from adapters.anthropic_wire_stream import AnthropicStreamDecoder, AnthropicStreamEncoder
 from adapters.backends.bedrock.converse_reply import ConverseStreamDecoder, decode_converse
 from adapters.backends.bedrock.converse_request import encode_converse
 from adapters.sse import SSEParser
@@ -27,6 +25,9 @@ from adapters.types import (
     ToolUsePart,
     Usage,
 )
+from adapters.wire import anthropic as anthropic_wire
+from adapters.wire import openai as openai_wire
+from adapters.wire.anthropic import AnthropicStreamDecoder, AnthropicStreamEncoder
 
 THOUGHT = ThinkingPart("Let me see.", "c2lnbmF0dXJl")
 HIDDEN = ThinkingPart(redacted_data=base64.b64encode(b"opaque").decode())

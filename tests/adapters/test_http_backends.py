@@ -12,19 +12,18 @@ import httpx
 import orjson
 import pytest
 
-from adapters import openai_wire
 from adapters.backend import Backend, BackendCall, serves_embeddings
 from adapters.backends import BackendSpec, build_backend
-from adapters.backends.aiohttp_upstream import AiohttpPool
 from adapters.backends.anthropic_native import messages_url
-from adapters.backends.http_upstream import HttpxPool, parse_retry_after
 from adapters.errors import (
     ProviderRateLimited,
     ProviderRejected,
     ProviderTimeout,
     ProviderUnavailable,
 )
-from adapters.http1.connection import Http1Pool
+from adapters.http.aiohttp_pool import AiohttpPool
+from adapters.http.http1.pool import Http1Pool
+from adapters.http.upstream import HttpxPool, parse_retry_after
 from adapters.types import (
     ChatResponse,
     PublicHead,
@@ -38,6 +37,7 @@ from adapters.types import (
     ToolUsePart,
     Usage,
 )
+from adapters.wire import openai as openai_wire
 from tests.fakes.upstream import FakeUpstream
 
 T = TypeVar("T")
@@ -295,7 +295,7 @@ def test_openai_client_with_tools_through_anthropic_backend(
 
 
 def test_anthropic_raw_body_is_forwarded(run: Runner, upstream: FakeUpstream) -> None:
-    from adapters import anthropic_wire
+    from adapters.wire import anthropic as anthropic_wire
 
     raw = {
         "model": "claude-haiku-4-5",
@@ -321,7 +321,7 @@ def test_anthropic_raw_body_is_forwarded(run: Runner, upstream: FakeUpstream) ->
 def test_an_anthropic_clients_top_k_goes_to_the_engines_that_take_it(
     run: Runner, upstream: FakeUpstream, engine: str, sent: int | None
 ) -> None:
-    from adapters import anthropic_wire
+    from adapters.wire import anthropic as anthropic_wire
 
     raw = {
         "model": "m",

@@ -12,10 +12,8 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from adapters import anthropic_wire, openai_wire
 from adapters.backend import Backend, BackendCall, serves_embeddings
 from adapters.backends import BackendSpec, build_backend
-from adapters.backends.http_upstream import HttpxPool
 from adapters.errors import (
     ProviderRateLimited,
     ProviderRejected,
@@ -23,7 +21,10 @@ from adapters.errors import (
     ProviderUnavailable,
     WireFormatError,
 )
+from adapters.http.upstream import HttpxPool
 from adapters.types import StreamEnd, TextDelta, TextPart, ToolCallStart, ToolUsePart, Usage
+from adapters.wire import anthropic as anthropic_wire
+from adapters.wire import openai as openai_wire
 from tests.fakes.embeddings import FakeEmbeddings, vector
 from tests.fakes.upstream import FakeUpstream
 

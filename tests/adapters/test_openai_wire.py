@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from adapters import openai_wire
 from adapters.errors import WireFormatError
 from adapters.types import (
     CacheControl,
@@ -18,6 +17,7 @@ from adapters.types import (
     ToolUsePart,
     Usage,
 )
+from adapters.wire import openai as openai_wire
 
 WEATHER_TOOL = {
     "type": "function",

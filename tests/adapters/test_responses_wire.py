@@ -9,10 +9,6 @@ from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
 from adapters.errors import WireFormatError
-from adapters.responses_wire import parse_request, to_chat_request
-from adapters.responses_wire_native import ResponsesRelay, decode_reply
-from adapters.responses_wire_reply import encode_response, envelope
-from adapters.responses_wire_stream import ResponsesStreamEncoder
 from adapters.sse import SSEParser
 from adapters.types import (
     ChatResponse,
@@ -26,6 +22,15 @@ from adapters.types import (
     ToolResultPart,
     ToolUsePart,
     Usage,
+)
+from adapters.wire.responses import (
+    ResponsesRelay,
+    ResponsesStreamEncoder,
+    decode_reply,
+    encode_response,
+    envelope,
+    parse_request,
+    to_chat_request,
 )
 
 BODY = {

@@ -1,6 +1,6 @@
 """The official `openai` and `anthropic` SDKs parse what Lantern's encoders produce.
 
-The fake upstream answers with `openai_wire`/`anthropic_wire` encoders (and their stream
+The fake upstream answers with `adapters.wire.openai`/`anthropic` encoders (and their stream
 encoders), so every assertion here is about our bytes, read by the real clients.
 """
 

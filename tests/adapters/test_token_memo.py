@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import orjson
 
-from adapters import openai_wire
 from adapters.tokens import (
     MEMO_MAX_CHARS,
     MEMO_MIN_CHARS,
@@ -12,6 +11,7 @@ from adapters.tokens import (
     TokenCounter,
     TokenIdsMemo,
 )
+from adapters.wire import openai as openai_wire
 
 HISTORY = " ".join(f"step {i} read the file and saw value {i * 7}." for i in range(300))
 

@@ -9,8 +9,8 @@ import sys
 import orjson
 import pytest
 
-from adapters import openai_wire
 from adapters.tokens import TokenCounter, bundled_tiktoken_dir, encoding_name_for
+from adapters.wire import openai as openai_wire
 
 BODY = {
     "model": "gpt-4o-mini",

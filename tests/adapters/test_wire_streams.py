@@ -5,9 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from adapters.anthropic_wire_stream import AnthropicStreamDecoder, AnthropicStreamEncoder
 from adapters.errors import ProviderRateLimited, ProviderUnavailable
-from adapters.openai_wire_stream import OpenAIStreamDecoder, OpenAIStreamEncoder
 from adapters.sse import SSEParser, SSEvent, frame
 from adapters.types import (
     StreamEnd,
@@ -18,6 +16,8 @@ from adapters.types import (
     ToolCallStart,
     Usage,
 )
+from adapters.wire.anthropic import AnthropicStreamDecoder, AnthropicStreamEncoder
+from adapters.wire.openai import OpenAIStreamDecoder, OpenAIStreamEncoder
 
 EVENTS: list[StreamEvent] = [
     StreamStart("id-1", "model-x"),

@@ -15,8 +15,8 @@ import httpx
 import orjson
 import pytest
 
-from adapters import anthropic_wire
 from adapters.tokens import TokenCounter
+from adapters.wire import anthropic as anthropic_wire
 from cachekeys.isolation import isolate
 from cachekeys.normalise import PublicPrefix
 from tests.adversarial.edge_proc import (

@@ -23,10 +23,10 @@ from adapters.types import ChatRequest, Message, TextPart
 from gateway.core.admission import Admission
 from gateway.core.keep_warm import DOOR
 from gateway.core.pipeline import IncomingCall, Pipeline, PipelineParts
-from gateway.core.ports import Candidate, ModelRoute
 from gateway.core.prompt_cache import PromptCachePort
 from gateway.fleet.routing_port import Fleet, FleetConfig
 from gateway.fleet.sharing import FleetSharing
+from gateway.ports import Candidate, ModelRoute
 from gateway.telemetry import Metrics, Telemetry
 from policies.model import TenantPolicy
 from quotas.memory import MemoryQuotaStore

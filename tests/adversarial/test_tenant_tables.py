@@ -14,14 +14,14 @@ from typing import Any
 import httpx
 import pytest
 
-from adapters import anthropic_wire
+from adapters.wire import anthropic as anthropic_wire
 from gateway.core.keep_warm import KeepWarm
 from gateway.core.pipeline import IncomingCall
-from gateway.core.ports import CacheVerdict
 from gateway.core.prompt_cache import PromptCachePort
 from gateway.fleet.affinity_store import Placement, RedisAffinity
 from gateway.fleet.affinity_sync import SharedAffinity
 from gateway.fleet.shared_link import SharedLink
+from gateway.ports import CacheVerdict
 from tests.cachekeys.test_gateway_prompt_cache import ENCODER, SECRET, Clock, anthropic_body
 from tests.cachekeys.test_gateway_prompt_cache import prepare as prepare_prompt
 from tests.cachekeys.test_gateway_prompt_cache import tenant as cache_tenant
@@ -112,9 +112,10 @@ async def session_call(world: World, name: str, first: str) -> None:
 def test_one_tenant_past_the_keep_warm_bound_keeps_the_others_sessions() -> None:
     async def main() -> None:
         world = World()
-        world.warm = world.pipeline.keep_warm = KeepWarm(
+        world.warm = KeepWarm(
             world.pipeline, world.prompts.autopilot, world.clock, max_sessions=MAX_ENTRIES
         )
+        world.pipeline.observers.append(world.warm)
         await session_call(world, "acme", "Fix the flaky login test.")
         for n in range(MAX_ENTRIES + 10):
             await session_call(world, "globex", f"Task {n}: rename the module.")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from adapters import anthropic_wire, openai_wire
 from adapters.types import (
     ChatRequest,
     Message,
@@ -12,6 +11,7 @@ from adapters.types import (
     ToolUsePart,
     WireFormat,
 )
+from adapters.wire.codec import codec_for
 from cachekeys.normalise import NormaliseOptions, normalise
 from gateway.core.prompt_view import typed_view
 
@@ -62,6 +62,6 @@ def normalised(
 ) -> ChatRequest:
     """`request` sent on `wire`, normalised, and read back as the gateway reads it: the typed
     view of the normalised body."""
-    codec = openai_wire if wire == "openai" else anthropic_wire
+    codec = codec_for(wire)
     body = codec.encode_request(request)
     return typed_view(wire, body, normalise(wire, body, options), codec.decode_request(body))

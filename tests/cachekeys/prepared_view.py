@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from gateway.core.ports import PreparedPrompt
+from gateway.ports import PreparedPrompt
 
 
 def _plain(value: Any) -> Any:

@@ -6,12 +6,13 @@ import json
 
 from prometheus_client import CollectorRegistry
 
-from adapters import anthropic_wire, openai_wire
 from adapters.tokens import ENTRY_BYTES, TokenCounter
 from adapters.types import Usage
+from adapters.wire import anthropic as anthropic_wire
+from adapters.wire.codec import codec_for
 from cachekeys.blockhash import chain_hashes, tenant_salt
-from gateway.core.ports import CacheVerdict
 from gateway.core.prompt_cache import PromptCachePort, TiktokenEncoder
+from gateway.ports import CacheVerdict
 from policies.model import TenantPolicy
 from tests.fakes.prompt_cache import PromptCacheFake
 
@@ -66,7 +67,7 @@ def anthropic_body(turns: int, system: str = "Follow the rules." + " rule" * 120
 
 
 def prepare(port: PromptCachePort, body: dict, policy: TenantPolicy, wire: str = "anthropic"):  # type: ignore[no-untyped-def]
-    codec = anthropic_wire if wire == "anthropic" else openai_wire
+    codec = codec_for(wire)
     return port.prepare(wire, body, codec.decode_request(body), policy, body["model"])  # type: ignore[arg-type]
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import hashlib
 
-from adapters import anthropic_wire, openai_wire
+from adapters.wire import anthropic as anthropic_wire
+from adapters.wire import openai as openai_wire
 from cachekeys.isolation import isolate, isolate_responses, scope_line
 from cachekeys.normalise import PublicPrefix
 from gateway.core.prompt_view import typed_view

@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from adapters import anthropic_wire
 from adapters.types import CacheControl, ChatRequest, Message, TextPart, ToolResultPart, ToolUsePart
+from adapters.wire import anthropic as anthropic_wire
 from cachekeys.layout import PromptLayout, anthropic_layout, request_blocks
 from cachekeys.markers import (
     BedrockCachePlan,

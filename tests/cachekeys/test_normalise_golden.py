@@ -288,7 +288,8 @@ def test_raw_openai_golden() -> None:
 
 
 def test_the_typed_view_is_the_normalised_body_decoded() -> None:
-    from adapters import anthropic_wire, openai_wire
+    from adapters.wire import anthropic as anthropic_wire
+    from adapters.wire import openai as openai_wire
     from gateway.core.prompt_view import ToolLists, typed_view
 
     options = NormaliseOptions(relocate_volatile=True, canonical_tool_args=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters import anthropic_wire, openai_wire
+from adapters.wire.codec import codec_for
 from gateway.core.prompt_cache import PromptCachePort, TiktokenEncoder, prepare
 from tests.cachekeys import prompt_corpus as corpus
 from tests.cachekeys.prepared_view import prepared_view
@@ -22,7 +22,7 @@ GOLDEN = json.loads((Path(__file__).parent / "golden" / "prepared.json").read_te
 
 def _decoded(name: str) -> tuple[str, dict, object]:
     wire, body = corpus.body(name)
-    codec = openai_wire if wire == "openai" else anthropic_wire
+    codec = codec_for(wire)
     return wire, body, codec.decode_request(body)
 
 

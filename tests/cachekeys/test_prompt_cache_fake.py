@@ -5,8 +5,10 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from adapters import anthropic_wire, openai_wire
 from adapters.tokens import TokenCounter
+from adapters.wire import anthropic as anthropic_wire
+from adapters.wire import openai as openai_wire
+from adapters.wire.codec import codec_for
 from tests.fakes.prompt_cache import Accounting, CacheMarkerError, PromptCacheFake, anthropic_blocks
 from tests.fakes.upstream import FakeUpstream
 
@@ -48,7 +50,7 @@ def body(
 
 
 def send(fake: PromptCacheFake, wire: str, b: dict) -> Accounting:
-    codec = anthropic_wire if wire == "anthropic" else openai_wire
+    codec = codec_for(wire)
     fake.account(wire, b, COUNTER.count_request(codec.decode_request(b)))
     return fake.calls[-1]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import hashlib
 
-from adapters import openai_wire
 from adapters.types import ChatRequest, Message, TextPart, ToolSpec
+from adapters.wire import openai as openai_wire
 from cachekeys.canonical import SchemaMemo
 from cachekeys.layout import ToolTextMemo, request_blocks
 from gateway.core.prompt_cache import PromptCachePort, TiktokenEncoder

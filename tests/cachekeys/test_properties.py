@@ -10,8 +10,8 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adapters import openai_wire
 from adapters.types import ChatRequest, Message, TextPart, ToolResultPart, ToolSpec, ToolUsePart
+from adapters.wire import openai as openai_wire
 from cachekeys.blockhash import tenant_salt
 from cachekeys.keys import prefix_hashes, prompt_cache_key, session_root
 from cachekeys.layout import PromptLayout, request_blocks, system_digest_hex

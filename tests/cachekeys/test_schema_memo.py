@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from adapters import openai_wire
+from adapters.wire import openai as openai_wire
 from cachekeys.canonical import SchemaMemo, canonical_schema
 from cachekeys.normalise import NormaliseOptions, normalise
 from tests.cachekeys.conftest import agent_request, normalised

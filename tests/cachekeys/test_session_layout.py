@@ -14,9 +14,10 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adapters import anthropic_wire, openai_wire
 from adapters.tokens import TokenCounter, TokenIdsMemo
 from adapters.types import ChatRequest, Message, TextPart, ToolUsePart
+from adapters.wire import openai as openai_wire
+from adapters.wire.codec import codec_for
 from cachekeys.layout import request_blocks
 from cachekeys.session_layout import LayoutEntry, SessionLayoutMemo
 from gateway.core.cache_autopilot import CacheAutopilot, with_steering
@@ -151,7 +152,7 @@ STEPS = st.lists(
 
 
 def _decode(wire: str, body: dict[str, Any], session: str, client_key: str) -> ChatRequest:
-    request = (openai_wire if wire == "openai" else anthropic_wire).decode_request(body)
+    request = codec_for(wire).decode_request(body)
     return replace(request, session_id=session or None, prompt_cache_key=client_key or None)
 
 

@@ -17,8 +17,8 @@ import redis
 import uvicorn
 import yaml
 
+from gateway.app import create_app
 from gateway.core.admission import REDIS_KEY_PREFIX
-from gateway.http.app import create_app
 from gateway.settings import Settings, load_settings
 from gateway.wiring import build_components
 

@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from adapters import anthropic_wire
+from adapters.wire import anthropic as anthropic_wire
 from cachekeys.blockhash import tenant_salt
 from cachekeys.isolation import isolate, scope_line
 from cachekeys.normalise import PublicPrefix

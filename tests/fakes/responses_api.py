@@ -15,12 +15,16 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from adapters import openai_wire
 from adapters.errors import WireFormatError
-from adapters.responses_wire import parse_request, to_chat_request
-from adapters.responses_wire_reply import encode_response, envelope
-from adapters.responses_wire_stream import ResponsesStreamEncoder
 from adapters.types import ChatResponse, Usage
+from adapters.wire import openai as openai_wire
+from adapters.wire.responses import (
+    ResponsesStreamEncoder,
+    encode_response,
+    envelope,
+    parse_request,
+    to_chat_request,
+)
 
 if TYPE_CHECKING:
     from tests.fakes.upstream import FakeUpstreamApp, Send

@@ -21,10 +21,7 @@ from typing import Any, Protocol
 import orjson
 import uvicorn
 
-from adapters import anthropic_wire, openai_wire
-from adapters.anthropic_wire_stream import AnthropicStreamEncoder
 from adapters.errors import WireFormatError
-from adapters.openai_wire_stream import OpenAIStreamEncoder
 from adapters.tokens import TokenCounter
 from adapters.types import (
     ChatRequest,
@@ -41,6 +38,11 @@ from adapters.types import (
     ToolUsePart,
     Usage,
 )
+from adapters.wire import anthropic as anthropic_wire
+from adapters.wire import openai as openai_wire
+from adapters.wire.anthropic import AnthropicStreamEncoder
+from adapters.wire.codec import codec_for
+from adapters.wire.openai import OpenAIStreamEncoder
 from tests.fakes.responses_api import serve_responses
 
 Scope = MutableMapping[str, Any]
@@ -246,7 +248,7 @@ class FakeUpstreamApp:
     async def _complete(self, wire: str, raw: bytes, send: Send, api_key: str = "") -> None:
         try:
             body = orjson.loads(raw)
-            codec = openai_wire if wire == "openai" else anthropic_wire
+            codec = codec_for(wire)
             req = codec.decode_request(body)
         except (orjson.JSONDecodeError, WireFormatError) as exc:
             await _respond(send, 400, _error_body(wire, str(exc), "invalid_request_error"))

@@ -4,9 +4,9 @@ its prefix index: with nothing to choose, matching and pinning buy nothing)."""
 
 from __future__ import annotations
 
-from gateway.core.ports import ModelRoute
 from gateway.fleet.routing_port import Fleet
 from gateway.fleet.state import ReplicaRecord
+from gateway.ports import ModelRoute
 from policies.model import TenantPolicy
 
 

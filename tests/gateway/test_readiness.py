@@ -11,7 +11,7 @@ import uvicorn
 import yaml
 from fastapi.testclient import TestClient
 
-from gateway.http.app import create_app
+from gateway.app import create_app
 from gateway.http.readiness import Readiness
 from gateway.http.server import TickServer
 from gateway.settings import load_settings

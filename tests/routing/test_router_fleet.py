@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator
 from adapters.backend import BackendCall
 from adapters.errors import ProviderUnavailable
 from adapters.types import ChatRequest, ChatResponse, StreamEvent, TextPart, Usage
-from gateway.core.ports import Candidate, ModelRoute, PreparedPrompt
 from gateway.fleet.routing_port import Fleet, FleetConfig, ReplicaSpec
+from gateway.ports import Candidate, ModelRoute, PreparedPrompt
 from policies.model import TenantPolicy
 from policies.routing import RoutingPolicy
 from routing.types import Prices, TokenPrices

@@ -6,7 +6,7 @@ import random
 
 from bench.fleet_sim import Pool, Req, Session, SimConfig, Simulation
 from bench.fleet_trace import move_report
-from gateway.core.ports import Attempt, Candidate
+from gateway.ports import Attempt, Candidate
 
 
 def test_pool_evicts_tails_first_and_never_pinned_blocks() -> None:

@@ -1,5 +1,5 @@
 """A real Lantern gateway process with the tools router attached (python -m), for the
-multi-process tests until `gateway/wiring.py` attaches it itself: the lead's settings,
+multi-process tests until `gateway/wiring/` attaches it itself: the lead's settings,
 components, policy store, API-key auth and `create_app`; the tools router as wiring would add it."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 import uvicorn
 from fastapi import Request
 
-from gateway.http.app import create_app
+from gateway.app import create_app
 from gateway.http.auth import authenticate as authenticate_headers
 from gateway.http.tools_routes import build_tools_router
 from gateway.settings import load_settings

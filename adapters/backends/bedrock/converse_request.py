@@ -21,7 +21,7 @@ from adapters.types import (
     ThinkingPart,
     ToolUsePart,
 )
-from adapters.wire_json import json_schema_of
+from adapters.wire.json_fields import json_schema_of
 
 MAX_CACHE_POINTS = 4
 _METADATA_VALUE = re.compile(r"[a-zA-Z0-9\s:_@$#=/+,\-.]{0,256}")

@@ -22,8 +22,8 @@ from adapters.backends.bedrock.embeddings import (
 )
 from adapters.backends.bedrock.errors import map_error
 from adapters.errors import ProviderUnavailable
-from adapters.openai_wire_embeddings import embeddings_reply
 from adapters.types import JSON
+from adapters.wire.openai import embeddings_reply
 
 PARALLEL_CALLS = 8  # InvokeModel calls in flight for one request's Titan texts
 

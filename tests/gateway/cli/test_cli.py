@@ -206,9 +206,9 @@ def test_serve_demo_seeds_a_tenant_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     served: list[Settings] = []
-    fake = types.ModuleType("gateway.http.app")
+    fake = types.ModuleType("gateway.app")
     fake.serve = lambda settings, workers: served.append(settings)  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "gateway.http.app", fake)
+    monkeypatch.setitem(sys.modules, "gateway.app", fake)
     monkeypatch.chdir(tmp_path)
     assert main(["serve", "--demo", "--port", "8181"]) == 0
     (settings,) = served
@@ -243,9 +243,9 @@ def test_serve_demo_prints_an_admin_token_and_the_console(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     served: list[Settings] = []
-    fake = types.ModuleType("gateway.http.app")
+    fake = types.ModuleType("gateway.app")
     fake.serve = lambda settings, workers=1: served.append(settings)  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "gateway.http.app", fake)
+    monkeypatch.setitem(sys.modules, "gateway.app", fake)
     monkeypatch.chdir(tmp_path)
     assert main(["serve", "--demo"]) == 0
     out = capsys.readouterr().out

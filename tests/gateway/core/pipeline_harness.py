@@ -31,16 +31,16 @@ from adapters.types import (
 )
 from gateway.core.admission import Admission
 from gateway.core.pipeline import IncomingCall, Pipeline, PipelineParts
-from gateway.core.ports import (
+from gateway.core.prompt_cache import PromptCachePort
+from gateway.fleet.routing_port import Fleet, FleetConfig
+from gateway.fleet.window import ContextWindows
+from gateway.ports import (
     CacheVerdict,
     CallRecord,
     Candidate,
     ModelRoute,
     PreparedPrompt,
 )
-from gateway.core.prompt_cache import PromptCachePort
-from gateway.fleet.routing_port import Fleet, FleetConfig
-from gateway.fleet.window import ContextWindows
 from gateway.telemetry import Metrics, Telemetry
 from policies.model import TenantPolicy
 from quotas.store import QuotaStore

@@ -28,7 +28,7 @@ from adapters.types import (
 )
 from gateway.core.after_reply import AfterReply
 from gateway.core.pipeline import IncomingCall, Pipeline, PipelineParts
-from gateway.core.ports import (
+from gateway.ports import (
     Attempt,
     CacheVerdict,
     CallRecord,

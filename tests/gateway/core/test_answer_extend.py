@@ -21,9 +21,9 @@ from adapters.types import (
     Usage,
 )
 from gateway.core.pipeline import Pipeline, PipelineParts
-from gateway.core.ports import Attempt, Candidate, ModelRoute
 from gateway.core.prompt_cache import PromptCachePort
 from gateway.core.stream_tally import StreamTally
+from gateway.ports import Attempt, Candidate, ModelRoute
 from gateway.telemetry import Metrics, Telemetry
 from tests.cachekeys.test_gateway_prompt_cache import (
     ENCODER,

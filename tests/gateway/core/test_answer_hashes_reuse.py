@@ -9,8 +9,8 @@ import dataclasses
 import pytest
 
 from adapters.types import Message, TextPart, ToolUsePart
-from gateway.core.ports import PreparedPrompt
 from gateway.core.prompt_cache import PromptCachePort, PromptFacts
+from gateway.ports import PreparedPrompt
 from policies.model import TenantPolicy
 from tests.cachekeys.test_gateway_prompt_cache import ENCODER, SECRET, anthropic_body, prepare
 from tests.cachekeys.test_gateway_prompt_cache import tenant as make_tenant

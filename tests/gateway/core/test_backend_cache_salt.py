@@ -9,14 +9,14 @@ import asyncio
 import httpx
 import pytest
 
-from adapters import openai_wire
 from adapters.backend import BackendCall
 from adapters.backends import BackendSpec, build_backend
-from adapters.backends.http_upstream import HttpxPool
+from adapters.http.upstream import HttpxPool
+from adapters.wire import openai as openai_wire
 from gateway.backend_settings import OpenAICompatibleBackend
 from gateway.core.models_table import build_model_table, shares_provider_cache
-from gateway.core.ports import Candidate
 from gateway.fleet.probe import probe
+from gateway.ports import Candidate
 from gateway.settings import Settings
 from tests.fakes.upstream import FakeUpstream
 

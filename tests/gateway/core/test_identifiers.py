@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from adapters import anthropic_wire, openai_wire
+from adapters.wire import anthropic as anthropic_wire
+from adapters.wire import openai as openai_wire
 from gateway.core.identifiers import MAX_IDENTIFIER_CHARS
 from gateway.core.pipeline import IncomingCall
 from gateway.errors import RequestRejected

@@ -1,10 +1,10 @@
-"""gateway.core.ids makes the same identifiers as the standard library's uuid module."""
+"""gateway.ids makes the same identifiers as the standard library's uuid module."""
 
 from __future__ import annotations
 
 import uuid
 
-from gateway.core.ids import uuid4_hex, uuid5_str
+from gateway.ids import uuid4_hex, uuid5_str
 from gateway.ledger.call_ledger import ROW_ID_NAMESPACE, usage_row_id
 
 

@@ -13,16 +13,16 @@ from typing import Any
 from opentelemetry.sdk.trace import TracerProvider
 from redis.asyncio import Redis
 
-from adapters import anthropic_wire
 from adapters.backend import BackendCall
 from adapters.types import ChatRequest, ChatResponse, StreamEvent, TextPart, Usage
+from adapters.wire import anthropic as anthropic_wire
 from gateway.core.admission import Admission
 from gateway.core.keep_warm import DOOR, KeepWarm
 from gateway.core.keep_warm_latest import RedisLatestCalls
 from gateway.core.pipeline import IncomingCall, Pipeline, PipelineParts
-from gateway.core.ports import Candidate, ModelRoute
 from gateway.core.prompt_cache import PromptCachePort
 from gateway.fleet.routing_port import Fleet, FleetConfig
+from gateway.ports import Candidate, ModelRoute
 from gateway.telemetry import Metrics, Telemetry
 from policies.model import TenantPolicy
 from quotas.limits import Limits
@@ -101,7 +101,7 @@ class World:
         self.pipeline = Pipeline(services)
         self.warm = KeepWarm(self.pipeline, self.prompts.autopilot, self.clock)
         self.thinking: dict[str, Any] | None = None
-        self.pipeline.keep_warm = self.warm
+        self.pipeline.observers.append(self.warm)
 
     async def call(self, tenant: TenantPolicy, turns: int) -> Accounting:
         messages: list[dict[str, Any]] = []

@@ -9,12 +9,12 @@ import dataclasses
 import threading
 from pathlib import Path
 
-from adapters import openai_wire
 from adapters.types import ChatRequest
+from adapters.wire import openai as openai_wire
 from gateway.core.measure_lane import MeasureLane, measure
 from gateway.core.pipeline import IncomingCall, Pipeline
-from gateway.core.ports import PreparedPrompt
 from gateway.core.token_count import TiktokenCounting
+from gateway.ports import PreparedPrompt
 from gateway.settings import load_settings
 from gateway.wiring import build_components
 from policies.model import TenantPolicy

@@ -1,4 +1,4 @@
-"""The pipeline alone, over a fake for every port it is written against (gateway/core/ports.py):
+"""The pipeline alone, over a fake for every port it is written against (gateway/ports.py):
 the order of its steps, the fallback chain, who is blamed for a failure, and that every way out
 settles the reservation and writes one ledger row per attempt. No store, no fleet, no cachekeys.
 """
@@ -29,7 +29,8 @@ from adapters.types import (
     WireFormat,
 )
 from gateway.core.pipeline import IncomingCall, Pipeline, PipelineParts
-from gateway.core.ports import (
+from gateway.errors import RequestRejected
+from gateway.ports import (
     Attempt,
     CacheVerdict,
     CallRecord,
@@ -39,7 +40,6 @@ from gateway.core.ports import (
     PreparedPrompt,
     RoutePlan,
 )
-from gateway.errors import RequestRejected
 from gateway.telemetry import Metrics, Telemetry
 from policies.limits import LimitsPolicy
 from policies.model import TenantPolicy

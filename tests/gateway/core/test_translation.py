@@ -10,14 +10,15 @@ from collections.abc import Iterator, Mapping
 import httpx
 import pytest
 
-from adapters import anthropic_wire, openai_wire
 from adapters.backends import BackendSpec, build_backend
 from adapters.backends.bedrock import encode_converse
-from adapters.backends.http_upstream import HttpxPool
+from adapters.http.upstream import HttpxPool
 from adapters.types import JSON, WireFormat
-from gateway.core.ports import Candidate, ModelRoute
+from adapters.wire import anthropic as anthropic_wire
+from adapters.wire import openai as openai_wire
 from gateway.core.translation import check_translatable
 from gateway.errors import RequestRejected
+from gateway.ports import Candidate, ModelRoute
 
 # OpenAI's chat-completions parameters (API reference), each with a value that asks for
 # something; the neutral values (`n: 1`, ...) are checked apart

@@ -10,11 +10,11 @@ import random
 import pytest
 
 from adapters.types import Usage
-from gateway.core.ports import Candidate, ModelRoute, RoutePlan
 from gateway.fleet.admission_queue import QueueShed, ReplicaSlots
 from gateway.fleet.engine_metrics import EngineLoad
 from gateway.fleet.routing_port import Fleet, FleetConfig
 from gateway.fleet.state import ReplicaSpec
+from gateway.ports import Candidate, ModelRoute, RoutePlan
 from policies.model import TenantPolicy
 from policies.routing import RoutingPolicy
 from tests.routing.test_router_fleet import Clock, ProbeBackend, prepared

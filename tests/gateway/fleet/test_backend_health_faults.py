@@ -9,11 +9,11 @@ import random
 
 import pytest
 
-from adapters.backends.http_upstream import status_error, transport_error
 from adapters.errors import UpstreamError
+from adapters.http.upstream import status_error, transport_error
 from adapters.types import Usage
-from gateway.core.ports import Attempt, Candidate, Fault, ModelRoute, PreparedPrompt
 from gateway.fleet.routing_port import Fleet
+from gateway.ports import Attempt, Candidate, Fault, ModelRoute, PreparedPrompt
 from policies.limits import LimitsPolicy
 from policies.model import TenantPolicy
 from quotas.memory import MemoryQuotaStore

@@ -14,11 +14,11 @@ import pytest
 
 from adapters.types import ChatRequest
 from gateway.core.pipeline import IncomingCall
-from gateway.core.ports import Candidate, ModelRoute, PreparedPrompt
 from gateway.errors import RequestRejected
 from gateway.fleet.routing_port import Fleet
 from gateway.fleet.window import ContextWindows, HttpModelCards
 from gateway.http.errors import to_http
+from gateway.ports import Candidate, ModelRoute, PreparedPrompt
 from policies.limits import LimitsPolicy
 from policies.model import TenantPolicy
 from quotas.limits import Limits

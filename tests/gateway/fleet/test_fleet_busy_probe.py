@@ -10,8 +10,8 @@ import random
 from adapters.backend import BackendCall
 from adapters.errors import ProviderUnavailable
 from adapters.types import ChatResponse, Usage
-from gateway.core.ports import Candidate, ModelRoute
 from gateway.fleet.routing_port import Fleet, FleetConfig
+from gateway.ports import Candidate, ModelRoute
 from policies.model import TenantPolicy
 from policies.routing import RoutingPolicy
 from tests.routing.test_router_fleet import Clock, ProbeBackend, prepared

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from adapters.types import Usage
-from gateway.core.ports import Candidate, ModelRoute
 from gateway.fleet.routing_port import Fleet, FleetConfig, ReplicaSpec
 from gateway.fleet.signals import HttpMetricsSource
+from gateway.ports import Candidate, ModelRoute
 from gateway.settings import FleetSettings, SettingsError, load_settings
 from policies.model import TenantPolicy
 from policies.routing import RoutingPolicy

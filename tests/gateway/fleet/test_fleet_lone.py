@@ -13,11 +13,11 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from adapters.types import Usage
 from bench.gateway_overhead import write_lantern_config
+from gateway.app import create_app
 from gateway.core.pipeline import Pipeline, PipelineParts
-from gateway.core.ports import Attempt, Candidate, ModelRoute, RoutePlan
 from gateway.fleet.routing_port import Fleet, ReplicaSpec
 from gateway.fleet.state import ONLY_CANDIDATE
-from gateway.http.app import create_app
+from gateway.ports import Attempt, Candidate, ModelRoute, RoutePlan
 from gateway.settings import load_settings
 from gateway.telemetry import Metrics, Telemetry
 from policies.model import TenantPolicy
@@ -202,7 +202,7 @@ def test_the_pipeline_works_out_no_answer_chain_for_an_unindexed_attempt() -> No
 
 
 def test_lantern_serve_keeps_no_index_for_a_lone_replica(tmp_path: Path) -> None:
-    """The served app's fleet (gateway/wiring.py): one openai_compatible backend, as in the
+    """The served app's fleet (gateway/wiring/): one openai_compatible backend, as in the
     gateway benchmark's config, is planned without the index."""
     app = create_app(load_settings(write_lantern_config(tmp_path, "http://127.0.0.1:9/v1")))
     parts = app.state.components

@@ -6,8 +6,8 @@ from __future__ import annotations
 import random
 
 from adapters.types import Usage
-from gateway.core.ports import Candidate, ModelRoute
 from gateway.fleet.routing_port import Fleet, ReplicaSpec
+from gateway.ports import Candidate, ModelRoute
 from policies.model import TenantPolicy
 from policies.routing import RoutingPolicy
 from tests.gateway.fleet_reference import FullDecisionFleet

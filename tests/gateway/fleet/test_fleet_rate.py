@@ -10,9 +10,9 @@ import pytest
 
 from adapters.types import Usage
 from gateway.core.models_table import RoutePricing, fleet_inputs
-from gateway.core.ports import Candidate, ModelRoute, RoutePlan
 from gateway.fleet.rate import MAX_TOK_S, PrefillRate
 from gateway.fleet.routing_port import Fleet, ReplicaSpec
+from gateway.ports import Candidate, ModelRoute, RoutePlan
 from gateway.settings import load_settings
 from policies.model import TenantPolicy
 from policies.routing import RoutingPolicy

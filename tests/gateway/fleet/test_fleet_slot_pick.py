@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import random
 
-from gateway.core.ports import Candidate, ModelRoute
 from gateway.fleet.routing_port import Fleet, FleetConfig
 from gateway.fleet.state import ReplicaSpec
+from gateway.ports import Candidate, ModelRoute
 from tests.gateway.fleet.test_admission_queue import tenant
 from tests.routing.test_router_fleet import Clock, ProbeBackend, prepared
 

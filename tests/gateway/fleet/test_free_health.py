@@ -11,10 +11,10 @@ import random
 import httpx
 
 from adapters.backends.factory import build_backend
-from adapters.backends.http_upstream import HttpxPool
 from adapters.backends.spec import BackendSpec
-from gateway.core.ports import Candidate, ModelRoute
+from adapters.http.upstream import HttpxPool
 from gateway.fleet.routing_port import Fleet, FleetConfig
+from gateway.ports import Candidate, ModelRoute
 from tests.fakes.upstream import FakeUpstream
 from tests.routing.test_router_fleet import Clock, ProbeBackend
 

@@ -15,10 +15,10 @@ import redis
 from prometheus_client import CollectorRegistry
 
 from adapters.types import Usage
-from gateway.core.ports import Candidate, ModelRoute
 from gateway.fleet.affinity_store import Placement, RedisAffinity
 from gateway.fleet.routing_port import Fleet, ReplicaSpec
 from gateway.fleet.sharing import FleetSharing
+from gateway.ports import Candidate, ModelRoute
 from policies.model import TenantPolicy
 from policies.routing import RoutingPolicy
 from tests.fakes.tcp_cut import TcpCut
@@ -75,7 +75,7 @@ async def call(fleet: Fleet, session: str, tag: str, blocks: int = 30) -> str:
 def busy(fleet: Fleet, replica: str, n: int) -> None:
     """`n` calls of other sessions in flight on `replica` in this process's view only."""
     cand = next(c for c in ROUTE.candidates if c.replica and replica.endswith(c.replica))
-    from gateway.core.ports import Attempt
+    from gateway.ports import Attempt
 
     for i in range(n):
         fleet.registry.planned[f"busy{i}"] = (480, 16)
@@ -177,7 +177,7 @@ def test_the_loser_of_a_race_follows_the_winner(
         # each process places the session on a different replica
         one.registry.planned["s"] = two.registry.planned["s"] = (160, 16)
         a, b = ROUTE.candidates
-        from gateway.core.ports import Attempt
+        from gateway.ports import Attempt
 
         one.on_dispatch(Attempt(a, "x"), "s", prepared(chain("s", 10)))
         await s1.affinity.flush()

@@ -15,7 +15,7 @@ import httpx
 import orjson
 import yaml
 
-from gateway.http.app import LanternApp, create_app
+from gateway.app import LanternApp, create_app
 from gateway.settings import load_settings
 from tests.fakes.upstream import FakeUpstream
 

@@ -16,9 +16,9 @@ import orjson
 import pytest
 from fastapi import FastAPI
 
-from adapters.backends.aiohttp_upstream import AiohttpPool
 from adapters.backends.openai_compatible import OpenAICompatibleBackend
 from adapters.backends.spec import BackendSpec
+from adapters.http.aiohttp_pool import AiohttpPool
 from adapters.sse import SSEParser, SSEvent
 from adapters.types import Usage
 from gateway.core.pipeline import Pipeline

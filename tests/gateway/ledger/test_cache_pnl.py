@@ -17,10 +17,10 @@ from bench.agent_sessions.autopilot import TraceResult, run_trace
 from bench.agent_sessions.traces import history_edit, pauses, timestamped
 from gateway.core.cache_money import cache_money, with_autopilot_saving
 from gateway.core.models_table import RoutePricing
-from gateway.core.ports import CallRecord
 from gateway.ledger.call_ledger import usage_row
 from gateway.ledger.db import session_factory
 from gateway.ledger.models import USAGE_TABLE
+from gateway.ports import CallRecord
 from gateway.reports.cache_pnl import AutopilotLine, cache_pnl, render_autopilot, render_pnl
 from policies.model import TenantPolicy
 

@@ -9,10 +9,10 @@ from decimal import Decimal
 import sqlalchemy as sa
 
 from adapters.types import Usage
-from gateway.core.ports import CallRecord
 from gateway.ledger.call_ledger import CallLedger, usage_row_id
 from gateway.ledger.models import UsageRow
 from gateway.ledger.recorder import RecorderConfig, UsageRecorder
+from gateway.ports import CallRecord
 
 NOW = datetime(2026, 11, 3, 9, 30, tzinfo=UTC)
 

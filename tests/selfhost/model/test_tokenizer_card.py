@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from adapters import anthropic_wire, openai_wire
-from adapters.http1.connection import Http1Pool
+from adapters.http.http1.pool import Http1Pool
 from adapters.types import ChatRequest
+from adapters.wire import anthropic as anthropic_wire
+from adapters.wire import openai as openai_wire
 from gateway.core.engine_prompt import engine_prompt
 from gateway.core.engine_tokens import ChatPromptCounter, bound
 from gateway.core.models_table import build_model_table

@@ -1,0 +1,166 @@
+"""OpenAI chat-completion responses, usage and error bodies <-> canonical types.
+
+Pure functions at the JSON edge; requests live in `request.py`, streams in
+`stream.py`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from adapters.errors import WireFormatError
+from adapters.types import ChatResponse, Choice, ReplyPart, StopReason, TextPart, ToolUsePart, Usage
+from adapters.wire.json_fields import expect
+
+FINISH_TO_STOP: dict[str, StopReason] = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "content_filter": "error",
+}
+
+
+STOP_TO_FINISH: dict[StopReason, str] = {
+    "stop": "stop",
+    "length": "length",
+    "tool_use": "tool_calls",
+    "stop_sequence": "stop",
+    "error": "content_filter",
+}
+
+
+def decode_tool_calls(value: Any, path: str) -> list[ToolUsePart]:
+    calls = []
+    for i, call in enumerate(expect(value, list, path)):
+        p = f"{path}[{i}]"
+        fn = expect(expect(call, dict, p).get("function"), dict, f"{p}.function")
+        calls.append(
+            ToolUsePart(
+                id=expect(call.get("id"), str, f"{p}.id"),
+                name=expect(fn.get("name"), str, f"{p}.function.name"),
+                arguments_json=expect(fn.get("arguments", ""), str, f"{p}.function.arguments"),
+            )
+        )
+    return calls
+
+
+def encode_tool_calls(calls: list[ToolUsePart]) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": c.id,
+            "type": "function",
+            "function": {"name": c.name, "arguments": c.arguments_json},
+        }
+        for c in calls
+    ]
+
+
+def decode_usage(usage: Mapping[str, Any] | None) -> Usage:
+    """OpenAI usage -> canonical. Cache writes come from `prompt_tokens_details.
+    cache_write_tokens` or LiteLLM's `cache_creation_input_tokens`; both are inside
+    `prompt_tokens`, like `cached_tokens`."""
+    if not usage:
+        return Usage()
+    details = usage.get("prompt_tokens_details") or {}
+    cache_read = details.get("cached_tokens") or usage.get("cache_read_input_tokens") or 0
+    cache_write = details.get("cache_write_tokens") or usage.get("cache_creation_input_tokens") or 0
+    prompt = usage.get("prompt_tokens") or 0
+    return Usage(
+        input_tokens=max(prompt - cache_read - cache_write, 0),
+        output_tokens=usage.get("completion_tokens") or 0,
+        cache_read_tokens=cache_read,
+        cache_write_tokens=cache_write,
+    )
+
+
+def encode_usage(usage: Usage) -> dict[str, Any]:
+    details = {"cached_tokens": usage.cache_read_tokens}
+    if usage.cache_write_tokens:
+        details["cache_write_tokens"] = usage.cache_write_tokens
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.output_tokens,
+        "total_tokens": usage.total_tokens,
+        "prompt_tokens_details": details,
+    }
+
+
+def _decode_choice(choice: Any, path: str) -> Choice:
+    msg = expect(expect(choice, dict, path).get("message"), dict, f"{path}.message")
+    content: list[ReplyPart] = []
+    if msg.get("content"):
+        content.append(TextPart(expect(msg["content"], str, f"{path}.message.content")))
+    if msg.get("tool_calls"):
+        content.extend(decode_tool_calls(msg["tool_calls"], f"{path}.message.tool_calls"))
+    stop = FINISH_TO_STOP.get(choice.get("finish_reason") or "stop", "stop")
+    return Choice(tuple(content), stop)
+
+
+def decode_response(body: Mapping[str, Any]) -> ChatResponse:
+    raw = expect(body.get("choices"), list, "choices")
+    if not raw:
+        raise WireFormatError("choices", "expected at least one choice")
+    choices = [_decode_choice(c, f"choices[{i}]") for i, c in enumerate(raw)]
+    extra: dict[str, Any] = {k: body[k] for k in _REPLY_EXTRA if body.get(k) is not None}
+    logprobs = [c.get("logprobs") for c in raw]
+    if any(lp is not None for lp in logprobs):
+        extra["logprobs"] = logprobs
+    return ChatResponse(
+        id=str(body.get("id", "")),
+        model=str(body.get("model", "")),
+        content=choices[0].content,
+        stop_reason=choices[0].stop_reason,
+        usage=decode_usage(body.get("usage")),
+        more_choices=tuple(choices[1:]),
+        wire_extra=extra,
+    )
+
+
+_REPLY_EXTRA = ("system_fingerprint", "service_tier")
+
+
+def _encode_choice(index: int, choice: Choice, logprobs: Any) -> dict[str, Any]:
+    text = "".join(p.text for p in choice.content if isinstance(p, TextPart))
+    calls = [p for p in choice.content if isinstance(p, ToolUsePart)]
+    message: dict[str, Any] = {"role": "assistant", "content": text if text or not calls else None}
+    if calls:
+        message["tool_calls"] = encode_tool_calls(calls)
+    return {
+        "index": index,
+        "message": message,
+        "logprobs": logprobs,
+        "finish_reason": STOP_TO_FINISH[choice.stop_reason],
+    }
+
+
+def encode_response(resp: ChatResponse, *, created: int | None = None) -> dict[str, Any]:
+    choices = (Choice(resp.content, resp.stop_reason), *resp.more_choices)
+    logprobs = resp.wire_extra.get("logprobs")
+    logprobs = logprobs if isinstance(logprobs, list) else []
+    out: dict[str, Any] = {
+        "id": resp.id,
+        "object": "chat.completion",
+        "created": int(time.time()) if created is None else created,
+        "model": resp.model,
+        "choices": [
+            _encode_choice(i, c, logprobs[i] if i < len(logprobs) else None)
+            for i, c in enumerate(choices)
+        ],
+        "usage": encode_usage(resp.usage),
+    }
+    out.update((k, resp.wire_extra[k]) for k in _REPLY_EXTRA if k in resp.wire_extra)
+    return out
+
+
+def encode_error(
+    message: str, type_: str, *, param: str | None = None, code: str | None = None
+) -> bytes:
+    """The error body OpenAI clients parse: {"error": {"message","type","param","code"}}."""
+    return orjson.dumps(
+        {"error": {"message": message, "type": type_, "param": param, "code": code}}
+    )
