@@ -11,6 +11,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ga
@@ -111,3 +112,8 @@ def test_the_client_trace_continues_through_the_gateway_and_upstream(
         for span in (server, attempt):  # every gen_ai name is the convention's own
             assert {k for k in span.attributes if k.startswith("gen_ai.")} <= GEN_AI_NAMES
             assert not any("hello" in str(v) for v in span.attributes.values())  # no text
+    # the GenAI metrics' exemplars link to the calls' traces (OpenMetrics exposition)
+    accept = {"accept": "application/openmetrics-text; version=1.0.0"}
+    exposition = httpx.get(url + "/metrics", headers=accept).text
+    for trace_id in (plain_trace, stream_trace):
+        assert f'# {{trace_id="{trace_id}"}}' in exposition
