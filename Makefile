@@ -63,6 +63,7 @@ check: install
 	$(BIN)/python .ci/import_cycles.py
 	$(BIN)/python .ci/shape_guard.py
 	$(BIN)/python -m bench.request_budget
+	$(BIN)/python .ci/dashboard_check.py
 	$(BIN)/hadolint --config deploy/.hadolint.yaml deploy/Dockerfile
 	$(BIN)/kubernetes-validate --strict --quiet deploy/k8s/*.yaml
 	$(BIN)/check-jsonschema --builtin-schema vendor.compose-spec deploy/compose.yaml

@@ -48,6 +48,7 @@ class SettingsError(Exception):
 class TelemetrySettings(Section):
     exporter: Literal["none", "console", "otlp"] = "none"
     otlp_endpoint: str | None = None  # None: the OpenTelemetry SDK default
+    service_name: str = "lantern"  # the spans' resource `service.name`
 
 
 class SandboxSettings(Section):

@@ -5,6 +5,8 @@ Pure data and pure builders; the pipeline decides when each is written.
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from dataclasses import dataclass
 
 from adapters.errors import UpstreamError
@@ -12,7 +14,18 @@ from adapters.types import Usage
 from gateway.core.cache_money import cache_money, with_autopilot_saving
 from gateway.core.calls import Admitted
 from gateway.ports import Attempt, CallRecord, Fault, Pricing
-from gateway.telemetry import CallLabels, CallSpan, Telemetry
+from gateway.telemetry import (
+    AttemptFacts,
+    AttemptMetrics,
+    CallFacts,
+    CallLabels,
+    CallTrace,
+    Ending,
+    Telemetry,
+)
+
+# gen_ai.provider.name by backend kind; an OpenAI-compatible one is named by its wire
+_PROVIDERS = {"bedrock": "aws.bedrock", "anthropic": "anthropic", "selfhost": "lantern"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +39,8 @@ class Outcome:
     cost_usd: float
     ended: float  # the pipeline's clock when the attempt ended
     fault: Fault = "backend"  # whose fault, when status is not ok
+    response_model: str | None = None  # the model the upstream says answered
+    finish_reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,17 +104,79 @@ def queued_ms(adm: Admitted, t: Try) -> float | None:
     return float(queued) if isinstance(queued, int | float) else None
 
 
-def write_telemetry(telemetry: Telemetry, adm: Admitted, t: Try, out: Outcome) -> None:
-    """The attempt's metrics and its span."""
+def provider_name(attempt: Attempt) -> str:
+    """The attempt's `gen_ai.provider.name` (a well-known value where the convention has one)."""
+    backend = attempt.candidate.backend
+    return _PROVIDERS.get(backend.kind) or backend.wire or backend.kind
+
+
+def write_telemetry(
+    telemetry: Telemetry, adm: Admitted, t: Try, out: Outcome, final: bool = True
+) -> None:
+    """The attempt's metrics and span; `final`: the call's too (no attempt follows)."""
     model, usage, now = adm.route.name, out.usage, out.ended
     candidate = t.attempt.candidate
-    labels = CallLabels(adm.call.tenant.tenant, model, candidate.backend_name)
+    labels = CallLabels(
+        adm.call.tenant.tenant, model, candidate.backend_name, provider_name(t.attempt)
+    )
+    trace = adm.trace
     telemetry.metrics.record_attempt(
-        labels, out.status, usage, out.cost_usd, now - t.began, out.ttft_s, out.error_kind
+        AttemptMetrics(
+            labels,
+            out.status,
+            usage,
+            out.cost_usd,
+            now - t.began,
+            out.ttft_s,
+            out.error_kind,
+            None if trace is None else trace.trace_id,
+        )
     )
     if t.number == 0 and (queued := queued_ms(adm, t)) is not None:
         telemetry.metrics.observe_queue(model, queued / 1000.0)
-    route = adm.call.door_name
-    telemetry.record_call(
-        CallSpan(route, adm.request_id, t.number, labels, usage, out.status, now - t.began)
+    if trace is not None:
+        trace.end_attempt(t.number, ending(out, now - t.began))
+        if final:
+            trace.end(ending(out, now - adm.started_s))
+
+
+def ending(out: Outcome, duration_s: float) -> Ending:
+    return Ending(
+        out.status,
+        out.error_kind,
+        out.usage,
+        out.cost_usd,
+        duration_s,
+        out.ttft_s,
+        out.response_model,
+        out.finish_reason,
     )
+
+
+def traced(adm: Admitted, telemetry: Telemetry, now: float) -> Admitted:
+    """The admitted call with its server span begun (at its arrival)."""
+    call = adm.call
+    facts = CallFacts(
+        model=call.request.model,
+        tenant=call.tenant.tenant,
+        request_id=adm.request_id,
+        conversation_id=adm.session_id,
+        door=call.door_name,
+        stream=bool(call.request.stream),
+        max_tokens=adm.max_tokens,
+        cache=adm.verdict.header,
+    )
+    trace = telemetry.trace_call(facts, call.trace, now - adm.started_s)
+    return dataclasses.replace(adm, trace=trace)
+
+
+def begin_attempt(trace: CallTrace, t: Try) -> dict[str, str]:
+    """Begin the attempt's client span; the headers that carry its context upstream."""
+    c = t.attempt.candidate
+    facts = AttemptFacts(t.number, provider_name(t.attempt), c.backend_name, c.venue, c.replica)
+    return trace.begin_attempt(facts, time.time_ns())
+
+
+def end_failed(trace: CallTrace, error_type: str | None, duration_s: float) -> None:
+    """End the call's span when no attempt answered (or none was made)."""
+    trace.end(Ending("error", error_type, Usage(), 0.0, duration_s))

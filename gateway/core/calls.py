@@ -21,6 +21,7 @@ from gateway.ports import (
     RoutePlan,
     Ticket,
 )
+from gateway.telemetry import CallTrace, ClientTrace
 from policies.model import TenantPolicy
 
 DEFAULT_MAX_TOKENS = 4096
@@ -46,6 +47,7 @@ class IncomingCall:
         return codec_for(self.wire).door
 
     betas: tuple[str, ...] = ()  # the client's `anthropic-beta` values
+    trace: ClientTrace | None = None  # the client's trace context (read only while tracing)
 
     def __post_init__(self) -> None:
         # the one check of client identifiers, before anything is reserved or called
@@ -65,6 +67,7 @@ class Admitted:
     plan: RoutePlan
     verdict: CacheVerdict
     started_s: float
+    trace: CallTrace | None = None  # the call's spans; None while nothing is traced
 
     @property
     def session_key(self) -> str:

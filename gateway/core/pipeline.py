@@ -20,7 +20,17 @@ from adapters.backend import BackendCall, RelayedChunk
 from adapters.errors import UpstreamError
 from adapters.types import ChatResponse, Message, PublicHead, StreamEvent, Usage
 from gateway.core.after_reply import AfterReply
-from gateway.core.attempts import Outcome, Try, call_record, fault_of, gone_or_ours, write_telemetry
+from gateway.core.attempts import (
+    Outcome,
+    Try,
+    begin_attempt,
+    call_record,
+    end_failed,
+    fault_of,
+    gone_or_ours,
+    traced,
+    write_telemetry,
+)
 from gateway.core.calls import (
     Admitted,
     IncomingCall,
@@ -42,7 +52,6 @@ from gateway.core.translation import check_translatable
 from gateway.ids import uuid4_hex
 from gateway.ports import (
     AdmissionPort,
-    Attempt,
     Fault,
     LedgerPort,
     ModelTable,
@@ -129,7 +138,7 @@ class Pipeline:
             with anyio.CancelScope(shield=True):
                 await self.s.admission.settle(ticket, usage=Usage(), cost_usd=0.0)
             raise
-        return Admitted(
+        adm = Admitted(
             call,
             uuid4_hex(),
             route,
@@ -142,10 +151,12 @@ class Pipeline:
             verdict,
             started,
         )
+        return traced(adm, self.s.telemetry, self.s.clock()) if self.s.telemetry.is_tracing else adm
 
     # --- serving ----------------------------------------------------------------------------
 
-    def _backend_call(self, adm: Admitted, attempt: Attempt) -> BackendCall:
+    def _backend_call(self, adm: Admitted, t: Try) -> BackendCall:
+        attempt = t.attempt
         request = dataclasses.replace(
             adm.prepared.request,
             max_tokens=adm.max_tokens,
@@ -166,6 +177,8 @@ class Pipeline:
             raw_body=body,
             native_body=native,
             betas=adm.call.betas,
+            # the attempt's span context, in `traceparent`
+            extra_headers=None if adm.trace is None else begin_attempt(adm.trace, t),
         )
 
     async def _turn(self, adm: Admitted, streaming: bool) -> tuple[Lead | None, Admitted]:
@@ -196,9 +209,7 @@ class Pipeline:
         last_error: UpstreamError | None = None
         for t in self._tries(adm):
             try:
-                response = await t.attempt.candidate.backend.complete(
-                    self._backend_call(adm, t.attempt)
-                )
+                response = await t.attempt.candidate.backend.complete(self._backend_call(adm, t))
             except UpstreamError as exc:
                 last_error = exc
                 if self._failed_before_output(adm, t, exc):
@@ -210,11 +221,12 @@ class Pipeline:
                 with anyio.CancelScope(shield=True):
                     await self._finish(adm, t, status, kind, usage, None, fault)
                 raise
-            await self._finish(adm, t, "ok", None, response.usage)
+            reply = (response.model, response.stop_reason)
+            await self._finish(adm, t, "ok", None, response.usage, reply=reply)
             self.after_reply.add(self._extend, adm, t, Message("assistant", response.content))
             return response
-        await self._settle_failed(adm)
         assert last_error is not None
+        await self._settle_failed(adm, type(last_error).__name__)
         raise last_error
 
     async def stream(self, adm: Admitted) -> AsyncGenerator[StreamEvent | RelayedChunk, None]:
@@ -258,11 +270,12 @@ class Pipeline:
                     with anyio.CancelScope(shield=True):
                         await self._finish(adm, t, status, kind, usage, tally.ttft_s, fault)
                     raise
-                await self._finish(adm, t, "ok", None, tally.usage(adm.prompt_tokens), tally.ttft_s)
+                usage, reply = tally.usage(adm.prompt_tokens), (tally.said_model, tally.stop_reason)
+                await self._finish(adm, t, "ok", None, usage, tally.ttft_s, reply=reply)
                 self.after_reply.add(self._extend, adm, t, tally.answer())
                 return
-            await self._settle_failed(adm)
             assert last_error is not None
+            await self._settle_failed(adm, type(last_error).__name__)
             raise last_error
         finally:
             if lead is not None:  # failed or cancelled before its first byte: waiters go now
@@ -277,7 +290,7 @@ class Pipeline:
         self, adm: Admitted, t: Try
     ) -> AsyncIterator[StreamEvent] | AsyncIterator[RelayedChunk]:
         backend = t.attempt.candidate.backend
-        call = self._backend_call(adm, t.attempt)
+        call = self._backend_call(adm, t)
         # a RelayingBackend (adapters/backend.py) when it has `relay`
         relay = getattr(backend, "relay", None) if self.s.relay_streams else None
         if relay is not None and call.raw_body is not None:
@@ -315,12 +328,13 @@ class Pipeline:
         usage: Usage,
         ttft_s: float | None = None,
         fault: Fault = "backend",
+        reply: tuple[str | None, str | None] = (None, None),  # the upstream's model, stop reason
     ) -> None:
         """Settle now (the next call of a sequential client must find its slot free); the
         rest of the bookkeeping runs after the reply is out."""
         cost = self.s.pricing.cost_usd(adm.route.name, usage)
         await self.s.admission.settle(adm.ticket, usage=usage, cost_usd=cost)
-        out = Outcome(status, error_kind, usage, ttft_s, cost, self.s.clock(), fault)
+        out = Outcome(status, error_kind, usage, ttft_s, cost, self.s.clock(), fault, *reply)
         self.s.ledger.record(call_record(adm, t, out, self.s.pricing))  # before the reply completes
         self.after_reply.add(self._close_attempt, adm, t, out)
         if status == "ok":
@@ -332,8 +346,10 @@ class Pipeline:
         self.s.prompts.reconcile(adm.verdict, out.usage)
         write_telemetry(self.s.telemetry, adm, t, out)
 
-    async def _settle_failed(self, adm: Admitted) -> None:
+    async def _settle_failed(self, adm: Admitted, error_type: str = "cancelled") -> None:
         await self.s.admission.settle(adm.ticket, usage=Usage(), cost_usd=0.0)
+        if adm.trace is not None:
+            self.after_reply.add(end_failed, adm.trace, error_type, self.s.clock() - adm.started_s)
 
     def _record(
         self,
@@ -347,4 +363,4 @@ class Pipeline:
         cost = self.s.pricing.cost_usd(adm.route.name, usage)
         out = Outcome(status, error_kind, usage, ttft_s, cost, self.s.clock())
         self.s.ledger.record(call_record(adm, t, out, self.s.pricing))  # before the reply completes
-        self.after_reply.add(write_telemetry, self.s.telemetry, adm, t, out)
+        self.after_reply.add(write_telemetry, self.s.telemetry, adm, t, out, False)

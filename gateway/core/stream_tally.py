@@ -28,13 +28,17 @@ class StreamTally:
         self.final: Usage | None = None
         self.ttft_s: float | None = None
         self.started = False
+        self.said_model: str | None = None  # the model the upstream's start event names
+        self.stop_reason: str | None = None
         self.ended = False  # the end event went out: the consumer has the whole reply
         self._texts: dict[int, list[str]] = {}  # content block index -> its text pieces
         self._tools: dict[int, tuple[str, str, list[str]]] = {}  # index -> id, name, arguments
 
     def see(self, event: StreamEvent, elapsed_s: float) -> bool:
         """Take one event; True when it is the first token."""
-        self.started = True
+        if not self.started:
+            self.started = True
+            self.said_model = getattr(event, "model", None)  # a StreamStart's
         is_first = False
         if isinstance(event, TextDelta | ToolCallDelta):
             if self.ttft_s is None:
@@ -53,7 +57,7 @@ class StreamTally:
         elif isinstance(event, ToolCallStart):
             self._tools[event.index] = (event.id, event.name, [])
         elif isinstance(event, StreamEnd):
-            self.final = event.usage
+            self.final, self.stop_reason = event.usage, event.stop_reason
             self.ended = True
         return is_first
 

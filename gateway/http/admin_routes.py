@@ -23,6 +23,7 @@ from gateway.http.error_shapes import error_body
 from gateway.http.readiness import Readiness
 from gateway.ports import ModelTable
 from gateway.telemetry import Metrics
+from gateway.telemetry.metrics import OPENMETRICS_TYPE
 
 JsonView = Callable[[Request], Awaitable[Any]]
 
@@ -130,6 +131,8 @@ def build_ops_router(
     async def prometheus(request: Request) -> Response:
         if metrics_token is not None and not presents_token(request.headers, metrics_token):
             return error_response(AuthenticationFailed("metrics token required"), "openai")
+        if "application/openmetrics-text" in request.headers.get("accept", ""):  # has exemplars
+            return Response(metrics.render(openmetrics=True), media_type=OPENMETRICS_TYPE)
         return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     return router

@@ -38,6 +38,7 @@ from gateway.http.idempotent_doors import HEADER as IDEMPOTENCY_KEY
 from gateway.http.idempotent_doors import IdempotentDoors
 from gateway.http.request_body import BodyLimits, parse_object, read_body
 from gateway.http.sse_reply import SSEReply
+from gateway.http.trace_context import client_trace
 
 log = logging.getLogger("lantern.routes")
 
@@ -120,8 +121,17 @@ class ChatRoutes:
         betas = tuple(
             b.strip() for b in http.headers.get("anthropic-beta", "").split(",") if b.strip()
         )
+        tracing = self.pipeline.s.telemetry.is_tracing
         return IncomingCall(
-            wire, caller.tenant, caller.key_id, request, body, session, len(raw), betas=betas
+            wire,
+            caller.tenant,
+            caller.key_id,
+            request,
+            body,
+            session,
+            len(raw),
+            betas=betas,
+            trace=client_trace(http.headers) if tracing else None,
         )
 
     async def _stream(

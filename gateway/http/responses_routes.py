@@ -28,6 +28,7 @@ from gateway.http.idempotent_doors import IdempotentDoors
 from gateway.http.request_body import BodyLimits, parse_object, read_body
 from gateway.http.responses_schema import ResponseObject, ResponsesCreateRequest
 from gateway.http.sse_reply import SSEReply
+from gateway.http.trace_context import with_client_trace
 from gateway.responses.turns import Turn, Turns, door_error, native_reply
 
 Items = StreamEvent | RelayedChunk
@@ -51,7 +52,8 @@ class ResponsesRoutes:
     async def _create(self, http: Request) -> Response:
         try:
             turn = await self._turn(http)
-            admitted = await self.pipeline.admit(turn.call)
+            call = with_client_trace(turn.call, http.headers, self.pipeline.s.telemetry)
+            admitted = await self.pipeline.admit(call)
         except Exception as exc:  # every rejection in OpenAI's error shape
             return error_response(door_error(exc), "openai")
         headers = admitted.headers(self.pipeline.s.admission)

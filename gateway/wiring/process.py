@@ -126,10 +126,9 @@ def build_components(
 ) -> GatewayProcess:
     settings.var_dir.mkdir(parents=True, exist_ok=True)
     metrics = Metrics()
-    telemetry = Telemetry(
-        build_tracer_provider(settings.telemetry.exporter, settings.telemetry.otlp_endpoint),
-        metrics,
-    )
+    traces = settings.telemetry
+    provider = build_tracer_provider(traces.exporter, traces.otlp_endpoint, traces.service_name)
+    telemetry = Telemetry(provider, metrics)
     # http:// upstreams on our own HTTP/1.1 connections (~1/3 of aiohttp's CPU per call, which
     # is ~1/3 of httpx's); https:// on the pool's aiohttp session
     http = Http1Pool(max_connections=1000)

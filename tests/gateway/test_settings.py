@@ -121,7 +121,7 @@ def test_unknown_key_names_file_line_and_field(tmp_path: Path) -> None:
     with pytest.raises(SettingsError) as caught:
         load_settings(path)
     assert [str(issue) for issue in caught.value.issues] == [
-        f"{path}:8: telemetry.sampler: unknown key (allowed: exporter, otlp_endpoint)"
+        f"{path}:8: telemetry.sampler: unknown key (allowed: exporter, otlp_endpoint, service_name)"
     ]
 
 

@@ -211,7 +211,7 @@ def test_the_settle_and_the_row_come_before_the_reply_and_the_telemetry_after_it
     assert (settled, rows, num_spans) == (1, 1, 0)
     assert [(r.status, r.usage, r.cost_usd) for r in fakes.rows] == [("ok", USAGE, 7e-6 + 6e-6)]
     assert fakes.completed == [True] and fakes.reconciled == 1
-    assert len(spans.get_finished_spans()) == 1
+    assert [s.name for s in spans.get_finished_spans()] == ["chat m", "chat m"]  # attempt, call
 
 
 def test_client_disconnect_mid_call_settles_and_records_once() -> None:

@@ -6,7 +6,7 @@ from dataclasses import asdict
 
 from adapters.types import Usage
 from cachekeys.diagnosis import CacheDiagnosis, Reason
-from gateway.telemetry import CallLabels, Metrics
+from gateway.telemetry import AttemptMetrics, CallLabels, Metrics
 
 
 def _value(metrics: Metrics, name: str, **labels: str) -> float | None:
@@ -15,11 +15,13 @@ def _value(metrics: Metrics, name: str, **labels: str) -> float | None:
 
 def test_record_attempt_counts_every_series_exactly() -> None:
     metrics = Metrics()
-    labels = CallLabels("acme", "gpt-4o-mini", "fake")
+    labels = CallLabels("acme", "gpt-4o-mini", "fake", "openai")
     usage = Usage(input_tokens=100, output_tokens=7, cache_read_tokens=900)
     for _ in range(3):
-        metrics.record_attempt(labels, "ok", usage, 0.25, 0.004, 0.002, None)
-    metrics.record_attempt(labels, "error", Usage(), 0.0, 0.5, None, "ProviderTimeout")
+        metrics.record_attempt(AttemptMetrics(labels, "ok", usage, 0.25, 0.004, 0.002, None))
+    metrics.record_attempt(
+        AttemptMetrics(labels, "error", Usage(), 0.0, 0.5, None, "ProviderTimeout")
+    )
     metrics.requests.labels("acme", "gpt-4o-mini", "fake", "ok").inc()  # the plain path
     tenant_model = {"tenant": "acme", "model": "gpt-4o-mini"}
     ok = {**tenant_model, "backend": "fake", "status": "ok"}
@@ -33,6 +35,20 @@ def test_record_attempt_counts_every_series_exactly() -> None:
     backend = {"model": "gpt-4o-mini", "backend": "fake"}
     assert _value(metrics, "lantern_latency_seconds_count", **backend) == 4.0
     assert _value(metrics, "lantern_ttft_seconds_count", **backend) == 3.0
+    genai = {
+        "gen_ai_operation_name": "chat",
+        "gen_ai_provider_name": "openai",
+        "gen_ai_request_model": "gpt-4o-mini",
+        "lantern_tenant": "acme",
+    }
+    tokens = "gen_ai_client_token_usage_sum"
+    assert _value(metrics, tokens, **genai, gen_ai_token_type="input") == 3000.0
+    assert _value(metrics, tokens, **genai, gen_ai_token_type="output") == 21.0
+    duration = "gen_ai_client_operation_duration_seconds_count"
+    assert _value(metrics, duration, **genai, error_type="") == 3.0
+    assert _value(metrics, duration, **genai, error_type="ProviderTimeout") == 1.0
+    first = "gen_ai_client_operation_time_to_first_chunk_seconds_count"
+    assert _value(metrics, first, **genai) == 3.0
 
 
 def test_diagnosis_dict_matches_its_fields() -> None:

@@ -1,0 +1,25 @@
+"""The W3C trace context a client sends (`traceparent`, `tracestate`), read only while tracing."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from gateway.core.calls import IncomingCall
+from gateway.telemetry import ClientTrace, Telemetry
+
+
+def client_trace(headers: Mapping[str, str]) -> ClientTrace | None:
+    traceparent = headers.get("traceparent")
+    if traceparent is None:
+        return None
+    return ClientTrace(traceparent, headers.get("tracestate"))
+
+
+def with_client_trace(
+    call: IncomingCall, headers: Mapping[str, str], telemetry: Telemetry
+) -> IncomingCall:
+    """`call` carrying the client's trace context, when calls are traced."""
+    if not telemetry.is_tracing or (trace := client_trace(headers)) is None:
+        return call
+    return dataclasses.replace(call, trace=trace)

@@ -1,0 +1,184 @@
+"""The spans of one call in OpenTelemetry's GenAI conventions: the gateway's server span, child
+of the client's `traceparent`, and one client span per upstream attempt, whose context goes
+upstream. Built only while a processor would receive them; no prompt or completion text unless
+the tenant opted in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ga
+from opentelemetry.semconv.attributes.error_attributes import ERROR_TYPE
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, set_span_in_context
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.util.types import AttributeValue
+
+from adapters.types import Usage
+
+W3C = TraceContextTextMapPropagator()  # stateless: reads and writes `traceparent`/`tracestate`
+
+
+@dataclass(frozen=True, slots=True)
+class ClientTrace:
+    """The W3C trace context a client sent with its call."""
+
+    traceparent: str
+    tracestate: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CallFacts:
+    """What the gateway knows of a call once admitted."""
+
+    model: str  # the model the client asked for
+    tenant: str
+    request_id: str
+    conversation_id: str  # the agent session
+    door: str
+    stream: bool
+    max_tokens: int
+    cache: str  # the cache diagnosis, as `x-lantern-cache` says it
+    operation: str = ga.GenAiOperationNameValues.CHAT.value
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptFacts:
+    """Where one attempt goes."""
+
+    number: int
+    provider: str  # gen_ai.provider.name
+    backend: str
+    venue: str
+    replica: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """How an attempt, or the whole call, ended: counts and outcome, never text."""
+
+    status: str  # ok | error | client_disconnect
+    error_type: str | None
+    usage: Usage
+    cost_usd: float
+    duration_s: float
+    ttft_s: float | None = None
+    response_model: str | None = None
+    finish_reason: str | None = None
+    content: tuple[str, str] | None = None  # (input, output) messages JSON: tenants who opted in
+
+
+def parent_context(client: ClientTrace | None) -> object | None:
+    """The OTel context of the client's span, or None (a new trace)."""
+    if client is None:
+        return None
+    carrier = {"traceparent": client.traceparent}
+    if client.tracestate:
+        carrier["tracestate"] = client.tracestate
+    return W3C.extract(carrier)
+
+
+def _usage_attributes(u: Usage) -> dict[str, AttributeValue]:
+    return {
+        ga.GEN_AI_USAGE_INPUT_TOKENS: u.prompt_tokens,  # cached ones included, as the convention asks
+        ga.GEN_AI_USAGE_OUTPUT_TOKENS: u.output_tokens,
+        ga.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: u.cache_read_tokens,
+        ga.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS: u.cache_write_tokens,
+    }
+
+
+def _end(span: Span, end: Ending, start_ns: int) -> None:
+    attrs = _usage_attributes(end.usage)
+    attrs["lantern.cost_usd"] = end.cost_usd
+    attrs["lantern.status"] = end.status
+    if end.response_model is not None:
+        attrs[ga.GEN_AI_RESPONSE_MODEL] = end.response_model
+    if end.finish_reason is not None:
+        attrs[ga.GEN_AI_RESPONSE_FINISH_REASONS] = (end.finish_reason,)
+    if end.ttft_s is not None:
+        attrs[ga.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = end.ttft_s
+    if end.content is not None:
+        attrs[ga.GEN_AI_INPUT_MESSAGES], attrs[ga.GEN_AI_OUTPUT_MESSAGES] = end.content
+    if end.status != "ok":
+        attrs[ERROR_TYPE] = end.error_type or end.status
+        span.set_status(Status(StatusCode.ERROR, end.error_type or end.status))
+    span.set_attributes(attrs)
+    span.end(end_time=start_ns + int(end.duration_s * 1e9))
+
+
+class CallTrace:
+    """The server span of one call and its attempts' client spans, ended as they finish."""
+
+    def __init__(
+        self, tracer: Tracer, facts: CallFacts, client: ClientTrace | None, start_ns: int
+    ) -> None:
+        self.tracer = tracer
+        self.facts = facts
+        self.start_ns = start_ns
+        self.name = f"{facts.operation} {facts.model}"
+        self.server = tracer.start_span(
+            self.name,
+            context=parent_context(client),  # type: ignore[arg-type]
+            kind=SpanKind.SERVER,
+            start_time=start_ns,
+            attributes=self._request_attributes(),
+        )
+        self.server.set_attributes(
+            {
+                ga.GEN_AI_CONVERSATION_ID: facts.conversation_id,
+                "lantern.tenant": facts.tenant,
+                "lantern.request_id": facts.request_id,
+                "lantern.door": facts.door,
+                "lantern.cache": facts.cache,
+            }
+        )
+        self._attempts: dict[int, tuple[Span, int]] = {}
+
+    @property
+    def trace_id(self) -> str:
+        return format(self.server.get_span_context().trace_id, "032x")
+
+    def _request_attributes(self) -> dict[str, AttributeValue]:
+        f = self.facts
+        return {
+            ga.GEN_AI_OPERATION_NAME: f.operation,
+            ga.GEN_AI_REQUEST_MODEL: f.model,
+            ga.GEN_AI_REQUEST_MAX_TOKENS: f.max_tokens,
+            ga.GEN_AI_REQUEST_STREAM: f.stream,
+        }
+
+    def begin_attempt(self, a: AttemptFacts, now_ns: int) -> dict[str, str]:
+        """Start the attempt's client span; the headers that carry its context upstream."""
+        attrs = self._request_attributes()
+        attrs[ga.GEN_AI_PROVIDER_NAME] = a.provider
+        attrs[ga.GEN_AI_CONVERSATION_ID] = self.facts.conversation_id
+        attrs["lantern.backend"] = a.backend
+        attrs["lantern.venue"] = a.venue
+        attrs["lantern.attempt"] = a.number
+        if a.replica is not None:
+            attrs["lantern.replica"] = a.replica
+        span = self.tracer.start_span(
+            self.name,
+            context=set_span_in_context(self.server),
+            kind=SpanKind.CLIENT,
+            start_time=now_ns,
+            attributes=attrs,
+        )
+        self._attempts[a.number] = (span, now_ns)
+        self.server.set_attributes(
+            {ga.GEN_AI_PROVIDER_NAME: a.provider, "lantern.backend": a.backend}
+        )
+        headers: dict[str, str] = {}
+        W3C.inject(headers, context=set_span_in_context(span))
+        return headers
+
+    def end_attempt(self, number: int, end: Ending) -> None:
+        found = self._attempts.pop(number, None)
+        if found is not None:
+            _end(found[0], end, found[1])
+
+    def end(self, end: Ending) -> None:
+        """End the server span with the call's outcome (its last attempt's, or the failure)."""
+        for number in list(self._attempts):  # never begun upstream, or not told: close them
+            self.end_attempt(number, Ending("error", end.error_type, Usage(), 0.0, 0.0))
+        _end(self.server, end, self.start_ns)
