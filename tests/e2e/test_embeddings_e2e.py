@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 
@@ -14,6 +15,7 @@ from tests.e2e.harness import RunningGateway, start_gateway, write_config, write
 from tests.e2e.test_front_doors import _ledger_rows
 from tests.fakes.bedrock import FakeBedrock, embedding
 from tests.fakes.embeddings import FakeEmbeddings, vector
+from tests.openapi.openai_schema import check
 
 KEY = "lt-embed-secret-key-0001"
 TITAN = "amazon.titan-embed-text-v2:0"
@@ -68,6 +70,7 @@ def test_embeddings_are_served_billed_recorded_and_limited(gateway: RunningGatew
     through_litellm = client.embeddings.create(model="via-litellm", input="f g")
     assert through_litellm.data[0].embedding == vector("f g")
     assert through_litellm.model == "via-litellm"
+    _check_raw(gateway, "text-embedding-3-small")
     row = _ledger_rows(gateway, 2)[1]
     assert (row["model"], row["backend"], row["input_tokens"]) == ("via-litellm", "ll-embed", 2)
     assert row["cost_usd"] == pytest.approx(2 * 0.1 / 1e6)
@@ -145,3 +148,18 @@ def test_bedrock_titan_embeddings_are_served_billed_and_recorded(
         client.embeddings.create(model="claude", input="x")
     assert chat_model.value.body["code"] == "embeddings_unsupported"  # type: ignore[index]
     assert "'claude'" in chat_model.value.body["message"]  # type: ignore[index]
+    _check_raw(bedrock_gateway, "titan")  # 4 of 10 tokens left: one each
+
+
+def _check_raw(gw: RunningGateway, model: str) -> None:
+    """The body as it leaves the gateway (float vectors) is valid against OpenAI's document."""
+    for encoding in ("float", "base64"):
+        reply = httpx.post(
+            f"{gw.url}/v1/embeddings",
+            json={"model": model, "input": "a", "encoding_format": encoding},
+            headers={"authorization": f"Bearer {KEY}"},
+        )
+        assert reply.status_code == 200, reply.text
+        if encoding == "float":  # the document types vectors as numbers; base64 is a string
+            check("CreateEmbeddingResponse", reply.json())
+        assert reply.json()["model"] == model
