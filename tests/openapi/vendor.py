@@ -69,9 +69,7 @@ def main() -> None:
         "version": doc["info"]["version"],
         "openapi": doc["openapi"],
         "roots": list(ROOTS),
-        "components": {
-            "schemas": {k: strip(schemas[k]) for k in sorted(closure(schemas, ROOTS))}
-        },
+        "components": {"schemas": {k: strip(schemas[k]) for k in sorted(closure(schemas, ROOTS))}},
     }
     target = Path(__file__).with_name(f"openai-{out['version']}.json")
     target.write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2) + b"\n")
