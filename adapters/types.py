@@ -159,6 +159,15 @@ class Choice:
 
 
 @dataclass(frozen=True, slots=True)
+class WireReply:
+    """An upstream's reply body as it sent it, in its own chat wire: what a client of that
+    wire gets (only `model` edited), every field and block kept, modelled or not."""
+
+    wire: WireFormat
+    body: Mapping[str, JSON]
+
+
+@dataclass(frozen=True, slots=True)
 class ChatResponse:
     id: str
     model: str
@@ -173,6 +182,9 @@ class ChatResponse:
     # (OpenAI `system_fingerprint`, `service_tier`, each choice's `logprobs`); echoed only to
     # a client of that wire
     wire_extra: Mapping[str, JSON] = field(default_factory=dict)
+    # set by a backend of a chat wire: relayed, not encoded, to a client of that wire; not
+    # part of the canonical reply (two backends' equal answers compare equal)
+    upstream: WireReply | None = field(default=None, compare=False)
 
 
 # --- streaming events, in the order a backend yields them ---------------------------------

@@ -190,7 +190,7 @@ class CallRecord:
     ttft_ms: float | None
     latency_ms: float
     cache_diagnosis: str | None
-    door: str | None = None  # the client's route: chat.completions | messages | responses
+    door: str | None = None  # the client's route: chat.completions, messages, responses, embeddings
     # the call's cache profit and loss (gateway/core/cache_money.py)
     cache_saved_usd: float = 0.0
     cache_premium_usd: float = 0.0

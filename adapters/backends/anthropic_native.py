@@ -1,23 +1,26 @@
 """Backend for Anthropic's Messages API over httpx (`x-api-key`, `anthropic-version`).
 
 Forwards the client's own JSON when it spoke Anthropic (edits: model, stream flag), else
-encodes the canonical request. Holds no tenant or routing logic.
+encodes the canonical request; to an Anthropic client the reply goes as the upstream sent it
+(`relay`, `complete`'s `upstream`), the model name as asked its one edit. Holds no tenant or routing logic.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
 
-from adapters.backend import BackendCall
+from adapters.backend import BackendCall, RelayedChunk
 from adapters.backends.spec import BackendSpec, allowed_betas, forwarded_betas
 from adapters.errors import ProviderUnavailable
 from adapters.http.upstream import HTTPClient
-from adapters.types import ChatResponse, StreamEvent, WireFormat
+from adapters.types import ChatResponse, StreamEvent, WireFormat, WireReply
 from adapters.wire import anthropic as anthropic_wire
 from adapters.wire.anthropic import AnthropicStreamDecoder
+from adapters.wire.anthropic.relay import AnthropicRelay
 
 DEFAULT_VERSION = "2023-06-01"
 # the Messages fields `/v1/messages/count_tokens` takes (it refuses any other)
@@ -84,7 +87,8 @@ class AnthropicBackend:
         reply = await self._upstream.post_json(
             body, timeout_s=timeout_s, headers=self._headers(call)
         )
-        return anthropic_wire.decode_response(reply)
+        decoded = anthropic_wire.decode_response(reply)  # usage and blocks, for counting
+        return dataclasses.replace(decoded, upstream=WireReply("anthropic", reply))
 
     async def stream(self, call: BackendCall) -> AsyncIterator[StreamEvent]:
         body, timeout_s = self._prepare(call, stream=True)
@@ -97,6 +101,26 @@ class AnthropicBackend:
             for out in decoder.feed(event.data):
                 yield out
         if not decoder.ended:
+            raise ProviderUnavailable(self.name, "stream ended before message_stop")
+
+    async def relay(self, call: BackendCall) -> AsyncIterator[RelayedChunk]:
+        """The upstream's stream for an Anthropic client (`call.raw_body` is its JSON): every
+        event forwarded as framed, in order, known or not (`AnthropicRelay`), with its
+        canonical events; the events of one upstream read go out as one chunk."""
+        if call.client_wire != "anthropic" or call.raw_body is None:
+            raise ValueError("relay() serves an Anthropic client's own body; use stream()")
+        body, timeout_s = self._prepare(call, stream=True)
+        relay = AnthropicRelay(self.name, model=call.request.model)
+        reads = self._upstream.post_sse_reads(
+            body, timeout_s=timeout_s, headers=self._headers(call)
+        )
+        async for read in reads:  # what arrived together leaves together: one client write
+            chunk, error = relay.feed_all(read)
+            if chunk is not None:
+                yield chunk
+            if error is not None:
+                raise error
+        if not relay.ended:
             raise ProviderUnavailable(self.name, "stream ended before message_stop")
 
     async def count_tokens(self, call: BackendCall) -> int:

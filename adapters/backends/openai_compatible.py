@@ -7,6 +7,7 @@ upstream framed them (`relay`, adapters/wire/openai/relay.py). Holds no tenant o
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -17,7 +18,7 @@ from adapters.backends.openai_responses import ResponsesUpstream
 from adapters.backends.spec import SALTED_ENGINES, TOP_K_ENGINES, BackendSpec
 from adapters.errors import ProviderUnavailable
 from adapters.http.upstream import HTTPClient
-from adapters.types import ChatResponse, StreamEvent, WireFormat
+from adapters.types import ChatResponse, StreamEvent, WireFormat, WireReply
 from adapters.wire import openai as openai_wire
 from adapters.wire.openai import OpenAIRelay, OpenAIStreamDecoder
 
@@ -151,7 +152,8 @@ class OpenAICompatibleBackend:
             return await native.complete(call, self._model, *self._native_headers(call))
         body, headers, timeout_s = self._prepare(call, stream=False)
         reply = await self._upstream.post_json(body, timeout_s=timeout_s, headers=headers)
-        return openai_wire.decode_response(reply)
+        decoded = openai_wire.decode_response(reply)  # usage and parts, for counting
+        return dataclasses.replace(decoded, upstream=WireReply("openai", reply))
 
     async def stream(self, call: BackendCall) -> AsyncIterator[StreamEvent]:
         native = self._native(call)

@@ -7,6 +7,7 @@ messages); each wire's package implements it in its `codec.py`. Pure; no I/O.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any, Protocol
 
 from adapters.types import JSON, ChatRequest, ChatResponse, StreamEvent, ToolSpec, WireFormat
@@ -55,3 +56,14 @@ CODECS: Mapping[WireFormat, ChatCodec] = {"openai": openai.CODEC, "anthropic": a
 
 def codec_for(wire: WireFormat) -> ChatCodec:
     return CODECS[wire]
+
+
+def reply_body(wire: WireFormat, resp: ChatResponse, model: str) -> Mapping[str, Any]:
+    """The body a client of `wire` gets: the upstream's own when it spoke that wire (every
+    field and block as sent; `model` the name the client asked for, the one edit), else the
+    wire's encoding of the canonical reply."""
+    relayed = resp.upstream
+    if relayed is not None and relayed.wire == wire:
+        body = relayed.body
+        return body if body.get("model") == model else {**body, "model": model}
+    return CODECS[wire].encode_response(replace(resp, model=model))

@@ -6,7 +6,7 @@ cap and the model's context window, its session). Pure: raises the typed errors,
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from adapters.types import JSON, ChatRequest, WireFormat
 from adapters.wire.codec import codec_for
@@ -67,6 +67,8 @@ class Admitted:
     plan: RoutePlan
     verdict: CacheVerdict
     started_s: float
+    # `thinking.budget_tokens` lowered with a clamped `max_tokens` (None: as the client sent it)
+    thinking_budget: int | None = None
     trace: CallTrace | None = None  # the call's spans; None while nothing is traced
 
     @property
@@ -87,6 +89,8 @@ class Admitted:
         asked = self.call.request.max_tokens
         if asked is not None and self.max_tokens < asked:  # clamped to the tenant's cap
             out["x-lantern-max-tokens-clamped"] = str(self.max_tokens)
+            if self.thinking_budget is not None:
+                out["x-lantern-thinking-budget-clamped"] = str(self.thinking_budget)
         return out
 
 
@@ -132,6 +136,44 @@ def max_tokens_for(call: IncomingCall) -> int:
             field="max_tokens",
         )
     return asked
+
+
+# Anthropic's smallest `thinking.budget_tokens`; the budget must also stay below `max_tokens`
+MIN_THINKING_BUDGET = 1024
+
+
+def thinking_budget_for(call: IncomingCall, max_tokens: int) -> int | None:
+    """The thinking budget for a `max_tokens` the gateway lowered (the tenant's cap, the
+    context window): the client's budget scaled down with it when it no longer fits below it,
+    kept at the provider's minimum; None when it fits as sent. A 400 naming the budget when
+    no valid budget fits (the provider would refuse the call after it was reserved)."""
+    thinking = call.request.extra.get("thinking")
+    if not isinstance(thinking, Mapping) or thinking.get("type") != "enabled":
+        return None
+    budget, asked = thinking.get("budget_tokens"), call.request.max_tokens
+    if not isinstance(budget, int) or budget < max_tokens:
+        return None
+    if max_tokens <= MIN_THINKING_BUDGET:
+        raise RequestRejected(
+            f"thinking.budget_tokens {budget} does not fit max_tokens {max_tokens} (lowered to "
+            f"the tenant's limit); the provider's smallest budget is {MIN_THINKING_BUDGET} "
+            "and must be below max_tokens",
+            rule="max_output_tokens",
+            field="thinking.budget_tokens",
+        )
+    scaled = budget * max_tokens // asked if asked else budget
+    return max(MIN_THINKING_BUDGET, min(scaled, max_tokens - 1))
+
+
+def with_thinking_budget(
+    request: ChatRequest, body: dict[str, JSON] | None, budget: int
+) -> tuple[ChatRequest, dict[str, JSON] | None]:
+    """The call's request and raw body (where forwarded) with `thinking.budget_tokens` set."""
+    thinking = {**request.extra["thinking"], "budget_tokens": budget}
+    request = replace(request, extra={**request.extra, "thinking": thinking})
+    if body is not None and "thinking" in body:
+        body["thinking"] = thinking
+    return request, body
 
 
 def check_prompt_cap(call: IncomingCall, prompt_tokens: int) -> None:

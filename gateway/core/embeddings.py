@@ -103,7 +103,7 @@ class Embeddings:
         cost = self.s.pricing.cost_usd(route.name, usage)
         await self.s.admission.settle(ticket, usage=usage, cost_usd=cost)
         self._record(call, route, candidate, usage, began, None)
-        return reply
+        return _as_asked(reply, model)
 
     async def _count(self, model: str, texts: list[str], body_bytes: int) -> int:
         """Tokens of `texts`; a large body's in the large-call lane's thread, with its own
@@ -156,5 +156,14 @@ class Embeddings:
             ttft_ms=None,
             latency_ms=(self.s.clock() - began) * 1000.0,
             cache_diagnosis=None,
+            door="embeddings",
         )
         self.s.ledger.record(row)
+
+
+def _as_asked(reply: EmbeddingReply, model: str) -> EmbeddingReply:
+    """The reply naming the model the client asked for, as the chat doors do (the upstream's
+    own name is the backend's business); every other field as the upstream sent it."""
+    if reply.body.get("model", model) == model:
+        return reply
+    return EmbeddingReply({**reply.body, "model": model}, reply.prompt_tokens)

@@ -42,6 +42,8 @@ from gateway.core.calls import (
     route_for,
     session_id_for,
     session_key,
+    thinking_budget_for,
+    with_thinking_budget,
 )
 from gateway.core.fanout import FanoutGate, Lead, with_fanout_wait
 from gateway.core.measure_lane import MeasureLane, measure
@@ -110,6 +112,8 @@ class Pipeline:
         check_prompt_cap(call, prompt_tokens)
         window = self.s.routing.context_window(route, call.tenant)
         max_tokens = fit_window(call, route, prompt_tokens, max_tokens, window)
+        lowered = max_tokens != call.request.max_tokens  # by the cap, the window or a default
+        budget = thinking_budget_for(call, max_tokens) if lowered else None
         session_id = session_id_for(call, prepared)
         key = session_key(call.tenant.tenant, session_id)  # what the tables know it by
         worst = self.s.pricing.worst_case_usd(
@@ -150,6 +154,7 @@ class Pipeline:
             plan,
             verdict,
             started,
+            thinking_budget=budget,
         )
         return traced(adm, self.s.telemetry, self.s.clock()) if self.s.telemetry.is_tracing else adm
 
@@ -168,6 +173,8 @@ class Pipeline:
         body = dict(adm.prepared.body) if same_wire else None
         if body is not None:
             body[max_tokens_field(adm.call.wire, body)] = adm.max_tokens
+        if adm.thinking_budget is not None:  # lowered with max_tokens: both say so
+            request, body = with_thinking_budget(request, body, adm.thinking_budget)
         native = adm.call.native_body
         if native is not None:  # scoped as the prepared chat body is
             native = scoped_native_body(native, adm.prepared, adm.call.tenant.cache)

@@ -6,7 +6,6 @@ Routes parse, call the pipeline, and shape the reply; every rule lives below the
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import Any
@@ -19,7 +18,7 @@ from fastapi.responses import Response, StreamingResponse
 from adapters.backend import RelayedChunk
 from adapters.types import ChatRequest, StreamEvent, WireFormat
 from adapters.wire import openai as openai_wire
-from adapters.wire.codec import codec_for
+from adapters.wire.codec import codec_for, reply_body
 from gateway.core.pipeline import Admitted, IncomingCall, Pipeline
 from gateway.errors import RequestRejected
 from gateway.http.api_schema import (
@@ -101,9 +100,8 @@ class ChatRoutes:
             response = await self.pipeline.complete(admitted)
         except Exception as exc:
             return error_response(exc, wire, headers)
-        # the name the client asked for, as its streams carry it
-        response = dataclasses.replace(response, model=call.request.model)
-        encoded = codec_for(wire).encode_response(response)
+        # the upstream's own body where it spoke this wire; the name the client asked for
+        encoded = reply_body(wire, response, call.request.model)
         return Response(orjson.dumps(encoded), 200, headers, "application/json")
 
     async def _incoming(self, http: Request, wire: WireFormat) -> IncomingCall:

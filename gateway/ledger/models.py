@@ -185,7 +185,7 @@ class UsageRow:
     ttft_ms: float | None = None
     latency_ms: float = 0.0
     cache_diagnosis: str | None = None  # small JSON text from the cache-break diagnosis
-    door: str | None = None  # the client's route: chat.completions | messages | responses
+    door: str | None = None  # the client's route: chat.completions, messages, responses, embeddings
     cache_saved_usd: Decimal = Decimal(0)
     cache_premium_usd: Decimal = Decimal(0)
     cache_lost_usd: Decimal = Decimal(0)

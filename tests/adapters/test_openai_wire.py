@@ -308,6 +308,7 @@ def test_response_round_trip_with_tool_calls() -> None:
             "message": {
                 "role": "assistant",
                 "content": "Checking.",
+                "refusal": None,
                 "tool_calls": [
                     {
                         "id": "call_9",

@@ -159,3 +159,56 @@ def test_messages_without_max_tokens_is_a_400_in_anthropics_shape(gateway: Runni
             "message": "invalid request: max_tokens: required",
         },
     }
+
+
+def test_ultrathink_over_the_cap_lowers_the_thinking_budget_with_max_tokens(
+    gateway: RunningGateway, claude: FakeClaude
+) -> None:
+    """Claude Code's "ultrathink" (max_tokens 32,000, budget 31,999) under a 16,000 cap: the
+    budget is lowered with max_tokens (the provider refuses a budget at or over max_tokens),
+    both named in the reply's headers; streamed the same."""
+    client = _client(gateway)
+    ultra = {"type": "enabled", "budget_tokens": 31999}
+    kwargs: dict[str, Any] = {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 32000,
+        "thinking": ultra,
+        "messages": [{"role": "user", "content": "Weather in Paris?"}],
+    }
+    raw = client.messages.with_raw_response.create(**kwargs)
+    assert raw.headers["x-lantern-max-tokens-clamped"] == "16000"
+    assert raw.headers["x-lantern-thinking-budget-clamped"] == "15999"  # 31,999 / 32,000 of it
+    sent = claude.app.messages_bodies()[-1]
+    assert (sent["max_tokens"], sent["thinking"]) == (16000, {**ultra, "budget_tokens": 15999})
+    with client.messages.with_streaming_response.create(**kwargs, stream=True) as streamed:
+        assert streamed.headers["x-lantern-thinking-budget-clamped"] == "15999"
+    assert claude.app.messages_bodies()[-1]["thinking"]["budget_tokens"] == 15999
+    kept = {"type": "enabled", "budget_tokens": 2048}  # fits below the cap: left as sent
+    raw = client.messages.with_raw_response.create(**{**kwargs, "thinking": kept})
+    assert "x-lantern-thinking-budget-clamped" not in raw.headers
+    assert claude.app.messages_bodies()[-1]["thinking"] == kept
+
+
+def test_a_thinking_budget_no_cap_leaves_room_for_is_refused_by_name(
+    claude: FakeClaude, tmp_path: Path
+) -> None:
+    """A cap of 1,024 leaves no budget the provider takes (at least 1,024, below max_tokens):
+    a 400 naming `thinking.budget_tokens`, before the call is reserved or sent."""
+    (tmp_path / "policies").mkdir()
+    write_policy(tmp_path / "policies", "acme", KEY, limits={"max_output_tokens": 1024})
+    backend = {"kind": "anthropic", "name": "fake-claude", "base_url": claude.base_url}
+    backend |= {"model": "claude-sonnet-4-5", "api_key_env": None}
+    models = [{"name": "claude-sonnet-4-5", "backends": [backend]}]
+    running = start_gateway(write_config(tmp_path / "lantern.yaml", tmp_path, models))
+    try:
+        with pytest.raises(anthropic.BadRequestError) as refused:
+            _client(running).messages.create(
+                model="claude-sonnet-4-5",
+                max_tokens=32000,
+                thinking={"type": "enabled", "budget_tokens": 31999},
+                messages=[{"role": "user", "content": "hi"}],
+            )
+        assert "thinking.budget_tokens" in refused.value.message
+        assert claude.app.messages_bodies() == []
+    finally:
+        running.stop()

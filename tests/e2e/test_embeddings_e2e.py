@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 
@@ -14,6 +15,7 @@ from tests.e2e.harness import RunningGateway, start_gateway, write_config, write
 from tests.e2e.test_front_doors import _ledger_rows
 from tests.fakes.bedrock import FakeBedrock, embedding
 from tests.fakes.embeddings import FakeEmbeddings, vector
+from tests.openapi.openai_schema import check
 
 KEY = "lt-embed-secret-key-0001"
 TITAN = "amazon.titan-embed-text-v2:0"
@@ -55,16 +57,20 @@ def test_embeddings_are_served_billed_recorded_and_limited(gateway: RunningGatew
     reply = client.embeddings.create(model="text-embedding-3-small", input=["a b c", "d e"])
     assert [d.embedding for d in reply.data] == [vector("a b c"), vector("d e")]
     assert reply.usage.prompt_tokens == 5
+    assert reply.model == "text-embedding-3-small"  # as asked; the upstream's is `te3`
     row = _ledger_rows(gateway, 1)[0]
-    assert (row["model"], row["backend"], row["status"]) == (
+    assert (row["model"], row["backend"], row["status"], row["door"]) == (
         "text-embedding-3-small",
         "fake-embed",
         "ok",
+        "embeddings",
     )
     assert row["input_tokens"] == 5
     assert row["cost_usd"] == pytest.approx(5 * 0.02 / 1e6)
     through_litellm = client.embeddings.create(model="via-litellm", input="f g")
     assert through_litellm.data[0].embedding == vector("f g")
+    assert through_litellm.model == "via-litellm"
+    _check_raw(gateway, "text-embedding-3-small")
     row = _ledger_rows(gateway, 2)[1]
     assert (row["model"], row["backend"], row["input_tokens"]) == ("via-litellm", "ll-embed", 2)
     assert row["cost_usd"] == pytest.approx(2 * 0.1 / 1e6)
@@ -124,9 +130,10 @@ def test_bedrock_titan_embeddings_are_served_billed_and_recorded(
     client = openai.OpenAI(base_url=f"{bedrock_gateway.url}/v1", api_key=KEY, max_retries=0)
     reply = client.embeddings.create(model="titan", input=["a b c", "d e"], dimensions=256)
     assert [d.embedding for d in reply.data] == [embedding("a b c", 256), embedding("d e", 256)]
-    assert reply.usage.prompt_tokens == 5
+    assert (reply.usage.prompt_tokens, reply.model) == (5, "titan")
     (row,) = _ledger_rows(bedrock_gateway, 1)
     assert (row["model"], row["backend"], row["status"]) == ("titan", "titan-v2", "ok")
+    assert row["door"] == "embeddings"
     assert row["input_tokens"] == 5
     assert row["cost_usd"] == pytest.approx(5 * 0.02 / 1e6)
     with pytest.raises(openai.RateLimitError):  # 5 of 10 tokens used; 6 more do not fit
@@ -141,3 +148,18 @@ def test_bedrock_titan_embeddings_are_served_billed_and_recorded(
         client.embeddings.create(model="claude", input="x")
     assert chat_model.value.body["code"] == "embeddings_unsupported"  # type: ignore[index]
     assert "'claude'" in chat_model.value.body["message"]  # type: ignore[index]
+    _check_raw(bedrock_gateway, "titan")  # 4 of 10 tokens left: one each
+
+
+def _check_raw(gw: RunningGateway, model: str) -> None:
+    """The body as it leaves the gateway (float vectors) is valid against OpenAI's document."""
+    for encoding in ("float", "base64"):
+        reply = httpx.post(
+            f"{gw.url}/v1/embeddings",
+            json={"model": model, "input": "a", "encoding_format": encoding},
+            headers={"authorization": f"Bearer {KEY}"},
+        )
+        assert reply.status_code == 200, reply.text
+        if encoding == "float":  # the document types vectors as numbers; base64 is a string
+            check("CreateEmbeddingResponse", reply.json())
+        assert reply.json()["model"] == model

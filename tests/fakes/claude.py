@@ -66,6 +66,19 @@ def thinking_error(messages: list[dict[str, Any]]) -> str | None:
     return None
 
 
+def budget_error(body: dict[str, Any]) -> str | None:
+    """The real API's refusal of a thinking budget that does not fit."""
+    thinking = body.get("thinking") or {}
+    if thinking.get("type") != "enabled":
+        return None
+    budget = thinking.get("budget_tokens", 0)
+    if budget < 1024:
+        return "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"
+    if body["max_tokens"] <= budget:
+        return "`max_tokens` must be greater than `thinking.budget_tokens`"
+    return None
+
+
 def reply_blocks(turn: int, body: dict[str, Any]) -> list[dict[str, Any]]:
     """Thinking (signed), then a tool call while the last user turn is not a tool result,
     else the answer."""
@@ -165,7 +178,9 @@ class ClaudeApp:
         if scope["path"] != "/v1/messages" or "max_tokens" not in body:
             await _respond(send, 400, _error("max_tokens: Field required"))
             return
-        refusal = thinking_error(body["messages"]) if body.get("thinking") else None
+        refusal = budget_error(body) or (
+            thinking_error(body["messages"]) if body.get("thinking") else None
+        )
         if refusal is not None:
             await _respond(send, 400, _error(refusal))
             return

@@ -43,6 +43,7 @@ from adapters.wire import openai as openai_wire
 from adapters.wire.anthropic import AnthropicStreamEncoder
 from adapters.wire.codec import codec_for
 from adapters.wire.openai import OpenAIStreamEncoder
+from tests.fakes import today
 from tests.fakes.responses_api import serve_responses
 
 Scope = MutableMapping[str, Any]
@@ -164,6 +165,8 @@ class FakeUpstreamApp:
     peak_concurrent: int = 0  # the most calls it served at once
     # as vLLM: /v1/models reports it, and prompt + max_tokens over it is a 400
     max_model_len: int | None = None
+    # replies shaped as the providers send them today, every field (tests/fakes/today.py)
+    today: bool = False
     counter: TokenCounter = field(default_factory=TokenCounter)
     requests: list[RecordedRequest] = field(default_factory=list)
     _failures: deque[InjectedFailure] = field(default_factory=deque)
@@ -256,6 +259,9 @@ class FakeUpstreamApp:
         refusal = self._refusal(wire, req)
         if refusal is not None:
             await _respond(send, *refusal)
+            return
+        if self.today:
+            await _serve_today(wire, body, send)
             return
         resp = self._reply(wire, body, req, api_key)
         prefill_s = self._prefill_s()
@@ -386,6 +392,17 @@ def stream_events(resp: ChatResponse, counter: TokenCounter) -> list[StreamEvent
             events += [TextDelta(index, enc.decode([t])) for t in enc.encode_ordinary(part.text)]
     events.append(StreamEnd(resp.stop_reason, resp.usage, resp.stop_sequence))
     return events
+
+
+async def _serve_today(wire: str, body: dict[str, Any], send: Send) -> None:
+    if not body.get("stream"):
+        await _respond(send, 200, orjson.dumps(today.reply_body(wire)))
+        return
+    head = [(b"content-type", b"text/event-stream")]
+    await send({"type": "http.response.start", "status": 200, "headers": head})
+    for frame in today.reply_frames(wire, body):
+        await send({"type": "http.response.body", "body": frame, "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 async def _read_body(receive: Receive) -> bytes:

@@ -23,6 +23,8 @@ from adapters.types import (
 from adapters.wire.anthropic.blocks import decode_block, encode_block
 from adapters.wire.json_fields import expect
 
+REPLY_BLOCKS = frozenset({"text", "tool_use", "thinking", "redacted_thinking"})
+
 STOP_FROM_WIRE: dict[str, StopReason] = {
     "end_turn": "stop",
     "max_tokens": "length",
@@ -80,6 +82,10 @@ def decode_response(body: Mapping[str, Any]) -> ChatResponse:
     blocks = expect(body.get("content"), list, "content")
     content: list[ReplyPart] = []
     for i, block in enumerate(blocks):
+        # blocks it does not model (server tools and their results, code execution, future
+        # kinds) count for nothing; a client of this wire gets them from `upstream`
+        if isinstance(block, dict) and block.get("type") not in REPLY_BLOCKS:
+            continue
         part = decode_block(block, f"content[{i}]")
         if isinstance(part, TextPart | ToolUsePart | ThinkingPart):
             content.append(part)

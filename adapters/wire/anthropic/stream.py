@@ -65,6 +65,12 @@ class AnthropicStreamDecoder:
             event = orjson.loads(data)
         except orjson.JSONDecodeError as exc:
             raise WireFormatError("stream", "event data is not JSON") from exc
+        if not isinstance(event, dict):
+            raise WireFormatError("stream", "event data is not a JSON object")
+        return self.feed_event(event)
+
+    def feed_event(self, event: dict[str, Any]) -> list[StreamEvent]:
+        """One parsed event (the relay parses each once); unknown types give no events."""
         kind = event.get("type")
         if kind == "content_block_delta":
             delta = event.get("delta") or {}

@@ -127,7 +127,9 @@ _REPLY_EXTRA = ("system_fingerprint", "service_tier")
 def _encode_choice(index: int, choice: Choice, logprobs: Any) -> dict[str, Any]:
     text = "".join(p.text for p in choice.content if isinstance(p, TextPart))
     calls = [p for p in choice.content if isinstance(p, ToolUsePart)]
-    message: dict[str, Any] = {"role": "assistant", "content": text if text or not calls else None}
+    # `refusal` is required by OpenAI's document (the API sends null when the model answered)
+    content = text if text or not calls else None
+    message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
     if calls:
         message["tool_calls"] = encode_tool_calls(calls)
     return {

@@ -50,7 +50,8 @@ def _tools(req: ResponsesRequest) -> list[dict[str, JSON]]:
 def envelope(
     response_id: str, req: ResponsesRequest, created_at: int, status: str = "in_progress"
 ) -> dict[str, Any]:
-    """The response object before any output: what `response.created` carries."""
+    """The response object before any output: what `response.created` carries (no `usage`
+    until it is done: OpenAI's document has it as an object, never null)."""
     text: dict[str, JSON] = {"format": dict(req.text_format or {"type": "text"})}
     return {
         "id": response_id,
@@ -73,7 +74,6 @@ def envelope(
         "tools": _tools(req),
         "top_p": req.top_p,
         "truncation": "disabled",
-        "usage": None,
         "metadata": dict(req.metadata),
     }
 

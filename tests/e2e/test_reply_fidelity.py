@@ -1,0 +1,111 @@
+"""Nothing lost on the way back: an upstream of the client's own wire, answering with every
+field the provider sends today (tests/fakes/today.py), reaches the client as it sent it,
+streamed and not, byte for byte, the model name as the client asked its one edit; the usage
+the ledger reads from it is the provider's, cache writes priced by lifetime."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from tests.e2e.harness import RunningGateway, start_gateway, write_config, write_policy
+from tests.e2e.test_front_doors import _ledger_rows
+from tests.fakes import today
+from tests.fakes.upstream import FakeUpstream
+
+KEY = "lt-fidelity-key-0001"
+ASKED = {"openai": "gpt-4o-mini", "anthropic": "claude-sonnet-4-5"}
+DOOR = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages"}
+
+
+@pytest.fixture
+def gateway(tmp_path: Path) -> Iterator[RunningGateway]:
+    (tmp_path / "policies").mkdir()
+    write_policy(tmp_path / "policies", "acme", KEY)
+    with FakeUpstream() as fake:
+        fake.app.today = True
+        openai = {"kind": "openai_compatible", "name": "oai", "base_url": fake.openai_base_url}
+        claude = {"kind": "anthropic", "name": "claude", "base_url": fake.base_url}
+        models = [
+            {
+                "name": ASKED["openai"],
+                "backends": [{**openai, "model": today.UPSTREAM_MODEL["openai"]}],
+            },
+            {
+                "name": ASKED["anthropic"],
+                "backends": [
+                    {**claude, "model": today.UPSTREAM_MODEL["anthropic"], "api_key_env": None}
+                ],
+            },
+        ]
+        prices = {ASKED["anthropic"]: {"input": 3.0, "output": 15.0}}
+        running = start_gateway(
+            write_config(tmp_path / "lantern.yaml", tmp_path, models, prices=prices)
+        )
+        try:
+            yield running
+        finally:
+            running.stop()
+
+
+def _post(gw: RunningGateway, wire: str, body: dict[str, Any]) -> httpx.Response:
+    headers = {"authorization": f"Bearer {KEY}", "x-api-key": KEY}
+    body = {"model": ASKED[wire], "messages": [{"role": "user", "content": "news?"}], **body}
+    return httpx.post(f"{gw.url}{DOOR[wire]}", json=body, headers=headers, timeout=10)
+
+
+def _as_asked(frames: list[bytes], wire: str) -> bytes:
+    """The fake's frames with the one documented edit: the model name the client asked for."""
+    out = []
+    for frame in frames:
+        head, _, data = frame.partition(b"data: ")
+        if data.strip() == b"[DONE]":
+            out.append(frame)
+            continue
+        event = orjson.loads(data)
+        if wire == "openai":
+            event["model"] = ASKED[wire]
+        elif event["type"] == "message_start":
+            event["message"] = {**event["message"], "model": ASKED[wire]}
+        out.append(head + b"data: " + orjson.dumps(event) + b"\n\n")
+    return b"".join(out)
+
+
+@pytest.mark.parametrize("wire", ["openai", "anthropic"])
+def test_the_reply_is_the_upstreams_with_the_model_as_asked(
+    gateway: RunningGateway, wire: str
+) -> None:
+    reply = _post(gateway, wire, {"max_tokens": 100})
+    assert reply.status_code == 200, reply.text
+    assert reply.json() == {**today.reply_body(wire), "model": ASKED[wire]}
+    streamed = {"max_tokens": 100, "stream": True}
+    if wire == "openai":
+        streamed["stream_options"] = {"include_usage": True}
+    raw = _post(gateway, wire, streamed)
+    assert raw.content == _as_asked(today.reply_frames(wire, streamed), wire)
+
+
+def test_an_openai_stream_without_include_usage_loses_only_the_usage_chunk(
+    gateway: RunningGateway,
+) -> None:
+    """The backend asks for usage (it settles quotas); a client that did not gets none."""
+    raw = _post(gateway, "openai", {"stream": True})
+    assert raw.content == _as_asked(today.reply_frames("openai", {"stream": True}), "openai")
+
+
+def test_the_ledger_prices_the_anthropic_writes_by_lifetime(gateway: RunningGateway) -> None:
+    _post(gateway, "anthropic", {"max_tokens": 100})
+    _post(gateway, "anthropic", {"max_tokens": 100, "stream": True})
+    rows = _ledger_rows(gateway, 2)
+    usage = today.ANTHROPIC_USAGE
+    # per million: input 3, reads 0.3, 5 min writes 3.75, 1 h writes 6, output 15
+    cost = (12 * 3 + 5120 * 0.3 + 110 * 3.75 + 200 * 6 + 41 * 15) / 1e6
+    for row in rows:
+        assert (row["input_tokens"], row["output_tokens"]) == (12, usage["output_tokens"])
+        assert (row["cache_read_tokens"], row["cache_write_tokens"]) == (5120, 310)
+        assert row["cost_usd"] == pytest.approx(cost)
