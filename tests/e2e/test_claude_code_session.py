@@ -39,7 +39,12 @@ def claude() -> Iterator[FakeClaude]:
 @pytest.fixture
 def gateway(claude: FakeClaude, tmp_path: Path) -> Iterator[RunningGateway]:
     (tmp_path / "policies").mkdir()
-    write_policy(tmp_path / "policies", "acme", KEY, limits={"max_output_tokens": 16000})
+    # relocation off: this session checks that blocks pass through as sent; the autopilot would
+    # learn the changing `gitStatus` line and move it (tests/cachekeys/test_relocation_e2e.py)
+    cache = {"normalise": {"relocate_volatile": "never"}}
+    write_policy(
+        tmp_path / "policies", "acme", KEY, limits={"max_output_tokens": 16000}, cache=cache
+    )
     backend = {
         "kind": "anthropic",
         "name": "fake-claude",
