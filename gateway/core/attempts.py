@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from adapters.errors import UpstreamError
 from adapters.types import Message, Usage
 from gateway.core.cache_money import cache_money, with_autopilot_saving
-from gateway.core.calls import Admitted
+from gateway.core.calls import Admitted, IncomingCall
 from gateway.ports import Attempt, CallRecord, Fault, Pricing
 from gateway.telemetry import (
     AttemptFacts,
@@ -174,6 +174,22 @@ def traced(adm: Admitted, telemetry: Telemetry, now: float) -> Admitted:
     )
     trace = telemetry.trace_call(facts, call.trace, now - adm.started_s)
     return dataclasses.replace(adm, trace=trace)
+
+
+def refused(telemetry: Telemetry, call: IncomingCall, error_type: str, elapsed_s: float) -> None:
+    """The server span of a call refused before it was admitted, ended with why."""
+    facts = CallFacts(
+        model=call.request.model,
+        tenant=call.tenant.tenant,
+        request_id="",
+        conversation_id=call.session_header or "",
+        door=call.door_name,
+        stream=bool(call.request.stream),
+        max_tokens=call.request.max_tokens or 0,
+        cache="",
+    )
+    trace = telemetry.trace_call(facts, call.trace, elapsed_s)
+    trace.end(Ending("rejected", error_type, Usage(), 0.0, elapsed_s))
 
 
 def begin_attempt(trace: CallTrace, t: Try) -> dict[str, str]:
