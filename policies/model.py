@@ -1,6 +1,6 @@
 """A tenant's policy: the frozen, validated form of `policy_dir/<tenant>.yaml`.
 
-Sections live in their own modules (limits, cache, routing, tools); this module composes them
+Sections live in their own modules (limits, cache, routing, tools, tracing); this module composes them
 and owns the tenant's identity and API keys. Pure data: no I/O.
 """
 
@@ -19,6 +19,7 @@ from policies.limits import LimitsPolicy
 from policies.mcp import McpServerGrant
 from policies.routing import RoutingPolicy
 from policies.tools import ToolPolicy, ToolRunsPolicy
+from policies.tracing import TracingPolicy
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 _TENANT_ID = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
@@ -64,3 +65,4 @@ class TenantPolicy(PolicyModel):
     tools: tuple[ToolPolicy, ...] = ()
     tool_runs: ToolRunsPolicy = ToolRunsPolicy()
     mcp_servers: tuple[McpServerGrant, ...] = ()  # upstream MCP servers granted (gateway/mcp)
+    tracing: TracingPolicy = TracingPolicy()

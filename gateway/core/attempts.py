@@ -10,9 +10,9 @@ import time
 from dataclasses import dataclass
 
 from adapters.errors import UpstreamError
-from adapters.types import Usage
+from adapters.types import Message, Usage
 from gateway.core.cache_money import cache_money, with_autopilot_saving
-from gateway.core.calls import Admitted
+from gateway.core.calls import Admitted, IncomingCall
 from gateway.ports import Attempt, CallRecord, Fault, Pricing
 from gateway.telemetry import (
     AttemptFacts,
@@ -23,6 +23,7 @@ from gateway.telemetry import (
     Ending,
     Telemetry,
 )
+from gateway.telemetry.content import Content, call_content
 
 # gen_ai.provider.name by backend kind; an OpenAI-compatible one is named by its wire
 _PROVIDERS = {"bedrock": "aws.bedrock", "anthropic": "anthropic", "selfhost": "lantern"}
@@ -41,6 +42,7 @@ class Outcome:
     fault: Fault = "backend"  # whose fault, when status is not ok
     response_model: str | None = None  # the model the upstream says answered
     finish_reason: str | None = None
+    answer: Message | None = None  # the reply, kept for a traced tenant's opt-in content
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,12 +137,15 @@ def write_telemetry(
     if t.number == 0 and (queued := queued_ms(adm, t)) is not None:
         telemetry.metrics.observe_queue(model, queued / 1000.0)
     if trace is not None:
-        trace.end_attempt(t.number, ending(out, now - t.began))
+        content = None
+        if out.answer is not None and adm.call.tenant.tracing.record_content:
+            content = call_content(adm.call.request, out.answer, out.finish_reason)
+        trace.end_attempt(t.number, ending(out, now - t.began, content))
         if final:
-            trace.end(ending(out, now - adm.started_s))
+            trace.end(ending(out, now - adm.started_s, content))
 
 
-def ending(out: Outcome, duration_s: float) -> Ending:
+def ending(out: Outcome, duration_s: float, content: Content | None = None) -> Ending:
     return Ending(
         out.status,
         out.error_kind,
@@ -150,6 +155,7 @@ def ending(out: Outcome, duration_s: float) -> Ending:
         out.ttft_s,
         out.response_model,
         out.finish_reason,
+        content,
     )
 
 
@@ -168,6 +174,22 @@ def traced(adm: Admitted, telemetry: Telemetry, now: float) -> Admitted:
     )
     trace = telemetry.trace_call(facts, call.trace, now - adm.started_s)
     return dataclasses.replace(adm, trace=trace)
+
+
+def refused(telemetry: Telemetry, call: IncomingCall, error_type: str, elapsed_s: float) -> None:
+    """The server span of a call refused before it was admitted, ended with why."""
+    facts = CallFacts(
+        model=call.request.model,
+        tenant=call.tenant.tenant,
+        request_id="",
+        conversation_id=call.session_header or "",
+        door=call.door_name,
+        stream=bool(call.request.stream),
+        max_tokens=call.request.max_tokens or 0,
+        cache="",
+    )
+    trace = telemetry.trace_call(facts, call.trace, elapsed_s)
+    trace.end(Ending("rejected", error_type, Usage(), 0.0, elapsed_s))
 
 
 def begin_attempt(trace: CallTrace, t: Try) -> dict[str, str]:

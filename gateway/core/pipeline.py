@@ -229,8 +229,9 @@ class Pipeline:
                     await self._finish(adm, t, status, kind, usage, None, fault)
                 raise
             reply = (response.model, response.stop_reason)
-            await self._finish(adm, t, "ok", None, response.usage, reply=reply)
-            self.after_reply.add(self._extend, adm, t, Message("assistant", response.content))
+            answer = Message("assistant", response.content)
+            await self._finish(adm, t, "ok", None, response.usage, reply=reply, answer=answer)
+            self.after_reply.add(self._extend, adm, t, answer)
             return response
         assert last_error is not None
         await self._settle_failed(adm, type(last_error).__name__)
@@ -278,8 +279,11 @@ class Pipeline:
                         await self._finish(adm, t, status, kind, usage, tally.ttft_s, fault)
                     raise
                 usage, reply = tally.usage(adm.prompt_tokens), (tally.said_model, tally.stop_reason)
-                await self._finish(adm, t, "ok", None, usage, tally.ttft_s, reply=reply)
-                self.after_reply.add(self._extend, adm, t, tally.answer())
+                answer = tally.answer()
+                await self._finish(
+                    adm, t, "ok", None, usage, tally.ttft_s, reply=reply, answer=answer
+                )
+                self.after_reply.add(self._extend, adm, t, answer)
                 return
             assert last_error is not None
             await self._settle_failed(adm, type(last_error).__name__)
@@ -336,12 +340,15 @@ class Pipeline:
         ttft_s: float | None = None,
         fault: Fault = "backend",
         reply: tuple[str | None, str | None] = (None, None),  # the upstream's model, stop reason
+        answer: Message | None = None,  # the reply itself (a traced tenant may record it)
     ) -> None:
         """Settle now (the next call of a sequential client must find its slot free); the
         rest of the bookkeeping runs after the reply is out."""
         cost = self.s.pricing.cost_usd(adm.route.name, usage)
         await self.s.admission.settle(adm.ticket, usage=usage, cost_usd=cost)
-        out = Outcome(status, error_kind, usage, ttft_s, cost, self.s.clock(), fault, *reply)
+        out = Outcome(
+            status, error_kind, usage, ttft_s, cost, self.s.clock(), fault, *reply, answer
+        )
         self.s.ledger.record(call_record(adm, t, out, self.s.pricing))  # before the reply completes
         self.after_reply.add(self._close_attempt, adm, t, out)
         if status == "ok":

@@ -37,7 +37,7 @@ from gateway.http.idempotent_doors import HEADER as IDEMPOTENCY_KEY
 from gateway.http.idempotent_doors import IdempotentDoors
 from gateway.http.request_body import BodyLimits, parse_object, read_body
 from gateway.http.sse_reply import SSEReply
-from gateway.http.trace_context import client_trace
+from gateway.http.trace_context import client_trace, trace_refusal
 
 log = logging.getLogger("lantern.routes")
 
@@ -88,10 +88,12 @@ class ChatRoutes:
         return await self._serve(http, wire)
 
     async def _serve(self, http: Request, wire: WireFormat) -> Response:
+        call = None
         try:
             call = await self._incoming(http, wire)
             admitted = await self.pipeline.admit(call)
         except Exception as exc:  # every rejection becomes the client's own error shape
+            trace_refusal(self.pipeline.s.telemetry, call, exc)
             return error_response(exc, wire)
         headers = admitted.headers(self.pipeline.s.admission)
         if call.request.stream:

@@ -28,7 +28,7 @@ from gateway.http.idempotent_doors import IdempotentDoors
 from gateway.http.request_body import BodyLimits, parse_object, read_body
 from gateway.http.responses_schema import ResponseObject, ResponsesCreateRequest
 from gateway.http.sse_reply import SSEReply
-from gateway.http.trace_context import with_client_trace
+from gateway.http.trace_context import trace_refusal, with_client_trace
 from gateway.responses.turns import Turn, Turns, door_error, native_reply
 
 Items = StreamEvent | RelayedChunk
@@ -50,11 +50,13 @@ class ResponsesRoutes:
         return await self._create(http)
 
     async def _create(self, http: Request) -> Response:
+        call = None
         try:
             turn = await self._turn(http)
             call = with_client_trace(turn.call, http.headers, self.pipeline.s.telemetry)
             admitted = await self.pipeline.admit(call)
         except Exception as exc:  # every rejection in OpenAI's error shape
+            trace_refusal(self.pipeline.s.telemetry, call, exc)
             return error_response(door_error(exc), "openai")
         headers = admitted.headers(self.pipeline.s.admission)
         if turn.request.stream:

@@ -7,6 +7,7 @@ calls ToolRunService, and shapes replies; every sandbox error becomes the OpenAI
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Awaitable, Callable
 
 from fastapi import APIRouter, Request
@@ -18,6 +19,8 @@ from gateway.errors import GatewayError
 from gateway.http.api_schema import OpenAIError, ToolRunOutcome, errors, json_body
 from gateway.http.errors import to_http
 from gateway.http.request_body import BodyLimits, parse_object, read_body
+from gateway.http.tool_traces import traced_submit
+from gateway.telemetry import Telemetry
 from policies.model import TenantPolicy
 from policies.tools import ToolPolicy
 from sandbox.errors import InvalidToolRequest, SandboxError
@@ -107,8 +110,9 @@ def _limits(asked: RequestedToolLimits, declared: ToolLimits) -> ToolLimits:
 
 async def _parse(
     request: Request, limits: BodyLimits, policy: TenantPolicy, key_id: str
-) -> tuple[ToolRunRequest, tuple[ToolSpec, ...]]:
-    """Validated entirely before the service sees it: a refused request claims no key."""
+) -> tuple[ToolRunRequest, tuple[ToolSpec, ...], str | None]:
+    """Validated entirely before the service sees it: a refused request claims no key. The
+    run, the tenant's tools, and the model's tool call id when the body names it."""
     body = await _body(request, limits)
     header = request.headers.get("idempotency-key")
     session = request.headers.get("x-session-id")
@@ -124,7 +128,7 @@ async def _parse(
     arguments = tuple(sorted((k, str(v)) for k, v in body.arguments.items()))
     cap = policy.tool_runs.max_concurrent
     run = ToolRunRequest(policy.tenant, key_id, key, body.tool, arguments, run_limits, cap)
-    return run, specs
+    return run, specs, body.tool_call_id
 
 
 RUN_ERRORS = (400, 401, 404, 409, 413, 429, 503)
@@ -139,11 +143,15 @@ IDEMPOTENCY_KEY = {
 
 
 def build_tools_router(
-    service: ToolRunService, authenticate: Authenticate, limits: BodyLimits | None = None
+    service: ToolRunService,
+    authenticate: Authenticate,
+    limits: BodyLimits | None = None,
+    telemetry: Telemetry | None = None,
 ) -> APIRouter:
     """`authenticate` returns the caller's policy and key id, or raises the gateway's
     `AuthenticationFailed` (mapped by `gateway.http.errors.to_http`, as for chat routes); it runs
-    before the body is read, and the body is read no further than `limits.max_bytes`."""
+    before the body is read, and the body is read no further than `limits.max_bytes`. With
+    `telemetry` tracing, each run is an `execute_tool` span in the client's trace."""
     body_limits = limits or BodyLimits.from_settings()
     router = APIRouter()
 
@@ -153,8 +161,13 @@ def build_tools_router(
         responses={200: {"model": ToolRunOutcome}, **errors(OpenAIError, *RUN_ERRORS)},
     )
     async def create_run(request: Request) -> Response:
+        traced = telemetry if telemetry is not None and telemetry.is_tracing else None
+        began_ns = 0 if traced is None else time.time_ns()
         try:
-            run, specs = await _parse(request, body_limits, *await authenticate(request))
+            run, specs, call_id = await _parse(request, body_limits, *await authenticate(request))
+            if traced is not None:
+                at = (request.headers, began_ns)
+                return _reply(await traced_submit(traced, service, specs, run, call_id, *at))
             return _reply(await service.submit(specs, run))
         except SandboxError as exc:
             return _error(exc)

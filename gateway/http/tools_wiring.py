@@ -18,6 +18,7 @@ from gateway.http.auth import KeyLookup, authenticate
 from gateway.http.request_body import BodyLimits
 from gateway.http.tools_routes import build_tools_router
 from gateway.settings import Settings
+from gateway.telemetry import Telemetry
 from policies.model import TenantPolicy
 from sandbox.assembly import build_tool_run_service
 from sandbox.idempotency import create_store_engine
@@ -37,7 +38,9 @@ class ToolsPart:
     service: ToolRunService  # also serves the MCP door's sandboxed tools
 
 
-def build_tools(settings: Settings, keys: KeyLookup) -> ToolsPart:
+def build_tools(
+    settings: Settings, keys: KeyLookup, telemetry: Telemetry | None = None
+) -> ToolsPart:
     cfg = settings.sandbox
     engine = create_store_engine(settings.tool_store_url())
     redis_client = None
@@ -92,4 +95,5 @@ def build_tools(settings: Settings, keys: KeyLookup) -> ToolsPart:
         engine.dispose()
 
     limits = BodyLimits.from_settings(settings.http)
-    return ToolsPart(build_tools_router(service, caller, limits), start, stop, service)
+    router = build_tools_router(service, caller, limits, telemetry)
+    return ToolsPart(router, start, stop, service)

@@ -26,6 +26,7 @@ from gateway.mcp.server import build_server
 from gateway.mcp.upstream import UpstreamServers
 from gateway.ports import LedgerPort
 from gateway.settings import Settings
+from gateway.telemetry import Telemetry
 from quotas.store import QuotaStore
 from sandbox.service import ToolRunService
 
@@ -46,18 +47,19 @@ def build_mcp(
     service: ToolRunService,
     ledger: LedgerPort,
     quotas: QuotaStore,
+    telemetry: Telemetry,
     clock: Callable[[], float],
     wall_clock: Callable[[], float] = time.time,
 ) -> McpPart:
     """`quotas`: the model doors' store (tool limits and sessions' calls count there);
-    `clock` times calls, `wall_clock` is the quota store's time."""
+    `telemetry` traces each tool call (while tracing); `clock` times calls, `wall_clock` is the
+    quota store's time."""
     cfg = settings.mcp
     upstreams = UpstreamServers.from_settings(settings.mcp_servers, log)
     catalogue = ToolCatalogue(upstreams, log)
     limiter = ToolCallLimiter(quotas, wall_clock)
-    calls = ToolCalls(
-        catalogue, SandboxTools(service), upstreams, limiter, ToolCallLedger(ledger, clock)
-    )
+    ledger_rows = ToolCallLedger(ledger, clock)
+    calls = ToolCalls(catalogue, SandboxTools(service), upstreams, limiter, ledger_rows, telemetry)
     changes = ListChanges(catalogue, policies, clock, cfg.session_idle_s, log)
     manager = StreamableHTTPSessionManager(
         build_server(catalogue, calls, changes),
@@ -81,4 +83,4 @@ def build_mcp(
         await stack.aclose()
         await upstreams.aclose()
 
-    return McpPart(McpDoor(manager, keys, cfg.allowed_origins), start, stop)
+    return McpPart(McpDoor(manager, keys, cfg.allowed_origins, telemetry), start, stop)

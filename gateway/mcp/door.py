@@ -19,8 +19,10 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.errors import AuthenticationFailed
 from gateway.http.auth import KeyLookup, authenticate
+from gateway.http.trace_context import client_trace
 from gateway.mcp.calls import McpCaller
 from gateway.mcp.server import CALLER_SCOPE_KEY
+from gateway.telemetry import Telemetry
 
 
 def _refusal(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
@@ -37,7 +39,9 @@ class McpDoor:
         manager: StreamableHTTPSessionManager,
         keys: KeyLookup,
         allowed_origins: tuple[str, ...],
+        telemetry: Telemetry,
     ) -> None:
+        self._telemetry = telemetry
         self._manager = manager
         self._keys = keys
         self._origins = frozenset(allowed_origins)
@@ -59,6 +63,7 @@ class McpDoor:
         owner = AccessToken(token="-", client_id=tenant, subject=key_id, scopes=[])
         mcp_session = headers.get(MCP_SESSION_ID_HEADER) or ""
         named = headers.get("x-session-id") or headers.get("x-lantern-session") or ""
-        caller = McpCaller(found.tenant, key_id, mcp_session or named, named or mcp_session)
+        trace = client_trace(headers) if self._telemetry.is_tracing else None
+        caller = McpCaller(found.tenant, key_id, mcp_session or named, named or mcp_session, trace)
         scope = {**scope, "user": AuthenticatedUser(owner), CALLER_SCOPE_KEY: caller}
         await self._manager.handle_request(scope, receive, send)

@@ -64,6 +64,7 @@ def build_server(catalogue: ToolCatalogue, calls: ToolCalls, changes: ListChange
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams
     ) -> CallToolResult:
-        return await calls.call(caller_of(ctx), ctx.request_id, params.name, params.arguments or {})
+        arguments = params.arguments or {}
+        return await calls.call(caller_of(ctx), ctx.request_id, params.name, arguments, params.meta)
 
     return ToolServer("lantern", version=VERSION, on_list_tools=list_tools, on_call_tool=call_tool)

@@ -14,10 +14,11 @@ from functools import partial
 from typing import Any
 
 import httpx2
+import orjson
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from mcp_types import CONNECTION_CLOSED, PARSE_ERROR, CallToolResult, Tool
+from mcp_types import CONNECTION_CLOSED, PARSE_ERROR, CallToolResult, RequestParamsMeta, Tool
 from pydantic import ValidationError
 
 from gateway.mcp.errors import UpstreamFailed, UpstreamFault
@@ -35,11 +36,31 @@ _CLIENT_FAULTS: dict[int, UpstreamFault] = {
 async def open_client(server: McpServerSettings, headers: dict[str, str]) -> AsyncIterator[Client]:
     """An MCP client session to `server` carrying only `headers` (the operator's)."""
     timeout = httpx2.Timeout(server.timeout_s, read=max(server.timeout_s, 300.0))
+    hooks = {"request": [lift_trace_context]}
     async with (
-        httpx2.AsyncClient(headers=headers, timeout=timeout) as http,
+        httpx2.AsyncClient(headers=headers, timeout=timeout, event_hooks=hooks) as http,
         Client(streamable_http_client(server.url, http_client=http), cache=None) as client,
     ):
         yield client
+
+
+async def lift_trace_context(request: httpx2.Request) -> None:
+    """The W3C context a message carries in `params._meta` (MCP's trace conventions) also in
+    its HTTP request's headers, for servers traced at the HTTP layer. The client and its
+    connection are shared by every call, so the context rides on the message; a message
+    without one (nothing traced) costs a substring test."""
+    try:
+        content = request.content
+    except httpx2.RequestNotRead:  # a streamed body: never a JSON-RPC message of ours
+        return
+    if b'"traceparent"' not in content:
+        return
+    params = orjson.loads(content).get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    if isinstance(meta, dict):
+        for name in ("traceparent", "tracestate"):
+            if isinstance(value := meta.get(name), str):
+                request.headers[name] = value
 
 
 @dataclass
@@ -61,10 +82,14 @@ class UpstreamLink:
         self._lock = asyncio.Lock()
         self._tools: tuple[Tool, ...] | None = None
 
-    async def call(self, tool: str, arguments: dict[str, Any]) -> CallToolResult:
+    async def call(
+        self, tool: str, arguments: dict[str, Any], trace: dict[str, str] | None = None
+    ) -> CallToolResult:
         """The upstream's result as it sent it; its own JSON-RPC errors are raised as
-        `MCPError` naming the server; anything else is `UpstreamFailed`."""
-        return await self._bounded(lambda c: c.call_tool(tool, arguments))
+        `MCPError` naming the server; anything else is `UpstreamFailed`. `trace`: the W3C
+        headers of the call's span, sent in `_meta` and in the HTTP request's headers."""
+        meta = None if trace is None else RequestParamsMeta(**trace)  # type: ignore[typeddict-item]
+        return await self._bounded(lambda c: c.call_tool(tool, arguments, meta=meta))
 
     async def tools(self) -> tuple[Tool, ...]:
         """The last good list; read once if never read (an empty list while it fails)."""
@@ -178,11 +203,17 @@ class UpstreamServers:
         }
         return cls(links)
 
-    async def call(self, server: str, tool: str, arguments: dict[str, Any]) -> CallToolResult:
+    async def call(
+        self,
+        server: str,
+        tool: str,
+        arguments: dict[str, Any],
+        trace: dict[str, str] | None = None,
+    ) -> CallToolResult:
         link = self._links.get(server)
         if link is None:
             raise UpstreamFailed(server, "unreachable", "not declared in mcp_servers")
-        return await link.call(tool, arguments)
+        return await link.call(tool, arguments, trace)
 
     async def tools(self, server: str) -> tuple[Tool, ...] | None:
         link = self._links.get(server)

@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace.export import (
 
 from gateway.telemetry.labels import CallLabels, LabelChildren
 from gateway.telemetry.metrics import AttemptMetrics, Metrics
+from gateway.telemetry.tools import ToolFacts, ToolTrace
 from gateway.telemetry.traces import AttemptFacts, CallFacts, CallTrace, ClientTrace, Ending
 
 __all__ = [
@@ -32,6 +33,8 @@ __all__ = [
     "LabelChildren",
     "Metrics",
     "Telemetry",
+    "ToolFacts",
+    "ToolTrace",
     "build_tracer_provider",
 ]
 
@@ -83,6 +86,13 @@ class Telemetry:
     ) -> CallTrace:
         """The call's server span, begun `elapsed_s` ago (when the call arrived)."""
         return CallTrace(self.tracer, facts, client, time.time_ns() - int(elapsed_s * 1e9))
+
+    def trace_tool(
+        self, facts: ToolFacts, client: ClientTrace | None, start_ns: int | None = None
+    ) -> ToolTrace:
+        """The `execute_tool` span of one tool run or MCP tool call, begun at `start_ns`
+        (wall clock, ns; now when None)."""
+        return ToolTrace(self.tracer, facts, client, start_ns or time.time_ns())
 
     def shutdown(self) -> None:
         self.provider.shutdown()

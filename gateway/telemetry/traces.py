@@ -15,6 +15,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from opentelemetry.util.types import AttributeValue
 
 from adapters.types import Usage
+from gateway.telemetry.content import Content
 
 W3C = TraceContextTextMapPropagator()  # stateless: reads and writes `traceparent`/`tracestate`
 
@@ -55,7 +56,7 @@ class AttemptFacts:
 
 @dataclass(frozen=True, slots=True)
 class Ending:
-    """How an attempt, or the whole call, ended: counts and outcome, never text."""
+    """How an attempt, or the whole call, ended: counts and outcome, text only by opt-in."""
 
     status: str  # ok | error | client_disconnect
     error_type: str | None
@@ -65,7 +66,7 @@ class Ending:
     ttft_s: float | None = None
     response_model: str | None = None
     finish_reason: str | None = None
-    content: tuple[str, str] | None = None  # (input, output) messages JSON: tenants who opted in
+    content: Content | None = None  # the prompt and reply: tenants who opted in, only
 
 
 def parent_context(client: ClientTrace | None) -> object | None:
@@ -97,8 +98,11 @@ def _end(span: Span, end: Ending, start_ns: int) -> None:
         attrs[ga.GEN_AI_RESPONSE_FINISH_REASONS] = (end.finish_reason,)
     if end.ttft_s is not None:
         attrs[ga.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = end.ttft_s
-    if end.content is not None:
-        attrs[ga.GEN_AI_INPUT_MESSAGES], attrs[ga.GEN_AI_OUTPUT_MESSAGES] = end.content
+    if (content := end.content) is not None:
+        attrs[ga.GEN_AI_INPUT_MESSAGES] = content.input_messages
+        attrs[ga.GEN_AI_OUTPUT_MESSAGES] = content.output_messages
+        if content.system is not None:
+            attrs[ga.GEN_AI_SYSTEM_INSTRUCTIONS] = content.system
     if end.status != "ok":
         attrs[ERROR_TYPE] = end.error_type or end.status
         span.set_status(Status(StatusCode.ERROR, end.error_type or end.status))

@@ -146,7 +146,7 @@ def build_components(
     process = GatewayProcess(pipeline, policies, models, metrics, views, keep_warm=warm)
     process.readiness_checks.extend(ledger.checks)
     lookup = _add_keyring(process, ledger.engine)
-    _add_tools(process, settings, lookup, ledger.ledger, admission.store, clock)
+    _add_tools(process, settings, lookup, ledger.ledger, admission.store, telemetry, clock)
     _add_shared_state(process, settings, clock)
 
     async def start() -> None:
@@ -186,12 +186,15 @@ def _add_tools(
     lookup: KeyChain,
     ledger: CallLedger,
     quotas: QuotaStore,
+    telemetry: Telemetry,
     clock: Callable[[], float],
 ) -> None:
     """Tool runs (`/v1/tools/runs`) and `/mcp` on one sandbox service; both authenticate as the
     chat doors do: YAML keys, then keys issued over /admin/keys."""
-    tools = build_tools(settings, lookup)
-    mcp = build_mcp(settings, lookup, process.policies, tools.service, ledger, quotas, clock)
+    tools = build_tools(settings, lookup, telemetry)
+    mcp = build_mcp(
+        settings, lookup, process.policies, tools.service, ledger, quotas, telemetry, clock
+    )
     process.tools_router, process.mcp_door = tools.router, mcp.door
     process.on_start.extend((tools.start, mcp.start))
     process.on_stop.extend((tools.stop, mcp.stop))

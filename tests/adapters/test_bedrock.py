@@ -235,6 +235,31 @@ def test_sigv4_scope_names_the_region(fake: FakeBedrock) -> None:
     assert "Credential=AKIDLANTERNTEST/" in fake.requests[0]["auth"]
 
 
+def test_each_request_carries_its_own_calls_traceparent(fake: FakeBedrock) -> None:
+    """The attempt's `traceparent` (the call's extra headers) goes out through botocore's
+    hook, on Converse and ConverseStream; a call without one sends none, though the client
+    and its threads are shared."""
+    b = backend(fake)
+    plain = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    streamed = "00-4bf92f3577b34da6a3ce929d0e0e4736-b7ad6b7169203331-01"
+
+    async def calls() -> None:
+        request = conversation("hi")
+        await b.complete(BackendCall(request, "openai", extra_headers={"traceparent": plain}))
+        headers = {"traceparent": streamed}
+        async for _ in b.stream(BackendCall(request, "openai", extra_headers=headers)):
+            pass
+        await b.complete(BackendCall(request, "openai"))
+
+    run(calls())
+    assert [r["traceparent"] for r in fake.requests] == [plain, streamed, None]
+    assert [r["path"].rsplit("/", 1)[1] for r in fake.requests] == [
+        "converse",
+        "converse-stream",
+        "converse",
+    ]
+
+
 def test_factory_entry_takes_region_from_the_aws_chain(fake: FakeBedrock) -> None:
     spec = BackendSpec(name="br", kind="bedrock", base_url=fake.url, model=MODEL_ID)
     b = build_bedrock_backend(spec)

@@ -117,3 +117,23 @@ def test_the_client_trace_continues_through_the_gateway_and_upstream(
     exposition = httpx.get(url + "/metrics", headers=accept).text
     for trace_id in (plain_trace, stream_trace):
         assert f'# {{trace_id="{trace_id}"}}' in exposition
+
+
+def test_a_call_refused_at_admission_is_a_span_in_the_client_trace(
+    served: tuple[str, FakeUpstream, OTLPCollector],
+) -> None:
+    url, upstream, collector = served
+    trace_id, parent, traceparent = _traceparent(0xE5)
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}  # not served
+    headers = {"authorization": f"Bearer {KEY}", "traceparent": traceparent}
+    refused = httpx.post(url + "/v1/chat/completions", json=body, headers=headers)
+    assert refused.status_code == 404
+    [span] = collector.wait_for(1)
+    assert (span.trace_id, span.parent_span_id, span.kind) == (trace_id, parent, SERVER)
+    assert span.name == "chat gpt-4o"
+    assert span.attributes["error.type"] == "UnknownModel"
+    assert (span.attributes["lantern.status"], span.attributes["lantern.tenant"]) == (
+        "rejected",
+        "acme",
+    )
+    assert not [r for r in upstream.requests if "traceparent" in r.headers]  # nothing upstream

@@ -144,7 +144,7 @@ class FakeBedrock:
     clock: Callable[[], float] = time.monotonic
     replies: deque[Reply] = field(default_factory=deque)
     failures: deque[Failure] = field(default_factory=deque)
-    requests: list[dict[str, Any]] = field(default_factory=list)  # path, body, auth
+    requests: list[dict[str, Any]] = field(default_factory=list)  # path, body, auth, traceparent
     cache: dict[str, float] = field(default_factory=dict)  # prefix key -> expiry
     _server: ThreadingHTTPServer | None = None
 
@@ -215,7 +215,10 @@ class FakeBedrock:
         length = int(h.headers.get("content-length", "0"))
         body = json.loads(h.rfile.read(length) or b"{}")
         auth = h.headers.get("authorization", "")
-        self.requests.append({"path": h.path, "body": body, "auth": auth})
+        traceparent = h.headers.get("traceparent")
+        self.requests.append(
+            {"path": h.path, "body": body, "auth": auth, "traceparent": traceparent}
+        )
         scope = f"/{self.region}/bedrock/aws4_request"
         if not auth.startswith("AWS4-HMAC-SHA256 Credential=") or scope not in auth:
             self._error(h, 403, "UnrecognizedClientException", "missing or wrong SigV4 scope")

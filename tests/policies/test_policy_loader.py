@@ -77,10 +77,23 @@ def test_unknown_key_names_line_field_and_suggestion() -> None:
     ]
 
 
+def test_tracing_records_no_text_unless_opted_in_and_knows_its_keys() -> None:
+    def load(text: str) -> bool:
+        policy = load_policy_text(text, "acme.yaml", expected_tenant="acme").policy
+        return policy.tracing.record_content
+
+    assert load("tenant: acme\n") is False
+    assert load("tenant: acme\ntracing:\n  record_content: true\n") is True
+    assert issues_of("tenant: acme\ntracing:\n  record_text: true\n") == [
+        "acme.yaml:3: tracing.record_text: unknown key (did you mean 'record_content'? "
+        "allowed: record_content)"
+    ]
+
+
 def test_unknown_top_level_key() -> None:
     assert issues_of("tenant: acme\n\nquota: 5\n") == [
         "acme.yaml:3: quota: unknown key (allowed: api_keys, backends, cache, limits, mcp_servers, "
-        "models, name, routing, tenant, tool_runs, tools)"
+        "models, name, routing, tenant, tool_runs, tools, tracing)"
     ]
 
 

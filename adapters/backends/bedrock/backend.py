@@ -1,7 +1,8 @@
 """The Bedrock backend: boto3's `bedrock-runtime` Converse and ConverseStream behind `Backend`.
 
 boto3 is synchronous: every call runs in a thread, and stream events cross to the event loop
-through a queue, so the loop never blocks.
+through a queue, so the loop never blocks. A call's `extra_headers` (its `traceparent`) reach
+the request through botocore's `before-call` hook, read from the calling thread.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class BedrockBackend:
         self.betas = frozenset(DEFAULT_BETAS)  # the allow-list of client betas
         self._client_obj: Any = None
         self._lock = threading.Lock()
+        self._headers = threading.local()  # the headers of the call this thread is making
 
     def _client(self) -> Any:
         """Built on first use, in a worker thread (reading the credential chain is I/O)."""
@@ -57,13 +59,31 @@ class BedrockBackend:
                     read_timeout=self.timeout_s,
                     retries={"total_max_attempts": 1, "mode": "standard"},  # fallback is ours
                 )
-                self._client_obj = boto3.session.Session().client(
+                client = boto3.session.Session().client(
                     "bedrock-runtime",
                     region_name=self.region or None,
                     endpoint_url=self.endpoint_url,
                     config=config,
                 )
+                client.meta.events.register("before-call.bedrock-runtime", self._add_headers)
+                self._client_obj = client
             return self._client_obj
+
+    def _add_headers(self, params: dict[str, Any], **_: Any) -> None:
+        """botocore's `before-call`: the calling thread's headers on the request it builds."""
+        headers = getattr(self._headers, "extra", None)
+        if headers:
+            params["headers"].update(headers)
+
+    def _call(
+        self, operation: str, kwargs: dict[str, Any], headers: Mapping[str, str] | None
+    ) -> Any:
+        """`operation` of the client, in this thread, with `headers` on its request."""
+        self._headers.extra = headers
+        try:
+            return getattr(self._client(), operation)(**kwargs)
+        finally:
+            self._headers.extra = None
 
     def _kwargs(self, call: BackendCall) -> dict[str, Any]:
         betas = forwarded_betas(call.betas, self.betas)
@@ -73,7 +93,7 @@ class BedrockBackend:
         kwargs = self._kwargs(call)
 
         def run() -> Mapping[str, Any]:
-            reply: Mapping[str, Any] = self._client().converse(**kwargs)
+            reply: Mapping[str, Any] = self._call("converse", kwargs, call.extra_headers)
             return reply
 
         try:
@@ -91,7 +111,7 @@ class BedrockBackend:
         stop = threading.Event()
         thread = threading.Thread(
             target=self._pump,
-            args=(kwargs, _put(loop, queue), stop),
+            args=(kwargs, call.extra_headers, _put(loop, queue), stop),
             name=f"bedrock-stream-{self.name}",
             daemon=True,
         )
@@ -120,10 +140,14 @@ class BedrockBackend:
             stop.set()  # the pump closes the HTTP stream at its next event
 
     def _pump(
-        self, kwargs: dict[str, Any], put: Callable[[tuple[str, Any]], None], stop: threading.Event
+        self,
+        kwargs: dict[str, Any],
+        headers: Mapping[str, str] | None,
+        put: Callable[[tuple[str, Any]], None],
+        stop: threading.Event,
     ) -> None:
         try:
-            reply = self._client().converse_stream(**kwargs)
+            reply = self._call("converse_stream", kwargs, headers)
             put(("request_id", reply.get("ResponseMetadata", {}).get("RequestId", "")))
             events = reply["stream"]
             try:

@@ -1,5 +1,6 @@
 """The pipeline's spans: a fallback is a sibling attempt in the client's trace, each attempt's
-context goes to its backend in `traceparent`, streamed and not; nothing traced, no headers."""
+context goes to its backend in `traceparent`, streamed and not; nothing traced, no headers; the
+prompt and reply text only for a tenant who opted in."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ga
 
 from adapters.errors import ProviderUnavailable
+from adapters.types import TextPart
 from gateway.core.pipeline import Pipeline
 from gateway.telemetry import ClientTrace
+from policies.tracing import TracingPolicy
 from tests.gateway.core.test_pipeline import FakeBackend, call, pipeline
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -85,3 +88,36 @@ def test_nothing_traced_sends_no_trace_headers() -> None:
     adm = asyncio.run(pipe.admit(dataclasses.replace(call(), trace=CLIENT)))
     asyncio.run(pipe.complete(adm))
     assert adm.trace is None and backend.calls[0].extra_headers is None
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("opted_in", [False, True])
+def test_prompt_and_reply_text_only_for_a_tenant_who_opted_in(stream: bool, opted_in: bool) -> None:
+    pipe, _ = pipeline(FakeBackend("a"))
+    exporter = traced(pipe)
+    incoming = call(stream=stream)
+    request = dataclasses.replace(incoming.request, system=(TextPart("be brief"),))
+    tenant = incoming.tenant.model_copy(update={"tracing": TracingPolicy(record_content=opted_in)})
+    incoming = dataclasses.replace(incoming, request=request, tenant=tenant, trace=CLIENT)
+
+    async def main() -> None:
+        adm = await pipe.admit(incoming)
+        if stream:
+            async for _ in pipe.stream(adm):
+                pass
+        else:
+            await pipe.complete(adm)
+
+    asyncio.run(main())
+    content = {
+        ga.GEN_AI_SYSTEM_INSTRUCTIONS: '[{"type":"text","content":"be brief"}]',
+        ga.GEN_AI_INPUT_MESSAGES: (
+            '[{"role":"user","parts":[{"type":"text","content":"hello there"}]}]'
+        ),
+        ga.GEN_AI_OUTPUT_MESSAGES: (
+            '[{"role":"assistant","parts":[{"type":"text","content":"hi"}],"finish_reason":"stop"}]'
+        ),
+    }
+    for span in exporter.get_finished_spans():  # the attempt's and the call's
+        attrs = span.attributes or {}
+        assert {k: attrs[k] for k in content if k in attrs} == (content if opted_in else {})
