@@ -103,20 +103,29 @@ def adjust_row(logits: torch.Tensor, p: SamplingParams, generated: list[int]) ->
 def filtered_probs(
     logits: torch.Tensor, temperature: float, top_k: int, top_p: float
 ) -> torch.Tensor:
-    """[V] probabilities after temperature, top-k and nucleus (top-p) filtering."""
-    logits = logits / temperature
+    """[V] probabilities after temperature, top-k and nucleus (top-p) filtering. Both filters
+    rank the logits as given, ties to the lower token id as argmax breaks them, so top_k 1 (or a
+    top_p that keeps one token) draws exactly the greedy token: bf16 logits tie often."""
     if 0 < top_k < logits.shape[-1]:
-        kth = torch.topk(logits, top_k).values[-1]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    probs = torch.softmax(logits, dim=-1)
+        logits = logits.masked_fill(~_top_k_mask(logits, top_k), float("-inf"))
+    probs = torch.softmax(logits / temperature, dim=-1)
     if top_p < 1.0:
-        sorted_probs, order = torch.sort(probs, descending=True)
+        order = torch.sort(logits, descending=True, stable=True).indices
+        sorted_probs = probs[order]
         # Keep the smallest prefix whose mass reaches top_p (always at least the top token).
         drop = sorted_probs.cumsum(-1) - sorted_probs >= top_p
         sorted_probs[drop] = 0.0
         probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
         probs = probs / probs.sum()
     return probs
+
+
+def _top_k_mask(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """bool [V]: exactly the k largest logits; of those tied with the k-th, the lowest ids."""
+    kth = torch.topk(logits, k).values[-1]
+    keep = logits > kth
+    tied = (logits == kth).nonzero().squeeze(-1)[: k - int(keep.sum())]
+    return keep.index_fill_(0, tied, True)
 
 
 def _logprobs(logits: torch.Tensor, token_id: int, num_top: int | None) -> TokenLogprobs | None:

@@ -29,6 +29,18 @@ def test_filters_keep_exactly_the_expected_tokens() -> None:
     assert float(sharpened[0]) == pytest.approx(float(torch.softmax(logits / 0.5, -1)[0]))
 
 
+def test_filters_break_ties_toward_the_lower_id_as_argmax_does() -> None:
+    """bf16 logits tie often: top_k 1 must keep argmax's token, not every token tied with it."""
+    logits = torch.tensor([1.0, 20.125, 3.0, 20.125, 20.125, 0.5])
+    assert (filtered_probs(logits, 1.0, 1, 1.0) > 0).tolist() == [0, 1, 0, 0, 0, 0]
+    assert (filtered_probs(logits, 1.0, 2, 1.0) > 0).tolist() == [0, 1, 0, 1, 0, 0]
+    assert (filtered_probs(logits, 1.0, 0, 0.01) > 0).tolist() == [0, 1, 0, 0, 0, 0]
+    hot = SamplingParams(temperature=1.0, top_k=1)
+    sampler = Sampler(seed=0)
+    draws = {sampler.sample(logits[None].clone(), ["h"], [hot])[0].token_id for _ in range(64)}
+    assert draws == {int(logits.argmax())} == {1}
+
+
 def test_seeded_requests_reproduce_regardless_of_batch_mates() -> None:
     torch.manual_seed(0)
     logits = torch.randn(3, 50)
