@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import shutil
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import cast
@@ -43,6 +44,9 @@ SOURCES = {
 }
 GROUP_ROWS = 64  # output rows per packed group (cpu_linear.cpp kGroup)
 CFLAGS = ["-O3", "-march=native", "-fopenmp"]
+# torch's build lock (a file) is left behind by a process killed while compiling, and the next
+# start waits on it forever; a build takes seconds to minutes, so a lock this old is nobody's
+STALE_LOCK_S = 20 * 60
 
 
 def load_cpu_kernels(
@@ -62,12 +66,14 @@ def load_cpu_kernels(
     from torch.utils import cpp_extension
 
     kwargs: dict[str, object] = {}
+    name = f"lantern_cpu_kernels_{isa}_{_source_digest()}"
     if build_dir is not None:
         build_dir.mkdir(parents=True, exist_ok=True)
         kwargs["build_directory"] = str(build_dir)
+    clear_stale_lock(build_dir or Path(cpp_extension._get_build_directory(name, False)))
     try:
         module = cpp_extension.load(
-            name=f"lantern_cpu_kernels_{isa}_{_source_digest()}",
+            name=name,
             sources=[str(CSRC / name) for name in SOURCES[isa]],
             extra_cflags=CFLAGS,
             extra_ldflags=["-fopenmp"],
@@ -79,6 +85,20 @@ def load_cpu_kernels(
         log.warning("CPU fast path off: kernels unavailable (%s); torch reference path", first)
         return None
     return cast(CpuKernelModule, module)
+
+
+def clear_stale_lock(build_dir: Path, now: float | None = None) -> bool:
+    """Remove the build lock a killed build left (older than `STALE_LOCK_S`); True if removed."""
+    lock = build_dir / "lock"
+    try:
+        age_s = (time.time() if now is None else now) - lock.stat().st_mtime
+    except FileNotFoundError:
+        return False
+    if age_s < STALE_LOCK_S:
+        return False
+    log.warning("removing a stale kernel build lock (%.0f s old): %s", age_s, lock)
+    lock.unlink(missing_ok=True)
+    return True
 
 
 def supported_isas() -> list[str]:
