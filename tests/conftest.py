@@ -76,10 +76,17 @@ SLOW_FOLDERS = ("e2e", "browser", "clients", "bench", "adversarial", "deploy")
 # Modules and tests of the unit folders that start processes or run long.
 SLOW_TESTS = (
     "adapters/test_fake_upstream.py",
+    "adapters/test_litellm_backend.py",
+    "adapters/test_pricing.py::test_the_cost_map_is_litellms_own_without_importing_litellm",
     "adapters/test_tokens.py::test_bundled_files_work_without_a_cache_dir_set",
     "cachekeys/test_gateway_e2e.py",
     "cachekeys/test_relocation_e2e.py",
     "gateway/cli/test_cli.py::test_policy_check_as_a_subprocess",
+    "gateway/core/test_translation.py::test_litellm_refuses_what_its_provider_does_not_take",
+    "gateway/core/test_translation.py::test_litellm_passes_what_its_provider_takes_and_what_only_describes_the_call",
+    "gateway/core/test_translation.py::test_an_anthropic_client_through_litellm_keeps_no_field_silently",
+    "gateway/core/test_translation.py::test_litellm_takes_an_anthropic_output_format_only_where_its_provider_takes_one",
+    "gateway/core/test_translation.py::test_litellm_refuses_the_anthropic_fields_its_provider_cannot_take",
     "gateway/ledger/test_ledger_recorder.py::test_spool_survives_a_killed_process",
     "gateway/ledger/test_ledger_spool.py::test_a_failed_append_leaves_no_half_line_behind",
     "mcp/test_framework_clients.py",
