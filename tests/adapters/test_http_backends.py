@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import socket
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -210,14 +211,17 @@ def test_upstream_5xx_is_unavailable(run: Runner, upstream: FakeUpstream) -> Non
 
 
 def test_slow_upstream_times_out(run: Runner, upstream: FakeUpstream) -> None:
-    upstream.app.delay_s = 1.5
-    with pytest.raises(ProviderTimeout):
-        run(local(upstream), lambda b: b.complete(openai_call(HI, timeout_s=0.2)))
-    with pytest.raises(ProviderTimeout):
-        run(
-            anthropic(upstream, timeout_s=0.2),
-            lambda b: collect(b, openai_call(dict(HI, stream=True))),
-        )
+    upstream.app.hold = threading.Event()  # no reply starts before the test ends
+    try:
+        with pytest.raises(ProviderTimeout):
+            run(local(upstream), lambda b: b.complete(openai_call(HI, timeout_s=0.2)))
+        with pytest.raises(ProviderTimeout):
+            run(
+                anthropic(upstream, timeout_s=0.2),
+                lambda b: collect(b, openai_call(dict(HI, stream=True))),
+            )
+    finally:
+        upstream.app.hold.set()  # the held handlers end, so the server stops at once
 
 
 def test_rate_limit_carries_retry_after(run: Runner, upstream: FakeUpstream) -> None:

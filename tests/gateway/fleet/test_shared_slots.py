@@ -64,10 +64,13 @@ def test_two_processes_never_hold_more_than_the_capacity(redis_url: str, prefix:
                 assert waited is not None and waited >= 0  # it queued
                 served.append(name)
 
-            tasks = [asyncio.create_task(queued(f"acme{i}", "acme")) for i in range(3)]
-            await asyncio.sleep(0)
-            tasks.append(asyncio.create_task(queued("globex0", "globex")))
-            await until(lambda: a.waiting(KEY) == 4, "four queued in process a")
+            # one at a time: calls that arrive together join the queue in the order Redis
+            # answers their first try, so each joins before the next arrives
+            tasks: list[asyncio.Task[None]] = []
+            for name in ("acme0", "acme1", "acme2", "globex0"):
+                tasks.append(asyncio.create_task(queued(name, name[:-1])))
+                n = len(tasks)
+                await until(lambda n=n: a.waiting(KEY) == n, f"{name} queued in process a")
             for expected in (1, 2, 3, 4):  # b's slot, then a's own, one release at a time
                 (b if expected == 1 else a).release(KEY)
                 await until(lambda e=expected: len(served) == e, f"{expected} served")

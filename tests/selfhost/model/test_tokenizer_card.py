@@ -18,7 +18,6 @@ from gateway.core.engine_tokens import ChatPromptCounter, bound
 from gateway.core.models_table import build_model_table
 from gateway.core.token_count import TiktokenCounting, route_counting
 from gateway.settings import load_settings
-from selfhost.model.loader import LoadedWeights
 from selfhost.model.tokenizer import TextTokenizer
 from selfhost.serve.protocol import ChatRequest as EngineChatRequest
 from selfhost.structured.chat_plan import plan_chat
@@ -61,8 +60,8 @@ ANTHROPIC_BODY = {
 
 
 @pytest.fixture(scope="module")
-def counter(smollm_files: tuple[LoadedWeights, TextTokenizer]) -> ChatPromptCounter:
-    t = smollm_files[1]
+def counter(smollm_tokenizer: TextTokenizer) -> ChatPromptCounter:
+    t = smollm_tokenizer
     assert t.chat_template is not None
     card = {
         "tokenizer": t.tokenizer.to_str(),
@@ -97,19 +96,19 @@ def requests() -> list[ChatRequest]:
 def test_local_count_equals_the_engine_count(
     index: int,
     counter: ChatPromptCounter,
-    smollm_files: tuple[LoadedWeights, TextTokenizer],
+    smollm_tokenizer: TextTokenizer,
 ) -> None:
     request = requests()[index]
     sent = openai_wire.encode_request(request)  # the body the openai_compatible backend sends
     prompt = engine_prompt(request)
-    exact = engine_prompt_tokens(smollm_files[1], sent)
+    exact = engine_prompt_tokens(smollm_tokenizer, sent)
     merged = len(request.system) <= 1  # several system parts: counted apart, never less
     assert counter.count(prompt) == exact if merged else counter.count(prompt) >= exact
     assert bound(prompt) >= counter.count(prompt)
 
 
 def test_a_client_split_system_is_counted_exactly(
-    counter: ChatPromptCounter, smollm_files: tuple[LoadedWeights, TextTokenizer]
+    counter: ChatPromptCounter, smollm_tokenizer: TextTokenizer
 ) -> None:
     body = {
         "messages": [
@@ -120,27 +119,27 @@ def test_a_client_split_system_is_counted_exactly(
     }
     request = openai_wire.decode_request({"model": "smollm2", **body})
     # the raw body is relayed as sent: two system messages, as engine_prompt counts them
-    assert counter.count(engine_prompt(request)) == engine_prompt_tokens(smollm_files[1], body)
+    assert counter.count(engine_prompt(request)) == engine_prompt_tokens(smollm_tokenizer, body)
 
 
 def test_memoised_pieces_count_a_growing_conversation_exactly(
-    counter: ChatPromptCounter, smollm_files: tuple[LoadedWeights, TextTokenizer]
+    counter: ChatPromptCounter, smollm_tokenizer: TextTokenizer
 ) -> None:
     history: list[dict] = [{"role": "system", "content": "You are a careful agent. " * 20}]
     for turn in range(6):  # each call re-sends the history: its pieces come from the memo
         history.append({"role": "user", "content": f"Result {turn}: <|im_end|> ok " * 15})
         request = openai_wire.decode_request({"model": "smollm2", "messages": history})
         sent = openai_wire.encode_request(request)
-        exact = engine_prompt_tokens(smollm_files[1], sent)
+        exact = engine_prompt_tokens(smollm_tokenizer, sent)
         assert counter.count(engine_prompt(request)) == exact
         history.append({"role": "assistant", "content": f"Step {turn} done."})
 
 
 def test_a_server_given_tokenizer_dir_is_counted_with_it(
-    tmp_path: Path, smollm_files: tuple[LoadedWeights, TextTokenizer]
+    tmp_path: Path, smollm_tokenizer: TextTokenizer
 ) -> None:
     """vLLM or SGLang serve no tokenizer card: `tokenizer_dir` (the model's HF files) gives it."""
-    tokenizer = smollm_files[1]
+    tokenizer = smollm_tokenizer
     assert tokenizer.chat_template is not None
     files = tmp_path / "smollm2-hf"
     files.mkdir()
@@ -196,7 +195,7 @@ CHOICES: list = [
 @pytest.mark.parametrize("choice", range(len(CHOICES)))
 def test_calls_with_tools_are_counted_as_the_engine_bills_them(
     counter: ChatPromptCounter,
-    smollm_files: tuple[LoadedWeights, TextTokenizer],
+    smollm_tokenizer: TextTokenizer,
     num_tools: int,
     choice: int,
 ) -> None:
@@ -211,6 +210,6 @@ def test_calls_with_tools_are_counted_as_the_engine_bills_them(
         body["response_format"] = {"type": "json_object"}
     request = openai_wire.decode_request({"model": "smollm2", **body})
     sent = openai_wire.encode_request(request)
-    exact = engine_prompt_tokens(smollm_files[1], sent)
+    exact = engine_prompt_tokens(smollm_tokenizer, sent)
     assert counter.count(engine_prompt(request)) == exact
     assert bound(engine_prompt(request)) >= exact

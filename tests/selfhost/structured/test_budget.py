@@ -19,8 +19,8 @@ POINT = {
 
 
 @pytest.fixture(scope="module")
-def tools(smollm_files: tuple[object, TextTokenizer]) -> tuple[TextTokenizer, GrammarCompiler]:
-    tokenizer = smollm_files[1]
+def tools(smollm_tokenizer: TextTokenizer) -> tuple[TextTokenizer, GrammarCompiler]:
+    tokenizer = smollm_tokenizer
     return tokenizer, GrammarCompiler(tokenizer.tokenizer.to_str(), tokenizer.eos_token_ids)
 
 

@@ -57,9 +57,9 @@ def test_text_that_only_looks_like_a_call_stays_text() -> None:
 
 
 def test_compiled_grammars_are_cached_and_bounded(
-    smollm_files: tuple[object, TextTokenizer],
+    smollm_tokenizer: TextTokenizer,
 ) -> None:
-    tokenizer = smollm_files[1]
+    tokenizer = smollm_tokenizer
     compiler = GrammarCompiler(tokenizer.tokenizer.to_str(), tokenizer.eos_token_ids, cache_size=2)
     grammars = [
         json_grammar({"type": "object", "properties": {k: {"type": "integer"}}}) for k in "abc"
@@ -72,8 +72,8 @@ def test_compiled_grammars_are_cached_and_bounded(
     assert caught.value.field == "f.schema"
 
 
-def test_masks_leave_only_the_grammars_tokens(smollm_files: tuple[object, TextTokenizer]) -> None:
-    tokenizer = smollm_files[1]
+def test_masks_leave_only_the_grammars_tokens(smollm_tokenizer: TextTokenizer) -> None:
+    tokenizer = smollm_tokenizer
     compiler = GrammarCompiler(tokenizer.tokenizer.to_str(), tokenizer.eos_token_ids)
     guide = compiler.guide(json_grammar({"enum": ["yes", "no"]}), "response_format")
     vocab = compiler.vocab_size
