@@ -115,11 +115,16 @@ def _thread_key(tenant: str, layout: PromptLayout) -> bytes:
 
 
 def with_steering(diagnosis_json: str, steering: Steering) -> str:
-    """The diagnosis JSON with the autopilot's choices: the lifetime (and why), the volatile
-    block it stopped writing past."""
+    """The diagnosis JSON with the autopilot's choices (`add_steering`)."""
     body = orjson.loads(diagnosis_json)
+    add_steering(body, steering)
+    return orjson.dumps(body).decode()
+
+
+def add_steering(body: dict[str, object], steering: Steering) -> None:
+    """Into the diagnosis JSON's object, the autopilot's choices: the lifetime (and why), the
+    volatile block it stopped writing past."""
     body["ttl_choice"] = steering.advice.choice.as_dict()
     found = steering.advice.volatile
     if found is not None:
         body["volatile"] = {"block": found.name, "pattern": found.pattern}
-    return orjson.dumps(body).decode()

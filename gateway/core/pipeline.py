@@ -205,10 +205,7 @@ class Pipeline:
                 await self._settle_failed(adm)
             raise
         if waited_s is not None:  # the ledger's diagnosis says so
-            diagnosis = with_fanout_wait(adm.verdict.diagnosis_json, waited_s)
-            adm = dataclasses.replace(
-                adm, verdict=dataclasses.replace(adm.verdict, diagnosis_json=diagnosis)
-            )
+            adm = dataclasses.replace(adm, verdict=with_fanout_wait(adm.verdict, waited_s))
         return lead, adm
 
     async def complete(self, adm: Admitted) -> ChatResponse:
