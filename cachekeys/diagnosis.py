@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
 from adapters.types import ChatRequest
 from cachekeys.layout import PromptLayout
+from cachekeys.volatile_probe import BlockProbe
 
 CacheMode = Literal["breakpoints", "automatic"]  # Anthropic/Bedrock markers, OpenAI implicit
 LEVEL_ORDER = {"tools": 0, "system": 1, "messages": 2}
@@ -59,7 +61,9 @@ class PromptFingerprint:
         mode: CacheMode,
         ttl_s: float,
         options: bytes = b"",
+        probes: Sequence[BlockProbe] = (),
     ) -> PromptFingerprint:
+        """`probes`: the autopilot's, per block (their masked digests and patterns are kept)."""
         n = layout.last_stable() + 1
         blocks = layout.blocks[:n]
         ends, total = [], 0
@@ -77,6 +81,8 @@ class PromptFingerprint:
             mode,
             ttl_s,
             options,
+            tuple([p.masked for p in probes[:n]]),
+            tuple([p.pattern for p in probes[:n]]),
         )
 
     @property

@@ -190,7 +190,7 @@ def plan_markers(
     plan = plan_breakpoints(view, advice.choice.ttl, min_tokens, reserved)
     in_view = sum(1 for i in client if advice.limit is None or i < advice.limit)
     budget = MAX_BREAKPOINTS - in_view - reserved - len(plan.indices)
-    return replace(plan, indices=_with_stones(view, plan, budget, min_tokens))
+    return BreakpointPlan(_with_stones(view, plan, budget, min_tokens), plan.ttl, plan.min_tokens)
 
 
 def _with_stones(
