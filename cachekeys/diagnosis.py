@@ -70,12 +70,13 @@ class PromptFingerprint:
         for tokens in layout.tokens[:n]:
             total += tokens
             ends.append(total)
-        client = tuple(i for i, b in enumerate(blocks) if b.marker_ttl is not None)
+        # list comprehensions, not generators: a call makes several per-block tuples
+        client = tuple([i for i, b in enumerate(blocks) if b.marker_ttl is not None])
         return cls(
             model,
-            tuple(b.digest for b in blocks),
-            tuple(b.level for b in blocks),
-            tuple(b.name for b in blocks),
+            tuple([b.digest for b in blocks]),
+            tuple([b.level for b in blocks]),
+            tuple([b.name for b in blocks]),
             tuple(ends),
             tuple(sorted(set(marked) | set(client))),
             mode,

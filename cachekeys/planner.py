@@ -99,8 +99,8 @@ class ReuseRecord:
         for tokens in layout.tokens[:n]:
             total += tokens
             ends.append(total)
-        digests = tuple(b.digest for b in layout.blocks[:n])
-        masked = tuple(p.masked for p in probes[:n])
+        digests = tuple([b.digest for b in layout.blocks[:n]])
+        masked = tuple([p.masked for p in probes[:n]])
         if previous is None:
             return cls(digests, masked, tuple(ends), now_s)
         gap = now_s - previous.at_s

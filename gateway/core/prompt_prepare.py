@@ -273,9 +273,9 @@ def lay_out(
         request = found.shared(request)
         blocks = request_blocks(request, public, memos.tool_texts, found.known())
         reused = found.num_blocks
-        new = (encoder.encode(model, b.text, b.digest) for b in blocks[reused:])
+        new = [encoder.encode(model, b.text, b.digest) for b in blocks[reused:]]
         ids = (*found.entry.block_ids[:reused], *new)
-    layout = PromptLayout(blocks, tuple(len(i) for i in ids))
+    layout = PromptLayout(blocks, tuple([len(i) for i in ids]))
     return LaidOut(request, layout, ids, found, key)
 
 
