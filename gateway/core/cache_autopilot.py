@@ -66,8 +66,9 @@ class CacheAutopilot:
 
     def remember(self, tenant: str, steering: Steering, layout: PromptLayout) -> None:
         self.sessions.remember(tenant, steering.root, layout, steering.probes, self._clock())
-        self._threads[_thread_key(tenant, layout)] = steering.root
-        self._threads.move_to_end(_thread_key(tenant, layout))
+        thread = _thread_key(tenant, layout)
+        self._threads[thread] = steering.root
+        self._threads.move_to_end(thread)
         while len(self._threads) > self._max_threads:
             self._threads.popitem(last=False)
         for block in layout.blocks:
