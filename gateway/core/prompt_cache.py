@@ -165,9 +165,15 @@ class PromptCachePort:
             if facts.steering is not None:
                 self.autopilot.remember(tenant.tenant, facts.steering, facts.layout)
                 add_steering(body, facts.steering)
-            head = head_tokens(facts.layout)
-            if head >= MIN_HEAD_TOKENS and report.diagnosis.predicted_read_tokens < head:
-                write_key = head_write_key(facts.layout, prepared.cache_salt)
+            # the head is part of the stable prefix: summed only when that could be large enough
+            d = report.diagnosis
+            if (
+                d.stable_prefix_tokens >= MIN_HEAD_TOKENS
+                and d.predicted_read_tokens < d.stable_prefix_tokens
+            ):
+                head = head_tokens(facts.layout)
+                if head >= MIN_HEAD_TOKENS and d.predicted_read_tokens < head:
+                    write_key = head_write_key(facts.layout, prepared.cache_salt)
         diagnosis_json = orjson.dumps(body).decode()
         return CacheVerdict(report.header_value(), diagnosis_json, write_key, body)
 
