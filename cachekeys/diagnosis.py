@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
 from adapters.types import ChatRequest
 from cachekeys.layout import PromptLayout
+from cachekeys.volatile_probe import BlockProbe
 
 CacheMode = Literal["breakpoints", "automatic"]  # Anthropic/Bedrock markers, OpenAI implicit
 LEVEL_ORDER = {"tools": 0, "system": 1, "messages": 2}
@@ -59,24 +61,29 @@ class PromptFingerprint:
         mode: CacheMode,
         ttl_s: float,
         options: bytes = b"",
+        probes: Sequence[BlockProbe] = (),
     ) -> PromptFingerprint:
+        """`probes`: the autopilot's, per block (their masked digests and patterns are kept)."""
         n = layout.last_stable() + 1
         blocks = layout.blocks[:n]
         ends, total = [], 0
         for tokens in layout.tokens[:n]:
             total += tokens
             ends.append(total)
-        client = tuple(i for i, b in enumerate(blocks) if b.marker_ttl is not None)
+        # list comprehensions, not generators: a call makes several per-block tuples
+        client = tuple([i for i, b in enumerate(blocks) if b.marker_ttl is not None])
         return cls(
             model,
-            tuple(b.digest for b in blocks),
-            tuple(b.level for b in blocks),
-            tuple(b.name for b in blocks),
+            tuple([b.digest for b in blocks]),
+            tuple([b.level for b in blocks]),
+            tuple([b.name for b in blocks]),
             tuple(ends),
             tuple(sorted(set(marked) | set(client))),
             mode,
             ttl_s,
             options,
+            tuple([p.masked for p in probes[:n]]),
+            tuple([p.pattern for p in probes[:n]]),
         )
 
     @property

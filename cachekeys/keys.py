@@ -43,7 +43,8 @@ def prompt_cache_key(layout: PromptLayout, salt: str, client_key: str | None = N
 
 def head_tokens(layout: PromptLayout) -> int:
     """Tokens of the stable tools + system head."""
-    return sum(layout.tokens[i] for i in _head_indices(layout))
+    tokens = layout.tokens
+    return sum([tokens[i] for i in _head_indices(layout)])
 
 
 def head_write_key(layout: PromptLayout, salt: str) -> str:

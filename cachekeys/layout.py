@@ -47,7 +47,7 @@ class PromptBlock:
     @property
     def name(self) -> str:
         head, *rest = self.locator
-        return str(head) + "".join(f"[{r}]" for r in rest if r is not None)
+        return str(head) + "".join([f"[{r}]" for r in rest if r is not None])
 
 
 def _digest(*fields: str) -> bytes:

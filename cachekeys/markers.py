@@ -119,12 +119,13 @@ def _breaks_ttl_order(client: Mapping[int, str | None], index: int, ttl: Ttl) ->
 
 
 def apply_to_request(
-    request: ChatRequest, layout: PromptLayout, plan: BreakpointPlan
+    request: ChatRequest, layout: PromptLayout, plan: BreakpointPlan, **fields: Any
 ) -> ChatRequest:
     """The request with a marker on each planned block; one copy of the request for all of them
-    (each level and message copied once), not one per marker."""
+    (each level and message copied once), not one per marker. `fields`: other fields of the
+    request to set in the same copy."""
     if not plan.indices:
-        return request
+        return replace(request, **fields) if fields else request
     marker = CacheControl(ttl=plan.ttl)
     tools, system = list(request.tools), list(request.system)
     messages: dict[int, list[ContentPart]] = {}
@@ -142,7 +143,7 @@ def apply_to_request(
             k = rest[0]
             assert isinstance(k, int)
             parts[k] = replace(parts[k], cache_control=marker)
-    edits: dict[str, Any] = {}
+    edits: dict[str, Any] = dict(fields)
     levels = {layout.blocks[index].level for index in plan.indices}
     if "tools" in levels:
         edits["tools"] = tuple(tools)

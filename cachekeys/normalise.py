@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from adapters.types import JSON, WireFormat
 from cachekeys.canonical import (
     IsPublicTool,
@@ -24,7 +26,7 @@ from cachekeys.canonical import (
     order_tools,
     sort_json,
 )
-from cachekeys.relocation import relocate
+from cachekeys.relocation import relocate, tools_unmoved
 from cachekeys.volatile import VolatileMatcher
 
 Body = dict[str, Any]
@@ -72,6 +74,54 @@ class ArgumentsMemo:
         return found
 
 
+class ToolListsMemo:
+    """A `tools` list as normalisation leaves it (schemas canonical, canonical order), by the
+    list's JSON bytes, and whether relocation finds nothing in it: an agent sends the same tools
+    on every call, and normalising them again was ~240 function calls a call. One per options
+    object (its switches and matcher decide the result); the lists handed out are new, the tools
+    in them shared read-only, as `SchemaMemo`'s schemas are."""
+
+    def __init__(self, max_entries: int = 256, max_bytes: int = 4_000_000) -> None:
+        self._memo: dict[bytes, tuple[tuple[JSON, ...], bool]] = {}
+        self._max_entries = max_entries
+        self._max_bytes = max_bytes
+        self._num_bytes = 0
+
+    def normalised(
+        self, wire: WireFormat, tools: list[JSON], options: NormaliseOptions
+    ) -> tuple[list[JSON], bool]:
+        """(the tools normalised, True when relocation would move nothing out of them)."""
+        try:
+            key = orjson.dumps(tools)
+        except TypeError:  # not plain JSON (a huge int, a non-str key): no memo
+            return _normalised_tools(wire, tools, options), False
+        found = self._memo.get(key)
+        if found is None:
+            out = _normalised_tools(wire, tools, options)
+            clean = options.relocate_volatile and tools_unmoved(wire, out, options.volatile)
+            found = (tuple(out), clean)
+            if len(key) <= self._max_bytes:
+                if (
+                    len(self._memo) >= self._max_entries
+                    or self._num_bytes + len(key) > self._max_bytes
+                ):
+                    self._memo.clear()  # a bound, as the other memos
+                    self._num_bytes = 0
+                self._memo[key] = found
+                self._num_bytes += len(key)
+        return list(found[0]), found[1]
+
+
+def _normalised_tools(wire: WireFormat, tools: list[JSON], options: NormaliseOptions) -> list[JSON]:
+    """Schemas canonical, then tools in canonical order, as the options say (the reference)."""
+    if options.canonical_json:
+        memo = options.schemas
+        tools = [canonical_tool(wire, t, memo) if isinstance(t, Mapping) else t for t in tools]
+    if options.order_tools:
+        tools = order_tools(wire, tools, options.is_public_tool)
+    return tools
+
+
 @dataclass(frozen=True, slots=True)
 class NormaliseOptions:
     order_tools: bool = True
@@ -83,6 +133,7 @@ class NormaliseOptions:
     public: PublicPrefix = PublicPrefix()
     schemas: SchemaMemo | None = None  # canonical schemas memoised (same result, less CPU)
     arguments: ArgumentsMemo = field(default_factory=ArgumentsMemo, compare=False)
+    tool_lists: ToolListsMemo = field(default_factory=ToolListsMemo, compare=False)
 
     @property
     def is_public_tool(self) -> IsPublicTool | None:
@@ -108,13 +159,9 @@ def normalise_edits(
     """Apply the enabled switches in a fixed order: schemas, tool order, history args, relocation."""
     out: Body = dict(body)
     tools = out.get("tools")
-    if isinstance(tools, list) and tools:
-        if options.canonical_json:
-            memo = options.schemas
-            tools = [canonical_tool(wire, t, memo) if isinstance(t, Mapping) else t for t in tools]
-        if options.order_tools:
-            tools = order_tools(wire, tools, options.is_public_tool)
-        out["tools"] = tools
+    tools_clean = False  # relocation would move nothing out of the tools
+    if isinstance(tools, list) and tools and (options.canonical_json or options.order_tools):
+        out["tools"], tools_clean = options.tool_lists.normalised(wire, tools, options)
     num_args = 0
     messages = out.get("messages")
     if options.canonical_tool_args and isinstance(messages, list):
@@ -124,7 +171,7 @@ def normalise_edits(
             out["messages"] = edited
     relocated: tuple[str, ...] = ()
     if options.relocate_volatile:
-        out, relocated = relocate(wire, out, options.volatile)
+        out, relocated = relocate(wire, out, options.volatile, tools_clean)
     return out, Edits(relocated, num_args)
 
 

@@ -99,8 +99,8 @@ class ReuseRecord:
         for tokens in layout.tokens[:n]:
             total += tokens
             ends.append(total)
-        digests = tuple(b.digest for b in layout.blocks[:n])
-        masked = tuple(p.masked for p in probes[:n])
+        digests = tuple([b.digest for b in layout.blocks[:n]])
+        masked = tuple([p.masked for p in probes[:n]])
         if previous is None:
             return cls(digests, masked, tuple(ends), now_s)
         gap = now_s - previous.at_s
@@ -190,7 +190,7 @@ def plan_markers(
     plan = plan_breakpoints(view, advice.choice.ttl, min_tokens, reserved)
     in_view = sum(1 for i in client if advice.limit is None or i < advice.limit)
     budget = MAX_BREAKPOINTS - in_view - reserved - len(plan.indices)
-    return replace(plan, indices=_with_stones(view, plan, budget, min_tokens))
+    return BreakpointPlan(_with_stones(view, plan, budget, min_tokens), plan.ttl, plan.min_tokens)
 
 
 def _with_stones(

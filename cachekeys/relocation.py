@@ -16,15 +16,16 @@ SYSTEM_ROLES = ("system", "developer")
 
 
 def relocate(
-    wire: str, body: Mapping[str, JSON], matcher: VolatileMatcher
+    wire: str, body: Mapping[str, JSON], matcher: VolatileMatcher, tools_unmoved: bool = False
 ) -> tuple[dict[str, JSON], tuple[str, ...]]:
     """Move volatile values out of tools and system into a block on the newest user turn
     (OpenAI: only the leading system turns are system; later ones are conversation history).
-    Returns the body (a copy of `body` when nothing moved) and the kinds of values moved."""
+    Returns the body (a copy of `body` when nothing moved) and the kinds of values moved.
+    `tools_unmoved`: the caller knows `tools_unmoved` holds for the body's tools (not walked)."""
     relocator = Relocator(matcher)
     out = dict(body)
     tools = out.get("tools")
-    if isinstance(tools, list):
+    if isinstance(tools, list) and not tools_unmoved:
         moved = [_relocate_tool(wire, t, relocator) for t in tools]
         if any(a is not b for a, b in zip(moved, tools, strict=True)):
             out["tools"] = moved
@@ -44,6 +45,12 @@ def relocate(
         return dict(body), ()
     out["messages"] = _append_block(messages, block)
     return out, tuple(sorted(relocator.kinds))
+
+
+def tools_unmoved(wire: str, tools: list[JSON], matcher: VolatileMatcher) -> bool:
+    """Whether relocation leaves every tool as it is (no volatile value in any)."""
+    relocator = Relocator(matcher)
+    return all(_relocate_tool(wire, t, relocator) is t for t in tools)
 
 
 def _relocate_tool(wire: str, tool: JSON, relocator: Relocator) -> JSON:

@@ -74,7 +74,7 @@ class LayoutEntry:
             ends.append(ends[-1] + len(message.content))
         if ends[-1] != len(blocks):
             raise ValueError(f"{len(blocks)} blocks for a request of {ends[-1]} parts")
-        chars = sum(len(b.text) for b in blocks)
+        chars = sum([len(b.text) for b in blocks])
         return cls(
             options,
             salt,

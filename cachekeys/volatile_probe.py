@@ -67,7 +67,7 @@ class VolatileProbe:
         return found
 
     def probes(self, blocks: Iterable[PromptBlock]) -> tuple[BlockProbe, ...]:
-        return tuple(self.probe(b) for b in blocks)
+        return tuple([self.probe(b) for b in blocks])
 
     def _probe_text(self, block: PromptBlock) -> BlockProbe:
         assert self._any is not None

@@ -10,6 +10,8 @@ from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+import orjson
+
 from adapters.backend import Backend
 from adapters.types import JSON, ChatRequest, Message, Usage, WireFormat
 from policies.model import TenantPolicy
@@ -117,6 +119,16 @@ class CacheVerdict:
     # the tenant-scoped key of the prefix head this call is expected to write (the provider
     # does not hold it yet), for the fan-out gate; None when a read of it is expected
     write_key: str | None = None
+    # `diagnosis_json` decoded, when the port built it (its readers then decode nothing);
+    # read it through `diagnosis_body`, never edit it in place
+    diagnosis: Mapping[str, object] | None = field(default=None, compare=False)
+
+    def diagnosis_body(self) -> Mapping[str, object]:
+        """The diagnosis as an object: the one the port built, else `diagnosis_json` decoded."""
+        if self.diagnosis is not None:
+            return self.diagnosis
+        body: Mapping[str, object] = orjson.loads(self.diagnosis_json)
+        return body
 
 
 @dataclass(frozen=True, slots=True)

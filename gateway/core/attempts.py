@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from adapters.errors import UpstreamError
 from adapters.types import Message, Usage
-from gateway.core.cache_money import cache_money, with_autopilot_saving
+from gateway.core.cache_money import cache_money_of, saving_json
 from gateway.core.calls import Admitted, IncomingCall
 from gateway.ports import Attempt, CallRecord, Fault, Pricing
 from gateway.telemetry import (
@@ -70,10 +70,11 @@ def call_record(adm: Admitted, t: Try, out: Outcome, pricing: Pricing) -> CallRe
     """The attempt's ledger row."""
     model, usage = adm.route.name, out.usage
     candidate = t.attempt.candidate
-    money = cache_money(pricing, model, usage, adm.verdict.diagnosis_json)
+    body = adm.verdict.diagnosis or adm.verdict.diagnosis_body()  # no call when it is at hand
+    money = cache_money_of(pricing, model, usage, body)
     diagnosis = adm.verdict.diagnosis_json
     if money.autopilot_saved_tokens:
-        diagnosis = with_autopilot_saving(diagnosis, money)
+        diagnosis = saving_json(body, money)
     return CallRecord(
         request_id=adm.request_id,
         attempt=t.number,

@@ -66,8 +66,9 @@ class CacheAutopilot:
 
     def remember(self, tenant: str, steering: Steering, layout: PromptLayout) -> None:
         self.sessions.remember(tenant, steering.root, layout, steering.probes, self._clock())
-        self._threads[_thread_key(tenant, layout)] = steering.root
-        self._threads.move_to_end(_thread_key(tenant, layout))
+        thread = _thread_key(tenant, layout)
+        self._threads[thread] = steering.root
+        self._threads.move_to_end(thread)
         while len(self._threads) > self._max_threads:
             self._threads.popitem(last=False)
         for block in layout.blocks:
@@ -115,11 +116,16 @@ def _thread_key(tenant: str, layout: PromptLayout) -> bytes:
 
 
 def with_steering(diagnosis_json: str, steering: Steering) -> str:
-    """The diagnosis JSON with the autopilot's choices: the lifetime (and why), the volatile
-    block it stopped writing past."""
+    """The diagnosis JSON with the autopilot's choices (`add_steering`)."""
     body = orjson.loads(diagnosis_json)
+    add_steering(body, steering)
+    return orjson.dumps(body).decode()
+
+
+def add_steering(body: dict[str, object], steering: Steering) -> None:
+    """Into the diagnosis JSON's object, the autopilot's choices: the lifetime (and why), the
+    volatile block it stopped writing past."""
     body["ttl_choice"] = steering.advice.choice.as_dict()
     found = steering.advice.volatile
     if found is not None:
         body["volatile"] = {"block": found.name, "pattern": found.pattern}
-    return orjson.dumps(body).decode()

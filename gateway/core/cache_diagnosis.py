@@ -6,6 +6,7 @@ Keeps digests and token counts only, never prompt text.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import orjson
@@ -62,7 +63,15 @@ class CacheReport:
         return parts
 
     def to_json(self) -> str:
-        body = {"call": self.call_index, "tenant": self.tenant, **self.diagnosis.as_dict()}
+        return orjson.dumps(self.as_dict()).decode()
+
+    def as_dict(self) -> dict[str, object]:
+        """The ledger JSON's object (`to_json` encodes it)."""
+        body: dict[str, object] = {
+            "call": self.call_index,
+            "tenant": self.tenant,
+            **self.diagnosis.as_dict(),
+        }
         if self.edits != Edits():
             body["autopilot"] = {
                 "relocated": list(self.edits.relocated),
@@ -70,7 +79,7 @@ class CacheReport:
             }
         gap_s = self.diagnosis.gap_s
         body["gap_s"] = None if gap_s is None else round(gap_s, 3)
-        return orjson.dumps(body).decode()
+        return body
 
 
 class SessionCacheTracker:
@@ -144,11 +153,13 @@ RECONCILE_SLACK_TOKENS = 64  # our tokenizer is not the provider's: small deltas
 RECONCILE_SLACK_RATIO = 0.05
 
 
-def reconcile(report_json: str, reported_cache_read_tokens: int, metrics: CacheMetrics) -> int:
-    """Record predicted vs reported reads; returns reported - predicted. A delta beyond the
-    tokenizer slack counts as a prediction miss ("less": a break Lantern did not foresee)."""
-    body = orjson.loads(report_json)
-    tenant, predicted = str(body["tenant"]), int(body["predicted_read_tokens"])
+def reconcile(
+    report: Mapping[str, object], reported_cache_read_tokens: int, metrics: CacheMetrics
+) -> int:
+    """Record predicted vs reported reads (`report`: the diagnosis JSON's object); returns
+    reported - predicted. A delta beyond the tokenizer slack counts as a prediction miss
+    ("less": a break Lantern did not foresee)."""
+    tenant, predicted = str(report["tenant"]), int(report["predicted_read_tokens"])  # type: ignore[call-overload]
     metrics.child(metrics.predicted, tenant).inc(predicted)
     metrics.child(metrics.reported, tenant).inc(reported_cache_read_tokens)
     delta = reported_cache_read_tokens - predicted

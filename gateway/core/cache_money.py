@@ -7,6 +7,7 @@ Pure: prices come through the `Pricing` port, the break from the call's cache di
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import orjson
@@ -43,11 +44,18 @@ class CacheMoney:
 def cache_money(
     pricing: Pricing, model: str, usage: Usage, diagnosis_json: str | None
 ) -> CacheMoney:
+    body = None if diagnosis_json is None else orjson.loads(diagnosis_json)
+    return cache_money_of(pricing, model, usage, body)
+
+
+def cache_money_of(
+    pricing: Pricing, model: str, usage: Usage, body: Mapping[str, object] | None
+) -> CacheMoney:
+    """`cache_money` from the diagnosis JSON's object (`CacheVerdict.diagnosis_body`)."""
     read, written = usage.cache_read_tokens, usage.cache_write_tokens
     saved = _read_saving(pricing, model, read)
     writes = Usage(cache_write_tokens=written, cache_write_1h_tokens=usage.cache_write_1h_tokens)
     premium = pricing.cost_usd(model, writes) - pricing.uncached_cost_usd(model, writes)
-    body = None if diagnosis_json is None else orjson.loads(diagnosis_json)
     cause, missing = _break(body, read)
     lost = _read_saving(pricing, model, missing) if missing else 0.0
     tokens, by_autopilot = _autopilot_saving(pricing, model, body, read, saved)
@@ -55,7 +63,7 @@ def cache_money(
 
 
 def _autopilot_saving(
-    pricing: Pricing, model: str, body: dict[str, object] | None, read: int, saved: float
+    pricing: Pricing, model: str, body: Mapping[str, object] | None, read: int, saved: float
 ) -> tuple[int, float]:
     """(tokens, dollars): a call that waited behind a fan-out's first write read the prefix
     instead of writing it (write - read price); a follow-up call whose prompt the autopilot
@@ -81,7 +89,7 @@ def _read_saving(pricing: Pricing, model: str, tokens: int) -> float:
     return pricing.uncached_cost_usd(model, reads) - pricing.cost_usd(model, reads)
 
 
-def _break(body: dict[str, object] | None, read: int) -> tuple[str | None, int]:
+def _break(body: Mapping[str, object] | None, read: int) -> tuple[str | None, int]:
     """(cause, cached tokens the call could not read) from the diagnosis and the actual reads."""
     if body is None:
         return None, 0
@@ -102,7 +110,16 @@ def _int(value: object) -> int:
 def with_autopilot_saving(diagnosis_json: str, money: CacheMoney) -> str:
     """The diagnosis JSON with what the autopilot saved on the call, for the ledger
     (`autopilot.saved_tokens`, `autopilot.saved_usd`)."""
-    body = orjson.loads(diagnosis_json)
-    body["autopilot"]["saved_tokens"] = money.autopilot_saved_tokens
-    body["autopilot"]["saved_usd"] = round(money.autopilot_saved_usd, 9)
-    return orjson.dumps(body).decode()
+    return saving_json(orjson.loads(diagnosis_json), money)
+
+
+def saving_json(body: Mapping[str, object], money: CacheMoney) -> str:
+    """`with_autopilot_saving` from the diagnosis JSON's object (left as it is)."""
+    autopilot = body["autopilot"]
+    assert isinstance(autopilot, Mapping)  # a saving comes only from the autopilot's part
+    saved = {
+        **autopilot,
+        "saved_tokens": money.autopilot_saved_tokens,
+        "saved_usd": round(money.autopilot_saved_usd, 9),
+    }
+    return orjson.dumps({**body, "autopilot": saved}).decode()

@@ -8,10 +8,13 @@ byte. Knows nothing of prompts: the key (`CacheVerdict.write_key`) comes from th
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 import anyio
 import orjson
+
+from gateway.ports import CacheVerdict
 
 MAX_LEADS_PER_TENANT = 64  # prefixes being written at once per tenant; past that, no waiting
 MAX_WAIT_S = 30.0  # a waiter's bound when the leading call never reaches its first byte
@@ -82,9 +85,13 @@ class FanoutGate:
         return len(self._leads)
 
 
-def with_fanout_wait(diagnosis_json: str, waited_s: float) -> str:
-    """The diagnosis JSON with the wait behind a fan-out's first write (`autopilot.fanout_wait_ms`)."""
-    body = orjson.loads(diagnosis_json)
-    autopilot = body.setdefault("autopilot", {"relocated": [], "tool_args": 0})
-    autopilot["fanout_wait_ms"] = round(waited_s * 1000.0)
-    return orjson.dumps(body).decode()
+def with_fanout_wait(verdict: CacheVerdict, waited_s: float) -> CacheVerdict:
+    """The verdict with the wait behind a fan-out's first write in its diagnosis
+    (`autopilot.fanout_wait_ms`)."""
+    diagnosis = verdict.diagnosis_body()
+    autopilot = diagnosis.get("autopilot")
+    if not isinstance(autopilot, Mapping):
+        autopilot = {"relocated": [], "tool_args": 0}
+    waited = {**autopilot, "fanout_wait_ms": round(waited_s * 1000.0)}
+    body = {**diagnosis, "autopilot": waited}
+    return replace(verdict, diagnosis_json=orjson.dumps(body).decode(), diagnosis=body)

@@ -68,7 +68,7 @@ __all__ = ["Admitted", "CallObserver", "IncomingCall", "Pipeline", "PipelinePart
 
 
 class CallObserver(Protocol):
-    """Told of every call served well, after its settle (keep-warm reads ride on this)."""
+    """Told of every call served well, after its reply is out (keep-warm reads ride on this)."""
 
     def note(self, adm: Admitted, usage: Usage, backend_kind: str) -> None: ...
 
@@ -205,10 +205,7 @@ class Pipeline:
                 await self._settle_failed(adm)
             raise
         if waited_s is not None:  # the ledger's diagnosis says so
-            diagnosis = with_fanout_wait(adm.verdict.diagnosis_json, waited_s)
-            adm = dataclasses.replace(
-                adm, verdict=dataclasses.replace(adm.verdict, diagnosis_json=diagnosis)
-            )
+            adm = dataclasses.replace(adm, verdict=with_fanout_wait(adm.verdict, waited_s))
         return lead, adm
 
     async def complete(self, adm: Admitted) -> ChatResponse:
@@ -351,14 +348,14 @@ class Pipeline:
         )
         self.s.ledger.record(call_record(adm, t, out, self.s.pricing))  # before the reply completes
         self.after_reply.add(self._close_attempt, adm, t, out)
-        if status == "ok":
-            for observer in self.observers:
-                observer.note(adm, usage, t.attempt.candidate.backend.kind)
 
     def _close_attempt(self, adm: Admitted, t: Try, out: Outcome) -> None:
         self.s.routing.on_complete(t.attempt, out.usage, out.status == "ok", out.fault)
         self.s.prompts.reconcile(adm.verdict, out.usage)
         write_telemetry(self.s.telemetry, adm, t, out)
+        if out.status == "ok":
+            for observer in self.observers:
+                observer.note(adm, out.usage, t.attempt.candidate.backend.kind)
 
     async def _settle_failed(self, adm: Admitted, error_type: str = "cancelled") -> None:
         await self.s.admission.settle(adm.ticket, usage=Usage(), cost_usd=0.0)

@@ -32,7 +32,7 @@ from cachekeys.keys import head_tokens, head_write_key
 from cachekeys.layout import PromptLayout, request_blocks
 from cachekeys.normalise import NormaliseOptions
 from cachekeys.planner import Steering
-from gateway.core.cache_autopilot import CacheAutopilot, with_steering
+from gateway.core.cache_autopilot import CacheAutopilot, add_steering
 from gateway.core.cache_diagnosis import (
     MAX_SESSIONS,
     CacheMetrics,
@@ -158,20 +158,28 @@ class PromptCachePort:
         report = self.tracker.observe(tenant.tenant, session_id, prepared, self._clock())
         metrics = self.metrics
         metrics.child(metrics.calls, tenant.tenant, report.diagnosis.reason.value).inc()
-        diagnosis_json = report.to_json()
+        body = report.as_dict()
         facts = prepared.diagnosis
         write_key = None
         if isinstance(facts, PromptFacts) and facts.layout is not None:
             if facts.steering is not None:
                 self.autopilot.remember(tenant.tenant, facts.steering, facts.layout)
-                diagnosis_json = with_steering(diagnosis_json, facts.steering)
-            head = head_tokens(facts.layout)
-            if head >= MIN_HEAD_TOKENS and report.diagnosis.predicted_read_tokens < head:
-                write_key = head_write_key(facts.layout, prepared.cache_salt)
-        return CacheVerdict(report.header_value(), diagnosis_json, write_key)
+                add_steering(body, facts.steering)
+            # the head is part of the stable prefix: summed only when that could be large enough
+            d = report.diagnosis
+            if (
+                d.stable_prefix_tokens >= MIN_HEAD_TOKENS
+                and d.predicted_read_tokens < d.stable_prefix_tokens
+            ):
+                head = head_tokens(facts.layout)
+                if head >= MIN_HEAD_TOKENS and d.predicted_read_tokens < head:
+                    write_key = head_write_key(facts.layout, prepared.cache_salt)
+        diagnosis_json = orjson.dumps(body).decode()
+        return CacheVerdict(report.header_value(), diagnosis_json, write_key, body)
 
     def reconcile(self, verdict: CacheVerdict, usage: Usage) -> None:
-        reconcile(verdict.diagnosis_json, usage.cache_read_tokens, self.metrics)
+        body = verdict.diagnosis or verdict.diagnosis_body()  # no call when it is at hand
+        reconcile(body, usage.cache_read_tokens, self.metrics)
 
     def answer_hashes(
         self, wire: WireFormat, tenant: TenantPolicy, prepared: PreparedPrompt, answer: Message

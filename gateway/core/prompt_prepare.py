@@ -206,14 +206,12 @@ def prepare_call(
     laid = lay_out(call, request, encoder, memos)
     steering = _steering(call, laid)
     advice = default_advice(call.policy.ttl) if steering is None else steering.advice
-    body, request, marked = place_markers(call, body, laid, encoder, advice)
     key, root = _keys(call, laid)
+    body, request, marked = place_markers(call, body, laid, encoder, advice, key)
     if steering is not None:
         root = steering.root
-    if call.policy.scope != "none":  # canonical too: a translated call to an OpenAI backend
-        request = replace(request, prompt_cache_key=key)
-        if call.wire == "openai":
-            body["prompt_cache_key"] = key
+    if call.policy.scope != "none" and call.wire == "openai":
+        body["prompt_cache_key"] = key
     hashes = _hashes(call, laid, memos, key, root)
     return PreparedPrompt(
         body=body,
@@ -275,24 +273,33 @@ def lay_out(
         request = found.shared(request)
         blocks = request_blocks(request, public, memos.tool_texts, found.known())
         reused = found.num_blocks
-        new = (encoder.encode(model, b.text, b.digest) for b in blocks[reused:])
+        new = [encoder.encode(model, b.text, b.digest) for b in blocks[reused:]]
         ids = (*found.entry.block_ids[:reused], *new)
-    layout = PromptLayout(blocks, tuple(len(i) for i in ids))
+    layout = PromptLayout(blocks, tuple([len(i) for i in ids]))
     return LaidOut(request, layout, ids, found, key)
 
 
 def place_markers(
-    call: PromptCall, body: dict[str, JSON], laid: LaidOut, encoder: Encoder, advice: Advice
+    call: PromptCall,
+    body: dict[str, JSON],
+    laid: LaidOut,
+    encoder: Encoder,
+    advice: Advice,
+    cache_key: str,
 ) -> tuple[dict[str, JSON], ChatRequest, tuple[int, ...]]:
     """Lantern's cache markers (`markers: auto`, planned by `advice`) on the typed request
-    and, on the Anthropic wire, on the body; and the indices of the marked blocks."""
+    and, on the Anthropic wire, on the body; and the indices of the marked blocks. Unless the
+    tenant's scope is `none`, the request also gets `cache_key` as its `prompt_cache_key`
+    (canonical too: a translated call to an OpenAI backend), in the same copy."""
     policy, model, request = call.policy, call.request.model, laid.request
-    if policy.scope == "none" or policy.markers != "auto":
+    if policy.scope == "none":
         return body, request, ()
+    if policy.markers != "auto":
+        return body, replace(request, prompt_cache_key=cache_key), ()
     overrides = {m.family: m.tokens for m in policy.min_cacheable_tokens}
     minimum = min_cacheable_tokens(model, overrides)
     plan = plan_markers(laid.layout, advice, minimum)
-    request = apply_to_request(request, laid.layout, plan)
+    request = apply_to_request(request, laid.layout, plan, prompt_cache_key=cache_key)
     if call.wire == "anthropic":
         body = _mark_raw(body, laid.layout, model, advice, minimum, encoder)
     return body, request, plan.indices
@@ -320,16 +327,9 @@ def _fingerprint(
 ) -> PromptFingerprint:
     mode: CacheMode = "automatic" if call.wire == "openai" else "breakpoints"
     options = options_digest(call.request)
-    fingerprint = PromptFingerprint.of(
-        laid.layout, call.request.model, marked, mode, TTL_S[advice.ttl], options
-    )
-    if steering is None:
-        return fingerprint
-    probes = steering.probes[: len(fingerprint.digests)]
-    return replace(
-        fingerprint,
-        masked=tuple(p.masked for p in probes),
-        patterns=tuple(p.pattern for p in probes),
+    probes = () if steering is None else steering.probes
+    return PromptFingerprint.of(
+        laid.layout, call.request.model, marked, mode, TTL_S[advice.ttl], options, probes
     )
 
 

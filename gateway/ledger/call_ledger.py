@@ -11,10 +11,10 @@ import uuid
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from gateway.ids import uuid5_str
-from gateway.ledger.models import CALL_STATUSES, CallStatus, UsageRow, to_money
+from gateway.ledger.models import CALL_STATUSES, CallStatus, UsageRow
 from gateway.ports import CallRecord
 
 log = logging.getLogger(__name__)
@@ -33,6 +33,15 @@ def usage_row(call: CallRecord, ts: datetime) -> UsageRow:
     if call.status not in CALL_STATUSES:
         raise ValueError(f"CallRecord.status {call.status!r} is not one of {CALL_STATUSES}")
     status: CallStatus = call.status  # type: ignore[assignment]
+    # dollars as floats: the row's __post_init__ turns each into exact money once
+    money: dict[str, Any] = {
+        "cost_usd": call.cost_usd,
+        "uncached_cost_usd": call.uncached_cost_usd,
+        # clamped: a price override that makes a read dearer than input must not lose the row
+        "cache_saved_usd": max(call.cache_saved_usd, 0.0),
+        "cache_premium_usd": max(call.cache_premium_usd, 0.0),
+        "cache_lost_usd": max(call.cache_lost_usd, 0.0),
+    }
     return UsageRow(
         id=usage_row_id(call.request_id, call.attempt),
         ts=ts,
@@ -50,18 +59,13 @@ def usage_row(call: CallRecord, ts: datetime) -> UsageRow:
         cache_read_tokens=call.usage.cache_read_tokens,
         cache_write_tokens=call.usage.cache_write_tokens,
         output_tokens=call.usage.output_tokens,
-        cost_usd=to_money(call.cost_usd),
-        uncached_cost_usd=to_money(call.uncached_cost_usd),
         ttft_ms=call.ttft_ms,
         latency_ms=call.latency_ms,
         cache_diagnosis=call.cache_diagnosis,
         door=call.door,
-        # clamped: a price override that makes a read dearer than input must not lose the row
-        cache_saved_usd=to_money(max(call.cache_saved_usd, 0.0)),
-        cache_premium_usd=to_money(max(call.cache_premium_usd, 0.0)),
-        cache_lost_usd=to_money(max(call.cache_lost_usd, 0.0)),
         cache_cause=call.cache_cause,
         queue_ms=call.queue_ms,
+        **money,
     )
 
 

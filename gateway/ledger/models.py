@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal
@@ -201,9 +200,8 @@ class UsageRow:
             raise ValueError(f"UsageRow.status must be one of {CALL_STATUSES}")
         for name in MONEY_FIELDS:
             object.__setattr__(self, name, to_money(getattr(self, name)))
-        for name, rule in _COLUMN_RULES:
-            if (broken := rule(getattr(self, name))) is not None:
-                raise ValueError(broken)
+        if (broken := _broken_column(self)) is not None:
+            raise ValueError(broken)
         if self.cache_diagnosis is not None:
             _check_diagnosis(self.cache_diagnosis)
 
@@ -251,47 +249,46 @@ MONEY_FIELDS = (
 _PLAIN_FIELDS = tuple(n for n in USAGE_COLUMNS if n != "ts" and n not in MONEY_FIELDS)
 
 
-def _column_rule(column: sa.Column[Any]) -> Callable[[object], str | None]:
-    """What `value` must be to fit `column` on every dialect (SQLite stores NaN as NULL;
-    PostgreSQL refuses NUL): the rule, compiled once per column, returns None when the value
-    fits and otherwise the message that names the rule."""
-    kind, name, nullable = column.type, column.name, bool(column.nullable)
-    required = None if nullable else f"UsageRow.{name} is required"
-    if isinstance(kind, sa.String):
-        length = kind.length
+ColumnKind = Literal["text", "integer", "number", "other"]
+# per column, in table order: (name, kind, required, bound: a text's length or an integer's end)
+ColumnRule = tuple[str, ColumnKind, bool, int | None]
 
-        def text(value: object) -> str | None:
-            if value is None:
-                return required
+
+def _column_rule(column: sa.Column[Any]) -> ColumnRule:
+    """What a value must be to fit `column` on every dialect (SQLite stores NaN as NULL;
+    PostgreSQL refuses NUL), compiled once per column."""
+    kind, required = column.type, not column.nullable
+    if isinstance(kind, sa.String):
+        return column.name, "text", required, kind.length
+    if isinstance(kind, sa.Integer):
+        return column.name, "integer", required, 2**63 if isinstance(kind, sa.BigInteger) else 2**31
+    if isinstance(kind, sa.Float):
+        return column.name, "number", required, None
+    return column.name, "other", required, None
+
+
+def _broken_column(row: UsageRow) -> str | None:
+    """The message naming the first column whose value breaks its rule; None when all fit.
+    One loop over the rules (not a function per column: it runs for every call's row)."""
+    for name, kind, required, bound in _COLUMN_RULES:
+        value = getattr(row, name)
+        if value is None:
+            if required:
+                return f"UsageRow.{name} is required"
+        elif kind == "text":
             if not isinstance(value, str) or "\x00" in value:
                 return f"UsageRow.{name} must be text without NUL characters"
-            if length is not None and len(value) > length:
-                return f"UsageRow.{name} is longer than {length} characters"
-            return None
-
-        return text
-    if isinstance(kind, sa.Integer):
-        bound = 2**63 if isinstance(kind, sa.BigInteger) else 2**31
-
-        def integer(value: object) -> str | None:
-            if value is None:
-                return required
+            if bound is not None and len(value) > bound:
+                return f"UsageRow.{name} is longer than {bound} characters"
+        elif kind == "integer":
+            assert bound is not None
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < bound:
                 return f"UsageRow.{name} must be an integer in [0, {bound})"
-            return None
-
-        return integer
-    if isinstance(kind, sa.Float):
-
-        def number(value: object) -> str | None:
-            if value is None:
-                return required
-            if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-                return f"UsageRow.{name} must be a finite number >= 0"
-            return None
-
-        return number
-    return lambda value: required if value is None else None
+        elif kind == "number" and (
+            not isinstance(value, int | float) or not math.isfinite(value) or value < 0
+        ):
+            return f"UsageRow.{name} must be a finite number >= 0"
+    return None
 
 
 def _check_diagnosis(text: str) -> None:
@@ -303,7 +300,5 @@ def _check_diagnosis(text: str) -> None:
         json.loads(text)  # ValueError when it is not JSON (json also takes a lone surrogate)
 
 
-# per column: (name, its rule), built once
-_COLUMN_RULES: tuple[tuple[str, Callable[[object], str | None]], ...] = tuple(
-    (c.name, _column_rule(c)) for c in USAGE_TABLE.columns
-)
+# per column, built once
+_COLUMN_RULES: tuple[ColumnRule, ...] = tuple(_column_rule(c) for c in USAGE_TABLE.columns)

@@ -195,3 +195,22 @@ def test_processes_starting_together_migrate_one_at_a_time(database_url):
             sa.text("SELECT version_num FROM alembic_version")
         ).scalars().all() == ["0008"]
     engine.dispose()
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"key_id": None}, "UsageRow.key_id is required"),
+        ({"tenant": "ac\x00me"}, "UsageRow.tenant must be text without NUL characters"),
+        ({"tenant": "t" * 129}, "UsageRow.tenant is longer than 128 characters"),
+        ({"attempt": True}, "UsageRow.attempt must be an integer in [0, 2147483648)"),
+        ({"output_tokens": -1}, f"UsageRow.output_tokens must be an integer in [0, {2**63})"),
+        ({"latency_ms": float("nan")}, "UsageRow.latency_ms must be a finite number >= 0"),
+        # the first broken column in the table's order is the one named
+        ({"model": 7, "tenant": None}, "UsageRow.tenant is required"),
+    ],
+)
+def test_usage_row_names_the_broken_column(make_row, fields, message):
+    with pytest.raises(ValueError) as raised:
+        make_row(**fields)
+    assert str(raised.value) == message
