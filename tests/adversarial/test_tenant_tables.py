@@ -137,7 +137,10 @@ def acme_session(flood: int) -> list[CacheVerdict]:
 
     verdicts = [call(acme, "acme-1", anthropic_body(2))]
     for n in range(flood):
-        call(globex, f"globex-{n}", anthropic_body(1, system=f"Task {n}." + " rule" * 1200))
+        # a new conversation each: the autopilot links calls sharing tools and first message
+        body = anthropic_body(1, system=f"Task {n}." + " rule" * 1200)
+        body["messages"][0]["content"] = f"Task {n}: fix the failing test." + " a" * 100
+        call(globex, f"globex-{n}", body)
     clock.now_s += 60
     verdicts.append(call(acme, "acme-1", anthropic_body(3)))
     assert port.tracker.num_entries("globex") == min(flood, MAX_ENTRIES - 1)

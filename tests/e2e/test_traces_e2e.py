@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -114,9 +115,14 @@ def test_the_client_trace_continues_through_the_gateway_and_upstream(
             assert not any("hello" in str(v) for v in span.attributes.values())  # no text
     # the GenAI metrics' exemplars link to the calls' traces (OpenMetrics exposition)
     accept = {"accept": "application/openmetrics-text; version=1.0.0"}
-    exposition = httpx.get(url + "/metrics", headers=accept).text
-    for trace_id in (plain_trace, stream_trace):
-        assert f'# {{trace_id="{trace_id}"}}' in exposition
+    wanted = [f'# {{trace_id="{trace_id}"}}' for trace_id in (plain_trace, stream_trace)]
+    for _ in range(100):  # the metrics are observed once the reply is out, not before it
+        exposition = httpx.get(url + "/metrics", headers=accept).text
+        if all(w in exposition for w in wanted):
+            break
+        time.sleep(0.1)
+    for w in wanted:
+        assert w in exposition
 
 
 def test_a_call_refused_at_admission_is_a_span_in_the_client_trace(
