@@ -121,31 +121,61 @@ class ReplicaSlots:
         the wait itself passes `max_wait_s`; a call that leaves (cancelled) holds nothing."""
         s = self._slots[key]
         began = self._clock()
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        per_call = service_s or 0.0
-        if not s.queue.push(tenant, waiter, weight):
-            raise QueueShed(key, predict_wait(capacity, per_call, len(s.queue)), 0.0)
-        predicted = predict_wait(capacity, per_call, s.queue.ahead(tenant, waiter))
+        turn = Turn(s.queue, key, capacity, tenant, service_s or 0.0)
+        turn.join(weight, max_wait_s)
+        await turn.wait(max_wait_s, began, self._clock, self.release)
+        return self._clock() - began
+
+
+@dataclass(slots=True)
+class Turn:
+    """One call's place in a replica's fair queue, shared by the per-process and the Redis-shared
+    slots: joining sheds a call whose predicted wait passes its bound, waiting sheds one whose
+    wait does, and a caller that leaves holds nothing (a slot granted as it left is released)."""
+
+    queue: FairQueue[asyncio.Future[None]]
+    key: str
+    capacity: int
+    tenant: str
+    per_call_s: float
+    waiter: asyncio.Future[None] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+    def join(self, weight: float, max_wait_s: float) -> None:
+        if not self.queue.push(self.tenant, self.waiter, weight):
+            raise QueueShed(self.key, self._predicted(len(self.queue)), 0.0)
+        predicted = self._predicted(self.queue.ahead(self.tenant, self.waiter))
         if predicted > max_wait_s:
-            s.queue.remove(tenant, waiter)
-            raise QueueShed(key, predicted, 0.0)
+            self.queue.remove(self.tenant, self.waiter)
+            raise QueueShed(self.key, predicted, 0.0)
+
+    async def wait(
+        self,
+        max_wait_s: float,
+        began: float,
+        clock: Callable[[], float],
+        release: Callable[[str], None],
+    ) -> None:
+        waiter = self.waiter
         try:
             async with asyncio.timeout(max_wait_s):
                 await waiter
         except TimeoutError:
             if not (waiter.done() and not waiter.cancelled()):
-                s.queue.remove(tenant, waiter)
-                waited = self._clock() - began
+                self.queue.remove(self.tenant, waiter)
                 raise QueueShed(
-                    key, predict_wait(capacity, per_call, len(s.queue)), waited
+                    self.key, self._predicted(len(self.queue)), clock() - began
                 ) from None
         except BaseException:
             if waiter.done() and not waiter.cancelled():
-                self.release(key)  # granted as the caller left: pass it on
+                release(self.key)  # granted as the caller left: pass it on
             else:
-                s.queue.remove(tenant, waiter)
+                self.queue.remove(self.tenant, waiter)
             raise
-        return self._clock() - began
+
+    def _predicted(self, ahead: int) -> float:
+        return predict_wait(self.capacity, self.per_call_s, ahead)
 
 
 def predict_wait(capacity: int, service_s: float, ahead: int) -> float:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
 
-from gateway.fleet.admission_queue import QueueShed, predict_wait
+from gateway.fleet.admission_queue import Turn
 from gateway.fleet.affinity_sync import STORE_ERRORS
 from gateway.fleet.shared_link import SharedLink
 from gateway.fleet.slot_store import RedisSlots
@@ -88,32 +88,11 @@ class SharedSlots:
         began = self._clock()
         if not line.queue and await self._acquire(key, line):
             return None
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        per_call = service_s or 0.0
-        if not line.queue.push(tenant, waiter, weight):
-            raise QueueShed(key, predict_wait(capacity, per_call, len(line.queue)), 0.0)
-        predicted = predict_wait(capacity, per_call, line.queue.ahead(tenant, waiter))
-        if predicted > max_wait_s:
-            line.queue.remove(tenant, waiter)
-            raise QueueShed(key, predicted, 0.0)
+        turn = Turn(line.queue, key, capacity, tenant, service_s or 0.0)
+        turn.join(weight, max_wait_s)
         if line.pump is None:
             line.pump = self._spawn(self._pump(key, line))
-        try:
-            async with asyncio.timeout(max_wait_s):
-                await waiter
-        except TimeoutError:
-            if not (waiter.done() and not waiter.cancelled()):
-                line.queue.remove(tenant, waiter)
-                waited = self._clock() - began
-                raise QueueShed(
-                    key, predict_wait(capacity, per_call, len(line.queue)), waited
-                ) from None
-        except BaseException:
-            if waiter.done() and not waiter.cancelled():
-                self.release(key)  # granted as the caller left: give it back
-            else:
-                line.queue.remove(tenant, waiter)
-            raise
+        await turn.wait(max_wait_s, began, self._clock, self.release)
         return self._clock() - began
 
     def release(self, key: str) -> None:
