@@ -55,6 +55,8 @@ class AnthropicStreamDecoder:
         self._stop: StopReason = "stop"
         self._stop_sequence: str | None = None
         self._ended = False
+        # blocks opened as `tool_use`: a server tool's input (web search) is no tool call
+        self._tool_blocks: set[int] = set()
 
     @property
     def ended(self) -> bool:
@@ -77,6 +79,8 @@ class AnthropicStreamDecoder:
             if delta.get("type") == "text_delta":
                 return [TextDelta(event["index"], delta.get("text", ""))]
             if delta.get("type") == "input_json_delta":
+                if event["index"] not in self._tool_blocks:
+                    return []
                 return [ToolCallDelta(event["index"], delta.get("partial_json", ""))]
             if delta.get("type") == "thinking_delta":
                 return [ThinkingDelta(event["index"], thinking=delta.get("thinking", ""))]
@@ -108,6 +112,7 @@ class AnthropicStreamDecoder:
         block = event.get("content_block") or {}
         index = event["index"]
         if block.get("type") == "tool_use":
+            self._tool_blocks.add(index)
             return [ToolCallStart(index, str(block.get("id", "")), str(block.get("name", "")))]
         if block.get("type") == "text" and block.get("text"):
             return [TextDelta(index, block["text"])]
