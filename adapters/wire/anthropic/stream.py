@@ -19,6 +19,7 @@ from adapters.types import (
     StreamEnd,
     StreamEvent,
     StreamStart,
+    TextCitation,
     TextDelta,
     ThinkingDelta,
     ThinkingStart,
@@ -26,6 +27,7 @@ from adapters.types import (
     ToolCallStart,
     Usage,
 )
+from adapters.wire.anthropic.blocks import decode_citation, encode_citation
 from adapters.wire.anthropic.response import (
     STOP_FROM_WIRE,
     STOP_TO_WIRE,
@@ -86,7 +88,10 @@ class AnthropicStreamDecoder:
                 return [ThinkingDelta(event["index"], thinking=delta.get("thinking", ""))]
             if delta.get("type") == "signature_delta":
                 return [ThinkingDelta(event["index"], signature=delta.get("signature", ""))]
-            return []  # citations deltas have no canonical form
+            if delta.get("type") == "citations_delta":
+                found = decode_citation(delta.get("citation"))
+                return [] if found is None else [TextCitation(event["index"], found)]
+            return []
         if kind == "content_block_start":
             return self._block_start(event)
         if kind == "message_start":
@@ -180,7 +185,20 @@ class AnthropicStreamEncoder:
             return self._message_start(event)
         if isinstance(event, ThinkingStart | ThinkingDelta):
             return self._thinking(event)
+        if isinstance(event, TextCitation):
+            return self._citation(event)
         return self._end(event)
+
+    def _citation(self, event: TextCitation) -> bytes:
+        wire = encode_citation(event.citation)
+        if wire is None:  # another provider's: no faithful Anthropic form
+            return b""
+        out = self._ensure_block(event.index, "text", {"type": "text", "text": ""})
+        delta = {"type": "citations_delta", "citation": wire}
+        return out + self._event(
+            "content_block_delta",
+            {"type": "content_block_delta", "index": self._next_index - 1, "delta": delta},
+        )
 
     def _thinking(self, event: ThinkingStart | ThinkingDelta) -> bytes:
         if isinstance(event, ThinkingStart):

@@ -38,11 +38,13 @@ def decode_usage(usage: Mapping[str, Any] | None) -> Usage:
     details = usage.get("input_tokens_details") or {}
     read = details.get("cached_tokens") or 0
     write = details.get("cache_write_tokens") or 0
+    out = usage.get("output_tokens_details") or {}
     return Usage(
         input_tokens=max((usage.get("input_tokens") or 0) - read - write, 0),
         output_tokens=usage.get("output_tokens") or 0,
         cache_read_tokens=read,
         cache_write_tokens=write,
+        reasoning_tokens=out.get("reasoning_tokens") or 0,
     )
 
 
