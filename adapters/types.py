@@ -24,9 +24,26 @@ class CacheControl:
 
 
 @dataclass(frozen=True, slots=True)
+class Citation:
+    """A web page the model cited for a span of a reply's text part: Anthropic's
+    `web_search_result_location`, OpenAI's `url_citation`. `start_index`/`end_index` index the
+    part's text in characters; None: the whole part (Anthropic cites whole text blocks).
+    `encrypted_index` is Anthropic's opaque pointer into its search results, which its own
+    shape requires (nothing else can make one)."""
+
+    url: str
+    title: str
+    start_index: int | None = None
+    end_index: int | None = None
+    cited_text: str = ""
+    encrypted_index: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class TextPart:
     text: str
     cache_control: CacheControl | None = None
+    citations: tuple[Citation, ...] = ()  # in replies only: the sources of this text
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +147,12 @@ class Usage:
     cache_write_tokens: int = 0
     # of `cache_write_tokens`, those written with a 1 h TTL (priced at the 1 h write rate)
     cache_write_1h_tokens: int = 0
+    # of `output_tokens`, those the model spent reasoning, where the provider counts them apart
+    # (OpenAI `reasoning_tokens`; Anthropic and Bedrock report none: thinking is output)
+    reasoning_tokens: int = 0
+    # audio among the prompt's and the output's tokens (OpenAI `audio_tokens`)
+    audio_input_tokens: int = 0
+    audio_output_tokens: int = 0
 
     @property
     def prompt_tokens(self) -> int:
@@ -147,6 +170,9 @@ class Usage:
             self.cache_read_tokens + other.cache_read_tokens,
             self.cache_write_tokens + other.cache_write_tokens,
             self.cache_write_1h_tokens + other.cache_write_1h_tokens,
+            self.reasoning_tokens + other.reasoning_tokens,
+            self.audio_input_tokens + other.audio_input_tokens,
+            self.audio_output_tokens + other.audio_output_tokens,
         )
 
 
@@ -232,6 +258,15 @@ class ThinkingDelta:
 
 
 @dataclass(frozen=True, slots=True)
+class TextCitation:
+    """A citation for the text block `index` (Anthropic's `citations_delta`): whole-block
+    citations (no indices) cover the block's text once it is complete."""
+
+    index: int
+    citation: Citation
+
+
+@dataclass(frozen=True, slots=True)
 class StreamEnd:
     stop_reason: StopReason
     usage: Usage
@@ -245,5 +280,6 @@ StreamEvent = (
     | ToolCallDelta
     | ThinkingStart
     | ThinkingDelta
+    | TextCitation
     | StreamEnd
 )

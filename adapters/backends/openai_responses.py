@@ -15,7 +15,7 @@ from adapters.backend import BackendCall, RelayedChunk
 from adapters.errors import ProviderUnavailable
 from adapters.http.upstream import HTTPClient
 from adapters.types import JSON, ChatResponse
-from adapters.wire.responses import ResponsesRelay, decode_reply
+from adapters.wire.responses import ResponsesRelay, decode_reply, door_edits
 
 
 def native_body(
@@ -64,7 +64,7 @@ class ResponsesUpstream:
         body = native_body(
             call.native_body, model=model, max_tokens=call.request.max_tokens, stream=True
         )
-        relay = ResponsesRelay(self._backend)
+        relay = ResponsesRelay(self._backend, door_edits(call.native_body, call.request.model))
         reads = self._upstream.post_sse_reads(
             orjson.dumps(body), timeout_s=timeout_s, headers=headers
         )

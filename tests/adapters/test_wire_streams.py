@@ -18,6 +18,7 @@ from adapters.types import (
 )
 from adapters.wire.anthropic import AnthropicStreamDecoder, AnthropicStreamEncoder
 from adapters.wire.openai import OpenAIStreamDecoder, OpenAIStreamEncoder
+from tests.fakes import today
 
 EVENTS: list[StreamEvent] = [
     StreamStart("id-1", "model-x"),
@@ -181,3 +182,15 @@ def test_anthropic_decoder_takes_late_usage_fields() -> None:
         '"stop_sequence":null},"usage":{"output_tokens":12}}'
     )
     assert decoder.feed('{"type":"message_stop"}') == [StreamEnd("length", Usage(3, 12, 50, 0))]
+
+
+def test_a_server_tools_input_is_no_tool_call() -> None:
+    """A web search's `server_tool_use` input streams as `input_json_delta` too: the provider
+    ran the tool, so no client of another wire may see a call to make."""
+    decoder = AnthropicStreamDecoder()
+    events = []
+    for raw in today.anthropic_frames():
+        for sse in SSEParser().feed(raw):
+            events += decoder.feed(sse.data)
+    assert not [e for e in events if isinstance(e, ToolCallStart | ToolCallDelta)]
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == today.TEXT

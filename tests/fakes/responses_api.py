@@ -6,7 +6,8 @@ reasoning item (`rs_fake_N`, with an encrypted payload) and bills `REASONING_TOK
 reasoning inside its output tokens. It keeps nothing: `previous_response_id` or `store: true`
 is a 400, so a gateway that forwards natively must expand conversations itself. Its prompt
 cache (when the upstream has one) sees the prompt as the chat call it amounts to: tools,
-instructions as a system message, then the input.
+instructions as a system message, then the input. In `today` mode it answers every call with
+the reply of tests/fakes/today_responses.py instead, streamed or not.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from adapters.wire.responses import (
     parse_request,
     to_chat_request,
 )
+from tests.fakes import today_responses
 
 if TYPE_CHECKING:
     from tests.fakes.upstream import FakeUpstreamApp, Send
@@ -43,6 +45,9 @@ async def serve_responses(app: FakeUpstreamApp, raw: bytes, send: Send, api_key:
         chat = to_chat_request(req)
     except (orjson.JSONDecodeError, WireFormatError) as exc:
         await _respond(send, 400, _error_body("openai", str(exc), "invalid_request_error"))
+        return
+    if app.today:  # today's fields, every one (tests/fakes/today_responses.py)
+        await _serve_today(req.stream, send)
         return
     answer = app._reply("openai", openai_wire.encode_request(chat), chat, api_key)
     answer = _with_reasoning_tokens(answer)
@@ -65,6 +70,19 @@ async def serve_responses(app: FakeUpstreamApp, raw: bytes, send: Send, api_key:
     for event in stream_events(answer, app.counter):
         data = encoder.encode(event)
         await send({"type": "http.response.body", "body": data, "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _serve_today(stream: bool, send: Send) -> None:
+    from tests.fakes.upstream import _respond
+
+    if not stream:
+        await _respond(send, 200, orjson.dumps(today_responses.response()))
+        return
+    head = [(b"content-type", b"text/event-stream")]
+    await send({"type": "http.response.start", "status": 200, "headers": head})
+    for frame in today_responses.frames():
+        await send({"type": "http.response.body", "body": frame, "more_body": True})
     await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 

@@ -14,6 +14,7 @@ import orjson
 
 from adapters.errors import WireFormatError
 from adapters.types import (
+    Citation,
     ContentPart,
     ImagePart,
     TextPart,
@@ -107,6 +108,50 @@ def _thinking(block: Mapping[str, Any], kind: str, path: str) -> ThinkingPart:
     )
 
 
+def decode_citation(value: Any) -> Citation | None:
+    """A `web_search_result_location` citation -> canonical; None for the kinds that point into
+    documents the client sent (char, page, content-block and search-result locations), which
+    carry no URL, and for one not shaped as documented."""
+    if not isinstance(value, dict) or value.get("type") != "web_search_result_location":
+        return None
+    url, title = value.get("url"), value.get("title") or ""
+    cited, index = value.get("cited_text") or "", value.get("encrypted_index")
+    if not all(isinstance(v, str) for v in (title, cited)):
+        return None
+    if not isinstance(url, str) or not isinstance(index, str):
+        return None
+    return Citation(url, title, cited_text=cited, encrypted_index=index)
+
+
+def decode_citations(values: Any) -> tuple[Citation, ...]:
+    if not isinstance(values, list):
+        return ()
+    return tuple(c for c in map(decode_citation, values) if c is not None)
+
+
+def encode_citation(c: Citation) -> dict[str, Any] | None:
+    """Anthropic's shape needs the provider's `encrypted_index`: a citation without one (from
+    another provider) has no faithful Anthropic form."""
+    if c.encrypted_index is None:
+        return None
+    return {
+        "type": "web_search_result_location",
+        "url": c.url,
+        "title": c.title,
+        "encrypted_index": c.encrypted_index,
+        "cited_text": c.cited_text,
+    }
+
+
+def _encode_text(part: TextPart) -> dict[str, Any]:
+    block: dict[str, Any] = {"type": "text", "text": part.text}
+    if part.citations:
+        found = [e for e in map(encode_citation, part.citations) if e is not None]
+        if found:
+            block["citations"] = found
+    return with_cache_control(block, part.cache_control)
+
+
 def _encode_thinking(part: ThinkingPart) -> dict[str, Any]:
     if part.redacted_data is not None:
         block = {"type": "redacted_thinking", "data": part.redacted_data}
@@ -119,7 +164,7 @@ def encode_block(part: ContentPart) -> dict[str, Any]:
     if isinstance(part, ThinkingPart):
         return _encode_thinking(part)
     if isinstance(part, TextPart):
-        return with_cache_control({"type": "text", "text": part.text}, part.cache_control)
+        return _encode_text(part)
     if isinstance(part, ImagePart):
         source = (
             {"type": "url", "url": part.url}

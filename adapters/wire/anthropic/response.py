@@ -20,7 +20,7 @@ from adapters.types import (
     ToolUsePart,
     Usage,
 )
-from adapters.wire.anthropic.blocks import decode_block, encode_block
+from adapters.wire.anthropic.blocks import decode_block, decode_citations, encode_block
 from adapters.wire.json_fields import expect
 
 REPLY_BLOCKS = frozenset({"text", "tool_use", "thinking", "redacted_thinking"})
@@ -87,6 +87,8 @@ def decode_response(body: Mapping[str, Any]) -> ChatResponse:
         if isinstance(block, dict) and block.get("type") not in REPLY_BLOCKS:
             continue
         part = decode_block(block, f"content[{i}]")
+        if isinstance(part, TextPart) and "citations" in block and block["citations"]:
+            part = TextPart(part.text, part.cache_control, decode_citations(block["citations"]))
         if isinstance(part, TextPart | ToolUsePart | ThinkingPart):
             content.append(part)
     return ChatResponse(

@@ -19,6 +19,7 @@ from adapters.types import (
     StreamEnd,
     StreamEvent,
     StreamStart,
+    TextCitation,
     TextDelta,
     ThinkingDelta,
     ThinkingStart,
@@ -26,6 +27,7 @@ from adapters.types import (
     ToolCallStart,
     Usage,
 )
+from adapters.wire.anthropic.blocks import decode_citation, encode_citation
 from adapters.wire.anthropic.response import (
     STOP_FROM_WIRE,
     STOP_TO_WIRE,
@@ -55,6 +57,8 @@ class AnthropicStreamDecoder:
         self._stop: StopReason = "stop"
         self._stop_sequence: str | None = None
         self._ended = False
+        # blocks opened as `tool_use`: a server tool's input (web search) is no tool call
+        self._tool_blocks: set[int] = set()
 
     @property
     def ended(self) -> bool:
@@ -77,12 +81,17 @@ class AnthropicStreamDecoder:
             if delta.get("type") == "text_delta":
                 return [TextDelta(event["index"], delta.get("text", ""))]
             if delta.get("type") == "input_json_delta":
+                if event["index"] not in self._tool_blocks:
+                    return []
                 return [ToolCallDelta(event["index"], delta.get("partial_json", ""))]
             if delta.get("type") == "thinking_delta":
                 return [ThinkingDelta(event["index"], thinking=delta.get("thinking", ""))]
             if delta.get("type") == "signature_delta":
                 return [ThinkingDelta(event["index"], signature=delta.get("signature", ""))]
-            return []  # citations deltas have no canonical form
+            if delta.get("type") == "citations_delta":
+                found = decode_citation(delta.get("citation"))
+                return [] if found is None else [TextCitation(event["index"], found)]
+            return []
         if kind == "content_block_start":
             return self._block_start(event)
         if kind == "message_start":
@@ -108,6 +117,7 @@ class AnthropicStreamDecoder:
         block = event.get("content_block") or {}
         index = event["index"]
         if block.get("type") == "tool_use":
+            self._tool_blocks.add(index)
             return [ToolCallStart(index, str(block.get("id", "")), str(block.get("name", "")))]
         if block.get("type") == "text" and block.get("text"):
             return [TextDelta(index, block["text"])]
@@ -175,7 +185,20 @@ class AnthropicStreamEncoder:
             return self._message_start(event)
         if isinstance(event, ThinkingStart | ThinkingDelta):
             return self._thinking(event)
+        if isinstance(event, TextCitation):
+            return self._citation(event)
         return self._end(event)
+
+    def _citation(self, event: TextCitation) -> bytes:
+        wire = encode_citation(event.citation)
+        if wire is None:  # another provider's: no faithful Anthropic form
+            return b""
+        out = self._ensure_block(event.index, "text", {"type": "text", "text": ""})
+        delta = {"type": "citations_delta", "citation": wire}
+        return out + self._event(
+            "content_block_delta",
+            {"type": "content_block_delta", "index": self._next_index - 1, "delta": delta},
+        )
 
     def _thinking(self, event: ThinkingStart | ThinkingDelta) -> bytes:
         if isinstance(event, ThinkingStart):

@@ -13,7 +13,17 @@ from typing import Any
 import orjson
 
 from adapters.errors import WireFormatError
-from adapters.types import ChatResponse, Choice, ReplyPart, StopReason, TextPart, ToolUsePart, Usage
+from adapters.types import (
+    ChatResponse,
+    Choice,
+    Citation,
+    ReplyPart,
+    StopReason,
+    TextPart,
+    ToolUsePart,
+    Usage,
+)
+from adapters.wire.citations import spans
 from adapters.wire.json_fields import expect
 
 FINISH_TO_STOP: dict[str, StopReason] = {
@@ -63,18 +73,33 @@ def encode_tool_calls(calls: list[ToolUsePart]) -> list[dict[str, Any]]:
 def decode_usage(usage: Mapping[str, Any] | None) -> Usage:
     """OpenAI usage -> canonical. Cache writes come from `prompt_tokens_details.
     cache_write_tokens` or LiteLLM's `cache_creation_input_tokens`; both are inside
-    `prompt_tokens`, like `cached_tokens`."""
+    `prompt_tokens`, like `cached_tokens`. Reasoning and audio counts come from the details."""
     if not usage:
         return Usage()
-    details = usage.get("prompt_tokens_details") or {}
-    cache_read = details.get("cached_tokens") or usage.get("cache_read_input_tokens") or 0
-    cache_write = details.get("cache_write_tokens") or usage.get("cache_creation_input_tokens") or 0
+    details = usage.get("prompt_tokens_details")
+    if details:
+        read = details.get("cached_tokens") or usage.get("cache_read_input_tokens") or 0
+        write = details.get("cache_write_tokens") or usage.get("cache_creation_input_tokens") or 0
+        audio_in = details.get("audio_tokens") or 0
+    else:
+        read = usage.get("cache_read_input_tokens") or 0
+        write = usage.get("cache_creation_input_tokens") or 0
+        audio_in = 0
+    reasoning = audio_out = 0
+    if "completion_tokens_details" in usage and isinstance(
+        usage["completion_tokens_details"], dict
+    ):
+        out = usage["completion_tokens_details"]
+        reasoning, audio_out = out.get("reasoning_tokens") or 0, out.get("audio_tokens") or 0
     prompt = usage.get("prompt_tokens") or 0
     return Usage(
-        input_tokens=max(prompt - cache_read - cache_write, 0),
+        input_tokens=max(prompt - read - write, 0),
         output_tokens=usage.get("completion_tokens") or 0,
-        cache_read_tokens=cache_read,
-        cache_write_tokens=cache_write,
+        cache_read_tokens=read,
+        cache_write_tokens=write,
+        reasoning_tokens=reasoning,
+        audio_input_tokens=audio_in,
+        audio_output_tokens=audio_out,
     )
 
 
@@ -82,19 +107,67 @@ def encode_usage(usage: Usage) -> dict[str, Any]:
     details = {"cached_tokens": usage.cache_read_tokens}
     if usage.cache_write_tokens:
         details["cache_write_tokens"] = usage.cache_write_tokens
-    return {
+    if usage.audio_input_tokens:
+        details["audio_tokens"] = usage.audio_input_tokens
+    out: dict[str, Any] = {
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.output_tokens,
         "total_tokens": usage.total_tokens,
         "prompt_tokens_details": details,
     }
+    if usage.reasoning_tokens or usage.audio_output_tokens:  # told by the provider
+        out["completion_tokens_details"] = {
+            "reasoning_tokens": usage.reasoning_tokens,
+            "audio_tokens": usage.audio_output_tokens,
+        }
+    return out
+
+
+def decode_annotations(value: Any) -> tuple[Citation, ...]:
+    """`url_citation` annotations -> canonical citations (indices into the message content).
+    Other kinds, and any without a URL and both indices, carry nothing the canonical model
+    holds: skipped, never an error (the client of this wire gets them as sent)."""
+    out = []
+    for note in value if isinstance(value, list) else ():
+        cite = note.get("url_citation") if isinstance(note, dict) else None
+        if not isinstance(cite, dict) or note.get("type") != "url_citation":
+            continue
+        url, title = cite.get("url"), cite.get("title") or ""
+        start, end = cite.get("start_index"), cite.get("end_index")
+        if isinstance(url, str) and isinstance(title, str) and _is_index(start, end):
+            out.append(Citation(url, title, start, end))
+    return tuple(out)
+
+
+def _is_index(*values: Any) -> bool:
+    return all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values)
+
+
+def encode_annotations(parts: list[TextPart]) -> list[dict[str, Any]]:
+    """Citations as `url_citation` annotations over the parts' texts joined."""
+    return [
+        {
+            "type": "url_citation",
+            "url_citation": {
+                "url": s.citation.url,
+                "title": s.citation.title,
+                "start_index": s.start_index,
+                "end_index": s.end_index,
+            },
+        }
+        for s in spans(parts)
+    ]
 
 
 def _decode_choice(choice: Any, path: str) -> Choice:
     msg = expect(expect(choice, dict, path).get("message"), dict, f"{path}.message")
     content: list[ReplyPart] = []
     if msg.get("content"):
-        content.append(TextPart(expect(msg["content"], str, f"{path}.message.content")))
+        text = expect(msg["content"], str, f"{path}.message.content")
+        if "annotations" in msg and msg["annotations"]:
+            content.append(TextPart(text, citations=decode_annotations(msg["annotations"])))
+        else:
+            content.append(TextPart(text))
     if msg.get("tool_calls"):
         content.extend(decode_tool_calls(msg["tool_calls"], f"{path}.message.tool_calls"))
     stop = FINISH_TO_STOP.get(choice.get("finish_reason") or "stop", "stop")
@@ -125,11 +198,14 @@ _REPLY_EXTRA = ("system_fingerprint", "service_tier")
 
 
 def _encode_choice(index: int, choice: Choice, logprobs: Any) -> dict[str, Any]:
-    text = "".join(p.text for p in choice.content if isinstance(p, TextPart))
+    texts = [p for p in choice.content if isinstance(p, TextPart)]
+    text = "".join(p.text for p in texts)
     calls = [p for p in choice.content if isinstance(p, ToolUsePart)]
     # `refusal` is required by OpenAI's document (the API sends null when the model answered)
     content = text if text or not calls else None
     message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
+    if any(p.citations for p in texts):
+        message["annotations"] = encode_annotations(texts)
     if calls:
         message["tool_calls"] = encode_tool_calls(calls)
     return {

@@ -18,6 +18,7 @@ from adapters.types import (
     StreamEnd,
     StreamEvent,
     StreamStart,
+    TextCitation,
     TextDelta,
     ThinkingDelta,
     ThinkingStart,
@@ -25,7 +26,13 @@ from adapters.types import (
     ToolCallStart,
     Usage,
 )
-from adapters.wire.openai.response import FINISH_TO_STOP, STOP_TO_FINISH, decode_usage, encode_usage
+from adapters.wire.openai.response import (
+    FINISH_TO_STOP,
+    STOP_TO_FINISH,
+    decode_annotations,
+    decode_usage,
+    encode_usage,
+)
 
 DONE = b"data: [DONE]\n\n"
 
@@ -88,6 +95,11 @@ class OpenAIStreamDecoder:
             events.append(TextDelta(self._text_index, text))
         for call in delta.get("tool_calls") or ():
             self._tool_call(call, events)
+        if "annotations" in delta and delta["annotations"]:  # sent by search models, unlisted
+            if self._text_index is None:
+                self._text_index = self._new_block()
+            index = self._text_index
+            events += (TextCitation(index, c) for c in decode_annotations(delta["annotations"]))
         if choice.get("finish_reason"):
             self._saw_finish = True
             self._stop = FINISH_TO_STOP.get(choice["finish_reason"], "stop")
@@ -173,6 +185,8 @@ class OpenAIStreamEncoder:
             if self._model is None:
                 self._model = event.model
             return self._chunk({"role": "assistant", "content": ""})
+        if isinstance(event, TextCitation):
+            return b""  # OpenAI's chunk schema has no annotations (the final reply has)
         return self._end(event)
 
     def _end(self, event: StreamEnd) -> bytes:

@@ -4,7 +4,7 @@ came (`relay`). The one import for the format."""
 
 from __future__ import annotations
 
-from adapters.wire.responses.relay import ResponsesRelay, decode_reply
+from adapters.wire.responses.relay import ResponsesRelay, decode_reply, door_edits
 from adapters.wire.responses.request import ResponsesRequest, parse_request, to_chat_request
 from adapters.wire.responses.response import encode_response, envelope
 from adapters.wire.responses.stream import ResponsesStreamEncoder
@@ -14,6 +14,7 @@ __all__ = [
     "ResponsesRequest",
     "ResponsesStreamEncoder",
     "decode_reply",
+    "door_edits",
     "encode_response",
     "envelope",
     "parse_request",

@@ -22,6 +22,7 @@ from adapters.types import (
     ToolResultPart,
     ToolUsePart,
 )
+from adapters.wire.citations import spans
 from adapters.wire.json_fields import expect
 
 _ROLE: dict[str, Role] = {
@@ -131,8 +132,28 @@ def _join_assistant(messages: list[Message], part: ContentPart) -> None:
 # --- output ---------------------------------------------------------------------------------
 
 
-def message_item(item_id: str, text: str, status: str = "completed") -> dict[str, JSON]:
-    content = [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]
+def url_citations(parts: Sequence[TextPart]) -> list[dict[str, JSON]]:
+    """The parts' citations as `url_citation` annotations over their texts joined."""
+    return [
+        {
+            "type": "url_citation",
+            "url": s.citation.url,
+            "title": s.citation.title,
+            "start_index": s.start_index,
+            "end_index": s.end_index,
+        }
+        for s in spans(parts)
+    ]
+
+
+def message_item(
+    item_id: str,
+    text: str,
+    status: str = "completed",
+    annotations: list[dict[str, JSON]] | None = None,
+) -> dict[str, JSON]:
+    part = {"type": "output_text", "text": text, "annotations": annotations or [], "logprobs": []}
+    content = [part]
     return {
         "id": item_id,
         "type": "message",
@@ -159,9 +180,12 @@ def output_items(response: ChatResponse, item_prefix: str) -> list[dict[str, JSO
     """The reply's output items: its text as one message, then one item per tool call; ids
     end in the item's position, as the stream encoder numbers them."""
     out: list[dict[str, JSON]] = []
-    text = "".join(p.text for p in response.content if isinstance(p, TextPart))
+    texts = [p for p in response.content if isinstance(p, TextPart)]
+    text = "".join(p.text for p in texts)
     if text:
-        out.append(message_item(f"msg_{item_prefix}_0", text))
+        cited = any(p.citations for p in texts)
+        notes = url_citations(texts) if cited else None
+        out.append(message_item(f"msg_{item_prefix}_0", text, annotations=notes))
     for call in (p for p in response.content if isinstance(p, ToolUsePart)):
         out.append(function_call_item(f"fc_{item_prefix}_{len(out)}", call))
     return out

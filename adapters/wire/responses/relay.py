@@ -14,6 +14,7 @@ from adapters.backend import RelayedChunk
 from adapters.errors import ProviderUnavailable, WireFormatError
 from adapters.sse import SSEvent, frame
 from adapters.types import (
+    JSON,
     ChatResponse,
     StopReason,
     StreamEnd,
@@ -38,11 +39,13 @@ def decode_usage(usage: Mapping[str, Any] | None) -> Usage:
     details = usage.get("input_tokens_details") or {}
     read = details.get("cached_tokens") or 0
     write = details.get("cache_write_tokens") or 0
+    out = usage.get("output_tokens_details") or {}
     return Usage(
         input_tokens=max((usage.get("input_tokens") or 0) - read - write, 0),
         output_tokens=usage.get("output_tokens") or 0,
         cache_read_tokens=read,
         cache_write_tokens=write,
+        reasoning_tokens=out.get("reasoning_tokens") or 0,
     )
 
 
@@ -74,11 +77,23 @@ def decode_reply(reply: Mapping[str, Any]) -> ChatResponse:
     )
 
 
-class ResponsesRelay:
-    """Feed the upstream's SSE events; get them framed as they came, with canonical events."""
+def door_edits(body: Mapping[str, Any], model: str) -> dict[str, JSON]:
+    """What the door says differently from the upstream in a response object: the client's
+    model name, and the continuation and storage it asked for (the upstream was sent neither)."""
+    return {
+        "model": model,
+        "previous_response_id": body.get("previous_response_id"),
+        "store": body.get("store") is not False,
+    }
 
-    def __init__(self, backend: str) -> None:
+
+class ResponsesRelay:
+    """Feed the upstream's SSE events; get them framed as they came, with canonical events.
+    An event that carries the response object gets `edits` (`door_edits`) set in it."""
+
+    def __init__(self, backend: str, edits: Mapping[str, JSON] | None = None) -> None:
         self._backend = backend
+        self._edits = edits or {}
         self._blocks: dict[int, int] = {}  # output_index -> canonical block index
         self.ended = False
 
@@ -91,10 +106,18 @@ class ResponsesRelay:
             payload = _payload(event.data)
             kind = str(payload.get("type") or event.event)
             decoded += self._events(kind, payload)
-            parts.append(frame(event.data.encode(), kind))
+            parts.append(frame(self._edited(event.data, payload), kind))
         if not parts:
             return None
         return RelayedChunk(b"".join(parts), tuple(decoded), format="responses")
+
+    def _edited(self, data: str, payload: dict[str, Any]) -> bytes:
+        response = payload.get("response")
+        if not self._edits or not isinstance(response, dict):
+            return data.encode()
+        if all(response.get(k) == v for k, v in self._edits.items()):
+            return data.encode()
+        return orjson.dumps({**payload, "response": {**response, **self._edits}})
 
     def _events(self, kind: str, data: dict[str, Any]) -> list[StreamEvent]:
         if kind == "response.created":

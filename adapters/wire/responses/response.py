@@ -23,7 +23,7 @@ def encode_usage(usage: Usage) -> dict[str, Any]:
             "cache_write_tokens": usage.cache_write_tokens,
         },
         "output_tokens": usage.output_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
         "total_tokens": usage.total_tokens,
     }
 

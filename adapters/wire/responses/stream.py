@@ -15,17 +15,20 @@ import orjson
 from adapters.sse import frame
 from adapters.types import (
     JSON,
+    Citation,
     StreamEnd,
     StreamEvent,
     StreamStart,
+    TextCitation,
     TextDelta,
+    TextPart,
     ThinkingDelta,
     ThinkingStart,
     ToolCallDelta,
     ToolCallStart,
     ToolUsePart,
 )
-from adapters.wire.responses.items import function_call_item, message_item
+from adapters.wire.responses.items import function_call_item, message_item, url_citations
 from adapters.wire.responses.response import finished
 
 
@@ -35,14 +38,20 @@ class _Item:
     item_id: str
     call: ToolUsePart | None = None  # None: a message item
     chunks: list[str] = field(default_factory=list)
+    citations: list[Citation] = field(default_factory=list)
 
     @property
     def text(self) -> str:
         return "".join(self.chunks)
 
+    def annotations(self) -> list[dict[str, JSON]]:
+        if not self.citations:
+            return []
+        return url_citations([TextPart(self.text, citations=tuple(self.citations))])
+
     def done(self) -> dict[str, JSON]:
         if self.call is None:
-            return message_item(self.item_id, self.text)
+            return message_item(self.item_id, self.text, annotations=self.annotations())
         whole = ToolUsePart(self.call.id, self.call.name, self.text)
         return function_call_item(self.item_id, whole)
 
@@ -77,6 +86,10 @@ class ResponsesStreamEncoder:
             )
         if isinstance(event, ThinkingStart | ThinkingDelta):
             return b""  # a translated backend's thinking is not a Responses reasoning item
+        if isinstance(event, TextCitation):  # annotated once the text is whole (`_close`)
+            item, out = self._message(event.index)
+            item.citations.append(event.citation)
+            return out
         return self._end(event)
 
     def error(self, code: str | None, message: str, param: str | None) -> bytes:
@@ -92,11 +105,12 @@ class ResponsesStreamEncoder:
         item = self._items[index] = _Item(len(self._items), item_id, call)
         return item
 
-    def _text(self, event: TextDelta) -> bytes:
-        item = self._items.get(event.index)
+    def _message(self, index: int) -> tuple[_Item, bytes]:
+        """The message item of block `index`, and the events that open it if it is new."""
+        item = self._items.get(index)
         out = b""
         if item is None:
-            item = self._new_item(event.index, f"msg_{self._prefix}_{len(self._items)}", None)
+            item = self._new_item(index, f"msg_{self._prefix}_{len(self._items)}", None)
             out += self._event(
                 "response.output_item.added",
                 output_index=item.output_index,
@@ -109,6 +123,10 @@ class ResponsesStreamEncoder:
                 content_index=0,
                 part={"type": "output_text", "text": "", "annotations": [], "logprobs": []},
             )
+        return item, out
+
+    def _text(self, event: TextDelta) -> bytes:
+        item, out = self._message(event.index)
         item.chunks.append(event.text)
         return out + self._event(
             "response.output_text.delta",
@@ -133,8 +151,18 @@ class ResponsesStreamEncoder:
         done = item.done()
         if item.call is None:
             part = done["content"][0]  # type: ignore[index]
-            out = self._event("response.output_text.done", **where, content_index=0,
-                              text=item.text, logprobs=[])  # fmt: skip
+            out = b"".join(
+                self._event(
+                    "response.output_text.annotation.added",
+                    **where,
+                    content_index=0,
+                    annotation_index=i,
+                    annotation=note,
+                )
+                for i, note in enumerate(part["annotations"])
+            )
+            out += self._event("response.output_text.done", **where, content_index=0,
+                               text=item.text, logprobs=[])  # fmt: skip
             out += self._event("response.content_part.done", **where, content_index=0, part=part)
         else:
             out = self._event(
