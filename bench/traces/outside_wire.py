@@ -4,14 +4,17 @@
 or Anthropic wire with the framework's habits (a clock and request id in the system prompt,
 tools in a new order, tool-call arguments and schemas re-serialised in a new key order).
 `stable=True` renders the same call as a client with a prefix stable from the first call would:
-the first call's header values, tools and keys in the first call's order. History edits are
-content, so both renderings carry them.
+the first call's header values, tools and keys in the first call's order, and the header values
+that changed since the first call in a short note at the end of the newest turn (the same
+information, where any client must send it uncached). History edits are content, so both
+renderings carry them.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import string
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,8 +66,18 @@ class Agent:
             random.Random(order).shuffle(tools)
         reorder = not stable
         if self.wire == "anthropic":
-            return self._anthropic(system, tools, rng, reorder)
-        return self._openai(system, tools, rng, reorder)
+            body = self._anthropic(system, tools, rng, reorder)
+        else:
+            body = self._openai(system, tools, rng, reorder)
+        note = self._changed_since_first(t) if stable else ""
+        if note:
+            _append_note(self.wire, body["messages"], note)
+        return body
+
+    def _changed_since_first(self, t: int) -> str:
+        used = {slot for part in self.system for _, slot, _, _ in string.Formatter().parse(part)}
+        now, first = self.habits.header(t), self.habits.header(0)
+        return "\n".join(f"{k}: {now[k]}" for k in sorted(used - {None}) if now[k] != first[k])
 
     def _anthropic(
         self, system: list[str], tools: list[Json], rng: random.Random, re: bool
@@ -139,6 +152,16 @@ class Agent:
                 for call_id, name, args in m["calls"]
             ]
         return [turn]
+
+
+def _append_note(wire: str, messages: list[Json], note: str) -> None:
+    """A block of its own (a message of its own on the OpenAI wire), so that the next call,
+    which no longer carries it, still shares everything before it."""
+    if wire == "anthropic":
+        last = messages[-1]
+        last["content"] = [*last["content"], {"type": "text", "text": note}]
+    else:
+        messages.append({"role": "user", "content": note})
 
 
 def _keys(value: Any, rng: random.Random, shuffle: bool) -> Any:
