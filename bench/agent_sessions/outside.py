@@ -13,6 +13,7 @@ import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench.agent_sessions.outside_serve import OutsideGateway
 from bench.agent_sessions.outside_traces import (
@@ -37,6 +38,7 @@ class SessionResult:
     with_lantern: float  # input-token units, as the provider fake billed them
     without: float
     ideal: float
+    ideal_no_foresight: float  # the oracle not knowing which call is last or before an edit
     cross_reads: int  # calls that read an entry another tenant wrote
     verdicts: str
 
@@ -59,14 +61,18 @@ class SessionResult:
         return broken
 
 
-def run(calls: list[Call] | None = None) -> list[SessionResult]:
+def run(
+    calls: list[Call] | None = None, cache: dict[str, Any] | None = None
+) -> list[SessionResult]:
+    """`cache`: both tenants' `cache:` policy section; None is the default policy."""
     calls = calls if calls is not None else load()
     without = direct_costs(_ordered(calls), stable=False)
     ideal = ideal_costs(calls)
+    online = ideal_costs(calls, foresight=False)
     plain = uncached(calls)
     results = []
     with tempfile.TemporaryDirectory(prefix="lantern-outside-") as tmp:
-        gateway = OutsideGateway(Path(tmp))
+        gateway = OutsideGateway(Path(tmp), cache)
         try:
             for group in groups(calls).values():
                 for session, served in gateway.replay(group).items():
@@ -82,6 +88,7 @@ def run(calls: list[Call] | None = None) -> list[SessionResult]:
                             sum(c.cost() for c in served.calls),
                             without[session],
                             ideal[session],
+                            online[session],
                             sum(c.is_cross_read() for c in served.calls),
                             ", ".join(f"{r} x{n}" for r, n in verdicts.most_common()),
                         )
@@ -98,14 +105,15 @@ def _ordered(calls: list[Call]) -> list[Call]:
 def table(results: list[SessionResult]) -> str:
     rows = [
         "| session | route | calls | with Lantern | without | ideal | over ideal "
-        "| cross-tenant reads | verdicts | fails |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| ideal, no foresight | cross-tenant reads | verdicts | fails |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
         rows.append(
             f"| {r.session} | {r.route} | {r.num_calls} | {r.percent(r.with_lantern):.2f} % "
             f"| {r.percent(r.without):.2f} % | {r.percent(r.ideal):.2f} % "
-            f"| {r.gap_points:+.2f} | {r.cross_reads} | {r.verdicts} "
+            f"| {r.gap_points:+.2f} | {r.percent(r.ideal_no_foresight):.2f} % "
+            f"| {r.cross_reads} | {r.verdicts} "
             f"| {'; '.join(r.failures()) or '-'} |"
         )
     return "\n".join(rows)

@@ -38,12 +38,15 @@ class Served:
 class OutsideGateway:
     """`lantern serve` in front of the fake; each group gets a fresh provider cache."""
 
-    def __init__(self, var_dir: Path) -> None:
+    def __init__(self, var_dir: Path, cache: dict[str, Any] | None = None) -> None:
+        """`cache`: both tenants' `cache:` policy section; None (the acceptance run) writes
+        none, so both run on the default policy."""
         self.upstream = FakeUpstream(api_key=PROVIDER_KEY).start()
         policies = var_dir / "policies"
         policies.mkdir(parents=True, exist_ok=True)
-        for tenant, key in KEYS.items():  # no `cache:` section: the default policy
-            write_policy(policies, tenant, key, models=[CLAUDE, GPT])
+        for tenant, key in KEYS.items():
+            extra = {} if cache is None else {"cache": cache}
+            write_policy(policies, tenant, key, models=[CLAUDE, GPT], **extra)
         config = write_config(var_dir / "lantern.yaml", var_dir, _models(self.upstream))
         self.port = free_port()
         argv = [sys.executable, "-m", "gateway.cli.main", "serve", "--config", str(config)]

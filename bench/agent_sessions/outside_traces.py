@@ -8,6 +8,8 @@ cost with Lantern is held to, worked out in-process against the provider fake:
   later call of the group (unlimited breakpoints and look-back; it writes the longest prefix a
   later call shares, and one write serves a fan-out), OpenAI by the provider's own automatic
   caching. Both see the calls one after another, so the ideal fan-out writes its head once.
+  With `foresight=False` the oracle writes each call's whole prompt instead (it does not know
+  which call is a session's last, or comes before a history edit): shown beside the ideal.
 """
 
 from __future__ import annotations
@@ -118,23 +120,24 @@ def uncached(calls: Sequence[Call]) -> dict[str, int]:
     return out
 
 
-def ideal_costs(calls: Sequence[Call]) -> dict[str, float]:
+def ideal_costs(calls: Sequence[Call], *, foresight: bool = True) -> dict[str, float]:
     """Each session's ideal: Anthropic by the oracle, OpenAI by serial automatic caching."""
     out: dict[str, float] = {}
     for group in groups(calls).values():
         for session in {c.session for c in group}:
             mine = [c for c in group if c.session == session]
             if mine[0].upstream_wire == "anthropic":
-                out[session] = anthropic_oracle(mine)
+                out[session] = anthropic_oracle(mine, foresight=foresight)
             else:
                 serial = [Call(**{**_fields(c), "round": i}) for i, c in enumerate(mine)]
                 out[session] = direct_costs(serial, stable=True)[session]
     return out
 
 
-def anthropic_oracle(calls: Sequence[Call]) -> float:
+def anthropic_oracle(calls: Sequence[Call], *, foresight: bool = True) -> float:
     """Reads the longest live prefix any earlier call wrote; writes (5 min) the longest prefix
-    a later call shares, when that is over the model's minimum and past what it read."""
+    a later call shares (without foresight: its whole prompt), when that is over the model's
+    minimum and past what it read."""
     counter = TokenCounter()
     bodies = [on_upstream_wire(c, c.stable) for c in calls]
     chains = [
@@ -145,6 +148,8 @@ def anthropic_oracle(calls: Sequence[Call]) -> float:
     for t, chain in enumerate(chains):
         read = max((b.end for b in chain if b.digest in cached), default=0)
         shared = max((_common_end(chain, later) for later in chains[t + 1 :]), default=0)
+        if not foresight:
+            shared = chain[-1].end if chain else 0
         minimum = min_tokens_for(str(bodies[t]["model"]))
         written = shared if shared >= minimum and shared > read else read
         cached.update(b.digest for b in chain if b.end <= written)

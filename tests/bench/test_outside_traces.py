@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from bench.agent_sessions.outside import MAX_GAP_POINTS, SessionResult, run, table
-from bench.agent_sessions.outside_traces import load
+from bench.agent_sessions.outside_traces import groups, load
 
 pytestmark = pytest.mark.slow
 
@@ -45,3 +45,12 @@ def test_no_session_costs_more_than_without_lantern(results: dict[str, SessionRe
 def test_every_session_is_within_one_point_of_its_ideal(results: dict[str, SessionResult]) -> None:
     over = {s: round(r.gap_points, 2) for s, r in results.items() if r.gap_points > MAX_GAP_POINTS}
     assert over == {}, table(list(results.values()))
+
+
+def test_a_cross_tenant_read_is_seen_when_tenants_share_their_cache() -> None:
+    """The check above can fail: with `scope: shared` the twins' identical prompts share the
+    provider's entries, and the fake names the other tenant as the writer."""
+    twins = groups(load())["twins_anthropic"][:8]  # 4 calls each, in turn
+    shared = {r.session: r.cross_reads for r in run(twins, cache={"scope": "shared"})}
+    assert shared["twins_anthropic_alpha"] == 0  # alpha goes first: it reads its own entries
+    assert shared["twins_anthropic_beta"] == 4  # every call of beta reads what alpha wrote
