@@ -139,7 +139,7 @@ def test_openai_automatic_caching_is_isolated_too(
             post(client, tenant, "/v1/chat/completions", body)
     alpha_1, beta_1, alpha_2 = calls(fake, "openai")
     assert alpha_1.read == 0 and beta_1.read == 0  # beta's identical prompt: a miss
-    assert alpha_2.read == alpha_1.write > 1024  # alpha's own entries: a hit
+    assert alpha_2.read == alpha_1.stored > 1024  # alpha's own entries: a hit
     sent = [r.json() for r in upstream.app.requests if r.path == "/v1/chat/completions"]
     assert not [b for b in sent if "cache_salt" in b]  # `engine: other` (the default) takes no salt
 
@@ -157,7 +157,7 @@ def test_native_responses_calls_are_isolated_too(
             post(client, tenant, "/v1/responses", body)
     alpha_1, beta_1, alpha_2 = calls(fake, "openai")
     assert alpha_1.read == 0 and beta_1.read == 0  # beta's identical prompt: a miss
-    assert alpha_2.read == alpha_1.write > 1024  # alpha's own entries: a hit
+    assert alpha_2.read == alpha_1.stored > 1024  # alpha's own entries: a hit
     sent = [r.json() for r in upstream.app.requests if r.path == "/v1/responses"]
     keys = [b["prompt_cache_key"] for b in sent]
     assert keys[0] == keys[2] != keys[1] and "pr-reviews" not in keys  # scoped per tenant

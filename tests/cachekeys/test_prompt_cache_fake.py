@@ -9,7 +9,13 @@ from adapters.tokens import TokenCounter
 from adapters.wire import anthropic as anthropic_wire
 from adapters.wire import openai as openai_wire
 from adapters.wire.codec import codec_for
-from tests.fakes.prompt_cache import Accounting, CacheMarkerError, PromptCacheFake, anthropic_blocks
+from tests.fakes.prompt_cache import (
+    Accounting,
+    CacheMarkerError,
+    PromptCacheFake,
+    anthropic_blocks,
+    openai_read_price,
+)
 from tests.fakes.upstream import FakeUpstream
 
 COUNTER = TokenCounter()
@@ -166,15 +172,41 @@ def openai_body(n_words: int, key: str | None = None) -> dict:
 def test_openai_automatic_prefix_in_128_token_steps_shared_per_api_key() -> None:
     fake = PromptCacheFake(Clock())
     first = send(fake, "openai", openai_body(1500, "k1"))
-    assert first.read == 0 and first.write == 1024 + (first.prompt_tokens - 3 - 1024) // 128 * 128
+    cached = 1024 + (first.prompt_tokens - 3 - 1024) // 128 * 128
+    assert (first.read, first.write, first.stored) == (0, 0, cached)  # OpenAI bills no writes
+    assert first.cost() == first.prompt_tokens
     again = send(fake, "openai", openai_body(1500, "k1"))
-    assert again.read == first.write and (again.read - 1024) % 128 == 0
+    assert again.read == cached and (again.read - 1024) % 128 == 0
+    assert again.cost() == pytest.approx(again.prompt_tokens - 0.5 * cached)  # gpt-4o: half off
     # prompt_cache_key is a routing hint, not a boundary: same API key, same prefix, shared
-    assert send(fake, "openai", openai_body(1500, "k2")).read == first.write
+    assert send(fake, "openai", openai_body(1500, "k2")).read == cached
     b = openai_body(1500, "k1")
     other = fake.account("openai", b, COUNTER.count_request(openai_wire.decode_request(b)), "sk-2")
-    assert other == (first.prompt_tokens - first.write, 0, first.write)  # another key: a miss
-    assert send(fake, "openai", openai_body(900)).write == 0  # under 1024 tokens: never cached
+    assert other == (first.prompt_tokens, 0, 0)  # another key: a miss
+    assert send(fake, "openai", openai_body(900)).stored == 0  # under 1024 tokens: never cached
+
+
+def test_openai_cached_rate_follows_the_model_family() -> None:
+    assert [openai_read_price(m) for m in ("gpt-4o", "gpt-4.1-mini", "gpt-5", "o3")] == [
+        0.5,
+        0.25,
+        0.1,
+        0.25,
+    ]
+
+
+def test_each_read_names_who_wrote_the_entries_it_read() -> None:
+    fake = PromptCacheFake(Clock())
+    for wire, make in (("anthropic", lambda: body(0)), ("openai", lambda: openai_body(1500))):
+        fake.principal = "alpha"
+        first = send(fake, wire, make())
+        fake.principal = "beta"
+        second = send(fake, wire, make())
+        assert first.read_from == frozenset() and not first.is_cross_read()
+        assert second.read > 0 and second.read_from == {"alpha"} and second.is_cross_read()
+        fake.principal = "alpha"
+        own = send(fake, wire, make())  # beta's call refreshed alpha's entry: still alpha's
+        assert own.read_from == {"alpha"} and not own.is_cross_read()
 
 
 def test_through_the_http_fake_upstream_usage_is_reported_like_anthropic() -> None:

@@ -3,11 +3,15 @@
 Implements `PromptCacheModel` of tests/fakes/upstream.py. Anthropic: entries only at
 `cache_control` breakpoints (at most 4), prefix order tools → system → messages, 20-block
 look-back, per-model minimum length, 5m/1h TTL refreshed on read. OpenAI: automatic caching of
-prompts of 1024+ tokens in 128-token steps. Entries are shared by every call made with the same
-API key (as at the real providers, whose caches are per organisation or workspace): two tenants
-of a gateway that share one key share entries unless their prefix bytes differ;
-`prompt_cache_key` is only a routing hint at OpenAI, so it partitions nothing here. Tokens per
-block follow adapters.tokens.TokenCounter, so the split sums to the upstream's prompt_tokens.
+prompts of 1024+ tokens in 128-token steps, reported as `cached_tokens` only: OpenAI bills no
+write premium, and a cached token costs the model's discounted rate (`openai_read_price`).
+Entries are shared by every call made with the same API key (as at the real providers, whose
+caches are per organisation or workspace): two tenants of a gateway that share one key share
+entries unless their prefix bytes differ; `prompt_cache_key` is only a routing hint at OpenAI,
+so it partitions nothing here. Each entry remembers the `principal` that wrote it (a label the
+test sets, e.g. the tenant whose call is in flight), and each call the principals whose entries
+it read, so a read across tenants is detectable. Tokens per block follow
+adapters.tokens.TokenCounter, so the split sums to the upstream's prompt_tokens.
 Independent of cachekeys on purpose: it is the referee of Lantern's cache edits.
 """
 
@@ -29,6 +33,9 @@ OPENAI_MIN_TOKENS = 1024
 OPENAI_INCREMENT = 128
 PRICE_READ = 0.1
 PRICE_WRITE = {"5m": 1.25, "1h": 2.0}
+# OpenAI's cached-input price as a share of its input price, by model family (pricing page)
+OPENAI_READ_PRICES = (("gpt-5", 0.1), ("gpt-4.1", 0.25), ("o3", 0.25), ("o4-mini", 0.25))
+OPENAI_READ_PRICE = 0.5  # gpt-4o, o1 and the rest
 READ_PREFILL_SHARE = 0.1  # a cached token costs a tenth of a fresh one's prefill time
 
 
@@ -49,6 +56,7 @@ class Entry:
     tokens: int
     ttl_s: float
     ready_s: float = 0.0  # readable once the call writing it has prefilled it
+    principal: str = ""  # who wrote it (PromptCacheFake.principal at the time)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,12 +71,30 @@ class Accounting:
     write_ttl: str | None
     write_1h: int = 0  # of `write`, the tokens written with the 1 h TTL
     api_key: str = ""
+    model: str = ""
+    stored: int = 0  # the longest prefix this call left cached (OpenAI writes are not billed)
+    principal: str = ""  # who made the call (PromptCacheFake.principal at the time)
+    read_from: frozenset[str] = frozenset()  # the principals who wrote the entries it read
 
     def cost(self) -> float:
-        """In input-token units: uncached 1, read 0.1, write 1.25 (5m) or 2.0 (1h)."""
+        """In input-token units. Anthropic: uncached 1, read 0.1, write 1.25 (5m) or 2.0 (1h);
+        OpenAI: uncached 1, read the model's cached rate, no writes."""
+        if self.wire == "openai":
+            return self.uncached + openai_read_price(self.model) * self.read
         five = self.write - self.write_1h
         writes = PRICE_WRITE["5m"] * five + PRICE_WRITE["1h"] * self.write_1h
         return self.uncached + PRICE_READ * self.read + writes
+
+    def is_cross_read(self) -> bool:
+        """It read an entry another principal wrote."""
+        return bool(self.read_from - {self.principal})
+
+
+def openai_read_price(model: str) -> float:
+    for family, price in OPENAI_READ_PRICES:
+        if model.startswith(family):
+            return price
+    return OPENAI_READ_PRICE
 
 
 def min_tokens_for(model: str) -> int:
@@ -90,6 +116,7 @@ class PromptCacheFake:
     # > 0: a call's first byte comes after its prefill (`prefill_s`), and what it writes is
     # readable only from then on, so calls sent together all miss, as at a provider
     prefill_s_per_token: float = 0.0
+    principal: str = ""  # the label of the calls now being made (set by the test)
 
     def prefill_s(self, fresh: int, read: int) -> float:
         """Time to first byte of a call that prefills `fresh` tokens and reads `read`."""
@@ -100,19 +127,24 @@ class PromptCacheFake:
     ) -> tuple[int, int, int]:
         model = str(body.get("model", ""))
         scope = f"{api_key}\0{model}"
-        write_1h = 0
+        write_1h, principal = 0, self.principal
+        read_from: set[str] = set()
         if wire == "anthropic":
             blocks = anthropic_blocks(body, lambda text: self.counter.count_text(model, text))
-            read, write, ttl, write_1h = self._anthropic(scope, model, blocks)
+            read, write, ttl, write_1h = self._anthropic(scope, model, blocks, read_from)
+            stored = read + write
         else:
             blocks = openai_blocks(body, lambda text: self.counter.count_text(model, text))
-            read, write, ttl = self._openai(scope, blocks)
+            read, stored = self._openai(scope, blocks, read_from)
+            write, ttl = 0, None
         read, write = min(read, prompt_tokens), min(write, prompt_tokens - min(read, prompt_tokens))
         uncached = prompt_tokens - read - write
         write_1h = min(write_1h, write)
-        self.calls.append(
-            Accounting(wire, prompt_tokens, uncached, read, write, ttl, write_1h, api_key)
-        )
+        call = Accounting(
+            wire, prompt_tokens, uncached, read, write, ttl, write_1h, api_key, model,
+            min(stored, prompt_tokens), principal, frozenset(read_from),
+        )  # fmt: skip
+        self.calls.append(call)
         return uncached, read, write
 
     def _alive(self, key: bytes, now: float) -> Entry | None:
@@ -122,7 +154,7 @@ class PromptCacheFake:
         return entry
 
     def _anthropic(
-        self, scope: str, model: str, blocks: list[Block]
+        self, scope: str, model: str, blocks: list[Block], read_from: set[str]
     ) -> tuple[int, int, str | None, int]:
         marked = [i for i, b in enumerate(blocks) if b.ttl is not None]
         _check_markers(blocks, marked)
@@ -133,6 +165,7 @@ class PromptCacheFake:
                 entry = self._alive(_key(scope, blocks[i].digest), now)
                 if entry is not None:
                     entry.expires_s = now + entry.ttl_s  # reads refresh the lifetime for free
+                    read_from.add(entry.principal)
                     hit = max(hit, i)
                     break
         read = blocks[hit].end if hit >= 0 else 0
@@ -143,7 +176,7 @@ class PromptCacheFake:
             ttl_s = TTL_S[blocks[point].ttl or "5m"]
             self._write(
                 _key(scope, blocks[point].digest),
-                Entry(now + ttl_s, blocks[point].end, ttl_s, ready_s),
+                Entry(now + ttl_s, blocks[point].end, ttl_s, ready_s, self.principal),
             )
         if not written:
             return read, 0, None, 0
@@ -151,22 +184,29 @@ class PromptCacheFake:
         end_1h = max((blocks[p].end for p in written if blocks[p].ttl == "1h"), default=read)
         return read, blocks[written[-1]].end - read, blocks[written[-1]].ttl, end_1h - read
 
-    def _openai(self, scope: str, blocks: list[Block]) -> tuple[int, int, str | None]:
+    def _openai(self, scope: str, blocks: list[Block], read_from: set[str]) -> tuple[int, int]:
+        """(cached tokens read, tokens the prefix now cached holds)."""
         now = self.clock()
         common = 0
+        readers: list[str] = []
         for block in blocks:
             entry = self._alive(_key(scope, block.digest), now)
             if entry is None:
                 break
             entry.expires_s = now + entry.ttl_s
             common = block.end
+            readers.append(entry.principal)
         read = _rounded(common)
+        starts = [0, *(b.end for b in blocks)]  # the entries that served the rounded read
+        read_from.update(p for i, p in enumerate(readers) if starts[i] < read)
         total = _rounded(blocks[-1].end if blocks else 0)
         ready_s = now + self.prefill_s(total - read, read)
         for block in blocks:
             key = _key(scope, block.digest)
-            self._write(key, Entry(now + self.openai_ttl_s, block.end, self.openai_ttl_s, ready_s))
-        return read, max(total - read, 0), "5m"
+            entry = Entry(now + self.openai_ttl_s, block.end, self.openai_ttl_s, ready_s)
+            entry.principal = self.principal
+            self._write(key, entry)
+        return read, max(total, read)
 
     def _write(self, key: bytes, entry: Entry) -> None:
         """A call writing an entry another call is still prefilling: readable when that one
@@ -174,6 +214,7 @@ class PromptCacheFake:
         pending = self.entries.get(key)
         if pending is not None and pending.expires_s > self.clock():
             entry.ready_s = min(entry.ready_s, pending.ready_s)
+            entry.principal = pending.principal  # the same bytes: still the first writer's
         self.entries[key] = entry
 
 
