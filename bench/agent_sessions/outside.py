@@ -37,8 +37,11 @@ class SessionResult:
     uncached: int  # prompt tokens: the cost with no cache at all
     with_lantern: float  # input-token units, as the provider fake billed them
     without: float
+    # the calls with a prefix stable from the first call, each marking its whole prompt (an
+    # oracle of content, not of the future: it does not know which call is last or comes
+    # before a history edit); what a gateway can reach, and what the 1 point is held against
     ideal: float
-    ideal_no_foresight: float  # the oracle not knowing which call is last or before an edit
+    clairvoyant: float  # the same oracle knowing the future: writes only what a later call reads
     cross_reads: int  # calls that read an entry another tenant wrote
     verdicts: str
 
@@ -67,8 +70,8 @@ def run(
     """`cache`: both tenants' `cache:` policy section; None is the default policy."""
     calls = calls if calls is not None else load()
     without = direct_costs(_ordered(calls), stable=False)
-    ideal = ideal_costs(calls)
-    online = ideal_costs(calls, foresight=False)
+    ideal = ideal_costs(calls, foresight=False)
+    clairvoyant = ideal_costs(calls)
     plain = uncached(calls)
     results = []
     with tempfile.TemporaryDirectory(prefix="lantern-outside-") as tmp:
@@ -88,7 +91,7 @@ def run(
                             sum(c.cost() for c in served.calls),
                             without[session],
                             ideal[session],
-                            online[session],
+                            clairvoyant[session],
                             sum(c.is_cross_read() for c in served.calls),
                             ", ".join(f"{r} x{n}" for r, n in verdicts.most_common()),
                         )
@@ -105,14 +108,14 @@ def _ordered(calls: list[Call]) -> list[Call]:
 def table(results: list[SessionResult]) -> str:
     rows = [
         "| session | route | calls | with Lantern | without | ideal | over ideal "
-        "| ideal, no foresight | cross-tenant reads | verdicts | fails |",
+        "| clairvoyant | cross-tenant reads | verdicts | fails |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
         rows.append(
             f"| {r.session} | {r.route} | {r.num_calls} | {r.percent(r.with_lantern):.2f} % "
             f"| {r.percent(r.without):.2f} % | {r.percent(r.ideal):.2f} % "
-            f"| {r.gap_points:+.2f} | {r.percent(r.ideal_no_foresight):.2f} % "
+            f"| {r.gap_points:+.2f} | {r.percent(r.clairvoyant):.2f} % "
             f"| {r.cross_reads} | {r.verdicts} "
             f"| {'; '.join(r.failures()) or '-'} |"
         )
