@@ -232,6 +232,5 @@ def now_line(before: str, kept: str, value: str, after: str) -> str:
     return f'in "{left}{kept}{right}", {kept} is now {value}'
 
 
-
 def is_volatile_block(text: str) -> bool:
     return text.startswith(BLOCK_OPEN) and text.endswith(BLOCK_CLOSE)

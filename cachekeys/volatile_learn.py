@@ -31,8 +31,9 @@ def learn_place(old: str, new: str, repeated: bool = False) -> str | None:
         return None
     if not repeated and not any(c.isdigit() for c in a + b):
         return None
-    left = old[max(0, start - CONTEXT_CHARS) : start]
-    right = old[len(old) - end : len(old) - end + CONTEXT_CHARS]
+    # the context stays on the value's line: a line added above (a scope line) keeps the place
+    left = old[max(0, start - CONTEXT_CHARS) : start].rpartition("\n")[2]
+    right = old[len(old) - end : len(old) - end + CONTEXT_CHARS].partition("\n")[0]
     if not (left or right) or "{{volatile:" in left + right:
         return None
     pattern = _pattern(left, right)

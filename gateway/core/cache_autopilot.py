@@ -75,12 +75,7 @@ class CacheAutopilot:
         self._threads.move_to_end(thread)
         while len(self._threads) > self._max_threads:
             self._threads.popitem(last=False)
-        texts = self._texts
-        for block in layout.blocks:  # tools, then system, then messages
-            if block.level == "messages":
-                break
-            if (tenant, block.digest) not in texts:  # a head seen before is not re-stored
-                texts.put(tenant, block.digest, block.text)
+        self._texts.put_head(tenant, layout.blocks)
 
     def _learn(self, tenant: str, previous: ReuseRecord, layout: PromptLayout) -> None:
         """The first head block that changed, when it is a system block or a tool whose

@@ -14,10 +14,11 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from adapters.types import ChatRequest, TextPart
+from cachekeys.layout import PromptBlock
 
 MAX_PLACES = 32
 MAX_TENANTS = 10_000
@@ -131,8 +132,15 @@ class HeadTexts:
     def get(self, tenant: str, digest: bytes) -> str | None:
         return self._texts.get((tenant, digest))
 
-    def __contains__(self, key: tuple[str, bytes]) -> bool:
-        return key in self._texts
+    def put_head(self, tenant: str, blocks: Sequence[PromptBlock]) -> None:
+        """The texts of the tools and system blocks at the head of `blocks` not held yet (one
+        call a prompt: a head seen before is not stored again)."""
+        texts = self._texts
+        for block in blocks:  # tools, then system, then messages
+            if block.level == "messages":
+                return
+            if (tenant, block.digest) not in texts:
+                self.put(tenant, block.digest, block.text)
 
     def put(self, tenant: str, digest: bytes, text: str) -> None:
         key = (tenant, digest)

@@ -10,7 +10,7 @@ lives in cachekeys.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 
 import orjson
@@ -33,7 +33,6 @@ from cachekeys.layout import PromptLayout, request_blocks
 from cachekeys.normalise import NormaliseOptions
 from cachekeys.planner import Steering
 from gateway.core.cache_autopilot import CacheAutopilot, add_steering
-from gateway.core.cache_learning import session_key
 from gateway.core.cache_diagnosis import (
     MAX_SESSIONS,
     CacheMetrics,
@@ -41,6 +40,8 @@ from gateway.core.cache_diagnosis import (
     SessionCacheTracker,
     reconcile,
 )
+from gateway.core.cache_learning import session_key
+from gateway.core.cache_learning_shared import SharedPlaces
 from gateway.core.memo import MAX_ENTRIES, PerObjectMemo
 from gateway.core.prompt_prepare import (
     Encoder,
@@ -107,6 +108,10 @@ class PromptCachePort:
         self.tracker = SessionCacheTracker(max_sessions)
         self.autopilot = CacheAutopilot(clock, max_sessions)
         self.metrics = CacheMetrics(registry)
+        self.shared: SharedPlaces | None = None  # the learnt places shared through Redis
+
+    def ready(self, tenant: str) -> Awaitable[None] | None:
+        return None if self.shared is None else self.shared.ready(tenant)
 
     def prepare(
         self,
