@@ -41,7 +41,7 @@ class CacheAutopilot:
         # (pattern, the value it had on the call before) of the latest place learnt
         self.discovered: tuple[str, str] | None = None
         self._texts = HeadTexts()
-        # (tenant, tools + first message) -> the root of its latest call: a system prompt that
+        # (tenant, number of tools + first message) -> the root of its latest call: a head that
         # changes by a value of no known shape would otherwise start a new session every call
         self._threads: OrderedDict[bytes, str] = OrderedDict()
         self._max_threads = max_sessions
@@ -126,13 +126,17 @@ def _descriptions(old: str, new: str) -> tuple[str, str] | None:
 
 
 def _thread_key(tenant: str, layout: PromptLayout) -> bytes:
-    """The tools and the first message (not the system prompt, not Lantern's volatile tail)."""
+    """The number of tools and the first message: not the system prompt nor the tools' text
+    (a value of no known shape may change in either), not Lantern's volatile tail."""
     first = next((b.locator[1] for b in layout.blocks if b.level == "messages"), None)
     h = hashlib.sha256(tenant.encode())
+    num_tools = 0
     for b in layout.blocks:
-        is_first = b.level == "messages" and b.locator[1] == first
-        if (b.level == "tools" or is_first) and not b.is_volatile:
+        if b.level == "tools":
+            num_tools += 1
+        elif b.level == "messages" and b.locator[1] == first and not b.is_volatile:
             h.update(b.digest)
+    h.update(num_tools.to_bytes(4, "little"))
     return h.digest()
 
 

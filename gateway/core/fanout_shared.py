@@ -44,7 +44,7 @@ class SharedLeases:
     ) -> None:
         self._client = client
         self._lease_ms = int(lease_s * 1000)
-        self._prefix = key_prefix
+        self.key_prefix = key_prefix
         self._poll_s = poll_s
         self._clock = clock
         self._down_until = 0.0
@@ -57,7 +57,7 @@ class SharedLeases:
     def key(self, key: FanoutKey) -> str:
         tenant, write_key, upstream = key
         digest = hashlib.sha256(f"{write_key}\0{upstream}".encode()).hexdigest()[:32]
-        return f"{self._prefix}{{{tenant}}}:{digest}"
+        return f"{self.key_prefix}{{{tenant}}}:{digest}"
 
     async def take(self, key: FanoutKey, token: str) -> str | None:
         """Take the lease for `key`: None when taken (or Redis is down: lead alone), else the
