@@ -93,13 +93,15 @@ class FanoutGate:
         on it: behind this call if it takes the lease, else behind the other process's lead."""
         lead = self._new_lead(key)
         began = time.monotonic()
+        leads = False
         try:
             if can_lead:
-                token = uuid.uuid4().hex
+                token = lead.token = uuid.uuid4().hex  # given back at release, taken or not
                 holder = await shared.take(key, token)
                 if holder is None:  # this call leads (alone when Redis is down)
-                    lead.token = token
+                    leads = True
                     return lead, None
+                lead.token = None
             else:
                 holder = await shared.holder(key)
                 if holder is None:
@@ -109,7 +111,7 @@ class FanoutGate:
                 await shared.wait_released(key, holder)
             return None, time.monotonic() - began
         finally:
-            if lead.token is None:  # a follower (or nothing to follow): local waiters go too
+            if not leads:  # a follower, nothing to follow, or cancelled: local waiters go too
                 lead.release()
 
     def drop(self, lead: Lead) -> None:

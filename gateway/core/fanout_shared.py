@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 
 KEY_PREFIX = "lantern:fanout:"
 POLL_S = 0.01  # how often a waiter in another process looks at the lease
+ASK_TIMEOUT_S = 0.25  # a call asks Redis at most this long before it goes on alone
 RETRY_S = 5.0
 # DEL the lease only if it is still the caller's (it may have run out and been taken anew)
 GIVE_BACK = """
@@ -77,12 +78,14 @@ class SharedLeases:
         """The token of the call holding `key`'s lease, if any."""
         if self._clock() < self._down_until:
             return None
-        try:
-            held = await self._client.get(self.key(key))
-        except (RedisError, OSError) as exc:
-            self._failed("read", exc)
-            return None
-        return None if held is None else _text(held)
+        with anyio.move_on_after(ASK_TIMEOUT_S):
+            try:
+                held = await self._client.get(self.key(key))
+            except (RedisError, OSError) as exc:
+                self._failed("read", exc)
+                return None
+            return None if held is None else _text(held)
+        return None
 
     async def wait_released(self, key: FanoutKey, token: str) -> None:
         """Until the lease `token` held is given back or runs out (the caller bounds it)."""
@@ -98,6 +101,8 @@ class SharedLeases:
                 return
 
     async def give_back(self, key: FanoutKey, token: str) -> None:
+        if self._clock() < self._down_until:
+            return  # it runs out
         try:
             await self._give_back(keys=[self.key(key)], args=[token])
         except (RedisError, OSError) as exc:

@@ -135,3 +135,16 @@ def test_a_place_learnt_in_one_process_is_relocated_by_the_other(
 def _system(sent: dict[str, Any]) -> str:
     system = sent["system"]
     return system if isinstance(system, str) else "".join(p["text"] for p in system)
+
+
+def test_with_redis_unreachable_a_process_learns_alone_and_no_call_fails(tmp_path: Path) -> None:
+    keys = {"acme": "lt-acme-down-key"}
+    with FakeUpstream(cache=PromptCacheFake(Clock())) as upstream:
+        proc, url = _start(tmp_path, upstream, "redis://127.0.0.1:1/0", keys)
+        try:
+            replies = [_call(url, keys["acme"], _body(100 + t, "Fix.", t + 1)) for t in range(3)]
+            assert replies[1].headers["x-lantern-cache"].startswith("kept; relocated=learned; ")
+            later = _call(url, keys["acme"], _body(300, "Review.", 1))
+            assert later.headers["x-lantern-cache"].startswith("first_call; relocated=learned; ")
+        finally:
+            stop_processes([proc])

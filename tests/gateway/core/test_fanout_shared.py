@@ -6,6 +6,7 @@ each gate gates alone."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from typing import Any
@@ -118,3 +119,20 @@ def test_with_redis_down_each_process_gates_alone(caplog: Any) -> None:
     with caplog.at_level(logging.WARNING):
         assert asyncio.run(main()) == [None, True, (None, None), 0]
     assert "gates alone" in caplog.text
+
+
+def test_a_call_cancelled_while_asking_redis_holds_nothing(
+    redis_url: str, redis_prefix: str
+) -> None:
+    async def main() -> list[object]:
+        gate = _gate(redis_url, redis_prefix)
+        asking = asyncio.create_task(gate.turn(KEY, can_lead=True))
+        await asyncio.sleep(0)  # it made its entry and is asking Redis
+        held_while_asking = len(gate)
+        asking.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asking
+        await _close(gate)
+        return [held_while_asking, len(gate), gate.num_waited]
+
+    assert asyncio.run(main()) == [1, 0, 0]  # the entry (and its local waiters) let go
