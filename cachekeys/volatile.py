@@ -30,6 +30,7 @@ PLACEHOLDER = "{{volatile:%d}}"
 KEEP_PLACEHOLDER = r"(?P<lantern_placeholder>\{\{volatile:\d+\}\})"
 BLOCK_OPEN = "<volatile-context>"
 BLOCK_CLOSE = "</volatile-context>"
+NOW_CONTEXT_CHARS = 24  # the context around a frozen place in the line naming its value
 LEARNED = "learned"  # the kind of a place the autopilot learnt (cachekeys/volatile_learn.py)
 
 
@@ -38,7 +39,7 @@ class Scan:
     """A text cut around its volatile values: pieces[0] v0 pieces[1] v1 ... pieces[-1]."""
 
     pieces: tuple[str, ...]
-    values: tuple[tuple[str, str], ...]  # (value, kind)
+    values: tuple[tuple[str, str, int], ...]  # (value, kind, the alternative that matched)
 
 
 class ScanMemo:
@@ -78,11 +79,13 @@ class ScanMemo:
 @dataclass(frozen=True, slots=True)
 class VolatileMatcher:
     """One compiled alternation: kept placeholders, then the learnt places, the tenant's
-    patterns, and the built-in ones (all, or only `kinds`). `kinds[i]` names alternative i."""
+    patterns, and the built-in ones (all, or only `kinds`). `kinds[i]` names alternative i;
+    `frozen[i]`, when given, is the value a learnt place keeps in place (see `Relocator`)."""
 
     pattern: re.Pattern[str]
     kinds: tuple[str, ...] = ()
     memo: ScanMemo = field(default_factory=ScanMemo, compare=False)
+    frozen: Mapping[int, str] = field(default_factory=dict, compare=False)
 
     @classmethod
     def build(
@@ -91,9 +94,12 @@ class VolatileMatcher:
         use_defaults: bool = True,
         default_kinds: frozenset[str] | None = None,
         learned: Iterable[str] = (),
+        frozen: Mapping[str, str] | None = None,
     ) -> VolatileMatcher:
-        """`default_kinds` None: every built-in pattern; else only those kinds."""
+        """`default_kinds` None: every built-in pattern; else only those kinds. `frozen`: learnt
+        pattern -> the value kept in its place (the session that learnt it)."""
         named = [(LEARNED, p) for p in learned]
+        kept = {i: frozen[p] for i, (_, p) in enumerate(named) if frozen and p in frozen}
         named += [(f"tenant[{i}]", p) for i, p in enumerate(tenant_patterns)]
         if use_defaults:
             named += [
@@ -105,16 +111,20 @@ class VolatileMatcher:
         # never rewrites one: relocation stays idempotent
         alternatives = [KEEP_PLACEHOLDER]
         alternatives += [f"(?P<lantern_v{i}>{p})" for i, (_, p) in enumerate(named)]
-        return cls(re.compile("|".join(alternatives)), tuple(name for name, _ in named))
+        kinds = tuple(name for name, _ in named)
+        return cls(re.compile("|".join(alternatives)), kinds, ScanMemo(), kept)
 
     @classmethod
     def per_call(
-        cls, tenant_patterns: Iterable[str] = (), learned: Iterable[str] = ()
+        cls,
+        tenant_patterns: Iterable[str] = (),
+        learned: Iterable[str] = (),
+        frozen: Mapping[str, str] | None = None,
     ) -> VolatileMatcher:
         """The default: the tenant's patterns are left to the policy; the built-in values that
         change on every call, and the places learnt, are relocated."""
         del tenant_patterns  # relocated under `always` or once learnt, not by default
-        return cls.build((), True, PER_CALL_KINDS, learned)
+        return cls.build((), True, PER_CALL_KINDS, learned, frozen)
 
     def scan(self, text: str) -> Scan | None:
         found = self.memo.get(text)
@@ -131,7 +141,8 @@ class VolatileMatcher:
             if not value or group is None or group == "lantern_placeholder":
                 continue
             pieces.append(text[start : match.start()])
-            values.append((value, self.kinds[int(group.removeprefix("lantern_v"))]))
+            index = int(group.removeprefix("lantern_v"))
+            values.append((value, self.kinds[index], index))
             start = match.end()
         if not values:
             return None
@@ -142,20 +153,32 @@ class VolatileMatcher:
 class Relocator:
     """Replaces volatile values by placeholders, numbering distinct values in order of appearance.
 
-    One instance serves one request: the same value always gets the same placeholder.
+    One instance serves one request: the same value always gets the same placeholder. A frozen
+    place (`VolatileMatcher.frozen`) keeps its frozen value in place instead, and the trailing
+    block says what that value is now, so the model still reads every value.
     """
 
     def __init__(self, matcher: VolatileMatcher) -> None:
         self._matcher = matcher
         self._values: dict[str, int] = {}
+        self._now: dict[str, None] = {}  # the lines naming a frozen place's current value
         self.kinds: set[str] = set()
 
     def text(self, text: str) -> str:
         scan = self._matcher.scan(text)
         if scan is None:
             return text
+        frozen = self._matcher.frozen
         out = [scan.pieces[0]]
-        for (value, kind), piece in zip(scan.values, scan.pieces[1:], strict=True):
+        for i, (value, kind, index) in enumerate(scan.values):
+            piece = scan.pieces[i + 1]
+            kept = frozen.get(index)
+            if kept is not None:
+                out += (kept, piece)
+                if kept != value:
+                    self.kinds.add(kind)
+                    self._now[now_line(scan.pieces[i], kept, value, piece)] = None
+                continue
             self.kinds.add(kind)
             number = self._values.setdefault(value, len(self._values) + 1)
             out += (PLACEHOLDER % number, piece)
@@ -195,10 +218,18 @@ class Relocator:
 
     def block_text(self) -> str | None:
         """The trailing block with every relocated value, or None when nothing moved."""
-        if not self._values:
+        if not (self._values or self._now):
             return None
         lines = [f"{PLACEHOLDER % n} = {value}" for value, n in self._values.items()]
-        return "\n".join([BLOCK_OPEN, *lines, BLOCK_CLOSE])
+        return "\n".join([BLOCK_OPEN, *lines, *self._now, BLOCK_CLOSE])
+
+
+def now_line(before: str, kept: str, value: str, after: str) -> str:
+    """The line telling the model a frozen place's current value, with the place's context
+    (up to `NOW_CONTEXT_CHARS` on each side, on its own line of the text)."""
+    left = before.rpartition("\n")[2][-NOW_CONTEXT_CHARS:]
+    right = after.partition("\n")[0][:NOW_CONTEXT_CHARS]
+    return f'in "{left}{kept}{right}", {kept} is now {value}'
 
 
 def is_volatile_block(text: str) -> bool:

@@ -1,8 +1,9 @@
 """Learning a volatile place from two versions of one system text: the short span that differs,
 between the same context on both sides, becomes a pattern that relocates that place.
 
-Pure. A place is learnt only when the change is one value on one line (not an instruction edit),
-and the pattern it gives matches exactly the two values it was learnt from.
+Pure. A place is learnt only when the change is one value (one word: no white space) on one line,
+not an instruction edit, and the pattern it gives matches exactly the two values it was learnt
+from.
 """
 
 from __future__ import annotations
@@ -26,12 +27,13 @@ def learn_place(old: str, new: str, repeated: bool = False) -> str | None:
     while end > 0 and _is_value_char(old[len(old) - end]):
         end -= 1
     a, b = old[start : len(old) - end], new[start : len(new) - end]
-    if not (a and b) or max(len(a), len(b)) > MAX_VALUE_CHARS or "\n" in a + b:
+    if not (a and b) or max(len(a), len(b)) > MAX_VALUE_CHARS or _has_space(a + b):
         return None
     if not repeated and not any(c.isdigit() for c in a + b):
         return None
-    left = old[max(0, start - CONTEXT_CHARS) : start]
-    right = old[len(old) - end : len(old) - end + CONTEXT_CHARS]
+    # the context stays on the value's line: a line added above (a scope line) keeps the place
+    left = old[max(0, start - CONTEXT_CHARS) : start].rpartition("\n")[2]
+    right = old[len(old) - end : len(old) - end + CONTEXT_CHARS].partition("\n")[0]
     if not (left or right) or "{{volatile:" in left + right:
         return None
     pattern = _pattern(left, right)
@@ -45,6 +47,10 @@ def _pattern(left: str, right: str) -> str:
     head = f"(?<={re.escape(left)})" if left else r"(?:^|(?<=\n))"
     tail = f"(?={re.escape(right)})" if right else r"(?=\n|\Z)"
     return head + r"[^\n]{1," + str(MAX_VALUE_CHARS) + "}?" + tail
+
+
+def _has_space(text: str) -> bool:
+    return any(c.isspace() for c in text)
 
 
 def _is_value_char(char: str) -> bool:

@@ -92,6 +92,11 @@ class PreparedPrompt:
 
 
 class PromptPort(Protocol):
+    def ready(self, tenant: str) -> Awaitable[None] | None:
+        """What a call of `tenant` awaits before `prepare` (shared state the port reads once
+        in a while), or None when nothing."""
+        ...
+
     def prepare(
         self,
         wire: WireFormat,

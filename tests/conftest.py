@@ -81,6 +81,7 @@ SLOW_TESTS = (
     "adapters/test_tokens.py::test_bundled_files_work_without_a_cache_dir_set",
     "cachekeys/test_gateway_e2e.py",
     "cachekeys/test_relocation_e2e.py",
+    "cachekeys/test_learning_e2e.py",
     "gateway/cli/test_cli.py::test_policy_check_as_a_subprocess",
     "gateway/core/test_translation.py::test_litellm_refuses_what_its_provider_does_not_take",
     "gateway/core/test_translation.py::test_litellm_passes_what_its_provider_takes_and_what_only_describes_the_call",

@@ -1,8 +1,10 @@
 """An orchestrator starts 8 sub-agents at once on one 20,000-token prefix: through a real
 gateway (default cache policy) to the provider fake, whose prefill takes time and whose entries
 are readable only once prefilled; with Lantern's fan-out gate, and with every call sent at once.
+With `--redis-url`, the sub-agents' calls are spread over `--gateways` gateways that share
+only that Redis (each its own app, pipeline and gate), as over several gateway processes.
 
-    python -m bench.agent_sessions.fanout [--rounds 3]
+    python -m bench.agent_sessions.fanout [--rounds 3] [--redis-url URL --gateways 2]
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import statistics
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,29 +88,54 @@ class FanoutRun:
 
 
 class FanoutBench:
-    """One gateway, one tenant, one Anthropic backend: the provider fake over HTTP."""
+    """One tenant, one Anthropic backend (the provider fake over HTTP), and one gateway, or
+    `num_gateways` sharing `redis_url` (each with its own database and memory)."""
 
-    def __init__(self, var_dir: Path, prefill_s_per_token: float = PREFILL_S_PER_TOKEN) -> None:
+    def __init__(
+        self,
+        var_dir: Path,
+        prefill_s_per_token: float = PREFILL_S_PER_TOKEN,
+        redis_url: str | None = None,
+        num_gateways: int = 1,
+    ) -> None:
         self.prefill_s_per_token = prefill_s_per_token
         self.upstream = FakeUpstream(reply_words=40).start()
         self.upstream.app.chunk_delay_s = CHUNK_DELAY_S
-        policies = var_dir / "policies"
-        policies.mkdir(parents=True, exist_ok=True)
-        write_policy(policies, "acme", KEY, models=[MODEL])
-        backend = {
-            "kind": "anthropic",
-            "name": "fake-anthropic",
-            "base_url": self.upstream.base_url,
-            "model": MODEL,
-            "api_key_env": None,
-            "timeout_s": 60,
-        }
-        config = write_config(
-            var_dir / "lantern.yaml", var_dir, [{"name": MODEL, "backends": [backend]}]
-        )
-        self.gateway: RunningGateway = start_gateway(config)
+        shared = {} if redis_url is None else {"redis_url": redis_url}
+        self.gateways: list[RunningGateway] = []
+        for n in range(num_gateways if redis_url else 1):
+            home = var_dir / f"gateway-{n}"
+            (home / "policies").mkdir(parents=True, exist_ok=True)
+            write_policy(home / "policies", "acme", KEY, models=[MODEL])
+            backend = {
+                "kind": "anthropic",
+                "name": "fake-anthropic",
+                "base_url": self.upstream.base_url,
+                "model": MODEL,
+                "api_key_env": None,
+                "timeout_s": 60,
+            }
+            models = [{"name": MODEL, "backends": [backend]}]
+            config = write_config(home / "lantern.yaml", home, models, **shared)
+            self.gateways.append(start_gateway(config))
+        self.gateway = self.gateways[0]
+        self.lease_prefix = f"lantern-bench:{uuid.uuid4().hex[:12]}:fanout:"  # this bench's own
         self.system = system_text()
         self.rounds = 0
+
+    def _fresh_gates(self, gated: bool) -> list[FanoutGate]:
+        """A new gate per gateway (the reference: no call leads, so none waits), each keeping
+        its gateway's Redis leases under this bench's key prefix."""
+        gates = []
+        for gateway in self.gateways:
+            pipeline = gateway.components.pipeline
+            gate = FanoutGate() if gated else FanoutGate(max_leads_per_tenant=0)
+            gate.shared = pipeline.fanout.shared
+            if gate.shared is not None:
+                gate.shared.key_prefix = self.lease_prefix
+            pipeline.fanout = gate
+            gates.append(gate)
+        return gates
 
     def run(self, gated: bool = True, fail_first: bool = False, hold: bool = False) -> FanoutRun:
         """One fan-out on a fresh provider cache, with a system prompt and tasks no earlier run
@@ -115,9 +143,7 @@ class FanoutBench:
         provider serves nothing until every call has arrived (tests: "together" on any box)."""
         fake = PromptCacheFake(time.monotonic, prefill_s_per_token=self.prefill_s_per_token)
         self.upstream.app.cache = fake
-        pipeline = self.gateway.components.pipeline
-        # the reference: no call leads, so none waits (every call sent at once)
-        pipeline.fanout = FanoutGate() if gated else FanoutGate(max_leads_per_tenant=0)
+        gates = self._fresh_gates(gated)
         if fail_first:
             self.upstream.fail_next(500)
         self.rounds += 1
@@ -129,14 +155,15 @@ class FanoutBench:
             """Every call arrived: the first at the provider, the rest waiting behind it (or,
             ungated, all at the provider)."""
             if gated:
-                return len(app.requests) > sent and pipeline.fanout.num_waited >= NUM_AGENTS - 1
+                waited = sum(gate.num_waited for gate in gates)
+                return len(app.requests) > sent and waited >= NUM_AGENTS - 1
             return len(app.requests) >= sent + NUM_AGENTS
 
         if hold:
             app.hold = threading.Event()
-            pipeline.fanout.num_waited = 0
+        urls = [g.url for g in self.gateways]
         try:
-            calls = asyncio.run(_send_all(self.gateway.url, bodies, app.hold, together))
+            calls = asyncio.run(_send_all(urls, bodies, app.hold, together))
         finally:
             if app.hold is not None:
                 app.hold.set()
@@ -144,17 +171,24 @@ class FanoutBench:
         return FanoutRun(gated, tuple(calls), tuple(fake.calls))
 
     def close(self) -> None:
-        self.gateway.stop()
+        for gateway in self.gateways:
+            gateway.stop()
         self.upstream.stop()
 
 
 async def _send_all(
-    url: str, bodies: list[dict[str, Any]], hold: threading.Event | None, together: Together
+    urls: list[str],
+    bodies: list[dict[str, Any]],
+    hold: threading.Event | None,
+    together: Together,
 ) -> list[AgentCall]:
-    """Send every body at once; with `hold`, set it once `together()` says all have arrived."""
+    """Send every body at once (sub-agent i to gateway i mod n); with `hold`, set it once
+    `together()` says all have arrived."""
     limits = httpx.Limits(max_connections=len(bodies))
-    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
-        sending = asyncio.gather(*(_send(client, b) for b in bodies))
+    async with httpx.AsyncClient(timeout=60, limits=limits) as client:
+        sending = asyncio.gather(
+            *(_send(client, urls[i % len(urls)], b) for i, b in enumerate(bodies))
+        )
         while hold is not None and not together():
             await asyncio.sleep(0.005)
         if hold is not None:
@@ -162,11 +196,11 @@ async def _send_all(
         return list(await sending)
 
 
-async def _send(client: httpx.AsyncClient, body: dict[str, Any]) -> AgentCall:
+async def _send(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> AgentCall:
     started = time.monotonic()
     ttft = None
     headers = {"x-api-key": KEY}
-    async with client.stream("POST", "/v1/messages", json=body, headers=headers) as reply:
+    async with client.stream("POST", url + "/v1/messages", json=body, headers=headers) as reply:
         async for line in reply.aiter_lines():
             if ttft is None and "content_block_delta" in line:
                 ttft = time.monotonic() - started
@@ -181,9 +215,11 @@ def prompt_tokens(body: dict[str, Any]) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved pairs of runs")
+    parser.add_argument("--redis-url", default=None, help="gateways share this Redis")
+    parser.add_argument("--gateways", type=int, default=2, help="with --redis-url")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as var_dir:
-        bench = FanoutBench(Path(var_dir))
+        bench = FanoutBench(Path(var_dir), PREFILL_S_PER_TOKEN, args.redis_url, args.gateways)
         try:
             runs = [bench.run(gated) for _ in range(args.rounds) for gated in (False, True)]
         finally:

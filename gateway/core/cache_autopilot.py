@@ -3,12 +3,14 @@ session's last call for the breakpoint planner (cachekeys/planner.py), and the p
 (gateway/core/cache_learning.py).
 
 Owns memory and the clock only; every decision is in cachekeys. Keeps prompt text only as the
-learner's bounded in-memory system texts, never in the session records.
+learner's bounded in-memory head texts (tools, system), never in the session records.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -36,8 +38,10 @@ class CacheAutopilot:
         self._probes: dict[tuple[str, ...], VolatileProbe] = {}
         self.sessions = SessionReuseMemo(max_sessions)
         self.learned = LearnedPlaces()
+        # (pattern, the value it had on the call before) of the latest place learnt
+        self.discovered: tuple[str, str] | None = None
         self._texts = HeadTexts()
-        # (tenant, tools + first message) -> the root of its latest call: a system prompt that
+        # (tenant, number of tools + first message) -> the root of its latest call: a head that
         # changes by a value of no known shape would otherwise start a new session every call
         self._threads: OrderedDict[bytes, str] = OrderedDict()
         self._max_threads = max_sessions
@@ -71,27 +75,30 @@ class CacheAutopilot:
         self._threads.move_to_end(thread)
         while len(self._threads) > self._max_threads:
             self._threads.popitem(last=False)
-        for block in layout.blocks:
-            if block.level == "system":
-                self._texts.put(tenant, block.digest, block.text)
+        self._texts.put_head(tenant, layout.blocks)
 
     def _learn(self, tenant: str, previous: ReuseRecord, layout: PromptLayout) -> None:
-        """The first head block that changed, when it is a system block whose previous text is
-        known: the place where only a value differs is relocated from the tenant's next call."""
+        """The first head block that changed, when it is a system block or a tool whose
+        previous text is known: the place where only a value differs (in a tool, in its
+        description) is relocated from the tenant's next call."""
         for i in range(min(len(previous.digests), len(layout.blocks))):
             block = layout.blocks[i]
             if block.level == "messages" or block.digest != previous.digests[i]:
                 break
         else:
             return
-        if block.level != "system" or block.digest == previous.digests[i]:
+        if block.level == "messages" or block.digest == previous.digests[i]:
             return
         old = self._texts.get(tenant, previous.digests[i])
         if old is None:
             return
-        pattern = learn_place(old, block.text, repeated=previous.broke_at == i)
-        if pattern is not None:
-            self.learned.add(tenant, pattern)
+        pair = (old, block.text) if block.level == "system" else _descriptions(old, block.text)
+        if pair is None:
+            return
+        pattern = learn_place(*pair, repeated=previous.broke_at == i)
+        found = None if pattern is None else re.search(pattern, pair[0])
+        if pattern is not None and found is not None and self.learned.add(tenant, pattern):
+            self.discovered = (pattern, found.group(0))
 
     def _probe_for(self, policy: CachePolicy) -> VolatileProbe:
         n = policy.normalise
@@ -104,14 +111,32 @@ class CacheAutopilot:
         return probe
 
 
+def _descriptions(old: str, new: str) -> tuple[str, str] | None:
+    """Two versions of a tool block's text (its JSON as sent): their descriptions, when the
+    name and the schema are the same."""
+    a, b = json.loads(old), json.loads(new)
+    if not (isinstance(a, dict) and isinstance(b, dict)):
+        return None
+    if (a.get("name"), a.get("input_schema")) != (b.get("name"), b.get("input_schema")):
+        return None
+    descriptions = a.get("description"), b.get("description")
+    if not all(isinstance(d, str) for d in descriptions):
+        return None
+    return descriptions  # type: ignore[return-value]
+
+
 def _thread_key(tenant: str, layout: PromptLayout) -> bytes:
-    """The tools and the first message (not the system prompt, not Lantern's volatile tail)."""
+    """The number of tools and the first message: not the system prompt nor the tools' text
+    (a value of no known shape may change in either), not Lantern's volatile tail."""
     first = next((b.locator[1] for b in layout.blocks if b.level == "messages"), None)
     h = hashlib.sha256(tenant.encode())
+    num_tools = 0
     for b in layout.blocks:
-        is_first = b.level == "messages" and b.locator[1] == first
-        if (b.level == "tools" or is_first) and not b.is_volatile:
+        if b.level == "tools":
+            num_tools += 1
+        elif b.level == "messages" and b.locator[1] == first and not b.is_volatile:
             h.update(b.digest)
+    h.update(num_tools.to_bytes(4, "little"))
     return h.digest()
 
 

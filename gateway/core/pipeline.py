@@ -106,6 +106,9 @@ class Pipeline:
         route = route_for(self.s.models, call)
         check_translatable(call.wire, call.body, route)
         max_tokens = max_tokens_for(call)
+        ready = self.s.prompts.ready(call.tenant.tenant)  # shared learnt places, now and then
+        if ready is not None:
+            await ready
         prepared, prompt_tokens = await measure(
             self.s.prompts, self.s.counter, self.s.measure_lane, call, route.name
         )

@@ -10,7 +10,7 @@ lives in cachekeys.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 
 import orjson
@@ -40,6 +40,8 @@ from gateway.core.cache_diagnosis import (
     SessionCacheTracker,
     reconcile,
 )
+from gateway.core.cache_learning import session_key
+from gateway.core.cache_learning_shared import SharedPlaces
 from gateway.core.memo import MAX_ENTRIES, PerObjectMemo
 from gateway.core.prompt_prepare import (
     Encoder,
@@ -97,10 +99,19 @@ class PromptCachePort:
         self._tool_lists = ToolLists()
         # tenant -> (policy, learnt patterns, options) for tenants with learnt places
         self._learned_options: dict[str, tuple[CachePolicy, tuple[str, ...], NormaliseOptions]] = {}
+        # the same, for a session that keeps the values of the places it taught
+        self._frozen_by: dict[
+            tuple[str, tuple[tuple[str, str], ...]],
+            tuple[CachePolicy, tuple[str, ...], NormaliseOptions],
+        ] = {}
         self._salts: dict[str, str] = {}  # tenant id -> its salt (HMAC of the port's secret)
         self.tracker = SessionCacheTracker(max_sessions)
         self.autopilot = CacheAutopilot(clock, max_sessions)
         self.metrics = CacheMetrics(registry)
+        self.shared: SharedPlaces | None = None  # the learnt places shared through Redis
+
+    def ready(self, tenant: str) -> Awaitable[None] | None:
+        return None if self.shared is None else self.shared.ready(tenant)
 
     def prepare(
         self,
@@ -114,33 +125,63 @@ class PromptCachePort:
         salt = salt_for(policy, self._secret, tenant.tenant, self._tenant_salt)
         isolate = model in self._shared_cache_models
         tenant_id = tenant.tenant
-        options = self._options(policy, tenant_id)
+        options = self._options(policy, tenant_id, request)
 
         def steer(layout: PromptLayout, salt: str, root: str | None) -> Steering:
             return self.autopilot.steer(policy, tenant_id, layout, salt, root)
 
         call = PromptCall(wire, body, request, policy, tenant_id, salt, options, isolate, steer)
-        learned = self.autopilot.learned.patterns(tenant_id)
+        learned = self.autopilot.learned
+        version = learned.version
         prepared = prepare_call(call, self._encoder, self._memos, self._tool_lists)
-        if self.autopilot.learned.patterns(tenant_id) != learned:
-            # this call taught the autopilot a place: relocate it already, so the entry this
-            # call writes is the prefix the session's next call starts with
-            call = replace(call, options=self._options(policy, tenant_id))
+        if learned.version != version and policy.normalise.relocate_volatile == "auto":
+            # this call taught the autopilot a place: the session keeps the value the previous
+            # call had in place (its prefix is read, not written again) and the newest value
+            # goes to the tail; the tenant's later sessions relocate the place from their start
+            discovered = self.autopilot.discovered
+            if discovered is not None:
+                learned.freeze(tenant_id, session_key(request), *discovered)
+                self.autopilot.discovered = None
+            call = replace(call, options=self._options(policy, tenant_id, request))
             prepared = prepare_call(call, self._encoder, self._memos, self._tool_lists)
         return prepared
 
-    def _options(self, policy: CachePolicy, tenant_id: str) -> NormaliseOptions:
+    def _options(
+        self, policy: CachePolicy, tenant_id: str, request: ChatRequest | None = None
+    ) -> NormaliseOptions:
         """The policy's options, with the places the autopilot learnt for the tenant (one
-        options object per learnt set, so the conversation memo keeps matching)."""
-        learned = self.autopilot.learned.patterns(tenant_id)
-        if not learned or policy.normalise.relocate_volatile != "auto":
+        options object per learnt set, so the conversation memo keeps matching) and, for a
+        session that taught one (known by `request`), the values it keeps in place."""
+        places = self.autopilot.learned.tenants.get(tenant_id)
+        if places is None or not places.patterns or policy.normalise.relocate_volatile != "auto":
             return self._options_for(policy)
+        learned = places.patterns
+        if places.frozen and request is not None:
+            frozen = self.autopilot.learned.frozen(places, session_key(request))
+            if frozen is not None:
+                return self._frozen_options(policy, tenant_id, learned, frozen)
         found = self._learned_options.get(tenant_id)
         if found is None or found[0] is not policy or found[1] != learned:
             options = normalise_options(policy, self._memos.schemas, learned)
             if len(self._learned_options) >= MAX_ENTRIES:
                 self._learned_options.clear()
             found = self._learned_options[tenant_id] = (policy, learned, options)
+        return found[2]
+
+    def _frozen_options(
+        self,
+        policy: CachePolicy,
+        tenant_id: str,
+        learned: tuple[str, ...],
+        frozen: Mapping[str, str],
+    ) -> NormaliseOptions:
+        key = (tenant_id, tuple(sorted(frozen.items())))
+        found = self._frozen_by.get(key)
+        if found is None or found[0] is not policy or found[1] != learned:
+            options = normalise_options(policy, self._memos.schemas, learned, frozen)
+            if len(self._frozen_by) >= MAX_ENTRIES:
+                self._frozen_by.clear()
+            found = self._frozen_by[key] = (policy, learned, options)
         return found[2]
 
     def _tenant_salt(self, secret: bytes, tenant_id: str) -> str:

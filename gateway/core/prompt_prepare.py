@@ -71,19 +71,23 @@ class TiktokenEncoder:
 
 
 def normalise_options(
-    policy: CachePolicy, schemas: SchemaMemo | None = None, learned: Sequence[str] = ()
+    policy: CachePolicy,
+    schemas: SchemaMemo | None = None,
+    learned: Sequence[str] = (),
+    frozen: Mapping[str, str] | None = None,
 ) -> NormaliseOptions:
     """The tenant's `cache:` section as cachekeys options; `learned`: the patterns of the places
-    the autopilot learnt for the tenant (relocated under `auto`). Build once per tenant policy
+    the autopilot learnt for the tenant (relocated under `auto`); `frozen`: learnt pattern ->
+    the value kept in its place (the session that learnt it). Build once per tenant policy
     (and learnt set): the matcher's scan memo is the tenant's own."""
     n = policy.normalise
     mode = n.relocate_volatile
     if mode == "always":
         matcher = VolatileMatcher.build(n.volatile_patterns, n.default_patterns, None, learned)
     elif n.default_patterns:
-        matcher = VolatileMatcher.per_call(n.volatile_patterns, learned)
+        matcher = VolatileMatcher.per_call(n.volatile_patterns, learned, frozen)
     else:
-        matcher = VolatileMatcher.build((), False, None, learned)
+        matcher = VolatileMatcher.build((), False, None, learned, frozen)
     return NormaliseOptions(
         n.order_tools,
         n.canonical_json,

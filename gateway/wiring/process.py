@@ -19,7 +19,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from adapters.http.http1.pool import Http1Pool
 from gateway.apikeys.keyring import KeyChain, Keyring
 from gateway.core.admission import Admission
+from gateway.core.cache_learning_shared import SharedPlaces
 from gateway.core.engine_tokens import EngineTokenizers
+from gateway.core.fanout_shared import SharedLeases
 from gateway.core.keep_warm import KeepWarm
 from gateway.core.keep_warm_latest import RedisLatestCalls
 from gateway.core.models_table import (
@@ -28,6 +30,7 @@ from gateway.core.models_table import (
     build_model_table,
 )
 from gateway.core.pipeline import Pipeline
+from gateway.core.prompt_cache import PromptCachePort
 from gateway.core.token_count import RouteTokenCounting
 from gateway.http.admin_views import JsonView, build_admin_views
 from gateway.http.readiness import HealthCheck
@@ -121,6 +124,16 @@ def _add_shared_state(
         process.on_stop.append(latest.aclose)
 
 
+def _share_cache_autopilot(process: GatewayProcess, url: str, prompts: PromptCachePort) -> None:
+    """The places the cache autopilot learnt and the fan-out gate's leases, shared by the
+    gateway processes through Redis (each process alone while it is unreachable)."""
+    places = SharedPlaces.from_url(url, prompts.autopilot.learned)
+    prompts.shared = places
+    gate = process.pipeline.fanout
+    leases = gate.shared = SharedLeases.from_url(url, gate.max_wait_s)
+    process.on_stop.extend((places.aclose, leases.aclose))
+
+
 def build_components(
     settings: Settings, *, clock: Callable[[], float] = time.monotonic
 ) -> GatewayProcess:
@@ -148,6 +161,8 @@ def build_components(
     lookup = _add_keyring(process, ledger.engine)
     _add_tools(process, settings, lookup, ledger.ledger, admission.store, telemetry, clock)
     _add_shared_state(process, settings, clock)
+    if settings.redis_url:
+        _share_cache_autopilot(process, settings.redis_url, prompt.prompts)
 
     async def start() -> None:
         policies.reload_now()

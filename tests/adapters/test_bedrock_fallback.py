@@ -101,6 +101,9 @@ class Admission:
 
 
 class Prompts:
+    def ready(self, tenant: str) -> None:
+        return None
+
     def prepare(self, wire, body, request, tenant, model) -> PreparedPrompt:
         return PreparedPrompt(body=body, request=request, session_root="root", cache_salt="salt")
 

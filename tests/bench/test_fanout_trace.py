@@ -53,3 +53,23 @@ def test_a_failing_first_call_lets_the_waiters_go_on_their_own(bench: FanoutBenc
     # released at once, the seven go together: each writes (as without the gate)
     assert [(c.read, c.write, c.uncached) for c in run.billed] == [(0, 20_045, 3)] * 7
     assert len(bench.gateway.components.pipeline.fanout) == 0
+
+
+def test_over_two_gateways_sharing_redis_the_prefix_is_written_once(
+    tmp_path: Path, redis_url: str
+) -> None:
+    bench = FanoutBench(tmp_path, PREFILL_S_PER_TOKEN, redis_url, num_gateways=2)
+    try:
+        run = bench.run(gated=True, hold=True)  # sub-agents 0, 2, 4, 6 to one, the rest to other
+        assert [c.status for c in run.calls] == [200] * NUM_AGENTS
+        assert [(c.read, c.write, c.uncached) for c in run.billed] == [(0, 20_045, 3)] + [
+            (20_023, 22, 3)
+        ] * 7
+        gates = [g.components.pipeline.fanout for g in bench.gateways]
+        assert [g.num_waited for g in gates] in ([3, 4], [4, 3])  # both gateways waited
+        assert [len(g) for g in gates] == [0, 0]
+        failed = bench.run(gated=True, fail_first=True, hold=True)
+        assert sorted(c.status for c in failed.calls) == [200] * 7 + [502]
+        assert [(c.read, c.write) for c in failed.billed] == [(0, 20_045)] * 7
+    finally:
+        bench.close()

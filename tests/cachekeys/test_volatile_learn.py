@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+from cachekeys.volatile import Relocator, VolatileMatcher
 from cachekeys.volatile_learn import learn_place
 
 
@@ -34,3 +35,33 @@ def test_an_instruction_edit_is_not_a_value() -> None:
     assert learn_place("Be concise.\nRules.", "Be concise.\nRules 2.\nMore rules 3.") is None
     assert learn_place("a" * 10 + "1" * 80 + "b", "a" * 10 + "2" * 80 + "b") is None  # too long
     assert learn_place("same", "same") is None
+
+
+def test_a_frozen_place_keeps_its_value_and_names_the_newest_at_the_tail() -> None:
+    pattern = learn_place("Build 48213 of the workspace.", "Build 48214 of the workspace.")
+    assert pattern is not None
+    frozen = VolatileMatcher.per_call((), [pattern], {pattern: "48213"})
+    same = Relocator(frozen)
+    assert same.text("Build 48213 of the workspace.") == "Build 48213 of the workspace."
+    assert same.block_text() is None  # the value is the one kept: nothing to add
+    moved = Relocator(frozen)
+    text = "Now 2026-11-30T09:18:42Z.\nBuild 48215 of the workspace."
+    assert moved.text(text) == "Now {{volatile:1}}.\nBuild 48213 of the workspace."
+    assert moved.block_text() == (
+        "<volatile-context>\n{{volatile:1}} = 2026-11-30T09:18:42Z\n"
+        'in "Build 48213 of the workspace.", 48213 is now 48215\n</volatile-context>'
+    )
+    assert moved.kinds == {"iso_datetime", "learned"}
+    placeholder = Relocator(VolatileMatcher.per_call((), [pattern]))  # a later session
+    assert (
+        placeholder.text("Build 48215 of the workspace.")
+        == "Build {{volatile:1}} of the workspace."
+    )
+
+
+def test_a_change_of_more_than_one_word_is_not_a_value() -> None:
+    assert learn_place("Follow the rules. r r", "New rules at 2026-11-30. r r") is None
+    # the context stays on the value's line (a scope line above it changes nothing)
+    pattern = learn_place("scope\nBuild 1 of it", "scope\nBuild 2 of it")
+    assert pattern is not None
+    assert re.search(pattern, "other\nBuild 3 of it") is not None

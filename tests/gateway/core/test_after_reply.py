@@ -140,6 +140,9 @@ class Fakes:
         return {}
 
     # prompts
+    def ready(self, tenant: str) -> None:
+        return None
+
     def prepare(self, wire, body, request, tenant, model) -> PreparedPrompt:  # type: ignore[no-untyped-def]
         return PreparedPrompt(body=body, request=request, session_root="root", cache_salt="s")
 

@@ -131,6 +131,9 @@ class Ports:
         return {}
 
     # PromptPort
+    def ready(self, tenant: str) -> None:
+        return None
+
     def prepare(
         self,
         wire: WireFormat,
