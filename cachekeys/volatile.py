@@ -28,8 +28,9 @@ DEFAULT_PATTERN_NAMES = ("iso_datetime", "date", "clock_time", "uuid", "request_
 PER_CALL_KINDS = frozenset({"iso_datetime", "clock_time", "uuid", "request_id", "epoch"})
 PLACEHOLDER = "{{volatile:%d}}"
 KEEP_PLACEHOLDER = r"(?P<lantern_placeholder>\{\{volatile:\d+\}\})"
+# the tail opens with this line and runs to the end of its block: no closing tag, whose five
+# tokens every relocating call would pay uncached
 BLOCK_OPEN = "<volatile-context>"
-BLOCK_CLOSE = "</volatile-context>"
 NOW_CONTEXT_CHARS = 24  # the context around a frozen place in the line naming its value
 LEARNED = "learned"  # the kind of a place the autopilot learnt (cachekeys/volatile_learn.py)
 
@@ -221,7 +222,7 @@ class Relocator:
         if not (self._values or self._now):
             return None
         lines = [f"{PLACEHOLDER % n} = {value}" for value, n in self._values.items()]
-        return "\n".join([BLOCK_OPEN, *lines, *self._now, BLOCK_CLOSE])
+        return "\n".join([BLOCK_OPEN, *lines, *self._now])
 
 
 def now_line(before: str, kept: str, value: str, after: str) -> str:
@@ -233,4 +234,4 @@ def now_line(before: str, kept: str, value: str, after: str) -> str:
 
 
 def is_volatile_block(text: str) -> bool:
-    return text.startswith(BLOCK_OPEN) and text.endswith(BLOCK_CLOSE)
+    return text.startswith(BLOCK_OPEN + "\n")

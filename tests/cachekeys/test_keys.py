@@ -44,7 +44,7 @@ def test_session_root_is_the_first_message_not_later_ones() -> None:
 
 
 def test_prefix_hashes_cover_the_stable_prefix_only() -> None:
-    tail = TextPart("<volatile-context>\n{{volatile:1}} = 10:15\n</volatile-context>")
+    tail = TextPart("<volatile-context>\n{{volatile:1}} = 10:15")
     request = agent_request(turns=1)
     with_tail = replace(request, messages=(Message("user", (*request.messages[0].content, tail)),))
     lay = layout(request)

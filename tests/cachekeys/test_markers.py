@@ -100,7 +100,7 @@ def test_ttl_order_longer_first() -> None:
 
 def test_volatile_tail_and_empty_blocks_are_never_marked() -> None:
     request = agent_request(turns=1)
-    tail = TextPart("<volatile-context>\n{{volatile:1}} = 10:15\n</volatile-context>")
+    tail = TextPart("<volatile-context>\n{{volatile:1}} = 10:15")
     request = replace(request, messages=(Message("user", (TextPart("Fix."), TextPart(""), tail)),))
     layout = layout_of(request)
     assert layout.last_stable() == 4

@@ -81,7 +81,7 @@ def test_relocation_moves_volatile_values_to_the_newest_user_turn() -> None:
     )
     assert out.messages[-1].content[-1] == TextPart(
         "<volatile-context>\n{{volatile:1}} = 2026-11-30T09:18:42Z\n{{volatile:2}} = req_8f3k2m9x1q\n"
-        "{{volatile:3}} = 123e4567-e89b-12d3-a456-426614174000\n{{volatile:4}} = 3:07 PM\n</volatile-context>"
+        "{{volatile:3}} = 123e4567-e89b-12d3-a456-426614174000\n{{volatile:4}} = 3:07 PM"
     )
     assert out.messages[0].content[0] == TextPart(
         "Fix the bug."
@@ -113,7 +113,7 @@ def test_relocation_in_tool_descriptions_and_tenant_patterns() -> None:
     assert out.tools[0].input_schema == {"type": "object", "description": "for {{volatile:1}}"}
     assert (
         out.messages[-1].content[-1].text
-        == "<volatile-context>\n{{volatile:1}} = ticket-4411\n</volatile-context>"
+        == "<volatile-context>\n{{volatile:1}} = ticket-4411"
     )
 
 
@@ -209,8 +209,7 @@ def test_the_default_relocates_per_call_values_but_not_a_date_alone() -> None:
     assert out["system"] == "Today 2026-11-30, now {{volatile:1}} ({{volatile:2}})."
     assert edits == Edits(("clock_time", "request_id"), 1)
     assert out["messages"][2]["content"][-1]["text"] == (
-        "<volatile-context>\n{{volatile:1}} = 09:18\n{{volatile:2}} = run_8f3k2m9x1q\n"
-        "</volatile-context>"
+        "<volatile-context>\n{{volatile:1}} = 09:18\n{{volatile:2}} = run_8f3k2m9x1q"
     )
     out, edits = normalise_edits("anthropic", body, RELOCATE)  # `always`: the date too
     assert out["system"] == "Today {{volatile:1}}, now {{volatile:2}} ({{volatile:3}})."
@@ -231,7 +230,7 @@ def test_raw_anthropic_golden_default_switches() -> None:
         {"type": "tool_result", "tool_use_id": "t1", "content": "found"},
         {
             "type": "text",
-            "text": "<volatile-context>\n{{volatile:1}} = 2026-11-30T09:18:42Z\n</volatile-context>",
+            "text": "<volatile-context>\n{{volatile:1}} = 2026-11-30T09:18:42Z",
         },
     ]
 
@@ -281,7 +280,7 @@ def test_raw_openai_golden() -> None:
         "content": [
             {
                 "type": "text",
-                "text": "<volatile-context>\n{{volatile:1}} = 123e4567-e89b-12d3-a456-426614174000\n</volatile-context>",
+                "text": "<volatile-context>\n{{volatile:1}} = 123e4567-e89b-12d3-a456-426614174000",
             }
         ],
     }

@@ -105,7 +105,7 @@ def test_a_relocated_prompt_carries_every_value_to_the_model(
     assert reply.status_code == 200, reply.text
     sent = upstream.requests[-1].json()
     system, description, tail = (_openai_sent if route == "openai" else _anthropic_sent)(sent)
-    assert tail.startswith("<volatile-context>\n") and tail.endswith("\n</volatile-context>")
+    assert tail.startswith("<volatile-context>\n")
     for value in VALUES:
         assert value not in system and value in tail
     assert "Today is 2026-11-30." in system  # dates alone follow the policy

@@ -49,7 +49,7 @@ def test_a_frozen_place_keeps_its_value_and_names_the_newest_at_the_tail() -> No
     assert moved.text(text) == "Now {{volatile:1}}.\nBuild 48213 of the workspace."
     assert moved.block_text() == (
         "<volatile-context>\n{{volatile:1}} = 2026-11-30T09:18:42Z\n"
-        'in "Build 48213 of the workspace.", 48213 is now 48215\n</volatile-context>'
+        'in "Build 48213 of the workspace.", 48213 is now 48215'
     )
     assert moved.kinds == {"iso_datetime", "learned"}
     placeholder = Relocator(VolatileMatcher.per_call((), [pattern]))  # a later session
