@@ -5,7 +5,8 @@ behind one key sending byte-identical prefixes would read each other's entries (
 channel). The line makes the prefix bytes differ per tenant from the first block that is not
 declared public on: into the description of the first non-public tool, else as a system block
 right after the leading public system blocks. Declared-public tools and system blocks before it
-stay byte-identical across tenants, so their entries are still shared. Pure; no I/O.
+stay byte-identical across tenants, so their entries are still shared. No I/O; the lines are
+memoised by salt (bounded).
 """
 
 from __future__ import annotations
@@ -22,11 +23,22 @@ from cachekeys.normalise import PublicPrefix
 SCOPE_TAG_HEX = 16  # 64 bits of a keyed hash: never equal for two tenants by chance
 
 
+MAX_MEMO = 10_000  # salts (one per tenant) whose line is kept; past that the memo starts over
+_lines: dict[str, str] = {}
+
+
 def scope_line(salt: str) -> str:
     """The line for the tenant whose cache salt is `salt` (an HMAC of the server secret and the
-    tenant id): a hash of it, so the salt itself never reaches a provider."""
-    tag = hashlib.sha256(b"lantern-provider-scope\0" + salt.encode()).hexdigest()
-    return f"[cache scope {tag[:SCOPE_TAG_HEX]}]\n"
+    tenant id): a hash of it, so the salt itself never reaches a provider. Memoised by salt (a
+    call of an isolated tenant asks for it twice)."""
+    line = _lines.get(salt)
+    if line is None:
+        tag = hashlib.sha256(b"lantern-provider-scope\0" + salt.encode()).hexdigest()
+        line = f"[cache scope {tag[:SCOPE_TAG_HEX]}]\n"
+        if len(_lines) >= MAX_MEMO:
+            _lines.clear()
+        _lines[salt] = line
+    return line
 
 
 def isolate(

@@ -8,7 +8,6 @@ learner's bounded in-memory head texts (tools, system), never in the session rec
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import time
@@ -24,6 +23,9 @@ from cachekeys.volatile_learn import learn_place
 from cachekeys.volatile_probe import VolatileProbe
 from gateway.core.cache_learning import HeadTexts, LearnedPlaces
 from policies.cache import CachePolicy
+
+# (tenant, number of tools, digests of the first message's blocks): links a session's calls
+ThreadKey = tuple[str, int, tuple[bytes, ...]]
 
 MAX_PROBES = 256  # distinct tenant pattern sets kept compiled
 
@@ -43,7 +45,7 @@ class CacheAutopilot:
         self._texts = HeadTexts()
         # (tenant, number of tools + first message) -> the root of its latest call: a head that
         # changes by a value of no known shape would otherwise start a new session every call
-        self._threads: OrderedDict[bytes, str] = OrderedDict()
+        self._threads: OrderedDict[ThreadKey, str] = OrderedDict()
         self._max_threads = max_sessions
 
     def steer(
@@ -125,19 +127,19 @@ def _descriptions(old: str, new: str) -> tuple[str, str] | None:
     return descriptions  # type: ignore[return-value]
 
 
-def _thread_key(tenant: str, layout: PromptLayout) -> bytes:
+def _thread_key(tenant: str, layout: PromptLayout) -> ThreadKey:
     """The number of tools and the first message: not the system prompt nor the tools' text
-    (a value of no known shape may change in either), not Lantern's volatile tail."""
+    (a value of no known shape may change in either), not Lantern's volatile tail. A tuple of
+    the blocks' digests, not a hash of them: a dict key, built without hashing again."""
     first = next((b.locator[1] for b in layout.blocks if b.level == "messages"), None)
-    h = hashlib.sha256(tenant.encode())
     num_tools = 0
+    digests = []
     for b in layout.blocks:
         if b.level == "tools":
             num_tools += 1
         elif b.level == "messages" and b.locator[1] == first and not b.is_volatile:
-            h.update(b.digest)
-    h.update(num_tools.to_bytes(4, "little"))
-    return h.digest()
+            digests.append(b.digest)
+    return tenant, num_tools, tuple(digests)
 
 
 def with_steering(diagnosis_json: str, steering: Steering) -> str:

@@ -211,16 +211,18 @@ class UsageRow:
         return self.to_line()[:-1].decode()
 
     def to_line(self) -> bytes:
-        """One spool line, newline included (orjson: it is written on the request path; the
-        standard library's escapes take what orjson refuses, such as a lone surrogate)."""
-        values = {
-            **{name: getattr(self, name) for name in _PLAIN_FIELDS},
-            "ts": self.ts.isoformat(),
-            **{name: str(getattr(self, name)) for name in MONEY_FIELDS},
-        }
+        """One spool line, newline included (orjson, which writes the dataclass itself, its
+        datetime as `isoformat` does and, by `default`, each Decimal as `str`: it is written on
+        the request path; the standard library's escapes take what orjson refuses, such as a
+        lone surrogate)."""
         try:
-            return orjson.dumps(values, option=orjson.OPT_APPEND_NEWLINE)
+            return orjson.dumps(self, default=_decimal_text, option=orjson.OPT_APPEND_NEWLINE)
         except orjson.JSONEncodeError:
+            values = {
+                **{name: getattr(self, name) for name in _PLAIN_FIELDS},
+                "ts": self.ts.isoformat(),
+                **{name: str(getattr(self, name)) for name in MONEY_FIELDS},
+            }
             return (json.dumps(values, separators=(",", ":")) + "\n").encode()
 
     @classmethod
@@ -239,6 +241,14 @@ class UsageRow:
 
 USAGE_TABLE = cast(sa.Table, UsageRecord.__table__)
 USAGE_COLUMNS: tuple[str, ...] = tuple(c.name for c in USAGE_TABLE.columns)
+
+
+def _decimal_text(value: object) -> str:
+    if isinstance(value, Decimal):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
 MONEY_FIELDS = (
     "cost_usd",
     "uncached_cost_usd",
