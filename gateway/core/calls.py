@@ -176,14 +176,15 @@ def with_thinking_budget(
     return request, body
 
 
-def check_prompt_cap(call: IncomingCall, prompt_tokens: int) -> None:
-    """The tenant's `max_prompt_tokens`, on the count the backend will bill."""
+def check_prompt_cap(call: IncomingCall, prompt_tokens: int, field: str = "messages") -> None:
+    """The tenant's `max_prompt_tokens`, on the count the backend will bill; `field` is the
+    body field that holds the prompt (`input` at the embeddings door)."""
     cap = call.tenant.limits.max_prompt_tokens
     if cap is not None and prompt_tokens > cap:
         raise RequestRejected(
             f"prompt has {prompt_tokens} tokens; tenant limit max_prompt_tokens is {cap}",
             rule="max_prompt_tokens",
-            field="messages",
+            field=field,
         )
 
 

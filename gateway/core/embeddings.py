@@ -1,5 +1,6 @@
-"""One embeddings call: the model's route and the tenant's right to it, the input counted and
-reserved like any prompt, the first backend that serves embeddings, settled and recorded.
+"""One embeddings call: the model's route and the tenant's right to it, the input counted, held
+to the tenant's `max_prompt_tokens` and reserved like any prompt, the first backend that serves
+embeddings, settled and recorded.
 No HTTP in it; the same quotas, prices and ledger as the chat pipeline.
 """
 
@@ -18,7 +19,7 @@ from adapters.backend import (
 )
 from adapters.types import JSON, ChatRequest, Usage
 from adapters.wire.json_fields import optional
-from gateway.core.calls import IncomingCall, route_for
+from gateway.core.calls import IncomingCall, check_prompt_cap, route_for
 from gateway.core.pipeline import PipelineParts
 from gateway.errors import RequestRejected
 from gateway.ids import uuid4_hex
@@ -82,6 +83,7 @@ class Embeddings:
         texts, num_tokens = input_texts(call.body)
         check_embedding(candidate.backend, call.body)
         prompt_tokens = num_tokens + await self._count(model, texts, call.body_bytes)
+        check_prompt_cap(incoming, prompt_tokens, "input")  # a list's total, before reserving
         worst = self.s.pricing.worst_case_usd(route.name, prompt_tokens, 0, "5m")
         ticket = await self.s.admission.reserve(
             call.tenant,
