@@ -111,10 +111,7 @@ def test_relocation_in_tool_descriptions_and_tenant_patterns() -> None:
     out = normalised(request, NormaliseOptions(relocate_volatile=True, volatile=matcher))
     assert out.tools[0].description == "Search ({{volatile:1}})"
     assert out.tools[0].input_schema == {"type": "object", "description": "for {{volatile:1}}"}
-    assert (
-        out.messages[-1].content[-1].text
-        == "<volatile-context>\n{{volatile:1}} = ticket-4411"
-    )
+    assert out.messages[-1].content[-1].text == "<volatile-context>\n{{volatile:1}} = ticket-4411"
 
 
 def test_relocation_never_touches_history() -> None:
