@@ -7,9 +7,13 @@ STAMP := $(VENV)/.installed
 LC_VENV := .venv-langchain
 LC_REQS := tests/mcp/langchain-requirements.txt
 LC_STAMP := $(LC_VENV)/.installed
+# The benchmarks' peer (the LiteLLM proxy at the version every recorded run used) in a venv of
+# its own, so the project's litellm stays as pyproject.toml asks.
+PEER_VENV := .venv-peer
+PEER_STAMP := $(PEER_VENV)/.installed
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: install langchain run test test-fast check clean bubblewrap chromium
+.PHONY: install langchain bench-peers run test test-fast check clean bubblewrap chromium
 
 $(STAMP): pyproject.toml
 	command -v bwrap >/dev/null || $(MAKE) bubblewrap
@@ -30,6 +34,15 @@ $(LC_STAMP): $(LC_REQS)
 	touch $(LC_STAMP)
 
 langchain: $(LC_STAMP)
+
+$(PEER_STAMP): pyproject.toml
+	rm -rf $(PEER_VENV)
+	$(PY) -m venv $(PEER_VENV)
+	$(PEER_VENV)/bin/pip install -q --upgrade pip
+	$(PEER_VENV)/bin/pip install -q 'litellm[proxy]==1.108.7'
+	touch $(PEER_STAMP)
+
+bench-peers: $(PEER_STAMP)
 
 install: $(STAMP) $(LC_STAMP)
 

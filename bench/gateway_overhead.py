@@ -233,6 +233,11 @@ def serve_upstream(port: int) -> None:
     )
 
 
+def _peer_litellm() -> Path:
+    peer = ROOT / ".venv-peer/bin/litellm"
+    return peer if peer.exists() else ROOT / ".venv/bin/litellm"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -252,8 +257,8 @@ def main() -> None:
     ap.add_argument(
         "--litellm-bin",
         type=Path,
-        default=ROOT / ".venv/bin/litellm",
-        help="the LiteLLM proxy's command (e.g. from a venv with 'litellm[proxy]==1.108.7')",
+        default=_peer_litellm(),
+        help="the LiteLLM proxy's command (default: `make bench-peers`'s .venv-peer, else .venv's)",
     )
     ap.add_argument(
         "--previous",
