@@ -87,13 +87,14 @@ def _oracle_write(
         return read, "5m"
     else:
         ttl = "5m" if gap <= TTL_S["5m"] else "1h"
-    shared = _common_end(chains[t], chains[t + 1])
+    shared = common_end(chains[t], chains[t + 1])
     if shared < min_tokens or shared <= read:
         return read, ttl
     return shared, ttl
 
 
-def _common_end(a: list[Block], b: list[Block]) -> int:
+def common_end(a: list[Block], b: list[Block]) -> int:
+    """Where two chains of blocks stop agreeing: the end (in tokens) of their common prefix."""
     end = 0
     for x, y in zip(a, b, strict=False):
         if x.digest != y.digest:

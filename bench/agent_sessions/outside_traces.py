@@ -24,10 +24,10 @@ from typing import Any
 from adapters.tokens import TokenCounter
 from adapters.wire import anthropic as anthropic_wire
 from adapters.wire import openai as openai_wire
+from bench.agent_sessions.ideal import common_end
 from tests.fakes.prompt_cache import (
     PRICE_READ,
     PRICE_WRITE,
-    Block,
     PromptCacheFake,
     anthropic_blocks,
     min_tokens_for,
@@ -147,7 +147,7 @@ def anthropic_oracle(calls: Sequence[Call], *, foresight: bool = True) -> float:
     cost = 0.0
     for t, chain in enumerate(chains):
         read = max((b.end for b in chain if b.digest in cached), default=0)
-        shared = max((_common_end(chain, later) for later in chains[t + 1 :]), default=0)
+        shared = max((common_end(chain, later) for later in chains[t + 1 :]), default=0)
         if not foresight:
             shared = chain[-1].end if chain else 0
         minimum = min_tokens_for(str(bodies[t]["model"]))
@@ -156,15 +156,6 @@ def anthropic_oracle(calls: Sequence[Call], *, foresight: bool = True) -> float:
         prompt = prompt_tokens(counter, "anthropic", bodies[t])
         cost += PRICE_READ * read + PRICE_WRITE["5m"] * (written - read) + prompt - written
     return cost
-
-
-def _common_end(a: list[Block], b: list[Block]) -> int:
-    end = 0
-    for x, y in zip(a, b, strict=False):
-        if x.digest != y.digest:
-            break
-        end = x.end
-    return end
 
 
 def _fields(call: Call) -> Json:
