@@ -5,8 +5,6 @@ dropped), with a trace exemplar when the call was traced. Counts and times only,
 
 from __future__ import annotations
 
-from typing import Any
-
 from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import (
     GEN_AI_OPERATION_NAME,
     GEN_AI_PROVIDER_NAME,
@@ -21,10 +19,11 @@ from opentelemetry.semconv._incubating.metrics.gen_ai_metrics import (
     GEN_AI_CLIENT_TOKEN_USAGE,
 )
 from opentelemetry.semconv.attributes.error_attributes import ERROR_TYPE
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import CollectorRegistry
 
 from adapters.types import Usage
-from gateway.telemetry.labels import CallLabels, LabelChildren
+from gateway.telemetry.labels import CallLabels
+from gateway.telemetry.series import HistogramSeries
 
 CHAT = GenAiOperationNameValues.CHAT.value
 INPUT = GenAiTokenTypeValues.INPUT.value
@@ -57,28 +56,27 @@ class GenAIMetrics:
     """`gen_ai.client.token.usage`, `gen_ai.client.operation.duration` and
     `gen_ai.client.operation.time_to_first_chunk` of every call attempt, by tenant."""
 
-    def __init__(self, registry: CollectorRegistry, child: LabelChildren) -> None:
-        self.child = child
-        self.tokens = Histogram(
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.tokens = HistogramSeries(
             TOKEN_USAGE,
             "Number of input and output tokens used",
             [*_BASE, label(GEN_AI_TOKEN_TYPE), TENANT_LABEL],
-            buckets=_TOKEN_BUCKETS,
-            registry=registry,
+            _TOKEN_BUCKETS,
+            registry,
         )
-        self.duration = Histogram(
+        self.duration = HistogramSeries(
             OPERATION_DURATION,
             "GenAI operation duration",
             [*_BASE, label(ERROR_TYPE), TENANT_LABEL],
-            buckets=_DURATION_BUCKETS_S,
-            registry=registry,
+            _DURATION_BUCKETS_S,
+            registry,
         )
-        self.first_chunk = Histogram(
+        self.first_chunk = HistogramSeries(
             TIME_TO_FIRST_CHUNK,
             "Time to receive the first chunk of a streamed reply",
             [*_BASE, TENANT_LABEL],
-            buckets=_DURATION_BUCKETS_S,
-            registry=registry,
+            _DURATION_BUCKETS_S,
+            registry,
         )
 
     def record(
@@ -91,13 +89,18 @@ class GenAIMetrics:
         trace_id: str | None,
     ) -> None:
         """One attempt; its trace id, when traced, as the exemplar of each observation."""
-        base = (CHAT, labels.provider, labels.model)
-        exemplar: Any = {"trace_id": trace_id} if trace_id is not None else None
-        child = self.child
+        provider, model, tenant = labels.provider, labels.model, labels.tenant
+        exemplar = {"trace_id": trace_id} if trace_id is not None else None
         if usage.prompt_tokens:
-            child(self.tokens, *base, INPUT, labels.tenant).observe(usage.prompt_tokens, exemplar)
+            self.tokens.observe(
+                (CHAT, provider, model, INPUT, tenant), usage.prompt_tokens, exemplar
+            )
         if usage.output_tokens:
-            child(self.tokens, *base, OUTPUT, labels.tenant).observe(usage.output_tokens, exemplar)
-        child(self.duration, *base, error_kind or "", labels.tenant).observe(duration_s, exemplar)
+            self.tokens.observe(
+                (CHAT, provider, model, OUTPUT, tenant), usage.output_tokens, exemplar
+            )
+        self.duration.observe(
+            (CHAT, provider, model, error_kind or "", tenant), duration_s, exemplar
+        )
         if ttft_s is not None:
-            child(self.first_chunk, *base, labels.tenant).observe(ttft_s, exemplar)
+            self.first_chunk.observe((CHAT, provider, model, tenant), ttft_s, exemplar)

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
 from adapters.types import Usage
 from gateway.telemetry.genai import GenAIMetrics
-from gateway.telemetry.labels import CallLabels, LabelChildren
+from gateway.telemetry.labels import CallLabels
+from gateway.telemetry.series import CounterSeries, HistogramSeries
 
 _LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 OPENMETRICS_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
@@ -38,61 +39,59 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.requests = Counter(
-            "lantern_requests",
-            "Calls by outcome",
-            ["tenant", "model", "backend", "status"],
-            registry=r,
+        self.requests = CounterSeries(
+            "lantern_requests", "Calls by outcome", ["tenant", "model", "backend", "status"], r
         )
-        self.tokens = Counter(
-            "lantern_tokens", "Tokens by kind", ["tenant", "model", "kind"], registry=r
+        self.tokens = CounterSeries(
+            "lantern_tokens", "Tokens by kind", ["tenant", "model", "kind"], r
         )
-        self.cost = Counter("lantern_cost_usd", "Cost in USD", ["tenant", "model"], registry=r)
-        self.errors = Counter("lantern_errors", "Errors by kind", ["kind"], registry=r)
-        self.ttft = Histogram(
+        self.cost = CounterSeries("lantern_cost_usd", "Cost in USD", ["tenant", "model"], r)
+        self.errors = CounterSeries("lantern_errors", "Errors by kind", ["kind"], r)
+        self.ttft = HistogramSeries(
             "lantern_ttft_seconds",
             "Time to first token",
             ["model", "backend"],
-            buckets=_LATENCY_BUCKETS_S,
-            registry=r,
+            _LATENCY_BUCKETS_S,
+            r,
         )
-        self.latency = Histogram(
+        self.latency = HistogramSeries(
             "lantern_latency_seconds",
             "Whole-call latency",
             ["model", "backend"],
-            buckets=_LATENCY_BUCKETS_S,
-            registry=r,
+            _LATENCY_BUCKETS_S,
+            r,
         )
-        self.queue = Histogram(
+        self.queue = HistogramSeries(
             "lantern_queue_seconds",
             "Time a call waited in the gateway for a slot on its replica (calls that waited)",
             ["model"],
-            buckets=_LATENCY_BUCKETS_S,
-            registry=r,
+            _LATENCY_BUCKETS_S,
+            r,
         )
         self.inflight = Gauge("lantern_inflight_requests", "Calls in flight", registry=r)
         self.policy_errors = Gauge(
             "lantern_policy_errors", "Tenant policy files currently invalid", registry=r
         )
-        self.child = LabelChildren()
-        self.genai = GenAIMetrics(r, self.child)
+        self.genai = GenAIMetrics(r)
 
     def record_attempt(self, a: AttemptMetrics) -> None:
         """Every metric of one finished call attempt."""
         labels = a.labels
-        self.child(self.requests, labels.tenant, labels.model, labels.backend, a.status).inc()
+        tenant, model, backend = labels.tenant, labels.model, labels.backend
+        self.requests.inc((tenant, model, backend, a.status))
         self.observe_usage(labels, a.usage, a.cost_usd)
-        self.child(self.latency, labels.model, labels.backend).observe(a.latency_s)
+        self.latency.observe((model, backend), a.latency_s)
         if a.ttft_s is not None:
-            self.child(self.ttft, labels.model, labels.backend).observe(a.ttft_s)
+            self.ttft.observe((model, backend), a.ttft_s)
         if a.error_kind:
-            self.child(self.errors, a.error_kind).inc()
-        self.genai.record(a.labels, a.usage, a.latency_s, a.ttft_s, a.error_kind, a.trace_id)
+            self.errors.inc((a.error_kind,))
+        self.genai.record(labels, a.usage, a.latency_s, a.ttft_s, a.error_kind, a.trace_id)
 
     def observe_queue(self, model: str, waited_s: float) -> None:
-        self.child(self.queue, model).observe(waited_s)
+        self.queue.observe((model,), waited_s)
 
     def observe_usage(self, labels: CallLabels, usage: Usage, cost_usd: float) -> None:
+        tenant, model = labels.tenant, labels.model
         for kind, n in (
             ("input", usage.input_tokens),
             ("cache_read", usage.cache_read_tokens),
@@ -100,9 +99,9 @@ class Metrics:
             ("output", usage.output_tokens),
         ):
             if n:
-                self.child(self.tokens, labels.tenant, labels.model, kind).inc(n)
+                self.tokens.inc((tenant, model, kind), n)
         if cost_usd:
-            self.child(self.cost, labels.tenant, labels.model).inc(cost_usd)
+            self.cost.inc((tenant, model), cost_usd)
 
     def render(self, openmetrics: bool = False) -> bytes:
         """The text exposition; OpenMetrics (which carries the exemplars) when asked for."""

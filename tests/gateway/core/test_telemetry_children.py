@@ -1,4 +1,4 @@
-"""Metrics recorded through the memoised label children land in the same series as `labels()`."""
+"""An attempt's metrics land in exactly the series a scrape reads back."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def test_record_attempt_counts_every_series_exactly() -> None:
     metrics.record_attempt(
         AttemptMetrics(labels, "error", Usage(), 0.0, 0.5, None, "ProviderTimeout")
     )
-    metrics.requests.labels("acme", "gpt-4o-mini", "fake", "ok").inc()  # the plain path
+    metrics.requests.inc(("acme", "gpt-4o-mini", "fake", "ok"))  # the same series, directly
     tenant_model = {"tenant": "acme", "model": "gpt-4o-mini"}
     ok = {**tenant_model, "backend": "fake", "status": "ok"}
     assert _value(metrics, "lantern_requests_total", **ok) == 4.0
