@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import orjson
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry
 
 from cachekeys.diagnosis import (
     CacheDiagnosis,
@@ -22,7 +22,7 @@ from cachekeys.normalise import Edits
 from cachekeys.tenant_table import TenantTable
 from gateway.core.prompt_prepare import PromptFacts
 from gateway.ports import PreparedPrompt
-from gateway.telemetry import LabelChildren
+from gateway.telemetry.series import CounterSeries
 
 MAX_SESSIONS = 100_000
 
@@ -125,28 +125,27 @@ class CacheMetrics:
 
     def __init__(self, registry: CollectorRegistry | None) -> None:
         r = registry or CollectorRegistry()
-        self.calls = Counter(
-            "lantern_cache_calls", "Calls by cache diagnosis", ["tenant", "reason"], registry=r
+        self.calls = CounterSeries(
+            "lantern_cache_calls", "Calls by cache diagnosis", ["tenant", "reason"], r
         )
-        self.predicted = Counter(
+        self.predicted = CounterSeries(
             "lantern_cache_predicted_read_tokens",
             "Cache reads Lantern predicted",
             ["tenant"],
-            registry=r,
+            r,
         )
-        self.reported = Counter(
+        self.reported = CounterSeries(
             "lantern_cache_reported_read_tokens",
             "Cache reads the provider reported",
             ["tenant"],
-            registry=r,
+            r,
         )
-        self.surprises = Counter(
+        self.surprises = CounterSeries(
             "lantern_cache_prediction_misses",
             "Calls whose reported reads differ from the prediction",
             ["tenant", "direction"],
-            registry=r,
+            r,
         )
-        self.child = LabelChildren()
 
 
 RECONCILE_SLACK_TOKENS = 64  # our tokenizer is not the provider's: small deltas are expected
@@ -160,12 +159,12 @@ def reconcile(
     reported - predicted. A delta beyond the tokenizer slack counts as a prediction miss
     ("less": a break Lantern did not foresee)."""
     tenant, predicted = str(report["tenant"]), int(report["predicted_read_tokens"])  # type: ignore[call-overload]
-    metrics.child(metrics.predicted, tenant).inc(predicted)
-    metrics.child(metrics.reported, tenant).inc(reported_cache_read_tokens)
+    metrics.predicted.inc((tenant,), predicted)
+    metrics.reported.inc((tenant,), reported_cache_read_tokens)
     delta = reported_cache_read_tokens - predicted
     slack = RECONCILE_SLACK_TOKENS + RECONCILE_SLACK_RATIO * max(
         predicted, reported_cache_read_tokens
     )
     if abs(delta) > slack:
-        metrics.child(metrics.surprises, tenant, "more" if delta > 0 else "less").inc()
+        metrics.surprises.inc((tenant, "more" if delta > 0 else "less"))
     return delta

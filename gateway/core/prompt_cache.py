@@ -197,8 +197,7 @@ class PromptCachePort:
         self, tenant: TenantPolicy, session_id: str, prepared: PreparedPrompt
     ) -> CacheVerdict:
         report = self.tracker.observe(tenant.tenant, session_id, prepared, self._clock())
-        metrics = self.metrics
-        metrics.child(metrics.calls, tenant.tenant, report.diagnosis.reason.value).inc()
+        self.metrics.calls.inc((tenant.tenant, report.diagnosis.reason.value))
         body = report.as_dict()
         facts = prepared.diagnosis
         write_key = None
