@@ -13,6 +13,7 @@ from adapters.errors import UpstreamError
 from adapters.types import Message, Usage
 from gateway.core.cache_money import cache_money_of, saving_json
 from gateway.core.calls import Admitted, IncomingCall
+from gateway.ledger.models import JsonText
 from gateway.ports import Attempt, CallRecord, Fault, Pricing
 from gateway.telemetry import (
     AttemptFacts,
@@ -72,9 +73,11 @@ def call_record(adm: Admitted, t: Try, out: Outcome, pricing: Pricing) -> CallRe
     candidate = t.attempt.candidate
     body = adm.verdict.diagnosis or adm.verdict.diagnosis_body()  # no call when it is at hand
     money = cache_money_of(pricing, model, usage, body)
-    diagnosis = adm.verdict.diagnosis_json
+    diagnosis: str = adm.verdict.diagnosis_json
+    if adm.verdict.diagnosis is not None:  # the port dumped it from this object: no re-parse
+        diagnosis = JsonText(diagnosis)
     if money.autopilot_saved_tokens:
-        diagnosis = saving_json(body, money)
+        diagnosis = JsonText(saving_json(body, money))  # orjson.dumps wrote it
     return CallRecord(
         request_id=adm.request_id,
         attempt=t.number,

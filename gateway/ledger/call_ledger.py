@@ -11,14 +11,15 @@ import uuid
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
-from gateway.ids import uuid5_str
-from gateway.ledger.models import CALL_STATUSES, CallStatus, UsageRow
+from gateway.ids import uuid5_in, uuid5_namespace
+from gateway.ledger.models import CallStatus, UsageRow
 from gateway.ports import CallRecord
 
 log = logging.getLogger(__name__)
 ROW_ID_NAMESPACE = uuid.UUID("6d1c4a52-3f0e-4b8e-9a57-0c1f2e9b7d41")
+_ROW_ID_HASH = uuid5_namespace(ROW_ID_NAMESPACE)  # copied for each id, never updated
 
 
 class RowSink(Protocol):
@@ -26,13 +27,14 @@ class RowSink(Protocol):
 
 
 def usage_row_id(request_id: str, attempt: int) -> str:
-    return uuid5_str(ROW_ID_NAMESPACE, f"{request_id}/{attempt}")
+    """`str(uuid.uuid5(ROW_ID_NAMESPACE, "<request id>/<attempt>"))`: the row's idempotency
+    key, so its value may never change (rows already stored or spooled carry it)."""
+    return uuid5_in(_ROW_ID_HASH, f"{request_id}/{attempt}")
 
 
 def usage_row(call: CallRecord, ts: datetime) -> UsageRow:
-    if call.status not in CALL_STATUSES:
-        raise ValueError(f"CallRecord.status {call.status!r} is not one of {CALL_STATUSES}")
-    status: CallStatus = call.status  # type: ignore[assignment]
+    """The call's row; `UsageRow` checks every value, the status among them."""
+    usage = call.usage
     # dollars as floats: the row's __post_init__ turns each into exact money once
     money: dict[str, Any] = {
         "cost_usd": call.cost_usd,
@@ -52,13 +54,13 @@ def usage_row(call: CallRecord, ts: datetime) -> UsageRow:
         backend=call.backend or None,
         replica=call.replica,
         attempt=call.attempt,
-        status=status,
+        status=cast(CallStatus, call.status),
         error_kind=call.error_kind,
         request_id=call.request_id,
-        input_tokens=call.usage.input_tokens,
-        cache_read_tokens=call.usage.cache_read_tokens,
-        cache_write_tokens=call.usage.cache_write_tokens,
-        output_tokens=call.usage.output_tokens,
+        input_tokens=usage.input_tokens,
+        cache_read_tokens=usage.cache_read_tokens,
+        cache_write_tokens=usage.cache_write_tokens,
+        output_tokens=usage.output_tokens,
         ttft_ms=call.ttft_ms,
         latency_ms=call.latency_ms,
         cache_diagnosis=call.cache_diagnosis,

@@ -22,6 +22,16 @@ CALL_STATUSES: tuple[str, ...] = ("ok", "error", "client_disconnect", "rejected"
 MONEY_QUANTUM = Decimal("0.00000001")  # Numeric(18, 8)
 MAX_MONEY = Decimal(10) ** 10  # Numeric(18, 8) holds 10 digits before the point
 MAX_DIAGNOSIS_BYTES = 8192  # a diagnosis is a few hashes and counts, never prompt text
+# a float below it is a decimal below MAX_MONEY: its shortest repr cannot round up to 1e10
+_MAX_MONEY_FLOAT = float(MAX_MONEY)
+
+
+class JsonText(str):
+    """Text that a JSON encoder wrote (`orjson.dumps(...).decode()`): JSON by construction,
+    hence without a raw NUL. The ledger checks only the size of a diagnosis so marked; any
+    other text it parses before taking it."""
+
+    __slots__ = ()
 
 
 class UtcDateTime(sa.types.TypeDecorator[datetime]):
@@ -150,6 +160,8 @@ class ConsoleSessionRecord(Base):
 
 def to_money(value: Decimal | float | int | str) -> Decimal:
     """Exact decimal dollars at the ledger's precision; floats go through their shortest repr."""
+    if type(value) is float and 0.0 <= value < _MAX_MONEY_FLOAT:  # the pipeline's: finite
+        return Decimal(repr(value)).quantize(MONEY_QUANTUM)
     try:
         exact = value if isinstance(value, Decimal) else Decimal(str(value))
     except ArithmeticError as error:
@@ -216,7 +228,8 @@ class UsageRow:
         the request path; the standard library's escapes take what orjson refuses, such as a
         lone surrogate)."""
         try:
-            return orjson.dumps(self, default=_decimal_text, option=orjson.OPT_APPEND_NEWLINE)
+            # a checked row holds nothing else orjson cannot write: Decimals become `str`
+            return orjson.dumps(self, default=str, option=orjson.OPT_APPEND_NEWLINE)
         except orjson.JSONEncodeError:
             values = {
                 **{name: getattr(self, name) for name in _PLAIN_FIELDS},
@@ -241,12 +254,6 @@ class UsageRow:
 
 USAGE_TABLE = cast(sa.Table, UsageRecord.__table__)
 USAGE_COLUMNS: tuple[str, ...] = tuple(c.name for c in USAGE_TABLE.columns)
-
-
-def _decimal_text(value: object) -> str:
-    if isinstance(value, Decimal):
-        return str(value)
-    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
 MONEY_FIELDS = (
@@ -280,7 +287,7 @@ def _column_rule(column: sa.Column[Any]) -> ColumnRule:
 def _broken_column(row: UsageRow) -> str | None:
     """The message naming the first column whose value breaks its rule; None when all fit.
     One loop over the rules (not a function per column: it runs for every call's row)."""
-    for name, kind, required, bound in _COLUMN_RULES:
+    for name, kind, required, bound in _CHECKED_RULES:
         value = getattr(row, name)
         if value is None:
             if required:
@@ -302,8 +309,11 @@ def _broken_column(row: UsageRow) -> str | None:
 
 
 def _check_diagnosis(text: str) -> None:
-    if len(text.encode()) > MAX_DIAGNOSIS_BYTES:
+    num_bytes = len(text) if text.isascii() else len(text.encode())
+    if num_bytes > MAX_DIAGNOSIS_BYTES:
         raise ValueError(f"cache_diagnosis is over {MAX_DIAGNOSIS_BYTES} bytes")
+    if type(text) is JsonText:
+        return
     try:
         orjson.loads(text)  # the common case, at a fraction of json's cost
     except orjson.JSONDecodeError:
@@ -312,3 +322,5 @@ def _check_diagnosis(text: str) -> None:
 
 # per column, built once
 _COLUMN_RULES: tuple[ColumnRule, ...] = tuple(_column_rule(c) for c in USAGE_TABLE.columns)
+# `ts` and the money, the "other" columns, are checked before `_broken_column` runs
+_CHECKED_RULES = tuple(rule for rule in _COLUMN_RULES if rule[1] != "other")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -30,6 +30,7 @@ from adapters.types import (
 )
 from gateway.core.pipeline import IncomingCall, Pipeline, PipelineParts
 from gateway.errors import RequestRejected
+from gateway.ledger.models import JsonText
 from gateway.ports import (
     Attempt,
     CacheVerdict,
@@ -306,3 +307,22 @@ def test_a_gateway_filled_max_tokens_is_lowered_to_fit_the_window() -> None:
     admitted = asyncio.run(pipe.admit(call(max_tokens=None)))
     assert admitted.max_tokens == 5
     assert "reserve 7+5" in log.steps
+
+
+class BuiltVerdict(Ports):
+    """The prompt port's verdict as the real one builds it: the JSON and the object it dumped."""
+
+    def observe(self, tenant: TenantPolicy, session_id: str, prepared: PreparedPrompt) -> Any:
+        return CacheVerdict("kept", '{"reason":"kept"}', None, {"reason": "kept"})
+
+
+def test_only_a_diagnosis_the_port_dumped_reaches_the_ledger_unparsed() -> None:
+    pipe, log = pipeline(FakeBackend("a"))
+    asyncio.run(pipe.complete(asyncio.run(pipe.admit(call()))))
+    pipe.s = replace(pipe.s, prompts=BuiltVerdict(log, [], None))
+    asyncio.run(pipe.complete(asyncio.run(pipe.admit(call()))))
+    plain, built_row = log.rows
+    # text alone (a port that kept no object) is parsed by the ledger; the dumped object's is not
+    assert (type(plain.cache_diagnosis), plain.cache_diagnosis) == (str, "{}")
+    assert type(built_row.cache_diagnosis) is JsonText
+    assert built_row.cache_diagnosis == '{"reason":"kept"}'
