@@ -25,6 +25,7 @@ import httpx
 
 from adapters.tokens import TokenCounter
 from adapters.wire import anthropic as anthropic_wire
+from bench.agent_sessions.gateway_hop import fake_anthropic_backend
 from gateway.core.fanout import FanoutGate
 from tests.e2e.harness import RunningGateway, start_gateway, write_config, write_policy
 from tests.fakes.prompt_cache import Accounting, PromptCacheFake
@@ -107,14 +108,7 @@ class FanoutBench:
             home = var_dir / f"gateway-{n}"
             (home / "policies").mkdir(parents=True, exist_ok=True)
             write_policy(home / "policies", "acme", KEY, models=[MODEL])
-            backend = {
-                "kind": "anthropic",
-                "name": "fake-anthropic",
-                "base_url": self.upstream.base_url,
-                "model": MODEL,
-                "api_key_env": None,
-                "timeout_s": 60,
-            }
+            backend = fake_anthropic_backend(self.upstream.base_url)
             models = [{"name": MODEL, "backends": [backend]}]
             config = write_config(home / "lantern.yaml", home, models, **shared)
             self.gateways.append(start_gateway(config))

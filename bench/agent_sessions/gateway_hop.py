@@ -15,6 +15,18 @@ from bench.agent_sessions.session import MODEL, Body
 from tests.fakes.prompt_cache import PromptCacheFake
 
 
+def fake_anthropic_backend(base_url: str) -> dict[str, Any]:
+    """The gateway's backend entry for the Anthropic prompt-cache fake at `base_url`."""
+    return {
+        "kind": "anthropic",
+        "name": "fake-anthropic",
+        "base_url": base_url,
+        "model": MODEL,
+        "api_key_env": None,
+        "timeout_s": 60,
+    }
+
+
 @dataclass
 class GatewayHop:
     """Through a real Lantern gateway (uvicorn, real settings and policy files) to the HTTP fake."""
@@ -70,14 +82,7 @@ class GatewayBench:
         raw_cache = {"markers": "off", "normalise": {"order_tools": False, "canonical_json": False}}
         write_policy(policies, "lantern", self.KEYS["lantern"], models=[MODEL], cache=lantern_cache)
         write_policy(policies, "raw", self.KEYS["raw"], models=[MODEL], cache=raw_cache)
-        backend = {
-            "kind": "anthropic",
-            "name": "fake-anthropic",
-            "base_url": self.upstream.base_url,
-            "model": MODEL,
-            "api_key_env": None,
-            "timeout_s": 60,
-        }
+        backend = fake_anthropic_backend(self.upstream.base_url)
         config = write_config(
             var_dir / "lantern.yaml", var_dir, [{"name": MODEL, "backends": [backend]}]
         )
