@@ -202,7 +202,7 @@ class UsageRow:
     def __post_init__(self) -> None:
         """Refuses here, at the caller, any row the database would refuse later: a row that
         cannot be inserted would otherwise block the spool behind it. The gateway's rows take
-        the fast path (exact types, `_fits`); any other row gets the full checks and their
+        the fast path (exact types, `RowChecks.fits`); any other row gets the full checks and their
         messages, in the same order."""
         ts = self.ts
         is_plain = (
@@ -216,7 +216,7 @@ class UsageRow:
                 raise ValueError("UsageRow.ts must be a timezone-aware datetime")
             if self.status not in CALL_STATUSES:
                 raise ValueError(f"UsageRow.status must be one of {CALL_STATUSES}")
-        for name, value in zip(MONEY_FIELDS, _MONEY_OF(self), strict=True):
+        for name, value in zip(MONEY_FIELDS, _MONEY_OF(self)):  # noqa: B905 (see RowChecks.fits)
             if type(value) is float and 0.0 <= value < _MAX_MONEY_FLOAT:  # `to_money`, inlined
                 text = repr(value)
                 money = _ZERO_MONEY if text == "0.0" else Decimal(text).quantize(MONEY_QUANTUM)

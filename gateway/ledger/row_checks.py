@@ -78,17 +78,19 @@ class RowChecks:
         """True when every checked column holds a value of its exact plain type that fits its
         rule. False: `broken_column` decides (it names what broke, or passes a row of other
         types, such as an int in a float column). No call per value: it runs for every row."""
+        # zip() without strict=: a keyword costs it a dict per call; the lengths match by
+        # construction
         texts, required_texts = self._texts(row), self._text_required
-        for value, required, bound in zip(texts, required_texts, self._text_bounds, strict=False):
+        for value, required, bound in zip(texts, required_texts, self._text_bounds):  # noqa: B905
             if type(value) is str or type(value) is JsonText:
                 if "\x00" in value or value[bound:]:  # `value[bound:]`: "" when it fits
                     return False
             elif value is not None or required:
                 return False
-        for value, end in zip(self._integers(row), self._integer_ends, strict=False):
+        for value, end in zip(self._integers(row), self._integer_ends):  # noqa: B905
             if type(value) is not int or not 0 <= value < end:  # not a bool either
                 return False
-        for value, required in zip(self._numbers(row), self._number_required, strict=False):
+        for value, required in zip(self._numbers(row), self._number_required):  # noqa: B905
             if type(value) is float:
                 if not 0.0 <= value < math.inf:  # finite and not negative (NaN compares false)
                     return False
