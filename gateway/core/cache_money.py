@@ -54,12 +54,23 @@ def cache_money_of(
     """`cache_money` from the diagnosis JSON's object (`CacheVerdict.diagnosis_body`)."""
     read, written = usage.cache_read_tokens, usage.cache_write_tokens
     saved = _read_saving(pricing, model, read)
-    writes = Usage(cache_write_tokens=written, cache_write_1h_tokens=usage.cache_write_1h_tokens)
-    premium = pricing.cost_usd(model, writes) - pricing.uncached_cost_usd(model, writes)
-    cause, missing = _break(body, read)
+    premium = _write_premium(pricing, model, usage) if written > 0 else 0.0
+    cause, missing = _break(body, read) if body is not None else (None, 0)
     lost = _read_saving(pricing, model, missing) if missing else 0.0
-    tokens, by_autopilot = _autopilot_saving(pricing, model, body, read, saved)
+    tokens, by_autopilot = (  # (0, 0.0) without a diagnosis or reads
+        _autopilot_saving(pricing, model, body, read, saved)
+        if body is not None and read > 0
+        else (0, 0.0)
+    )
     return CacheMoney(saved, premium, lost, cause if missing else None, tokens, by_autopilot)
+
+
+def _write_premium(pricing: Pricing, model: str, usage: Usage) -> float:
+    """What the call's writes cost over the input price. Without writes it is 0.0 (prices are
+    never negative), so the caller skips the two pricings."""
+    written = usage.cache_write_tokens
+    writes = Usage(cache_write_tokens=written, cache_write_1h_tokens=usage.cache_write_1h_tokens)
+    return pricing.cost_usd(model, writes) - pricing.uncached_cost_usd(model, writes)
 
 
 def _autopilot_saving(

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 from gateway.ids import uuid5_in, uuid5_namespace
 from gateway.ledger.models import CallStatus, UsageRow
@@ -35,17 +35,20 @@ def usage_row_id(request_id: str, attempt: int) -> str:
 def usage_row(call: CallRecord, ts: datetime) -> UsageRow:
     """The call's row; `UsageRow` checks every value, the status among them."""
     usage = call.usage
+    status: CallStatus = call.status  # type: ignore[assignment]  # UsageRow refuses any other
+    saved, premium, lost = call.cache_saved_usd, call.cache_premium_usd, call.cache_lost_usd
     # dollars as floats: the row's __post_init__ turns each into exact money once
     money: dict[str, Any] = {
         "cost_usd": call.cost_usd,
         "uncached_cost_usd": call.uncached_cost_usd,
-        # clamped: a price override that makes a read dearer than input must not lose the row
-        "cache_saved_usd": max(call.cache_saved_usd, 0.0),
-        "cache_premium_usd": max(call.cache_premium_usd, 0.0),
-        "cache_lost_usd": max(call.cache_lost_usd, 0.0),
+        # clamped as `max(x, 0.0)` is, without its call (NaN and -0.0 kept): a price override
+        # that makes a read dearer than input must not lose the row
+        "cache_saved_usd": 0.0 if saved < 0.0 else saved,
+        "cache_premium_usd": 0.0 if premium < 0.0 else premium,
+        "cache_lost_usd": 0.0 if lost < 0.0 else lost,
     }
     return UsageRow(
-        id=usage_row_id(call.request_id, call.attempt),
+        id=uuid5_in(_ROW_ID_HASH, f"{call.request_id}/{call.attempt}"),  # usage_row_id
         ts=ts,
         tenant=call.tenant,
         key_id=call.key_id,
@@ -54,7 +57,7 @@ def usage_row(call: CallRecord, ts: datetime) -> UsageRow:
         backend=call.backend or None,
         replica=call.replica,
         attempt=call.attempt,
-        status=cast(CallStatus, call.status),
+        status=status,
         error_kind=call.error_kind,
         request_id=call.request_id,
         input_tokens=usage.input_tokens,

@@ -6,32 +6,27 @@ Counts, money and timings only: no column may hold prompt or completion text.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal
-from typing import Any, Literal, cast
+from typing import Literal, cast
 
 import orjson
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from gateway.ledger.row_checks import MAX_DIAGNOSIS_BYTES as MAX_DIAGNOSIS_BYTES
+from gateway.ledger.row_checks import JsonText as JsonText
+from gateway.ledger.row_checks import RowChecks, check_diagnosis, values_of
+
 CallStatus = Literal["ok", "error", "client_disconnect", "rejected"]
 CALL_STATUSES: tuple[str, ...] = ("ok", "error", "client_disconnect", "rejected")
 MONEY_QUANTUM = Decimal("0.00000001")  # Numeric(18, 8)
 MAX_MONEY = Decimal(10) ** 10  # Numeric(18, 8) holds 10 digits before the point
-MAX_DIAGNOSIS_BYTES = 8192  # a diagnosis is a few hashes and counts, never prompt text
 # a float below it is a decimal below MAX_MONEY: its shortest repr cannot round up to 1e10
 _MAX_MONEY_FLOAT = float(MAX_MONEY)
-
-
-class JsonText(str):
-    """Text that a JSON encoder wrote (`orjson.dumps(...).decode()`): JSON by construction,
-    hence without a raw NUL. The ledger checks only the size of a diagnosis so marked; any
-    other text it parses before taking it."""
-
-    __slots__ = ()
+_ZERO_MONEY = Decimal("0E-8")  # to_money(0.0): Decimal("0.0").quantize(MONEY_QUANTUM)
 
 
 class UtcDateTime(sa.types.TypeDecorator[datetime]):
@@ -161,7 +156,8 @@ class ConsoleSessionRecord(Base):
 def to_money(value: Decimal | float | int | str) -> Decimal:
     """Exact decimal dollars at the ledger's precision; floats go through their shortest repr."""
     if type(value) is float and 0.0 <= value < _MAX_MONEY_FLOAT:  # the pipeline's: finite
-        return Decimal(repr(value)).quantize(MONEY_QUANTUM)
+        text = repr(value)  # "-0.0" for -0.0, whose money is "-0E-8"
+        return _ZERO_MONEY if text == "0.0" else Decimal(text).quantize(MONEY_QUANTUM)
     try:
         exact = value if isinstance(value, Decimal) else Decimal(str(value))
     except ArithmeticError as error:
@@ -205,17 +201,38 @@ class UsageRow:
 
     def __post_init__(self) -> None:
         """Refuses here, at the caller, any row the database would refuse later: a row that
-        cannot be inserted would otherwise block the spool behind it."""
-        if not isinstance(self.ts, datetime) or self.ts.tzinfo is None:
-            raise ValueError("UsageRow.ts must be a timezone-aware datetime")
-        if self.status not in CALL_STATUSES:
-            raise ValueError(f"UsageRow.status must be one of {CALL_STATUSES}")
-        for name in MONEY_FIELDS:
-            object.__setattr__(self, name, to_money(getattr(self, name)))
-        if (broken := _broken_column(self)) is not None:
+        cannot be inserted would otherwise block the spool behind it. The gateway's rows take
+        the fast path (exact types, `RowChecks.fits`); any other row gets the full checks and their
+        messages, in the same order."""
+        ts = self.ts
+        is_plain = (
+            type(ts) is datetime
+            and ts.tzinfo is not None
+            and self.status in CALL_STATUSES
+            and _CHECKS.fits(self)
+        )
+        if not is_plain:
+            if not isinstance(ts, datetime) or ts.tzinfo is None:
+                raise ValueError("UsageRow.ts must be a timezone-aware datetime")
+            if self.status not in CALL_STATUSES:
+                raise ValueError(f"UsageRow.status must be one of {CALL_STATUSES}")
+        for name, value in zip(MONEY_FIELDS, _MONEY_OF(self)):  # noqa: B905 (see RowChecks.fits)
+            if type(value) is float and 0.0 <= value < _MAX_MONEY_FLOAT:  # `to_money`, inlined
+                text = repr(value)
+                money = _ZERO_MONEY if text == "0.0" else Decimal(text).quantize(MONEY_QUANTUM)
+            else:
+                money = to_money(value)
+            object.__setattr__(self, name, money)
+        if not is_plain and (broken := _CHECKS.broken_column(self)) is not None:
             raise ValueError(broken)
-        if self.cache_diagnosis is not None:
-            _check_diagnosis(self.cache_diagnosis)
+        diagnosis = self.cache_diagnosis
+        if diagnosis is not None and not (
+            # the gateway's own JSON in ASCII: a byte a character, so its length is its size
+            type(diagnosis) is JsonText
+            and diagnosis.isascii()
+            and not diagnosis[MAX_DIAGNOSIS_BYTES:]
+        ):
+            check_diagnosis(diagnosis)
 
     def to_json(self) -> str:
         """The row as compact JSON; money as decimal strings so nothing is rounded through
@@ -264,63 +281,5 @@ MONEY_FIELDS = (
     "cache_lost_usd",
 )
 _PLAIN_FIELDS = tuple(n for n in USAGE_COLUMNS if n != "ts" and n not in MONEY_FIELDS)
-
-
-ColumnKind = Literal["text", "integer", "number", "other"]
-# per column, in table order: (name, kind, required, bound: a text's length or an integer's end)
-ColumnRule = tuple[str, ColumnKind, bool, int | None]
-
-
-def _column_rule(column: sa.Column[Any]) -> ColumnRule:
-    """What a value must be to fit `column` on every dialect (SQLite stores NaN as NULL;
-    PostgreSQL refuses NUL), compiled once per column."""
-    kind, required = column.type, not column.nullable
-    if isinstance(kind, sa.String):
-        return column.name, "text", required, kind.length
-    if isinstance(kind, sa.Integer):
-        return column.name, "integer", required, 2**63 if isinstance(kind, sa.BigInteger) else 2**31
-    if isinstance(kind, sa.Float):
-        return column.name, "number", required, None
-    return column.name, "other", required, None
-
-
-def _broken_column(row: UsageRow) -> str | None:
-    """The message naming the first column whose value breaks its rule; None when all fit.
-    One loop over the rules (not a function per column: it runs for every call's row)."""
-    for name, kind, required, bound in _CHECKED_RULES:
-        value = getattr(row, name)
-        if value is None:
-            if required:
-                return f"UsageRow.{name} is required"
-        elif kind == "text":
-            if not isinstance(value, str) or "\x00" in value:
-                return f"UsageRow.{name} must be text without NUL characters"
-            if bound is not None and len(value) > bound:
-                return f"UsageRow.{name} is longer than {bound} characters"
-        elif kind == "integer":
-            assert bound is not None
-            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < bound:
-                return f"UsageRow.{name} must be an integer in [0, {bound})"
-        elif kind == "number" and (
-            not isinstance(value, int | float) or not math.isfinite(value) or value < 0
-        ):
-            return f"UsageRow.{name} must be a finite number >= 0"
-    return None
-
-
-def _check_diagnosis(text: str) -> None:
-    num_bytes = len(text) if text.isascii() else len(text.encode())
-    if num_bytes > MAX_DIAGNOSIS_BYTES:
-        raise ValueError(f"cache_diagnosis is over {MAX_DIAGNOSIS_BYTES} bytes")
-    if type(text) is JsonText:
-        return
-    try:
-        orjson.loads(text)  # the common case, at a fraction of json's cost
-    except orjson.JSONDecodeError:
-        json.loads(text)  # ValueError when it is not JSON (json also takes a lone surrogate)
-
-
-# per column, built once
-_COLUMN_RULES: tuple[ColumnRule, ...] = tuple(_column_rule(c) for c in USAGE_TABLE.columns)
-# `ts` and the money, the "other" columns, are checked before `_broken_column` runs
-_CHECKED_RULES = tuple(rule for rule in _COLUMN_RULES if rule[1] != "other")
+_CHECKS = RowChecks(USAGE_TABLE)
+_MONEY_OF = values_of(MONEY_FIELDS)

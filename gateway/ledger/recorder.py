@@ -23,8 +23,9 @@ from pathlib import Path
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
+from sqlalchemy.sql import Executable
 
-from gateway.ledger.models import UsageRecord, UsageRow
+from gateway.ledger.models import USAGE_TABLE, UsageRow
 from gateway.ledger.spool import DEFAULT_ROTATE_BYTES, Spool
 
 log = logging.getLogger(__name__)
@@ -63,10 +64,16 @@ class RecorderStats:
     is_database_up: bool
 
 
+# INSERT ... ON CONFLICT (id) DO NOTHING per dialect, built once (not once per batch)
+_INSERTS: dict[str, Executable] = {
+    "postgresql": postgresql.insert(USAGE_TABLE).on_conflict_do_nothing(index_elements=["id"]),
+    "sqlite": sqlite.insert(USAGE_TABLE).on_conflict_do_nothing(index_elements=["id"]),
+}
+
+
 def insert_rows(engine: Engine, rows: Sequence[UsageRow]) -> None:
     """INSERT ... ON CONFLICT (id) DO NOTHING: writing a row twice leaves one row."""
-    dialect = postgresql if engine.dialect.name == "postgresql" else sqlite
-    statement = dialect.insert(UsageRecord.__table__).on_conflict_do_nothing(index_elements=["id"])
+    statement = _INSERTS["postgresql" if engine.dialect.name == "postgresql" else "sqlite"]
     with engine.begin() as connection:
         connection.execute(statement, [row.to_values() for row in rows])
 
@@ -100,7 +107,9 @@ class UsageRecorder:
         self._monotonic = monotonic
         self._spool = Spool(config.spool_dir, config.spool_max_bytes, config.spool_rotate_bytes)
         self._pending: deque[_Entry] = deque()
-        self._wakeup = threading.Condition()
+        # `record` takes the lock itself: a `with` on the lock runs no Python code
+        self._lock = threading.RLock()
+        self._wakeup = threading.Condition(self._lock)
         self._thread: threading.Thread | None = None
         self._is_stopping = False
         self._is_closed = False
@@ -123,10 +132,10 @@ class UsageRecorder:
         queues it for the database; never waits on the database. A row recorded before
         `start()` is queued in memory only; one recorded after `close()` is logged whole."""
         line = row.to_line()
-        with self._wakeup:
+        with self._lock:
             self._counts["recorded"] += 1
             if not self._is_closed:
-                number = self._spool.append(line) if self._spool.is_open else None
+                number = self._spool.append(line)  # None before `start()`: memory only
                 self._pending.append((number, row))
                 n = len(self._pending)
                 if n == 1 or n >= self._config.batch_size:  # the writer waits only when empty

@@ -107,20 +107,24 @@ class Spool:
         return self.backlog_bytes > 0
 
     def append(self, line: bytes) -> int | None:
-        """Writes one line; returns its segment's number, or None when the spool is full or the
-        write failed (the caller keeps the row in memory only)."""
+        """Writes one line; returns its segment's number, or None when the spool is closed or
+        full, or the write failed (the caller keeps the row in memory only)."""
+        size = len(line)
         with self._lock:
             segment = self._current
-            if segment is None or self.num_bytes + len(line) > self.max_bytes:
+            if segment is None or self._other_bytes + self._own_bytes + size > self.max_bytes:
                 return None
             try:
-                _write_all(segment.fd, line, segment.num_bytes)
+                written = os.write(segment.fd, line)  # one write(2), the common case
+                if written != size:  # a short write: the disk is nearly full
+                    _write_all(segment.fd, memoryview(line)[written:])
             except OSError:
                 log.exception("usage ledger: spool write failed")
+                _cut_back(segment.fd, segment.num_bytes)
                 return None
-            segment.num_bytes += len(line)
+            segment.num_bytes += size
             segment.num_lines += 1
-            self._own_bytes += len(line)
+            self._own_bytes += size
             return segment.number
 
     def acknowledge(self, counts: Mapping[int, int]) -> None:
@@ -262,16 +266,19 @@ def private_directory(directory: Path) -> None:
         directory.chmod(0o700)
 
 
-def _write_all(fd: int, data: bytes, size_before: int) -> None:
-    """All of `data`; on failure (disk full) the file is cut back to `size_before`, so a half
-    line cannot swallow the next one."""
-    view = memoryview(data)
+def _write_all(fd: int, data: memoryview) -> None:
+    view = data
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _cut_back(fd: int, size_before: int) -> None:
+    """After a failed write (disk full), the file back to `size_before`, so a half line cannot
+    swallow the next one."""
     try:
-        while view:
-            view = view[os.write(fd, view) :]
-    except OSError:
         os.ftruncate(fd, size_before)
-        raise
+    except OSError:
+        log.exception("usage ledger: spool cut back failed")
 
 
 def _lock_if_orphan(path: Path) -> IO[bytes] | None:

@@ -66,3 +66,14 @@ def test_a_kept_prefix_read_short_is_an_eviction_beyond_the_slack() -> None:
     assert cache_money(PRICING, MODEL, short, _diagnosis("kept", 10_000)).cause == "eviction"
     close = Usage(100, 0, cache_read_tokens=9_900)  # within the tokenizer slack
     assert cache_money(PRICING, MODEL, close, _diagnosis("kept", 10_000)).cause is None
+
+
+def test_without_writes_the_premium_is_what_pricing_the_writes_gives() -> None:
+    """`cache_money_of` skips pricing writes when there are none: the same 0.0 as pricing them."""
+    for usage in (Usage(100, 5, cache_read_tokens=4_000), Usage(0, 0, cache_write_1h_tokens=0)):
+        writes = Usage(cache_write_tokens=0, cache_write_1h_tokens=usage.cache_write_1h_tokens)
+        priced = PRICING.cost_usd(MODEL, writes) - PRICING.uncached_cost_usd(MODEL, writes)
+        money = cache_money(PRICING, MODEL, usage, None)
+        assert (
+            (money.premium_usd, repr(money.premium_usd)) == (priced, repr(priced)) == (0.0, "0.0")
+        )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import stat
 import subprocess
 import sys
@@ -155,3 +156,35 @@ def test_a_failed_append_leaves_no_half_line_behind(tmp_path, caplog):
     assert read_ids(reader) == ["row-000000", "row-000001", "row-000004"]
     reader.clear_backlog()
     reader.close()
+
+
+def test_a_short_write_is_completed_and_a_failed_one_cut_back(tmp_path, make_row, monkeypatch):
+    spool = Spool(tmp_path, 1 << 20)
+    spool.open()
+    real_write = os.write
+    calls: list[int] = []
+
+    def short_write(fd: int, data: bytes) -> int:  # the first write takes 10 bytes only
+        calls.append(len(data))
+        return real_write(fd, bytes(data[:10]) if len(calls) == 1 else data)
+
+    first = line(make_row())
+    monkeypatch.setattr("gateway.ledger.spool.os.write", short_write)
+    assert spool.append(first) == 0
+    assert calls == [len(first), len(first) - 10]
+
+    def failing_write(fd: int, data: bytes) -> int:  # half a line, then the disk is full
+        if len(data) == len(second):
+            return real_write(fd, bytes(data[:20]))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    second = line(make_row())
+    monkeypatch.setattr("gateway.ledger.spool.os.write", failing_write)
+    assert spool.append(second) is None
+    monkeypatch.setattr("gateway.ledger.spool.os.write", real_write)
+    third = line(make_row())
+    assert spool.append(third) == 0
+    (path,) = segments(tmp_path)
+    assert path.read_bytes() == first + third
+    assert spool.num_bytes == len(first) + len(third)
+    spool.close()

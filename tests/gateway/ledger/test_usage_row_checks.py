@@ -3,15 +3,18 @@ a diagnosis the gateway marked as its own JSON (`JsonText`), whose size alone is
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import uuid
 from dataclasses import replace
 from datetime import UTC, datetime
 from decimal import Decimal
+from types import SimpleNamespace
 
 import pytest
 import sqlalchemy as sa
 
+from gateway.ledger import models
 from gateway.ledger.call_ledger import ROW_ID_NAMESPACE, CallLedger, usage_row, usage_row_id
 from gateway.ledger.models import MAX_DIAGNOSIS_BYTES, JsonText, UsageRow, to_money
 from gateway.ledger.recorder import insert_rows
@@ -113,3 +116,64 @@ def test_a_call_records_money_exactly() -> None:
         "0.30000000",
     )
     assert row.ts == datetime(2026, 11, 3, 9, 30, tzinfo=UTC)
+
+
+CANDIDATES: list[object] = [
+    None,
+    "",
+    "ok",
+    "x" * 36,
+    "y" * 37,
+    "z" * 129,
+    "a\x00b",
+    JsonText('{"a":1}'),
+    0,
+    1,
+    -1,
+    2**31 - 1,
+    2**31,
+    2**63,
+    True,
+    False,
+    0.0,
+    -0.0,
+    1.5,
+    -1.5,
+    float("nan"),
+    float("inf"),
+    Decimal("1.5"),
+    b"bytes",
+]
+
+
+def test_the_fast_check_passes_only_rows_the_full_check_passes() -> None:
+    """`RowChecks.fits` (exact types) never takes a value `broken_column` refuses, and a row is
+    refused exactly when the full check names a broken column."""
+    checks = models._CHECKS
+    base = usage_row(CALL, NOW)
+    assert checks.fits(base) and checks.broken_column(base) is None
+    num_fast = 0
+    for name, *_ in checks.rules:
+        for value in CANDIDATES:
+            fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(UsageRow)}
+            fields[name] = value
+            broken = checks.broken_column(SimpleNamespace(**fields))
+            if checks.fits(SimpleNamespace(**fields)):
+                num_fast += 1
+                assert broken is None, (name, value)
+            if name == "status" or (name == "cache_diagnosis" and isinstance(value, str)):
+                continue  # checked beyond the column's rule
+            try:
+                UsageRow(**fields)
+            except ValueError as error:
+                assert str(error) == broken, (name, value)
+            else:
+                assert broken is None, (name, value)
+    assert num_fast > 50  # the fast path took the plain values
+
+
+def test_zero_money_is_the_quantized_zero_of_either_sign() -> None:
+    assert (str(to_money(0.0)), str(to_money(-0.0))) == ("0E-8", "-0E-8")
+    assert to_money(0.0).as_tuple() == Decimal("0.0").quantize(Decimal("0.00000001")).as_tuple()
+    row = usage_row(replace(CALL, cost_usd=0.0, cache_premium_usd=-0.0), NOW)
+    assert (str(row.cost_usd), str(row.cache_premium_usd)) == ("0E-8", "-0E-8")
