@@ -11,10 +11,11 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from itertools import accumulate
 from typing import Literal
 
 from adapters.types import ChatRequest
-from cachekeys.layout import PromptLayout
+from cachekeys.layout import Locator, PromptBlock, PromptLayout
 from cachekeys.volatile_probe import BlockProbe
 
 CacheMode = Literal["breakpoints", "automatic"]  # Anthropic/Bedrock markers, OpenAI implicit
@@ -66,18 +67,14 @@ class PromptFingerprint:
         """`probes`: the autopilot's, per block (their masked digests and patterns are kept)."""
         n = layout.last_stable() + 1
         blocks = layout.blocks[:n]
-        ends, total = [], 0
-        for tokens in layout.tokens[:n]:
-            total += tokens
-            ends.append(total)
         # list comprehensions, not generators: a call makes several per-block tuples
         client = tuple([i for i, b in enumerate(blocks) if b.marker_ttl is not None])
         return cls(
             model,
             tuple([b.digest for b in blocks]),
             tuple([b.level for b in blocks]),
-            tuple([b.name for b in blocks]),
-            tuple(ends),
+            block_names(blocks),
+            tuple(accumulate(layout.tokens[:n])),
             tuple(sorted(set(marked) | set(client))),
             mode,
             ttl_s,
@@ -96,6 +93,25 @@ class PromptFingerprint:
             return _automatic_tokens(self.ends[upto - 1] if upto else 0)
         points = [self.ends[b] for b in self.breakpoints if b < upto]
         return max(points, default=0)
+
+
+_NAMES: dict[Locator, str] = {}  # a block's name by its locator (its only input)
+MAX_NAMES = 4096
+
+
+def block_names(blocks: Sequence[PromptBlock]) -> tuple[str, ...]:
+    """Each block's `name`, from a memo by locator: an agent's calls name the same blocks, and
+    a name costs a call (a property) and string building."""
+    names = _NAMES
+    found = tuple([names.get(b.locator) for b in blocks])
+    if None not in found:
+        return found  # type: ignore[return-value]
+    if len(names) > MAX_NAMES:
+        names.clear()
+    for b in blocks:
+        if b.locator not in names:
+            names[b.locator] = b.name
+    return tuple([names[b.locator] for b in blocks])
 
 
 def _automatic_tokens(common: int) -> int:
