@@ -28,7 +28,7 @@ from adapters.types import (
 from cachekeys.blockhash import tenant_salt
 from cachekeys.canonical import canonical_arguments
 from cachekeys.conversation_memo import ConversationMemo
-from cachekeys.keys import head_tokens, head_write_key
+from cachekeys.keys import head_write_key
 from cachekeys.layout import PromptLayout, request_blocks
 from cachekeys.normalise import NormaliseOptions
 from cachekeys.planner import Steering
@@ -215,7 +215,7 @@ class PromptCachePort:
                 d.stable_prefix_tokens >= MIN_HEAD_TOKENS
                 and d.predicted_read_tokens < d.stable_prefix_tokens
             ):
-                head = head_tokens(facts.layout)
+                head = facts.fingerprint.head_tokens()
                 if head >= MIN_HEAD_TOKENS and d.predicted_read_tokens < head:
                     write_key = head_write_key(facts.layout, prepared.cache_salt)
         diagnosis_json = orjson.dumps(body).decode()

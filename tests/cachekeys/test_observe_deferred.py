@@ -8,6 +8,7 @@ import random
 
 from adapters.types import Usage
 from cachekeys.diagnosis import CacheDiagnosis, Reason, block_names
+from cachekeys.keys import head_tokens
 from cachekeys.normalise import Edits
 from gateway.core.cache_diagnosis import CacheReport
 from gateway.core.prompt_cache import PromptCachePort
@@ -113,3 +114,18 @@ def test_block_names_are_the_blocks_names() -> None:
         assert isinstance(facts, PromptFacts) and facts.layout is not None
         blocks = facts.layout.blocks
         assert block_names(blocks) == tuple(b.name for b in blocks)
+
+
+def test_head_tokens_of_the_fingerprint_are_the_layouts() -> None:
+    port = PromptCachePort(SECRET, encoder=ENCODER)
+    policy = tenant("acme", normalise={"relocate_volatile": True})
+    bodies = [anthropic_body(t, system=s) for t in (1, 2, 4) for s in SYSTEMS]
+    bodies.append({**anthropic_body(1), "tools": []})
+    bodies.append({**anthropic_body(2), "system": ""})
+    volatile = 0
+    for body in bodies:
+        facts = prepare(port, body, policy).diagnosis
+        assert isinstance(facts, PromptFacts) and facts.layout is not None
+        volatile += any(b.is_volatile for b in facts.layout.blocks)
+        assert facts.fingerprint.head_tokens() == head_tokens(facts.layout)
+    assert volatile  # relocated tails among them
