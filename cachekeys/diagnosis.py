@@ -11,10 +11,11 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from itertools import accumulate
 from typing import Literal
 
 from adapters.types import ChatRequest
-from cachekeys.layout import PromptLayout
+from cachekeys.layout import Locator, PromptBlock, PromptLayout
 from cachekeys.volatile_probe import BlockProbe
 
 CacheMode = Literal["breakpoints", "automatic"]  # Anthropic/Bedrock markers, OpenAI implicit
@@ -66,18 +67,14 @@ class PromptFingerprint:
         """`probes`: the autopilot's, per block (their masked digests and patterns are kept)."""
         n = layout.last_stable() + 1
         blocks = layout.blocks[:n]
-        ends, total = [], 0
-        for tokens in layout.tokens[:n]:
-            total += tokens
-            ends.append(total)
         # list comprehensions, not generators: a call makes several per-block tuples
         client = tuple([i for i, b in enumerate(blocks) if b.marker_ttl is not None])
         return cls(
             model,
             tuple([b.digest for b in blocks]),
             tuple([b.level for b in blocks]),
-            tuple([b.name for b in blocks]),
-            tuple(ends),
+            block_names(blocks),
+            tuple(accumulate(layout.tokens[:n])),
             tuple(sorted(set(marked) | set(client))),
             mode,
             ttl_s,
@@ -90,12 +87,38 @@ class PromptFingerprint:
     def stable_tokens(self) -> int:
         return self.ends[-1] if self.ends else 0
 
+    def head_tokens(self) -> int:
+        """Tokens of the tools and system blocks (`cachekeys.keys.head_tokens` of the layout: a
+        layout puts them first, and only a message block is ever volatile)."""
+        levels = self.levels
+        n = levels.index("messages") if "messages" in levels else len(levels)
+        return self.ends[n - 1] if n else 0
+
     def cached_end(self, upto: int) -> int:
         """Tokens this call left cached within its first `upto` blocks."""
         if self.mode == "automatic":
             return _automatic_tokens(self.ends[upto - 1] if upto else 0)
         points = [self.ends[b] for b in self.breakpoints if b < upto]
         return max(points, default=0)
+
+
+_NAMES: dict[Locator, str] = {}  # a block's name by its locator (its only input)
+MAX_NAMES = 4096
+
+
+def block_names(blocks: Sequence[PromptBlock]) -> tuple[str, ...]:
+    """Each block's `name`, from a memo by locator: an agent's calls name the same blocks, and
+    a name costs a call (a property) and string building."""
+    names = _NAMES
+    found = tuple([names.get(b.locator) for b in blocks])
+    if None not in found:
+        return found  # type: ignore[return-value]
+    if len(names) > MAX_NAMES:
+        names.clear()
+    for b in blocks:
+        if b.locator not in names:
+            names[b.locator] = b.name
+    return tuple([names[b.locator] for b in blocks])
 
 
 def _automatic_tokens(common: int) -> int:
@@ -180,13 +203,17 @@ def options_digest(request: ChatRequest) -> bytes:
     """Request options whose change invalidates the cached messages (Anthropic's table:
     tool_choice, thinking; OpenAI: reasoning effort)."""
     extra = request.extra
-    if request.tool_choice is None and all(extra.get(k) is None for k in CACHE_OPTIONS):
+    if request.tool_choice is None and (
+        extra.keys().isdisjoint(CACHE_OPTIONS) or all(extra.get(k) is None for k in CACHE_OPTIONS)
+    ):
         return NO_OPTIONS_DIGEST
     options = {"tool_choice": request.tool_choice, **{k: extra.get(k) for k in CACHE_OPTIONS}}
     return _options_json_digest(options)
 
 
 def _first_difference(previous: PromptFingerprint, current: PromptFingerprint) -> int | None:
+    if current.digests[: len(previous.digests)] == previous.digests:
+        return None  # the common case (a session's next turn), compared in one go
     for i, digest in enumerate(previous.digests):
         if i >= len(current.digests) or current.digests[i] != digest:
             return i
@@ -210,11 +237,10 @@ def _explain(
 ) -> tuple[Reason, str]:
     """The earlier level of the two blocks at `index` names the change (an added tool shifts a
     system block into its place, and the change is still a tools change)."""
-    candidates = [(previous.levels[index], previous.names[index])]
-    if index < len(current.levels):
-        candidates.append((current.levels[index], current.names[index]))
-    level, name = min(candidates, key=lambda c: LEVEL_ORDER[c[0]])
-    reason = {"tools": Reason.TOOLS_CHANGED, "system": Reason.SYSTEM_CHANGED}.get(
-        level, Reason.HISTORY_REWRITTEN
-    )
-    return reason, name
+    level, name = previous.levels[index], previous.names[index]
+    if index < len(current.levels) and LEVEL_ORDER[current.levels[index]] < LEVEL_ORDER[level]:
+        level, name = current.levels[index], current.names[index]
+    return _REASON_OF_LEVEL.get(level, Reason.HISTORY_REWRITTEN), name
+
+
+_REASON_OF_LEVEL = {"tools": Reason.TOOLS_CHANGED, "system": Reason.SYSTEM_CHANGED}

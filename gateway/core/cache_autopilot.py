@@ -31,14 +31,21 @@ MAX_PROBES = 256  # distinct tenant pattern sets kept compiled
 
 
 class CacheAutopilot:
-    """Per-process memos behind the planner; `steer` at prepare, `remember` once admitted."""
+    """Per-process memos behind the planner; `steer` at prepare, `remember` once admitted.
+
+    `remember` only notes the call (with the time it was admitted); `flush` writes what was
+    noted, in order, after the reply (the port's `reconcile`), and every read of the memos
+    (`steer`, `sessions`) flushes first: a read sees each call admitted before it, as if it
+    had been written at once, also while that call is still in flight."""
 
     def __init__(
         self, clock: Callable[[], float] = time.monotonic, max_sessions: int = 100_000
     ) -> None:
         self._clock = clock
         self._probes: dict[tuple[str, ...], VolatileProbe] = {}
-        self.sessions = SessionReuseMemo(max_sessions)
+        self._sessions = SessionReuseMemo(max_sessions)
+        # calls admitted and not written yet: (tenant, steering, layout, when admitted)
+        self._pending: list[tuple[str, Steering, PromptLayout, float]] = []
         self.learned = LearnedPlaces()
         # (pattern, the value it had on the call before) of the latest place learnt
         self.discovered: tuple[str, str] | None = None
@@ -47,6 +54,13 @@ class CacheAutopilot:
         # changes by a value of no known shape would otherwise start a new session every call
         self._threads: OrderedDict[ThreadKey, str] = OrderedDict()
         self._max_threads = max_sessions
+
+    @property
+    def sessions(self) -> SessionReuseMemo:
+        """Each session's last call, with every call admitted so far."""
+        if self._pending:
+            self.flush()
+        return self._sessions
 
     def steer(
         self,
@@ -57,12 +71,14 @@ class CacheAutopilot:
         known_root: str | None,
     ) -> Steering:
         """`known_root`: the root the conversation's previous call had (its head is equal)."""
+        if self._pending:
+            self.flush()
         probes = self._probe_for(policy).probes(layout.blocks)
         root = known_root or session_root(layout, salt, [p.masked for p in probes])
-        previous = self.sessions.get(tenant, root)
+        previous = self._sessions.get(tenant, root)
         if previous is None and known_root is None:  # a head that changed: the same thread?
             linked = self._threads.get(_thread_key(tenant, layout))
-            found = None if linked is None else self.sessions.get(tenant, linked)
+            found = None if linked is None else self._sessions.get(tenant, linked)
             if linked is not None and found is not None:
                 root, previous = linked, found
         advice = advise(previous, layout, probes, policy.ttl, self._clock())
@@ -71,7 +87,17 @@ class CacheAutopilot:
         return Steering(root, advice, probes)
 
     def remember(self, tenant: str, steering: Steering, layout: PromptLayout) -> None:
-        self.sessions.remember(tenant, steering.root, layout, steering.probes, self._clock())
+        """Note an admitted call; `flush` (or the next read) writes it."""
+        self._pending.append((tenant, steering, layout, self._clock()))
+
+    def flush(self) -> None:
+        """Write the calls noted since the last flush, in the order they were admitted."""
+        pending, self._pending = self._pending, []
+        for tenant, steering, layout, now_s in pending:
+            self._write(tenant, steering, layout, now_s)
+
+    def _write(self, tenant: str, steering: Steering, layout: PromptLayout, now_s: float) -> None:
+        self._sessions.remember(tenant, steering.root, layout, steering.probes, now_s)
         thread = _thread_key(tenant, layout)
         self._threads[thread] = steering.root
         self._threads.move_to_end(thread)

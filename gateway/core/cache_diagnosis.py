@@ -26,6 +26,8 @@ from gateway.telemetry.series import CounterSeries
 
 MAX_SESSIONS = 100_000
 
+Seen = tuple[PromptFingerprint, float, int]  # a session's last call: fingerprint, when, index
+
 
 @dataclass(frozen=True, slots=True)
 class CacheReport:
@@ -62,6 +64,43 @@ class CacheReport:
             parts.append(f"tool_args={self.edits.num_tool_args}")
         return parts
 
+    def verdict_parts(self) -> tuple[str, dict[str, object]]:
+        """`header_value()` and `as_dict()` at once, as the port reads them for every call: the
+        reason read once (`str` of a StrEnum is its value, with no call to `.value`), the
+        object built in one literal, in `as_dict`'s key order."""
+        d = self.diagnosis
+        reason = str(d.reason)
+        gap_s = d.gap_s
+        body: dict[str, object] = {
+            "call": self.call_index,
+            "tenant": self.tenant,
+            "reason": reason,
+            "kept": d.kept,
+            "stable_prefix_tokens": d.stable_prefix_tokens,
+            "expected_prefix_tokens": d.expected_prefix_tokens,
+            "predicted_read_tokens": d.predicted_read_tokens,
+            "first_changed": d.first_changed,
+            "gap_s": None if gap_s is None else round(gap_s, 3),
+            "pattern": d.pattern,
+        }
+        header = reason
+        if d.first_changed:
+            header += f"; block={d.first_changed}"
+        if d.reason is Reason.VOLATILE_BLOCK:
+            header += f"; pattern={d.pattern}; advice=relocate_volatile"
+        relocated, num_tool_args = self.edits.relocated, self.edits.num_tool_args
+        if relocated or num_tool_args:  # not `Edits()`
+            body["autopilot"] = {"relocated": list(relocated), "tool_args": num_tool_args}
+            if relocated:
+                header += "; relocated=" + ",".join(relocated)
+            if num_tool_args:
+                header += f"; tool_args={num_tool_args}"
+        header += (
+            f"; prefix={d.stable_prefix_tokens}; expected={d.expected_prefix_tokens}"
+            f"; read={d.predicted_read_tokens}"
+        )
+        return header, body
+
     def to_json(self) -> str:
         return orjson.dumps(self.as_dict()).decode()
 
@@ -86,12 +125,18 @@ class SessionCacheTracker:
     """The previous call of each session, compared with each new call. Sessions are kept by
     tenant and session, so another tenant sending the same session id has a session of its own;
     past `max_sessions` the tenant holding the most loses its oldest, so one tenant's flood of
-    new sessions never changes another's diagnosis."""
+    new sessions never changes another's diagnosis.
+
+    `observe` reads; the call it saw is kept aside and written into the table by `flush`
+    (after the reply), in order. A later call of the session reads it from there meanwhile,
+    and when the writes could push an entry out, they are made before the read: every call
+    sees what it would if each call were written as it was observed."""
 
     def __init__(self, max_sessions: int = MAX_SESSIONS) -> None:
-        self._sessions: TenantTable[tuple[PromptFingerprint, float, int]] = TenantTable(
-            max_sessions
-        )
+        self._sessions: TenantTable[Seen] = TenantTable(max_sessions)
+        self._num_written = 0  # entries in `_sessions`, which only `flush` changes
+        self._max_sessions = max_sessions
+        self._pending: dict[tuple[str, str], Seen] = {}  # observed, not written: newest last
 
     def observe(
         self, tenant: str, session_id: str, prepared: PreparedPrompt, now_s: float
@@ -102,21 +147,35 @@ class SessionCacheTracker:
                 "observe() needs a PreparedPrompt made by gateway.core.prompt_cache.prepare"
             )
         fingerprint = facts.fingerprint
-        previous = self._sessions.pop((tenant, session_id), None)
-        if previous is None:
+        key = (tenant, session_id)
+        if self._num_written + len(self._pending) >= self._max_sessions:
+            self.flush()  # writing them may evict: in order, before reading
+        pending = self._pending
+        try:  # the call observed last (not written yet, or written)
+            previous = pending.pop(key) if key in pending else self._sessions[key]
+        except KeyError:  # the session's first call
             diagnosis, index = diagnose(None, None, fingerprint, now_s), 0
         else:
-            diagnosis, index = (
-                diagnose(previous[0], previous[1], fingerprint, now_s),
-                previous[2] + 1,
-            )
-        self._sessions[(tenant, session_id)] = (fingerprint, now_s, index)
+            diagnosis = diagnose(previous[0], previous[1], fingerprint, now_s)
+            index = previous[2] + 1
+        pending[key] = (fingerprint, now_s, index)
         return CacheReport(tenant, session_id, index, diagnosis, facts.edits)
 
+    def flush(self) -> None:
+        """Write the calls observed since the last flush, each as its session's newest entry."""
+        pending, self._pending = self._pending, {}
+        sessions = self._sessions
+        for key, seen in pending.items():
+            sessions.pop(key, None)
+            sessions[key] = seen
+        self._num_written = len(sessions)
+
     def __len__(self) -> int:
+        self.flush()
         return len(self._sessions)
 
     def num_entries(self, tenant: str) -> int:
+        self.flush()
         return self._sessions.num_entries(tenant)
 
 

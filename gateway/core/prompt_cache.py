@@ -28,7 +28,7 @@ from adapters.types import (
 from cachekeys.blockhash import tenant_salt
 from cachekeys.canonical import canonical_arguments
 from cachekeys.conversation_memo import ConversationMemo
-from cachekeys.keys import head_tokens, head_write_key
+from cachekeys.keys import head_write_key
 from cachekeys.layout import PromptLayout, request_blocks
 from cachekeys.normalise import NormaliseOptions
 from cachekeys.planner import Steering
@@ -196,14 +196,18 @@ class PromptCachePort:
     def observe(
         self, tenant: TenantPolicy, session_id: str, prepared: PreparedPrompt
     ) -> CacheVerdict:
-        report = self.tracker.observe(tenant.tenant, session_id, prepared, self._clock())
-        self.metrics.calls.inc((tenant.tenant, report.diagnosis.reason.value))
-        body = report.as_dict()
+        """What the reply's header and the ledger row say of the call. The session's memory
+        (the tracker's and the autopilot's) is written after the reply (`reconcile`), or by
+        the first read that needs it."""
+        tenant_id = tenant.tenant
+        report = self.tracker.observe(tenant_id, session_id, prepared, self._clock())
+        header, body = report.verdict_parts()
+        self.metrics.calls.inc((tenant_id, str(report.diagnosis.reason)))
         facts = prepared.diagnosis
         write_key = None
         if isinstance(facts, PromptFacts) and facts.layout is not None:
             if facts.steering is not None:
-                self.autopilot.remember(tenant.tenant, facts.steering, facts.layout)
+                self.autopilot.remember(tenant_id, facts.steering, facts.layout)
                 add_steering(body, facts.steering)
             # the head is part of the stable prefix: summed only when that could be large enough
             d = report.diagnosis
@@ -211,15 +215,19 @@ class PromptCachePort:
                 d.stable_prefix_tokens >= MIN_HEAD_TOKENS
                 and d.predicted_read_tokens < d.stable_prefix_tokens
             ):
-                head = head_tokens(facts.layout)
+                head = facts.fingerprint.head_tokens()
                 if head >= MIN_HEAD_TOKENS and d.predicted_read_tokens < head:
                     write_key = head_write_key(facts.layout, prepared.cache_salt)
         diagnosis_json = orjson.dumps(body).decode()
-        return CacheVerdict(report.header_value(), diagnosis_json, write_key, body)
+        return CacheVerdict(header, diagnosis_json, write_key, body)
 
     def reconcile(self, verdict: CacheVerdict, usage: Usage) -> None:
+        """After the reply: predicted vs reported reads, and the memory of the calls observed
+        since the last time (this one's among them) written."""
         body = verdict.diagnosis or verdict.diagnosis_body()  # no call when it is at hand
         reconcile(body, usage.cache_read_tokens, self.metrics)
+        self.tracker.flush()
+        self.autopilot.flush()
 
     def answer_hashes(
         self, wire: WireFormat, tenant: TenantPolicy, prepared: PreparedPrompt, answer: Message
