@@ -46,6 +46,11 @@ class PromptBlock:
 
     @property
     def name(self) -> str:
+        match self.locator:  # the usual shapes spelt out: each call names its stable blocks
+            case (str(level), int(i)):
+                return f"{level}[{i}]"
+            case (str(level), int(m), int(k)):
+                return f"{level}[{m}][{k}]"
         head, *rest = self.locator
         return str(head) + "".join([f"[{r}]" for r in rest if r is not None])
 
@@ -212,6 +217,8 @@ def _part_block(
 def _mark_public_run(blocks: list[PromptBlock]) -> tuple[PromptBlock, ...]:
     """Only the leading run of declared-public blocks is public: sharing stops at the first
     private block, because every later block's key depends on it."""
+    if True not in [block.is_public for block in blocks]:
+        return tuple(blocks)  # the usual case: nothing declared public
     out: list[PromptBlock] = []
     in_run = True
     for block in blocks:

@@ -8,11 +8,12 @@ to raw Anthropic bodies, or handed to the Bedrock backend as a plan.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from adapters.types import JSON, CacheControl, ChatRequest, ContentPart
 from cachekeys.layout import PromptLayout
+from cachekeys.records import evolve
 
 Ttl = Literal["5m", "1h"]
 MAX_BREAKPOINTS = 4
@@ -125,7 +126,7 @@ def apply_to_request(
     (each level and message copied once), not one per marker. `fields`: other fields of the
     request to set in the same copy."""
     if not plan.indices:
-        return replace(request, **fields) if fields else request
+        return evolve(request, **fields) if fields else request
     marker = CacheControl(ttl=plan.ttl)
     tools, system = list(request.tools), list(request.system)
     messages: dict[int, list[ContentPart]] = {}
@@ -133,16 +134,16 @@ def apply_to_request(
         level, i, *rest = layout.blocks[index].locator
         assert isinstance(i, int)
         if level == "tools":
-            tools[i] = replace(tools[i], cache_control=marker)
+            tools[i] = evolve(tools[i], cache_control=marker)
         elif level == "system":
-            system[i] = replace(system[i], cache_control=marker)
+            system[i] = evolve(system[i], cache_control=marker)
         else:
             parts = messages.get(i)
             if parts is None:
                 parts = messages[i] = list(request.messages[i].content)
             k = rest[0]
             assert isinstance(k, int)
-            parts[k] = replace(parts[k], cache_control=marker)
+            parts[k] = evolve(parts[k], cache_control=marker)
     edits: dict[str, Any] = dict(fields)
     levels = {layout.blocks[index].level for index in plan.indices}
     if "tools" in levels:
@@ -152,9 +153,9 @@ def apply_to_request(
     if messages:
         edited = list(request.messages)
         for i, parts in messages.items():
-            edited[i] = replace(edited[i], content=tuple(parts))
+            edited[i] = evolve(edited[i], content=tuple(parts))
         edits["messages"] = tuple(edited)
-    return replace(request, **edits)
+    return evolve(request, **edits)
 
 
 def apply_to_anthropic(

@@ -111,10 +111,12 @@ class ReuseRecord:
 
     def common_tokens(self, layout: PromptLayout) -> int:
         """Tokens of the prefix this call shares with the remembered one."""
-        for i, digest in enumerate(self.digests):
-            if i >= len(layout.blocks) or layout.blocks[i].digest != digest:
+        blocks = layout.blocks
+        for i, (digest, block) in enumerate(zip(self.digests, blocks, strict=False)):
+            if block.digest != digest:
                 return self.ends[i - 1] if i else 0
-        return self.ends[-1] if self.ends else 0
+        shared = min(len(self.digests), len(blocks))
+        return self.ends[shared - 1] if shared else 0
 
 
 def _head_change(previous: tuple[bytes, ...], layout: PromptLayout, n: int) -> int | None:

@@ -17,17 +17,20 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from operator import attrgetter
 
 from adapters.types import ChatRequest, Message, TextPart, ToolSpec
 from cachekeys.chain_memo import ChainState
 from cachekeys.layout import PromptBlock
+from cachekeys.records import evolve
 
 MAX_ENTRIES = 4096
 MAX_CHARS = 32_000_000  # prompt characters held across all entries
 # A larger prompt is not kept: its entry (text, token ids, chain) would hold ~10 bytes a
 # character after its call, and memory a client sent must go back when the call ends.
 MAX_ENTRY_CHARS = 4_000_000
+_TEXT = attrgetter("text")  # a block's text (summed per call: `map` calls no Python code)
 
 LayoutKey = tuple[str, str, str, int]
 Chain = tuple[int, tuple[bytes, ...], tuple[ChainState, ...]]
@@ -74,7 +77,7 @@ class LayoutEntry:
             ends.append(ends[-1] + len(message.content))
         if ends[-1] != len(blocks):
             raise ValueError(f"{len(blocks)} blocks for a request of {ends[-1]} parts")
-        chars = sum([len(b.text) for b in blocks])
+        chars = sum(map(len, map(_TEXT, blocks)))
         return cls(
             options,
             salt,
@@ -127,7 +130,7 @@ class LayoutMatch:
         if n == 0:
             return request
         kept = entry.messages[:n] + request.messages[n:]
-        return replace(request, system=entry.system, messages=kept)
+        return evolve(request, system=entry.system, messages=kept)
 
     def cache_key(self, client_key: str | None) -> str | None:
         """The entry's `prompt_cache_key` when it holds for the new call: it depends on the
@@ -184,13 +187,14 @@ class SessionLayoutMemo:
             or entry.options is not options
             or entry.salt != salt
             or entry.model != request.model
-            or entry.system != request.system
-            or not _same_tools(entry.tools, request.tools)
+            or (entry.system is not request.system and entry.system != request.system)
+            # the same tuple when the decoded tool list came from the tool-list memo
+            or (entry.tools is not request.tools and not _same_tools(entry.tools, request.tools))
         ):
             return None
         n = 0
         for old, new in zip(entry.messages, request.messages, strict=False):
-            if old != new:
+            if old is not new and old != new:
                 break
             n += 1
         found = LayoutMatch(entry, n)

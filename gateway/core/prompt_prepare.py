@@ -30,6 +30,7 @@ from cachekeys.layout import PromptLayout, anthropic_layout, request_blocks
 from cachekeys.markers import apply_to_anthropic, apply_to_request, min_cacheable_tokens
 from cachekeys.normalise import Edits, NormaliseOptions, PublicPrefix, normalise_edits
 from cachekeys.planner import Advice, Steering, default_advice, plan_markers
+from cachekeys.records import evolve
 from cachekeys.session_layout import LayoutEntry, LayoutKey, LayoutMatch
 from cachekeys.volatile import VolatileMatcher
 from gateway.core.prompt_view import ToolLists, typed_view
@@ -279,7 +280,7 @@ def lay_out(
         reused = found.num_blocks
         new = [encoder.encode(model, b.text, b.digest) for b in blocks[reused:]]
         ids = (*found.entry.block_ids[:reused], *new)
-    layout = PromptLayout(blocks, tuple([len(i) for i in ids]))
+    layout = PromptLayout(blocks, tuple(map(len, ids)))
     return LaidOut(request, layout, ids, found, key)
 
 
@@ -299,7 +300,7 @@ def place_markers(
     if policy.scope == "none":
         return body, request, ()
     if policy.markers != "auto":
-        return body, replace(request, prompt_cache_key=cache_key), ()
+        return body, evolve(request, prompt_cache_key=cache_key), ()
     overrides = {m.family: m.tokens for m in policy.min_cacheable_tokens}
     minimum = min_cacheable_tokens(model, overrides)
     plan = plan_markers(laid.layout, advice, minimum)
@@ -367,7 +368,7 @@ def _write_ttl(
     request_level = body.get("cache_control")
     if isinstance(request_level, Mapping) and request_level.get("ttl") == "1h":
         return "1h"
-    return "1h" if any(b.marker_ttl == "1h" for b in layout.blocks) else "5m"
+    return "1h" if "1h" in [b.marker_ttl for b in layout.blocks] else "5m"
 
 
 def _mark_raw(

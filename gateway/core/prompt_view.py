@@ -10,13 +10,13 @@ Must not edit anything itself.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any, TypeVar
 
 from adapters.types import JSON, ChatRequest, Message, TextPart, ToolSpec, WireFormat
 from adapters.wire import anthropic as anthropic_wire
 from adapters.wire import openai as openai_wire
 from adapters.wire.codec import codec_for
+from cachekeys.records import evolve
 
 T = TypeVar("T")
 SYSTEM_ROLES = ("system", "developer")
@@ -51,7 +51,7 @@ def typed_view(
             )
     elif edited.get("messages") is not sent.get("messages"):
         changes["system"], changes["messages"] = _openai_turns(sent, edited, request)
-    return replace(request, **changes) if changes else request
+    return evolve(request, **changes) if changes else request
 
 
 class ToolLists:
