@@ -26,10 +26,11 @@ from cachekeys.diagnosis import (
 )
 from cachekeys.isolation import isolate, isolate_responses, scope_line
 from cachekeys.keys import prefix_hashes, prompt_cache_key, session_root
-from cachekeys.layout import PromptLayout, anthropic_layout, request_blocks
+from cachekeys.layout import PromptLayout, request_blocks
 from cachekeys.markers import apply_to_anthropic, apply_to_request, min_cacheable_tokens
 from cachekeys.normalise import Edits, NormaliseOptions, PublicPrefix, normalise_edits
 from cachekeys.planner import Advice, Steering, default_advice, plan_markers
+from cachekeys.raw_layout import anthropic_layout
 from cachekeys.records import evolve
 from cachekeys.session_layout import LayoutEntry, LayoutKey, LayoutMatch
 from cachekeys.volatile import VolatileMatcher
