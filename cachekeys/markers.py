@@ -32,7 +32,10 @@ DEFAULT_MIN_CACHEABLE_TOKENS = 1024
 
 def min_cacheable_tokens(model: str, overrides: Mapping[str, int] | None = None) -> int:
     """The first family whose name is in the model id: policy overrides first, then the table."""
-    for family, tokens in (*(overrides or {}).items(), *MIN_CACHEABLE_TOKENS):
+    for family, tokens in overrides.items() if overrides else ():
+        if family in model:
+            return tokens
+    for family, tokens in MIN_CACHEABLE_TOKENS:
         if family in model:
             return tokens
     return DEFAULT_MIN_CACHEABLE_TOKENS

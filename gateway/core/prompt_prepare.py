@@ -302,8 +302,10 @@ def place_markers(
         return body, request, ()
     if policy.markers != "auto":
         return body, evolve(request, prompt_cache_key=cache_key), ()
-    overrides = {m.family: m.tokens for m in policy.min_cacheable_tokens}
-    minimum = min_cacheable_tokens(model, overrides)
+    families = policy.min_cacheable_tokens
+    minimum = min_cacheable_tokens(
+        model, {m.family: m.tokens for m in families} if families else None
+    )
     plan = plan_markers(laid.layout, advice, minimum)
     request = apply_to_request(request, laid.layout, plan, prompt_cache_key=cache_key)
     if call.wire == "anthropic":
