@@ -31,6 +31,18 @@ def typed_view(
 ) -> ChatRequest:
     """`request` (decoded from the client's `sent` body) as decoded from `edited`, the body
     after normalisation and isolation. `tool_lists`: edited tool lists decoded once each."""
+    changes = typed_changes(wire, sent, edited, request, tool_lists)
+    return evolve(request, **changes) if changes else request
+
+
+def typed_changes(
+    wire: WireFormat,
+    sent: Mapping[str, JSON],
+    edited: Mapping[str, JSON],
+    request: ChatRequest,
+    tool_lists: ToolLists | None = None,
+) -> dict[str, Any]:
+    """`typed_view` as the fields of `request` it changes (the caller makes the one copy)."""
     changes: dict[str, Any] = {}
     edited_tools = edited.get("tools")
     if edited_tools is not sent.get("tools"):
@@ -51,7 +63,7 @@ def typed_view(
             )
     elif edited.get("messages") is not sent.get("messages"):
         changes["system"], changes["messages"] = _openai_turns(sent, edited, request)
-    return evolve(request, **changes) if changes else request
+    return changes
 
 
 class ToolLists:
