@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from operator import attrgetter
 
 from adapters.types import ChatRequest, Message, TextPart, ToolSpec
@@ -30,7 +31,9 @@ MAX_CHARS = 32_000_000  # prompt characters held across all entries
 # A larger prompt is not kept: its entry (text, token ids, chain) would hold ~10 bytes a
 # character after its call, and memory a client sent must go back when the call ends.
 MAX_ENTRY_CHARS = 4_000_000
-_TEXT = attrgetter("text")  # a block's text (summed per call: `map` calls no Python code)
+# a block's text, a message's content (read per block and message of every call: `map` calls no
+# Python code)
+_TEXT, _CONTENT = attrgetter("text"), attrgetter("content")
 
 LayoutKey = tuple[str, str, str, int]
 Chain = tuple[int, tuple[bytes, ...], tuple[ChainState, ...]]
@@ -72,9 +75,8 @@ class LayoutEntry:
         """`chain`: the public tokens the hashes were keyed with, the hashes, and the chain's
         state after each stable block (`PrefixHashMemo.walk`)."""
         public_tokens, hashes, states = chain
-        ends = [len(request.tools) + len(request.system)]
-        for message in request.messages:
-            ends.append(ends[-1] + len(message.content))
+        head = len(request.tools) + len(request.system)
+        ends = tuple(accumulate(map(len, map(_CONTENT, request.messages)), initial=head))
         if ends[-1] != len(blocks):
             raise ValueError(f"{len(blocks)} blocks for a request of {ends[-1]} parts")
         chars = sum(map(len, map(_TEXT, blocks)))
@@ -87,7 +89,7 @@ class LayoutEntry:
             request.messages,
             blocks,
             block_ids,
-            tuple(ends),
+            ends,
             public_tokens,
             hashes,
             states,

@@ -139,6 +139,8 @@ def _reused(
     decoded item from `typed`; any other is decoded. `sent` is alive, so no id is reused."""
     known = {id(raw): item for raw, item in zip(sent, typed, strict=True)}
     return tuple(
-        known[id(raw)] if id(raw) in known else decode(raw, f"{path}[{i}]")
-        for i, raw in enumerate(edited)
+        [
+            known[id(raw)] if id(raw) in known else decode(raw, f"{path}[{i}]")
+            for i, raw in enumerate(edited)
+        ]
     )
