@@ -43,7 +43,7 @@ def extend_chain(
     run = [*pending, *ids]
     num_blocks = len(run) // block_size
     salted = _salt_bytes(salt)
-    public = _salt_bytes("")
+    public = PUBLIC_SALT
     packed = struct.pack(f"<{num_blocks * block_size}I", *run[: num_blocks * block_size])
     width = 4 * block_size
     hashes: list[bytes] = []
@@ -58,6 +58,9 @@ def extend_chain(
 def _salt_bytes(salt: str) -> bytes:
     raw = salt.encode("utf-8")
     return len(raw).to_bytes(4, "little") + raw
+
+
+PUBLIC_SALT = _salt_bytes("")  # what a public block is hashed with (no salt)
 
 
 class PrefixHashMemo:

@@ -8,11 +8,12 @@ to raw Anthropic bodies, or handed to the Bedrock backend as a plan.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from adapters.types import JSON, CacheControl, ChatRequest, ContentPart
-from cachekeys.layout import PromptLayout
+from cachekeys.layout import Level, PromptLayout
+from cachekeys.records import evolve
 
 Ttl = Literal["5m", "1h"]
 MAX_BREAKPOINTS = 4
@@ -31,7 +32,10 @@ DEFAULT_MIN_CACHEABLE_TOKENS = 1024
 
 def min_cacheable_tokens(model: str, overrides: Mapping[str, int] | None = None) -> int:
     """The first family whose name is in the model id: policy overrides first, then the table."""
-    for family, tokens in (*(overrides or {}).items(), *MIN_CACHEABLE_TOKENS):
+    for family, tokens in overrides.items() if overrides else ():
+        if family in model:
+            return tokens
+    for family, tokens in MIN_CACHEABLE_TOKENS:
         if family in model:
             return tokens
     return DEFAULT_MIN_CACHEABLE_TOKENS
@@ -46,20 +50,31 @@ class BreakpointPlan:
     min_tokens: int
 
 
+def client_markers(layout: PromptLayout) -> dict[int, str | None]:
+    """Block index -> TTL of each marker the client set."""
+    return {i: b.marker_ttl for i, b in enumerate(layout.blocks) if b.marker_ttl is not None}
+
+
 def plan_breakpoints(
-    layout: PromptLayout, ttl: Ttl, min_tokens: int, reserved: int = 0
+    layout: PromptLayout,
+    ttl: Ttl,
+    min_tokens: int,
+    reserved: int = 0,
+    client: Mapping[int, str | None] | None = None,
 ) -> BreakpointPlan:
     """Candidates by priority: the last stable block of the conversation, the last tool, the last
     system block, then a bridge to the previous call's end when more than 20 blocks lie between.
-    `reserved` counts markers the provider adds itself (Anthropic's top-level `cache_control`)."""
-    blocks = layout.blocks
-    client = {i: b.marker_ttl for i, b in enumerate(blocks) if b.marker_ttl is not None}
+    `reserved` counts markers the provider adds itself (Anthropic's top-level `cache_control`);
+    `client`: `client_markers(layout)`, when the caller has it."""
+    if client is None:
+        client = client_markers(layout)
     budget = MAX_BREAKPOINTS - len(client) - reserved
     last_message = _markable_at_or_before(layout, layout.last_stable(), "messages")
+    levels = [b.level for b in layout.blocks]
     candidates = [
         last_message,
-        _markable_at_or_before(layout, layout.last_of("tools"), "tools"),
-        _markable_at_or_before(layout, layout.last_of("system"), "system"),
+        _markable_at_or_before(layout, _last(levels, "tools"), "tools"),
+        _markable_at_or_before(layout, _last(levels, "system"), "system"),
         _bridge(layout, last_message),
     ]
     chosen: list[int] = []
@@ -70,6 +85,11 @@ def plan_breakpoints(
             continue
         chosen.append(index)
     return BreakpointPlan(tuple(sorted(chosen)), ttl, min_tokens)
+
+
+def _last(levels: list[Level], level: Level) -> int:
+    """`PromptLayout.last_of` over the blocks' levels, read once for both levels."""
+    return len(levels) - 1 - levels[::-1].index(level) if level in levels else -1
 
 
 def _markable_at_or_before(layout: PromptLayout, index: int, level: str) -> int:
@@ -85,7 +105,7 @@ def _markable_at_or_before(layout: PromptLayout, index: int, level: str) -> int:
 def _bridge(layout: PromptLayout, last_message: int) -> int:
     """The end of the previous call (the turn before the newest assistant message), if the
     look-back from `last_message` cannot reach it."""
-    if last_message < 0:
+    if last_message < LOOKBACK_BLOCKS:  # the look-back reaches the first block
         return -1
     previous_end = _previous_call_end(layout, last_message)
     if previous_end < 0 or last_message - previous_end < LOOKBACK_BLOCKS:
@@ -95,21 +115,22 @@ def _bridge(layout: PromptLayout, last_message: int) -> int:
 
 def _previous_call_end(layout: PromptLayout, last_message: int) -> int:
     """Index of the last block before the newest assistant turn (-1 when there is none)."""
-    assistant_starts = [
-        i
-        for i, b in enumerate(layout.blocks[: last_message + 1])
-        if b.level == "messages" and b.role == "assistant"
-    ]
-    if not assistant_starts:
+    blocks = layout.blocks
+    for first_of_turn in range(last_message, -1, -1):  # the newest assistant block, from the end
+        block = blocks[first_of_turn]
+        if block.level == "messages" and block.role == "assistant":
+            break
+    else:
         return -1
-    first_of_turn = assistant_starts[-1]
-    while first_of_turn > 0 and layout.blocks[first_of_turn - 1].role == "assistant":
+    while first_of_turn > 0 and blocks[first_of_turn - 1].role == "assistant":
         first_of_turn -= 1
     return first_of_turn - 1
 
 
 def _breaks_ttl_order(client: Mapping[int, str | None], index: int, ttl: Ttl) -> bool:
     """Longer TTLs must come first: no 5m marker before a client 1h, no 1h after a client 5m."""
+    if not client:
+        return False
     if ttl == "5m":
         return any(t == "1h" and i > index for i, t in client.items())
     return any(t == "5m" and i < index for i, t in client.items())
@@ -125,7 +146,7 @@ def apply_to_request(
     (each level and message copied once), not one per marker. `fields`: other fields of the
     request to set in the same copy."""
     if not plan.indices:
-        return replace(request, **fields) if fields else request
+        return evolve(request, **fields) if fields else request
     marker = CacheControl(ttl=plan.ttl)
     tools, system = list(request.tools), list(request.system)
     messages: dict[int, list[ContentPart]] = {}
@@ -133,16 +154,16 @@ def apply_to_request(
         level, i, *rest = layout.blocks[index].locator
         assert isinstance(i, int)
         if level == "tools":
-            tools[i] = replace(tools[i], cache_control=marker)
+            tools[i] = evolve(tools[i], cache_control=marker)
         elif level == "system":
-            system[i] = replace(system[i], cache_control=marker)
+            system[i] = evolve(system[i], cache_control=marker)
         else:
             parts = messages.get(i)
             if parts is None:
                 parts = messages[i] = list(request.messages[i].content)
             k = rest[0]
             assert isinstance(k, int)
-            parts[k] = replace(parts[k], cache_control=marker)
+            parts[k] = evolve(parts[k], cache_control=marker)
     edits: dict[str, Any] = dict(fields)
     levels = {layout.blocks[index].level for index in plan.indices}
     if "tools" in levels:
@@ -152,9 +173,9 @@ def apply_to_request(
     if messages:
         edited = list(request.messages)
         for i, parts in messages.items():
-            edited[i] = replace(edited[i], content=tuple(parts))
+            edited[i] = evolve(edited[i], content=tuple(parts))
         edits["messages"] = tuple(edited)
-    return replace(request, **edits)
+    return evolve(request, **edits)
 
 
 def apply_to_anthropic(

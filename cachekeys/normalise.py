@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from operator import is_
 from typing import Any
 
 import orjson
@@ -165,8 +166,16 @@ def normalise_edits(
     num_args = 0
     messages = out.get("messages")
     if options.canonical_tool_args and isinstance(messages, list):
-        edited = [_canonical_args(wire, m, options.arguments) for m in messages]
-        num_args = sum(1 for a, b in zip(edited, messages, strict=True) if a is not b)
+        # a message without a list of calls (OpenAI) or of blocks (Anthropic) is kept as it is,
+        # here in line: most of a history, on every call
+        lists = "tool_calls" if wire == "openai" else "content"
+        edited = [
+            m
+            if type(m) is dict and not isinstance(m.get(lists), list)
+            else _canonical_args(wire, m, options.arguments)
+            for m in messages
+        ]
+        num_args = len(messages) - sum(map(is_, edited, messages))  # the messages replaced
         if num_args:
             out["messages"] = edited
     relocated: tuple[str, ...] = ()
@@ -182,12 +191,12 @@ def _canonical_args(wire: str, message: JSON, memo: ArgumentsMemo) -> JSON:
         return message
     if wire == "openai" and isinstance(message.get("tool_calls"), list):
         calls = [_openai_call_args(c, memo) for c in message["tool_calls"]]
-        changed = any(a is not b for a, b in zip(calls, message["tool_calls"], strict=True))
+        changed = not all(map(is_, calls, message["tool_calls"]))
         return {**message, "tool_calls": calls} if changed else message
     content = message.get("content")
     if wire == "anthropic" and isinstance(content, list):
         parts = [_anthropic_call_args(p) for p in content]
-        changed = any(a is not b for a, b in zip(parts, content, strict=True))
+        changed = not all(map(is_, parts, content))
         return {**message, "content": parts} if changed else message
     return message
 

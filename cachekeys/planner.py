@@ -11,6 +11,7 @@ times; never text), bounded per tenant. Three rules on top of `cachekeys.markers
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from cachekeys.layout import PromptLayout
@@ -19,6 +20,7 @@ from cachekeys.markers import (
     MAX_BREAKPOINTS,
     BreakpointPlan,
     _breaks_ttl_order,
+    client_markers,
     plan_breakpoints,
 )
 from cachekeys.tenant_table import TenantTable
@@ -111,10 +113,12 @@ class ReuseRecord:
 
     def common_tokens(self, layout: PromptLayout) -> int:
         """Tokens of the prefix this call shares with the remembered one."""
-        for i, digest in enumerate(self.digests):
-            if i >= len(layout.blocks) or layout.blocks[i].digest != digest:
+        blocks = layout.blocks
+        for i, (digest, block) in enumerate(zip(self.digests, blocks, strict=False)):
+            if block.digest != digest:
                 return self.ends[i - 1] if i else 0
-        return self.ends[-1] if self.ends else 0
+        shared = min(len(self.digests), len(blocks))
+        return self.ends[shared - 1] if shared else 0
 
 
 def _head_change(previous: tuple[bytes, ...], layout: PromptLayout, n: int) -> int | None:
@@ -182,27 +186,34 @@ def plan_markers(
     layout: PromptLayout, advice: Advice, min_tokens: int, reserved: int = 0
 ) -> BreakpointPlan:
     """`plan_breakpoints` on the blocks before the advice's limit, then stepping stones."""
-    client = [i for i, b in enumerate(layout.blocks) if b.marker_ttl is not None]
-    view = layout
-    if advice.limit is not None:
-        view = PromptLayout(layout.blocks[: advice.limit], layout.tokens[: advice.limit])
-        reserved += sum(1 for i in client if i >= advice.limit)
-    plan = plan_breakpoints(view, advice.choice.ttl, min_tokens, reserved)
-    in_view = sum(1 for i in client if advice.limit is None or i < advice.limit)
-    budget = MAX_BREAKPOINTS - in_view - reserved - len(plan.indices)
-    return BreakpointPlan(_with_stones(view, plan, budget, min_tokens), plan.ttl, plan.min_tokens)
+    client = in_view = client_markers(layout)
+    view, limit = layout, advice.limit
+    if limit is not None:
+        view = PromptLayout(layout.blocks[:limit], layout.tokens[:limit])
+        reserved += sum(1 for i in client if i >= limit)
+        in_view = {i: ttl for i, ttl in client.items() if i < limit}
+    plan = plan_breakpoints(view, advice.choice.ttl, min_tokens, reserved, in_view)
+    budget = MAX_BREAKPOINTS - len(in_view) - reserved - len(plan.indices)
+    stones = _with_stones(view, plan, budget, min_tokens, in_view)
+    return BreakpointPlan(stones, plan.ttl, plan.min_tokens)
 
 
 def _with_stones(
-    layout: PromptLayout, plan: BreakpointPlan, budget: int, min_tokens: int
+    layout: PromptLayout,
+    plan: BreakpointPlan,
+    budget: int,
+    min_tokens: int,
+    client: Mapping[int, str | None],
 ) -> tuple[int, ...]:
     """Spare breakpoints every 20 blocks back from the lowest conversation marker: each looks
     back over its own 20 blocks, so an entry an earlier call left anywhere in the conversation
-    stays reachable after an edit behind it. A stone below the last read writes nothing."""
-    client = {i: b.marker_ttl for i, b in enumerate(layout.blocks) if b.marker_ttl is not None}
+    stays reachable after an edit behind it. A stone below the last read writes nothing.
+    `client`: the client's markers on `layout` (`client_markers`)."""
+    if budget <= 0:
+        return plan.indices
     marked = set(plan.indices) | set(client)
     in_messages = [i for i in marked if layout.blocks[i].level == "messages"]
-    if not in_messages or budget <= 0:
+    if not in_messages:
         return plan.indices
     anchor, stones = min(in_messages), list[int]()
     while len(stones) < budget:

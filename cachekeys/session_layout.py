@@ -17,17 +17,23 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from itertools import accumulate
+from operator import attrgetter
 
 from adapters.types import ChatRequest, Message, TextPart, ToolSpec
 from cachekeys.chain_memo import ChainState
 from cachekeys.layout import PromptBlock
+from cachekeys.records import evolve
 
 MAX_ENTRIES = 4096
 MAX_CHARS = 32_000_000  # prompt characters held across all entries
 # A larger prompt is not kept: its entry (text, token ids, chain) would hold ~10 bytes a
 # character after its call, and memory a client sent must go back when the call ends.
 MAX_ENTRY_CHARS = 4_000_000
+# a block's text, a message's content (read per block and message of every call: `map` calls no
+# Python code)
+_TEXT, _CONTENT = attrgetter("text"), attrgetter("content")
 
 LayoutKey = tuple[str, str, str, int]
 Chain = tuple[int, tuple[bytes, ...], tuple[ChainState, ...]]
@@ -69,12 +75,11 @@ class LayoutEntry:
         """`chain`: the public tokens the hashes were keyed with, the hashes, and the chain's
         state after each stable block (`PrefixHashMemo.walk`)."""
         public_tokens, hashes, states = chain
-        ends = [len(request.tools) + len(request.system)]
-        for message in request.messages:
-            ends.append(ends[-1] + len(message.content))
+        head = len(request.tools) + len(request.system)
+        ends = tuple(accumulate(map(len, map(_CONTENT, request.messages)), initial=head))
         if ends[-1] != len(blocks):
             raise ValueError(f"{len(blocks)} blocks for a request of {ends[-1]} parts")
-        chars = sum([len(b.text) for b in blocks])
+        chars = sum(map(len, map(_TEXT, blocks)))
         return cls(
             options,
             salt,
@@ -84,7 +89,7 @@ class LayoutEntry:
             request.messages,
             blocks,
             block_ids,
-            tuple(ends),
+            ends,
             public_tokens,
             hashes,
             states,
@@ -123,11 +128,15 @@ class LayoutMatch:
         """`request` with its system and first `messages` messages replaced by the entry's own
         (equal) objects: the history an agent re-sends is then the very strings the previous
         call's token counting looked up, which the token-ids memo knows by identity."""
+        fields = self.shared_fields(request.messages)
+        return evolve(request, **fields) if fields else request
+
+    def shared_fields(self, messages: tuple[Message, ...]) -> dict[str, object]:
+        """What `shared` changes in a request whose messages are `messages`."""
         entry, n = self.entry, self.messages
         if n == 0:
-            return request
-        kept = entry.messages[:n] + request.messages[n:]
-        return replace(request, system=entry.system, messages=kept)
+            return {}
+        return {"system": entry.system, "messages": entry.messages[:n] + messages[n:]}
 
     def cache_key(self, client_key: str | None) -> str | None:
         """The entry's `prompt_cache_key` when it holds for the new call: it depends on the
@@ -169,28 +178,49 @@ class SessionLayoutMemo:
     def key(tenant: str, wire: str, request: ChatRequest) -> LayoutKey:
         """The client's session id when it sends one; else the first message's length tells the
         conversations of one tenant apart cheaply (a clash only costs a miss)."""
-        first = request.messages[0].content if request.messages else ()
+        return SessionLayoutMemo.key_of(tenant, wire, request.session_id, request.messages)
+
+    @staticmethod
+    def key_of(
+        tenant: str, wire: str, session_id: str | None, messages: tuple[Message, ...]
+    ) -> LayoutKey:
+        """`key` of a request with this session id and these messages."""
+        first = messages[0].content if messages else ()
         size = sum(len(p.text) for p in first if isinstance(p, TextPart))
-        return tenant, wire, request.session_id or "", size
+        return tenant, wire, session_id or "", size
 
     def match(
         self, key: LayoutKey, request: ChatRequest, options: object, salt: str
     ) -> LayoutMatch | None:
         """The entry for `key` if `request` (normalised under `options`) shares its tools and
         system, and how many leading messages it shares."""
+        parts = (request.model, request.tools, request.system, request.messages)
+        return self.match_parts(key, parts, options, salt)
+
+    def match_parts(
+        self,
+        key: LayoutKey,
+        parts: tuple[str, tuple[ToolSpec, ...], tuple[TextPart, ...], tuple[Message, ...]],
+        options: object,
+        salt: str,
+    ) -> LayoutMatch | None:
+        """`match` of a request with these (model, tools, system, messages), before the request
+        is made (its maker then shares the entry's objects in the same copy)."""
+        model, tools, system, messages = parts
         entry = self._entries.get(key)
         if (
             entry is None
             or entry.options is not options
             or entry.salt != salt
-            or entry.model != request.model
-            or entry.system != request.system
-            or not _same_tools(entry.tools, request.tools)
+            or entry.model != model
+            or (entry.system is not system and entry.system != system)
+            # the same tuple when the decoded tool list came from the tool-list memo
+            or (entry.tools is not tools and not _same_tools(entry.tools, tools))
         ):
             return None
         n = 0
-        for old, new in zip(entry.messages, request.messages, strict=False):
-            if old != new:
+        for old, new in zip(entry.messages, messages, strict=False):
+            if old is not new and old != new:
                 break
             n += 1
         found = LayoutMatch(entry, n)

@@ -67,7 +67,16 @@ class VolatileProbe:
         return found
 
     def probes(self, blocks: Iterable[PromptBlock]) -> tuple[BlockProbe, ...]:
-        return tuple([self.probe(b) for b in blocks])
+        """`probe` of each block, in line for messages and memo hits (every call probes all its
+        blocks, and nearly all are one or the other)."""
+        memo, out = self._memo, []
+        for block in blocks:
+            if block.level not in HEAD_LEVELS:
+                out.append(BlockProbe(block.digest))
+                continue
+            found = memo.get(block.digest)
+            out.append(self.probe(block) if found is None else found)
+        return tuple(out)
 
     def _probe_text(self, block: PromptBlock) -> BlockProbe:
         assert self._any is not None

@@ -1,4 +1,5 @@
-"""Preparing one call's prompt: policy → cachekeys options, normalise, isolate, mark, key, hash.
+"""Preparing one call's prompt: normalise, isolate, lay out, mark, key, hash (the tenant's policy
+as cachekeys options: gateway/core/prompt_policy.py).
 
 Pure apart from the token encoder; all prompt logic lives in cachekeys. Must not keep sessions
 or metrics (gateway/core/cache_diagnosis.py) nor hold the port's memos (gateway/core/prompt_cache.py).
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from adapters.tokens import MEMO_MAX_BYTES, TokenCounter, TokenIdsMemo
 from adapters.types import (
@@ -16,8 +17,6 @@ from adapters.types import (
     ChatRequest,
     WireFormat,
 )
-from cachekeys.blockhash import tenant_salt
-from cachekeys.canonical import SchemaMemo
 from cachekeys.conversation_memo import ConversationMemo
 from cachekeys.diagnosis import (
     CacheMode,
@@ -26,13 +25,15 @@ from cachekeys.diagnosis import (
 )
 from cachekeys.isolation import isolate, isolate_responses, scope_line
 from cachekeys.keys import prefix_hashes, prompt_cache_key, session_root
-from cachekeys.layout import PromptLayout, anthropic_layout, request_blocks
+from cachekeys.layout import PromptLayout, request_blocks
 from cachekeys.markers import apply_to_anthropic, apply_to_request, min_cacheable_tokens
-from cachekeys.normalise import Edits, NormaliseOptions, PublicPrefix, normalise_edits
+from cachekeys.normalise import Edits, NormaliseOptions, normalise_edits
 from cachekeys.planner import Advice, Steering, default_advice, plan_markers
+from cachekeys.raw_layout import anthropic_layout
+from cachekeys.records import evolve
 from cachekeys.session_layout import LayoutEntry, LayoutKey, LayoutMatch
-from cachekeys.volatile import VolatileMatcher
-from gateway.core.prompt_view import ToolLists, typed_view
+from gateway.core.prompt_policy import normalise_options, public_prefix, salt_for
+from gateway.core.prompt_view import ToolLists, typed_changes
 from gateway.ports import PreparedPrompt
 from policies.cache import CachePolicy
 
@@ -70,45 +71,6 @@ class TiktokenEncoder:
         return self._memo.num_tokens
 
 
-def normalise_options(
-    policy: CachePolicy,
-    schemas: SchemaMemo | None = None,
-    learned: Sequence[str] = (),
-    frozen: Mapping[str, str] | None = None,
-) -> NormaliseOptions:
-    """The tenant's `cache:` section as cachekeys options; `learned`: the patterns of the places
-    the autopilot learnt for the tenant (relocated under `auto`); `frozen`: learnt pattern ->
-    the value kept in its place (the session that learnt it). Build once per tenant policy
-    (and learnt set): the matcher's scan memo is the tenant's own."""
-    n = policy.normalise
-    mode = n.relocate_volatile
-    if mode == "always":
-        matcher = VolatileMatcher.build(n.volatile_patterns, n.default_patterns, None, learned)
-    elif n.default_patterns:
-        matcher = VolatileMatcher.per_call(n.volatile_patterns, learned, frozen)
-    else:
-        matcher = VolatileMatcher.build((), False, None, learned, frozen)
-    return NormaliseOptions(
-        n.order_tools,
-        n.canonical_json,
-        n.canonical_tool_args,
-        mode != "never",
-        matcher,
-        public_prefix(policy),
-        schemas,
-    )
-
-
-def public_prefix(policy: CachePolicy) -> PublicPrefix:
-    """What the tenant's `cache.public_prefixes` declares shareable across tenants."""
-    prefixes = policy.public_prefixes
-    return PublicPrefix(
-        tool_names=frozenset(p.tool for p in prefixes if p.tool),
-        tool_sha256=frozenset(p.tool_sha256 for p in prefixes if p.tool_sha256),
-        system_sha256=frozenset(p.system_sha256 for p in prefixes if p.system_sha256),
-    )
-
-
 def scoped_native_body(
     body: Mapping[str, JSON], prepared: PreparedPrompt, policy: CachePolicy
 ) -> dict[str, JSON]:
@@ -121,17 +83,6 @@ def scoped_native_body(
     if prepared.scope_line:
         out = isolate_responses(out, prepared.scope_line, public_prefix(policy))
     return out
-
-
-def salt_for(
-    policy: CachePolicy,
-    secret: bytes,
-    tenant_id: str,
-    hmac: Callable[[bytes, str], str] = tenant_salt,
-) -> str:
-    """The tenant's cache salt: none under a shared scope, else `hmac(secret, tenant_id)`
-    (`tenant_salt`, or a memo of it)."""
-    return "" if policy.scope == "shared" else hmac(secret, tenant_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,8 +157,8 @@ def prepare_call(
     tool_lists: ToolLists | None = None,
 ) -> PreparedPrompt:
     """Normalise the body (the typed request is its view), lay out, mark, key and hash."""
-    body, request, edits = normalised(call, tool_lists)
-    laid = lay_out(call, request, encoder, memos)
+    body, changes, edits = normalised(call, tool_lists)
+    laid = lay_out(call, changes, encoder, memos)
     steering = _steering(call, laid)
     advice = default_advice(call.policy.ttl) if steering is None else steering.advice
     key, root = _keys(call, laid)
@@ -249,37 +200,45 @@ def _steering(call: PromptCall, laid: LaidOut) -> Steering | None:
 
 def normalised(
     call: PromptCall, tool_lists: ToolLists | None = None
-) -> tuple[dict[str, JSON], ChatRequest, Edits]:
-    """The body after normalisation and isolation, the typed request decoded from it, and what
-    normalisation moved."""
+) -> tuple[dict[str, JSON], dict[str, Any], Edits]:
+    """The body after normalisation and isolation, the fields of the typed request that
+    decoding it changes (`typed_changes`), and what normalisation moved."""
     body, edits = normalise_edits(call.wire, call.body, call.options)
     if call.isolate and call.salt:
         body = isolate(call.wire, body, scope_line(call.salt), call.options.public)
-    return body, typed_view(call.wire, call.body, body, call.request, tool_lists), edits
+    return body, typed_changes(call.wire, call.body, body, call.request, tool_lists), edits
 
 
 def lay_out(
-    call: PromptCall, request: ChatRequest, encoder: Encoder, memos: ConversationMemo | None
+    call: PromptCall, changes: dict[str, Any], encoder: Encoder, memos: ConversationMemo | None
 ) -> LaidOut:
-    """Blocks and token ids; with the memos, the part the conversation's previous call laid
-    out is taken from it (the request then holds that call's equal objects)."""
-    public, model = call.options.public, call.request.model
+    """The normalised request (the client's with `changes`, from `normalised`), its blocks and
+    token ids; with the memos, the part the conversation's previous call laid out is taken from
+    it, and the request holds that call's equal objects (made in the same copy)."""
+    request, public, model = call.request, call.options.public, call.request.model
     if memos is None:
+        request = evolve(request, **changes) if changes else request
         blocks = request_blocks(request, public)
         ids = tuple(encoder.encode(model, b.text, b.digest) for b in blocks)
         return LaidOut(request, PromptLayout(blocks, tuple(len(i) for i in ids)), ids)
-    key = memos.layouts.key(call.tenant_id, call.wire, request)
-    found = memos.layouts.match(key, request, call.options, call.salt)
+    messages = changes.get("messages", request.messages)
+    key = memos.layouts.key_of(call.tenant_id, call.wire, request.session_id, messages)
+    tools, system = changes.get("tools", request.tools), changes.get("system", request.system)
+    found = memos.layouts.match_parts(
+        key, (model, tools, system, messages), call.options, call.salt
+    )
+    if found is not None:
+        changes = {**changes, **found.shared_fields(messages)}
+    request = evolve(request, **changes) if changes else request
     if found is None:
         blocks = request_blocks(request, public, memos.tool_texts)
         ids = tuple(encoder.encode(model, b.text, b.digest) for b in blocks)
     else:
-        request = found.shared(request)
         blocks = request_blocks(request, public, memos.tool_texts, found.known())
         reused = found.num_blocks
         new = [encoder.encode(model, b.text, b.digest) for b in blocks[reused:]]
         ids = (*found.entry.block_ids[:reused], *new)
-    layout = PromptLayout(blocks, tuple([len(i) for i in ids]))
+    layout = PromptLayout(blocks, tuple(map(len, ids)))
     return LaidOut(request, layout, ids, found, key)
 
 
@@ -299,9 +258,11 @@ def place_markers(
     if policy.scope == "none":
         return body, request, ()
     if policy.markers != "auto":
-        return body, replace(request, prompt_cache_key=cache_key), ()
-    overrides = {m.family: m.tokens for m in policy.min_cacheable_tokens}
-    minimum = min_cacheable_tokens(model, overrides)
+        return body, evolve(request, prompt_cache_key=cache_key), ()
+    families = policy.min_cacheable_tokens
+    minimum = min_cacheable_tokens(
+        model, {m.family: m.tokens for m in families} if families else None
+    )
     plan = plan_markers(laid.layout, advice, minimum)
     request = apply_to_request(request, laid.layout, plan, prompt_cache_key=cache_key)
     if call.wire == "anthropic":
@@ -367,7 +328,7 @@ def _write_ttl(
     request_level = body.get("cache_control")
     if isinstance(request_level, Mapping) and request_level.get("ttl") == "1h":
         return "1h"
-    return "1h" if any(b.marker_ttl == "1h" for b in layout.blocks) else "5m"
+    return "1h" if "1h" in [b.marker_ttl for b in layout.blocks] else "5m"
 
 
 def _mark_raw(

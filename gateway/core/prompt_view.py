@@ -10,13 +10,13 @@ Must not edit anything itself.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any, TypeVar
 
 from adapters.types import JSON, ChatRequest, Message, TextPart, ToolSpec, WireFormat
 from adapters.wire import anthropic as anthropic_wire
 from adapters.wire import openai as openai_wire
 from adapters.wire.codec import codec_for
+from cachekeys.records import evolve
 
 T = TypeVar("T")
 SYSTEM_ROLES = ("system", "developer")
@@ -31,6 +31,18 @@ def typed_view(
 ) -> ChatRequest:
     """`request` (decoded from the client's `sent` body) as decoded from `edited`, the body
     after normalisation and isolation. `tool_lists`: edited tool lists decoded once each."""
+    changes = typed_changes(wire, sent, edited, request, tool_lists)
+    return evolve(request, **changes) if changes else request
+
+
+def typed_changes(
+    wire: WireFormat,
+    sent: Mapping[str, JSON],
+    edited: Mapping[str, JSON],
+    request: ChatRequest,
+    tool_lists: ToolLists | None = None,
+) -> dict[str, Any]:
+    """`typed_view` as the fields of `request` it changes (the caller makes the one copy)."""
     changes: dict[str, Any] = {}
     edited_tools = edited.get("tools")
     if edited_tools is not sent.get("tools"):
@@ -51,7 +63,7 @@ def typed_view(
             )
     elif edited.get("messages") is not sent.get("messages"):
         changes["system"], changes["messages"] = _openai_turns(sent, edited, request)
-    return replace(request, **changes) if changes else request
+    return changes
 
 
 class ToolLists:
@@ -127,6 +139,8 @@ def _reused(
     decoded item from `typed`; any other is decoded. `sent` is alive, so no id is reused."""
     known = {id(raw): item for raw, item in zip(sent, typed, strict=True)}
     return tuple(
-        known[id(raw)] if id(raw) in known else decode(raw, f"{path}[{i}]")
-        for i, raw in enumerate(edited)
+        [
+            known[id(raw)] if id(raw) in known else decode(raw, f"{path}[{i}]")
+            for i, raw in enumerate(edited)
+        ]
     )

@@ -8,7 +8,7 @@ import pytest
 
 from adapters.types import CacheControl, ChatRequest, Message, TextPart, ToolResultPart, ToolUsePart
 from adapters.wire import anthropic as anthropic_wire
-from cachekeys.layout import PromptLayout, anthropic_layout, request_blocks
+from cachekeys.layout import PromptLayout, request_blocks
 from cachekeys.markers import (
     BedrockCachePlan,
     apply_to_anthropic,
@@ -17,6 +17,7 @@ from cachekeys.markers import (
     min_cacheable_tokens,
     plan_breakpoints,
 )
+from cachekeys.raw_layout import anthropic_layout
 from tests.cachekeys.conftest import agent_request
 
 
