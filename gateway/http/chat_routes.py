@@ -56,7 +56,7 @@ def decode_call(
     raw: bytes, wire: WireFormat, limits: BodyLimits, tool_lists: openai_wire.ToolListMemo | None
 ) -> tuple[dict[str, Any], ChatRequest]:
     """Body and canonical request; pure (`tool_lists` aside), so it may run in a thread."""
-    body = parse_object(raw, limits.max_depth)
+    body = parse_object(raw, limits.max_depth, None if tool_lists is None else tool_lists.depth)
     messages = body.get("messages")
     if isinstance(messages, list) and len(messages) > limits.max_messages:
         raise RequestRejected(

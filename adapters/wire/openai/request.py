@@ -175,26 +175,49 @@ def decode_request(body: Mapping[str, Any], tool_lists: ToolListMemo | None = No
     expect(body, dict, "$")
     model = expect(body.get("model"), str, "model")
     raw_messages = expect(body.get("messages"), list, "messages")
-    _stream_options(body.get("stream_options"))
+    if (options := body.get("stream_options")) is not None:
+        _stream_options(options)
     messages = [decode_message(m, f"messages[{i}]") for i, m in enumerate(raw_messages)]
     system, rest = split_system(messages)
-    max_tokens = optional(body, "max_completion_tokens", int)
-    if max_tokens is None:
-        max_tokens = optional(body, "max_tokens", int)
+    # the optional fields read inline, in the order their errors are named (`optional` per
+    # field was a call each for fields mostly absent)
+    get = body.get
+    max_tokens = get("max_completion_tokens")
+    if max_tokens is not None:
+        expect(max_tokens, int, "max_completion_tokens")
+    elif (max_tokens := get("max_tokens")) is not None:
+        expect(max_tokens, int, "max_tokens")
+    tools = decode_tool_list(body["tools"], tool_lists) if get("tools") else ()
+    tool_choice = None if (choice := get("tool_choice")) is None else _tool_choice(choice)
+    if (temperature := get("temperature")) is not None:
+        expect(temperature, (int, float), "temperature")
+    if (top_p := get("top_p")) is not None:
+        expect(top_p, (int, float), "top_p")
+    stop = () if (stops := get("stop")) is None else _stop(stops)
+    if (stream := get("stream")) is not None:
+        expect(stream, bool, "stream")
+    if (prompt_cache_key := get("prompt_cache_key")) is not None:
+        expect(prompt_cache_key, str, "prompt_cache_key")
+    if (cache_salt := get("cache_salt")) is not None:
+        expect(cache_salt, str, "cache_salt")
+    if (user := get("user")) is not None:
+        expect(user, str, "user")
+    if not user:
+        user = optional(body, "safety_identifier", str)
     request = ChatRequest(
         model=model,
         messages=rest,
         system=system,
-        tools=decode_tool_list(body["tools"], tool_lists) if body.get("tools") else (),
-        tool_choice=_tool_choice(body.get("tool_choice")),
+        tools=tools,
+        tool_choice=tool_choice,
         max_tokens=max_tokens,
-        temperature=optional(body, "temperature", (int, float)),
-        top_p=optional(body, "top_p", (int, float)),
-        stop=_stop(body.get("stop")),
-        stream=bool(optional(body, "stream", bool)),
-        prompt_cache_key=optional(body, "prompt_cache_key", str),
-        cache_salt=optional(body, "cache_salt", str),
-        user=optional(body, "user", str) or optional(body, "safety_identifier", str),
+        temperature=temperature,
+        top_p=top_p,
+        stop=stop,
+        stream=bool(stream),
+        prompt_cache_key=prompt_cache_key,
+        cache_salt=cache_salt,
+        user=user,
         extra={k: v for k, v in body.items() if k not in _KNOWN},
     )
     return _with_messages(request, raw_messages)
