@@ -6,7 +6,7 @@ nothing of either wire format.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,12 +37,40 @@ class BodyLimits:
         )
 
 
-async def read_body(request: Request, max_bytes: int) -> bytes:
+async def read_body(
+    request: Request, max_bytes: int, headers: Mapping[str, str] | None = None
+) -> bytes:
     """The whole body, or `BodyTooLarge` as soon as it is known to be over `max_bytes`: from
-    `Content-Length` before any of it is read, else (chunked) once the bytes read pass it."""
-    declared = request.headers.get("content-length")
+    `Content-Length` before any of it is read, else (chunked) once the bytes read pass it.
+    `headers`: the request's, already read (`first_headers`)."""
+    declared = (request.headers if headers is None else headers).get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         raise BodyTooLarge(max_bytes)
+    if hasattr(request, "_body") or request._stream_consumed:
+        return await _read_stream(request, max_bytes)  # read before: Starlette's rules
+    # `request.stream()`'s loop without its generator (an await and a resumption per chunk)
+    chunks: list[bytes] = []
+    num_bytes = 0
+    receive = request.receive
+    while True:
+        message = await receive()
+        kind = message["type"]
+        if kind == "http.request":
+            chunk = message.get("body", b"")
+            if chunk:
+                num_bytes += len(chunk)
+                if num_bytes > max_bytes:
+                    raise BodyTooLarge(max_bytes)
+                chunks.append(chunk)
+            if not message.get("more_body", False):
+                request._stream_consumed = True
+                return b"".join(chunks)
+        elif kind == "http.disconnect":  # gone, or closed at the body deadline
+            request._is_disconnected = True
+            raise ClientGone()
+
+
+async def _read_stream(request: Request, max_bytes: int) -> bytes:
     chunks: list[bytes] = []
     num_bytes = 0
     try:
@@ -54,6 +82,18 @@ async def read_body(request: Request, max_bytes: int) -> bytes:
     except ClientDisconnect:  # gone, or closed at the body deadline: nobody reads a reply
         raise ClientGone() from None
     return b"".join(chunks)
+
+
+def first_headers(request: Request) -> dict[str, str]:
+    """The request's headers, the first value of each name, as `request.headers.get` reads
+    them (ASGI names are lower case): one pass over them, where each `get` of Starlette's
+    `Headers` scans them all (and raises inside for a header that is absent)."""
+    headers: dict[str, str] = {}
+    for name, value in request.scope["headers"]:
+        key = name.decode("latin-1")
+        if key not in headers:
+            headers[key] = value.decode("latin-1")
+    return headers
 
 
 async def read_object(request: Request, limits: BodyLimits) -> tuple[dict[str, Any], int]:

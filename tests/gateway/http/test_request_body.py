@@ -13,7 +13,13 @@ from starlette.requests import Request
 from adapters.errors import WireFormatError
 from adapters.wire.openai import ToolListMemo, decode_tools
 from gateway.errors import BodyTooLarge, ClientGone, RequestRejected
-from gateway.http.request_body import exceeds_depth, parse_object, read_body, too_deep_path
+from gateway.http.request_body import (
+    exceeds_depth,
+    first_headers,
+    parse_object,
+    read_body,
+    too_deep_path,
+)
 
 
 def nested(levels: int) -> Any:
@@ -152,3 +158,31 @@ def test_counted_bytes_over_the_limit_are_refused() -> None:
 def test_a_client_gone_mid_body_is_client_gone() -> None:
     with pytest.raises(ClientGone):
         asyncio.run(read_body(request([b"12"], {}, gone=True), 10))
+
+
+def test_a_body_read_again_follows_starlettes_rules() -> None:
+    """The first read takes the messages; a read after `Request.body()` gets the body kept."""
+    first = request([b"12", b"", b"345"], {})
+    assert asyncio.run(read_body(first, 10)) == b"12345"
+    with pytest.raises(RuntimeError, match="Stream consumed"):
+        asyncio.run(read_body(first, 10))
+    kept = request([b"123", b"45"], {"content-length": "5"})
+    assert asyncio.run(kept.body()) == b"12345"
+    assert asyncio.run(read_body(kept, 10)) == b"12345"
+    with pytest.raises(BodyTooLarge):
+        asyncio.run(read_body(request([b"123", b"45"], {}), 4))
+    assert asyncio.run(read_body(request([b""], {}), 4)) == b""
+
+
+def test_first_headers_read_as_starlettes_headers_do() -> None:
+    headers = [
+        (b"authorization", b"Bearer one"),
+        (b"x-session-id", b"s\xe9"),
+        (b"authorization", b"Bearer two"),
+        (b"x-empty", b""),
+    ]
+    http = Request({"type": "http", "method": "POST", "headers": headers})
+    read = first_headers(http)
+    for name in ("authorization", "x-session-id", "x-empty", "x-absent", "Authorization"):
+        assert read.get(name.lower()) == http.headers.get(name)
+    assert read == {"authorization": "Bearer one", "x-session-id": "sé", "x-empty": ""}
