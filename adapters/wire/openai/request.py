@@ -143,6 +143,33 @@ def decode_message(msg: Any, path: str) -> Message:
     raise WireFormatError(f"{path}.role", f"unsupported role {role!r}")
 
 
+_PLAIN_ROLES: dict[str, Role] = {"system": "system", "developer": "system", "user": "user"}
+
+
+def _decode_messages(raw_messages: list[Any]) -> list[Message]:
+    """`decode_message` of each; the common shapes (text content as a string, no tool calls)
+    built here directly, equal to what it builds: an agent re-sends its whole history on every
+    call, and these make most of it."""
+    messages: list[Message] = []
+    for i, msg in enumerate(raw_messages):
+        if type(msg) is dict and type(content := msg.get("content")) is str:
+            role = msg.get("role")
+            parts: tuple[TextPart, ...] = (TextPart(content),) if content else ()
+            canonical = _PLAIN_ROLES.get(role) if type(role) is str else None
+            if canonical is not None:
+                messages.append(Message(canonical, parts, msg.get("name")))
+                continue
+            if role == "assistant" and msg.get("tool_calls") is None:
+                messages.append(Message("assistant", parts, msg.get("name")))
+                continue
+            if role == "tool" and type(call_id := msg.get("tool_call_id")) is str:
+                result = ToolResultPart(call_id, parts)
+                messages.append(Message("tool", (result,), msg.get("name")))
+                continue
+        messages.append(decode_message(msg, f"messages[{i}]"))
+    return messages
+
+
 def _tool_choice(value: Any) -> JSON:
     if value is None or value in ("auto", "none", "required"):
         return value
@@ -177,8 +204,7 @@ def decode_request(body: Mapping[str, Any], tool_lists: ToolListMemo | None = No
     raw_messages = expect(body.get("messages"), list, "messages")
     if (options := body.get("stream_options")) is not None:
         _stream_options(options)
-    messages = [decode_message(m, f"messages[{i}]") for i, m in enumerate(raw_messages)]
-    system, rest = split_system(messages)
+    system, rest = split_system(_decode_messages(raw_messages))
     # the optional fields read inline, in the order their errors are named (`optional` per
     # field was a call each for fields mostly absent)
     get = body.get
