@@ -92,7 +92,7 @@ class OpenAIRelay:
                 return self._reencoded(chunk)
         if "model" in chunk and chunk["model"] != self._model:
             return self._reencoded(chunk)
-        return frame(data.encode())
+        return b"data: " + data.encode() + b"\n\n"  # `frame`, the common case inlined
 
     def _reencoded(self, chunk: dict[str, Any]) -> bytes:
         if "model" in chunk:
