@@ -17,6 +17,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from adapters.backend import RelayedChunk
 from adapters.types import ChatRequest, StreamEvent, WireFormat
+from adapters.wire import anthropic as anthropic_wire
 from adapters.wire import openai as openai_wire
 from adapters.wire.codec import codec_for, reply_body
 from gateway.core.pipeline import Admitted, IncomingCall, Pipeline
@@ -79,7 +80,11 @@ class ChatRoutes:
         self.limits = limits or BodyLimits.from_settings()
         # Starlette's `StreamingResponse` is the reference path (set by tests and benchmarks)
         self.stream_reply: type[SSEReply] | type[StreamingResponse] = SSEReply
-        self._tool_lists = openai_wire.ToolListMemo()  # the agent's tools, decoded once
+        # the agent's tools, decoded once, per wire
+        self._tool_lists: dict[WireFormat, openai_wire.ToolListMemo] = {
+            "openai": openai_wire.ToolListMemo(),
+            "anthropic": openai_wire.ToolListMemo(decode=anthropic_wire.decode_tools),
+        }
         self.replay: IdempotentDoors | None = None  # set: `Idempotency-Key` is honoured
 
     async def serve(self, http: Request, wire: WireFormat) -> Response:
@@ -123,7 +128,7 @@ class ChatRoutes:
                 decode_call, raw, wire, self.limits, None
             )
         else:
-            body, request = decode_call(raw, wire, self.limits, self._tool_lists)
+            body, request = decode_call(raw, wire, self.limits, self._tool_lists[wire])
         session = headers.get("x-session-id") or headers.get("x-lantern-session")
         beta = headers.get("anthropic-beta")
         betas = () if beta is None else tuple(b.strip() for b in beta.split(",") if b.strip())

@@ -67,7 +67,10 @@ class ToolListMemo:
             key = last[1]
             self._last = None
         else:
-            key = orjson.dumps(value)
+            try:
+                key = orjson.dumps(value)
+            except orjson.JSONEncodeError:  # past orjson's nesting limit (254): no memo
+                return self._decode(value)
         entry = self._entries.get(key)
         found = None if entry is None else entry[1]
         if found is None:
