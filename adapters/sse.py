@@ -38,9 +38,21 @@ class SSEParser:
             start = end + 1
             if line.endswith(b"\r"):
                 line = line[:-1]
-            event = self._take_line(line.decode("utf-8"))
-            if event is not None:
-                events.append(event)
+            # each line handled here, not in a method: a call per line was most of the parse
+            text = line.decode("utf-8")
+            if not text:
+                if self._data:
+                    events.append(SSEvent(self._event, "\n".join(self._data)))
+                    self._data = []
+                self._event = ""
+            elif text[0] != ":":  # else a comment / keep-alive
+                name, _, value = text.partition(":")
+                if value.startswith(" "):
+                    value = value[1:]
+                if name == "data":
+                    self._data.append(value)
+                elif name == "event":
+                    self._event = value
         self._buffer = buffer[start:]
         return events
 
@@ -51,25 +63,6 @@ class SSEParser:
             events.append(SSEvent(self._event, "\n".join(self._data)))
             self._event, self._data = "", []
         return events
-
-    def _take_line(self, line: str) -> SSEvent | None:
-        if not line:
-            if not self._data:
-                self._event = ""
-                return None
-            event = SSEvent(self._event, "\n".join(self._data))
-            self._event, self._data = "", []
-            return event
-        if line[0] == ":":
-            return None  # comment / keep-alive
-        name, _, value = line.partition(":")
-        if value.startswith(" "):
-            value = value[1:]
-        if name == "data":
-            self._data.append(value)
-        elif name == "event":
-            self._event = value
-        return None
 
 
 def frame(data: bytes, event: str | None = None) -> bytes:

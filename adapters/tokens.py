@@ -44,6 +44,8 @@ RECENT_TEXTS = 512  # and at most this many of them
 MAX_NAMES = 4096  # memoised counts of roles, message names and tool names
 MAX_NAME_CHARS = 256  # a longer name (client input) is counted, not memoised
 MAX_TOOL_LIST_BYTES = 4 << 20  # memoised counts of whole tool lists, by their JSON bytes
+MAX_TOOL_TUPLES = 64  # of those, the tuples of ToolSpecs counted, found by identity
+MAX_TUPLE_BYTES = 64 << 10  # only of lists this small (the tuples are kept alive: 4 MB at most)
 MIN_CALLER_DIGEST_BYTES = 20  # a caller's digest key is longer than the memo's own (16 bytes)
 
 
@@ -161,6 +163,8 @@ class TokenCounter:
         self._names: dict[tuple[str, str], int] = {}
         self._tool_lists: dict[tuple[str, bytes], int] = {}
         self._tool_list_bytes = 0
+        # counts of tool tuples by id(tools) -> (tools, encoding, count)
+        self._tool_tuples: dict[int, tuple[tuple[ToolSpec, ...], str, int]] = {}
 
     def encoding(self, model: str) -> tiktoken.Encoding:
         name = encoding_name_for(model)
@@ -220,7 +224,12 @@ class TokenCounter:
     def _tools_len(self, enc: tiktoken.Encoding, tools: tuple[ToolSpec, ...]) -> int:
         """Tokens of the tool schemas as compact JSON, memoised by those JSON bytes (bounded by
         their size): an agent sends the same tools on every call, so the text is not decoded,
-        hashed again for the ids memo and looked up there per call."""
+        hashed again for the ids memo and looked up there per call. A tuple counted before
+        (the door's and the prompt view's tool memos hand out the same read-only tuple for the
+        same list) is found by identity, without serialising it."""
+        seen = self._tool_tuples.get(id(tools))
+        if seen is not None and seen[0] is tools and seen[1] == enc.name:
+            return seen[2]
         schemas = [
             {
                 "name": t.name,
@@ -240,6 +249,10 @@ class TokenCounter:
                 self._tool_list_bytes = 0
             found = self._tool_lists[key] = self._len(enc, raw.decode())
             self._tool_list_bytes += len(raw)
+        if len(raw) <= MAX_TUPLE_BYTES:
+            if len(self._tool_tuples) >= MAX_TOOL_TUPLES:
+                self._tool_tuples.clear()  # a bound, not an LRU: an agent's tool lists are few
+            self._tool_tuples[id(tools)] = (tools, enc.name, found)  # kept: its id stays its own
         return found
 
     def _count_message(self, enc: tiktoken.Encoding, msg: Message) -> int:

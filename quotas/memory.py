@@ -77,7 +77,7 @@ class MemoryQuotaStore:
         self, tenant: str, limits: Limits, ask: Ask, *, reservation_id: str, now_ms: int
     ) -> Reservation:
         check_never_fits(limits, ask)
-        book = self._books.setdefault(tenant, _Book())
+        book = self._book(tenant)
         now = self._advance(book, limits, now_ms)
         if reservation_id in book.records:
             raise ReservationConflict(reservation_id)
@@ -136,14 +136,14 @@ class MemoryQuotaStore:
     async def seed_spend(
         self, tenant: str, period: str, spend_micro_usd: int, *, now_ms: int
     ) -> None:
-        book = self._books.setdefault(tenant, _Book())
+        book = self._book(tenant)
         key = f"spend:{period}"
         book.budget[key] = max(book.budget.get(key, 0), spend_micro_usd)
 
     async def usage(
         self, tenant: str, limits: Limits, *, now_ms: int, session_id: str | None = None
     ) -> UsageSnapshot:
-        book = self._books.setdefault(tenant, _Book())
+        book = self._book(tenant)
         now = self._advance(book, limits, now_ms)
         period, _ = self._budget_period(now_ms)
         window = self._window_use(book, limits, now)
@@ -169,7 +169,7 @@ class MemoryQuotaStore:
         session_id: str | None,
         now_ms: int,
     ) -> ToolCallLease:
-        book = self._books.setdefault(tenant, _Book())
+        book = self._book(tenant)
         now = book.clock_ms = max(now_ms, book.clock_ms)
         while book.tool_starts and book.tool_starts[0] <= now - limits.window_ms:
             book.tool_starts.popleft()
@@ -210,6 +210,13 @@ class MemoryQuotaStore:
 
     async def close(self) -> None:
         self._books.clear()
+
+    def _book(self, tenant: str) -> _Book:
+        """The tenant's book, made on its first call (not a new one per call to throw away)."""
+        book = self._books.get(tenant)
+        if book is None:
+            book = self._books[tenant] = _Book()
+        return book
 
     def _budget_period(self, now_ms: int) -> tuple[str, int]:
         """`budget_period(now_ms)`, worked out again only when `now_ms` leaves the last month."""

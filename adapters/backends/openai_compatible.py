@@ -7,7 +7,6 @@ upstream framed them (`relay`, adapters/wire/openai/relay.py). Holds no tenant o
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -152,8 +151,8 @@ class OpenAICompatibleBackend:
             return await native.complete(call, self._model, *self._native_headers(call))
         body, headers, timeout_s = self._prepare(call, stream=False)
         reply = await self._upstream.post_json(body, timeout_s=timeout_s, headers=headers)
-        decoded = openai_wire.decode_response(reply)  # usage and parts, for counting
-        return dataclasses.replace(decoded, upstream=WireReply("openai", reply))
+        # usage and parts, for counting; the reply itself relayed to an OpenAI client
+        return openai_wire.decode_response(reply, WireReply("openai", reply))
 
     async def stream(self, call: BackendCall) -> AsyncIterator[StreamEvent]:
         native = self._native(call)

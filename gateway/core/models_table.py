@@ -17,8 +17,8 @@ from adapters.pricing import (
     Price,
     PriceBook,
     UnknownPrice,
-    cost,
-    uncached_cost,
+    cost_decimal,
+    uncached_cost_decimal,
     worst_case_cost,
 )
 from adapters.types import Usage
@@ -178,10 +178,12 @@ class RoutePricing:
         return self._prices[model]
 
     def cost_usd(self, model: str, usage: Usage) -> float:
-        return cost(usage, self._prices[model])
+        """`cost(usage, price)`, its sum taken here (a call less, three times a call)."""
+        return float(cost_decimal(usage, self._prices[model]))
 
     def uncached_cost_usd(self, model: str, usage: Usage) -> float:
-        return uncached_cost(usage, self._prices[model])
+        """`uncached_cost(usage, price)`, as `cost_usd`."""
+        return float(uncached_cost_decimal(usage, self._prices[model]))
 
     def worst_case_usd(
         self, model: str, prompt_tokens: int, max_output_tokens: int, write_ttl: str

@@ -81,10 +81,16 @@ class ContextWindows:
         """The largest window among the route's candidates the tenant may use; None when any of
         them has no known window (it might take the call whatever its size)."""
         names = None if allowed is None else set(allowed)
-        windows = [self.of(c) for c in route.candidates if names is None or c.backend_name in names]
-        if not windows or any(w is None for w in windows):
-            return None
-        return max(w for w in windows if w is not None)
+        largest: int | None = None
+        for c in route.candidates:
+            if names is not None and c.backend_name not in names:
+                continue
+            window = self.of(c)
+            if window is None:
+                return None
+            if largest is None or window > largest:
+                largest = window
+        return largest
 
     async def learn(self, candidates: Iterable[Candidate]) -> None:
         """Ask every replica whose window is not known yet (at start-up and with health checks)."""

@@ -17,6 +17,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from adapters.backend import RelayedChunk
 from adapters.types import ChatRequest, StreamEvent, WireFormat
+from adapters.wire import anthropic as anthropic_wire
 from adapters.wire import openai as openai_wire
 from adapters.wire.codec import codec_for, reply_body
 from gateway.core.pipeline import Admitted, IncomingCall, Pipeline
@@ -35,7 +36,7 @@ from gateway.http.auth import KeyLookup, authenticate
 from gateway.http.errors import to_http
 from gateway.http.idempotent_doors import HEADER as IDEMPOTENCY_KEY
 from gateway.http.idempotent_doors import IdempotentDoors
-from gateway.http.request_body import BodyLimits, parse_object, read_body
+from gateway.http.request_body import BodyLimits, first_headers, parse_object, read_body
 from gateway.http.sse_reply import SSEReply
 from gateway.http.trace_context import client_trace, trace_refusal
 
@@ -56,7 +57,7 @@ def decode_call(
     raw: bytes, wire: WireFormat, limits: BodyLimits, tool_lists: openai_wire.ToolListMemo | None
 ) -> tuple[dict[str, Any], ChatRequest]:
     """Body and canonical request; pure (`tool_lists` aside), so it may run in a thread."""
-    body = parse_object(raw, limits.max_depth)
+    body = parse_object(raw, limits.max_depth, None if tool_lists is None else tool_lists.depth)
     messages = body.get("messages")
     if isinstance(messages, list) and len(messages) > limits.max_messages:
         raise RequestRejected(
@@ -79,18 +80,26 @@ class ChatRoutes:
         self.limits = limits or BodyLimits.from_settings()
         # Starlette's `StreamingResponse` is the reference path (set by tests and benchmarks)
         self.stream_reply: type[SSEReply] | type[StreamingResponse] = SSEReply
-        self._tool_lists = openai_wire.ToolListMemo()  # the agent's tools, decoded once
+        # the agent's tools, decoded once, per wire
+        self._tool_lists: dict[WireFormat, openai_wire.ToolListMemo] = {
+            "openai": openai_wire.ToolListMemo(),
+            "anthropic": openai_wire.ToolListMemo(decode=anthropic_wire.decode_tools),
+        }
         self.replay: IdempotentDoors | None = None  # set: `Idempotency-Key` is honoured
 
     async def serve(self, http: Request, wire: WireFormat) -> Response:
-        if self.replay is not None and IDEMPOTENCY_KEY in http.headers:
+        headers = first_headers(http)
+        if self.replay is not None and IDEMPOTENCY_KEY in headers:
             return await self.replay.serve(http, wire, lambda again: self._serve(again, wire))
-        return await self._serve(http, wire)
+        return await self._serve(http, wire, headers)
 
-    async def _serve(self, http: Request, wire: WireFormat) -> Response:
+    async def _serve(
+        self, http: Request, wire: WireFormat, http_headers: dict[str, str] | None = None
+    ) -> Response:
         call = None
         try:
-            call = await self._incoming(http, wire)
+            headers = first_headers(http) if http_headers is None else http_headers
+            call = await self._incoming(http, wire, headers)
             admitted = await self.pipeline.admit(call)
         except Exception as exc:  # every rejection becomes the client's own error shape
             trace_refusal(self.pipeline.s.telemetry, call, exc)
@@ -106,21 +115,23 @@ class ChatRoutes:
         encoded = reply_body(wire, response, call.request.model)
         return Response(orjson.dumps(encoded), 200, headers, "application/json")
 
-    async def _incoming(self, http: Request, wire: WireFormat) -> IncomingCall:
+    async def _incoming(
+        self, http: Request, wire: WireFormat, headers: dict[str, str]
+    ) -> IncomingCall:
         """Authenticated before a byte of the body is read; the body read up to the limit; a
-        large one parsed and decoded in a worker thread (the loop keeps serving others)."""
-        caller = authenticate(http.headers, self.keys)
-        raw = await read_body(http, self.limits.max_bytes)
+        large one parsed and decoded in a worker thread (the loop keeps serving others).
+        `headers`: `http`'s (`first_headers`)."""
+        caller = authenticate(headers, self.keys)
+        raw = await read_body(http, self.limits.max_bytes, headers)
         if len(raw) >= self.limits.offload_bytes:
             body, request = await anyio.to_thread.run_sync(
                 decode_call, raw, wire, self.limits, None
             )
         else:
-            body, request = decode_call(raw, wire, self.limits, self._tool_lists)
-        session = http.headers.get("x-session-id") or http.headers.get("x-lantern-session")
-        betas = tuple(
-            b.strip() for b in http.headers.get("anthropic-beta", "").split(",") if b.strip()
-        )
+            body, request = decode_call(raw, wire, self.limits, self._tool_lists[wire])
+        session = headers.get("x-session-id") or headers.get("x-lantern-session")
+        beta = headers.get("anthropic-beta")
+        betas = () if beta is None else tuple(b.strip() for b in beta.split(",") if b.strip())
         tracing = self.pipeline.s.telemetry.is_tracing
         return IncomingCall(
             wire,
@@ -131,7 +142,7 @@ class ChatRoutes:
             session,
             len(raw),
             betas=betas,
-            trace=client_trace(http.headers) if tracing else None,
+            trace=client_trace(headers) if tracing else None,
         )
 
     async def _stream(

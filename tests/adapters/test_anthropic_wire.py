@@ -270,3 +270,41 @@ def test_error_body_shape() -> None:
         "type": "error",
         "error": {"type": "rate_limit_error", "message": "slow down"},
     }
+
+
+@pytest.mark.parametrize(
+    "tools",
+    [
+        [{"name": "read", "description": "Read", "input_schema": SCHEMA}],
+        [
+            {"name": "read", "input_schema": SCHEMA, "cache_control": {"type": "ephemeral"}},
+            {"type": "web_search_20250305", "name": "web_search"},
+        ],
+        [{"name": 5, "input_schema": SCHEMA}],
+        [{"name": "read", "input_schema": "no"}],
+        "not a list",
+    ],
+)
+def test_memoised_tool_lists_decode_as_the_plain_path(tools: object) -> None:
+    """The chat door's memo for this wire: the same request or the same error (the tools are
+    decoded where the plain path decodes them: after the messages, before tool_choice), and
+    the same read-only objects for the same list on the next call."""
+    from adapters.wire.openai import ToolListMemo
+
+    memo = ToolListMemo(decode=anthropic_wire.decode_tools)
+    body = {**AGENT_BODY, "tools": tools, "tool_choice": {"type": "sometimes"}}
+    for candidate in (body, {**body, "tool_choice": {"type": "auto"}}):
+        raw = orjson.dumps(candidate)
+        try:
+            want: object = anthropic_wire.decode_request(orjson.loads(raw))
+        except WireFormatError as exc:
+            want = exc.field
+        for _ in range(2):
+            try:
+                got: object = anthropic_wire.decode_request(orjson.loads(raw), tool_lists=memo)
+            except WireFormatError as exc:
+                got = exc.field
+            assert got == want
+    if not isinstance(want, str):
+        again = anthropic_wire.decode_request(orjson.loads(raw), tool_lists=memo)
+        assert isinstance(got, ChatRequest) and again.tools is got.tools

@@ -9,6 +9,7 @@ import sys
 import orjson
 import pytest
 
+import adapters.tokens as tokens_module
 from adapters.tokens import TokenCounter, bundled_tiktoken_dir, encoding_name_for
 from adapters.wire import openai as openai_wire
 
@@ -132,3 +133,28 @@ def test_tool_list_counts_are_memoised_by_content() -> None:
     # the same tools under another encoding are not the o200k entry
     cl100k = openai_wire.decode_request({**changed, "model": "gpt-4"})
     assert counter.count_request(cl100k) == TokenCounter().count_request(cl100k)
+
+
+def test_a_tool_tuple_counted_before_is_found_by_identity_and_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The memo's tuple (the same object call after call) is counted once; the same tuple
+    under another encoding, or an equal tuple, is not taken for it; the table stays bounded."""
+    memo = openai_wire.ToolListMemo()
+    counter = TokenCounter()
+    first = openai_wire.decode_request(BODY, memo)
+    again = openai_wire.decode_request(orjson.loads(orjson.dumps(BODY)), memo)
+    assert again.tools is first.tools
+    assert counter.count_request(first) == 47
+    monkeypatch.setattr(orjson, "dumps", None)  # found by identity: nothing is serialised
+    assert counter.count_request(again) == 47
+    monkeypatch.undo()
+    cl100k = openai_wire.decode_request({**BODY, "model": "gpt-4"}, memo)
+    assert cl100k.tools is first.tools
+    assert counter.count_request(cl100k) == TokenCounter().count_request(cl100k)
+    fresh = openai_wire.decode_request(BODY)  # equal tools, another tuple: counted by content
+    assert fresh.tools is not first.tools and counter.count_request(fresh) == 47
+    monkeypatch.setattr(tokens_module, "MAX_TOOL_TUPLES", 2)
+    for _ in range(5):
+        assert counter.count_request(openai_wire.decode_request(BODY)) == 47
+        assert len(counter._tool_tuples) <= 2

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from adapters.errors import ProviderRateLimited, ProviderUnavailable
 from adapters.sse import SSEParser, SSEvent, frame
@@ -43,6 +45,80 @@ def test_sse_parser_handles_split_chunks_crlf_comments_and_multiline() -> None:
     assert events == [SSEvent("a", '{"x":1}'), SSEvent("", "line1\nline2"), SSEvent("", "tail")]
     assert frame(b"{}") == b"data: {}\n\n"
     assert frame(b"{}", "ping") == b"event: ping\ndata: {}\n\n"
+
+
+class _LineParser:
+    """The parser as it was, line by line through a method: the reference for `SSEParser`."""
+
+    def __init__(self) -> None:
+        self.buffer, self.event, self.data = b"", "", list[str]()
+
+    def feed(self, chunk: bytes) -> list[SSEvent]:
+        buffer, events, start = self.buffer + chunk, list[SSEvent](), 0
+        while (end := buffer.find(b"\n", start)) >= 0:
+            line, start = buffer[start:end], end + 1
+            event = self.take(line.removesuffix(b"\r").decode("utf-8"))
+            if event is not None:
+                events.append(event)
+        self.buffer = buffer[start:]
+        return events
+
+    def take(self, line: str) -> SSEvent | None:
+        if not line:
+            if not self.data:
+                self.event = ""
+                return None
+            event = SSEvent(self.event, "\n".join(self.data))
+            self.event, self.data = "", []
+            return event
+        if line[0] == ":":
+            return None
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "data":
+            self.data.append(value)
+        elif name == "event":
+            self.event = value
+        return None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                b'data: {"a":1}',
+                b"data:x",
+                b"data",
+                b"event: e",
+                b"event:",
+                b": c",
+                b":",
+                b"",
+                b"id: 3",
+                b"retry: 5",
+                b"data: \xc3\xa9",
+                b"dat",
+                b"data:  two",
+            ]
+        ),
+        max_size=12,
+    ),
+    st.lists(st.sampled_from([b"\n", b"\r\n"]), min_size=12, max_size=12),
+    st.lists(st.integers(1, 9), max_size=8),
+)
+def test_sse_parser_reads_as_the_line_by_line_parser(
+    lines: list[bytes], ends: list[bytes], cuts: list[int]
+) -> None:
+    raw = b"".join(line + end for line, end in zip(lines, ends, strict=False)) + b"data: tail"
+    fast, reference = SSEParser(), _LineParser()
+    got, want, at = [], [], 0
+    for size in [*cuts, len(raw)]:
+        piece, at = raw[at : at + size], at + size
+        got += fast.feed(piece)
+        want += reference.feed(piece)
+        assert (fast._event, fast._data) == (reference.event, reference.data)
+    assert got == want
 
 
 def _parse(data: bytes) -> list[SSEvent]:

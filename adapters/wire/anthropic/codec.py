@@ -21,7 +21,7 @@ class AnthropicCodec:
     def decode_request(
         self, body: Mapping[str, Any], tool_lists: ToolListMemo | None = None
     ) -> ChatRequest:
-        return request.decode_request(body)  # Anthropic tool lists are not memoised
+        return request.decode_request(body, tool_lists=tool_lists)
 
     def encode_request(self, req: ChatRequest) -> dict[str, Any]:
         return request.encode_request(req)

@@ -7,7 +7,7 @@ streaming in `stream.py`; the package's `__init__` is the one import for the for
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from adapters.errors import WireFormatError
 from adapters.types import JSON, ChatRequest, Message, TextPart, ToolSpec
@@ -19,6 +19,9 @@ from adapters.wire.json_fields import (
     optional,
     with_cache_control,
 )
+
+if TYPE_CHECKING:
+    from adapters.wire.openai.tools import ToolListMemo
 
 __all__ = [
     "ANTHROPIC_EXTRA_FIELDS",
@@ -159,9 +162,16 @@ def output_schema_of(output_config: Any, output_format: Any = None) -> dict[str,
     return schema if isinstance(schema, dict) and set(output_format) <= {"type", "schema"} else None
 
 
-def decode_request(body: Mapping[str, Any], *, require_max_tokens: bool = True) -> ChatRequest:
+def decode_request(
+    body: Mapping[str, Any],
+    *,
+    require_max_tokens: bool = True,
+    tool_lists: ToolListMemo | None = None,
+) -> ChatRequest:
     """Canonical form of an Anthropic `/v1/messages` body; raises WireFormatError(path).
-    `require_max_tokens=False` for `/v1/messages/count_tokens`, which takes none."""
+    `require_max_tokens=False` for `/v1/messages/count_tokens`, which takes none. With
+    `tool_lists` (made with `decode_tools`), the tools come from that memo (equal values,
+    shared objects)."""
     expect(body, dict, "$")
     raw = expect(body.get("messages"), list, "messages")
     metadata = optional(body, "metadata", dict) or {}
@@ -174,7 +184,11 @@ def decode_request(body: Mapping[str, Any], *, require_max_tokens: bool = True) 
         model=expect(body.get("model"), str, "model"),
         messages=tuple(_message(m, f"messages[{i}]") for i, m in enumerate(raw)),
         system=decode_system(body.get("system")),
-        tools=_tools(body["tools"]) if body.get("tools") else (),
+        tools=(
+            (_tools(body["tools"]) if tool_lists is None else tool_lists.decode(body["tools"]))
+            if body.get("tools")
+            else ()
+        ),
         tool_choice=_tool_choice(body.get("tool_choice")),
         max_tokens=optional(body, "max_tokens", int),
         temperature=optional(body, "temperature", (int, float)),

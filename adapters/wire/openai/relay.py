@@ -49,7 +49,9 @@ class OpenAIRelay:
         if not isinstance(chunk, dict):
             raise WireFormatError("stream", "chunk is not a JSON object")
         events = self.decoder.feed_chunk(chunk)  # raises on an in-band upstream error
-        return self._edited(data, chunk), events
+        if chunk.get("usage") or chunk.get("model", self._model) != self._model:
+            return self._edited(data, chunk), events
+        return b"data: " + data.encode() + b"\n\n", events  # nothing to edit: as framed
 
     def feed_all(self, events: Sequence[SSEvent]) -> tuple[RelayedChunk | None, Exception | None]:
         """Several upstream events (one read) as one chunk for the client (None when none of

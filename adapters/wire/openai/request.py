@@ -143,6 +143,33 @@ def decode_message(msg: Any, path: str) -> Message:
     raise WireFormatError(f"{path}.role", f"unsupported role {role!r}")
 
 
+_PLAIN_ROLES: dict[str, Role] = {"system": "system", "developer": "system", "user": "user"}
+
+
+def _decode_messages(raw_messages: list[Any]) -> list[Message]:
+    """`decode_message` of each; the common shapes (text content as a string, no tool calls)
+    built here directly, equal to what it builds: an agent re-sends its whole history on every
+    call, and these make most of it."""
+    messages: list[Message] = []
+    for i, msg in enumerate(raw_messages):
+        if type(msg) is dict and type(content := msg.get("content")) is str:
+            role = msg.get("role")
+            parts: tuple[TextPart, ...] = (TextPart(content),) if content else ()
+            canonical = _PLAIN_ROLES.get(role) if type(role) is str else None
+            if canonical is not None:
+                messages.append(Message(canonical, parts, msg.get("name")))
+                continue
+            if role == "assistant" and msg.get("tool_calls") is None:
+                messages.append(Message("assistant", parts, msg.get("name")))
+                continue
+            if role == "tool" and type(call_id := msg.get("tool_call_id")) is str:
+                result = ToolResultPart(call_id, parts)
+                messages.append(Message("tool", (result,), msg.get("name")))
+                continue
+        messages.append(decode_message(msg, f"messages[{i}]"))
+    return messages
+
+
 def _tool_choice(value: Any) -> JSON:
     if value is None or value in ("auto", "none", "required"):
         return value
@@ -175,26 +202,48 @@ def decode_request(body: Mapping[str, Any], tool_lists: ToolListMemo | None = No
     expect(body, dict, "$")
     model = expect(body.get("model"), str, "model")
     raw_messages = expect(body.get("messages"), list, "messages")
-    _stream_options(body.get("stream_options"))
-    messages = [decode_message(m, f"messages[{i}]") for i, m in enumerate(raw_messages)]
-    system, rest = split_system(messages)
-    max_tokens = optional(body, "max_completion_tokens", int)
-    if max_tokens is None:
-        max_tokens = optional(body, "max_tokens", int)
+    if (options := body.get("stream_options")) is not None:
+        _stream_options(options)
+    system, rest = split_system(_decode_messages(raw_messages))
+    # the optional fields read inline, in the order their errors are named (`optional` per
+    # field was a call each for fields mostly absent)
+    get = body.get
+    max_tokens = get("max_completion_tokens")
+    if max_tokens is not None:
+        expect(max_tokens, int, "max_completion_tokens")
+    elif (max_tokens := get("max_tokens")) is not None:
+        expect(max_tokens, int, "max_tokens")
+    tools = decode_tool_list(body["tools"], tool_lists) if get("tools") else ()
+    tool_choice = None if (choice := get("tool_choice")) is None else _tool_choice(choice)
+    if (temperature := get("temperature")) is not None:
+        expect(temperature, (int, float), "temperature")
+    if (top_p := get("top_p")) is not None:
+        expect(top_p, (int, float), "top_p")
+    stop = () if (stops := get("stop")) is None else _stop(stops)
+    if (stream := get("stream")) is not None:
+        expect(stream, bool, "stream")
+    if (prompt_cache_key := get("prompt_cache_key")) is not None:
+        expect(prompt_cache_key, str, "prompt_cache_key")
+    if (cache_salt := get("cache_salt")) is not None:
+        expect(cache_salt, str, "cache_salt")
+    if (user := get("user")) is not None:
+        expect(user, str, "user")
+    if not user:
+        user = optional(body, "safety_identifier", str)
     request = ChatRequest(
         model=model,
         messages=rest,
         system=system,
-        tools=decode_tool_list(body["tools"], tool_lists) if body.get("tools") else (),
-        tool_choice=_tool_choice(body.get("tool_choice")),
+        tools=tools,
+        tool_choice=tool_choice,
         max_tokens=max_tokens,
-        temperature=optional(body, "temperature", (int, float)),
-        top_p=optional(body, "top_p", (int, float)),
-        stop=_stop(body.get("stop")),
-        stream=bool(optional(body, "stream", bool)),
-        prompt_cache_key=optional(body, "prompt_cache_key", str),
-        cache_salt=optional(body, "cache_salt", str),
-        user=optional(body, "user", str) or optional(body, "safety_identifier", str),
+        temperature=temperature,
+        top_p=top_p,
+        stop=stop,
+        stream=bool(stream),
+        prompt_cache_key=prompt_cache_key,
+        cache_salt=cache_salt,
+        user=user,
         extra={k: v for k, v in body.items() if k not in _KNOWN},
     )
     return _with_messages(request, raw_messages)

@@ -22,6 +22,7 @@ from adapters.types import (
     TextPart,
     ToolUsePart,
     Usage,
+    WireReply,
 )
 from adapters.wire.citations import spans
 from adapters.wire.json_fields import expect
@@ -174,7 +175,8 @@ def _decode_choice(choice: Any, path: str) -> Choice:
     return Choice(tuple(content), stop)
 
 
-def decode_response(body: Mapping[str, Any]) -> ChatResponse:
+def decode_response(body: Mapping[str, Any], upstream: WireReply | None = None) -> ChatResponse:
+    """Canonical form of an OpenAI reply; `upstream`: the backend's own reply, kept on it."""
     raw = expect(body.get("choices"), list, "choices")
     if not raw:
         raise WireFormatError("choices", "expected at least one choice")
@@ -191,6 +193,7 @@ def decode_response(body: Mapping[str, Any]) -> ChatResponse:
         usage=decode_usage(body.get("usage")),
         more_choices=tuple(choices[1:]),
         wire_extra=extra,
+        upstream=upstream,
     )
 
 

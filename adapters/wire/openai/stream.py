@@ -43,17 +43,13 @@ class OpenAIStreamDecoder:
     def __init__(self, backend: str = "openai") -> None:
         self._backend = backend
         self._started = False
-        self._ended = False
+        self.ended = False  # read per chunk: an attribute, not a property (set by `finish`)
         self._text_index: int | None = None
         self._tool_index: dict[int, int] = {}  # OpenAI tool_calls[].index -> block index
         self._num_blocks = 0
         self._stop: StopReason = "stop"
         self._saw_finish = False
         self._usage = Usage()
-
-    @property
-    def ended(self) -> bool:
-        return self._ended
 
     @property
     def saw_finish_reason(self) -> bool:
@@ -81,28 +77,26 @@ class OpenAIStreamDecoder:
                 StreamStart(id=str(chunk.get("id", "")), model=str(chunk.get("model", "")))
             )
         for choice in chunk.get("choices") or ():
-            self._choice(choice, events)
+            # each choice read here, not in a method: most chunks are one choice's delta
+            delta = choice.get("delta") or {}
+            text = delta.get("content")
+            if text:
+                if self._text_index is None:
+                    self._text_index = self._new_block()
+                events.append(TextDelta(self._text_index, text))
+            for call in delta.get("tool_calls") or ():
+                self._tool_call(call, events)
+            if "annotations" in delta and delta["annotations"]:  # sent by search models
+                if self._text_index is None:
+                    self._text_index = self._new_block()
+                index = self._text_index
+                events += (TextCitation(index, c) for c in decode_annotations(delta["annotations"]))
+            if choice.get("finish_reason"):
+                self._saw_finish = True
+                self._stop = FINISH_TO_STOP.get(choice["finish_reason"], "stop")
         if chunk.get("usage"):
             self._usage = decode_usage(chunk["usage"])
         return events
-
-    def _choice(self, choice: dict[str, Any], events: list[StreamEvent]) -> None:
-        delta = choice.get("delta") or {}
-        text = delta.get("content")
-        if text:
-            if self._text_index is None:
-                self._text_index = self._new_block()
-            events.append(TextDelta(self._text_index, text))
-        for call in delta.get("tool_calls") or ():
-            self._tool_call(call, events)
-        if "annotations" in delta and delta["annotations"]:  # sent by search models, unlisted
-            if self._text_index is None:
-                self._text_index = self._new_block()
-            index = self._text_index
-            events += (TextCitation(index, c) for c in decode_annotations(delta["annotations"]))
-        if choice.get("finish_reason"):
-            self._saw_finish = True
-            self._stop = FINISH_TO_STOP.get(choice["finish_reason"], "stop")
 
     def _tool_call(self, call: dict[str, Any], events: list[StreamEvent]) -> None:
         position = call.get("index", 0)
@@ -120,9 +114,9 @@ class OpenAIStreamDecoder:
 
     def finish(self) -> list[StreamEvent]:
         """End of stream: the final event with the stop reason and usage seen so far."""
-        if self._ended:
+        if self.ended:
             return []
-        self._ended = True
+        self.ended = True
         events: list[StreamEvent] = [] if self._started else [StreamStart("", "")]
         events.append(StreamEnd(self._stop, self._usage))
         return events

@@ -194,3 +194,18 @@ def test_the_fake_refuses_like_vllm() -> None:
         body["max_tokens"] = 10
         reply = httpx.post(fake.openai_base_url + "/chat/completions", json=body, timeout=5)
         assert reply.status_code == 200
+
+
+def test_the_route_window_is_the_largest_the_tenant_may_use_or_none() -> None:
+    def replica(name: str) -> Candidate:
+        return Candidate(None, name, "selfhost", f"http://{name}/v1")  # type: ignore[arg-type]
+
+    windows = ContextWindows({"a": 100, "b": 300, "c": None})
+    api = Candidate(None, "api", "api")  # type: ignore[arg-type]
+    route = ModelRoute("m", (replica("a"), replica("b"), replica("c"), api))
+    assert windows.route_window(route, None) is None  # c and the API have no known window
+    assert windows.route_window(route, ["a", "b"]) == 300
+    assert windows.route_window(route, ("a",)) == 100
+    assert windows.route_window(route, ["b", "api"]) is None
+    assert windows.route_window(route, []) is None  # nothing the tenant may use
+    assert windows.route_window(ModelRoute("m", (replica("b"), replica("a"))), None) == 300
