@@ -23,7 +23,6 @@ from policies.loader import LoadedPolicy, key_conflicts, load_policy_bytes, poli
 from policies.model import TenantPolicy, hash_api_key
 
 Clock = Callable[[], float]  # seconds since the epoch, comparable with file mtimes
-MAX_KEY_MEMO = 4096  # keys remembered per policy state (only keys that policies hold)
 RACY_WINDOW_S = 2.0  # a file modified this close to its last read is re-read even if stat agrees
 _Outcome = LoadedPolicy | PolicyFileError
 
@@ -90,8 +89,6 @@ class PolicyStore:
         self._poll_interval_s = poll_interval_s
         self._log = logger or logging.getLogger("lantern.policies")
         self._state = _State()
-        # keys found in `_state`, by the key presented (hashing one costs more than the lookup)
-        self._key_memo: tuple[_State, dict[str, tuple[TenantPolicy, str]]] = (self._state, {})
         self._seen: dict[str, _Seen] = {}
         self._checked_at = 0.0
         # the directory's (mtime_ns, inode) when it was last listed, and the clock then
@@ -110,17 +107,8 @@ class PolicyStore:
         return entry.policy if entry is not None else None
 
     def tenant_for_key(self, key: str) -> tuple[TenantPolicy, str] | None:
-        """The tenant policy and key id for a presented API key, or None. Keys found are
-        remembered with the state that holds them, so a reload (a key rotated or revoked, a
-        policy changed) forgets them all at once; unknown keys are never remembered."""
+        """The tenant policy and key id for a presented API key, or None."""
         state = self._state
-        memo = self._key_memo
-        if memo[0] is state:
-            found = memo[1].get(key)
-            if found is not None:
-                return found
-        else:
-            memo = self._key_memo = (state, {})
         presented = hash_api_key(key)
         match = state.by_hash.get(presented)
         if match is None:
@@ -130,11 +118,7 @@ class PolicyStore:
         stored = next(k.sha256 for k in entry.policy.api_keys if k.id == key_id)
         if not hmac.compare_digest(stored.encode(), presented.encode()):
             return None
-        found = entry.policy, key_id
-        if len(memo[1]) >= MAX_KEY_MEMO:
-            memo[1].clear()  # a bound, not an LRU: only the policies' own keys get here
-        memo[1][key] = found
-        return found
+        return entry.policy, key_id
 
     @property
     def version(self) -> int:
