@@ -2,7 +2,7 @@
 LiteLLM proxy (one worker each), same fake upstream, same agent-sized bodies (≈6,000 tokens + tools).
 
     .venv/bin/python -m bench.gateway_overhead [--rates 25,50,100,200] [--duration-s 10]
-        [--stream | --both] [--skip-litellm] [--previous REF]
+        [--stream | --both] [--skip-litellm] [--previous REF] [--rounds 2]
 
 Open-loop load (aiohttp on uvloop, bodies encoded before the clock starts): call i is due at
 i/rate whatever the replies do, and its latency counts from that due time, so queueing shows as
@@ -22,7 +22,6 @@ import tempfile
 import time
 from collections.abc import Coroutine
 from contextlib import ExitStack
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ import orjson
 import uvloop
 
 from bench._procs import PY, ROOT, free_port, start, stop, tree_cpu_seconds
+from bench.overhead_results import Result, median_result, report
 from bench.previous_build import previous_build, start_previous
 
 KEY = "sk-bench-key-000000000000000000000000000001"  # also the LiteLLM master key
@@ -65,23 +65,6 @@ def agent_body(stream: bool, turn: int) -> dict[str, object]:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
     return body
-
-
-@dataclass
-class Result:
-    mode: str  # "non-stream" or "stream"
-    target: str
-    rate: float
-    sent: int
-    errors: int
-    p50_ms: float
-    p99_ms: float
-    ttfb_p50_ms: float  # first response-body bytes (for streams: the first SSE chunk)
-    cpu_ms_per_call: float  # the target's process tree, per call sent (nan for direct)
-
-    @property
-    def is_sustained(self) -> bool:
-        return self.errors == 0 and self.p99_ms < 1000
 
 
 async def _one(
@@ -245,6 +228,9 @@ def main() -> None:
     ap.add_argument("--serve-upstream", type=int, metavar="PORT", help=argparse.SUPPRESS)
     ap.add_argument("--rates", default="25,50,100,200", help="offered calls/s, ascending")
     ap.add_argument("--duration-s", type=float, default=10.0, help="per target and rate")
+    ap.add_argument(
+        "--rounds", type=int, default=2, help="visits per rate, in reversed order each time"
+    )
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--stream", action="store_true", help="streaming calls only")
     mode.add_argument("--both", action="store_true", help="non-streaming, then streaming")
@@ -284,7 +270,7 @@ def main() -> None:
                 procs.append(proc)
                 targets.insert(2, (f"lantern@{args.previous}", base, proc.pid))
             for stream in modes:
-                results = _run(sweep(targets, rates, args.duration_s, stream))
+                results = _run(sweep(targets, rates, args.duration_s, stream, args.rounds))
                 report(results)
         finally:
             for proc in procs:
@@ -333,63 +319,31 @@ def start_targets(
 
 
 async def sweep(
-    targets: list[Target], rates: list[float], duration_s: float, stream: bool
+    targets: list[Target], rates: list[float], duration_s: float, stream: bool, rounds: int = 1
 ) -> list[Result]:
-    """Targets interleaved per rate, so drift in machine load hits all alike; a target that
-    failed a rate (errors or p99 >= 1 s) is not run at higher ones (it only gets worse)."""
+    """Targets interleaved per rate, so drift in machine load hits all alike, in `rounds` visits
+    whose order reverses each time (after `direct`, the reference): a target run second at a
+    rate came out up to a third cheaper than the same build run first (an A/A run, `--previous
+    HEAD`). Each figure is the median over the rounds. A target that failed a rate (errors or
+    p99 >= 1 s) is not run at higher ones (it only gets worse)."""
     results: list[Result] = []
     failed: set[str] = set()
     for rate in rates:
-        for name, base, pid in targets:
-            if name in failed:
-                continue
-            results.append(await run_rate(name, base, pid, rate, duration_s, stream))
-            print(results[-1], flush=True)
-            if not results[-1].is_sustained:
-                failed.add(name)
+        runs: dict[str, list[Result]] = {}
+        for n in range(rounds):
+            order = targets if n % 2 == 0 else targets[:1] + targets[:0:-1]
+            for name, base, pid in order:
+                if name not in failed:
+                    runs.setdefault(name, []).append(
+                        await run_rate(name, base, pid, rate, duration_s, stream)
+                    )
+                    print(runs[name][-1], flush=True)
+        for name, _, _ in targets:
+            if name in runs:
+                results.append(median_result(runs[name]))
+                if not results[-1].is_sustained:
+                    failed.add(name)
     return results
-
-
-def report(results: list[Result]) -> None:
-    """Markdown tables: per rate, each target with its latency added over direct, and CPU."""
-    direct = {r.rate: r for r in results if r.target == "direct"}
-    litellm = {r.rate: r for r in results if r.target == "litellm"}
-    print(f"\n### {results[0].mode}\n")
-    print("| target | rate/s | p50 ms | p99 ms | added p50 | added p99 | added TTFB p50 |", end="")
-    print(" CPU ms/call | CPU vs LiteLLM | errors |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for r in results:
-        d, ll = direct.get(r.rate), litellm.get(r.rate)
-        ratio = (
-            f"{r.cpu_ms_per_call / ll.cpu_ms_per_call:.2f}" if ll and r.target != "direct" else ""
-        )
-        added = (
-            (
-                f"{r.p50_ms - d.p50_ms:+.1f}",
-                f"{r.p99_ms - d.p99_ms:+.1f}",
-                f"{r.ttfb_p50_ms - d.ttfb_p50_ms:+.1f}",
-            )
-            if d and r.target != "direct"
-            else ("", "", "")
-        )
-        cpu = "" if r.target == "direct" else f"{r.cpu_ms_per_call:.2f}"
-        print(
-            f"| {r.target} | {r.rate:g} | {r.p50_ms:.1f} | {r.p99_ms:.1f} | {' | '.join(added)} | "
-            f"{cpu} | {ratio} | {r.errors} |"
-        )
-    print()
-    for name in dict.fromkeys(r.target for r in results):
-        print(f"highest sustainable rate ({name}): {_sustained(results, name):g}/s")
-
-
-def _sustained(results: list[Result], name: str) -> float:
-    """The highest rate passed with every lower rate passed too (0 if the first failed)."""
-    best = 0.0
-    for r in sorted((r for r in results if r.target == name), key=lambda r: r.rate):
-        if not r.is_sustained:
-            break
-        best = r.rate
-    return best
 
 
 if __name__ == "__main__":

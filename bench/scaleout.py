@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from bench._procs import PY, free_port, start, stop
-from bench.gateway_overhead import ENV, Result, _run, run_rate, write_lantern_config
+from bench.gateway_overhead import ENV, _run, run_rate, write_lantern_config
+from bench.overhead_results import Result
 
 Target = tuple[str, str, int]
 
