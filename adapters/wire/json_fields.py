@@ -53,3 +53,18 @@ def json_schema_of(response_format: Any) -> dict[str, Any] | None:
     spec = response_format.get("json_schema")
     schema = spec.get("schema") if isinstance(spec, dict) else None
     return schema if isinstance(schema, dict) else None
+
+
+def depth_of(value: Any) -> int:
+    """Nesting depth of a container of parsed JSON (1 for `{}` or `[]`); exact `type` tests,
+    since parsed JSON holds only plain dicts and lists."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > deepest:
+            deepest = depth
+        for child in node.values() if type(node) is dict else node:
+            if type(child) is dict or type(child) is list:
+                stack.append((child, depth + 1))
+    return deepest

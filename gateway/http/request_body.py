@@ -15,6 +15,7 @@ import orjson
 from starlette.requests import ClientDisconnect, Request
 
 from adapters.errors import WireFormatError
+from adapters.wire.json_fields import depth_of
 from gateway.errors import BodyTooLarge, ClientGone, RequestRejected
 from gateway.settings import HttpSettings
 
@@ -186,15 +187,3 @@ def _deepest_child(node: Any) -> tuple[Any, Any] | None:
             if depth > best_depth:
                 best, best_depth = (key, child), depth
     return best
-
-
-def depth_of(value: Any) -> int:
-    """Nesting depth of a container (1 for `{}` or `[]`)."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        deepest = max(deepest, depth)
-        children = node.values() if isinstance(node, dict) else node
-        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
-    return deepest

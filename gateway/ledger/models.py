@@ -217,22 +217,11 @@ class UsageRow:
             if self.status not in CALL_STATUSES:
                 raise ValueError(f"UsageRow.status must be one of {CALL_STATUSES}")
         for name, value in zip(MONEY_FIELDS, _MONEY_OF(self)):  # noqa: B905 (see RowChecks.fits)
-            if type(value) is float and 0.0 <= value < _MAX_MONEY_FLOAT:  # `to_money`, inlined
-                text = repr(value)
-                money = _ZERO_MONEY if text == "0.0" else Decimal(text).quantize(MONEY_QUANTUM)
-            else:
-                money = to_money(value)
-            object.__setattr__(self, name, money)
+            object.__setattr__(self, name, to_money(value))
         if not is_plain and (broken := _CHECKS.broken_column(self)) is not None:
             raise ValueError(broken)
-        diagnosis = self.cache_diagnosis
-        if diagnosis is not None and not (
-            # the gateway's own JSON in ASCII: a byte a character, so its length is its size
-            type(diagnosis) is JsonText
-            and diagnosis.isascii()
-            and not diagnosis[MAX_DIAGNOSIS_BYTES:]
-        ):
-            check_diagnosis(diagnosis)
+        if self.cache_diagnosis is not None:
+            check_diagnosis(self.cache_diagnosis)
 
     def to_json(self) -> str:
         """The row as compact JSON; money as decimal strings so nothing is rounded through

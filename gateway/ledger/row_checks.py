@@ -124,6 +124,8 @@ class RowChecks:
 
 def check_diagnosis(text: str) -> None:
     """Refuses a diagnosis over `MAX_DIAGNOSIS_BYTES` or, unless it is `JsonText`, not JSON."""
+    if type(text) is JsonText and text.isascii() and not text[MAX_DIAGNOSIS_BYTES:]:
+        return  # the gateway's own JSON in ASCII: a byte a character, its length its size
     num_bytes = len(text) if text.isascii() else len(text.encode())
     if num_bytes > MAX_DIAGNOSIS_BYTES:
         raise ValueError(f"cache_diagnosis is over {MAX_DIAGNOSIS_BYTES} bytes")

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 
 from adapters.types import ToolSpec
-from adapters.wire.json_fields import cache_control_at, expect
+from adapters.wire.json_fields import cache_control_at, depth_of, expect
 
 
 def is_typed_tool(tool: Any) -> bool:
@@ -86,14 +86,14 @@ class ToolListMemo:
             key = orjson.dumps(value)
         except orjson.JSONEncodeError:  # past orjson's nesting limit (254): surely too deep
             self._last = None
-            return _depth_of(value)
+            return depth_of(value)
         self._last = (value, key)
         entry = self._entries.get(key)
         if entry is None:
             entry = self._entry(key)
         depth: int | None = entry[0]
         if depth is None:
-            depth = entry[0] = _depth_of(value)
+            depth = entry[0] = depth_of(value)
         return depth
 
     def _entry(self, key: bytes) -> list[Any]:
@@ -104,20 +104,6 @@ class ToolListMemo:
 
     def __len__(self) -> int:
         return len(self._entries)
-
-
-def _depth_of(value: Any) -> int:
-    """Nesting depth of a container (1 for `{}` or `[]`)."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > deepest:
-            deepest = depth
-        for child in node.values() if type(node) is dict else node:
-            if type(child) is dict or type(child) is list:
-                stack.append((child, depth + 1))
-    return deepest
 
 
 def decode_tool_list(value: Any, memo: ToolListMemo | None) -> tuple[ToolSpec, ...]:
