@@ -40,34 +40,13 @@ class CacheReport:
     edits: Edits = Edits()  # what the autopilot did to the call's prompt
 
     def header_value(self) -> str:
-        d = self.diagnosis
-        parts = [d.reason.value]
-        if d.first_changed:
-            parts.append(f"block={d.first_changed}")
-        if d.reason == Reason.VOLATILE_BLOCK:
-            parts += [f"pattern={d.pattern}", "advice=relocate_volatile"]
-        parts += self.autopilot_parts()
-        parts += [
-            f"prefix={d.stable_prefix_tokens}",
-            f"expected={d.expected_prefix_tokens}",
-            f"read={d.predicted_read_tokens}",
-        ]
-        return "; ".join(parts)
-
-    def autopilot_parts(self) -> list[str]:
-        """What was done: `relocated=<kinds>` (values moved to the tail), `tool_args=<n>` (messages
-        whose tool-call arguments were re-serialised canonically)."""
-        parts = []
-        if self.edits.relocated:
-            parts.append("relocated=" + ",".join(self.edits.relocated))
-        if self.edits.num_tool_args:
-            parts.append(f"tool_args={self.edits.num_tool_args}")
-        return parts
+        """The `x-lantern-cache` header's value."""
+        return self.verdict_parts()[0]
 
     def verdict_parts(self) -> tuple[str, dict[str, object]]:
-        """`header_value()` and `as_dict()` at once, as the port reads them for every call: the
-        reason read once (`str` of a StrEnum is its value, with no call to `.value`), the
-        object built in one literal, in `as_dict`'s key order."""
+        """The header's value and the ledger JSON's object at once, as the port reads them for
+        every call: the reason read once (`str` of a StrEnum is its value, with no call to
+        `.value`), the object built in one literal (call, tenant, the diagnosis, autopilot)."""
         d = self.diagnosis
         reason = str(d.reason)
         gap_s = d.gap_s
@@ -106,19 +85,7 @@ class CacheReport:
 
     def as_dict(self) -> dict[str, object]:
         """The ledger JSON's object (`to_json` encodes it)."""
-        body: dict[str, object] = {
-            "call": self.call_index,
-            "tenant": self.tenant,
-            **self.diagnosis.as_dict(),
-        }
-        if self.edits != Edits():
-            body["autopilot"] = {
-                "relocated": list(self.edits.relocated),
-                "tool_args": self.edits.num_tool_args,
-            }
-        gap_s = self.diagnosis.gap_s
-        body["gap_s"] = None if gap_s is None else round(gap_s, 3)
-        return body
+        return self.verdict_parts()[1]
 
 
 class SessionCacheTracker:

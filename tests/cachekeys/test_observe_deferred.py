@@ -102,8 +102,46 @@ def test_verdict_parts_are_the_header_and_the_object() -> None:
         for e in edits:
             report = CacheReport("acme", "s", 4, d, e)
             header, body = report.verdict_parts()
-            assert header == report.header_value()
-            assert list(body.items()) == list(report.as_dict().items())  # the key order too
+            assert header == reference_header(report)
+            assert list(body.items()) == list(reference_dict(report).items())  # key order too
+            assert (report.header_value(), report.as_dict()) == (header, body)
+
+
+def reference_header(report: CacheReport) -> str:
+    """The header as it was built part by part before `verdict_parts` (the oracle)."""
+    d, edits = report.diagnosis, report.edits
+    parts = [d.reason.value]
+    if d.first_changed:
+        parts.append(f"block={d.first_changed}")
+    if d.reason == Reason.VOLATILE_BLOCK:
+        parts += [f"pattern={d.pattern}", "advice=relocate_volatile"]
+    if edits.relocated:
+        parts.append("relocated=" + ",".join(edits.relocated))
+    if edits.num_tool_args:
+        parts.append(f"tool_args={edits.num_tool_args}")
+    parts += [
+        f"prefix={d.stable_prefix_tokens}",
+        f"expected={d.expected_prefix_tokens}",
+        f"read={d.predicted_read_tokens}",
+    ]
+    return "; ".join(parts)
+
+
+def reference_dict(report: CacheReport) -> dict[str, object]:
+    """The ledger JSON's object as it was built before `verdict_parts` (the oracle)."""
+    body: dict[str, object] = {
+        "call": report.call_index,
+        "tenant": report.tenant,
+        **report.diagnosis.as_dict(),
+    }
+    if report.edits != Edits():
+        body["autopilot"] = {
+            "relocated": list(report.edits.relocated),
+            "tool_args": report.edits.num_tool_args,
+        }
+    gap_s = report.diagnosis.gap_s
+    body["gap_s"] = None if gap_s is None else round(gap_s, 3)
+    return body
 
 
 def test_block_names_are_the_blocks_names() -> None:
