@@ -90,6 +90,11 @@ def _status(reply: ToolRunReply) -> tuple[int, str, int | None]:
     return reply.http_status, body["status"], body["exit_code"]
 
 
+def _state(store: IdempotencyStore, tenant: str, key: str) -> str | None:
+    record = store.find(tenant, key)
+    return None if record is None else record.state
+
+
 @pytest.mark.sandbox
 def test_the_n_plus_first_run_gets_429_and_every_ending_gives_its_slot_back(
     sqlite_engine: sa.Engine, default_backend: str
@@ -116,6 +121,8 @@ def test_the_n_plus_first_run_gets_429_and_every_ending_gives_its_slot_back(
             origin.release.set()
             assert _status(await second) == (200, "failed", 3)
             await _until(lambda: slots.held("acme") == 0, "every slot given back")
+            # the cancelled caller's run stores its result just after its slot is given back
+            await _until(lambda: _state(store, "acme", "a1") == "done", "the first run stored")
             replay = await service.submit(tools, _request("acme", "a1"))
             assert (replay.replayed, _status(replay)) == (True, (200, "succeeded", 0))
             retried = await service.submit(tools, _request("acme", "a3"))  # claim was released
