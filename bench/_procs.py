@@ -54,6 +54,17 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
+def split_cores() -> tuple[frozenset[int], frozenset[int]] | None:
+    """(the core for the proxy under test, the cores for everything else: the load generator and
+    the fake upstream), or None with fewer than two cores. A proxy that shares its core with the
+    upstream it just wrote to is preempted mid-call by it: its latency then carries the
+    upstream's turn and its caches are refilled after every call."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        return None
+    return frozenset(cores[-1:]), frozenset(cores[:-1])
+
+
 def start(
     argv: list[str],
     health_url: str,
@@ -61,10 +72,18 @@ def start(
     timeout_s: float = 120.0,
     log: Path | None = None,
     cwd: Path = ROOT,
+    cores: frozenset[int] | None = None,
 ) -> subprocess.Popen[bytes]:
+    """`argv` started and answering `health_url`; on `cores` when given (every thread and child
+    it starts inherits them)."""
     out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115 - lives with the process
     proc = subprocess.Popen(
-        argv, cwd=cwd, env={**os.environ, **(env or {})}, stdout=out, stderr=subprocess.STDOUT
+        argv,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        preexec_fn=None if cores is None else lambda: os.sched_setaffinity(0, cores),
     )
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

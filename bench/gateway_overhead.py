@@ -2,13 +2,15 @@
 LiteLLM proxy (one worker each), same fake upstream, same agent-sized bodies (≈6,000 tokens + tools).
 
     .venv/bin/python -m bench.gateway_overhead [--rates 25,50,100,200] [--duration-s 10]
-        [--stream | --both] [--skip-litellm] [--previous REF] [--rounds 2]
+        [--stream | --both] [--skip-litellm] [--previous REF] [--rounds 2] [--no-pin]
 
 Open-loop load (aiohttp on uvloop, bodies encoded before the clock starts): call i is due at
 i/rate whatever the replies do, and its latency counts from that due time, so queueing shows as
 latency. Reports p50/p99 (and TTFB) per target and rate, latency added over direct, CPU ms per
 call of the proxy's process tree, and the highest rate with p99 < 1 s and no errors.
 `--previous REF` also serves Lantern as built from REF (bench/previous_build.py) in the same run.
+With two cores or more, each proxy runs on the last core and the load generator and the upstream
+on the others (`--no-pin`: all share every core).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import argparse
 import asyncio
 import hashlib
 import json
+import os
 import subprocess
 import tempfile
 import time
@@ -29,7 +32,7 @@ import aiohttp
 import orjson
 import uvloop
 
-from bench._procs import PY, ROOT, free_port, start, stop, tree_cpu_seconds
+from bench._procs import PY, ROOT, free_port, split_cores, start, stop, tree_cpu_seconds
 from bench.overhead_results import Result, median_result, report
 from bench.previous_build import previous_build, start_previous
 
@@ -236,6 +239,11 @@ def main() -> None:
     mode.add_argument("--both", action="store_true", help="non-streaming, then streaming")
     ap.add_argument("--skip-litellm", action="store_true")
     ap.add_argument(
+        "--no-pin",
+        action="store_true",
+        help="do not run each proxy on a core of its own (the load and the upstream on the rest)",
+    )
+    ap.add_argument(
         "--aiohttp-lantern",
         action="store_true",
         help="also Lantern with its upstreams on aiohttp (what its own HTTP/1.1 client earns)",
@@ -257,16 +265,21 @@ def main() -> None:
         return
     rates = [float(r) for r in args.rates.split(",")]
     modes = [False, True] if args.both else [args.stream]
+    split = None if args.no_pin else split_cores()
+    proxy_cores = None
+    if split is not None:
+        proxy_cores, rest = split
+        os.sched_setaffinity(0, rest)  # this load generator, and the upstream it starts
     with tempfile.TemporaryDirectory() as d, ExitStack() as builds:
         procs: list[subprocess.Popen[bytes]] = []
         try:
             litellm_bin = None if args.skip_litellm else args.litellm_bin
-            targets = start_targets(Path(d), procs, litellm_bin, args.aiohttp_lantern)
+            targets = start_targets(Path(d), procs, litellm_bin, args.aiohttp_lantern, proxy_cores)
             if args.previous:
                 tree = builds.enter_context(previous_build(args.previous, Path(d)))
                 (Path(d) / "previous").mkdir()
                 config = write_lantern_config(Path(d) / "previous", targets[0][1])
-                proc, base = start_previous(tree, config)
+                proc, base = start_previous(tree, config, proxy_cores)
                 procs.append(proc)
                 targets.insert(2, (f"lantern@{args.previous}", base, proc.pid))
             for stream in modes:
@@ -283,10 +296,14 @@ def _run(coro: Coroutine[Any, Any, list[Result]]) -> list[Result]:
 
 
 def start_targets(
-    tmp: Path, procs: list[subprocess.Popen[bytes]], litellm_bin: Path | None, aiohttp: bool
+    tmp: Path,
+    procs: list[subprocess.Popen[bytes]],
+    litellm_bin: Path | None,
+    aiohttp: bool,
+    proxy_cores: frozenset[int] | None = None,
 ) -> list[Target]:
     """The fake upstream ("direct"), Lantern in front of it, Lantern with its upstreams on aiohttp
-    (`aiohttp`), and LiteLLM (one worker)."""
+    (`aiohttp`), and LiteLLM (one worker); each proxy on `proxy_cores` when given."""
     up_port, gw_port, ll_port = free_port(), free_port(), free_port()
     upstream = f"http://127.0.0.1:{up_port}/v1"
     fake = [PY, "-m", "bench.gateway_overhead", "--serve-upstream", str(up_port)]
@@ -294,13 +311,25 @@ def start_targets(
     targets: list[Target] = [("direct", upstream, None)]
     config = str(write_lantern_config(tmp, upstream))
     lantern = [PY, "-m", "gateway.cli.main", "serve", "--config", config, "--port", str(gw_port)]
-    gw = start(lantern, f"http://127.0.0.1:{gw_port}/healthz", env=ENV, log=tmp / "gw.log")
+    gw = start(
+        lantern,
+        f"http://127.0.0.1:{gw_port}/healthz",
+        env=ENV,
+        log=tmp / "gw.log",
+        cores=proxy_cores,
+    )
     procs.append(gw)
     targets.append(("lantern", f"http://127.0.0.1:{gw_port}/v1", gw.pid))
     if aiohttp:
         port = free_port()
         cmd = [PY, "-m", "bench.aiohttp_gateway", "--config", config, "--port", str(port)]
-        aio = start(cmd, f"http://127.0.0.1:{port}/healthz", env=ENV, log=tmp / "gw-aio.log")
+        aio = start(
+            cmd,
+            f"http://127.0.0.1:{port}/healthz",
+            env=ENV,
+            log=tmp / "gw-aio.log",
+            cores=proxy_cores,
+        )
         procs.append(aio)
         targets.append(("lantern-aiohttp", f"http://127.0.0.1:{port}/v1", aio.pid))
     if litellm_bin is not None:
@@ -312,6 +341,7 @@ def start_targets(
             env=ENV,
             log=tmp / "ll.log",
             timeout_s=240,
+            cores=proxy_cores,
         )
         procs.append(ll)
         targets.append(("litellm", f"http://127.0.0.1:{ll_port}/v1", ll.pid))

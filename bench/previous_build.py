@@ -28,12 +28,14 @@ def previous_build(ref: str, parent: Path) -> Iterator[Path]:
         subprocess.run([*git, "worktree", "remove", "--force", str(tree)], check=False)
 
 
-def start_previous(tree: Path, config: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_previous(
+    tree: Path, config: Path, cores: frozenset[int] | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
     """`lantern serve` of the build in `tree` with `config`, from `tree` so that its own modules
     are imported (its CLI moved from gateway/cli.py to a package); the process and its `/v1`."""
     cli = "gateway.cli.main" if (tree / "gateway" / "cli" / "main.py").exists() else "gateway.cli"
     port = free_port()
     argv = [PY, "-m", cli, "serve", "--config", str(config), "--port", str(port)]
     health = f"http://127.0.0.1:{port}/healthz"
-    proc = start(argv, health, log=config.parent / "gw.log", cwd=tree)
+    proc = start(argv, health, log=config.parent / "gw.log", cwd=tree, cores=cores)
     return proc, f"http://127.0.0.1:{port}/v1"
