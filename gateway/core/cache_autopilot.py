@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 
 import orjson
@@ -19,13 +18,15 @@ import orjson
 from cachekeys.keys import session_root
 from cachekeys.layout import PromptLayout
 from cachekeys.planner import ReuseRecord, SessionReuseMemo, Steering, advise
+from cachekeys.tenant_table import TenantTable
 from cachekeys.volatile_learn import learn_place
 from cachekeys.volatile_probe import VolatileProbe
 from gateway.core.cache_learning import HeadTexts, LearnedPlaces
 from policies.cache import CachePolicy
 
-# (tenant, number of tools, digests of the first message's blocks): links a session's calls
-ThreadKey = tuple[str, int, tuple[bytes, ...]]
+# (tenant, number of tools and the digests of the first message's blocks): links a session's
+# calls
+ThreadKey = tuple[str, str]
 
 MAX_PROBES = 256  # distinct tenant pattern sets kept compiled
 
@@ -51,9 +52,9 @@ class CacheAutopilot:
         self.discovered: tuple[str, str] | None = None
         self._texts = HeadTexts()
         # (tenant, number of tools + first message) -> the root of its latest call: a head that
-        # changes by a value of no known shape would otherwise start a new session every call
-        self._threads: OrderedDict[ThreadKey, str] = OrderedDict()
-        self._max_threads = max_sessions
+        # changes by a value of no known shape would otherwise start a new session every call;
+        # bounded per tenant, as the sessions are
+        self._threads: TenantTable[str] = TenantTable(max_sessions)
 
     @property
     def sessions(self) -> SessionReuseMemo:
@@ -98,11 +99,7 @@ class CacheAutopilot:
 
     def _write(self, tenant: str, steering: Steering, layout: PromptLayout, now_s: float) -> None:
         self._sessions.remember(tenant, steering.root, layout, steering.probes, now_s)
-        thread = _thread_key(tenant, layout)
-        self._threads[thread] = steering.root
-        self._threads.move_to_end(thread)
-        while len(self._threads) > self._max_threads:
-            self._threads.popitem(last=False)
+        self._threads[_thread_key(tenant, layout)] = steering.root  # now the tenant's newest
         self._texts.put_head(tenant, layout.blocks)
 
     def _learn(self, tenant: str, previous: ReuseRecord, layout: PromptLayout) -> None:
@@ -155,8 +152,8 @@ def _descriptions(old: str, new: str) -> tuple[str, str] | None:
 
 def _thread_key(tenant: str, layout: PromptLayout) -> ThreadKey:
     """The number of tools and the first message: not the system prompt nor the tools' text
-    (a value of no known shape may change in either), not Lantern's volatile tail. A tuple of
-    the blocks' digests, not a hash of them: a dict key, built without hashing again."""
+    (a value of no known shape may change in either), not Lantern's volatile tail. The blocks'
+    digests (sha256, all 32 bytes) joined, not a hash of them: built without hashing again."""
     first = next((b.locator[1] for b in layout.blocks if b.level == "messages"), None)
     num_tools = 0
     digests = []
@@ -165,7 +162,7 @@ def _thread_key(tenant: str, layout: PromptLayout) -> ThreadKey:
             num_tools += 1
         elif b.level == "messages" and b.locator[1] == first and not b.is_volatile:
             digests.append(b.digest)
-    return tenant, num_tools, tuple(digests)
+    return tenant, f"{num_tools}:{b''.join(digests).hex()}"
 
 
 def with_steering(diagnosis_json: str, steering: Steering) -> str:

@@ -1,7 +1,8 @@
 """One tenant filling a shared table leaves another tenant's entries alone: stored responses
 (in process and in Redis, real gateway, `responses.max_entries: 50`), the keep-warm sessions
 (the pipeline with the provider prompt-cache fake), the cache diagnosis's and the autopilot's
-session records (the prompt port) and the fleet's shared-affinity reads."""
+session records, thread links and head texts (the prompt port) and the fleet's shared-affinity
+reads."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import httpx
 import pytest
 
 from adapters.wire import anthropic as anthropic_wire
+from gateway.core.cache_learning import HeadTexts
 from gateway.core.keep_warm import KeepWarm
 from gateway.core.pipeline import IncomingCall
 from gateway.core.prompt_cache import PromptCachePort
@@ -186,3 +188,54 @@ def test_one_tenant_past_the_tracked_reads_keeps_the_others_commit(
         assert other is None  # committed under acme's own key, nothing under globex's
     finally:
         delete_prefix(redis_url, redis_prefix)
+
+
+def acme_thread(flood: int) -> list[CacheVerdict]:
+    """acme's session whose system prompt changes by a value of no known shape between its two
+    calls (only the autopilot's thread link ties them), `flood` new globex conversations
+    between them; the prompt port holds 50 sessions."""
+    clock = Clock()
+    port = PromptCachePort(SECRET, encoder=ENCODER, clock=clock, max_sessions=MAX_ENTRIES)
+    acme, globex = cache_tenant("acme"), cache_tenant("globex")
+
+    def call(policy: Any, session: str, body: dict[str, Any]) -> CacheVerdict:
+        return port.observe(policy, session, prepare_prompt(port, body, policy))
+
+    rules = " rule" * 1200
+    verdicts = [call(acme, "", anthropic_body(2, system="Codename Falcon." + rules))]
+    for n in range(flood):
+        body = anthropic_body(1, system=f"Task {n}." + rules)
+        body["messages"][0]["content"] = f"Task {n}: fix the failing test." + " a" * 100
+        call(globex, "", body)
+    clock.now_s += 60
+    verdicts.append(call(acme, "", anthropic_body(3, system="Codename Heron." + rules)))
+    return verdicts
+
+
+def test_one_tenant_past_the_thread_bound_keeps_the_others_link() -> None:
+    alone, flooded = acme_thread(0), acme_thread(MAX_ENTRIES + 10)
+    assert not alone[1].header.startswith("first_call")  # the link tied the two calls
+    assert [v.header for v in flooded] == [v.header for v in alone]
+    assert [v.diagnosis_json for v in flooded] == [v.diagnosis_json for v in alone]
+
+
+def test_one_tenant_past_the_head_text_bound_keeps_the_others_texts() -> None:
+    """The learner's head texts: globex's 60 new prompts (50 held in all) or its few long ones
+    push out its own oldest, never acme's text while globex holds more."""
+    texts = HeadTexts(max_entries=MAX_ENTRIES, max_chars=10_000)
+    texts.put("acme", b"a" * 32, "Codename Falcon.")
+    for n in range(MAX_ENTRIES + 10):
+        texts.put("globex", n.to_bytes(32, "big"), f"Task {n}.")
+    assert texts.get("acme", b"a" * 32) == "Codename Falcon."
+    assert (texts.num_entries("acme"), texts.num_entries("globex")) == (1, MAX_ENTRIES - 1)
+    assert texts.get("globex", (0).to_bytes(32, "big")) is None  # its own oldest went
+    for n in range(3):
+        texts.put("globex", b"long" + n.to_bytes(28, "big"), "x" * 4_000)
+    assert texts.get("acme", b"a" * 32) == "Codename Falcon."
+    assert texts.get("globex", b"long" + (2).to_bytes(28, "big")) == "x" * 4_000
+    alone = HeadTexts(max_entries=2, max_chars=10_000)
+    alone.put("acme", b"1" * 32, "one")
+    alone.put("acme", b"2" * 32, "two")
+    alone.put("acme", b"1" * 32, "one")  # used again: now the newest
+    alone.put("acme", b"3" * 32, "three")  # one tenant alone still uses the whole bound
+    assert [alone.get("acme", d * 32) for d in (b"1", b"2", b"3")] == ["one", None, "three"]
