@@ -1,6 +1,8 @@
 """Every gateway process's view of the issued keys: a snapshot of `api_keys` (and of each
 budgeted key's spend in its window) refreshed from the database every `poll_interval_s`, so an
 issue, expiry or revocation made on any process takes effect on all of them within two polls.
+A poll reads the keys again only when the admin audit log moved (every change adds a row) and
+every `FULL_RELOAD_POLLS` polls; otherwise one small query, and the budgeted keys' spend.
 
 `KeyChain` answers `tenant_for_key` from the tenant policies' YAML keys first, then from this
 snapshot, narrowing the tenant's policy to the key's model subset.
@@ -29,6 +31,7 @@ from policies.model import TenantPolicy
 
 log = logging.getLogger("lantern.apikeys")
 DEFAULT_POLL_INTERVAL_S = 1.0
+FULL_RELOAD_POLLS = 60  # keys re-read even with no audited change (a restore, a manual edit)
 
 
 def window_start(window: str, now: datetime) -> datetime:
@@ -60,6 +63,8 @@ class Keyring:
         self._clock = clock
         self._poll_interval_s = poll_interval_s
         self._snapshot = KeyringSnapshot()
+        self._mark: tuple[int, int | None] | None = None  # the audit log's when keys were read
+        self._polls_since_read = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -68,14 +73,22 @@ class Keyring:
         return self._snapshot
 
     def refresh(self) -> bool:
-        """Reload the snapshot; False (the old one kept) while the database cannot answer."""
+        """Reload the snapshot; False (the old one kept) while the database cannot answer. The
+        keys are read again only when the audit log moved since the last read (or every
+        `FULL_RELOAD_POLLS` calls): with thousands of keys a poll stays one small query."""
         try:
-            keys = self._records.all()
-            spend = self._spend([k for k in keys if k.budget_usd is not None])
+            mark = self._records.change_mark()
+            if mark != self._mark or self._polls_since_read >= FULL_RELOAD_POLLS:
+                by_sha256 = {k.sha256: k for k in self._records.all()}
+                self._polls_since_read = 0
+            else:
+                by_sha256 = self._snapshot.by_sha256
+                self._polls_since_read += 1
+            spend = self._spend([k for k in by_sha256.values() if k.budget_usd is not None])
         except SQLAlchemyError as error:
             log.debug("api key refresh failed: %s", type(error).__name__)
             return False
-        self._snapshot = KeyringSnapshot({k.sha256: k for k in keys}, spend)
+        self._snapshot, self._mark = KeyringSnapshot(by_sha256, spend), mark
         return True
 
     def start(self) -> None:
@@ -95,6 +108,8 @@ class Keyring:
     def _spend(self, budgeted: list[IssuedKey]) -> dict[tuple[str, str], Decimal]:
         """Each budgeted key's spend since its window's start, from the daily rollup (a window
         starts at a UTC midnight, so its days are whole): one query per window start."""
+        if not budgeted:
+            return {}
         now = self._clock()
         by_start: dict[date, list[tuple[str, str]]] = {}
         for key in budgeted:

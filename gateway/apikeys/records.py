@@ -131,6 +131,15 @@ class KeyRecords:
         with self._sessions() as session:
             return [_issued(r) for r in session.scalars(query)]
 
+    def change_mark(self) -> tuple[int, int | None]:
+        """(audit rows, the highest audit id): every issue, expiry and revocation adds a row in
+        its own transaction and none is ever deleted, so the pair moves whenever `api_keys` may
+        have (the count also when ids commit out of order)."""
+        query = sa.select(sa.func.count(), sa.func.max(AdminAuditRecord.id))
+        with self._sessions() as session:
+            count, highest = session.execute(query).one()
+        return int(count), None if highest is None else int(highest)
+
     def expire(
         self, key_id: str, at: datetime | None, actor: str, tenant: str | None = None
     ) -> IssuedKey:

@@ -7,8 +7,9 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+import sqlalchemy as sa
 
-from gateway.apikeys.keyring import KeyChain, Keyring, window_start
+from gateway.apikeys.keyring import FULL_RELOAD_POLLS, KeyChain, Keyring, window_start
 from gateway.apikeys.records import (
     KeyIdConflict,
     KeyNotFound,
@@ -18,7 +19,7 @@ from gateway.apikeys.records import (
 )
 from gateway.errors import KeyBudgetExhausted
 from gateway.ledger.db import create_ledger_engine, migrate, session_factory
-from gateway.ledger.models import UsageRow
+from gateway.ledger.models import ApiKeyRecord, UsageRow
 from gateway.ledger.recorder import insert_rows
 from policies.model import ApiKeyEntry, TenantPolicy
 
@@ -186,3 +187,45 @@ def test_a_key_id_names_a_key_within_its_tenant_only(engine) -> None:
     assert [k.revoked_at is None for k in records.all()] == [True, False]  # acme, globex
     with pytest.raises(KeyNotFound, match="in tenant 'initech'"):
         records.expire("prod", None, "bob", tenant="initech")
+
+
+def test_a_poll_reads_the_keys_again_only_when_the_audit_log_moved(engine) -> None:
+    """Another process's revocation is seen at the next poll; a poll with nothing audited
+    reads no key; a change made past the audit log (a restore) is seen within
+    FULL_RELOAD_POLLS polls; budgeted keys' spend is read on every poll."""
+    clock = Clock()
+    records, other_process = (KeyRecords(session_factory(engine), clock) for _ in range(2))
+    keyring = Keyring(session_factory(engine), clock)
+    chain = KeyChain(Policies(), keyring, clock)
+    _, secret = records.issue(KeyRequest("acme", "bot"), "alice")
+    _, budgeted = records.issue(
+        KeyRequest("acme", "capped", budget_usd=Decimal("1.00"), budget_window="day"), "alice"
+    )
+    assert keyring.refresh() and chain.tenant_for_key(secret) is not None
+    reads: list[str] = []
+
+    def note(conn, cursor, statement: str, *args: object) -> None:  # type: ignore[no-untyped-def]
+        if "FROM api_keys" in statement:
+            reads.append(statement)
+
+    sa.event.listen(engine, "before_cursor_execute", note)
+
+    def polled() -> int:
+        """Keys read by one refresh (it must succeed)."""
+        before = len(reads)
+        assert keyring.refresh()
+        return len(reads) - before
+
+    assert polled() == 0  # nothing audited since: no key read
+    insert_rows(engine, [spend("capped", NOW, "0.60", 1)])
+    assert polled() == 0
+    assert keyring.snapshot.spend_usd[("acme", "capped")] == Decimal("0.60")  # spend still read
+    other_process.revoke("bot", "bob")
+    assert polled() == 1
+    assert chain.tenant_for_key(secret) is None  # revoked on the other process
+    with engine.begin() as conn:  # a change no audit row tells of
+        conn.execute(sa.update(ApiKeyRecord).values(revoked_at=NOW))
+    polls = [polled() for _ in range(FULL_RELOAD_POLLS)]
+    assert chain.tenant_for_key(budgeted) is not None and polls == [0] * FULL_RELOAD_POLLS
+    assert polled() == 1
+    assert chain.tenant_for_key(budgeted) is None
