@@ -81,49 +81,61 @@ class TokenIdsMemo:
     looked up."""
 
     def __init__(self, max_bytes: int = MEMO_MAX_BYTES) -> None:
-        self._entries: OrderedDict[tuple[str, bytes], array[int]] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, str, bytes], array[int]] = OrderedDict()
         self._num_tokens = 0
         self._max_bytes = max_bytes
         # the last texts looked up, by identity: counting reads the very strings that prefix
         # hashing just read, and a 30 KB history is worth not hashing twice per call
-        self._recent: dict[int, tuple[str, str, Sequence[int]]] = {}
+        self._recent: dict[int, tuple[str, str, str, Sequence[int]]] = {}
         self._recent_chars = 0
 
     def ids(
-        self, encoding: tiktoken.Encoding, text: str, digest: bytes | None = None
+        self,
+        encoding: tiktoken.Encoding,
+        text: str,
+        digest: bytes | None = None,
+        scope: str = "",
     ) -> Sequence[int]:
         """The ids of `text`. `digest`, when given, is the caller's collision-resistant digest
         of something that determines `text` (a prompt block's SHA-256): it keys the entry
         instead of a BLAKE2b of the text, so a 30 KB history is not hashed a second time.
-        It must be 20 bytes or more (never the 16 of the memo's own digests)."""
-        known = self.seen(encoding, text)
+        It must be 20 bytes or more (never the 16 of the memo's own digests). `scope` (the
+        tenant) is part of the key: a hit saves milliseconds, so an entry another tenant made
+        would tell a caller, by its latency, that someone sent that very text."""
+        known = self.seen(encoding, text, scope)
         if known is not None:
             return known
         if digest is not None and len(digest) < MIN_CALLER_DIGEST_BYTES:
             raise ValueError(f"a caller's digest needs {MIN_CALLER_DIGEST_BYTES}+ bytes")
         if len(text) > MEMO_MAX_CHARS:
             return encoding.encode_ordinary(text)
-        found = self._lookup(encoding, text, digest)
-        self._recent[id(text)] = (text, encoding.name, found)
+        found = self._lookup(encoding, text, digest, scope)
+        self._recent[id(text)] = (text, encoding.name, scope, found)
         self._recent_chars += len(text)
         while len(self._recent) > RECENT_TEXTS or self._recent_chars > RECENT_MAX_CHARS:
             self._recent_chars -= len(self._recent.pop(next(iter(self._recent)))[0])
         return found
 
-    def seen(self, encoding: tiktoken.Encoding, text: str) -> Sequence[int] | None:
-        """The ids of this very string object when it is among the recent texts, else None:
-        a dict lookup, no hashing and no encoding."""
+    def seen(self, encoding: tiktoken.Encoding, text: str, scope: str = "") -> Sequence[int] | None:
+        """The ids of this very string object when it is among the recent texts looked up in
+        `scope`, else None: a dict lookup, no hashing and no encoding. (A string object may be
+        shared between tenants' calls: the tool texts memo hands out one per tool content.)"""
         recent = self._recent.get(id(text))
-        if recent is not None and recent[0] is text and recent[1] == encoding.name:
-            return recent[2]
+        if (
+            recent is not None
+            and recent[0] is text
+            and recent[1] == encoding.name
+            and recent[2] == scope
+        ):
+            return recent[3]
         return None
 
     def _lookup(
-        self, encoding: tiktoken.Encoding, text: str, digest: bytes | None
+        self, encoding: tiktoken.Encoding, text: str, digest: bytes | None, scope: str
     ) -> Sequence[int]:
         if digest is None:
             digest = hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
-        key = (encoding.name, digest)
+        key = (encoding.name, scope, digest)
         found = self._entries.get(key)
         if found is not None:
             self._entries.move_to_end(key)
@@ -160,11 +172,11 @@ class TokenCounter:
         self._encodings: dict[str, tiktoken.Encoding] = {}
         self.memo = memo
         # token counts of roles and names (a handful of short strings, a tiktoken call each)
-        self._names: dict[tuple[str, str], int] = {}
-        self._tool_lists: dict[tuple[str, bytes], int] = {}
+        self._names: dict[tuple[str, str, str], int] = {}  # (encoding, scope, name)
+        self._tool_lists: dict[tuple[str, str, bytes], int] = {}  # (encoding, scope, JSON)
         self._tool_list_bytes = 0
-        # counts of tool tuples by id(tools) -> (tools, encoding, count)
-        self._tool_tuples: dict[int, tuple[tuple[ToolSpec, ...], str, int]] = {}
+        # counts of tool tuples by id(tools) -> (tools, encoding, scope, count)
+        self._tool_tuples: dict[int, tuple[tuple[ToolSpec, ...], str, str, int]] = {}
 
     def encoding(self, model: str) -> tiktoken.Encoding:
         name = encoding_name_for(model)
@@ -174,31 +186,35 @@ class TokenCounter:
             found = self._encodings[name] = tiktoken.get_encoding(name)
         return found
 
-    def encode(self, model: str, text: str, digest: bytes | None = None) -> Sequence[int]:
+    def encode(
+        self, model: str, text: str, digest: bytes | None = None, scope: str = ""
+    ) -> Sequence[int]:
         """Token ids of `text` (memoised whatever its length when the counter has a memo;
-        `digest` as in `TokenIdsMemo.ids`)."""
+        `digest` and `scope`, the tenant, as in `TokenIdsMemo.ids`)."""
         enc = self.encoding(model)
-        return enc.encode_ordinary(text) if self.memo is None else self.memo.ids(enc, text, digest)
+        if self.memo is None:
+            return enc.encode_ordinary(text)
+        return self.memo.ids(enc, text, digest, scope)
 
-    def count_text(self, model: str, text: str) -> int:
-        return self._len(self.encoding(model), text)
+    def count_text(self, model: str, text: str, scope: str = "") -> int:
+        return self._len(self.encoding(model), text, scope)
 
-    def _len(self, enc: tiktoken.Encoding, text: str) -> int:
+    def _len(self, enc: tiktoken.Encoding, text: str, scope: str) -> int:
         if self.memo is None:
             return len(enc.encode_ordinary(text))
         if len(text) < MEMO_MIN_CHARS:
             # a short text that prefix hashing just encoded (a call's new user turn, ~20 us
             # of tiktoken with caches cold) is counted from those ids; others are not memoised
-            found = self.memo.seen(enc, text)
+            found = self.memo.seen(enc, text, scope)
             return len(found if found is not None else enc.encode_ordinary(text))
-        return len(self.memo.ids(enc, text))
+        return len(self.memo.ids(enc, text, None, scope))
 
     # Kept: a hit is ~1 µs against ~3-4 µs to encode, once or twice per message of the history.
-    def _name_len(self, enc: tiktoken.Encoding, name: str) -> int:
+    def _name_len(self, enc: tiktoken.Encoding, name: str, scope: str) -> int:
         """`len(enc.encode_ordinary(name))` for a role or a name, memoised (bounded)."""
         if len(name) > MAX_NAME_CHARS:
             return len(enc.encode_ordinary(name))
-        key = (enc.name, name)
+        key = (enc.name, scope, name)
         found = self._names.get(key)
         if found is None:
             if len(self._names) >= MAX_NAMES:
@@ -206,30 +222,31 @@ class TokenCounter:
             found = self._names[key] = len(enc.encode_ordinary(name))
         return found
 
-    def count_request(self, req: ChatRequest) -> int:
+    def count_request(self, req: ChatRequest, scope: str = "") -> int:
         """Prompt tokens the way OpenAI bills a chat call: per-message overhead, content, tool
-        schemas as compact JSON, and the reply priming."""
+        schemas as compact JSON, and the reply priming. `scope`: the tenant, whose memo entries
+        alone the count may read (`TokenIdsMemo.ids`)."""
         enc = self.encoding(req.model)
         total = REPLY_PRIMING_TOKENS
         if req.system:
-            total += TOKENS_PER_MESSAGE + self._name_len(enc, "system")
-            total += sum(self._len(enc, p.text) for p in req.system)
+            total += TOKENS_PER_MESSAGE + self._name_len(enc, "system", scope)
+            total += sum(self._len(enc, p.text, scope) for p in req.system)
         for msg in req.messages:
-            total += self._count_message(enc, msg)
+            total += self._count_message(enc, msg, scope)
         if req.tools:
-            total += self._tools_len(enc, req.tools)
+            total += self._tools_len(enc, req.tools, scope)
         return total
 
     # Kept: 12 tools count in ~40 µs with it, ~90 µs without (the ids memo warm).
-    def _tools_len(self, enc: tiktoken.Encoding, tools: tuple[ToolSpec, ...]) -> int:
+    def _tools_len(self, enc: tiktoken.Encoding, tools: tuple[ToolSpec, ...], scope: str) -> int:
         """Tokens of the tool schemas as compact JSON, memoised by those JSON bytes (bounded by
         their size): an agent sends the same tools on every call, so the text is not decoded,
         hashed again for the ids memo and looked up there per call. A tuple counted before
         (the door's and the prompt view's tool memos hand out the same read-only tuple for the
         same list) is found by identity, without serialising it."""
         seen = self._tool_tuples.get(id(tools))
-        if seen is not None and seen[0] is tools and seen[1] == enc.name:
-            return seen[2]
+        if seen is not None and seen[0] is tools and seen[1] == enc.name and seen[2] == scope:
+            return seen[3]
         schemas = [
             {
                 "name": t.name,
@@ -240,38 +257,40 @@ class TokenCounter:
         ]
         raw = orjson.dumps(schemas)
         if len(raw) > MAX_TOOL_LIST_BYTES:
-            return self._len(enc, raw.decode())
-        key = (enc.name, raw)
+            return self._len(enc, raw.decode(), scope)
+        key = (enc.name, scope, raw)
         found = self._tool_lists.get(key)
         if found is None:
             if self._tool_list_bytes + len(raw) > MAX_TOOL_LIST_BYTES:
                 self._tool_lists.clear()  # a bound, not an LRU: an agent's tool lists are few
                 self._tool_list_bytes = 0
-            found = self._tool_lists[key] = self._len(enc, raw.decode())
+            found = self._tool_lists[key] = self._len(enc, raw.decode(), scope)
             self._tool_list_bytes += len(raw)
         if len(raw) <= MAX_TUPLE_BYTES:
             if len(self._tool_tuples) >= MAX_TOOL_TUPLES:
                 self._tool_tuples.clear()  # a bound, not an LRU: an agent's tool lists are few
-            self._tool_tuples[id(tools)] = (tools, enc.name, found)  # kept: its id stays its own
+            self._tool_tuples[id(tools)] = (tools, enc.name, scope, found)  # its id stays its own
         return found
 
-    def _count_message(self, enc: tiktoken.Encoding, msg: Message) -> int:
-        total = TOKENS_PER_MESSAGE + self._name_len(enc, msg.role)
+    def _count_message(self, enc: tiktoken.Encoding, msg: Message, scope: str) -> int:
+        total = TOKENS_PER_MESSAGE + self._name_len(enc, msg.role, scope)
         if msg.name is not None:
-            total += TOKENS_PER_NAME + self._name_len(enc, msg.name)
+            total += TOKENS_PER_NAME + self._name_len(enc, msg.name, scope)
         for part in msg.content:
             if isinstance(part, TextPart):
-                total += self._len(enc, part.text)
+                total += self._len(enc, part.text, scope)
             elif isinstance(part, ImagePart):
                 total += IMAGE_TOKENS
             elif isinstance(part, ToolUsePart):
-                total += self._name_len(enc, part.name)
-                total += self._len(enc, part.arguments_json)
+                total += self._name_len(enc, part.name, scope)
+                total += self._len(enc, part.arguments_json, scope)
             elif isinstance(part, ThinkingPart):
-                total += self._len(enc, part.thinking or part.redacted_data or "")
+                total += self._len(enc, part.thinking or part.redacted_data or "", scope)
             elif isinstance(part, ToolResultPart):
                 for inner in part.content:
                     total += (
-                        self._len(enc, inner.text) if isinstance(inner, TextPart) else IMAGE_TOKENS
+                        self._len(enc, inner.text, scope)
+                        if isinstance(inner, TextPart)
+                        else IMAGE_TOKENS
                     )
         return total

@@ -40,9 +40,12 @@ class ModelRoute:
 
 
 class TokenCounting(Protocol):
-    def count_prompt(self, request: ChatRequest) -> int: ...
+    """`scope`: the tenant counted for; a count never reads another tenant's memo entries (a
+    hit is faster: its latency would tell that someone sent that text)."""
 
-    def count_text(self, model: str, text: str) -> int: ...
+    def count_prompt(self, request: ChatRequest, scope: str = "") -> int: ...
+
+    def count_text(self, model: str, text: str, scope: str = "") -> int: ...
 
 
 class Pricing(Protocol):

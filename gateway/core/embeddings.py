@@ -59,8 +59,9 @@ def input_texts(body: Mapping[str, JSON]) -> tuple[list[str], int]:
     )
 
 
-def count_texts(counter: TokenCounting, model: str, texts: list[str]) -> int:
-    return sum(counter.count_text(model, t) for t in texts)
+def count_texts(counter: TokenCounting, model: str, texts: list[str], scope: str) -> int:
+    """`scope`: the tenant (its memo entries alone are read)."""
+    return sum(counter.count_text(model, t, scope) for t in texts)
 
 
 class Embeddings:
@@ -82,7 +83,8 @@ class Embeddings:
         candidate = self._embedder(route, call.tenant)
         texts, num_tokens = input_texts(call.body)
         check_embedding(candidate.backend, call.body)
-        prompt_tokens = num_tokens + await self._count(model, texts, call.body_bytes)
+        tokens = await self._count(model, texts, call.body_bytes, call.tenant.tenant)
+        prompt_tokens = num_tokens + tokens
         check_prompt_cap(incoming, prompt_tokens, "input")  # a list's total, before reserving
         worst = self.s.pricing.worst_case_usd(route.name, prompt_tokens, 0, "5m")
         ticket = await self.s.admission.reserve(
@@ -107,14 +109,14 @@ class Embeddings:
         self._record(call, route, candidate, usage, began, None)
         return _as_asked(reply, model)
 
-    async def _count(self, model: str, texts: list[str], body_bytes: int) -> int:
+    async def _count(self, model: str, texts: list[str], body_bytes: int, scope: str) -> int:
         """Tokens of `texts`; a large body's in the large-call lane's thread, with its own
         counter (the loop's memos are never touched from a thread)."""
         lane = self.s.measure_lane
         if lane is None or body_bytes < lane.min_body_bytes:
-            return count_texts(self.s.counter, model, texts)
+            return count_texts(self.s.counter, model, texts, scope)
         return await anyio.to_thread.run_sync(
-            count_texts, lane.counter, model, texts, limiter=lane.limiter
+            count_texts, lane.counter, model, texts, scope, limiter=lane.limiter
         )
 
     def _embedder(self, route: ModelRoute, tenant: TenantPolicy) -> Candidate:

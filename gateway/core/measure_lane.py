@@ -46,4 +46,4 @@ def measure_now(
     prompts: PromptPort, counter: TokenCounting, call: IncomingCall, model: str
 ) -> tuple[PreparedPrompt, int]:
     prepared = prompts.prepare(call.wire, call.body, call.request, call.tenant, model)
-    return prepared, counter.count_prompt(prepared.request)
+    return prepared, counter.count_prompt(prepared.request, call.tenant.tenant)

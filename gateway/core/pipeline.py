@@ -244,7 +244,7 @@ class Pipeline:
         try:
             last_error: UpstreamError | None = None
             for t in self._tries(adm):
-                tally = StreamTally(adm.route.name, self.s.counter)
+                tally = StreamTally(adm.route.name, self.s.counter, adm.call.tenant.tenant)
                 try:
                     async for item in self._open_stream(adm, t):
                         if isinstance(item, RelayedChunk):

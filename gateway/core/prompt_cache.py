@@ -247,14 +247,15 @@ class PromptCachePort:
                 ChatRequest(model, messages=(echoed,)), options.public, self._memos.tool_texts
             )
             pairs = [*zip(*known, strict=True)]
-            pairs += [(b, self._encoder.encode(model, b.text, b.digest)) for b in added]
+            scope = tenant.tenant
+            pairs += [(b, self._encoder.encode(model, b.text, b.digest, scope)) for b in added]
             kept = [(b, i) for b, i in pairs if not b.is_volatile]
             blocks, ids = tuple(b for b, _ in kept), [i for _, i in kept]
         else:  # a PreparedPrompt made elsewhere: lay the whole extended prompt out again
             extended = replace(prepared.request, messages=(*prepared.request.messages, echoed))
             all_blocks = request_blocks(extended, options.public, self._memos.tool_texts)
             blocks = tuple(b for b in all_blocks if not b.is_volatile)
-            ids = [self._encoder.encode(model, b.text, b.digest) for b in blocks]
+            ids = [self._encoder.encode(model, b.text, b.digest, tenant.tenant) for b in blocks]
         layout = PromptLayout(blocks, tuple(len(i) for i in ids))
         return self._memos.hashes.prefix_hashes(layout, ids, prepared.cache_salt, model)
 

@@ -44,9 +44,12 @@ Steer = Callable[[PromptLayout, str, str | None], Steering]
 
 class Encoder(Protocol):
     """Token ids of a text for a model (adapters.tokens.TokenCounter fits via `TiktokenEncoder`).
-    `digest`, when given, determines the text (a prompt block's digest): a memo may key on it."""
+    `digest`, when given, determines the text (a prompt block's digest): a memo may key on it.
+    `scope` is the tenant: a memo shares no entry between scopes."""
 
-    def encode(self, model: str, text: str, digest: bytes | None = None) -> Sequence[int]: ...
+    def encode(
+        self, model: str, text: str, digest: bytes | None = None, scope: str = ""
+    ) -> Sequence[int]: ...
 
 
 class TiktokenEncoder:
@@ -63,8 +66,10 @@ class TiktokenEncoder:
         self._counter = counter
         self._memo = counter.memo
 
-    def encode(self, model: str, text: str, digest: bytes | None = None) -> Sequence[int]:
-        return self._memo.ids(self._counter.encoding(model), text, digest)
+    def encode(
+        self, model: str, text: str, digest: bytes | None = None, scope: str = ""
+    ) -> Sequence[int]:
+        return self._memo.ids(self._counter.encoding(model), text, digest, scope)
 
     @property
     def num_cached_tokens(self) -> int:
@@ -216,10 +221,11 @@ def lay_out(
     token ids; with the memos, the part the conversation's previous call laid out is taken from
     it, and the request holds that call's equal objects (made in the same copy)."""
     request, public, model = call.request, call.options.public, call.request.model
+    scope = call.tenant_id  # no memo entry of another tenant's: its speed would tell
     if memos is None:
         request = evolve(request, **changes) if changes else request
         blocks = request_blocks(request, public)
-        ids = tuple(encoder.encode(model, b.text, b.digest) for b in blocks)
+        ids = tuple(encoder.encode(model, b.text, b.digest, scope) for b in blocks)
         return LaidOut(request, PromptLayout(blocks, tuple(len(i) for i in ids)), ids)
     messages = changes.get("messages", request.messages)
     key = memos.layouts.key_of(call.tenant_id, call.wire, request.session_id, messages)
@@ -232,11 +238,11 @@ def lay_out(
     request = evolve(request, **changes) if changes else request
     if found is None:
         blocks = request_blocks(request, public, memos.tool_texts)
-        ids = tuple(encoder.encode(model, b.text, b.digest) for b in blocks)
+        ids = tuple(encoder.encode(model, b.text, b.digest, scope) for b in blocks)
     else:
         blocks = request_blocks(request, public, memos.tool_texts, found.known())
         reused = found.num_blocks
-        new = [encoder.encode(model, b.text, b.digest) for b in blocks[reused:]]
+        new = [encoder.encode(model, b.text, b.digest, scope) for b in blocks[reused:]]
         ids = (*found.entry.block_ids[:reused], *new)
     layout = PromptLayout(blocks, tuple(map(len, ids)))
     return LaidOut(request, layout, ids, found, key)
@@ -266,7 +272,7 @@ def place_markers(
     plan = plan_markers(laid.layout, advice, minimum)
     request = apply_to_request(request, laid.layout, plan, prompt_cache_key=cache_key)
     if call.wire == "anthropic":
-        body = _mark_raw(body, laid.layout, model, advice, minimum, encoder)
+        body = _mark_raw(body, laid.layout, model, advice, minimum, encoder, call.tenant_id)
     return body, request, plan.indices
 
 
@@ -338,10 +344,13 @@ def _mark_raw(
     advice: Advice,
     minimum: int,
     encoder: Encoder,
+    scope: str,
 ) -> dict[str, JSON]:
     """The plan over the Anthropic body's own blocks (its thinking blocks count towards the
     look-back), put onto the body."""
-    layout = anthropic_layout(body, typed, lambda b: len(encoder.encode(model, b.text, b.digest)))
+    layout = anthropic_layout(
+        body, typed, lambda b: len(encoder.encode(model, b.text, b.digest, scope))
+    )
     automatic = 1 if "cache_control" in body else 0  # the request-level marker takes a slot
     if len(layout.blocks) != len(typed.blocks) and advice.limit is not None:
         name = typed.blocks[advice.limit].name  # the limit indexes the typed layout

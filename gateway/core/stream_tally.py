@@ -21,9 +21,10 @@ from gateway.ports import TokenCounting
 class StreamTally:
     """Counts what a stream produced, so a broken stream still settles to the truth."""
 
-    def __init__(self, model: str, counter: TokenCounting) -> None:
+    def __init__(self, model: str, counter: TokenCounting, scope: str = "") -> None:
         self.model = model
         self.counter = counter
+        self.scope = scope  # the tenant: its memo entries alone are read
         self.text: list[str] = []  # every text and tool-argument piece, in order (counting)
         self.final: Usage | None = None
         self.ttft_s: float | None = None
@@ -64,7 +65,8 @@ class StreamTally:
     def usage(self, prompt_tokens: int) -> Usage:
         if self.final is not None:
             return self.final
-        produced = self.counter.count_text(self.model, "".join(self.text)) if self.text else 0
+        text = "".join(self.text)
+        produced = self.counter.count_text(self.model, text, self.scope) if text else 0
         return Usage(input_tokens=prompt_tokens, output_tokens=produced)
 
     def answer(self) -> Message:

@@ -24,11 +24,11 @@ class TiktokenCounting:
     def __init__(self, counter: TokenCounter | None = None) -> None:
         self._counter = counter or TokenCounter(TokenIdsMemo())
 
-    def count_prompt(self, request: ChatRequest) -> int:
-        return self._counter.count_request(request)
+    def count_prompt(self, request: ChatRequest, scope: str = "") -> int:
+        return self._counter.count_request(request, scope)
 
-    def count_text(self, model: str, text: str) -> int:
-        return self._counter.count_text(model, text)
+    def count_text(self, model: str, text: str, scope: str = "") -> int:
+        return self._counter.count_text(model, text, scope)
 
     @property
     def counter(self) -> TokenCounter:
@@ -56,10 +56,10 @@ class RouteTokenCounting:
         self._bounded = bounded  # replicas of the bundled engine
         self._api_routes = api_routes  # routes with at least one API backend
 
-    def count_prompt(self, request: ChatRequest) -> int:
+    def count_prompt(self, request: ChatRequest, scope: str = "") -> int:
         replicas = self._replicas.get(request.model)
         if not replicas:
-            return self._base.count_prompt(request)
+            return self._base.count_prompt(request, scope)
         prompt: EnginePrompt | None = None  # built once, when a replica needs it
         counts: dict[object, int] = {}  # by counter: replicas of one engine share it
         estimate = request.model in self._api_routes
@@ -75,11 +75,11 @@ class RouteTokenCounting:
             elif counter not in counts:
                 counts[counter] = counter.count(prompt)
         if estimate:
-            counts["tiktoken"] = self._base.count_prompt(request)
+            counts["tiktoken"] = self._base.count_prompt(request, scope)
         return max(counts.values())
 
-    def count_text(self, model: str, text: str) -> int:
-        return self._base.count_text(model, text)
+    def count_text(self, model: str, text: str, scope: str = "") -> int:
+        return self._base.count_text(model, text, scope)
 
     @property
     def counter(self) -> TokenCounter:

@@ -48,7 +48,7 @@ class Models:
 
 
 class Counter:
-    def count_prompt(self, request: ChatRequest) -> int:
+    def count_prompt(self, request: ChatRequest, scope: str = "") -> int:
         return sum(
             len(p.text.split())
             for m in request.messages
@@ -56,7 +56,7 @@ class Counter:
             if isinstance(p, TextPart)
         )
 
-    def count_text(self, model: str, text: str) -> int:
+    def count_text(self, model: str, text: str, scope: str = "") -> int:
         return len(text.split())
 
 

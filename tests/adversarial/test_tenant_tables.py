@@ -1,8 +1,8 @@
 """One tenant filling a shared table leaves another tenant's entries alone: stored responses
 (in process and in Redis, real gateway, `responses.max_entries: 50`), the keep-warm sessions
 (the pipeline with the provider prompt-cache fake), the cache diagnosis's and the autopilot's
-session records, thread links and head texts (the prompt port) and the fleet's shared-affinity
-reads."""
+session records, thread links and head texts (the prompt port), the token ids memo and the
+fleet's shared-affinity reads."""
 
 from __future__ import annotations
 
@@ -13,13 +13,17 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
+from adapters.tokens import TokenCounter, TokenIdsMemo
 from adapters.wire import anthropic as anthropic_wire
 from gateway.core.cache_learning import HeadTexts
 from gateway.core.keep_warm import KeepWarm
 from gateway.core.pipeline import IncomingCall
 from gateway.core.prompt_cache import PromptCachePort
+from gateway.core.prompt_prepare import TiktokenEncoder
+from gateway.core.token_count import TiktokenCounting
 from gateway.fleet.affinity_store import Placement, RedisAffinity
 from gateway.fleet.affinity_sync import SharedAffinity
 from gateway.fleet.shared_link import SharedLink
@@ -239,3 +243,40 @@ def test_one_tenant_past_the_head_text_bound_keeps_the_others_texts() -> None:
     alone.put("acme", b"1" * 32, "one")  # used again: now the newest
     alone.put("acme", b"3" * 32, "three")  # one tenant alone still uses the whole bound
     assert [alone.get("acme", d * 32) for d in (b"1", b"2", b"3")] == ["one", None, "three"]
+
+
+class CountingEncoding:
+    """A tiktoken encoding that counts the characters it is asked to encode."""
+
+    def __init__(self, real: Any) -> None:
+        self.name, self._real, self.chars = real.name, real, 0
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        self.chars += len(text)
+        return list(self._real.encode_ordinary(text))
+
+
+def test_one_tenants_token_memo_entries_never_speed_up_anothers_call() -> None:
+    """A memo hit skips milliseconds of tokenising (a 30 KB history ~5.6 ms), so a shared entry
+    would tell a tenant, by its latency, that another sent that very text: globex's call with
+    acme's exact prompt, counted as the gateway counts it, encodes all of it again."""
+    counter = TokenCounter(TokenIdsMemo())
+    encoding = CountingEncoding(counter.encoding("claude-sonnet-4-5"))
+    counter._encodings[encoding.name] = encoding  # type: ignore[assignment]
+    port = PromptCachePort(SECRET, encoder=TiktokenEncoder(counter=counter))
+    counting = TiktokenCounting(counter)
+    body = anthropic_body(3, system="Our unreleased plan: " + " rule" * 1200)
+
+    def measured(policy: Any) -> int:
+        """Characters tokenised to prepare and count `body` for `policy`'s tenant."""
+        before = encoding.chars
+        parsed = orjson.loads(orjson.dumps(body))  # new strings, as each request's parse makes
+        prepared = prepare_prompt(port, parsed, policy)
+        counting.count_prompt(prepared.request, policy.tenant)
+        return encoding.chars - before
+
+    first = measured(cache_tenant("acme"))
+    again = measured(cache_tenant("acme"))  # what is never memoised (short texts) only
+    assert first > 6_000 and again < 100
+    assert measured(cache_tenant("globex")) == first  # none of acme's entries serve globex
+    assert measured(cache_tenant("globex")) == again

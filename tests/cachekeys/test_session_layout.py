@@ -278,11 +278,11 @@ def test_the_shared_history_is_the_previous_calls_objects() -> None:
     assert counter.memo is not None
     hashed: list[str] = []
     lookup = counter.memo._lookup
-    counter.memo._lookup = lambda enc, text, digest: (
-        hashed.append(text) or lookup(enc, text, digest)
+    counter.memo._lookup = lambda enc, text, digest, scope: (
+        hashed.append(text) or lookup(enc, text, digest, scope)
     )  # type: ignore[method-assign]
     for call in calls[1:]:
-        counter.count_request(call.request)
+        counter.count_request(call.request, tenant.tenant)  # as the gateway counts: its tenant
     # each call's count read its history by identity: only the tools' JSON (made anew) is hashed
     assert hashed and all(text.startswith('[{"name":"t0"') for text in hashed)
 

@@ -135,10 +135,10 @@ class Parts:
     def names(self) -> list[str]:
         return [self.route.name]
 
-    def count_prompt(self, request: ChatRequest) -> int:
+    def count_prompt(self, request: ChatRequest, scope: str = "") -> int:
         return sum(len(p.text.split()) for m in request.messages for p in m.content)  # type: ignore[union-attr]
 
-    def count_text(self, model: str, text: str) -> int:
+    def count_text(self, model: str, text: str, scope: str = "") -> int:
         return len(text.split())
 
     def cost_usd(self, model: str, usage: Usage) -> float:

@@ -114,10 +114,10 @@ class Fakes:
     def names(self) -> list[str]:
         return ["m"]
 
-    def count_prompt(self, request: ChatRequest) -> int:
+    def count_prompt(self, request: ChatRequest, scope: str = "") -> int:
         return 7
 
-    def count_text(self, model: str, text: str) -> int:
+    def count_text(self, model: str, text: str, scope: str = "") -> int:
         return len(text.split())
 
     def cost_usd(self, model: str, usage: Usage) -> float:

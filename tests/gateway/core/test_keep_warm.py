@@ -68,7 +68,7 @@ class AnthropicFake:
 
 
 class WordParts(Parts):
-    def count_prompt(self, request: ChatRequest) -> int:
+    def count_prompt(self, request: ChatRequest, scope: str = "") -> int:
         words = [p.text for m in request.messages for p in m.content if isinstance(p, TextPart)]
         return len(" ".join([*(p.text for p in request.system), *words]).split())
 

@@ -38,9 +38,9 @@ class ThreadRecordingCounter(TiktokenCounting):
         super().__init__()
         self.threads: list[int] = []
 
-    def count_prompt(self, request: ChatRequest) -> int:
+    def count_prompt(self, request: ChatRequest, scope: str = "") -> int:
         self.threads.append(threading.get_ident())
-        return super().count_prompt(request)
+        return super().count_prompt(request, scope)
 
 
 def test_the_lane_measures_in_a_thread_what_the_loop_measures(tmp_path: Path) -> None:

@@ -102,11 +102,11 @@ class Ports:
         return ["m"]
 
     # TokenCounting
-    def count_prompt(self, request: ChatRequest) -> int:
+    def count_prompt(self, request: ChatRequest, scope: str = "") -> int:
         self.log.steps.append("count")
         return PROMPT_TOKENS
 
-    def count_text(self, model: str, text: str) -> int:
+    def count_text(self, model: str, text: str, scope: str = "") -> int:
         return len(text.split())
 
     # Pricing: a dollar per token keeps the arithmetic visible
