@@ -242,7 +242,7 @@ class SessionReuseMemo:
     holding the most loses its oldest: one tenant's new sessions never change another's plan."""
 
     def __init__(self, max_sessions: int = MAX_SESSIONS) -> None:
-        self._records: TenantTable[ReuseRecord] = TenantTable(max_sessions)
+        self._records: TenantTable[str, ReuseRecord] = TenantTable(max_sessions)
 
     def get(self, tenant: str, root: str) -> ReuseRecord | None:
         return self._records.get((tenant, root))

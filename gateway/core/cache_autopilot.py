@@ -24,9 +24,8 @@ from cachekeys.volatile_probe import VolatileProbe
 from gateway.core.cache_learning import HeadTexts, LearnedPlaces
 from policies.cache import CachePolicy
 
-# (tenant, number of tools and the digests of the first message's blocks): links a session's
-# calls
-ThreadKey = tuple[str, str]
+# (tenant, (number of tools, digests of the first message's blocks)): links a session's calls
+ThreadKey = tuple[str, tuple[int, tuple[bytes, ...]]]
 
 MAX_PROBES = 256  # distinct tenant pattern sets kept compiled
 
@@ -54,7 +53,7 @@ class CacheAutopilot:
         # (tenant, number of tools + first message) -> the root of its latest call: a head that
         # changes by a value of no known shape would otherwise start a new session every call;
         # bounded per tenant, as the sessions are
-        self._threads: TenantTable[str] = TenantTable(max_sessions)
+        self._threads: TenantTable[tuple[int, tuple[bytes, ...]], str] = TenantTable(max_sessions)
 
     @property
     def sessions(self) -> SessionReuseMemo:
@@ -152,8 +151,8 @@ def _descriptions(old: str, new: str) -> tuple[str, str] | None:
 
 def _thread_key(tenant: str, layout: PromptLayout) -> ThreadKey:
     """The number of tools and the first message: not the system prompt nor the tools' text
-    (a value of no known shape may change in either), not Lantern's volatile tail. The blocks'
-    digests (sha256, all 32 bytes) joined, not a hash of them: built without hashing again."""
+    (a value of no known shape may change in either), not Lantern's volatile tail. A tuple of
+    the blocks' digests, not a hash of them: a dict key, built without hashing again."""
     first = next((b.locator[1] for b in layout.blocks if b.level == "messages"), None)
     num_tools = 0
     digests = []
@@ -162,7 +161,7 @@ def _thread_key(tenant: str, layout: PromptLayout) -> ThreadKey:
             num_tools += 1
         elif b.level == "messages" and b.locator[1] == first and not b.is_volatile:
             digests.append(b.digest)
-    return tenant, f"{num_tools}:{b''.join(digests).hex()}"
+    return tenant, (num_tools, tuple(digests))
 
 
 def with_steering(diagnosis_json: str, steering: Steering) -> str:

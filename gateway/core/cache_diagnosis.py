@@ -100,7 +100,7 @@ class SessionCacheTracker:
     sees what it would if each call were written as it was observed."""
 
     def __init__(self, max_sessions: int = MAX_SESSIONS) -> None:
-        self._sessions: TenantTable[Seen] = TenantTable(max_sessions)
+        self._sessions: TenantTable[str, Seen] = TenantTable(max_sessions)
         self._num_written = 0  # entries in `_sessions`, which only `flush` changes
         self._max_sessions = max_sessions
         self._pending: dict[tuple[str, str], Seen] = {}  # observed, not written: newest last

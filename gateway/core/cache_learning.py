@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from adapters.types import ChatRequest, TextPart
 from cachekeys.layout import PromptBlock
+from cachekeys.tenant_table import TenantTable
 
 MAX_PLACES = 32
 MAX_TENANTS = 10_000
@@ -121,63 +122,31 @@ def session_key(request: ChatRequest) -> bytes:
 
 class HeadTexts:
     """The text of head blocks (tools, system) by (tenant, block digest): the previous call's
-    version of a block that changed, for the learner to compare. Past `max_entries` or
-    `max_chars` in all, the tenant holding the most (entries, or characters) loses its oldest
-    text: one tenant's flood of new prompts never takes another's texts while it holds more."""
+    version of a block that changed, for the learner to compare. Bounded by count and by
+    characters as a `TenantTable`: one tenant's flood of new prompts never takes another's
+    texts while it holds more."""
 
     def __init__(self, max_entries: int = MAX_TEXTS, max_chars: int = MAX_TEXT_CHARS) -> None:
-        self._texts: dict[str, OrderedDict[bytes, str]] = {}  # tenant -> digest -> text
-        self._chars: dict[str, int] = {}  # tenant -> characters held
-        self._num_entries = 0
-        self._num_chars = 0
-        self._max_entries = max_entries
-        self._max_chars = max_chars
+        self._texts: TenantTable[bytes, str] = TenantTable(
+            max_entries, weigh=len, max_weight=max_chars
+        )
 
     def get(self, tenant: str, digest: bytes) -> str | None:
-        texts = self._texts.get(tenant)
-        return None if texts is None else texts.get(digest)
+        return self._texts.entries(tenant).get(digest)
 
     def put_head(self, tenant: str, blocks: Sequence[PromptBlock]) -> None:
         """The texts of the tools and system blocks at the head of `blocks` not held yet (one
         call a prompt: a head seen before is not stored again)."""
-        texts = self._texts.get(tenant)
+        held = self._texts.entries(tenant)
         for block in blocks:  # tools, then system, then messages
             if block.level == "messages":
                 return
-            if texts is None or block.digest not in texts:
+            if block.digest not in held:
                 self.put(tenant, block.digest, block.text)
-                texts = self._texts.get(tenant)
+                held = self._texts.entries(tenant)
 
     def put(self, tenant: str, digest: bytes, text: str) -> None:
-        texts = self._texts.setdefault(tenant, OrderedDict())
-        if digest in texts:
-            texts.move_to_end(digest)
-            return
-        texts[digest] = text
-        self._chars[tenant] = self._chars.get(tenant, 0) + len(text)
-        self._num_entries += 1
-        self._num_chars += len(text)
-        while self._num_entries > self._max_entries:
-            self._drop_oldest(self._largest(tenant, by_chars=False))
-        while self._num_chars > self._max_chars:
-            self._drop_oldest(self._largest(tenant, by_chars=True))
+        self._texts[(tenant, digest)] = text
 
     def num_entries(self, tenant: str) -> int:
-        texts = self._texts.get(tenant)
-        return 0 if texts is None else len(texts)
-
-    def _largest(self, newest: str, *, by_chars: bool) -> str:
-        """The tenant holding the most; on a tie the one that just stored. Linear in the
-        tenants present (configured tenants, not client input)."""
-        if by_chars:
-            return max(self._texts, key=lambda t: (self._chars[t], t == newest))
-        return max(self._texts, key=lambda t: (len(self._texts[t]), t == newest))
-
-    def _drop_oldest(self, tenant: str) -> None:
-        texts = self._texts[tenant]
-        _, dropped = texts.popitem(last=False)
-        self._num_entries -= 1
-        self._num_chars -= len(dropped)
-        self._chars[tenant] -= len(dropped)
-        if not texts:
-            del self._texts[tenant], self._chars[tenant]
+        return self._texts.num_entries(tenant)

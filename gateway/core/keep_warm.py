@@ -73,7 +73,7 @@ class KeepWarm:
         self._clock = clock
         # past `max_sessions`, the tenant holding the most loses its oldest: no tenant's
         # sessions pushed out by another's burst
-        self.sessions: TenantTable[WarmSession] = TenantTable(max_sessions)
+        self.sessions: TenantTable[str, WarmSession] = TenantTable(max_sessions)
         self.sent = 0
         # (tenant, key id) -> the policy a call with that key runs under now, None when the key
         # may no longer call (KeyChain.policy_for_key_id); unset: the last call's policy

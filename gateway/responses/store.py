@@ -55,7 +55,7 @@ class MemoryResponseStore:
     ) -> None:
         self._ttl_s = ttl_s
         self._clock = clock
-        self._entries: TenantTable[tuple[float, bytes]] = TenantTable(max_entries)
+        self._entries: TenantTable[str, tuple[float, bytes]] = TenantTable(max_entries)
 
     async def put(self, tenant: str, response_id: str, stored: StoredResponse) -> None:
         self._entries[(tenant, response_id)] = (self._clock() + self._ttl_s, stored.to_bytes())
