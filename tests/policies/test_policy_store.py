@@ -130,6 +130,30 @@ def test_key_rotation_revokes_the_old_key(tmp_path: Path) -> None:
     assert found is not None and found[1] == "k2"
 
 
+def test_a_key_found_before_is_refused_at_once_after_a_reload(tmp_path: Path) -> None:
+    """A rotated or removed key is refused by the first lookup after the reload, and an
+    edited policy is the one the key gets."""
+    path = tmp_path / "acme.yaml"
+    write(path, policy("acme", ACME_KEY, 1))
+    write(tmp_path / "beta.yaml", policy("beta", BETA_KEY, 2))
+    store = PolicyStore(tmp_path)
+    store.reload_now()
+    first = store.tenant_for_key(ACME_KEY)
+    assert first is not None and store.tenant_for_key(ACME_KEY) == first
+    assert store.tenant_for_key(BETA_KEY) is not None
+    write(path, policy("acme", ACME_KEY, 7))  # same key, another policy
+    assert store.reload_now() is True
+    edited = store.tenant_for_key(ACME_KEY)
+    assert edited is not None and edited[0] != first[0] and edited[0] == store.get("acme")
+    write(path, policy("acme", "lt-new-key", 1, key_id="k2"))  # rotated
+    assert store.reload_now() is True
+    assert store.tenant_for_key(ACME_KEY) is None
+    assert store.tenant_for_key("lt-new-key") is not None
+    (tmp_path / "beta.yaml").unlink()  # removed
+    assert store.reload_now() is True
+    assert store.tenant_for_key(BETA_KEY) is None
+
+
 def test_incumbent_keeps_its_key_when_another_file_claims_it(tmp_path: Path) -> None:
     write(tmp_path / "zeta.yaml", policy("zeta", ACME_KEY, 1))
     store = PolicyStore(tmp_path)
