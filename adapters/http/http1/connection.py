@@ -15,6 +15,8 @@ from typing import Protocol, cast
 
 import httptools
 
+from adapters.http.http1.deadlines import Deadlines
+
 MAX_BUFFERED_BYTES = 1 << 20  # unread body past this pauses the socket until the reader catches up
 
 
@@ -27,9 +29,18 @@ class Http1Connection(asyncio.Protocol):
     """Call `send`, then `head` and `read_some` until it returns None (or `read_all`); the
     connection is `is_reusable` once a reply ended cleanly and the server keeps it alive."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, on_closed: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        on_closed: Callable[[], None],
+        deadlines: Deadlines | None = None,
+    ) -> None:
         self._loop = loop
         self._on_closed = on_closed
+        self._deadlines = deadlines or Deadlines(loop)
+        # the exchange's deadline (`expire_at`) and the one in force (a wait's own, else that)
+        self._until: float | None = None
+        self.deadline: float | None = None
         self._transport: asyncio.Transport | None = None
         self._parser = httptools.HttpResponseParser(self)
         self._waiter: asyncio.Future[None] | None = None
@@ -124,6 +135,20 @@ class Http1Connection(asyncio.Protocol):
     def is_reusable(self) -> bool:
         return not self._is_closed and self._is_done and self._error is None and self._keeps_alive
 
+    def expire_at(self, when: float) -> None:
+        """The exchange fails with `TimeoutError` if it is not over at loop time `when`
+        (`deadline_in` gives one); a wait's own `timeout_s` applies on top."""
+        self._until = self.deadline = when
+        self._deadlines.watch(self, when)
+
+    def deadline_in(self, timeout_s: float) -> float:
+        return self._deadlines.time() + timeout_s
+
+    def expire(self) -> None:
+        """Its deadline passed (`Deadlines`): what waits gets `TimeoutError`, as from
+        `asyncio.timeout`, and the connection closes."""
+        self._fail(TimeoutError())
+
     def send(self, head: bytes, body: bytes) -> None:
         if self._is_closed or self._transport is None:
             raise UpstreamProtocolError("the connection is closed")
@@ -159,6 +184,8 @@ class Http1Connection(asyncio.Protocol):
     def finish(self) -> None:
         """The exchange is over (ended or abandoned): an unfinished one closes the connection."""
         self._is_busy = False
+        self._until = self.deadline = None
+        self._deadlines.forget(self)
         if not self.is_reusable:
             self.close()
 
@@ -170,14 +197,16 @@ class Http1Connection(asyncio.Protocol):
         if self._error is not None:
             raise self._error
         waiter = self._waiter = self._loop.create_future()
+        if timeout_s is not None:  # this wait's own deadline, kept by the loop's one timer
+            self.deadline = when = self._deadlines.time() + timeout_s
+            if self._until is not None and self._until < when:
+                self.deadline = when = self._until
+            self._deadlines.watch(self, when)
         try:
-            if timeout_s is None:
-                await waiter
-            else:
-                async with asyncio.timeout(timeout_s):
-                    await waiter
+            await waiter
         finally:
             self._waiter = None
+            self.deadline = self._until
         if self._error is not None:
             raise self._error
 
@@ -196,6 +225,6 @@ class Http1Connection(asyncio.Protocol):
 class ConnectionSource(Protocol):
     """Where an upstream takes a connection for one exchange and gives it back (`Http1Pool`)."""
 
-    async def acquire(self, host: str, port: int) -> Http1Connection: ...
+    async def acquire(self, host: str, port: int, timeout_s: float) -> Http1Connection: ...
 
     def release(self, conn: Http1Connection, host: str, port: int) -> None: ...

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 
 from adapters.http.aiohttp_pool import AiohttpPool
 from adapters.http.http1.connection import Http1Connection
+from adapters.http.http1.deadlines import Deadlines
 from adapters.http.http1.upstream import Http1Upstream, is_plain_http
 from adapters.http.upstream import Upstream
 
@@ -35,6 +36,7 @@ class Http1Pool:
         self._keepalive_s = keepalive_s
         self._clock = clock
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._deadlines: Deadlines | None = None
         self._idle: dict[tuple[str, int], list[Http1Connection]] = {}
         self._waiters: deque[asyncio.Future[None]] = deque()
         self.num_open = 0
@@ -46,12 +48,22 @@ class Http1Pool:
             return Http1Upstream(backend, self, url, headers)
         return self.tls.upstream(backend, url, headers)
 
-    async def acquire(self, host: str, port: int) -> Http1Connection:
+    async def acquire(self, host: str, port: int, timeout_s: float) -> Http1Connection:
         """An idle connection to (host, port), or a new one once fewer than `max_connections`
-        are open."""
+        are open; either within `timeout_s`."""
         loop = asyncio.get_running_loop()
         if loop is not self._loop:  # the old loop's transports died with it
             self._loop, self._idle, self._waiters, self.num_open = loop, {}, deque(), 0
+            self._deadlines = Deadlines(loop)
+        conn = self._take_idle(host, port)
+        if conn is not None:  # the common case: no wait, so no timer
+            return conn
+        async with asyncio.timeout(timeout_s):
+            return await self._wait_or_connect(loop, host, port)
+
+    async def _wait_or_connect(
+        self, loop: asyncio.AbstractEventLoop, host: str, port: int
+    ) -> Http1Connection:
         while True:
             conn = self._take_idle(host, port)
             if conn is not None:
@@ -70,7 +82,7 @@ class Http1Pool:
         self.num_connects += 1
         try:
             _, conn = await loop.create_connection(
-                lambda: Http1Connection(loop, self._closed_one), host, port
+                lambda: Http1Connection(loop, self._closed_one, self._deadlines), host, port
             )
         except BaseException:
             self._closed_one()

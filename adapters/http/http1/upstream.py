@@ -7,8 +7,8 @@ that CPU is on the call's critical path. Same port, same timeouts and error mapp
 
 from __future__ import annotations
 
-import asyncio
 import re
+import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -82,13 +82,14 @@ class Http1Upstream(ReadsAsEvents):
         """The decoded JSON reply; the whole exchange must finish within `timeout_s`."""
         head = self._head(headers, len(body))
         conn: Http1Connection | None = None
+        started = time.monotonic()
         try:
-            async with asyncio.timeout(timeout_s):
-                conn = await self._pool.acquire(self._host, self._port)
-                conn.send(head, body)
-                await conn.head()
-                content = await conn.read_all()
-                status, reply_headers = conn.status, conn.headers
+            conn = await self._pool.acquire(self._host, self._port, timeout_s)
+            conn.expire_at(conn.deadline_in(timeout_s - (time.monotonic() - started)))
+            conn.send(head, body)
+            await conn.head()
+            content = await conn.read_all()
+            status, reply_headers = conn.status, conn.headers
         except (OSError, TimeoutError) as exc:
             raise transport_error(self._backend, exc) from exc
         finally:
@@ -105,8 +106,7 @@ class Http1Upstream(ReadsAsEvents):
         parser = SSEParser()
         conn: Http1Connection | None = None
         try:
-            async with asyncio.timeout(timeout_s):
-                conn = await self._pool.acquire(self._host, self._port)
+            conn = await self._pool.acquire(self._host, self._port, timeout_s)
             conn.send(head, body)
             await conn.head(timeout_s)
             if conn.status >= 400:

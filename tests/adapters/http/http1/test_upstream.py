@@ -275,6 +275,25 @@ def test_stalled_stream_times_out_and_its_connection_closes() -> None:
     assert scripted(script, use) == ["1"]
 
 
+def test_a_stream_read_slowly_does_not_time_out_between_reads() -> None:
+    """`timeout_s` bounds each wait on the upstream, not the time the reader takes between
+    reads (a slow client's backpressure)."""
+    head = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    )
+    first, rest = head + b"9\r\ndata: 1\n\n\r\n", b"9\r\ndata: 2\n\n\r\n0\r\n\r\n"
+    script = Script([([(first, 0.3), (rest, 0.0)], False)])  # the rest comes 0.3 s later
+
+    async def use(up: Http1Upstream, pool: Http1Pool) -> list[str]:
+        seen = []
+        async for event in up.post_sse(HI, timeout_s=0.2):
+            seen.append(event.data)
+            await asyncio.sleep(0.4)  # past the timeout, between reads
+        return seen
+
+    assert scripted(script, use) == ["1", "2"]
+
+
 def test_whole_exchange_timeout_and_cancellation_close_the_connection() -> None:
     script = Script([([(b"", 1.0)], True), ([(b"", 1.0)], True)])
 
