@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 from gateway.ids import uuid4_hex, uuid5_str
 from gateway.ledger.call_ledger import ROW_ID_NAMESPACE, usage_row_id
@@ -34,3 +36,25 @@ def test_uuid4_hex_is_a_random_version_4_uuid() -> None:
         assert parsed.hex == value
         assert parsed.version == 4
         assert parsed.variant == uuid.RFC_4122
+
+
+def test_uuid4_hex_is_unique_across_threads_and_a_forked_child() -> None:
+    """Ids come from a shared pool of random bytes: threads must not be dealt the same bytes,
+    and a forked child must not repeat its parent's next ids."""
+    with ThreadPoolExecutor(4) as pool:
+        batches = list(pool.map(lambda _: [uuid4_hex() for _ in range(2000)], range(8)))
+    ids = [value for batch in batches for value in batch]
+    assert len(set(ids)) == len(ids) == 16_000
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next ids, to the parent
+        os.close(read)
+        os.write(write, "".join(uuid4_hex() for _ in range(4)).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        child = pipe.read()
+    os.waitpid(pid, 0)
+    parent = "".join(uuid4_hex() for _ in range(4))
+    assert len(child) == len(parent) == 128
+    assert child != parent
