@@ -71,3 +71,20 @@ def test_an_idle_kept_alive_connection_outlives_the_clients_pool(gw: EdgeGateway
             reply = read_reply(sock)
             assert (reply.status, reply.body) == (200, b'{"status":"ok"}')
             time.sleep(pause_s)
+
+
+def test_an_idle_kept_alive_connection_is_closed_after_keep_alive_s(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """The keep-alive wait is a deadline of the server's sweep, not a timer per response: the
+    connection is closed after `keep_alive_s` (at most a sweep late), without a 408, and a
+    request sent before then is served."""
+    var_dir = tmp_path_factory.mktemp("keep-alive")
+    with edge_gateway(var_dir, keep_alive_s=2) as gw, gw.connect() as sock:
+        for _ in range(2):
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
+            assert read_reply(sock).status == 200
+            time.sleep(1.0)  # within keep_alive_s: still open
+        started = time.monotonic()
+        assert read_until_closed(sock) == b""
+        assert 0.5 <= time.monotonic() - started <= 3.0
