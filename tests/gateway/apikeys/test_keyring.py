@@ -229,3 +229,25 @@ def test_a_poll_reads_the_keys_again_only_when_the_audit_log_moved(engine) -> No
     assert chain.tenant_for_key(budgeted) is not None and polls == [0] * FULL_RELOAD_POLLS
     assert polled() == 1
     assert chain.tenant_for_key(budgeted) is None
+
+
+def test_a_poll_keeps_its_connection_and_replaces_a_broken_one(engine) -> None:
+    """Polls read the audit log on one connection (no pool checkout, no ping a second); a
+    connection that broke fails one poll (the snapshot kept) and the next opens another."""
+    clock = Clock()
+    records = KeyRecords(session_factory(engine), clock)
+    keyring = Keyring(session_factory(engine), clock)
+    chain = KeyChain(Policies(), keyring, clock)
+    _, secret = records.issue(KeyRequest("acme", "bot"), "alice")
+    assert keyring.refresh()  # reads the keys, and opens the poll's connection
+    checkouts: list[object] = []
+    sa.event.listen(engine, "checkout", lambda *args: checkouts.append(args))
+    assert all(keyring.refresh() for _ in range(5))
+    assert checkouts == []  # the poll's own connection, kept
+    keyring._audit._conn.dbapi_connection.close()  # type: ignore[union-attr]  # it breaks
+    assert not keyring.refresh()
+    assert chain.tenant_for_key(secret) is not None  # the snapshot before it, kept
+    records.revoke("bot", "bob")
+    assert keyring.refresh()
+    assert chain.tenant_for_key(secret) is None
+    keyring.stop()
