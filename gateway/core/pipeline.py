@@ -231,7 +231,8 @@ class Pipeline:
             reply = (response.model, response.stop_reason)
             answer = Message("assistant", response.content)
             await self._finish(adm, t, "ok", None, response.usage, reply=reply, answer=answer)
-            self.after_reply.add(self._extend, adm, t, answer)
+            if _extends_prefix(t):
+                self.after_reply.add(self._extend, adm, t, answer)
             return response
         assert last_error is not None
         await self._settle_failed(adm, type(last_error).__name__)
@@ -279,11 +280,12 @@ class Pipeline:
                         await self._finish(adm, t, status, kind, usage, tally.ttft_s, fault)
                     raise
                 usage, reply = tally.usage(adm.prompt_tokens), (tally.said_model, tally.stop_reason)
-                answer = tally.answer()
+                answer = tally.answer() if _keeps_answer(adm, t) else None  # the rare cases
                 await self._finish(
                     adm, t, "ok", None, usage, tally.ttft_s, reply=reply, answer=answer
                 )
-                self.after_reply.add(self._extend, adm, t, answer)
+                if answer is not None and _extends_prefix(t):
+                    self.after_reply.add(self._extend, adm, t, answer)
                 return
             assert last_error is not None
             await self._settle_failed(adm, type(last_error).__name__)
@@ -315,12 +317,10 @@ class Pipeline:
             yield Try(number, attempt, self.s.clock())
 
     def _extend(self, adm: Admitted, t: Try, answer: Message) -> None:
-        """Tell the router the replica now also holds the answer (the session's next prefix)."""
-        if t.attempt.candidate.venue == "selfhost" and t.attempt.indexed:
-            hashes = self.s.prompts.answer_hashes(
-                adm.call.wire, adm.call.tenant, adm.prepared, answer
-            )
-            self.s.routing.extend(t.attempt, hashes)
+        """Tell the router the replica now also holds the answer (the session's next prefix);
+        for an attempt that `_extends_prefix`."""
+        hashes = self.s.prompts.answer_hashes(adm.call.wire, adm.call.tenant, adm.prepared, answer)
+        self.s.routing.extend(t.attempt, hashes)
 
     def _failed_before_output(self, adm: Admitted, t: Try, exc: UpstreamError) -> bool:
         """Record an attempt that produced nothing; True when the next one may be tried."""
@@ -378,3 +378,16 @@ class Pipeline:
         out = Outcome(status, error_kind, usage, ttft_s, cost, self.s.clock())
         self.s.ledger.record(call_record(adm, t, out, self.s.pricing))  # before the reply completes
         self.after_reply.add(write_telemetry, self.s.telemetry, adm, t, out, False)
+
+
+def _extends_prefix(t: Try) -> bool:
+    """The answer extends the prefix the router knows on this attempt's replica."""
+    return t.attempt.candidate.venue == "selfhost" and t.attempt.indexed
+
+
+def _keeps_answer(adm: Admitted, t: Try) -> bool:
+    """A stream's answer is assembled only where it is used after the reply: a self-hosted
+    replica's prefix grows by it, or a traced tenant records content."""
+    if adm.trace is not None and adm.call.tenant.tracing.record_content:
+        return True
+    return t.attempt.candidate.venue == "selfhost" and t.attempt.indexed  # `_extends_prefix`
