@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
-from typing import Any, Protocol
+from typing import Protocol
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
@@ -54,11 +54,12 @@ class KeyringSnapshot:
 
 
 class AuditMark:
-    """The audit log's (rows, highest id), `KeyRecords.change_mark`'s answer, read on one
-    database connection the polling thread keeps: through an ORM session (a pool checkout, a
-    ping on PostgreSQL) a poll cost ~1 ms of CPU on an idle process, every second of its life.
-    The read's transaction ends at once (a SQLite reader must not hold the WAL back). Any
-    failure drops the connection; the next poll opens another."""
+    """The audit log's (rows, highest id), `KeyRecords.change_mark`'s answer, read with the
+    DBAPI cursor of a pooled connection: through an ORM session a poll cost ~1 ms of CPU on an
+    idle process, every second of its life. The connection goes back to the pool after each
+    read (held, it made the pool open another, which recreates a SQLite file deleted under the
+    gateway instead of reporting it); the read's transaction ends at once (a SQLite reader must
+    not hold the WAL back)."""
 
     SQL = f"SELECT count(*), max(id) FROM {AdminAuditRecord.__tablename__}"
 
@@ -68,35 +69,31 @@ class AuditMark:
             SQLAlchemyError,
             engine.dialect.loaded_dbapi.Error,
         )
-        self._conn: Any = None
 
     def read(self) -> tuple[int, int | None] | None:
         """None when the database did not answer."""
         try:
-            if self._conn is None:
-                self._conn = self._engine.raw_connection()
-            cursor = self._conn.cursor()
-            try:
-                cursor.execute(self.SQL)
-                count, highest = cursor.fetchone()
-            finally:
-                cursor.close()
-            self._conn.rollback()
+            conn = self._engine.raw_connection()
         except self._errors as error:
             log.debug("audit log unreadable: %s", type(error).__name__)
-            self.close(broken=True)
             return None
-        return int(count), None if highest is None else int(highest)
-
-    def close(self, broken: bool = False) -> None:
-        """Back to the engine's pool, or discarded when `broken`."""
-        conn, self._conn = self._conn, None
-        if conn is not None:
+        try:
+            cursor = conn.cursor()
+            try:
+                cursor.execute(self.SQL)
+                count, highest = cursor.fetchone() or (0, None)  # an aggregate: one row
+            finally:
+                cursor.close()
+            conn.rollback()
+        except self._errors as error:
+            log.debug("audit log unreadable: %s", type(error).__name__)
             with contextlib.suppress(*self._errors):
-                if broken:
-                    conn.invalidate()
-                else:
-                    conn.close()
+                conn.invalidate()  # broken: not back into the pool
+            return None
+        finally:
+            with contextlib.suppress(*self._errors):
+                conn.close()
+        return int(count), None if highest is None else int(highest)
 
 
 class Keyring:
@@ -152,8 +149,6 @@ class Keyring:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
-        if self._audit is not None:
-            self._audit.close()
 
     def _run(self) -> None:
         while not self._stop.wait(self._poll_interval_s):
