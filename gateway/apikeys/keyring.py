@@ -10,7 +10,6 @@ snapshot, narrowing the tenant's policy to the key's model subset.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import hmac
 import logging
@@ -21,14 +20,13 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Protocol
 
-from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from gateway.apikeys.records import IssuedKey, KeyRecords
 from gateway.errors import KeyBudgetExhausted
 from gateway.ledger.daily import spend_since
-from gateway.ledger.models import AdminAuditRecord, to_money
+from gateway.ledger.models import to_money
 from policies.model import TenantPolicy
 
 log = logging.getLogger("lantern.apikeys")
@@ -53,49 +51,6 @@ class KeyringSnapshot:
     spend_usd: dict[tuple[str, str], Decimal] = field(default_factory=dict)
 
 
-class AuditMark:
-    """The audit log's (rows, highest id), `KeyRecords.change_mark`'s answer, read with the
-    DBAPI cursor of a pooled connection: through an ORM session a poll cost ~1 ms of CPU on an
-    idle process, every second of its life. The connection goes back to the pool after each
-    read (held, it made the pool open another, which recreates a SQLite file deleted under the
-    gateway instead of reporting it); the read's transaction ends at once (a SQLite reader must
-    not hold the WAL back)."""
-
-    SQL = f"SELECT count(*), max(id) FROM {AdminAuditRecord.__tablename__}"
-
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
-        self._errors: tuple[type[BaseException], ...] = (
-            SQLAlchemyError,
-            engine.dialect.loaded_dbapi.Error,
-        )
-
-    def read(self) -> tuple[int, int | None] | None:
-        """None when the database did not answer."""
-        try:
-            conn = self._engine.raw_connection()
-        except self._errors as error:
-            log.debug("audit log unreadable: %s", type(error).__name__)
-            return None
-        try:
-            cursor = conn.cursor()
-            try:
-                cursor.execute(self.SQL)
-                count, highest = cursor.fetchone() or (0, None)  # an aggregate: one row
-            finally:
-                cursor.close()
-            conn.rollback()
-        except self._errors as error:
-            log.debug("audit log unreadable: %s", type(error).__name__)
-            with contextlib.suppress(*self._errors):
-                conn.invalidate()  # broken: not back into the pool
-            return None
-        finally:
-            with contextlib.suppress(*self._errors):
-                conn.close()
-        return int(count), None if highest is None else int(highest)
-
-
 class Keyring:
     def __init__(
         self,
@@ -104,8 +59,6 @@ class Keyring:
         poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
     ) -> None:
         self._records = KeyRecords(sessions, clock)
-        bind = sessions.kw.get("bind")
-        self._audit = AuditMark(bind) if isinstance(bind, Engine) else None
         self._sessions = sessions
         self._clock = clock
         self._poll_interval_s = poll_interval_s
@@ -124,9 +77,7 @@ class Keyring:
         keys are read again only when the audit log moved since the last read (or every
         `FULL_RELOAD_POLLS` calls): with thousands of keys a poll stays one small query."""
         try:
-            mark = self._records.change_mark() if self._audit is None else self._audit.read()
-            if mark is None:
-                return False
+            mark = self._records.change_mark()
             if mark != self._mark or self._polls_since_read >= FULL_RELOAD_POLLS:
                 by_sha256 = {k.sha256: k for k in self._records.all()}
                 self._polls_since_read = 0

@@ -41,6 +41,9 @@ class KeyNotFound(LookupError):
     pass
 
 
+_CHANGE_MARK_SQL = f"SELECT count(*), max(id) FROM {AdminAuditRecord.__tablename__}"
+
+
 @dataclass(frozen=True, slots=True)
 class IssuedKey:
     """A stored key as the gateway uses it (never the secret)."""
@@ -134,10 +137,31 @@ class KeyRecords:
     def change_mark(self) -> tuple[int, int | None]:
         """(audit rows, the highest audit id): every issue, expiry and revocation adds a row in
         its own transaction and none is ever deleted, so the pair moves whenever `api_keys` may
-        have (the count also when ids commit out of order)."""
-        query = sa.select(sa.func.count(), sa.func.max(AdminAuditRecord.id))
-        with self._sessions() as session:
-            count, highest = session.execute(query).one()
+        have (the count also when ids commit out of order).
+
+        Every process polls it every second, so it is read on the DBAPI cursor of a pooled
+        connection (through an ORM session a read cost ~1 ms of CPU on an idle process), given
+        back at once (held, it made the pool open another, which recreates a SQLite file deleted
+        under the gateway instead of reporting it) after ending the read's transaction (a SQLite
+        reader must not hold the WAL back). A database error is raised as SQLAlchemy's."""
+        engine: sa.Engine = self._sessions.kw["bind"]
+        try:  # `raw_connection` raises the driver's own errors, as the cursor does
+            conn = engine.raw_connection()
+        except engine.dialect.loaded_dbapi.Error as error:
+            raise sa.exc.OperationalError(_CHANGE_MARK_SQL, None, error) from error
+        try:
+            cursor = conn.cursor()
+            try:
+                cursor.execute(_CHANGE_MARK_SQL)
+                count, highest = cursor.fetchone() or (0, None)  # an aggregate: one row
+            finally:
+                cursor.close()
+            conn.rollback()
+        except engine.dialect.loaded_dbapi.Error as error:
+            conn.invalidate()  # broken: not back into the pool
+            raise sa.exc.OperationalError(_CHANGE_MARK_SQL, None, error) from error
+        finally:
+            conn.close()
         return int(count), None if highest is None else int(highest)
 
     def expire(

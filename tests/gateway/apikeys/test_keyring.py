@@ -258,3 +258,13 @@ def test_a_poll_reads_the_audit_log_on_a_pooled_cursor_and_survives_a_failure(en
     assert keyring.refresh()
     assert chain.tenant_for_key(secret) is None
     assert pool.checkedout() == 0
+
+
+def test_a_poll_with_the_database_unreachable_fails_without_raising(tmp_path) -> None:
+    """The first connection fails (the driver's own error from the pool): the poll says so and
+    the process goes on serving, as with any other database error."""
+    engine = sa.create_engine(f"sqlite:///{tmp_path}/no-such-dir/ledger.db")
+    keyring = Keyring(session_factory(engine), Clock())
+    assert keyring.refresh() is False
+    assert keyring.snapshot.by_sha256 == {}
+    engine.dispose()
