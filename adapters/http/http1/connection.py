@@ -38,7 +38,7 @@ class Http1Connection(asyncio.Protocol):
         self._loop = loop
         self._on_closed = on_closed
         self._deadlines = deadlines or Deadlines(loop)
-        # the exchange's deadline (`expire_at`) and the one in force (a wait's own, else that)
+        # the exchange's deadline (`expire_after`) and the one in force (a wait's own, else that)
         self._until: float | None = None
         self.deadline: float | None = None
         self._transport: asyncio.Transport | None = None
@@ -135,14 +135,11 @@ class Http1Connection(asyncio.Protocol):
     def is_reusable(self) -> bool:
         return not self._is_closed and self._is_done and self._error is None and self._keeps_alive
 
-    def expire_at(self, when: float) -> None:
-        """The exchange fails with `TimeoutError` if it is not over at loop time `when`
-        (`deadline_in` gives one); a wait's own `timeout_s` applies on top."""
-        self._until = self.deadline = when
-        self._deadlines.watch(self, when)
-
-    def deadline_in(self, timeout_s: float) -> float:
-        return self._deadlines.time() + timeout_s
+    def expire_after(self, timeout_s: float) -> None:
+        """The exchange fails with `TimeoutError` if it is not over within `timeout_s`; a
+        wait's own `timeout_s` applies on top."""
+        self._until = self.deadline = self._deadlines.time() + timeout_s
+        self._deadlines.watch(self, self._until)
 
     def expire(self) -> None:
         """Its deadline passed (`Deadlines`): what waits gets `TimeoutError`, as from
@@ -198,9 +195,8 @@ class Http1Connection(asyncio.Protocol):
             raise self._error
         waiter = self._waiter = self._loop.create_future()
         if timeout_s is not None:  # this wait's own deadline, kept by the loop's one timer
-            self.deadline = when = self._deadlines.time() + timeout_s
-            if self._until is not None and self._until < when:
-                self.deadline = when = self._until
+            when = self._deadlines.time() + timeout_s
+            self.deadline = when = when if self._until is None else min(when, self._until)
             self._deadlines.watch(self, when)
         try:
             await waiter

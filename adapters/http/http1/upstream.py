@@ -85,7 +85,7 @@ class Http1Upstream(ReadsAsEvents):
         started = time.monotonic()
         try:
             conn = await self._pool.acquire(self._host, self._port, timeout_s)
-            conn.expire_at(conn.deadline_in(timeout_s - (time.monotonic() - started)))
+            conn.expire_after(timeout_s - (time.monotonic() - started))
             conn.send(head, body)
             await conn.head()
             content = await conn.read_all()
