@@ -388,6 +388,5 @@ def _extends_prefix(t: Try) -> bool:
 def _keeps_answer(adm: Admitted, t: Try) -> bool:
     """A stream's answer is assembled only where it is used after the reply: a self-hosted
     replica's prefix grows by it, or a traced tenant records content."""
-    if adm.trace is not None and adm.call.tenant.tracing.record_content:
-        return True
-    return t.attempt.candidate.venue == "selfhost" and t.attempt.indexed  # `_extends_prefix`
+    traced = adm.trace is not None and adm.call.tenant.tracing.record_content
+    return traced or _extends_prefix(t)
