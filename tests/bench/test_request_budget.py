@@ -1,8 +1,10 @@
 """The request budget (bench/request_budget.py) sees work added to the request path: the check
-that `make check` runs reports it over budget, by the exact number of calls added."""
+that `make check` runs reports it over budget, by the exact number of calls added, and code
+that every call newly runs by its distinct functions and their bytecode."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -13,19 +15,41 @@ from bench import request_budget as rb
 pytestmark = pytest.mark.slow  # a gateway and an upstream process, ~25 s
 
 
-def _extra_call() -> None:
-    pass
+def _extra_call(x: int) -> int:
+    return x
 
 
-async def _measured_before_and_after(extra_calls: int, extra_bytes: int) -> Any:
+def _distinct_functions(n: int) -> list[Callable[[int], int]]:
+    """`n` functions with one body, each its own code object (as `n` new helpers would be)."""
+    made: list[Callable[[int], int]] = []
+    for i in range(n):
+        scope: dict[str, Any] = {}
+        source = (
+            f"def helper_{i}(x):\n"
+            "    y = x * 3 + 1\n"
+            "    for k in (1, 2, 3):\n"
+            "        y = (y ^ k) + len(str(y))\n"
+            "    return y if y > x else x\n"
+        )
+        exec(source, scope)  # noqa: S102 - fixed text: a new code object per function
+        made.append(scope[f"helper_{i}"])
+    return made
+
+
+async def _measured_before_and_after(
+    extra_calls: int, extra_bytes: int, distinct: bool = False
+) -> Any:
+    """The work before and after `admit` calls `extra_calls` functions more: one function
+    again and again, or (`distinct`) as many different ones."""
+    helpers = _distinct_functions(extra_calls) if distinct else [_extra_call] * extra_calls
     async with rb.gateway() as gw:
         before = await rb.measure_in(gw)
         pipeline = gw.parts.pipeline
         admit = pipeline.admit
 
         async def heavier_admit(call: Any) -> Any:  # one call more, and `extra_calls`
-            for _ in range(extra_calls):
-                _extra_call()
+            for helper in helpers:
+                helper(7)
             scratch = bytearray(extra_bytes)  # held while admitting, then freed
             admitted = await admit(call)
             del scratch
@@ -35,19 +59,43 @@ async def _measured_before_and_after(extra_calls: int, extra_bytes: int) -> Any:
         return before, await rb.measure_in(gw)
 
 
+def _budget_of(work: dict[str, rb.Work]) -> dict[str, dict[str, int]]:
+    return {kind: asdict(work[kind]) for kind in rb.KINDS}
+
+
 def test_work_added_to_every_call_is_over_budget() -> None:
     before, after = rb.run(_measured_before_and_after(extra_calls=20, extra_bytes=512 * 1024))
-    budget = {kind: asdict(before[kind]) for kind in rb.KINDS}
+    budget = _budget_of(before)
 
     assert rb.over_budget(before, budget) == []
     for kind in rb.KINDS:
         assert after[kind].num_calls == before[kind].num_calls + 21
+        assert after[kind].num_functions == before[kind].num_functions + 2  # one is repeated
     problems = rb.over_budget(after, budget)
     assert [line.split(":")[0] for line in problems] == [
         "non_stream.num_calls",
         "non_stream.peak_bytes",
         "stream.num_calls",
         "stream.peak_bytes",
+    ]
+
+
+def test_new_code_on_every_call_is_over_budget_even_with_the_calls_allowed() -> None:
+    """The same 20 calls more, now of 20 different functions: with a budget that allows the
+    calls, the breadth of code the call runs (cold after an idle gap) is still caught."""
+    before, after = rb.run(_measured_before_and_after(20, extra_bytes=0, distinct=True))
+    budget = _budget_of(before)
+    for kind in rb.KINDS:
+        budget[kind]["num_calls"] = after[kind].num_calls
+        budget[kind]["num_c_calls"] = after[kind].num_c_calls
+        assert after[kind].num_functions == before[kind].num_functions + 21
+        assert after[kind].code_bytes > before[kind].code_bytes + 20 * 40
+    problems = rb.over_budget(after, budget)
+    assert [line.split(":")[0] for line in problems] == [
+        "non_stream.num_functions",
+        "non_stream.code_bytes",
+        "stream.num_functions",
+        "stream.code_bytes",
     ]
 
 
