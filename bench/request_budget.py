@@ -41,6 +41,7 @@ import uvloop
 from bench._procs import PY, free_port, start, stop
 from bench.gateway_overhead import KEY, agent_body, write_lantern_config
 from gateway.app import create_app
+from gateway.http.sse_reply import DISCONNECT_HOOK, DisconnectHook
 from gateway.settings import load_settings
 from gateway.wiring import build_components
 
@@ -146,6 +147,8 @@ def _scope(body: bytes) -> dict[str, Any]:
         "client": ("127.0.0.1", 5000),
         "server": ("127.0.0.1", 8000),
         "state": {},
+        # what `lantern serve`'s connection gives a request (gateway/http/server.py)
+        "extensions": {DISCONNECT_HOOK: {"connection": DisconnectHook()}},
     }
 
 

@@ -14,6 +14,7 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.http.readiness import Readiness
+from gateway.http.sse_reply import DISCONNECT_HOOK, DisconnectHook
 
 DATE_EVERY_TICKS = 10  # uvicorn's `on_tick` refreshes the Date header when `counter % 10 == 0`
 
@@ -102,7 +103,7 @@ class DeadlineWatch:
             self._timer = loop.call_later(self.interval_s, self._sweep, loop)
 
 
-class DeadlineProtocol(HttpToolsProtocol):
+class DeadlineProtocol(DisconnectHook, HttpToolsProtocol):
     """httptools' protocol with two read deadlines (uvicorn has neither): a request's headers
     must be complete within `header_timeout_s` of the connection opening or of the request's
     first byte, and its body within `body_timeout_s` of the headers. Past one, the connection
@@ -112,8 +113,9 @@ class DeadlineProtocol(HttpToolsProtocol):
     deadline (and 1 s) late. The wait for the next request on a kept-alive connection is a
     deadline of the same watch (uvicorn armed a timer after every response and cancelled it
     at the next request: ~55 µs of CPU a call on a loop that idled between calls), closed as
-    uvicorn does, without a 408. Subclasses set the deadlines and the watch (see
-    `deadline_protocol`)."""
+    uvicorn does, without a 408. A streamed reply is cancelled by the connection when it is
+    lost (`DisconnectHook`, in the scope's extensions), not by a task of its own per stream.
+    Subclasses set the deadlines and the watch (see `deadline_protocol`)."""
 
     header_timeout_s: float = 10.0
     body_timeout_s: float = 60.0
@@ -124,6 +126,8 @@ class DeadlineProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        # ASGI extensions are dicts: the connection under "connection" (`sse_reply`)
+        self._extensions: dict[str, dict[object, object]] = {DISCONNECT_HOOK: {"connection": self}}
         self.due, self._awaits_headers = self.loop.time() + self.header_timeout_s, True
         self.watch.add(self)
 
@@ -131,9 +135,11 @@ class DeadlineProtocol(HttpToolsProtocol):
         self.watch.discard(self)
         self.due = None
         super().connection_lost(exc)
+        self.client_gone()  # a streamed reply watching this connection is cancelled now
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self.scope["extensions"] = self._extensions  # uvicorn sets none
         if self.due is None or self._is_idle:
             self.due, self._awaits_headers = self.loop.time() + self.header_timeout_s, True
             self._is_idle = False
