@@ -22,14 +22,18 @@ DISCONNECT_HOOK = "lantern.disconnect"
 
 class DisconnectHook:
     """The connection's side of a streamed reply's disconnect, for the connection to inherit:
-    it calls `client_gone` when it is lost, and the reply it watches is cancelled at once."""
+    it calls `client_gone` when it is lost, and the reply it watches is cancelled at once (or
+    as it starts, when the client left while the call was admitted)."""
 
     _watched: asyncio.Task[object] | None = None
     _client_left = False
+    _is_gone = False
 
     def watch_disconnect(self, task: asyncio.Task[object]) -> None:
-        """Cancel `task` if the client goes before `unwatch_disconnect`."""
+        """Cancel `task` if the client goes before `unwatch_disconnect` (or went already)."""
         self._watched, self._client_left = task, False
+        if self._is_gone:
+            self.client_gone()
 
     def unwatch_disconnect(self) -> bool:
         """Stop watching; True when the client went meanwhile (the task was cancelled)."""
@@ -37,6 +41,7 @@ class DisconnectHook:
         return self._client_left
 
     def client_gone(self) -> None:
+        self._is_gone = True
         watched, self._watched = self._watched, None
         if watched is not None and not watched.done():
             self._client_left = True

@@ -25,7 +25,7 @@ class Seen:
         self.hooked: list[bool] = []
 
 
-def app_for(seen: Seen) -> Any:
+def app_for(seen: Seen, admitting_s: float = 0.0) -> Any:
     async def body() -> AsyncIterator[bytes]:
         yield b"data: 1\n\n"
         seen.watchers.append(
@@ -45,17 +45,22 @@ def app_for(seen: Seen) -> Any:
         if scope["type"] != "http":
             return
         seen.hooked.append(DISCONNECT_HOOK in scope.get("extensions", {}))
+        await asyncio.sleep(admitting_s)  # the client may leave while the call is admitted
         await SSEReply(body(), 200, media_type="text/event-stream")(scope, receive, send)
 
     return app
 
 
-async def _serve_and_leave(seen: Seen, protocol: Any) -> bool:
+async def _serve_and_leave(seen: Seen, protocol: Any, leave_at_once: bool = False) -> bool:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     config = uvicorn.Config(
-        app_for(seen), http=protocol, lifespan="off", log_level="warning", access_log=False
+        app_for(seen, 0.3 if leave_at_once else 0.0),
+        http=protocol,
+        lifespan="off",
+        log_level="warning",
+        access_log=False,
     )
     server = uvicorn.Server(config)
     serving = asyncio.create_task(server.serve(sockets=[sock]))
@@ -65,9 +70,9 @@ async def _serve_and_leave(seen: Seen, protocol: Any) -> bool:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(REQUEST)
         received = b""
-        while b"data: 1" not in received:
+        while not leave_at_once and b"data: 1" not in received:
             received += await reader.read(4096)
-        writer.close()  # the client leaves mid-stream
+        writer.close()  # the client leaves mid-stream (or before the reply began)
         try:
             await asyncio.wait_for(seen.cancelled.wait(), 5.0)
         except TimeoutError:
@@ -91,4 +96,15 @@ def test_under_another_server_one_task_watches_for_the_client_leaving() -> None:
     cancelled = asyncio.run(_serve_and_leave(seen, "httptools"))
     assert seen.hooked == [False]
     assert seen.watchers == [1]
+    assert cancelled
+
+
+def test_a_client_that_left_before_the_reply_began_cancels_it_as_it_starts() -> None:
+    """Gone while the call was admitted (no reply to cancel yet): the reply is cancelled at its
+    first wait, not streamed to a closed connection while the upstream is paid."""
+    seen = Seen()
+    cancelled = asyncio.run(
+        _serve_and_leave(seen, deadline_protocol(10.0, 60.0), leave_at_once=True)
+    )
+    assert seen.hooked == [True]
     assert cancelled
