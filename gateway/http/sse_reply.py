@@ -56,35 +56,36 @@ class SSEReply(StreamingResponse):
         writer = asyncio.current_task()
         assert writer is not None
         extension = scope.get("extensions", {}).get(DISCONNECT_HOOK)
-        hook: DisconnectHook | None = extension["connection"] if extension else None
-        if hook is None:
-            await self._watched_by_task(send, receive, writer)
-            return
+        hook: DisconnectHook = extension["connection"] if extension else ReceiveWatch(receive)
         hook.watch_disconnect(writer)
         try:
             await self.stream_response(send)
         except asyncio.CancelledError:
-            left_by_client = hook.unwatch_disconnect()
-            if not left_by_client or writer.uncancel() > 0:
+            if not hook.unwatch_disconnect() or writer.uncancel() > 0:
                 raise  # (also) cancelled from outside, e.g. server shutdown
         finally:
             hook.unwatch_disconnect()
 
-    async def _watched_by_task(
-        self, send: Send, receive: Receive, writer: asyncio.Task[object]
-    ) -> None:
-        watcher = asyncio.create_task(_cancel_on_disconnect(receive, writer))
-        try:
-            await self.stream_response(send)
-        except asyncio.CancelledError:
-            left_by_client = watcher.done() and not watcher.cancelled()
-            if not left_by_client or writer.uncancel() > 0:
-                raise  # (also) cancelled from outside, e.g. server shutdown
-        finally:
-            watcher.cancel()
+
+class ReceiveWatch(DisconnectHook):
+    """The hook under a server without `DISCONNECT_HOOK`: one task per stream waits for
+    `http.disconnect`, as the ASGI spec has a reply learn of it."""
+
+    def __init__(self, receive: Receive) -> None:
+        self._receive = receive
+        self._task: asyncio.Task[None] | None = None
+
+    def watch_disconnect(self, task: asyncio.Task[object]) -> None:
+        super().watch_disconnect(task)
+        self._task = asyncio.create_task(_cancel_on_disconnect(self._receive, self))
+
+    def unwatch_disconnect(self) -> bool:
+        if self._task is not None:
+            self._task.cancel()
+        return super().unwatch_disconnect()
 
 
-async def _cancel_on_disconnect(receive: Receive, writer: asyncio.Task[object]) -> None:
+async def _cancel_on_disconnect(receive: Receive, hook: DisconnectHook) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
-    writer.cancel()
+    hook.client_gone()
