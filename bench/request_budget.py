@@ -30,7 +30,7 @@ import tempfile
 import tracemalloc
 from collections.abc import Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from types import CodeType, FrameType
 from typing import Any
@@ -203,21 +203,11 @@ def _quiet() -> Iterator[None]:
         gc.enable()
 
 
-@dataclass(frozen=True, slots=True)
-class Counted:
-    """What `sys.setprofile` saw of one call."""
-
-    num_calls: int
-    num_c_calls: int
-    num_functions: int
-    code_bytes: int
-
-
 async def count_calls(
     gw: Gateway, stream: bool, per_function: dict[str, int] | None = None
-) -> Counted:
-    """Python calls, C calls and the distinct functions of one call; `per_function` gets the
-    calls by function."""
+) -> Work:
+    """Python calls, C calls and the distinct functions of one call (no `peak_bytes`: traced
+    apart, `count_peak_bytes`); `per_function` gets the calls by function."""
     codes: dict[CodeType, int] = {}
     c_funcs: dict[str, int] = {}
 
@@ -243,7 +233,7 @@ async def count_calls(
         for name, n in c_funcs.items():
             per_function[f"<C> {name}"] = per_function.get(f"<C> {name}", 0) + n
     code_bytes = sum(len(code.co_code) for code in codes)
-    return Counted(sum(codes.values()), sum(c_funcs.values()), len(codes), code_bytes)
+    return Work(sum(codes.values()), sum(c_funcs.values()), len(codes), code_bytes, peak_bytes=0)
 
 
 def _short(filename: str) -> str:
@@ -286,9 +276,7 @@ async def measure_in(
         if per_function is not None:
             per_function[kind] = funcs
         peak = min([await count_peak_bytes(gw, stream) for _ in range(REPEATS)])
-        work[kind] = Work(
-            least.num_calls, least.num_c_calls, least.num_functions, least.code_bytes, peak
-        )
+        work[kind] = replace(least, peak_bytes=peak)
     return work
 
 
@@ -331,8 +319,7 @@ ABOUT = (
     "The work of one non-streamed and one streamed agent call through the real gateway "
     "(bench/request_budget.py), checked by `make check`: Python calls and C calls may exceed "
     "these by 0.2 %, the distinct functions run and their bytecode by 1 %, the allocations' "
-    "peak by 3 %. A change that adds work to every call "
-    "raises them in the same commit: `python -m bench.request_budget --update`, and the commit "
+    "peak by 3 %. A change that adds work to every call raises them in the same commit: `python -m bench.request_budget --update`, and the commit "
     "body says what each call now does and why it must. Counts follow the Python version and "
     "the dependencies' code: after an upgrade, re-measure in a commit of its own."
 )
