@@ -23,7 +23,6 @@ from pathlib import Path
 from adapters.types import Usage
 from gateway.ledger.call_ledger import CallLedger
 from gateway.ledger.db import create_ledger_engine, migrate
-from gateway.ledger.models import UsageRow
 from gateway.ledger.recorder import RecorderConfig, UsageRecorder
 from gateway.ports import CallRecord
 from gateway.wiring import LEDGER_LINGER_S
@@ -33,10 +32,10 @@ class MemoryOnlyRecorder(UsageRecorder):
     """The reference: rows queued in memory only (lost if the process dies before the writer
     inserts them)."""
 
-    def record(self, row: UsageRow) -> None:
+    def record_line(self, line: bytes) -> None:
         with self._wakeup:
             self._counts["recorded"] += 1
-            self._pending.append((None, row))
+            self._pending.append((None, line))
             if len(self._pending) == 1:
                 self._wakeup.notify()
 

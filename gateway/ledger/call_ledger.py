@@ -1,20 +1,23 @@
 """`CallLedger`: the pipeline's `LedgerPort`, turning a `CallRecord` into a `UsageRow`.
 
 The row id is derived from (request id, attempt), so recording the same attempt twice stores it
-once. Never blocks: it only hands the row to the recorder.
+once. Never blocks: it only hands the row's spool line to the recorder, which checks the row
+on its own thread.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import datetime
 from typing import Any, Protocol
 
+import orjson
+
 from gateway.ids import uuid5_in, uuid5_namespace
-from gateway.ledger.models import CallStatus, UsageRow
+from gateway.ledger.models import UsageRow
 from gateway.ports import CallRecord
 
 log = logging.getLogger(__name__)
@@ -22,8 +25,8 @@ ROW_ID_NAMESPACE = uuid.UUID("6d1c4a52-3f0e-4b8e-9a57-0c1f2e9b7d41")
 _ROW_ID_HASH = uuid5_namespace(ROW_ID_NAMESPACE)  # copied for each id, never updated
 
 
-class RowSink(Protocol):
-    def record(self, row: UsageRow) -> None: ...
+class LineSink(Protocol):
+    def record_line(self, line: bytes) -> None: ...
 
 
 def usage_row_id(request_id: str, attempt: int) -> str:
@@ -32,13 +35,34 @@ def usage_row_id(request_id: str, attempt: int) -> str:
     return uuid5_in(_ROW_ID_HASH, f"{request_id}/{attempt}")
 
 
-def usage_row(call: CallRecord, ts: datetime) -> UsageRow:
-    """The call's row; `UsageRow` checks every value, the status among them."""
+def call_values(call: CallRecord, ts: datetime) -> dict[str, Any]:
+    """The call's row as plain values, unchecked: money as floats (`UsageRow` turns each into
+    exact money, and refuses any value the `usage` table would)."""
     usage = call.usage
-    status: CallStatus = call.status  # type: ignore[assignment]  # UsageRow refuses any other
     saved, premium, lost = call.cache_saved_usd, call.cache_premium_usd, call.cache_lost_usd
-    # dollars as floats: the row's __post_init__ turns each into exact money once
-    money: dict[str, Any] = {
+    return {
+        "id": uuid5_in(_ROW_ID_HASH, f"{call.request_id}/{call.attempt}"),  # usage_row_id
+        "ts": ts,
+        "tenant": call.tenant,
+        "key_id": call.key_id,
+        "session_id": call.session_id,
+        "model": call.model,
+        "backend": call.backend or None,
+        "replica": call.replica,
+        "attempt": call.attempt,
+        "status": call.status,
+        "error_kind": call.error_kind,
+        "request_id": call.request_id,
+        "input_tokens": usage.input_tokens,
+        "cache_read_tokens": usage.cache_read_tokens,
+        "cache_write_tokens": usage.cache_write_tokens,
+        "output_tokens": usage.output_tokens,
+        "ttft_ms": call.ttft_ms,
+        "latency_ms": call.latency_ms,
+        "cache_diagnosis": call.cache_diagnosis,
+        "door": call.door,
+        "cache_cause": call.cache_cause,
+        "queue_ms": call.queue_ms,
         "cost_usd": call.cost_usd,
         "uncached_cost_usd": call.uncached_cost_usd,
         # clamped as `max(x, 0.0)` is, without its call (NaN and -0.0 kept): a price override
@@ -47,61 +71,40 @@ def usage_row(call: CallRecord, ts: datetime) -> UsageRow:
         "cache_premium_usd": 0.0 if premium < 0.0 else premium,
         "cache_lost_usd": 0.0 if lost < 0.0 else lost,
     }
-    return UsageRow(
-        id=uuid5_in(_ROW_ID_HASH, f"{call.request_id}/{call.attempt}"),  # usage_row_id
-        ts=ts,
-        tenant=call.tenant,
-        key_id=call.key_id,
-        session_id=call.session_id,
-        model=call.model,
-        backend=call.backend or None,
-        replica=call.replica,
-        attempt=call.attempt,
-        status=status,
-        error_kind=call.error_kind,
-        request_id=call.request_id,
-        input_tokens=usage.input_tokens,
-        cache_read_tokens=usage.cache_read_tokens,
-        cache_write_tokens=usage.cache_write_tokens,
-        output_tokens=usage.output_tokens,
-        ttft_ms=call.ttft_ms,
-        latency_ms=call.latency_ms,
-        cache_diagnosis=call.cache_diagnosis,
-        door=call.door,
-        cache_cause=call.cache_cause,
-        queue_ms=call.queue_ms,
-        **money,
-    )
+
+
+def usage_row(call: CallRecord, ts: datetime) -> UsageRow:
+    """The call's row, checked (ValueError: the `usage` table would refuse it)."""
+    return UsageRow(**call_values(call, ts))
+
+
+def call_line(call: CallRecord, ts: datetime) -> bytes:
+    """The call's spool line, unchecked: `UsageRow.from_line` reads and checks it where rows
+    are written (the recorder's thread, in a batch), not here: a call pays for its line only."""
+    values = call_values(call, ts)
+    try:
+        return orjson.dumps(values, option=orjson.OPT_APPEND_NEWLINE)
+    except TypeError:  # a value orjson refuses (a lone surrogate): the standard library's escapes
+        values["ts"] = ts.isoformat()
+        return (json.dumps(values, separators=(",", ":"), default=str) + "\n").encode()
 
 
 class CallLedger:
-    """`LedgerPort` over a `UsageRecorder`; `now` is the wall clock (aware UTC datetimes)."""
+    """`LedgerPort` over a `UsageRecorder`; `now` is the wall clock (aware UTC datetimes).
 
-    def __init__(self, sink: RowSink, now: Callable[[], datetime]) -> None:
+    A row the `usage` table would refuse is refused where the recorder writes rows (logged
+    whole and counted, as a row the database refuses); one whose only fault is its cache
+    diagnosis is stored without it."""
+
+    def __init__(self, sink: LineSink, now: Callable[[], datetime]) -> None:
         self._sink = sink
         self._now = now
 
     def record(self, row: CallRecord) -> None:
-        """Never raises into the pipeline: a row the ledger cannot take is logged whole instead."""
-        ts = self._now()
-        usage: UsageRow | None
+        """Never raises into the pipeline: a record that cannot even be written is logged."""
         try:
-            usage = usage_row(row, ts)
-        except ValueError:
-            usage = self._without_diagnosis(row, ts)
-        if usage is not None:
-            self._sink.record(usage)
-
-    def _without_diagnosis(self, row: CallRecord, ts: datetime) -> UsageRow | None:
-        if row.cache_diagnosis is not None:
-            try:
-                fixed = usage_row(replace(row, cache_diagnosis=None), ts)
-            except ValueError:
-                pass
-            else:
-                log.warning(
-                    "usage ledger: dropped the invalid cache diagnosis of %s", row.request_id
-                )
-                return fixed
-        log.exception("usage ledger: unusable call record, kept only in this log: %r", row)
-        return None
+            line = call_line(row, self._now())
+        except Exception:  # noqa: BLE001 - a bug must not fail the call it records
+            log.exception("usage ledger: unusable call record, kept only in this log: %r", row)
+            return
+        self._sink.record_line(line)

@@ -6,6 +6,7 @@ Counts, money and timings only: no column may hold prompt or completion text.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal
@@ -20,6 +21,7 @@ from gateway.ledger.row_checks import MAX_DIAGNOSIS_BYTES as MAX_DIAGNOSIS_BYTES
 from gateway.ledger.row_checks import JsonText as JsonText
 from gateway.ledger.row_checks import RowChecks, check_diagnosis, values_of
 
+log = logging.getLogger(__name__)
 CallStatus = Literal["ok", "error", "client_disconnect", "rejected"]
 CALL_STATUSES: tuple[str, ...] = ("ok", "error", "client_disconnect", "rejected")
 MONEY_QUANTUM = Decimal("0.00000001")  # Numeric(18, 8)
@@ -245,13 +247,35 @@ class UsageRow:
             return (json.dumps(values, separators=(",", ":")) + "\n").encode()
 
     @classmethod
-    def from_json(cls, line: str) -> UsageRow:
-        data = json.loads(line)
+    def from_json(cls, line: str | bytes) -> UsageRow:
+        """The row of one spool line: `to_line`'s, or `call_line`'s (gateway/ledger/
+        call_ledger.py: money as floats, nothing checked yet). ValueError (or TypeError, a
+        missing field) for a row `__init__` refuses."""
+        try:
+            data = orjson.loads(line)
+        except orjson.JSONDecodeError:  # the standard library's escape of a lone surrogate
+            data = json.loads(line)
         data["ts"] = datetime.fromisoformat(data["ts"])
         for name in MONEY_FIELDS:
-            if name in data:  # a spool line written before the P&L columns has none
-                data[name] = Decimal(data[name])
+            value = data.get(name)  # a line written before the P&L columns has none
+            if type(value) is str:
+                data[name] = Decimal(value)
         return cls(**data)
+
+    @classmethod
+    def from_line(cls, line: str | bytes) -> UsageRow:
+        """`from_json`, but a row whose only fault is its cache diagnosis is kept without it
+        (the diagnosis explains a bill; it must not lose the bill)."""
+        try:
+            return cls.from_json(line)
+        except ValueError:
+            data = json.loads(line)
+            if data.get("cache_diagnosis") is None:
+                raise
+            data["cache_diagnosis"] = None
+            row = cls.from_json(json.dumps(data))
+            log.warning("usage ledger: dropped the invalid cache diagnosis of %s", row.request_id)
+            return row
 
     def to_values(self) -> dict[str, object]:
         """Column values for an INSERT into `usage`."""

@@ -30,7 +30,7 @@ from gateway.ledger.spool import DEFAULT_ROTATE_BYTES, Spool
 
 log = logging.getLogger(__name__)
 Prepare = Callable[[Engine], None]
-_Entry = tuple[int | None, UsageRow]  # (spool segment number, or None: in memory only; row)
+_Entry = tuple[int | None, bytes]  # (spool segment number, or None: in memory only; its line)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +52,7 @@ class RecorderStats:
     after a lost acknowledgement counts twice, is stored once). `num_spooled` counts rows left
     in the spool for a later drain (the database did not take them). `num_overflowed` (not in
     the spool, database down, or recorded after close) and `num_rejected` (refused by the
-    database) rows exist only in the ERROR log. `spool_bytes`: rows waiting on disk."""
+    row's checks or by the database) rows exist only in the ERROR log. `spool_bytes`: rows waiting on disk."""
 
     num_recorded: int
     num_written: int
@@ -128,20 +128,26 @@ class UsageRecorder:
         self._thread.start()
 
     def record(self, row: UsageRow) -> None:
-        """Appends `row` to the spool (once this returns, the row survives the process) and
-        queues it for the database; never waits on the database. A row recorded before
-        `start()` is queued in memory only; one recorded after `close()` is logged whole."""
-        line = row.to_line()
+        """`record_line` of the row's line."""
+        self.record_line(row.to_line())
+
+    def record_line(self, line: bytes) -> None:
+        """Appends a row's spool line (`UsageRow.to_line`, or `call_line`: unchecked) to the
+        spool (once this returns, the row survives the process) and queues it for the
+        database; never waits on the database. The writer thread reads the line back
+        (`UsageRow.from_line`) and checks the row there, in a batch: a row the `usage` table
+        would refuse is logged whole and counted rejected. A line recorded before `start()` is
+        queued in memory only; one recorded after `close()` is logged whole."""
         with self._lock:
             self._counts["recorded"] += 1
             if not self._is_closed:
                 number = self._spool.append(line)  # None before `start()`: memory only
-                self._pending.append((number, row))
+                self._pending.append((number, line))
                 n = len(self._pending)
                 if n == 1 or n >= self._config.batch_size:  # the writer waits only when empty
                     self._wakeup.notify()
                 return
-        self._overflow([row], "recorder already closed")
+        self._overflow([line], "recorder already closed")
 
     def stats(self) -> RecorderStats:
         spool_bytes = self._spool.backlog_bytes
@@ -224,7 +230,7 @@ class UsageRecorder:
             self._leave_in_spool(batch)  # keep the outage's rows together; the drain writes them
             return
         try:
-            self._insert([row for _, row in batch])
+            self._insert(self._rows_of(batch))
         except Exception as error:  # noqa: BLE001 - any failure: keep the rows, retry later
             self._mark_down(error)
             self._leave_in_spool(batch)
@@ -254,6 +260,22 @@ class UsageRecorder:
             self._prepare(self._engine)
             self._is_prepared = True
             log.info("usage ledger: database ready")
+
+    def _rows_of(self, batch: list[_Entry]) -> list[UsageRow]:
+        """The batch's rows; a line whose row the `usage` table would refuse is logged whole
+        and counted rejected (its spool line is acknowledged with the others)."""
+        rows = []
+        for _, line in batch:
+            try:
+                rows.append(UsageRow.from_line(line))
+            except (ValueError, TypeError, KeyError) as error:
+                log.error(
+                    "usage ledger: unusable row (%s), kept only in this log: %s",
+                    error,
+                    _text(line),
+                )
+                self._count("rejected", 1)
+        return rows
 
     def _insert(self, batch: list[UsageRow]) -> None:
         """Inserts `batch`; if the database refuses a row (not the connection), the batch is
@@ -299,15 +321,20 @@ class UsageRecorder:
         except OSError:  # fsync failed: the rows are still in the page cache; say so
             log.exception("usage ledger: spool fsync failed")
         self._count("spooled", len(spooled))
-        lost = [row for n, row in batch if n is None]
+        lost = [line for n, line in batch if n is None]
         if lost:
             self._overflow(lost, "spool full")
 
-    def _overflow(self, rows: list[UsageRow], reason: str) -> None:
-        for row in rows:
-            log.error("usage ledger: %s, row kept only in this log: %s", reason, row.to_json())
-        self._count("overflowed", len(rows))
+    def _overflow(self, lines: list[bytes], reason: str) -> None:
+        for line in lines:
+            log.error("usage ledger: %s, row kept only in this log: %s", reason, _text(line))
+        self._count("overflowed", len(lines))
 
     def _count(self, name: str, n: int) -> None:
         with self._wakeup:
             self._counts[name] += n
+
+
+def _text(line: bytes) -> str:
+    """A spool line as the log shows it: its JSON, without the newline."""
+    return line.decode(errors="backslashreplace").removesuffix("\n")

@@ -303,6 +303,12 @@ def _read_segment(path: Path) -> Iterator[UsageRow]:
                 log.error("ledger spool %s line %d is torn; skipped", path.name, number)
                 continue
             try:
-                yield UsageRow.from_json(line)
-            except (ValueError, TypeError, KeyError):
-                log.error("ledger spool %s line %d is unreadable; skipped", path.name, number)
+                yield UsageRow.from_line(line)
+            except (ValueError, TypeError, KeyError) as error:
+                log.error(
+                    "ledger spool %s line %d is unusable (%s), kept only in this log: %s",
+                    path.name,
+                    number,
+                    error,
+                    line.removesuffix("\n"),
+                )

@@ -37,11 +37,13 @@ CALL = CallRecord(
 
 
 class ListSink:
+    """Reads each line back as the recorder's writer does (`UsageRow.from_line`)."""
+
     def __init__(self) -> None:
         self.rows: list[UsageRow] = []
 
-    def record(self, row: UsageRow) -> None:
-        self.rows.append(row)
+    def record_line(self, line: bytes) -> None:
+        self.rows.append(UsageRow.from_line(line))
 
 
 def test_call_record_maps_to_a_usage_row():
@@ -95,8 +97,16 @@ def test_an_invalid_diagnosis_is_dropped_not_the_row():
     assert [(r.request_id, r.cache_diagnosis) for r in sink.rows] == [("req-42", None)]
 
 
-def test_an_unusable_record_is_logged_and_never_raises(caplog):
-    sink = ListSink()
-    CallLedger(sink, lambda: NOW).record(replace(CALL, status="exploded"))
-    assert sink.rows == []
-    assert "kept only in this log" in caplog.text and "req-42" in caplog.text
+def test_an_unusable_record_is_logged_whole_counted_and_never_raised(
+    engine, tmp_path, count_rows, caplog
+):
+    recorder = UsageRecorder(engine, RecorderConfig(spool_dir=tmp_path / "spool"))
+    recorder.start()
+    ledger = CallLedger(recorder, lambda: NOW)
+    ledger.record(replace(CALL, status="exploded"))  # refused where the writer reads it
+    ledger.record(replace(CALL, attempt=2))
+    recorder.close()
+    assert count_rows(engine) == 1
+    stats = recorder.stats()
+    assert (stats.num_rejected, stats.num_written, stats.spool_bytes) == (1, 1, 0)
+    assert "kept only in this log" in caplog.text and '"status":"exploded"' in caplog.text
