@@ -22,12 +22,19 @@ class FleetRegistry:
         self.index = PrefixIndex()
         self.replicas: dict[str, ReplicaRecord] = {}
         self.apis: dict[str, ApiRecord] = {}
+        self._routes: dict[str, ModelRoute] = {}  # name -> the route object last registered
         self.sessions: dict[str, SessionEntry] = {}
         # session -> (prompt tokens, max tokens) of its last plan, for on_dispatch
         self.planned: dict[str, tuple[int, int]] = {}
         self.pool: dict[str, int] = {}  # replica key -> the most candidates of a route naming it
 
     def register(self, route: ModelRoute) -> None:
+        """Called with every plan: a route object registered already is passed over (nothing
+        is ever removed, so it would change nothing); a reloaded route, a new object, is
+        registered anew."""
+        if self._routes.get(route.name) is route:
+            return
+        self._routes[route.name] = route
         for c in route.candidates:
             if c.venue == "selfhost":
                 key = replica_key(c.backend_name, c.replica)
