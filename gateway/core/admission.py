@@ -22,6 +22,7 @@ from adapters.types import Usage
 from gateway.core.memo import PerObjectMemo
 from gateway.ids import uuid4_hex
 from gateway.telemetry import LabelChildren
+from gateway.telemetry.series import GaugeSeries
 from policies.limits import LimitsPolicy, TokenWeights
 from policies.model import TenantPolicy
 from quotas.errors import LimitNeverFits, QuotaError, QuotaExceeded, QuotaStoreUnavailable
@@ -125,8 +126,8 @@ class AdmissionMetrics:
             ["tenant"],
             registry=r,
         )
-        self.spend = Gauge(
-            "lantern_budget_spend_usd", "Spend this month (UTC)", ["tenant"], registry=r
+        self.spend = GaugeSeries(
+            "lantern_budget_spend_usd", "Spend this month (UTC)", ["tenant"], r
         )
         self.alarms = Counter(
             "lantern_budget_alarms", "Budget alarm thresholds crossed", ["tenant"], registry=r
@@ -253,7 +254,7 @@ class Admission:
             )
             self.metrics.overrun.labels(tenant).inc(settled.overrun_tokens)
         if settled.period_spend_usd is not None:
-            self.metrics.child(self.metrics.spend, tenant).set(settled.period_spend_usd)
+            self.metrics.spend.set((tenant,), settled.period_spend_usd)
             self._check_alarm(ticket, settled.period_spend_usd)
 
     async def _shielded(self, settling: Coroutine[Any, Any, Settlement]) -> Settlement:

@@ -77,6 +77,28 @@ class CounterSeries(_Series):
         return [metric]
 
 
+class GaugeSeries(_Series):
+    """A gauge by label set: the last value set for each (no lock, no call per set: it is
+    set on every call's path)."""
+
+    typ = "gauge"
+
+    def __init__(
+        self, name: str, documentation: str, labelnames: Sequence[str], registry: CollectorRegistry
+    ) -> None:
+        self._values: dict[Labels, float] = {}
+        super().__init__(name, documentation, labelnames, registry)
+
+    def set(self, labels: Labels, value: float) -> None:
+        self._values[labels] = value
+
+    def collect(self) -> Iterable[Metric]:
+        metric = Metric(self.name, self.documentation, self.typ)
+        for labels, value in list(self._values.items()):
+            metric.add_sample(self.name, dict(zip(self.labelnames, labels, strict=True)), value)
+        return [metric]
+
+
 class _Observed:
     """One label set of a histogram: its per-bucket counts (not cumulative), sum and latest
     exemplar per bucket."""
