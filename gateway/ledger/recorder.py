@@ -212,13 +212,14 @@ class UsageRecorder:
         with self._wakeup:
             if not self._pending and not self._is_stopping:
                 self._wakeup.wait(timeout=self._idle_wait_s())
-            is_full = len(self._pending) >= self._config.batch_size
-            linger = bool(self._pending) and not is_full and not self._is_stopping
-        if linger:
-            time.sleep(self._config.linger_s)  # outside the lock: callers keep appending
-        with self._wakeup:
+            if self._pending:  # linger; callers keep appending (the wait releases the lock)
+                self._wakeup.wait_for(self._is_due, timeout=self._config.linger_s)
             size = min(len(self._pending), self._config.batch_size)
             return [self._pending.popleft() for _ in range(size)], self._is_stopping
+
+    def _is_due(self) -> bool:
+        """The linger ends early: a full batch, or `close()`."""
+        return self._is_stopping or len(self._pending) >= self._config.batch_size
 
     def _idle_wait_s(self) -> float | None:
         if not self._spool.has_backlog:

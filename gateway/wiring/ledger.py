@@ -22,10 +22,11 @@ from gateway.telemetry import Metrics
 
 # The ledger writer gathers rows this long once woken: one insert costs ~1 ms of CPU whatever
 # its size, so at 25 calls/s a 50 ms linger paid it for nearly every row (0.3-0.5 ms a call);
-# rows reach the database at most this much later (reports and tests poll; close() drains).
-# 0.5 s: an insert of a few rows still costs ~0.5 ms of cold CPU on the 2-vCPU hosts, so five
-# batches a second were ~0.1 ms per call at 25 calls/s; two are ~0.04.
-LEDGER_LINGER_S = 0.5
+# rows reach the database at most this much later (reports and tests poll; close() drains at
+# once). After a second's idle the writer's code and SQLite's pages are cold: a batch costs
+# 1.5-3 ms of CPU whatever its size on the 2-vCPU hosts, so under 25 calls/s the writer thread
+# cost 0.13-0.21 ms a call with 0.5 s and 0.09-0.12 with 1 s (two processes served side by side).
+LEDGER_LINGER_S = 1.0
 LEDGER_SEED_TIMEOUT_S = 60.0
 
 

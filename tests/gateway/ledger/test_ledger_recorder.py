@@ -68,6 +68,30 @@ def test_every_row_reaches_the_database(engine, make_row, tmp_path, count_rows):
     assert list((tmp_path / "spool").iterdir()) == []
 
 
+def test_a_full_batch_or_close_ends_the_writers_linger(engine, make_row, tmp_path, count_rows):
+    """The writer lingers for more rows once woken; a full batch is written without waiting
+    the linger out, and `close()` writes what waits at once (a minute's linger here: either
+    would time the test out)."""
+    config = RecorderConfig(spool_dir=tmp_path / "spool", batch_size=3, linger_s=60.0)
+    recorder = UsageRecorder(engine, config)
+    recorder.start()
+    recorder.record(make_row())  # wakes the writer, which lingers for more
+    time.sleep(0.5)
+    recorder.record(make_row())
+    recorder.record(make_row())  # a full batch
+    deadline = time.monotonic() + 20
+    while count_rows(engine) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert count_rows(engine) == 3
+    recorder.record(make_row())  # one row: the writer lingers for more
+    time.sleep(0.5)
+    closing = threading.Thread(target=recorder.close)
+    closing.start()
+    closing.join(timeout=20)
+    assert not closing.is_alive()
+    assert count_rows(engine) == 4
+
+
 def test_a_row_recorded_after_close_is_logged_whole_not_raised(engine, make_row, tmp_path, caplog):
     recorder = UsageRecorder(engine, RecorderConfig(spool_dir=tmp_path / "spool"))
     recorder.start()
