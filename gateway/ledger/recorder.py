@@ -52,7 +52,8 @@ class RecorderStats:
     after a lost acknowledgement counts twice, is stored once). `num_spooled` counts rows left
     in the spool for a later drain (the database did not take them). `num_overflowed` (not in
     the spool, database down, or recorded after close) and `num_rejected` (refused by the
-    row's checks or by the database) rows exist only in the ERROR log. `spool_bytes`: rows waiting on disk."""
+    row's checks or by the database) rows exist only in the ERROR log. `spool_bytes`: rows
+    waiting on disk."""
 
     num_recorded: int
     num_written: int
