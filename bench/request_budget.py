@@ -319,7 +319,8 @@ ABOUT = (
     "The work of one non-streamed and one streamed agent call through the real gateway "
     "(bench/request_budget.py), checked by `make check`: Python calls and C calls may exceed "
     "these by 0.2 %, the distinct functions run and their bytecode by 1 %, the allocations' "
-    "peak by 3 %. A change that adds work to every call raises them in the same commit: `python -m bench.request_budget --update`, and the commit "
+    "peak by 3 %. A change that adds work to every call raises them in the same commit: "
+    "`python -m bench.request_budget --update`, and the commit "
     "body says what each call now does and why it must. Counts follow the Python version and "
     "the dependencies' code: after an upgrade, re-measure in a commit of its own."
 )

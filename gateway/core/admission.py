@@ -21,7 +21,6 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from adapters.types import Usage
 from gateway.core.memo import PerObjectMemo
 from gateway.ids import uuid4_hex
-from gateway.telemetry import LabelChildren
 from gateway.telemetry.series import GaugeSeries
 from policies.limits import LimitsPolicy, TokenWeights
 from policies.model import TenantPolicy
@@ -132,7 +131,6 @@ class AdmissionMetrics:
         self.alarms = Counter(
             "lantern_budget_alarms", "Budget alarm thresholds crossed", ["tenant"], registry=r
         )
-        self.child = LabelChildren()
 
     def on_store_change(self, is_down: bool, reason: str) -> None:
         self.store_down.set(1 if is_down else 0)

@@ -10,7 +10,7 @@ import logging
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 import orjson
 import sqlalchemy as sa
@@ -251,29 +251,19 @@ class UsageRow:
         """The row of one spool line: `to_line`'s, or `call_line`'s (gateway/ledger/
         call_ledger.py: money as floats, nothing checked yet). ValueError (or TypeError, a
         missing field) for a row `__init__` refuses."""
-        try:
-            data = orjson.loads(line)
-        except orjson.JSONDecodeError:  # the standard library's escape of a lone surrogate
-            data = json.loads(line)
-        data["ts"] = datetime.fromisoformat(data["ts"])
-        for name in MONEY_FIELDS:
-            value = data.get(name)  # a line written before the P&L columns has none
-            if type(value) is str:
-                data[name] = Decimal(value)
-        return cls(**data)
+        return cls(**_line_values(line))
 
     @classmethod
     def from_line(cls, line: str | bytes) -> UsageRow:
         """`from_json`, but a row whose only fault is its cache diagnosis is kept without it
         (the diagnosis explains a bill; it must not lose the bill)."""
+        values = _line_values(line)
         try:
-            return cls.from_json(line)
+            return cls(**values)
         except ValueError:
-            data = json.loads(line)
-            if data.get("cache_diagnosis") is None:
+            if values.get("cache_diagnosis") is None:
                 raise
-            data["cache_diagnosis"] = None
-            row = cls.from_json(json.dumps(data))
+            row = cls(**{**values, "cache_diagnosis": None})
             log.warning("usage ledger: dropped the invalid cache diagnosis of %s", row.request_id)
             return row
 
@@ -296,3 +286,18 @@ MONEY_FIELDS = (
 _PLAIN_FIELDS = tuple(n for n in USAGE_COLUMNS if n != "ts" and n not in MONEY_FIELDS)
 _CHECKS = RowChecks(USAGE_TABLE)
 _MONEY_OF = values_of(MONEY_FIELDS)
+
+
+def _line_values(line: str | bytes) -> dict[str, Any]:
+    """A spool line's values as `UsageRow` takes them: its time parsed, money written as text
+    made `Decimal` (floats are left to the row)."""
+    try:
+        values: dict[str, Any] = orjson.loads(line)
+    except orjson.JSONDecodeError:  # the standard library's escape of a lone surrogate
+        values = json.loads(line)
+    values["ts"] = datetime.fromisoformat(values["ts"])
+    for name in MONEY_FIELDS:
+        value = values.get(name)  # a line written before the P&L columns has none
+        if type(value) is str:
+            values[name] = Decimal(value)
+    return values
