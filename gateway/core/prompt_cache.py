@@ -83,12 +83,16 @@ class PromptCachePort:
         clock: Callable[[], float] = time.monotonic,
         max_sessions: int = MAX_SESSIONS,
         shared_cache_models: frozenset[str] = frozenset(),
+        indexed_models: frozenset[str] | None = None,
     ) -> None:
         """`shared_cache_models`: the model routes with a backend whose provider prompt cache
         tenants would share (`gateway.core.models_table.shared_cache_models`): their calls carry
-        the tenant's scope line."""
+        the tenant's scope line. `indexed_models`: the routes whose calls' prefix hashes the
+        router reads (`gateway.core.models_table.indexed_models`); other calls are not hashed.
+        None: every call is."""
         self._secret = secret
         self._shared_cache_models = shared_cache_models
+        self._indexed_models = indexed_models
         self._encoder = encoder or TiktokenEncoder()
         self._clock = clock
         self._memos = ConversationMemo()
@@ -130,7 +134,10 @@ class PromptCachePort:
         def steer(layout: PromptLayout, salt: str, root: str | None) -> Steering:
             return self.autopilot.steer(policy, tenant_id, layout, salt, root)
 
-        call = PromptCall(wire, body, request, policy, tenant_id, salt, options, isolate, steer)
+        hashed = self._indexed_models is None or model in self._indexed_models
+        call = PromptCall(
+            wire, body, request, policy, tenant_id, salt, options, isolate, steer, hashed
+        )
         learned = self.autopilot.learned
         version = learned.version
         prepared = prepare_call(call, self._encoder, self._memos, self._tool_lists)

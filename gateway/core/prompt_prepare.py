@@ -17,6 +17,7 @@ from adapters.types import (
     ChatRequest,
     WireFormat,
 )
+from cachekeys.chain_memo import ChainState
 from cachekeys.conversation_memo import ConversationMemo
 from cachekeys.diagnosis import (
     CacheMode,
@@ -121,6 +122,8 @@ class PromptCall:
     options: NormaliseOptions
     isolate: bool = False
     steer: Steer | None = None  # the cache autopilot (gateway/core/cache_autopilot.py)
+    # False: no one reads the prefix hashes (`gateway.core.models_table.indexed_models`)
+    hash_prefix: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,14 +310,17 @@ def _fingerprint(
 def _hashes(
     call: PromptCall, laid: LaidOut, memos: ConversationMemo | None, key: str, root: str
 ) -> tuple[bytes, ...]:
-    """The prefix block hashes; with the memos, resumed from the conversation's previous call
-    and remembered for its next one."""
+    """The prefix block hashes (none where `call.hash_prefix` is off); with the memos, resumed
+    from the conversation's previous call and remembered for its next one."""
     layout, ids = laid.layout, laid.ids
     if memos is None:
-        return prefix_hashes(layout, ids, call.salt)
+        return prefix_hashes(layout, ids, call.salt) if call.hash_prefix else ()
     public_tokens = layout.public_tokens()
-    resume = None if laid.found is None else laid.found.chain(public_tokens)
-    hashes, states = memos.hashes.walk(layout, ids, call.salt, call.request.model, resume)
+    hashes: tuple[bytes, ...] = ()
+    states: tuple[ChainState, ...] = ()  # an entry without a chain: a later walk starts over
+    if call.hash_prefix:
+        resume = None if laid.found is None else laid.found.chain(public_tokens)
+        hashes, states = memos.hashes.walk(layout, ids, call.salt, call.request.model, resume)
     assert laid.key is not None  # laid out with the memos
     chain = (public_tokens, hashes, states)
     entry = LayoutEntry.of(

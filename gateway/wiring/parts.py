@@ -17,6 +17,7 @@ from gateway.core.models_table import (
     ModelTableImpl,
     RoutePricing,
     fleet_inputs,
+    indexed_models,
     shared_cache_models,
 )
 from gateway.core.prompt_cache import PromptCachePort, TiktokenEncoder
@@ -59,12 +60,14 @@ def build_prompt_parts(
     for model in settings.models:  # load the BPE tables now, not in the first call (~0.4 s)
         tiktoken.counter.encoding(model.name)
     counting = route_counting(settings, models.routes(), tiktoken)
+    indexed = indexed_models(models.routes())
     prompts = PromptCachePort(
         settings.resolve_server_secret(),
         registry=metrics.registry,
         clock=clock,
         encoder=TiktokenEncoder(counter=counting.counter),
         shared_cache_models=shared_cache_models(settings),
+        indexed_models=indexed,
     )
     # the large-call lane's own tiktoken memos (used from a thread); engine tokenizers shared;
     # its tables loaded now too, not in the first large call (and counted in the start-up RSS)
@@ -78,6 +81,7 @@ def build_prompt_parts(
             clock=clock,
             encoder=TiktokenEncoder(counter=lane_counting.counter),
             shared_cache_models=shared_cache_models(settings),
+            indexed_models=indexed,
         ),
         lane_counting,
         settings.http.offload_body_bytes,

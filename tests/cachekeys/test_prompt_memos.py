@@ -152,3 +152,23 @@ def test_the_port_with_its_memos_prepares_what_the_plain_function_does() -> None
         for policy in tenants
     }
     assert salts["d"] == "" and len({salts["a"], salts["b"], salts["c"]}) == 3
+
+
+def test_a_route_no_one_reads_hashes_of_is_not_hashed_and_a_later_walk_starts_over() -> None:
+    """Only the routes in `indexed_models` get prefix hashes; the rest of the call is the same,
+    and a conversation that moves to an indexed route (its layout reused from a call that was
+    not hashed) gets the hashes a fresh port computes."""
+    port = PromptCachePort(SECRET, encoder=ENCODER, indexed_models=frozenset({"fleet"}))
+    policy = _tenant("a")
+    history = [*BODY["messages"], {"role": "user", "content": "x " * 400}]
+    for turn, model in enumerate(("lone", "lone", "fleet", "fleet")):
+        body = {**BODY, "messages": [*history, {"role": "user", "content": f"turn {turn}"}]}
+        got = port.prepare("openai", body, openai_wire.decode_request(body), policy, model)
+        fresh = PromptCachePort(SECRET, encoder=ENCODER)
+        want = fresh.prepare("openai", body, openai_wire.decode_request(body), policy, model)
+        assert (got.body, got.request) == (want.body, want.request)
+        assert got.session_root == want.session_root
+        if model == "lone":
+            assert got.prefix_hashes == ()
+        else:
+            assert got.prefix_hashes == want.prefix_hashes and len(want.prefix_hashes) > 3
