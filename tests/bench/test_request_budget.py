@@ -5,14 +5,14 @@ that every call newly runs by its distinct functions and their bytecode."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import pytest
 
 from bench import request_budget as rb
 
-pytestmark = pytest.mark.slow  # a gateway and an upstream process, ~25 s
+pytestmark = pytest.mark.slow  # a gateway and an upstream process, ~10 s
 
 
 def _extra_call(x: int) -> int:
@@ -36,27 +36,40 @@ def _distinct_functions(n: int) -> list[Callable[[int], int]]:
     return made
 
 
-async def _measured_before_and_after(
-    extra_calls: int, extra_bytes: int, distinct: bool = False
-) -> Any:
-    """The work before and after `admit` calls `extra_calls` functions more: one function
-    again and again, or (`distinct`) as many different ones."""
-    helpers = _distinct_functions(extra_calls) if distinct else [_extra_call] * extra_calls
+@dataclass(frozen=True)
+class Measured:
+    before: dict[str, rb.Work]
+    repeated: dict[str, rb.Work]  # `admit` calling one function 20 times more, 512 KB held
+    distinct: dict[str, rb.Work]  # `admit` calling 20 different functions more
+
+
+async def _measure_with_work_added() -> Measured:
+    """The work of the calls, then again with more added to `admit`: one gateway for all."""
     async with rb.gateway() as gw:
-        before = await rb.measure_in(gw)
         pipeline = gw.parts.pipeline
         admit = pipeline.admit
 
-        async def heavier_admit(call: Any) -> Any:  # one call more, and `extra_calls`
-            for helper in helpers:
-                helper(7)
-            scratch = bytearray(extra_bytes)  # held while admitting, then freed
-            admitted = await admit(call)
-            del scratch
-            return admitted
+        def heavier(helpers: list[Callable[[int], int]], extra_bytes: int) -> Any:
+            async def heavier_admit(call: Any) -> Any:  # one call more, and `helpers`
+                for helper in helpers:
+                    helper(7)
+                scratch = bytearray(extra_bytes)  # held while admitting, then freed
+                admitted = await admit(call)
+                del scratch
+                return admitted
 
-        pipeline.admit = heavier_admit
-        return before, await rb.measure_in(gw)
+            return heavier_admit
+
+        before = await rb.measure_in(gw)
+        pipeline.admit = heavier([_extra_call] * 20, 512 * 1024)
+        repeated = await rb.measure_in(gw)
+        pipeline.admit = heavier(_distinct_functions(20), 0)
+        return Measured(before, repeated, await rb.measure_in(gw))
+
+
+@pytest.fixture(scope="module")
+def measured() -> Measured:
+    return rb.run(_measure_with_work_added())
 
 
 def _budget_of(work: dict[str, rb.Work]) -> dict[str, dict[str, int]]:
@@ -72,8 +85,8 @@ def _each_kind(*figures: str) -> list[str]:
     return [f"{kind}.{figure}" for kind in rb.KINDS for figure in figures]
 
 
-def test_work_added_to_every_call_is_over_budget() -> None:
-    before, after = rb.run(_measured_before_and_after(extra_calls=20, extra_bytes=512 * 1024))
+def test_work_added_to_every_call_is_over_budget(measured: Measured) -> None:
+    before, after = measured.before, measured.repeated
     budget = _budget_of(before)
 
     assert rb.over_budget(before, budget) == []
@@ -83,10 +96,12 @@ def test_work_added_to_every_call_is_over_budget() -> None:
     assert _flagged(after, budget) == _each_kind("num_calls", "peak_bytes")
 
 
-def test_new_code_on_every_call_is_over_budget_even_with_the_calls_allowed() -> None:
+def test_new_code_on_every_call_is_over_budget_even_with_the_calls_allowed(
+    measured: Measured,
+) -> None:
     """The same 20 calls more, now of 20 different functions: with a budget that allows the
     calls, the breadth of code the call runs (cold after an idle gap) is still caught."""
-    before, after = rb.run(_measured_before_and_after(20, extra_bytes=0, distinct=True))
+    before, after = measured.before, measured.distinct
     budget = _budget_of(before)
     for kind in rb.KINDS:
         budget[kind]["num_calls"] = after[kind].num_calls
