@@ -59,14 +59,17 @@ chromium:
 run: $(STAMP)
 	$(BIN)/lantern serve --demo
 
-# The whole suite: what CI runs (.ci/run).
+# The whole suite: what CI runs (.ci/run). Two workers (TEST_WORKERS=1: one process): most
+# whole-system tests wait on processes more than they compute; every test has its own Redis
+# prefix, PostgreSQL schema, ports and files (tests/conftest.py).
+TEST_WORKERS ?= 2
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 # The inner loop: units only, no processes, servers, browsers or frameworks (tests/conftest.py
 # lists what is slow, and the slow modules are not even imported).
 test-fast: install
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not slow"
 
 check: install
 	$(BIN)/ruff check .
