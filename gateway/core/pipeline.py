@@ -19,6 +19,7 @@ import anyio
 from adapters.backend import BackendCall, RelayedChunk
 from adapters.errors import UpstreamError
 from adapters.types import ChatResponse, Message, PublicHead, StreamEvent, Usage
+from cachekeys.records import evolve
 from gateway.core.after_reply import AfterReply
 from gateway.core.attempts import (
     Outcome,
@@ -165,7 +166,7 @@ class Pipeline:
 
     def _backend_call(self, adm: Admitted, t: Try) -> BackendCall:
         attempt = t.attempt
-        request = dataclasses.replace(
+        request = evolve(  # dataclasses.replace, less its per-field checks
             adm.prepared.request,
             max_tokens=adm.max_tokens,
             cache_salt=adm.prepared.cache_salt,
