@@ -128,17 +128,6 @@ def shared_cache_models(settings: Settings) -> frozenset[str]:
     )
 
 
-def indexed_models(routes: Sequence[ModelRoute]) -> frozenset[str]:
-    """The model routes whose calls the router matches against its replicas' prefix indexes:
-    a self-hosted replica among two or more candidates. Elsewhere (a replica alone, provider
-    APIs only) nothing reads a call's prefix hashes, so they are not computed."""
-    return frozenset(
-        r.name
-        for r in routes
-        if len(r.candidates) > 1 and any(c.venue == "selfhost" for c in r.candidates)
-    )
-
-
 def _override(o: PriceOverride, base: Price | None, model: str) -> Price:
     def per_token(value: float | None, fallback: Decimal | None) -> Decimal:
         if value is not None:

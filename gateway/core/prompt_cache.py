@@ -88,7 +88,7 @@ class PromptCachePort:
         """`shared_cache_models`: the model routes with a backend whose provider prompt cache
         tenants would share (`gateway.core.models_table.shared_cache_models`): their calls carry
         the tenant's scope line. `indexed_models`: the routes whose calls' prefix hashes the
-        router reads (`gateway.core.models_table.indexed_models`); other calls are not hashed.
+        router reads (`gateway.fleet.registry.indexed_models`); other calls are not hashed.
         None: every call is."""
         self._secret = secret
         self._shared_cache_models = shared_cache_models

@@ -122,7 +122,7 @@ class PromptCall:
     options: NormaliseOptions
     isolate: bool = False
     steer: Steer | None = None  # the cache autopilot (gateway/core/cache_autopilot.py)
-    # False: no one reads the prefix hashes (`gateway.core.models_table.indexed_models`)
+    # False: no one reads the prefix hashes (`gateway.fleet.registry.indexed_models`)
     hash_prefix: bool = True
 
 

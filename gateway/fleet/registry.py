@@ -5,7 +5,7 @@ by the fleet's parts; no decisions and no I/O here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from gateway.fleet.state import ApiRecord, ReplicaRecord, ReplicaSpec
 from gateway.ports import Candidate, ModelRoute
@@ -35,11 +35,10 @@ class FleetRegistry:
         if self._routes.get(route.name) is route:
             return
         self._routes[route.name] = route
+        widen_pool(self.pool, route)
         for c in route.candidates:
             if c.venue == "selfhost":
                 key = replica_key(c.backend_name, c.replica)
-                if self.pool.get(key, 0) < len(route.candidates):
-                    self.pool[key] = len(route.candidates)
                 if key not in self.replicas:
                     spec = self._specs.get(c.backend_name, ReplicaSpec())
                     self.replicas[key] = ReplicaRecord(c, route.name, spec)
@@ -51,3 +50,31 @@ class FleetRegistry:
         if score.venue == "selfhost" and score.replica is not None:
             return self.replicas[score.replica].candidate
         return self.apis[score.backend].candidate
+
+
+def widen_pool(pool: dict[str, int], route: ModelRoute) -> None:
+    """`FleetRegistry.pool` once `route` is known: each of its replicas' pool is at least its
+    number of candidates."""
+    for c in route.candidates:
+        if c.venue == "selfhost":
+            key = replica_key(c.backend_name, c.replica)
+            pool[key] = max(pool.get(key, 0), len(route.candidates))
+
+
+def indexed_models(routes: Sequence[ModelRoute]) -> frozenset[str]:
+    """The model routes whose calls the router matches against a replica's prefix index: those
+    naming a self-hosted replica that some route offers beside another candidate. The others
+    (a replica alone in every route naming it, which `Fleet._lone` keeps without an index, and
+    provider APIs, which have none) leave a call's prefix hashes unread, so they are not
+    computed."""
+    pool: dict[str, int] = {}
+    for route in routes:
+        widen_pool(pool, route)
+    return frozenset(
+        route.name
+        for route in routes
+        if any(
+            c.venue == "selfhost" and pool[replica_key(c.backend_name, c.replica)] > 1
+            for c in route.candidates
+        )
+    )

@@ -266,7 +266,9 @@ class Fleet:
         answer brings it back). Such a replica keeps no prefix index: with nothing to choose,
         the passes over every block hash of the prompt (match, pin, unpin, the answer's insert)
         buy nothing. Its load, health and sessions are kept as for
-        any replica; one that a later route gives a second candidate starts with a cold index."""
+        any replica; one that a later route gives a second candidate starts with a cold index.
+        Its calls are not hashed at all (`gateway.fleet.registry.indexed_models`, from the same
+        pool over every configured route)."""
         if len(route.candidates) != 1:
             return None
         c = route.candidates[0]

@@ -17,11 +17,11 @@ from gateway.core.models_table import (
     ModelTableImpl,
     RoutePricing,
     fleet_inputs,
-    indexed_models,
     shared_cache_models,
 )
 from gateway.core.prompt_cache import PromptCachePort, TiktokenEncoder
 from gateway.core.token_count import RouteTokenCounting, TiktokenCounting, route_counting
+from gateway.fleet.registry import indexed_models
 from gateway.fleet.routing_port import Fleet, FleetConfig
 from gateway.fleet.sharing import FleetSharing
 from gateway.fleet.signals import HttpMetricsSource
