@@ -128,6 +128,19 @@ def shared_cache_models(settings: Settings) -> frozenset[str]:
     )
 
 
+def marked_models(settings: Settings) -> frozenset[str]:
+    """The model routes with at least one backend that sends cache markers on: Anthropic's
+    `cache_control`, Bedrock's cache points, LiteLLM's pass-through. An OpenAI-compatible server
+    (the bundled engine's kind too) caches prefixes without them and is sent none."""
+    return frozenset(
+        route.name for route in settings.models if any(map(takes_cache_markers, route.backends))
+    )
+
+
+def takes_cache_markers(backend: BackendSettings) -> bool:
+    return not isinstance(backend, OpenAICompatibleBackend | SelfhostBackend)
+
+
 def _override(o: PriceOverride, base: Price | None, model: str) -> Price:
     def per_token(value: float | None, fallback: Decimal | None) -> Decimal:
         if value is not None:

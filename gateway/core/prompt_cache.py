@@ -84,15 +84,19 @@ class PromptCachePort:
         max_sessions: int = MAX_SESSIONS,
         shared_cache_models: frozenset[str] = frozenset(),
         indexed_models: frozenset[str] | None = None,
+        marked_models: frozenset[str] | None = None,
     ) -> None:
         """`shared_cache_models`: the model routes with a backend whose provider prompt cache
         tenants would share (`gateway.core.models_table.shared_cache_models`): their calls carry
         the tenant's scope line. `indexed_models`: the routes whose calls' prefix hashes the
         router reads (`gateway.fleet.registry.indexed_models`); other calls are not hashed.
-        None: every call is."""
+        None: every call is. `marked_models`: the routes with a backend that sends cache markers
+        on (`gateway.core.models_table.marked_models`); OpenAI-wire calls to other routes get
+        none planned. None: every route may."""
         self._secret = secret
         self._shared_cache_models = shared_cache_models
         self._indexed_models = indexed_models
+        self._marked_models = marked_models
         self._encoder = encoder or TiktokenEncoder()
         self._clock = clock
         self._memos = ConversationMemo()
@@ -135,8 +139,9 @@ class PromptCachePort:
             return self.autopilot.steer(policy, tenant_id, layout, salt, root)
 
         hashed = self._indexed_models is None or model in self._indexed_models
+        marked = self._marked_models is None or model in self._marked_models
         call = PromptCall(
-            wire, body, request, policy, tenant_id, salt, options, isolate, steer, hashed
+            wire, body, request, policy, tenant_id, salt, options, isolate, steer, hashed, marked
         )
         learned = self.autopilot.learned
         version = learned.version

@@ -124,6 +124,8 @@ class PromptCall:
     steer: Steer | None = None  # the cache autopilot (gateway/core/cache_autopilot.py)
     # False: no one reads the prefix hashes (`gateway.fleet.registry.indexed_models`)
     hash_prefix: bool = True
+    # False: no backend of the route sends markers on (`gateway.core.models_table.marked_models`)
+    mark: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,7 +268,9 @@ def place_markers(
     policy, model, request = call.policy, call.request.model, laid.request
     if policy.scope == "none":
         return body, request, ()
-    if policy.markers != "auto":
+    # an OpenAI-wire call that no backend of its route sends markers for: none planned (its
+    # diagnosis reads no breakpoints either: OpenAI caches prefixes without them)
+    if policy.markers != "auto" or (call.wire == "openai" and not call.mark):
         return body, evolve(request, prompt_cache_key=cache_key), ()
     families = policy.min_cacheable_tokens
     minimum = min_cacheable_tokens(

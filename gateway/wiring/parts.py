@@ -17,6 +17,7 @@ from gateway.core.models_table import (
     ModelTableImpl,
     RoutePricing,
     fleet_inputs,
+    marked_models,
     shared_cache_models,
 )
 from gateway.core.prompt_cache import PromptCachePort, TiktokenEncoder
@@ -61,6 +62,7 @@ def build_prompt_parts(
         tiktoken.counter.encoding(model.name)
     counting = route_counting(settings, models.routes(), tiktoken)
     indexed = indexed_models(models.routes())
+    marked = marked_models(settings)
     prompts = PromptCachePort(
         settings.resolve_server_secret(),
         registry=metrics.registry,
@@ -68,6 +70,7 @@ def build_prompt_parts(
         encoder=TiktokenEncoder(counter=counting.counter),
         shared_cache_models=shared_cache_models(settings),
         indexed_models=indexed,
+        marked_models=marked,
     )
     # the large-call lane's own tiktoken memos (used from a thread); engine tokenizers shared;
     # its tables loaded now too, not in the first large call (and counted in the start-up RSS)
@@ -82,6 +85,7 @@ def build_prompt_parts(
             encoder=TiktokenEncoder(counter=lane_counting.counter),
             shared_cache_models=shared_cache_models(settings),
             indexed_models=indexed,
+            marked_models=marked,
         ),
         lane_counting,
         settings.http.offload_body_bytes,
