@@ -10,9 +10,11 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from adapters.records import slot_init
 from adapters.types import JSON, ChatRequest, ChatResponse, StreamEvent, WireFormat
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class BackendCall:
     """What the pipeline hands a backend.
@@ -34,6 +36,7 @@ class BackendCall:
     betas: tuple[str, ...] = ()
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class RelayedChunk:
     """Stream bytes for a client that speaks the backend's own wire format, already edited for

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from adapters.records import slot_init
 
+
+@slot_init
 @dataclass(frozen=True, slots=True)
 class SSEvent:
     """One event: `event` is the `event:` field (empty when absent), `data` its joined data lines."""

@@ -10,12 +10,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from adapters.records import slot_init
+
 Role = Literal["system", "user", "assistant", "tool"]
 StopReason = Literal["stop", "length", "tool_use", "stop_sequence", "error"]
 WireFormat = Literal["openai", "anthropic"]
 JSON = Any  # only at the JSON edge: tool schemas, tool arguments, passthrough fields
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class CacheControl:
     """A provider cache breakpoint on a block (Anthropic `cache_control`, Bedrock `cachePoint`)."""
@@ -23,6 +26,7 @@ class CacheControl:
     ttl: Literal["5m", "1h"] = "5m"
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Citation:
     """A web page the model cited for a span of a reply's text part: Anthropic's
@@ -39,6 +43,7 @@ class Citation:
     encrypted_index: str | None = None
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class TextPart:
     text: str
@@ -46,6 +51,7 @@ class TextPart:
     citations: tuple[Citation, ...] = ()  # in replies only: the sources of this text
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class ImagePart:
     """An image by URL or base64 data; counted and hashed by its bytes, never decoded."""
@@ -56,6 +62,7 @@ class ImagePart:
     cache_control: CacheControl | None = None
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class ToolUsePart:
     """The model asks for a tool: OpenAI `tool_calls[i]`, Anthropic `tool_use` block."""
@@ -66,6 +73,7 @@ class ToolUsePart:
     cache_control: CacheControl | None = None
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class ToolResultPart:
     """A tool's answer: OpenAI `role: tool` message, Anthropic `tool_result` block."""
@@ -76,6 +84,7 @@ class ToolResultPart:
     cache_control: CacheControl | None = None
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class ThinkingPart:
     """Extended thinking, kept verbatim: the provider checks `signature` (or the opaque
@@ -91,6 +100,7 @@ ContentPart = TextPart | ImagePart | ToolUsePart | ToolResultPart | ThinkingPart
 ReplyPart = TextPart | ToolUsePart | ThinkingPart
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Message:
     role: Role
@@ -98,6 +108,7 @@ class Message:
     name: str | None = None
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class ToolSpec:
     name: str
@@ -106,6 +117,7 @@ class ToolSpec:
     cache_control: CacheControl | None = None
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class PublicHead:
     """The leading part of a prompt an admin declared public: its first `tools` tools and, when
@@ -115,6 +127,7 @@ class PublicHead:
     system: int = 0
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class ChatRequest:
     """One chat call in canonical form. `system` is separate from `messages` (Anthropic order)."""
@@ -137,6 +150,7 @@ class ChatRequest:
     extra: Mapping[str, JSON] = field(default_factory=dict)
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Usage:
     """Token counts by kind. `input_tokens` excludes cache reads and writes (Anthropic meaning)."""
@@ -176,6 +190,7 @@ class Usage:
         )
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Choice:
     """One further answer to the same prompt (OpenAI `n` > 1)."""
@@ -184,6 +199,7 @@ class Choice:
     stop_reason: StopReason
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class WireReply:
     """An upstream's reply body as it sent it, in its own chat wire: what a client of that
@@ -193,6 +209,7 @@ class WireReply:
     body: Mapping[str, JSON]
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class ChatResponse:
     id: str
@@ -216,6 +233,7 @@ class ChatResponse:
 # --- streaming events, in the order a backend yields them ---------------------------------
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class StreamStart:
     id: str
@@ -223,12 +241,14 @@ class StreamStart:
     usage: Usage | None = None  # the provider's own start usage (cache reads included), if told
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class TextDelta:
     index: int  # content block index
     text: str
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class ToolCallStart:
     index: int
@@ -236,12 +256,14 @@ class ToolCallStart:
     name: str
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class ToolCallDelta:
     index: int
     arguments_json: str
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class ThinkingStart:
     """A thinking block opens (`redacted_data` set: a redacted block, complete as it starts)."""
@@ -250,6 +272,7 @@ class ThinkingStart:
     redacted_data: str | None = None
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class ThinkingDelta:
     index: int
@@ -257,6 +280,7 @@ class ThinkingDelta:
     signature: str = ""  # an Anthropic `signature_delta` (or Bedrock reasoning signature)
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class TextCitation:
     """A citation for the text block `index` (Anthropic's `citations_delta`): whole-block
@@ -266,6 +290,7 @@ class TextCitation:
     citation: Citation
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class StreamEnd:
     stop_reason: StopReason

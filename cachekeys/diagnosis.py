@@ -14,6 +14,7 @@ from enum import StrEnum
 from itertools import accumulate
 from typing import Literal
 
+from adapters.records import slot_init
 from adapters.types import ChatRequest
 from cachekeys.layout import Locator, PromptBlock, PromptLayout
 from cachekeys.volatile_probe import BlockProbe
@@ -36,6 +37,7 @@ class Reason(StrEnum):
     VOLATILE_BLOCK = "volatile_block"  # a tools/system block differing only by volatile values
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class PromptFingerprint:
     """What diagnosis needs of a call: stable block identities, their ends in tokens, breakpoints.
@@ -130,6 +132,7 @@ def _automatic_tokens(common: int) -> int:
     )
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class CacheDiagnosis:
     reason: Reason

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from adapters.records import slot_init
 from adapters.types import (
     JSON,
     ChatRequest,
@@ -32,6 +33,7 @@ Locator = tuple[str | int | None, ...]  # ("tools", 2), ("system", 0), ("message
 TOOL_TEXT_MAX_CHARS = 16_000_000  # tool text held by `ToolTextMemo` (a 32 MiB body fits once)
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class PromptBlock:
     level: Level
@@ -235,6 +237,7 @@ def _private(block: PromptBlock) -> PromptBlock:
 # --- counted layout ----------------------------------------------------------------------------
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class PromptLayout:
     """Blocks with their token counts; positions are cumulative token ends."""

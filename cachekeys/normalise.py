@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from adapters.records import slot_init
 from adapters.types import JSON, WireFormat
 from cachekeys.canonical import (
     IsPublicTool,
@@ -142,6 +143,7 @@ class NormaliseOptions:
         return self.public.is_public_tool if self.public.has_tools else None
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Edits:
     """What normalisation did to a call beyond tool order and schemas (for the reply's header)."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from adapters.records import slot_init
 from cachekeys.layout import PromptLayout
 from cachekeys.markers import (
     LOOKBACK_BLOCKS,
@@ -48,6 +49,7 @@ class VolatileFinding:
     pattern: str  # the volatile pattern seen in it ("" when none matched: it just keeps changing)
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Advice:
     """How this call's markers are planned."""
@@ -66,6 +68,7 @@ def default_advice(policy_ttl: str) -> Advice:
     return Advice(fixed_ttl("1h" if policy_ttl == "1h" else "5m"))
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Steering:
     """What the autopilot decided for one call: the session root (volatile values masked),
@@ -76,6 +79,7 @@ class Steering:
     probes: tuple[BlockProbe, ...]
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class ReuseRecord:
     """What the planner remembers of a session's last call."""

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 from operator import attrgetter
 
+from adapters.records import slot_init
 from adapters.types import ChatRequest, Message, TextPart, ToolSpec
 from cachekeys.chain_memo import ChainState
 from cachekeys.layout import PromptBlock
@@ -39,6 +40,7 @@ LayoutKey = tuple[str, str, str, int]
 Chain = tuple[int, tuple[bytes, ...], tuple[ChainState, ...]]
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class LayoutEntry:
     """One call's layout, as the next call of its conversation may reuse it."""
@@ -100,6 +102,7 @@ class LayoutEntry:
         )
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class LayoutMatch:
     """How much of an entry a new call shares: its tools, system and first `messages` messages."""

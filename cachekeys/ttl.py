@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from adapters.records import slot_init
+
 Ttl = Literal["5m", "1h"]
 TTL_S: dict[str, float] = {"5m": 300.0, "1h": 3600.0}
 PRICE_READ = 0.1  # of the input price (C2)
@@ -25,6 +27,7 @@ MAX_GAPS = 32  # the most recent gaps a session keeps
 GAP_SPREAD = 1.0
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class TtlChoice:
     """The lifetime chosen for this call's markers and the numbers behind it (for the ledger)."""

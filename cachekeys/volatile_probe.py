@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from adapters.records import slot_init
 from cachekeys.layout import PromptBlock
 from cachekeys.volatile import DEFAULT_PATTERN_NAMES, DEFAULT_VOLATILE_PATTERNS
 
@@ -23,6 +24,7 @@ MASK = "\0volatile\0"
 HEAD_LEVELS = ("tools", "system")
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class BlockProbe:
     """One block seen through the volatile patterns."""

@@ -13,6 +13,7 @@ from typing import Any, Literal, Protocol
 import orjson
 
 from adapters.backend import Backend
+from adapters.records import slot_init
 from adapters.types import JSON, ChatRequest, Message, Usage, WireFormat
 from policies.model import TenantPolicy
 
@@ -80,6 +81,7 @@ class AdmissionPort(Protocol):
     def rate_headers(self, ticket: Ticket) -> dict[str, str]: ...
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class PreparedPrompt:
     body: Mapping[str, JSON]  # the client's JSON after deterministic edits
@@ -120,6 +122,7 @@ class PromptPort(Protocol):
     ) -> tuple[bytes, ...]: ...  # the prefix chain of prompt + answer (the next call's start)
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class CacheVerdict:
     header: str  # value of x-lantern-cache
@@ -139,6 +142,7 @@ class CacheVerdict:
         return body
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Attempt:
     candidate: Candidate
@@ -148,6 +152,7 @@ class Attempt:
     indexed: bool = True
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class RoutePlan:
     attempts: tuple[Attempt, ...]  # first choice, then the fallback chain
@@ -190,6 +195,7 @@ class RoutingPort(Protocol):
     def extend(self, attempt: Attempt, chain_hashes: tuple[bytes, ...]) -> None: ...  # the answer
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class CallRecord:
     """One ledger row: counts and money, never prompt or completion text."""

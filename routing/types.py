@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from adapters.errors import AdapterError
+from adapters.records import slot_init
 
 VenueKind = Literal["selfhost", "api"]
 
@@ -94,6 +95,7 @@ class FleetSnapshot:
     seq: int = 0  # request sequence number (round-robin position)
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class SessionEntry:
     session_id: str

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from adapters.records import slot_init
 from adapters.types import Usage
 from gateway.core.memo import PerObjectMemo
 from gateway.ids import uuid4_hex
@@ -40,6 +41,7 @@ log = logging.getLogger("lantern.admission")
 REDIS_KEY_PREFIX = "lantern:quota:"
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Ticket:
     """An admitted call: its reservation and the policy it was admitted under."""

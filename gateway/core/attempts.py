@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 
 from adapters.errors import UpstreamError
+from adapters.records import slot_init
 from adapters.types import Message, Usage
 from gateway.core.cache_money import cache_money_of, saving_json
 from gateway.core.calls import Admitted, IncomingCall
@@ -30,6 +31,7 @@ from gateway.telemetry.content import Content, call_content
 _PROVIDERS = {"bedrock": "aws.bedrock", "anthropic": "anthropic", "selfhost": "lantern"}
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """How one attempt ended: what its settle, ledger row, metrics and span say."""
@@ -46,6 +48,7 @@ class Outcome:
     answer: Message | None = None  # the reply, kept for a traced tenant's opt-in content
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Try:
     """One attempt of the plan: its position in the fallback chain and when it started."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import orjson
 from prometheus_client import CollectorRegistry
 
+from adapters.records import slot_init
 from cachekeys.diagnosis import (
     CacheDiagnosis,
     PromptFingerprint,
@@ -29,6 +30,7 @@ MAX_SESSIONS = 100_000
 Seen = tuple[PromptFingerprint, float, int]  # a session's last call: fingerprint, when, index
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class CacheReport:
     """One call's diagnosis, as the header, the ledger JSON and the metrics see it."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from adapters.records import slot_init
 from adapters.types import Usage
 from gateway.ports import Pricing
 
@@ -30,6 +31,7 @@ EVICTION_SLACK_TOKENS = 64  # our tokenizer is not the provider's (as in reconci
 EVICTION_SLACK_RATIO = 0.05
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class CacheMoney:
     saved_usd: float = 0.0  # reads: (input - read price) x read tokens

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from adapters.records import slot_init
 from adapters.types import JSON, ChatRequest, WireFormat
 from adapters.wire.codec import codec_for
 from gateway.core.identifiers import check_identifiers
@@ -27,6 +28,7 @@ from policies.model import TenantPolicy
 DEFAULT_MAX_TOKENS = 4096
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class IncomingCall:
     wire: WireFormat
@@ -54,6 +56,7 @@ class IncomingCall:
         check_identifiers(self.wire, self.request, self.session_header, self.body)
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Admitted:
     call: IncomingCall

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from adapters.records import slot_init
 from adapters.tokens import MEMO_MAX_BYTES, TokenCounter, TokenIdsMemo
 from adapters.types import (
     JSON,
@@ -91,6 +92,7 @@ def scoped_native_body(
     return out
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class PromptFacts:
     """What `prepare` learnt that `observe` and `answer_hashes` need (travels in
@@ -106,6 +108,7 @@ class PromptFacts:
     edits: Edits = Edits()  # what normalisation moved or re-serialised
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class PromptCall:
     """One call's prompt with its tenant's cache settings, as `prepare_call` takes it.
@@ -128,6 +131,7 @@ class PromptCall:
     mark: bool = True
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class LaidOut:
     """The normalised request as laid out, its blocks' token ids, and the conversation's

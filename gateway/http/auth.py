@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from adapters.records import slot_init
 from gateway.errors import AuthenticationFailed
 from policies.model import TenantPolicy
 
@@ -19,6 +20,7 @@ class KeyLookup(Protocol):
     def tenant_for_key(self, key: str) -> tuple[TenantPolicy, str] | None: ...
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Caller:
     tenant: TenantPolicy

@@ -7,7 +7,10 @@ from typing import Any
 
 from prometheus_client.metrics import MetricWrapperBase
 
+from adapters.records import slot_init
 
+
+@slot_init
 @dataclass(frozen=True, slots=True)
 class CallLabels:
     tenant: str

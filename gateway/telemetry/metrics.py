@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
+from adapters.records import slot_init
 from adapters.types import Usage
 from gateway.telemetry.genai import GenAIMetrics
 from gateway.telemetry.labels import CallLabels
@@ -19,6 +20,7 @@ _LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 3
 OPENMETRICS_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class AttemptMetrics:
     """What a finished call attempt tells the metrics: counts and outcome, never text."""
