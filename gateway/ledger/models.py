@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from adapters.records import slot_init
 from gateway.ledger.row_checks import MAX_DIAGNOSIS_BYTES as MAX_DIAGNOSIS_BYTES
 from gateway.ledger.row_checks import JsonText as JsonText
 from gateway.ledger.row_checks import RowChecks, check_diagnosis, values_of
@@ -169,6 +170,7 @@ def to_money(value: Decimal | float | int | str) -> Decimal:
     return exact.quantize(MONEY_QUANTUM)
 
 
+@slot_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UsageRow:
     """One backend call as the ledger stores it. `id` makes a retried insert idempotent."""

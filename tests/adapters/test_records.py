@@ -13,6 +13,7 @@ from adapters.records import slot_init
 from adapters.types import ChatRequest, Message, TextPart, Usage
 from cachekeys.layout import PromptBlock
 from gateway.core.calls import Admitted
+from gateway.ledger.models import UsageRow
 from gateway.ports import CallRecord, PreparedPrompt
 
 
@@ -115,8 +116,19 @@ def test_only_frozen_slotted_dataclasses_without_initvars() -> None:
 
 @pytest.mark.parametrize(
     "cls",
-    [ChatRequest, Message, TextPart, Usage, PromptBlock, PreparedPrompt, Admitted, CallRecord],
+    [
+        ChatRequest,
+        Message,
+        TextPart,
+        Usage,
+        PromptBlock,
+        PreparedPrompt,
+        Admitted,
+        CallRecord,
+        UsageRow,
+    ],
 )
 def test_the_records_every_call_builds_use_it(cls: type) -> None:
-    """The request path's records (their count per call is in bench/request_budget.json)."""
+    """The request path's records (their count per call is in bench/request_budget.json), and
+    the ledger row its writer thread builds from each call's line."""
     assert "__set_" + dataclasses.fields(cls)[0].name in cls.__init__.__code__.co_names  # type: ignore[misc]
