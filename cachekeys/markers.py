@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from adapters.records import evolve
 from adapters.types import JSON, CacheControl, ChatRequest, ContentPart
 from cachekeys.layout import Level, PromptLayout
-from cachekeys.records import evolve
 
 Ttl = Literal["5m", "1h"]
 MAX_BREAKPOINTS = 4

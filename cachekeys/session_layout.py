@@ -21,11 +21,10 @@ from dataclasses import dataclass
 from itertools import accumulate
 from operator import attrgetter
 
-from adapters.records import slot_init
+from adapters.records import evolve, slot_init
 from adapters.types import ChatRequest, Message, TextPart, ToolSpec
 from cachekeys.chain_memo import ChainState
 from cachekeys.layout import PromptBlock
-from cachekeys.records import evolve
 
 MAX_ENTRIES = 4096
 MAX_CHARS = 32_000_000  # prompt characters held across all entries

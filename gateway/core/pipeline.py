@@ -18,8 +18,8 @@ import anyio
 
 from adapters.backend import BackendCall, RelayedChunk
 from adapters.errors import UpstreamError
+from adapters.records import evolve
 from adapters.types import ChatResponse, Message, PublicHead, StreamEvent, Usage
-from cachekeys.records import evolve
 from gateway.core.after_reply import AfterReply
 from gateway.core.attempts import (
     Outcome,

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from adapters.records import slot_init
+from adapters.records import evolve, slot_init
 from adapters.tokens import MEMO_MAX_BYTES, TokenCounter, TokenIdsMemo
 from adapters.types import (
     JSON,
@@ -32,7 +32,6 @@ from cachekeys.markers import apply_to_anthropic, apply_to_request, min_cacheabl
 from cachekeys.normalise import Edits, NormaliseOptions, normalise_edits
 from cachekeys.planner import Advice, Steering, default_advice, plan_markers
 from cachekeys.raw_layout import anthropic_layout
-from cachekeys.records import evolve
 from cachekeys.session_layout import LayoutEntry, LayoutKey, LayoutMatch
 from gateway.core.prompt_policy import normalise_options, public_prefix, salt_for
 from gateway.core.prompt_view import ToolLists, typed_changes

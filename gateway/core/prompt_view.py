@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from adapters.records import evolve
 from adapters.types import JSON, ChatRequest, Message, TextPart, ToolSpec, WireFormat
 from adapters.wire import anthropic as anthropic_wire
 from adapters.wire import openai as openai_wire
 from adapters.wire.codec import codec_for
-from cachekeys.records import evolve
 
 T = TypeVar("T")
 SYSTEM_ROLES = ("system", "developer")

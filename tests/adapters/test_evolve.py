@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 
+from adapters.records import evolve
 from adapters.types import (
     CacheControl,
     ChatRequest,
@@ -15,7 +16,6 @@ from adapters.types import (
     ToolSpec,
     ToolUsePart,
 )
-from cachekeys.records import evolve
 
 MARKER = CacheControl(ttl="1h")
 TEXT = TextPart("hello")
