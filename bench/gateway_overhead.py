@@ -1,13 +1,15 @@
 """Latency and CPU that Lantern adds over calling the upstream directly, side by side with the
 LiteLLM proxy (one worker each), same fake upstream, same agent-sized bodies (≈6,000 tokens + tools).
 
-    .venv/bin/python -m bench.gateway_overhead [--rates 25,50,100,200] [--duration-s 10]
-        [--stream | --both] [--skip-litellm] [--previous REF] [--rounds 2] [--no-pin]
+    .venv/bin/python -m bench.gateway_overhead [--rates 25,50,100,200] [--duration-s 12]
+        [--stream | --both] [--skip-litellm] [--previous REF] [--slices 12] [--no-pin]
 
 Open-loop load (aiohttp on uvloop, bodies encoded before the clock starts): call i is due at
 i/rate whatever the replies do, and its latency counts from that due time, so queueing shows as
 latency. Reports p50/p99 (and TTFB) per target and rate, latency added over direct, CPU ms per
-call of the proxy's process tree, and the highest rate with p99 < 1 s and no errors.
+call of the proxy's process tree (the scheduler's clock of each of its threads), and the highest
+rate with p99 < 1 s and no errors. Each target's seconds at a rate are cut into `--slices` visits
+taken in turn, the proxies in every order, so that the machine's drift hits all alike.
 `--previous REF` also serves Lantern as built from REF (bench/previous_build.py) in the same run.
 With two cores or more, each proxy runs on the last core and the load generator and the upstream
 on the others (`--no-pin`: all share every core).
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
+import itertools
 import json
 import os
 import subprocess
@@ -32,8 +35,8 @@ import aiohttp
 import orjson
 import uvloop
 
-from bench._procs import PY, ROOT, free_port, split_cores, start, stop, tree_cpu_seconds
-from bench.overhead_results import Result, median_result, report
+from bench._procs import PY, ROOT, free_port, split_cores, start, stop, tree_cpu_ns
+from bench.overhead_results import Result, Visit, pooled_result, report
 from bench.previous_build import previous_build, start_previous
 
 KEY = "sk-bench-key-000000000000000000000000000001"  # also the LiteLLM master key
@@ -96,18 +99,28 @@ async def _one(
 async def run_rate(
     name: str, base: str, pid: int | None, rate: float, duration_s: float, stream: bool
 ) -> Result:
+    """One visit of `duration_s` at `rate` (see `visit`), as a result."""
+    calls = await visit(base, pid, rate, duration_s, stream)
+    return pooled_result("stream" if stream else "non-stream", name, rate, [calls])
+
+
+async def visit(
+    base: str, pid: int | None, rate: float, duration_s: float, stream: bool, turn0: int = 0
+) -> Visit:
     """Open loop: call i is due at t0 + i/rate whatever earlier calls are doing, and its latency
-    counts from that due time, so a target that falls behind shows it as latency."""
+    counts from that due time, so a target that falls behind shows it as latency. Five calls
+    one by one first (connections, caches), unmeasured; bodies from turn `turn0` on."""
     headers = {"authorization": f"Bearer {KEY}", "content-type": "application/json"}
     url = f"{base}/chat/completions"
     n = int(rate * duration_s)
-    bodies = [orjson.dumps(agent_body(stream, i)) for i in range(n + 5)]  # encoded up front
+    # encoded up front; each call a new turn of the same history, as an agent sends them
+    bodies = [orjson.dumps(agent_body(stream, turn0 + i)) for i in range(n + 5)]
     connector = aiohttp.TCPConnector(limit=0)
     timeout = aiohttp.ClientTimeout(total=30)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         for turn in range(5):  # warm connections and caches
             await _one(session, url, bodies[n + turn], headers, time.perf_counter())
-        cpu0 = tree_cpu_seconds(pid) if pid else 0.0
+        cpu0 = tree_cpu_ns(pid) if pid else 0
         t0 = time.perf_counter() + 0.01
         tasks = []
         for i in range(n):
@@ -117,25 +130,9 @@ async def run_rate(
                 await asyncio.sleep(delay)
             tasks.append(asyncio.create_task(_one(session, url, bodies[i], headers, due)))
         done = await asyncio.gather(*tasks)
-        cpu = (tree_cpu_seconds(pid) - cpu0) if pid else float("nan")
+        cpu = (tree_cpu_ns(pid) - cpu0) if pid else float("nan")
     ok = [x for x in done if x is not None]
-    lat = sorted(x[0] for x in ok)
-    ttfb = sorted(x[1] for x in ok)
-    return Result(
-        "stream" if stream else "non-stream",
-        name,
-        rate,
-        n,
-        n - len(ok),
-        _pct(lat, 0.5),
-        _pct(lat, 0.99),
-        _pct(ttfb, 0.5),
-        cpu * 1000 / max(1, n),
-    )
-
-
-def _pct(values: list[float], q: float) -> float:
-    return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
+    return Visit([x[0] for x in ok], [x[1] for x in ok], n, cpu)
 
 
 def write_lantern_config(tmp: Path, upstream: str) -> Path:
@@ -230,9 +227,12 @@ def main() -> None:
     )
     ap.add_argument("--serve-upstream", type=int, metavar="PORT", help=argparse.SUPPRESS)
     ap.add_argument("--rates", default="25,50,100,200", help="offered calls/s, ascending")
-    ap.add_argument("--duration-s", type=float, default=10.0, help="per target and rate")
+    ap.add_argument("--duration-s", type=float, default=12.0, help="per target and rate")
     ap.add_argument(
-        "--rounds", type=int, default=2, help="visits per rate, in reversed order each time"
+        "--slices",
+        type=int,
+        default=12,
+        help="visits each target's seconds at a rate are cut into, taken in turn",
     )
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--stream", action="store_true", help="streaming calls only")
@@ -283,7 +283,7 @@ def main() -> None:
                 procs.append(proc)
                 targets.insert(2, (f"lantern@{args.previous}", base, proc.pid))
             for stream in modes:
-                results = _run(sweep(targets, rates, args.duration_s, stream, args.rounds))
+                results = _run(sweep(targets, rates, args.duration_s, stream, args.slices))
                 report(results)
         finally:
             for proc in procs:
@@ -349,30 +349,34 @@ def start_targets(
 
 
 async def sweep(
-    targets: list[Target], rates: list[float], duration_s: float, stream: bool, rounds: int = 1
+    targets: list[Target], rates: list[float], duration_s: float, stream: bool, slices: int = 1
 ) -> list[Result]:
-    """Targets interleaved per rate, so drift in machine load hits all alike, in `rounds` visits
-    whose order reverses each time (after `direct`, the reference): a target run second at a
-    rate came out up to a third cheaper than the same build run first (an A/A run, `--previous
-    HEAD`). Each figure is the median over the rounds. A target that failed a rate (errors or
+    """Each target's `duration_s` at a rate cut into `slices` visits, taken in turn, so drift in
+    the machine's load hits every target alike: the first slice of a rate goes to `direct` and
+    then to each proxy in one order, the next in another, through every order of the proxies
+    (each follows every other and `direct` equally often). One visit per target and rate, the
+    proxies always in one order, gave the same build 2-28 % less CPU per call in second place
+    than in first (an A/A run, `--previous HEAD`). A target that failed a rate (errors or
     p99 >= 1 s) is not run at higher ones (it only gets worse)."""
+    mode = "stream" if stream else "non-stream"
     results: list[Result] = []
     failed: set[str] = set()
+    direct, proxies = targets[0], targets[1:]
     for rate in rates:
-        runs: dict[str, list[Result]] = {}
-        for n in range(rounds):
-            order = targets if n % 2 == 0 else targets[:1] + targets[:0:-1]
-            for name, base, pid in order:
-                if name not in failed:
-                    runs.setdefault(name, []).append(
-                        await run_rate(name, base, pid, rate, duration_s, stream)
-                    )
-                    print(runs[name][-1], flush=True)
-        for name, _, _ in targets:
-            if name in runs:
-                results.append(median_result(runs[name]))
-                if not results[-1].is_sustained:
-                    failed.add(name)
+        live = [t for t in proxies if t[0] not in failed]
+        orders = list(itertools.permutations(live))
+        visits: dict[str, list[Visit]] = {name: [] for name, _, _ in [direct, *live]}
+        for n in range(slices):
+            for name, base, pid in [direct, *orders[n % len(orders)]]:
+                turn0 = len(visits[name]) * (int(rate * duration_s / slices) + 5)
+                visits[name].append(
+                    await visit(base, pid, rate, duration_s / slices, stream, turn0)
+                )
+        for name, runs in visits.items():
+            results.append(pooled_result(mode, name, rate, runs))
+            print(results[-1], flush=True)
+            if not results[-1].is_sustained:
+                failed.add(name)
     return results
 
 

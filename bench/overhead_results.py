@@ -1,10 +1,9 @@
-"""The benchmark's figures: one target at one rate (`Result`), the median over rounds, and the
-markdown tables `bench.gateway_overhead` prints."""
+"""The benchmark's figures: one target's calls in one slice of the run (`Visit`), its slices at
+one rate pooled (`Result`), and the markdown tables `bench.gateway_overhead` prints."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from statistics import median
 
 
 @dataclass
@@ -24,20 +23,36 @@ class Result:
         return self.errors == 0 and self.p99_ms < 1000
 
 
-def median_result(runs: list[Result]) -> Result:
-    """One target's rounds at one rate: the median of each figure, the calls and errors summed."""
-    first = runs[0]
+@dataclass
+class Visit:
+    """One target's calls at one rate in one slice of the run: what `Result` pools."""
+
+    latencies_ms: list[float]  # of the calls that succeeded, from their due time
+    ttfbs_ms: list[float]
+    sent: int
+    cpu_ns: float  # the target's process tree during the slice (nan for direct)
+
+
+def pooled_result(mode: str, target: str, rate: float, visits: list[Visit]) -> Result:
+    """One target's slices at one rate as one result: latencies pooled, CPU summed, per call."""
+    lat = sorted(x for v in visits for x in v.latencies_ms)
+    ttfb = sorted(x for v in visits for x in v.ttfbs_ms)
+    sent = sum(v.sent for v in visits)
     return Result(
-        first.mode,
-        first.target,
-        first.rate,
-        sum(r.sent for r in runs),
-        sum(r.errors for r in runs),
-        median(r.p50_ms for r in runs),
-        median(r.p99_ms for r in runs),
-        median(r.ttfb_p50_ms for r in runs),
-        median(r.cpu_ms_per_call for r in runs),
+        mode,
+        target,
+        rate,
+        sent,
+        sent - len(lat),
+        _pct(lat, 0.5),
+        _pct(lat, 0.99),
+        _pct(ttfb, 0.5),
+        sum(v.cpu_ns for v in visits) / 1e6 / max(1, sent),
     )
+
+
+def _pct(values: list[float], q: float) -> float:
+    return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
 
 
 def report(results: list[Result]) -> None:
