@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -58,6 +59,12 @@ from quotas.store import QuotaStore
 
 log = logging.getLogger("lantern.wiring")
 LEDGER_FIRST_TRY_S = 30.0
+# The serving loop shares the interpreter with threads that run Python in stretches (the
+# ledger's writer checks and inserts a second's rows at once). CPython lets the thread holding
+# the GIL keep it for the switch interval before a waiting thread gets it: at the default 5 ms,
+# those stretches held calls up to that long (one process on one core at 200 calls/s: p99 25 ms;
+# at 0.5 ms, 10 ms; 1 ms gave 18, 0.2 ms 11; p50 and CPU per call unchanged).
+GIL_SWITCH_INTERVAL_S = 0.0005
 
 
 @dataclass
@@ -94,6 +101,13 @@ class GatewayProcess:
                 await step()
             except Exception:  # keep stopping the rest; say what failed
                 log.exception("shutdown step failed")
+
+
+def share_the_gil() -> None:
+    """The process's GIL switch interval at most `GIL_SWITCH_INTERVAL_S` (a lower one set by
+    the operator is kept)."""
+    if sys.getswitchinterval() > GIL_SWITCH_INTERVAL_S:
+        sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
 
 
 async def fetch_tokenizers(tokenizers: EngineTokenizers, retry_s: float = 2.0) -> None:
@@ -165,6 +179,7 @@ def build_components(
         _share_cache_autopilot(process, settings.redis_url, prompt.prompts)
 
     async def start() -> None:
+        share_the_gil()
         policies.reload_now()
         policies.start()
         ledger.loop.append(asyncio.get_running_loop())
