@@ -29,19 +29,10 @@ def cpu_seconds(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def tree_cpu_seconds(pid: int) -> float:
-    """`cpu_seconds` of a process plus its live descendants (a server's worker processes)."""
-    total = 0.0
-    for p in [pid, *_descendants(pid)]:
-        with contextlib.suppress(FileNotFoundError):  # exited between listing and reading
-            total += cpu_seconds(p)
-    return total
-
-
 def tree_cpu_ns(pid: int) -> int:
     """Nanoseconds on the CPU of a process's threads and its live descendants' (each thread's
-    `schedstat`, the scheduler's own clock): `tree_cpu_seconds` counts 10 ms ticks, too coarse
-    for a second of calls. A thread that exits between two readings takes its time with it."""
+    `schedstat`, the scheduler's own clock; `cpu_seconds` counts 10 ms ticks, too coarse for a
+    second of calls). A thread that exits between two readings takes its time with it."""
     total = 0
     for p in [pid, *_descendants(pid)]:
         try:
