@@ -232,7 +232,8 @@ def main() -> None:
         "--slices",
         type=int,
         default=12,
-        help="visits each target's seconds at a rate are cut into, taken in turn",
+        help="visits each target's seconds at a rate are cut into, taken in turn (a multiple of "
+        "the proxies' orders, 6 for three, gives each order equally often)",
     )
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--stream", action="store_true", help="streaming calls only")
@@ -354,7 +355,8 @@ async def sweep(
     """Each target's `duration_s` at a rate cut into `slices` visits, taken in turn, so drift in
     the machine's load hits every target alike: the first slice of a rate goes to `direct` and
     then to each proxy in one order, the next in another, through every order of the proxies
-    (each follows every other and `direct` equally often). One visit per target and rate, the
+    (with `slices` a multiple of their number of orders, each proxy follows every other and
+    `direct` equally often). One visit per target and rate, the
     proxies always in one order, gave the same build 2-28 % less CPU per call in second place
     than in first (an A/A run, `--previous HEAD`). A target that failed a rate (errors or
     p99 >= 1 s) is not run at higher ones (it only gets worse)."""
