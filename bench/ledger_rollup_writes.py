@@ -23,7 +23,7 @@ import sqlalchemy as sa
 
 from gateway.ledger.db import create_ledger_engine, migrate
 from gateway.ledger.models import UsageRow
-from gateway.ledger.recorder import insert_rows
+from gateway.ledger.usage_insert import insert_rows
 
 BATCH = 500
 

@@ -16,17 +16,15 @@ import logging
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
-from sqlalchemy.sql import Executable
 
-from gateway.ledger.models import USAGE_TABLE, UsageRow
+from gateway.ledger.models import UsageRow
 from gateway.ledger.spool import DEFAULT_ROTATE_BYTES, Spool
+from gateway.ledger.usage_insert import insert_rows, is_row_error
 
 log = logging.getLogger(__name__)
 Prepare = Callable[[Engine], None]
@@ -63,27 +61,6 @@ class RecorderStats:
     num_pending: int
     spool_bytes: int
     is_database_up: bool
-
-
-# INSERT ... ON CONFLICT (id) DO NOTHING per dialect, built once (not once per batch)
-_INSERTS: dict[str, Executable] = {
-    "postgresql": postgresql.insert(USAGE_TABLE).on_conflict_do_nothing(index_elements=["id"]),
-    "sqlite": sqlite.insert(USAGE_TABLE).on_conflict_do_nothing(index_elements=["id"]),
-}
-
-
-def insert_rows(engine: Engine, rows: Sequence[UsageRow]) -> None:
-    """INSERT ... ON CONFLICT (id) DO NOTHING: writing a row twice leaves one row."""
-    statement = _INSERTS["postgresql" if engine.dialect.name == "postgresql" else "sqlite"]
-    with engine.begin() as connection:
-        connection.execute(statement, [row.to_values() for row in rows])
-
-
-def _is_row_error(error: Exception) -> bool:
-    """The database (or the statement's parameter handling) refused the data, not the call."""
-    if isinstance(error, DataError | IntegrityError):
-        return True
-    return isinstance(error, StatementError) and not isinstance(error, DBAPIError)
 
 
 class UsageRecorder:
@@ -286,13 +263,13 @@ class UsageRecorder:
         try:
             insert_rows(self._engine, batch)
         except Exception as error:
-            if not _is_row_error(error):
+            if not is_row_error(error):
                 raise
             for row in batch:
                 try:
                     insert_rows(self._engine, [row])
                 except Exception as row_error:
-                    if not _is_row_error(row_error):
+                    if not is_row_error(row_error):
                         raise
                     log.error(
                         "usage ledger: database refused a row (%s), kept only in this log: %s",

@@ -16,7 +16,7 @@ import pytest
 
 from gateway.ledger.db import create_ledger_engine
 from gateway.ledger.models import UsageRow
-from gateway.ledger.recorder import insert_rows
+from gateway.ledger.usage_insert import insert_rows
 from tests.e2e.conftest import models_for
 from tests.e2e.harness import ADMIN_TOKEN, RunningGateway, start_gateway, write_config, write_policy
 from tests.fakes.upstream import FakeUpstream

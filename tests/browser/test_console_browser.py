@@ -20,7 +20,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.wait import WebDriverWait
 
 from gateway.ledger.db import create_ledger_engine, migrate
-from gateway.ledger.recorder import insert_rows
+from gateway.ledger.usage_insert import insert_rows
 from tests.browser.seed import Seeded, month_of_traffic
 from tests.e2e.conftest import models_for
 from tests.e2e.harness import ADMIN_TOKEN, RunningGateway, start_gateway, write_config, write_policy

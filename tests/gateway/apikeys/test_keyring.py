@@ -20,7 +20,7 @@ from gateway.apikeys.records import (
 from gateway.errors import KeyBudgetExhausted
 from gateway.ledger.db import create_ledger_engine, migrate, session_factory
 from gateway.ledger.models import ApiKeyRecord, UsageRow
-from gateway.ledger.recorder import insert_rows
+from gateway.ledger.usage_insert import insert_rows
 from policies.model import ApiKeyEntry, TenantPolicy
 
 NOW = datetime(2026, 12, 3, 14, 0, tzinfo=UTC)  # a Thursday

@@ -9,7 +9,7 @@ import pytest
 
 from gateway.ledger.db import session_factory
 from gateway.ledger.queries import HourlyModelTokens, LedgerQueries, UsageTotals
-from gateway.ledger.recorder import insert_rows
+from gateway.ledger.usage_insert import insert_rows
 from tests.gateway.ledger.ledger_dataset import DEC_1, NOV_1, edge_rows, november_rows
 
 

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from gateway.ledger.db import create_ledger_engine, migrate
 from gateway.ledger.models import Base, UsageRecord, UsageRow
-from gateway.ledger.recorder import insert_rows
+from gateway.ledger.usage_insert import insert_rows
 
 EXPECTED_COLUMNS = {
     "id",

@@ -16,7 +16,7 @@ from gateway.ledger.daily import whole_days
 from gateway.ledger.db import create_ledger_engine, migrate, session_factory
 from gateway.ledger.models import UsageRow
 from gateway.ledger.queries import LedgerQueries
-from gateway.ledger.recorder import insert_rows
+from gateway.ledger.usage_insert import insert_rows
 
 NOW = datetime(2026, 11, 20, 15, 42, 7, tzinfo=UTC)  # "today" is the partial day 2026-11-20
 SINCE = datetime(2026, 11, 13, 9, 15, tzinfo=UTC)  # a partial first day too

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from gateway.ledger import models
 from gateway.ledger.call_ledger import ROW_ID_NAMESPACE, CallLedger, usage_row, usage_row_id
 from gateway.ledger.models import MAX_DIAGNOSIS_BYTES, JsonText, UsageRow, to_money
-from gateway.ledger.recorder import insert_rows
+from gateway.ledger.usage_insert import insert_rows
 from tests.gateway.ledger.test_call_ledger import CALL, NOW, ListSink
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from gateway.ledger.db import create_ledger_engine, migrate, session_factory
 from gateway.ledger.models import UsageRow
-from gateway.ledger.recorder import insert_rows
+from gateway.ledger.usage_insert import insert_rows
 from gateway.reports.cost import (
     CostReport,
     CostRow,

@@ -12,7 +12,7 @@ import pytest
 from gateway.cli.main import build_parser
 from gateway.ledger.db import create_ledger_engine, migrate
 from gateway.ledger.models import UsageRow
-from gateway.ledger.recorder import insert_rows
+from gateway.ledger.usage_insert import insert_rows
 from gateway.reports.breakeven import add_breakeven_arguments, bounded
 from gateway.reports.cost import add_cost_arguments, cli_breakeven, cli_cost
 from gateway.settings import Settings
