@@ -61,15 +61,17 @@ run: $(STAMP)
 
 # The whole suite: what CI runs (.ci/run). Two workers (TEST_WORKERS=1: one process): most
 # whole-system tests wait on processes more than they compute; every test has its own Redis
-# prefix, PostgreSQL schema, ports and files (tests/conftest.py).
+# prefix, PostgreSQL schema, ports and files (tests/conftest.py). `worksteal`: each worker
+# starts on its half of the suite in order and an idle one takes half of what the other has
+# left, so a module's fixtures mostly run once and no worker idles through the other's tail.
 TEST_WORKERS ?= 2
 test: install
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 
 # The inner loop: units only, no processes, servers, browsers or frameworks (tests/conftest.py
 # lists what is slow, and the slow modules are not even imported).
 test-fast: install
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not slow"
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not slow"
 
 check: install
 	$(BIN)/ruff check .
