@@ -57,7 +57,9 @@ _compiled: weakref.WeakKeyDictionary[Dialect, _Compiled] = weakref.WeakKeyDictio
 
 def insert_rows(engine: Engine, rows: Sequence[UsageRow]) -> None:
     """INSERT ... ON CONFLICT (id) DO NOTHING in one transaction: writing a row twice leaves
-    one row."""
+    one row. No rows: nothing is sent (an empty batch is not a statement any driver takes)."""
+    if not rows:
+        return
     dialect = engine.dialect
     if dialect.name == "postgresql":
         with engine.begin() as connection:

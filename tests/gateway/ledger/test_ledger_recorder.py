@@ -350,6 +350,23 @@ def test_a_row_the_database_refuses_does_not_hold_back_the_others(
     assert [r.getMessage().split("log: ", 1)[1] for r in caplog.records] == [bad.to_json()]
 
 
+def test_a_batch_whose_every_row_is_refused_leaves_the_database_up(
+    engine, make_row, tmp_path, caplog
+):
+    bad = make_row()
+    object.__setattr__(bad, "key_id", None)
+    recorder = UsageRecorder(engine, fast_retry(tmp_path / "spool"))
+    recorder.record(bad)  # queued before start: the writer's first batch is this row alone
+    with caplog.at_level(logging.WARNING, logger="gateway.ledger.recorder"):
+        recorder.start()
+        recorder.close()
+    stats = recorder.stats()
+    assert (stats.num_written, stats.num_rejected, stats.num_spooled) == (0, 1, 0)
+    assert stats.is_database_up
+    assert not [r for r in caplog.records if "unavailable" in r.getMessage()]
+    assert list((tmp_path / "spool").glob("usage-*.jsonl")) == []
+
+
 def test_prometheus_collector_reports_the_recorder(sqlite_url, make_row, tmp_path):
     engine = create_ledger_engine(sqlite_url)  # not migrated: rows go to the spool
     line_bytes = len(make_row().to_json()) + 1
