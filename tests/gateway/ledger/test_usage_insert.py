@@ -1,5 +1,6 @@
-"""The SQLite ledger's compiled insert stores what SQLAlchemy's own statement stores, and a value
-its bind processing refuses is a row error (the recorder then retries the batch row by row)."""
+"""The ledger's compiled insert stores what SQLAlchemy's own statement stores, on SQLite and
+PostgreSQL, and a value its bind processing refuses is a row error (the recorder then retries
+the batch row by row)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,9 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
 import pytest
-from sqlalchemy.dialects import sqlite
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import StatementError
 
-from gateway.ledger.db import create_ledger_engine, migrate
 from gateway.ledger.models import USAGE_TABLE
 from gateway.ledger.usage_insert import insert_rows, is_row_error
 
@@ -47,29 +47,24 @@ def _varied_rows(make_row):
 def _stored(engine) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
     with engine.connect() as connection:
         usage = connection.exec_driver_sql("SELECT * FROM usage ORDER BY id").all()
-        daily = connection.exec_driver_sql("SELECT * FROM usage_daily ORDER BY 1, 2, 3, 4").all()
+        daily = connection.exec_driver_sql("SELECT * FROM usage_daily ORDER BY 1, 2, 3, 4, 5").all()
     return [tuple(r) for r in usage], [tuple(r) for r in daily]
 
 
-def test_sqlite_insert_stores_what_sqlalchemy_stores(tmp_path, make_row):
+def test_the_compiled_insert_stores_what_sqlalchemy_stores(engine, make_row):
     rows = _varied_rows(make_row)
-    engines = []
-    for name in ("ours", "sqlalchemy"):
-        url = f"sqlite:///{tmp_path}/{name}.db"
-        migrate(url)
-        engines.append(create_ledger_engine(url))
-    ours, theirs = engines
-    insert_rows(ours, rows)
-    insert_rows(ours, rows[:2])  # written twice: stored (and summed) once
-    statement = sqlite.insert(USAGE_TABLE).on_conflict_do_nothing(index_elements=["id"])
-    with theirs.begin() as connection:
+    insert_rows(engine, rows)
+    insert_rows(engine, rows[:2])  # written twice: stored (and summed) once
+    ours = _stored(engine)
+    with engine.begin() as connection:
+        connection.exec_driver_sql("DELETE FROM usage")
+        connection.exec_driver_sql("DELETE FROM usage_daily")
+    dialect = postgresql if engine.dialect.name == "postgresql" else sqlite
+    statement = dialect.insert(USAGE_TABLE).on_conflict_do_nothing(index_elements=["id"])
+    with engine.begin() as connection:
         connection.execute(statement, [row.to_values() for row in rows])
-    try:
-        assert _stored(ours) == _stored(theirs)
-        assert len(_stored(ours)[0]) == 3
-    finally:
-        for engine in engines:
-            engine.dispose()
+    assert _stored(engine) == ours
+    assert (len(ours[0]), len(ours[1])) == (3, 3)
 
 
 def test_a_value_bind_processing_refuses_is_a_row_error(engine, make_row):
