@@ -270,7 +270,8 @@ class UsageRow:
             return row
 
     def to_values(self) -> dict[str, object]:
-        """Column values for an INSERT into `usage`."""
+        """Column values by name, as `Connection.execute` takes them (the ledger's own insert
+        reads them in its parameter order: gateway/ledger/usage_insert.py)."""
         return {name: getattr(self, name) for name in USAGE_COLUMNS}
 
 

@@ -62,8 +62,8 @@ LEDGER_FIRST_TRY_S = 30.0
 # The serving loop shares the interpreter with threads that run Python in stretches (the
 # ledger's writer, which checks and inserts a second's rows at once, is the busiest). CPython
 # lets the thread holding the GIL keep it for the switch interval before a waiting thread gets
-# it; measured, one process on one core at 200 calls/s: p99 25 ms at the default 5 ms, 10 ms at
-# 0.5 ms (1 ms gave 18, 0.2 ms 11), p50 and CPU per call unchanged.
+# it; measured on one core at 200 calls/s (two processes of one build, served in turn): p99
+# 25 ms at the default 5 ms, 10 ms at 0.5 ms (1 ms gave 18, 0.2 ms 11), p50 and CPU unchanged.
 GIL_SWITCH_INTERVAL_S = 0.0005
 
 
