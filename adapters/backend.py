@@ -79,9 +79,12 @@ class EmbeddingReply:
 
 class EmbeddingBackend(Backend, Protocol):
     """A backend whose upstream also serves OpenAI's `/embeddings` (an OpenAI-compatible
-    server; LiteLLM's `aembedding`; a Bedrock embedding model through InvokeModel)."""
+    server; LiteLLM's `aembedding`; a Bedrock embedding model through InvokeModel). `headers`:
+    sent with the upstream request (the call's `traceparent`, while tracing)."""
 
-    async def embed(self, body: Mapping[str, JSON], timeout_s: float) -> EmbeddingReply: ...
+    async def embed(
+        self, body: Mapping[str, JSON], timeout_s: float, headers: Mapping[str, str] | None = None
+    ) -> EmbeddingReply: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -166,7 +166,9 @@ class LiteLLMBackend:
             if field not in EMBEDDING_FIELDS:
                 raise WireFormatError(field, "OpenAI's embeddings API has no such field")
 
-    async def embed(self, body: Mapping[str, JSON], timeout_s: float) -> EmbeddingReply:
+    async def embed(
+        self, body: Mapping[str, JSON], timeout_s: float, headers: Mapping[str, str] | None = None
+    ) -> EmbeddingReply:
         """`litellm.aembedding` with the client's fields, `drop_params` off: a field the
         provider cannot take is LiteLLM's `UnsupportedParamsError`, a 400, never dropped. The
         reply in OpenAI's shape (vectors as base64 when asked, whatever the provider sent)."""
@@ -184,6 +186,8 @@ class LiteLLMBackend:
             kwargs["api_base"] = spec.base_url
         if spec.api_key:
             kwargs["api_key"] = spec.api_key
+        if headers:
+            kwargs["extra_headers"] = dict(headers)
         try:
             reply = (await self._litellm.aembedding(**kwargs)).model_dump()
         except Exception as exc:

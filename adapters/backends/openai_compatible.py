@@ -111,11 +111,13 @@ class OpenAICompatibleBackend:
         embeddings_url = spec.base_url.rstrip("/") + "/embeddings"
         self._embeddings = http.upstream(spec.name, embeddings_url, headers)
 
-    async def embed(self, body: Mapping[str, Any], timeout_s: float) -> EmbeddingReply:
+    async def embed(
+        self, body: Mapping[str, Any], timeout_s: float, headers: Mapping[str, str] | None = None
+    ) -> EmbeddingReply:
         """The upstream's `/embeddings` for the client's body, `model` set to the backend's."""
         sent = {**body, "model": self._model} if self._model else dict(body)
         reply = await self._embeddings.post_json(
-            orjson.dumps(sent), timeout_s=min(timeout_s, self._timeout_s)
+            orjson.dumps(sent), timeout_s=min(timeout_s, self._timeout_s), headers=headers
         )
         usage = reply.get("usage") if isinstance(reply, dict) else None
         tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None

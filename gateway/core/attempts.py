@@ -9,6 +9,7 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
+from adapters.backend import Backend
 from adapters.errors import UpstreamError
 from adapters.records import slot_init
 from adapters.types import Message, Usage
@@ -113,9 +114,8 @@ def queued_ms(adm: Admitted, t: Try) -> float | None:
     return float(queued) if isinstance(queued, int | float) else None
 
 
-def provider_name(attempt: Attempt) -> str:
-    """The attempt's `gen_ai.provider.name` (a well-known value where the convention has one)."""
-    backend = attempt.candidate.backend
+def backend_provider(backend: Backend) -> str:
+    """`backend`'s `gen_ai.provider.name` (a well-known value where the convention has one)."""
     return _PROVIDERS.get(backend.kind) or backend.wire or backend.kind
 
 
@@ -126,7 +126,7 @@ def write_telemetry(
     model, usage, now = adm.route.name, out.usage, out.ended
     candidate = t.attempt.candidate
     labels = CallLabels(
-        adm.call.tenant.tenant, model, candidate.backend_name, provider_name(t.attempt)
+        adm.call.tenant.tenant, model, candidate.backend_name, backend_provider(candidate.backend)
     )
     trace = adm.trace
     telemetry.metrics.record_attempt(
@@ -202,7 +202,7 @@ def refused(telemetry: Telemetry, call: IncomingCall, error_type: str, elapsed_s
 def begin_attempt(trace: CallTrace, t: Try) -> dict[str, str]:
     """Begin the attempt's client span; the headers that carry its context upstream."""
     c = t.attempt.candidate
-    facts = AttemptFacts(t.number, provider_name(t.attempt), c.backend_name, c.venue, c.replica)
+    facts = AttemptFacts(t.number, backend_provider(c.backend), c.backend_name, c.venue, c.replica)
     return trace.begin_attempt(facts, time.time_ns())
 
 

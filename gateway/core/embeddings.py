@@ -1,6 +1,6 @@
 """One embeddings call: the model's route and the tenant's right to it, the input counted, held
 to the tenant's `max_prompt_tokens` and reserved like any prompt, the first backend that serves
-embeddings, settled and recorded.
+embeddings, settled, recorded, metered and traced (gateway/core/embedding_telemetry.py).
 No HTTP in it; the same quotas, prices and ledger as the chat pipeline.
 """
 
@@ -20,10 +20,12 @@ from adapters.backend import (
 from adapters.types import JSON, ChatRequest, Usage
 from adapters.wire.json_fields import optional
 from gateway.core.calls import IncomingCall, check_prompt_cap, route_for
+from gateway.core.embedding_telemetry import EmbeddingTelemetry
 from gateway.core.pipeline import PipelineParts
 from gateway.errors import RequestRejected
 from gateway.ids import uuid4_hex
-from gateway.ports import CallRecord, Candidate, ModelRoute, TokenCounting
+from gateway.ports import CallRecord, Candidate, ModelRoute, Ticket, TokenCounting
+from gateway.telemetry import ClientTrace
 from policies.model import TenantPolicy
 
 EMBEDDINGS_SESSION = "embeddings"  # the ledger's session column for calls outside any session
@@ -37,6 +39,7 @@ class EmbeddingCall:
     body: Mapping[str, JSON]
     session_header: str | None = None  # `x-session-id`, checked like every door's
     body_bytes: int = 0  # the size of the client's body (a large input is counted in a thread)
+    trace: ClientTrace | None = None  # the client's trace context (read only while tracing)
 
 
 def input_texts(body: Mapping[str, JSON]) -> tuple[list[str], int]:
@@ -74,6 +77,42 @@ class Embeddings:
             raise RequestRejected(
                 "model: required (a string)", rule="invalid_request", field="model"
             )
+        request_id = uuid4_hex()
+        seen = EmbeddingTelemetry(
+            self.s.telemetry,
+            call.tenant.tenant,
+            model,
+            request_id,
+            call.session_header,
+            call.trace,
+            self.s.clock,
+        )
+        try:
+            route, candidate, ticket = await self._admit(call, model)
+        except Exception as exc:
+            seen.refused(exc)
+            raise
+        began = self.s.clock()
+        backend: EmbeddingBackend = candidate.backend  # type: ignore[assignment]
+        try:
+            reply = await backend.embed(call.body, TIMEOUT_S, seen.begin(candidate))
+        except BaseException as exc:
+            with anyio.CancelScope(shield=True):
+                await self.s.admission.settle(ticket, usage=Usage(), cost_usd=0.0)
+            error = type(exc).__name__
+            self._record(call, request_id, route, candidate, Usage(), began, error)
+            seen.end(route.name, candidate, Usage(), 0.0, began, error, call.body, None)
+            raise
+        usage = Usage(input_tokens=reply.prompt_tokens)
+        cost = self.s.pricing.cost_usd(route.name, usage)
+        await self.s.admission.settle(ticket, usage=usage, cost_usd=cost)
+        self._record(call, request_id, route, candidate, usage, began, None)
+        seen.end(route.name, candidate, usage, cost, began, None, call.body, reply.body)
+        return _as_asked(reply, model)
+
+    async def _admit(self, call: EmbeddingCall, model: str) -> tuple[ModelRoute, Candidate, Ticket]:
+        """Everything that may still refuse the call: its route and backend, its input, its
+        prompt cap; then its tokens reserved (the ticket to settle)."""
         user = optional(call.body, "user", str)  # the end-user id the ledger may keep
         request = ChatRequest(model, (), user=user)
         incoming = IncomingCall(  # checks the identifiers, as every door does
@@ -94,20 +133,7 @@ class Embeddings:
             max_output_tokens=0,
             worst_case_usd=worst,
         )
-        began = self.s.clock()
-        backend: EmbeddingBackend = candidate.backend  # type: ignore[assignment]
-        try:
-            reply = await backend.embed(call.body, TIMEOUT_S)
-        except BaseException as exc:
-            with anyio.CancelScope(shield=True):
-                await self.s.admission.settle(ticket, usage=Usage(), cost_usd=0.0)
-            self._record(call, route, candidate, Usage(), began, type(exc).__name__)
-            raise
-        usage = Usage(input_tokens=reply.prompt_tokens)
-        cost = self.s.pricing.cost_usd(route.name, usage)
-        await self.s.admission.settle(ticket, usage=usage, cost_usd=cost)
-        self._record(call, route, candidate, usage, began, None)
-        return _as_asked(reply, model)
+        return route, candidate, ticket
 
     async def _count(self, model: str, texts: list[str], body_bytes: int, scope: str) -> int:
         """Tokens of `texts`; a large body's in the large-call lane's thread, with its own
@@ -136,6 +162,7 @@ class Embeddings:
     def _record(
         self,
         call: EmbeddingCall,
+        request_id: str,
         route: ModelRoute,
         candidate: Candidate,
         usage: Usage,
@@ -144,7 +171,7 @@ class Embeddings:
     ) -> None:
         cost = self.s.pricing.cost_usd(route.name, usage)
         row = CallRecord(
-            request_id=uuid4_hex(),
+            request_id=request_id,
             attempt=0,
             tenant=call.tenant.tenant,
             key_id=call.key_id,

@@ -1,5 +1,6 @@
 """`POST /v1/embeddings`: parse (a large body in a worker thread), call `gateway.core.embeddings`,
-pass the upstream's vectors on. Errors in OpenAI's shape; every rule lives below."""
+pass the upstream's vectors on. Errors in OpenAI's shape; every rule lives below. The client's
+`traceparent` is read only while calls are traced."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from gateway.http.auth import KeyLookup, authenticate
 from gateway.http.chat_routes import error_response
 from gateway.http.heap import HeapTrim
 from gateway.http.request_body import BodyLimits, read_object
+from gateway.http.trace_context import client_trace
 
 
 def build_embeddings_router(
@@ -25,8 +27,10 @@ def build_embeddings_router(
         try:
             caller = authenticate(http.headers, keys)
             body, num_bytes = await read_object(http, limits)
-            session = http.headers.get("x-session-id") or http.headers.get("x-lantern-session")
-            call = EmbeddingCall(caller.tenant, caller.key_id, body, session, num_bytes)
+            headers = http.headers
+            session = headers.get("x-session-id") or headers.get("x-lantern-session")
+            trace = client_trace(headers) if embeddings.s.telemetry.is_tracing else None
+            call = EmbeddingCall(caller.tenant, caller.key_id, body, session, num_bytes, trace)
             reply = await embeddings.embed(call)
         except Exception as exc:
             refused = error_response(exc, "openai")

@@ -26,6 +26,7 @@ from gateway.telemetry.labels import CallLabels
 from gateway.telemetry.series import HistogramSeries
 
 CHAT = GenAiOperationNameValues.CHAT.value
+EMBEDDINGS = GenAiOperationNameValues.EMBEDDINGS.value
 INPUT = GenAiTokenTypeValues.INPUT.value
 OUTPUT = GenAiTokenTypeValues.OUTPUT.value
 TENANT_LABEL = "lantern_tenant"
@@ -87,20 +88,22 @@ class GenAIMetrics:
         ttft_s: float | None,
         error_kind: str | None,
         trace_id: str | None,
+        operation: str = CHAT,
     ) -> None:
-        """One attempt; its trace id, when traced, as the exemplar of each observation."""
+        """One attempt of `operation` (`chat`, `embeddings`); its trace id, when traced, as the
+        exemplar of each observation."""
         provider, model, tenant = labels.provider, labels.model, labels.tenant
         exemplar = {"trace_id": trace_id} if trace_id is not None else None
         if usage.prompt_tokens:
             self.tokens.observe(
-                (CHAT, provider, model, INPUT, tenant), usage.prompt_tokens, exemplar
+                (operation, provider, model, INPUT, tenant), usage.prompt_tokens, exemplar
             )
         if usage.output_tokens:
             self.tokens.observe(
-                (CHAT, provider, model, OUTPUT, tenant), usage.output_tokens, exemplar
+                (operation, provider, model, OUTPUT, tenant), usage.output_tokens, exemplar
             )
         self.duration.observe(
-            (CHAT, provider, model, error_kind or "", tenant), duration_s, exemplar
+            (operation, provider, model, error_kind or "", tenant), duration_s, exemplar
         )
         if ttft_s is not None:
-            self.first_chunk.observe((CHAT, provider, model, tenant), ttft_s, exemplar)
+            self.first_chunk.observe((operation, provider, model, tenant), ttft_s, exemplar)

@@ -12,7 +12,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 
 from adapters.records import slot_init
 from adapters.types import Usage
-from gateway.telemetry.genai import GenAIMetrics
+from gateway.telemetry.genai import CHAT, GenAIMetrics
 from gateway.telemetry.labels import CallLabels
 from gateway.telemetry.series import CounterSeries, HistogramSeries
 
@@ -33,6 +33,7 @@ class AttemptMetrics:
     ttft_s: float | None
     error_kind: str | None
     trace_id: str | None = None  # hex, when the attempt was traced: the metrics' exemplar
+    operation: str = CHAT  # gen_ai.operation.name
 
 
 class Metrics:
@@ -87,7 +88,9 @@ class Metrics:
             self.ttft.observe((model, backend), a.ttft_s)
         if a.error_kind:
             self.errors.inc((a.error_kind,))
-        self.genai.record(labels, a.usage, a.latency_s, a.ttft_s, a.error_kind, a.trace_id)
+        self.genai.record(
+            labels, a.usage, a.latency_s, a.ttft_s, a.error_kind, a.trace_id, a.operation
+        )
 
     def observe_queue(self, model: str, waited_s: float) -> None:
         self.queue.observe((model,), waited_s)

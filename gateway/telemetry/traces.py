@@ -6,6 +6,7 @@ the tenant opted in.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ga
@@ -37,8 +38,8 @@ class CallFacts:
     request_id: str
     conversation_id: str  # the agent session
     door: str
-    stream: bool
-    max_tokens: int
+    stream: bool | None  # None: the operation has no such request field (embeddings)
+    max_tokens: int | None
     cache: str  # the cache diagnosis, as `x-lantern-cache` says it
     operation: str = ga.GenAiOperationNameValues.CHAT.value
 
@@ -67,6 +68,8 @@ class Ending:
     response_model: str | None = None
     finish_reason: str | None = None
     content: Content | None = None  # the prompt and reply: tenants who opted in, only
+    # what only this operation reports (an embedding's `gen_ai.embeddings.dimension.count`)
+    attributes: Mapping[str, AttributeValue] | None = None
 
 
 def parent_context(client: ClientTrace | None) -> object | None:
@@ -103,6 +106,8 @@ def _end(span: Span, end: Ending, start_ns: int) -> None:
         attrs[ga.GEN_AI_OUTPUT_MESSAGES] = content.output_messages
         if content.system is not None:
             attrs[ga.GEN_AI_SYSTEM_INSTRUCTIONS] = content.system
+    if end.attributes:
+        attrs.update(end.attributes)
     if end.status != "ok":
         attrs[ERROR_TYPE] = end.error_type or end.status
         span.set_status(Status(StatusCode.ERROR, end.error_type or end.status))
@@ -144,12 +149,15 @@ class CallTrace:
 
     def _request_attributes(self) -> dict[str, AttributeValue]:
         f = self.facts
-        return {
+        attrs: dict[str, AttributeValue] = {
             ga.GEN_AI_OPERATION_NAME: f.operation,
             ga.GEN_AI_REQUEST_MODEL: f.model,
-            ga.GEN_AI_REQUEST_MAX_TOKENS: f.max_tokens,
-            ga.GEN_AI_REQUEST_STREAM: f.stream,
         }
+        if f.max_tokens is not None:
+            attrs[ga.GEN_AI_REQUEST_MAX_TOKENS] = f.max_tokens
+        if f.stream is not None:
+            attrs[ga.GEN_AI_REQUEST_STREAM] = f.stream
+        return attrs
 
     def begin_attempt(self, a: AttemptFacts, now_ns: int) -> dict[str, str]:
         """Start the attempt's client span; the headers that carry its context upstream."""

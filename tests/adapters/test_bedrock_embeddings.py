@@ -135,3 +135,16 @@ def test_only_embedding_models_serve_embeddings() -> None:
     assert serves_embeddings(titan)
     with pytest.raises(ValueError, match="titan' or 'cohere"):
         build_bedrock_backend(BackendSpec("t", "bedrock", model=arn, extra={"embeddings": "x"}))
+
+
+def test_every_invoke_of_a_call_carries_its_traceparent(fake: FakeBedrock) -> None:
+    """Titan takes one text per InvokeModel: both of a two-text call carry the call's
+    `traceparent` (botocore's `before-call` hook, in each worker thread); a call without
+    headers sends none."""
+    backend = build(fake, TITAN)
+    assert isinstance(backend, BedrockEmbeddingBackend)
+    traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    body = {"model": "titan", "input": ["a b c", "d e"]}
+    asyncio.run(backend.embed(body, 10, {"traceparent": traceparent}))
+    asyncio.run(backend.embed({"model": "titan", "input": "f"}, 10))
+    assert [r["traceparent"] for r in fake.requests] == [traceparent, traceparent, None]

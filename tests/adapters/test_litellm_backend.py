@@ -202,3 +202,20 @@ def test_a_model_litellm_knows_as_a_chat_model_does_not_embed(
 ) -> None:
     spec = BackendSpec("ll", "litellm", "http://127.0.0.1:9", model=model, api_key="k")
     assert serves_embeddings(build_backend(spec, http=HttpxPool(httpx.AsyncClient()))) is embeds
+
+
+def test_embeddings_through_litellm_carry_the_calls_traceparent() -> None:
+    """The call's headers (its `traceparent`, while tracing) reach the upstream through
+    LiteLLM's `extra_headers`; none are added when there are none."""
+    traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    with FakeEmbeddings() as fake:
+        spec = BackendSpec("ll-embed", "litellm", fake.base_url, model="openai/te3", api_key="k")
+
+        async def embed(backend: Backend, headers: dict[str, str] | None) -> Any:
+            body = {"model": "small", "input": "a b"}
+            return await backend.embed(body, 10, headers)  # type: ignore[attr-defined]
+
+        run(spec, lambda b: embed(b, {"traceparent": traceparent}))
+        run(spec, lambda b: embed(b, None))
+        sent = [r.headers.get("traceparent") for r in fake.app.requests]
+        assert sent == [traceparent, None]

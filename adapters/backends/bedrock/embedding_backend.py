@@ -51,15 +51,18 @@ class BedrockEmbeddingBackend(BedrockBackend):
         """The 400 (`WireFormatError`) `embed` would raise, before anything is reserved."""
         read_ask(self.family, self.model_id, body)
 
-    async def embed(self, body: Mapping[str, JSON], timeout_s: float) -> EmbeddingReply:
-        """A 400 (`WireFormatError`) names a field Bedrock cannot honour before any call."""
+    async def embed(
+        self, body: Mapping[str, JSON], timeout_s: float, headers: Mapping[str, str] | None = None
+    ) -> EmbeddingReply:
+        """A 400 (`WireFormatError`) names a field Bedrock cannot honour before any call.
+        `headers` reach each InvokeModel request (botocore's `before-call` hook)."""
         ask = read_ask(self.family, self.model_id, body)
         payloads = invoke_bodies(self.family, ask, self.input_type)
         limit = asyncio.Semaphore(PARALLEL_CALLS)
 
         async def one(payload: dict[str, Any]) -> _Reply:
             async with limit:
-                return await asyncio.to_thread(self._invoke, payload)
+                return await asyncio.to_thread(self._invoke, payload, headers)
 
         try:
             replies = await asyncio.wait_for(
@@ -69,8 +72,8 @@ class BedrockEmbeddingBackend(BedrockBackend):
             raise map_error(self.name, exc) from exc
         vectors: list[list[float]] = []
         tokens = 0
-        for reply, headers in replies:
-            count = tokens_of(self.family, reply, headers)
+        for reply, reply_headers in replies:
+            count = tokens_of(self.family, reply, reply_headers)
             if count is None:
                 raise ProviderUnavailable(self.name, "InvokeModel reply without a token count")
             vectors.extend(vectors_of(self.family, reply))
@@ -85,13 +88,14 @@ class BedrockEmbeddingBackend(BedrockBackend):
         )
         return EmbeddingReply(out, tokens)
 
-    def _invoke(self, payload: dict[str, Any]) -> _Reply:
-        reply = self._client().invoke_model(
-            modelId=self.model_id,
-            body=json.dumps(payload).encode(),
-            contentType="application/json",
-            accept="application/json",
-        )
+    def _invoke(self, payload: dict[str, Any], headers: Mapping[str, str] | None) -> _Reply:
+        kwargs: dict[str, Any] = {
+            "modelId": self.model_id,
+            "body": json.dumps(payload).encode(),
+            "contentType": "application/json",
+            "accept": "application/json",
+        }
+        reply = self._call("invoke_model", kwargs, headers)
         data = json.loads(reply["body"].read())
         headers = reply.get("ResponseMetadata", {}).get("HTTPHeaders", {})
         if not isinstance(data, dict):
