@@ -57,6 +57,8 @@ def call_values(call: CallRecord, ts: datetime) -> dict[str, Any]:
         "cache_read_tokens": usage.cache_read_tokens,
         "cache_write_tokens": usage.cache_write_tokens,
         "output_tokens": usage.output_tokens,
+        "cache_write_1h_tokens": usage.cache_write_1h_tokens,
+        "reasoning_tokens": usage.reasoning_tokens,
         "ttft_ms": call.ttft_ms,
         "latency_ms": call.latency_ms,
         "cache_diagnosis": call.cache_diagnosis,

@@ -38,8 +38,9 @@ def daily_rows(
     session: Session, first: datetime, last: datetime, group_by: Sequence[str]
 ) -> list[tuple[Any, ...]]:
     """Per group over the whole days [first, last): the group values, then calls, the four
-    token sums, cost and uncached cost (exact Decimals), as `usage`'s own aggregation gives
-    them. Without group keys: one row, whose call count is NULL when nothing was stored."""
+    token sums, cost and uncached cost (exact Decimals), the 1 h cache writes and the reasoning
+    tokens, as `usage`'s own aggregation gives them (queries.py `_sums`). Without group keys:
+    one row, whose call count is NULL when nothing was stored."""
     d = UsageDailyRecord
     dialect = session.get_bind().dialect.name
     keys = [_daily_column(key, dialect) for key in group_by]
@@ -53,13 +54,15 @@ def daily_rows(
             sa.func.sum(d.output_tokens),
             sa.func.sum(d.cost_e8),
             sa.func.sum(d.uncached_cost_e8),
+            sa.func.sum(d.cache_write_1h_tokens),
+            sa.func.sum(d.reasoning_tokens),
         )
         .where(d.day >= first.date(), d.day < last.date())
         .group_by(*keys)
     )
     width = len(keys)
     return [
-        (*row[: width + 5], _dollars(row[width + 5]), _dollars(row[width + 6]))
+        (*row[: width + 5], _dollars(row[width + 5]), _dollars(row[width + 6]), *row[width + 7 :])
         for row in session.execute(query).all()
     ]
 

@@ -85,6 +85,10 @@ class UsageRecord(Base):
     cache_cause: Mapped[str | None] = mapped_column(sa.String(32))
     # ms the call waited in the gateway for a slot on its replica; null: it did not (0008)
     queue_ms: Mapped[float | None] = mapped_column(sa.Float)
+    # of cache_write_tokens, those written at the 1 h TTL; of output_tokens, those the model
+    # spent reasoning, where the provider reports them apart (0009)
+    cache_write_1h_tokens: Mapped[int] = mapped_column(sa.BigInteger, server_default="0")
+    reasoning_tokens: Mapped[int] = mapped_column(sa.BigInteger, server_default="0")
 
     __table_args__ = (
         sa.Index("ix_usage_tenant_ts", "tenant", "ts"),
@@ -112,6 +116,8 @@ class UsageDailyRecord(Base):
     output_tokens: Mapped[int] = mapped_column(sa.BigInteger)
     cost_e8: Mapped[int] = mapped_column(sa.BigInteger)
     uncached_cost_e8: Mapped[int] = mapped_column(sa.BigInteger)
+    cache_write_1h_tokens: Mapped[int] = mapped_column(sa.BigInteger, server_default="0")
+    reasoning_tokens: Mapped[int] = mapped_column(sa.BigInteger, server_default="0")
 
 
 class ApiKeyRecord(Base):
@@ -202,6 +208,8 @@ class UsageRow:
     cache_lost_usd: Decimal = Decimal(0)
     cache_cause: str | None = None
     queue_ms: float | None = None  # waited for a replica slot (first attempt only)
+    cache_write_1h_tokens: int = 0  # of cache_write_tokens, those at the 1 h TTL
+    reasoning_tokens: int = 0  # of output_tokens, those spent reasoning (where reported apart)
 
     def __post_init__(self) -> None:
         """Refuses here, at the caller, any row the database would refuse later: a row that

@@ -47,6 +47,8 @@ class UsageTotals:
     output_tokens: int
     cost_usd: Decimal
     uncached_cost_usd: Decimal
+    cache_write_1h_tokens: int = 0  # of cache_write_tokens
+    reasoning_tokens: int = 0  # of output_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +105,7 @@ class LedgerQueries:
         with self._sessions() as session:
             hour = _hour_bucket(session)
             query = (
-                sa.select(UsageRecord.model, venue, hour, *_sums()[:-1])
+                sa.select(UsageRecord.model, venue, hour, *_sums()[:6])
                 .where(UsageRecord.ts >= since, UsageRecord.ts < until)
                 .group_by(UsageRecord.model, venue, hour)
             )
@@ -193,10 +195,13 @@ def _plus(a: UsageTotals, b: UsageTotals) -> UsageTotals:
         a.output_tokens + b.output_tokens,
         a.cost_usd + b.cost_usd,
         a.uncached_cost_usd + b.uncached_cost_usd,
+        a.cache_write_1h_tokens + b.cache_write_1h_tokens,
+        a.reasoning_tokens + b.reasoning_tokens,
     )
 
 
 def _sums() -> list[sa.ColumnElement[Any]]:
+    """In `UsageTotals`' order (`daily_rows` gives the same)."""
     u = UsageRecord
     return [
         sa.func.count(u.id),
@@ -206,12 +211,16 @@ def _sums() -> list[sa.ColumnElement[Any]]:
         sa.func.sum(u.output_tokens),
         sa.func.sum(u.cost_usd),
         sa.func.sum(u.uncached_cost_usd),
+        sa.func.sum(u.cache_write_1h_tokens),
+        sa.func.sum(u.reasoning_tokens),
     ]
 
 
-def _totals(values: Sequence[Any]) -> tuple[int, int, int, int, int, Decimal, Decimal]:
+def _totals(
+    values: Sequence[Any],
+) -> tuple[int, int, int, int, int, Decimal, Decimal, int, int]:
     """Sums as the driver returns them (NULL for no rows; floats on SQLite, Decimal on PG)."""
-    calls, inp, read, write, out, cost, uncached = values
+    calls, inp, read, write, out, cost, uncached, write_1h, reasoning = values
     return (
         int(calls),
         int(inp or 0),
@@ -220,6 +229,8 @@ def _totals(values: Sequence[Any]) -> tuple[int, int, int, int, int, Decimal, De
         int(out or 0),
         to_money(cost or 0),
         to_money(uncached or 0),
+        int(write_1h or 0),
+        int(reasoning or 0),
     )
 
 

@@ -15,14 +15,25 @@ from decimal import ROUND_HALF_UP, Decimal
 from gateway.reports.rows import CostReport, CostRow
 
 _CENT = Decimal("0.01")
-_COUNTS = ("num_calls", "input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")
+# 1 h cache writes are among the cache writes, reasoning tokens among the output tokens
+_COUNTS = (
+    "num_calls",
+    "input_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "cache_write_1h_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+)
 _MONEY = ("cost_usd", "uncached_cost_usd", "saved_usd")
 _TABLE_HEADERS = (
     "calls",
     "input",
     "cache read",
     "cache write",
+    "1h write",
     "output",
+    "reasoning",
     "hit %",
     "cost $",
     "uncached $",

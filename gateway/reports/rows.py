@@ -38,6 +38,8 @@ class CostRow:
     output_tokens: int
     cost_usd: Decimal
     uncached_cost_usd: Decimal  # the same tokens priced with no prompt cache
+    cache_write_1h_tokens: int = 0  # of cache_write_tokens, those written at the 1 h TTL
+    reasoning_tokens: int = 0  # of output_tokens, those spent reasoning (where reported apart)
 
     @property
     def prompt_tokens(self) -> int:
@@ -114,6 +116,8 @@ def _cost_row(t: UsageTotals) -> CostRow:
         t.output_tokens,
         t.cost_usd,
         t.uncached_cost_usd,
+        t.cache_write_1h_tokens,
+        t.reasoning_tokens,
     )
 
 
@@ -127,6 +131,8 @@ def _sum_rows(rows: tuple[CostRow, ...]) -> CostRow:
         output_tokens=sum(r.output_tokens for r in rows),
         cost_usd=sum((r.cost_usd for r in rows), Decimal(0)),
         uncached_cost_usd=sum((r.uncached_cost_usd for r in rows), Decimal(0)),
+        cache_write_1h_tokens=sum(r.cache_write_1h_tokens for r in rows),
+        reasoning_tokens=sum(r.reasoning_tokens for r in rows),
     )
 
 

@@ -69,6 +69,7 @@ def november_rows() -> list[UsageRow]:
             backend="openai",
             input_tokens=1_000_000,
             output_tokens=100_000,
+            reasoning_tokens=25_000,  # of the output (priced as output)
             cost_usd="0.21",
             uncached_cost_usd="0.21",
             **mini,

@@ -27,7 +27,14 @@ CALL = CallRecord(
     replica=None,
     status="client_disconnect",
     error_kind=None,
-    usage=Usage(input_tokens=120, output_tokens=37, cache_read_tokens=6000),
+    usage=Usage(
+        input_tokens=120,
+        output_tokens=37,
+        cache_read_tokens=6000,
+        cache_write_tokens=800,
+        cache_write_1h_tokens=500,  # of the writes
+        reasoning_tokens=20,  # of the output
+    ),
     cost_usd=0.002715,
     uncached_cost_usd=0.018915,
     ttft_ms=210.5,
@@ -65,8 +72,10 @@ def test_call_record_maps_to_a_usage_row():
             request_id="req-42",
             input_tokens=120,
             cache_read_tokens=6000,
-            cache_write_tokens=0,
+            cache_write_tokens=800,
+            cache_write_1h_tokens=500,
             output_tokens=37,
+            reasoning_tokens=20,
             cost_usd=Decimal("0.002715"),
             uncached_cost_usd=Decimal("0.018915"),
             ttft_ms=210.5,
@@ -87,8 +96,10 @@ def test_recording_the_same_attempt_twice_stores_one_row(engine, tmp_path, count
     recorder.close()
     assert count_rows(engine) == 2
     with engine.connect() as connection:
-        tokens = connection.execute(sa.text("SELECT sum(output_tokens) FROM usage")).scalar_one()
-    assert tokens == 74
+        sums = "SELECT sum(output_tokens), sum(reasoning_tokens), sum(cache_write_1h_tokens) FROM "
+        stored = connection.execute(sa.text(sums + "usage")).one()
+        daily = connection.execute(sa.text(sums + "usage_daily")).one()
+    assert tuple(stored) == tuple(daily) == (74, 40, 1000)
 
 
 def test_an_invalid_diagnosis_is_dropped_not_the_row():

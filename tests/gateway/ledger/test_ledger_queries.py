@@ -25,7 +25,9 @@ def D(text: str) -> Decimal:
 
 def test_totals_by_tenant(queries):
     assert queries.usage_totals(NOV_1, DEC_1, ["tenant"]) == [
-        UsageTotals(("acme",), 3, 1_350_000, 600_000, 600_000, 190_000, D("5.04"), D("6.21")),
+        UsageTotals(
+            ("acme",), 3, 1_350_000, 600_000, 600_000, 190_000, D("5.04"), D("6.21"), 0, 25_000
+        ),
         UsageTotals(("globex",), 3, 500_000, 900_000, 0, 300_000, D("2.07"), D("4.50")),
     ]
 
@@ -46,7 +48,16 @@ def test_totals_by_model_and_day_use_utc_days(queries):
             ("claude-sonnet", "2026-11-02"), 2, 100_000, 900_000, 0, 100_000, D("2.07"), D("4.50")
         ),
         UsageTotals(
-            ("gpt-4o-mini", "2026-11-02"), 1, 1_000_000, 0, 0, 100_000, D("0.21"), D("0.21")
+            ("gpt-4o-mini", "2026-11-02"),
+            1,
+            1_000_000,
+            0,
+            0,
+            100_000,
+            D("0.21"),
+            D("0.21"),
+            0,
+            25_000,
         ),
         UsageTotals(("gpt-4o-mini", "2026-11-03"), 1, 400_000, 0, 0, 200_000, D("0"), D("0")),
     ]
@@ -67,7 +78,9 @@ def test_totals_by_backend_name_rows_without_one(queries):
 
 def test_window_is_half_open_and_ungrouped_totals_are_one_row(queries):
     assert queries.usage_totals(NOV_1, DEC_1, []) == [
-        UsageTotals((), 6, 1_850_000, 1_500_000, 600_000, 490_000, D("7.11"), D("10.71")),
+        UsageTotals(
+            (), 6, 1_850_000, 1_500_000, 600_000, 490_000, D("7.11"), D("10.71"), 0, 25_000
+        ),
     ]
     with_edges = queries.usage_totals(
         datetime(2026, 10, 1, tzinfo=UTC), datetime(2027, 1, 1, tzinfo=UTC), []

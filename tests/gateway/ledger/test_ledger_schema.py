@@ -44,6 +44,8 @@ EXPECTED_COLUMNS = {
     "cache_lost_usd",
     "cache_cause",
     "queue_ms",
+    "cache_write_1h_tokens",
+    "reasoning_tokens",
 }
 
 
@@ -66,7 +68,7 @@ def test_migration_creates_exactly_the_usage_columns(engine):
     with engine.connect() as connection:
         assert (
             connection.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one()
-            == "0008"
+            == "0009"
         )
 
 
@@ -193,7 +195,7 @@ def test_processes_starting_together_migrate_one_at_a_time(database_url):
     with engine.connect() as connection:
         assert connection.execute(
             sa.text("SELECT version_num FROM alembic_version")
-        ).scalars().all() == ["0008"]
+        ).scalars().all() == ["0009"]
     engine.dispose()
 
 

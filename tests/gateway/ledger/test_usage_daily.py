@@ -11,9 +11,10 @@ from decimal import Decimal
 
 import pytest
 import sqlalchemy as sa
+from alembic import command
 
 from gateway.ledger.daily import whole_days
-from gateway.ledger.db import create_ledger_engine, migrate, session_factory
+from gateway.ledger.db import alembic_config, create_ledger_engine, migrate, session_factory
 from gateway.ledger.models import UsageRow
 from gateway.ledger.queries import LedgerQueries
 from gateway.ledger.usage_insert import insert_rows
@@ -23,29 +24,38 @@ SINCE = datetime(2026, 11, 13, 9, 15, tzinfo=UTC)  # a partial first day too
 KEYS = ["tenant", "model", "backend", "key", "day"]
 
 
-def rows_over(days: int, n: int, seed: int, make_row) -> list[UsageRow]:
+def rows_over(days: int, n: int, seed: int, make_row, parts: bool = True) -> list[UsageRow]:
+    """`parts`: with 1 h cache writes and reasoning tokens (columns since migration 0009)."""
     rng = random.Random(seed)
     span = days * 86400
-    return [
-        make_row(
-            ts=NOW - timedelta(seconds=rng.randrange(1, span)),
-            tenant=rng.choice(["acme", "globex"]),
-            model=rng.choice(["m1", "m2"]),
-            backend=rng.choice(["b1", None]),
-            key_id=rng.choice(["k1", "k2"]),
-            input_tokens=rng.randrange(10_000),
-            cache_read_tokens=rng.randrange(10_000),
-            output_tokens=rng.randrange(1000),
-            cost_usd=Decimal(rng.randrange(10**7)) / 10**8,
-            uncached_cost_usd=Decimal(rng.randrange(10**8)) / 10**8,
+    rows = []
+    for _ in range(n):
+        write, output = rng.randrange(5000), rng.randrange(1000)
+        rows.append(
+            make_row(
+                ts=NOW - timedelta(seconds=rng.randrange(1, span)),
+                tenant=rng.choice(["acme", "globex"]),
+                model=rng.choice(["m1", "m2"]),
+                backend=rng.choice(["b1", None]),
+                key_id=rng.choice(["k1", "k2"]),
+                input_tokens=rng.randrange(10_000),
+                cache_read_tokens=rng.randrange(10_000),
+                cache_write_tokens=write,
+                cache_write_1h_tokens=rng.randrange(write + 1) if parts else 0,
+                output_tokens=output,
+                reasoning_tokens=rng.randrange(output + 1) if parts else 0,
+                cost_usd=Decimal(rng.randrange(10**7)) / 10**8,
+                uncached_cost_usd=Decimal(rng.randrange(10**8)) / 10**8,
+            )
         )
-        for _ in range(n)
-    ]
+    return rows
 
 
 def ledger_sums(rows, since, until, keys):
     """What the report must say, summed here from the rows themselves."""
-    sums: dict[tuple[str, ...], list] = defaultdict(lambda: [0, 0, 0, Decimal(0), Decimal(0)])
+    sums: dict[tuple[str, ...], list] = defaultdict(
+        lambda: [0, 0, 0, Decimal(0), Decimal(0), 0, 0, 0, 0]
+    )
     values = {
         "tenant": lambda r: r.tenant,
         "model": lambda r: r.model,
@@ -62,13 +72,18 @@ def ledger_sums(rows, since, until, keys):
             s[2] += r.cache_read_tokens
             s[3] += r.cost_usd
             s[4] += r.uncached_cost_usd
+            s[5] += r.cache_write_tokens
+            s[6] += r.cache_write_1h_tokens
+            s[7] += r.output_tokens
+            s[8] += r.reasoning_tokens
     return dict(sums)
 
 
 def report_sums(queries, since, until, keys):
     return {
         t.group: [t.num_calls, t.input_tokens, t.cache_read_tokens, t.cost_usd,
-                  t.uncached_cost_usd]
+                  t.uncached_cost_usd, t.cache_write_tokens, t.cache_write_1h_tokens,
+                  t.output_tokens, t.reasoning_tokens]
         for t in queries.usage_totals(since, until, keys)
     }  # fmt: skip
 
@@ -168,11 +183,44 @@ def insert_old_rows(engine: sa.Engine, rows: list[UsageRow]) -> None:
 def test_the_migration_sums_the_rows_already_in_the_ledger(database_url, make_row):
     migrate(database_url, "0004")
     engine = create_ledger_engine(database_url)
-    rows = rows_over(5, 120, 5, make_row)
+    rows = rows_over(5, 120, 5, make_row, parts=False)
     insert_old_rows(engine, rows)
     migrate(database_url)
     total = ledger_sums(rows, datetime(2000, 1, 1, tzinfo=UTC), NOW, [])[()]
     assert daily_table(engine) == (total[0], total[3])
     queries = LedgerQueries(session_factory(engine))
     assert report_sums(queries, SINCE, NOW, KEYS) == ledger_sums(rows, SINCE, NOW, KEYS)
+    engine.dispose()
+
+
+def test_the_token_kinds_migration_keeps_the_sums_and_adds_its_own(database_url, make_row):
+    """0008 -> 0009: the rows and sums already stored are kept (their new kinds read 0); rows
+    written after carry 1 h cache writes and reasoning tokens into the rollup, as the triggers
+    made again at 0009 sum them; a downgrade to 0008 keeps the rollup summing what it has."""
+    migrate(database_url, "0008")
+    engine = create_ledger_engine(database_url)
+    old = rows_over(5, 100, 7, make_row, parts=False)
+    insert_old_rows(engine, old)
+    migrate(database_url)
+    new = rows_over(5, 100, 8, make_row)
+    assert any(r.reasoning_tokens for r in new) and any(r.cache_write_1h_tokens for r in new)
+    insert_rows(engine, new)
+    queries = LedgerQueries(session_factory(engine))
+    assert report_sums(queries, SINCE, NOW, KEYS) == ledger_sums(old + new, SINCE, NOW, KEYS)
+    with engine.connect() as db:
+        kinds = db.execute(
+            sa.text("SELECT sum(cache_write_1h_tokens), sum(reasoning_tokens) FROM usage_daily")
+        ).one()
+    assert tuple(int(k) for k in kinds) == (
+        sum(r.cache_write_1h_tokens for r in new),
+        sum(r.reasoning_tokens for r in new),
+    )
+    config = alembic_config()
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.downgrade(config, "0008")
+    later = rows_over(5, 50, 9, make_row, parts=False)
+    insert_old_rows(engine, later)
+    total = ledger_sums(old + new + later, datetime(2000, 1, 1, tzinfo=UTC), NOW, [])[()]
+    assert daily_table(engine) == (total[0], total[3])
     engine.dispose()

@@ -89,14 +89,26 @@ def test_report_by_backend_counts_rejected_calls_under_none(sessions):
 
 
 def _golden_report() -> CostReport:
-    def row(group, calls, inp, read, write, out, cost, uncached):
-        return CostRow(group, calls, inp, read, write, out, money(cost), money(uncached))
+    def row(group, calls, inp, read, write, out, cost, uncached, write_1h, reasoning):
+        money_ = money(cost), money(uncached)
+        return CostRow(group, calls, inp, read, write, out, *money_, write_1h, reasoning)
 
     rows = (
-        row(("acme", "2026-11-01"), 2, 350_000, 600_000, 600_000, 90_000, "4.83", "6.00"),
-        row(("globex", "2026-11-02"), 1, 100_000, 0, 300_000, 100_000, "2.625", "1.80"),
+        row(("acme", "2026-11-01"), 2, 350_000, 600_000, 600_000, 90_000, "4.83", "6.00", 0, 0),
+        row(
+            ("globex", "2026-11-02"),
+            1,
+            100_000,
+            0,
+            300_000,
+            100_000,
+            "2.625",
+            "1.80",
+            300_000,
+            40_000,
+        ),
     )
-    totals = row((), 3, 450_000, 600_000, 900_000, 190_000, "7.455", "7.80")
+    totals = row((), 3, 450_000, 600_000, 900_000, 190_000, "7.455", "7.80", 300_000, 40_000)
     return CostReport(
         NOV_1, datetime(2026, 11, 3, 12, 0, tzinfo=UTC), ("tenant", "day"), rows, totals
     )
@@ -104,19 +116,19 @@ def _golden_report() -> CostReport:
 
 GOLDEN_TABLE = """\
 cost report 2026-11-01T00:00:00+00:00 .. 2026-11-03T12:00:00+00:00 (UTC, until exclusive)
-tenant  day         calls    input  cache read  cache write   output  hit %  cost $  uncached $  saved $
-------  ----------  -----  -------  ----------  -----------  -------  -----  ------  ----------  -------
-acme    2026-11-01      2  350,000     600,000      600,000   90,000   38.7    4.83        6.00     1.17
-globex  2026-11-02      1  100,000           0      300,000  100,000    0.0    2.63        1.80   -0.825
-------  ----------  -----  -------  ----------  -----------  -------  -----  ------  ----------  -------
-TOTAL                   3  450,000     600,000      900,000  190,000   30.8    7.46        7.80    0.345
+tenant  day         calls    input  cache read  cache write  1h write   output  reasoning  hit %  cost $  uncached $  saved $
+------  ----------  -----  -------  ----------  -----------  --------  -------  ---------  -----  ------  ----------  -------
+acme    2026-11-01      2  350,000     600,000      600,000         0   90,000          0   38.7    4.83        6.00     1.17
+globex  2026-11-02      1  100,000           0      300,000   300,000  100,000     40,000    0.0    2.63        1.80   -0.825
+------  ----------  -----  -------  ----------  -----------  --------  -------  ---------  -----  ------  ----------  -------
+TOTAL                   3  450,000     600,000      900,000   300,000  190,000     40,000   30.8    7.46        7.80    0.345
 """
 
 GOLDEN_CSV = """\
-period_start,period_end,tenant,day,num_calls,input_tokens,cache_read_tokens,cache_write_tokens,output_tokens,cache_hit_ratio,cost_usd,uncached_cost_usd,saved_usd
-2026-11-01T00:00:00+00:00,2026-11-03T12:00:00+00:00,acme,2026-11-01,2,350000,600000,600000,90000,0.3871,4.83000000,6.00000000,1.17000000
-2026-11-01T00:00:00+00:00,2026-11-03T12:00:00+00:00,globex,2026-11-02,1,100000,0,300000,100000,0.0000,2.62500000,1.80000000,-0.82500000
-2026-11-01T00:00:00+00:00,2026-11-03T12:00:00+00:00,TOTAL,,3,450000,600000,900000,190000,0.3077,7.45500000,7.80000000,0.34500000
+period_start,period_end,tenant,day,num_calls,input_tokens,cache_read_tokens,cache_write_tokens,cache_write_1h_tokens,output_tokens,reasoning_tokens,cache_hit_ratio,cost_usd,uncached_cost_usd,saved_usd
+2026-11-01T00:00:00+00:00,2026-11-03T12:00:00+00:00,acme,2026-11-01,2,350000,600000,600000,0,90000,0,0.3871,4.83000000,6.00000000,1.17000000
+2026-11-01T00:00:00+00:00,2026-11-03T12:00:00+00:00,globex,2026-11-02,1,100000,0,300000,300000,100000,40000,0.0000,2.62500000,1.80000000,-0.82500000
+2026-11-01T00:00:00+00:00,2026-11-03T12:00:00+00:00,TOTAL,,3,450000,600000,900000,300000,190000,40000,0.3077,7.45500000,7.80000000,0.34500000
 """
 
 
@@ -143,7 +155,9 @@ def test_json_golden():
                 "input_tokens": 350000,
                 "cache_read_tokens": 600000,
                 "cache_write_tokens": 600000,
+                "cache_write_1h_tokens": 0,
                 "output_tokens": 90000,
+                "reasoning_tokens": 0,
                 "prompt_tokens": 1550000,
                 "cache_hit_ratio": 0.387097,
                 "cost_usd": 4.83,
@@ -157,7 +171,9 @@ def test_json_golden():
                 "input_tokens": 100000,
                 "cache_read_tokens": 0,
                 "cache_write_tokens": 300000,
+                "cache_write_1h_tokens": 300000,
                 "output_tokens": 100000,
+                "reasoning_tokens": 40000,
                 "prompt_tokens": 400000,
                 "cache_hit_ratio": 0.0,
                 "cost_usd": 2.625,
@@ -170,7 +186,9 @@ def test_json_golden():
             "input_tokens": 450000,
             "cache_read_tokens": 600000,
             "cache_write_tokens": 900000,
+            "cache_write_1h_tokens": 300000,
             "output_tokens": 190000,
+            "reasoning_tokens": 40000,
             "prompt_tokens": 1950000,
             "cache_hit_ratio": 0.307692,
             "cost_usd": 7.455,
@@ -184,9 +202,12 @@ def test_json_golden():
 def test_ungrouped_table_is_one_total_line(sessions):
     text = to_table(cost_report(sessions, NOV_1, DEC_1, []))
     assert text.splitlines()[1:] == [
-        "calls      input  cache read  cache write   output  hit %  cost $  uncached $  saved $",
-        "-----  ---------  ----------  -----------  -------  -----  ------  ----------  -------",
-        "    6  1,850,000   1,500,000      600,000  490,000   38.0    7.11       10.71     3.60",
+        "calls      input  cache read  cache write  1h write   output  reasoning  hit %  cost $"
+        "  uncached $  saved $",
+        "-----  ---------  ----------  -----------  --------  -------  ---------  -----  ------"
+        "  ----------  -------",
+        "    6  1,850,000   1,500,000      600,000         0  490,000     25,000   38.0    7.11"
+        "       10.71     3.60",
     ]
 
 
