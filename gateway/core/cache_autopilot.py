@@ -104,7 +104,8 @@ class CacheAutopilot:
     def _learn(self, tenant: str, previous: ReuseRecord, layout: PromptLayout) -> None:
         """The first head block that changed, when it is a system block or a tool whose
         previous text is known: the place where only a value differs (in a tool, in its
-        description) is relocated from the tenant's next call."""
+        description or in one in its parameters' schema) is relocated from the tenant's next
+        call."""
         for i in range(min(len(previous.digests), len(layout.blocks))):
             block = layout.blocks[i]
             if block.level == "messages" or block.digest != previous.digests[i]:
@@ -136,17 +137,38 @@ class CacheAutopilot:
 
 
 def _descriptions(old: str, new: str) -> tuple[str, str] | None:
-    """Two versions of a tool block's text (its JSON as sent): their descriptions, when the
-    name and the schema are the same."""
+    """Two versions of a tool block's text (its JSON as sent): the one description that differs
+    between them, the tool's own or one in its parameters' schema, when nothing else does."""
     a, b = json.loads(old), json.loads(new)
-    if not (isinstance(a, dict) and isinstance(b, dict)):
+    found: list[tuple[str, str]] = []
+    if not _differ_in_descriptions(a, b, None, found) or len(found) != 1:
         return None
-    if (a.get("name"), a.get("input_schema")) != (b.get("name"), b.get("input_schema")):
-        return None
-    descriptions = a.get("description"), b.get("description")
-    if not all(isinstance(d, str) for d in descriptions):
-        return None
-    return descriptions  # type: ignore[return-value]
+    return found[0]
+
+
+def _differ_in_descriptions(
+    a: object, b: object, key: object, found: list[tuple[str, str]]
+) -> bool:
+    """Whether `a` and `b` (JSON values under `key`) differ only in `description` strings, each
+    such pair added to `found`; False as soon as they differ otherwise, or in more than one."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        assert isinstance(b, dict)
+        if a.keys() != b.keys():
+            return False
+        return all(_differ_in_descriptions(a[k], b[k], k, found) for k in a)
+    if isinstance(a, list):
+        assert isinstance(b, list)
+        if len(a) != len(b):
+            return False
+        return all(_differ_in_descriptions(x, y, None, found) for x, y in zip(a, b, strict=True))
+    if a == b:
+        return True
+    if key != "description" or not isinstance(a, str) or len(found) > 0:
+        return False
+    found.append((a, b))  # type: ignore[arg-type]
+    return True
 
 
 def _thread_key(tenant: str, layout: PromptLayout) -> ThreadKey:

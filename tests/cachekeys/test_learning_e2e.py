@@ -1,5 +1,6 @@
 """Through a real gateway with the default cache policy: a value of no known shape that changes
-between calls, in the system prompt or in a tool's description, is learnt on both doors and on
+between calls, in the system prompt, in a tool's description or in a description in its
+parameters' schema, is learnt on both doors and on
 the translated route (OpenAI door to an Anthropic backend). The session that teaches the place
 keeps its first value in place and names the newest at the tail (its prefix is read, not
 written again); the tenant's next session relocates the place from its first call. Every value
@@ -19,11 +20,18 @@ from tests.fakes.upstream import FakeUpstream
 
 SYSTEM = "Follow the rules. Build {} of the workspace is checked out." + " rule" * 1200
 DESCRIPTION = "Search the index of the workspace (index generation {} of the search store)."
+QUERY = "Words to look for; the index holds generation {} of the workspace."
+
+
+def _schema(build: int) -> dict[str, Any]:
+    query = {"type": "string", "description": QUERY.format(build)}
+    return {"type": "object", "properties": {"query": query, "limit": {"type": "integer"}}}
 
 
 def _body(route: str, task: str, turns: int, build: int, where: str) -> dict[str, Any]:
     system = SYSTEM.format(build if where == "system" else 7)
     description = DESCRIPTION.format(build if where == "tool" else 7)
+    schema = _schema(build if where == "parameter" else 7)
     history: list[dict[str, Any]] = [{"role": "user", "content": task + " a" * 300}]
     for t in range(1, turns):  # plain text turns: the same on both wires
         history += [
@@ -31,7 +39,7 @@ def _body(route: str, task: str, turns: int, build: int, where: str) -> dict[str
             {"role": "user", "content": f"Go on with step {t + 1}." + " b" * 200},
         ]
     if route == "anthropic":
-        tool = {"name": "search", "description": description, "input_schema": {"type": "object"}}
+        tool = {"name": "search", "description": description, "input_schema": schema}
         return {
             "model": MODEL,
             "max_tokens": 20,
@@ -39,7 +47,7 @@ def _body(route: str, task: str, turns: int, build: int, where: str) -> dict[str
             "tools": [tool],
             "messages": history,
         }
-    function = {"name": "search", "description": description, "parameters": {"type": "object"}}
+    function = {"name": "search", "description": description, "parameters": schema}
     return {
         "model": "gpt-4o" if route == "openai" else MODEL,
         "max_tokens": 20,
@@ -50,8 +58,10 @@ def _body(route: str, task: str, turns: int, build: int, where: str) -> dict[str
 
 def _sent_text(sent: dict[str, Any]) -> tuple[str, str]:
     """What the model reads of the system prompt and the tool, and the last turn's text."""
-    tools = sent["tools"][0]
-    head = [tools.get("description") or tools["function"]["description"]]
+    tool = sent["tools"][0]
+    tool = tool.get("function", tool)
+    schema = tool.get("input_schema") or tool["parameters"]
+    head = [tool["description"], schema["properties"]["query"]["description"]]
     system = sent.get("system")
     if system is None:  # OpenAI: the leading system message
         system = sent["messages"][0]["content"]
@@ -71,7 +81,7 @@ def _post(client: httpx.Client, route: str, body: dict[str, Any]) -> httpx.Respo
     return reply
 
 
-@pytest.mark.parametrize("where", ["system", "tool"])
+@pytest.mark.parametrize("where", ["system", "tool", "parameter"])
 @pytest.mark.parametrize("route", ["anthropic", "openai", "openai-to-anthropic"])
 def test_a_changing_value_is_learnt_and_every_value_reaches_the_model(
     stack: tuple[RunningGateway, FakeUpstream, PromptCacheFake],  # noqa: F811
