@@ -21,6 +21,7 @@ from gateway.mcp.catalogue import ToolCatalogue
 from gateway.mcp.changes import ListChanges, Policies
 from gateway.mcp.door import McpDoor
 from gateway.mcp.limits import ToolCallLimiter
+from gateway.mcp.listen import TenantListens
 from gateway.mcp.sandbox_tools import SandboxTools
 from gateway.mcp.server import build_server
 from gateway.mcp.upstream import UpstreamServers
@@ -61,8 +62,10 @@ def build_mcp(
     ledger_rows = ToolCallLedger(ledger, clock)
     calls = ToolCalls(catalogue, SandboxTools(service), upstreams, limiter, ledger_rows, telemetry)
     changes = ListChanges(catalogue, policies, clock, cfg.session_idle_s, log)
+    listens = TenantListens(catalogue, cfg.max_listens_per_tenant, cfg.max_sessions)
+    changes.listeners = listens
     manager = StreamableHTTPSessionManager(
-        build_server(catalogue, calls, changes),
+        build_server(catalogue, calls, changes, listens),
         # Origin is checked by the door; the SDK's check would also pin the Host header
         security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         session_idle_timeout=cfg.session_idle_s,
@@ -78,6 +81,7 @@ def build_mcp(
         tasks.append(asyncio.create_task(upstreams.keep_fresh(changes.wake)))
 
     async def stop() -> None:
+        listens.close()  # each listen stream ends with its result, as the spec's graceful close
         for task in tasks:
             task.cancel()
         await stack.aclose()

@@ -1,8 +1,8 @@
 """`notifications/tools/list_changed`: the sessions that listed a tenant's tools, told when the
-tenant's list really changed (its policy, or an upstream server's list).
+tenant's list really changed (its policy, or an upstream server's list); and, on the 2026-07-28
+wire, the tenant's open `subscriptions/listen` streams (gateway/mcp/listen.py).
 
-Only handshake-era sessions have a stream to be told on; a session idle past the door's
-`session_idle_s` is forgotten.
+A handshake-era session idle past the door's `session_idle_s` is forgotten.
 """
 
 from __future__ import annotations
@@ -23,6 +23,16 @@ class Policies(Protocol):
     def get(self, tenant: str) -> TenantPolicy | None: ...
 
 
+class Listeners(Protocol):
+    """The listen streams (`TenantListens`)."""
+
+    def tenants(self) -> set[str]: ...
+
+    async def listing_is(self, tenant: str, digest: str) -> None: ...
+
+    def gone(self, tenant: str) -> None: ...
+
+
 @dataclass
 class _Listed:
     session: ServerSession
@@ -39,6 +49,7 @@ class ListChanges:
         idle_s: float,
         logger: logging.Logger,
     ) -> None:
+        self.listeners: Listeners | None = None  # set when the 2026-07-28 wire's listens are served
         self._catalogue = catalogue
         self._policies = policies
         self._clock = clock
@@ -70,13 +81,20 @@ class ListChanges:
                 self._log.exception("mcp: checking for tool list changes failed")
 
     async def check(self) -> None:
-        for tenant in list(self._sessions):
+        listeners = self.listeners
+        listening = set() if listeners is None else listeners.tenants()
+        for tenant in [*self._sessions, *(t for t in listening if t not in self._sessions)]:
             policy = self._policies.get(tenant)
             if policy is None:  # the tenant is gone; its keys no longer open anything
-                del self._sessions[tenant]
+                self._sessions.pop(tenant, None)
+                if listeners is not None:
+                    listeners.gone(tenant)
                 continue
             digest = listing_digest(await self._catalogue.listing(policy))
-            await self._tell(self._sessions[tenant], digest)
+            if (sessions := self._sessions.get(tenant)) is not None:
+                await self._tell(sessions, digest)
+            if tenant in listening:
+                await listeners.listing_is(tenant, digest)  # type: ignore[union-attr]
 
     async def _tell(self, sessions: dict[str, _Listed], digest: str) -> None:
         stale_before = self._clock() - self._idle_s

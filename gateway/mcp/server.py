@@ -1,9 +1,11 @@
-"""The MCP server behind the door (the SDK's low-level `Server`): `tools/list` and `tools/call`
-answered per tenant, from the caller the door put on the HTTP request that carried the message.
+"""The MCP server behind the door (the SDK's low-level `Server`): `tools/list`, `tools/call` and
+`subscriptions/listen` answered per tenant, from the caller the door put on the HTTP request
+that carried the message.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from mcp.server.context import ServerRequestContext
@@ -17,6 +19,8 @@ from mcp_types import (
     CallToolResult,
     ListToolsResult,
     PaginatedRequestParams,
+    SubscriptionsListenRequestParams,
+    SubscriptionsListenResult,
 )
 
 from gateway.mcp.calls import McpCaller, ToolCalls
@@ -50,7 +54,20 @@ def caller_of(ctx: ServerRequestContext[Any, Any]) -> McpCaller:
     return caller
 
 
-def build_server(catalogue: ToolCatalogue, calls: ToolCalls, changes: ListChanges) -> ToolServer:
+ListenHandlerFn = Callable[
+    [ServerRequestContext[Any, Any], SubscriptionsListenRequestParams],
+    Awaitable[SubscriptionsListenResult],
+]
+
+
+def build_server(
+    catalogue: ToolCatalogue,
+    calls: ToolCalls,
+    changes: ListChanges,
+    listen: ListenHandlerFn | None = None,
+) -> ToolServer:
+    """`listen`: serves `subscriptions/listen` (the 2026-07-28 wire's change events)."""
+
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None
     ) -> ListToolsResult:
@@ -67,4 +84,10 @@ def build_server(catalogue: ToolCatalogue, calls: ToolCalls, changes: ListChange
         arguments = params.arguments or {}
         return await calls.call(caller_of(ctx), ctx.request_id, params.name, arguments, params.meta)
 
-    return ToolServer("lantern", version=VERSION, on_list_tools=list_tools, on_call_tool=call_tool)
+    return ToolServer(
+        "lantern",
+        version=VERSION,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        on_subscriptions_listen=listen,
+    )

@@ -1,6 +1,7 @@
 """Two tenants and four upstream servers (healthy, slow, garbage, down) behind one real
 `lantern serve`: each fault stays with its server, sessions stay with their key, a retry
-replays, a policy change is announced and appended, limits answer with a retry hint."""
+replays, a policy change is announced and appended (to the tenant's listeners on the 2026 wire,
+and only to them), limits answer with a retry hint."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import httpx
 import pytest
 import yaml
 from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import ToolsListChanged
 
 from bench._procs import free_port
 from gateway.mcp.errors import LIMITED, UPSTREAM_FAILED
@@ -34,6 +36,7 @@ ACME_SECOND_KEY = "lt-acme-mcp-key-000000000000000000000009"
 ECHO = {"name": "echo", "command": ["/bin/echo", "{text}"], "limits": {"wall_s": 20}}
 GRANTS = ["orders", "slow", "garbage", "down", "flaky"]
 HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+LISTENS = 2  # listen streams per tenant
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +64,8 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
             {"name": "down", "url": f"http://127.0.0.1:{free_port()}/mcp", "timeout_s": 5},
             {"name": "flaky", "url": flaky.url, "timeout_s": 5},
         ]
-        gateway = stack.enter_context(lantern_serve(var_dir, mcp_servers=servers))
+        mcp = {"max_listens_per_tenant": LISTENS}
+        gateway = stack.enter_context(lantern_serve(var_dir, mcp_servers=servers, mcp=mcp))
         gateway.upstreams = {"flaky": flaky}
         yield gateway
 
@@ -174,6 +178,55 @@ def test_a_new_tool_is_announced_and_appended(gateway: Gateway) -> None:
         assert after == [*before, "a_first_by_name"]
 
     asyncio.run(check())
+
+
+def test_listeners_on_the_2026_wire_hear_their_own_tenants_changes_only(gateway: Gateway) -> None:
+    """`subscriptions/listen`: acme's listener is told when acme's list changes and relists the
+    new tool; globex's, open all along, hears nothing of it. A tenant holds at most `LISTENS`
+    streams (the next is refused before its acknowledgement, another tenant's is not), and a
+    stream that ends gives its slot back."""
+    policy = gateway.var_dir / "policies" / "acme.yaml"
+    saved = policy.read_text()
+
+    async def first_event(sub: Any, timeout_s: float) -> object:
+        return await asyncio.wait_for(anext(aiter(sub)), timeout_s)
+
+    async def check() -> None:
+        url = gateway.mcp_url
+        async with (
+            mcp_client(url, ACME_KEY) as acme,
+            mcp_client(url, GLOBEX_KEY) as globex,
+            acme.listen(tools_list_changed=True) as heard,
+            globex.listen(tools_list_changed=True) as other,
+        ):
+            assert heard.honored.tools_list_changed and other.honored.tools_list_changed
+            before = [t.name for t in (await acme.list_tools()).tools]
+            doc = yaml.safe_load(saved)
+            doc["tools"] = [*doc["tools"], {**ECHO, "name": "b_heard_by_listeners"}]
+            tmp = policy.with_suffix(".tmp")
+            tmp.write_text(yaml.safe_dump(doc, sort_keys=False))
+            tmp.rename(policy)
+            assert await first_event(heard, 10) == ToolsListChanged()
+            after = [t.name for t in (await acme.list_tools()).tools]
+            assert after == [*before, "b_heard_by_listeners"]
+            with pytest.raises(TimeoutError):  # two more checks of the lists: nothing for globex
+                await first_event(other, 2.5)
+        async with mcp_client(url, ACME_KEY) as acme, mcp_client(url, GLOBEX_KEY) as globex:
+            async with acme.listen(tools_list_changed=True), acme.listen(tools_list_changed=True):
+                with pytest.raises(MCPError, match="listen streams"):
+                    async with acme.listen(tools_list_changed=True):
+                        pass
+                async with globex.listen(tools_list_changed=True) as neighbour:
+                    assert neighbour.honored.tools_list_changed
+            async with acme.listen(tools_list_changed=True) as again:  # the slots came back
+                assert again.honored.tools_list_changed
+
+    try:
+        asyncio.run(check())
+    finally:
+        tmp = policy.with_suffix(".tmp")
+        tmp.write_text(saved)
+        tmp.rename(policy)
 
 
 def _initialize(gateway: Gateway, key: str) -> str:

@@ -1,0 +1,93 @@
+"""`subscriptions/listen` (the 2026-07-28 wire): a client's stream of change events, told when
+its tenant's tool list really changes, and only its own tenant's.
+
+Each tenant has its own bus and the SDK's `ListenHandler` over it, kept while the tenant has a
+stream open. Bounded: `max_per_tenant` open streams per tenant (one tenant's flood of listens
+never takes another's), `max_streams` in the process; a listen past either is refused before
+its acknowledgement, as the SDK refuses one past its own limit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from mcp.server.context import ServerRequestContext
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp.shared.exceptions import MCPError
+from mcp_types import INTERNAL_ERROR, SubscriptionsListenRequestParams, SubscriptionsListenResult
+
+from gateway.mcp.catalogue import ToolCatalogue, listing_digest
+from gateway.mcp.server import caller_of
+
+
+@dataclass
+class _Tenant:
+    handler: ListenHandler
+    bus: InMemorySubscriptionBus
+    digest: str  # the listing its listeners were last told of (or listened at)
+    streams: int = 0
+
+
+class TenantListens:
+    """The `on_subscriptions_listen` handler of the MCP server, and the changes it announces."""
+
+    def __init__(self, catalogue: ToolCatalogue, max_per_tenant: int, max_streams: int) -> None:
+        self._catalogue = catalogue
+        self._max_per_tenant = max_per_tenant
+        self._max_streams = max_streams
+        self._tenants: dict[str, _Tenant] = {}
+        self._streams = 0
+
+    async def __call__(
+        self, ctx: ServerRequestContext[Any, Any], params: SubscriptionsListenRequestParams
+    ) -> SubscriptionsListenResult:
+        """Serve one listen stream of the caller's tenant until the client leaves."""
+        policy = caller_of(ctx).policy
+        tenant = policy.tenant
+        found = self._tenants.get(tenant)
+        if found is not None and found.streams >= self._max_per_tenant:
+            raise MCPError(
+                INTERNAL_ERROR,
+                f"listen streams: this tenant has {found.streams} open, its limit here",
+            )
+        if self._streams >= self._max_streams:
+            raise MCPError(INTERNAL_ERROR, "listen streams: the gateway's limit is reached")
+        if found is None:
+            digest = listing_digest(await self._catalogue.listing(policy))
+            found = self._tenants.get(tenant)  # another listen may have come in meanwhile
+            if found is None:
+                bus = InMemorySubscriptionBus()
+                handler = ListenHandler(bus, max_subscriptions=self._max_per_tenant)
+                found = self._tenants[tenant] = _Tenant(handler, bus, digest)
+        found.streams += 1
+        self._streams += 1
+        try:
+            return await found.handler(ctx, params)
+        finally:
+            found.streams -= 1
+            self._streams -= 1
+            if found.streams == 0 and self._tenants.get(tenant) is found:
+                del self._tenants[tenant]
+
+    def tenants(self) -> set[str]:
+        """The tenants with a stream open."""
+        return set(self._tenants)
+
+    async def listing_is(self, tenant: str, digest: str) -> None:
+        """The tenant's listing now has `digest`: its listeners are told when it changed."""
+        found = self._tenants.get(tenant)
+        if found is not None and found.digest != digest:
+            found.digest = digest
+            await found.bus.publish(ToolsListChanged())
+
+    def gone(self, tenant: str) -> None:
+        """The tenant is gone (its policy removed): its streams end."""
+        found = self._tenants.pop(tenant, None)
+        if found is not None:
+            found.handler.close()
+
+    def close(self) -> None:
+        """Every stream ends (the gateway stops)."""
+        for tenant in list(self._tenants):
+            self.gone(tenant)
