@@ -1,7 +1,8 @@
 """Issue 41 as it is shown: `lantern serve` with the OTLP exporter pointed at an in-process
-collector; a plain and a streamed chat call, each with its own `traceparent`. Each gateway span
-descends from the client's span, each upstream request carries the context of its attempt's
-span, and the names are the GenAI conventions' own (checked against the semconv package)."""
+collector; a plain and a streamed chat call, and an embeddings call, each with its own
+`traceparent`. Each gateway span descends from the client's span, each upstream request carries
+the context of its attempt's span, and the names are the GenAI conventions' own (checked
+against the semconv package)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import httpx
 import openai
@@ -21,29 +23,39 @@ from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ga
 from bench._procs import free_port
 from tests.e2e.conftest import models_for
 from tests.e2e.harness import stop_processes, wait_healthy, write_config, write_policy
+from tests.fakes.embeddings import FakeEmbeddings
 from tests.fakes.otlp_collector import CollectedSpan, OTLPCollector
 from tests.fakes.upstream import FakeUpstream
 
 REPO = Path(__file__).resolve().parents[2]
 KEY = "lt-acme-traces-key-0001"
 SERVER, CLIENT = 2, 3  # OTLP's SpanKind values
+EMBED = "text-embedding-3-small"
 GEN_AI_NAMES = {v for k, v in vars(ga).items() if k.startswith("GEN_AI_") and isinstance(v, str)}
 pytestmark = pytest.mark.slow
 
 
+class Served(NamedTuple):
+    url: str
+    upstream: FakeUpstream
+    collector: OTLPCollector
+    embeddings: FakeEmbeddings
+
+
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[str, FakeUpstream, OTLPCollector]]:
+def served(tmp_path: Path) -> Iterator[Served]:
     (tmp_path / "policies").mkdir()
-    write_policy(tmp_path / "policies", "acme", KEY, models=["gpt-4o-mini"])
-    with FakeUpstream() as upstream, OTLPCollector() as collector:
+    write_policy(tmp_path / "policies", "acme", KEY, models=["gpt-4o-mini", EMBED])
+    with FakeUpstream() as upstream, OTLPCollector() as collector, FakeEmbeddings() as embed:
+        embedder = {"kind": "openai_compatible", "name": "fake-embed", "model": "te3"}
+        embedder["base_url"] = embed.base_url
         telemetry = {
             "exporter": "otlp",
             "otlp_endpoint": collector.endpoint,
             "service_name": "lantern-traces-test",
         }
-        config = write_config(
-            tmp_path / "l.yaml", tmp_path, models_for(upstream)[:1], telemetry=telemetry
-        )
+        models = [*models_for(upstream)[:1], {"name": EMBED, "backends": [embedder]}]
+        config = write_config(tmp_path / "l.yaml", tmp_path, models, telemetry=telemetry)
         port = free_port()
         log = tmp_path / "gw.log"
         argv = [sys.executable, "-m", "gateway.cli.main", "serve", "--config", str(config)]
@@ -53,7 +65,7 @@ def served(tmp_path: Path) -> Iterator[tuple[str, FakeUpstream, OTLPCollector]]:
             )
         try:
             wait_healthy(proc, f"http://127.0.0.1:{port}", log)
-            yield f"http://127.0.0.1:{port}", upstream, collector
+            yield Served(f"http://127.0.0.1:{port}", upstream, collector, embed)
         finally:
             stop_processes([proc])
 
@@ -69,9 +81,9 @@ def _of(spans: list[CollectedSpan], trace_id: str, kind: int) -> CollectedSpan:
 
 
 def test_the_client_trace_continues_through_the_gateway_and_upstream(
-    served: tuple[str, FakeUpstream, OTLPCollector],
+    served: Served,
 ) -> None:
-    url, upstream, collector = served
+    url, upstream, collector, _ = served
     client = openai.OpenAI(base_url=url + "/v1", api_key=KEY, max_retries=0)
     messages = [{"role": "user", "content": "hello words:4"}]
     plain_trace, plain_parent, plain_tp = _traceparent(0xA1)
@@ -129,9 +141,9 @@ def test_the_client_trace_continues_through_the_gateway_and_upstream(
 
 
 def test_a_call_refused_at_admission_is_a_span_in_the_client_trace(
-    served: tuple[str, FakeUpstream, OTLPCollector],
+    served: Served,
 ) -> None:
-    url, upstream, collector = served
+    url, upstream, collector, _ = served
     trace_id, parent, traceparent = _traceparent(0xE5)
     body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}  # not served
     headers = {"authorization": f"Bearer {KEY}", "traceparent": traceparent}
@@ -146,3 +158,28 @@ def test_a_call_refused_at_admission_is_a_span_in_the_client_trace(
         "acme",
     )
     assert not [r for r in upstream.requests if "traceparent" in r.headers]  # nothing upstream
+
+
+def test_an_embeddings_call_is_a_span_in_the_client_trace(
+    served: Served,
+) -> None:
+    url, _, collector, embeddings = served
+    trace_id, parent, traceparent = _traceparent(0xC3)
+    client = openai.OpenAI(base_url=url + "/v1", api_key=KEY, max_retries=0)
+    reply = client.embeddings.create(
+        model=EMBED, input=["hello there", "general"], extra_headers={"traceparent": traceparent}
+    )
+    assert reply.usage.prompt_tokens == 3
+    spans = collector.wait_for(2)
+    server, attempt = _of(spans, trace_id, SERVER), _of(spans, trace_id, CLIENT)
+    assert server.parent_span_id == parent and attempt.parent_span_id == server.span_id
+    sent = [r.headers.get("traceparent") for r in embeddings.app.requests]
+    assert f"00-{trace_id}-{attempt.span_id}-01" in sent  # the upstream joined the trace
+    assert server.name == attempt.name == f"embeddings {EMBED}"
+    a = server.attributes
+    assert (a[ga.GEN_AI_OPERATION_NAME], a[ga.GEN_AI_PROVIDER_NAME]) == ("embeddings", "openai")
+    assert (a[ga.GEN_AI_USAGE_INPUT_TOKENS], a[ga.GEN_AI_EMBEDDINGS_DIMENSION_COUNT]) == (3, 3)
+    assert ga.GEN_AI_REQUEST_MAX_TOKENS not in a
+    for span in (server, attempt):
+        assert {k for k in span.attributes if k.startswith("gen_ai.")} <= GEN_AI_NAMES
+        assert not any("hello" in str(v) for v in span.attributes.values())  # no text
