@@ -46,20 +46,18 @@ class TenantListens:
         policy = caller_of(ctx).policy
         tenant = policy.tenant
         found = self._tenants.get(tenant)
-        if found is not None and found.streams >= self._max_per_tenant:
+        if found is None:  # its first stream: the listing it listens from
+            digest = listing_digest(await self._catalogue.listing(policy))
+            found = self._tenants.get(tenant) or self._new(digest)
+        # from here to the count, no await: two listens cannot both take the last slot
+        if found.streams >= self._max_per_tenant:
             raise MCPError(
                 INTERNAL_ERROR,
                 f"listen streams: this tenant has {found.streams} open, its limit here",
             )
         if self._streams >= self._max_streams:
             raise MCPError(INTERNAL_ERROR, "listen streams: the gateway's limit is reached")
-        if found is None:
-            digest = listing_digest(await self._catalogue.listing(policy))
-            found = self._tenants.get(tenant)  # another listen may have come in meanwhile
-            if found is None:
-                bus = InMemorySubscriptionBus()
-                handler = ListenHandler(bus, max_subscriptions=self._max_per_tenant)
-                found = self._tenants[tenant] = _Tenant(handler, bus, digest)
+        self._tenants[tenant] = found
         found.streams += 1
         self._streams += 1
         try:
@@ -69,6 +67,10 @@ class TenantListens:
             self._streams -= 1
             if found.streams == 0 and self._tenants.get(tenant) is found:
                 del self._tenants[tenant]
+
+    def _new(self, digest: str) -> _Tenant:
+        bus = InMemorySubscriptionBus()
+        return _Tenant(ListenHandler(bus, max_subscriptions=self._max_per_tenant), bus, digest)
 
     def tenants(self) -> set[str]:
         """The tenants with a stream open."""
