@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ga
 from opentelemetry.util.types import AttributeValue
@@ -29,6 +31,7 @@ from gateway.telemetry import (
     Telemetry,
 )
 
+log = logging.getLogger("lantern.embeddings")
 EMBEDDINGS = ga.GenAiOperationNameValues.EMBEDDINGS.value
 DOOR = "embeddings"
 
@@ -113,40 +116,48 @@ class EmbeddingTelemetry:
         reply: Mapping[str, JSON] | None,
     ) -> None:
         """The upstream call ended (`error_kind` None: answered with `reply`): the metrics of
-        the attempt, and its span and the call's ended. `asked`: the client's body."""
-        now = self._clock()
-        provider = backend_provider(candidate.backend)
-        trace = self.trace
-        status = "ok" if error_kind is None else "error"
-        self._telemetry.metrics.record_attempt(
-            AttemptMetrics(
-                CallLabels(self._tenant, route, candidate.backend_name, provider),
-                status,
-                usage,
-                cost_usd,
-                now - began,
-                None,
-                error_kind,
-                None if trace is None else trace.trace_id,
-                EMBEDDINGS,
+        the attempt, and its span and the call's ended. `asked`: the client's body. Never
+        raises: a call that was served (settled, recorded) is answered whatever its telemetry
+        does, as a chat call's bookkeeping after its reply is."""
+        try:
+            now = self._clock()
+            provider = backend_provider(candidate.backend)
+            trace = self.trace
+            status = "ok" if error_kind is None else "error"
+            self._telemetry.metrics.record_attempt(
+                AttemptMetrics(
+                    CallLabels(self._tenant, route, candidate.backend_name, provider),
+                    status,
+                    usage,
+                    cost_usd,
+                    now - began,
+                    None,
+                    error_kind,
+                    None if trace is None else trace.trace_id,
+                    EMBEDDINGS,
+                )
             )
-        )
-        if trace is None:
-            return
-        attrs: dict[str, AttributeValue] = {}
-        encoding = asked.get("encoding_format")
-        if isinstance(encoding, str):
-            attrs[ga.GEN_AI_REQUEST_ENCODING_FORMATS] = (encoding,)
-        dimensions = None if reply is None else dimension_count(reply)
-        if dimensions is not None:
-            attrs[ga.GEN_AI_EMBEDDINGS_DIMENSION_COUNT] = dimensions
-        model = reply.get("model") if reply is not None else None
-        answered = model if isinstance(model, str) else None
+            if trace is not None:
+                ending = Ending(
+                    status, error_kind, usage, cost_usd, 0.0, None, *_answer(asked, reply)
+                )
+                trace.end_attempt(0, replace(ending, duration_s=now - began))
+                trace.end(replace(ending, duration_s=now - self._arrived))
+        except Exception:  # noqa: BLE001 - telemetry must not fail the call it describes
+            log.exception("embeddings telemetry failed")
 
-        def ending(duration_s: float) -> Ending:
-            return Ending(
-                status, error_kind, usage, cost_usd, duration_s, None, answered, None, None, attrs
-            )
 
-        trace.end_attempt(0, ending(now - began))
-        trace.end(ending(now - self._arrived))
+def _answer(
+    asked: Mapping[str, JSON], reply: Mapping[str, JSON] | None
+) -> tuple[str | None, None, None, dict[str, AttributeValue]]:
+    """An ending's response model, finish reason, content and attributes: the upstream's model
+    name, the vectors' dimension and the encoding the client asked for."""
+    attrs: dict[str, AttributeValue] = {}
+    encoding = asked.get("encoding_format")
+    if isinstance(encoding, str):
+        attrs[ga.GEN_AI_REQUEST_ENCODING_FORMATS] = (encoding,)
+    dimensions = None if reply is None else dimension_count(reply)
+    if dimensions is not None:
+        attrs[ga.GEN_AI_EMBEDDINGS_DIMENSION_COUNT] = dimensions
+    model = None if reply is None else reply.get("model")
+    return (model if isinstance(model, str) else None), None, None, attrs

@@ -67,14 +67,21 @@ def _settings(tmp: Path, upstream: FakeEmbeddings) -> Any:
     return load_settings(tmp / "lantern.yaml")
 
 
-async def _serve(tmp: Path, traced: bool) -> dict[str, Any]:
-    """Each call's status, the spans, the metrics' text and the upstream's requests."""
+async def _serve(tmp: Path, traced: bool, broken: bool = False) -> dict[str, Any]:
+    """Each call's status, the spans, the metrics' text and the upstream's requests;
+    `broken`: recording the metrics raises."""
     with FakeEmbeddings() as upstream:
         app = create_app(_settings(tmp, upstream))
         parts = app.state.components
         spans = InMemorySpanExporter()
         if traced:
             parts.pipeline.s.telemetry.add_span_processor(SimpleSpanProcessor(spans))
+        if broken:
+
+            def refuse(*_: object) -> None:
+                raise RuntimeError("the metrics are broken")
+
+            parts.pipeline.s.telemetry.metrics.record_attempt = refuse
         await parts.start()
         try:
             transport = httpx.ASGITransport(app=app)
@@ -222,6 +229,12 @@ def test_embeddings_calls_are_metered_by_tenant_and_operation(tmp_path: Path) ->
     }
     cost = _samples(out["metrics"], "lantern_cost_usd_total")
     assert cost[(("model", MODEL), ("tenant", "acme"))] == pytest.approx(5 * 0.02 / 1e6)
+
+
+def test_broken_telemetry_never_fails_a_served_call(tmp_path: Path) -> None:
+    out = asyncio.run(_serve(tmp_path, traced=True, broken=True))
+    assert out["statuses"] == [200, 400, 502, 200]  # as with working telemetry
+    assert [t for t, _, _ in _ledger_ids(tmp_path)] == ["acme", "acme", "zeta"]
 
 
 def test_the_dimension_count_is_read_from_floats_or_base64() -> None:
