@@ -111,11 +111,12 @@ class EmbeddingTelemetry:
         usage: Usage,
         cost_usd: float,
         began: float,
+        status: str,
         error_kind: str | None,
         asked: Mapping[str, JSON],
         reply: Mapping[str, JSON] | None,
     ) -> None:
-        """The upstream call ended (`error_kind` None: answered with `reply`): the metrics of
+        """The upstream call ended with `status` (`ok`: answered with `reply`): the metrics of
         the attempt, and its span and the call's ended. `asked`: the client's body. Never
         raises: a call that was served (settled, recorded) is answered whatever its telemetry
         does, as a chat call's bookkeeping after its reply is."""
@@ -123,7 +124,6 @@ class EmbeddingTelemetry:
             now = self._clock()
             provider = backend_provider(candidate.backend)
             trace = self.trace
-            status = "ok" if error_kind is None else "error"
             self._telemetry.metrics.record_attempt(
                 AttemptMetrics(
                     CallLabels(self._tenant, route, candidate.backend_name, provider),

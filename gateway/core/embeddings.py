@@ -19,6 +19,7 @@ from adapters.backend import (
 )
 from adapters.types import JSON, ChatRequest, Usage
 from adapters.wire.json_fields import optional
+from gateway.core.attempts import gone_or_ours
 from gateway.core.calls import IncomingCall, check_prompt_cap, route_for
 from gateway.core.embedding_telemetry import EmbeddingTelemetry
 from gateway.core.pipeline import PipelineParts
@@ -88,7 +89,7 @@ class Embeddings:
             self.s.clock,
         )
         try:
-            route, candidate, ticket = await self._admit(call, model)
+            route, candidate, ticket, prompt_tokens = await self._admit(call, model)
         except Exception as exc:
             seen.refused(exc)
             raise
@@ -97,22 +98,27 @@ class Embeddings:
         try:
             reply = await backend.embed(call.body, TIMEOUT_S, seen.begin(candidate))
         except BaseException as exc:
+            # the client went away: its input was sent, and is paid as the chat doors' prompt
+            status, error, fault = gone_or_ours(exc)
+            usage = Usage(input_tokens=prompt_tokens) if fault == "client" else Usage()
+            cost = self.s.pricing.cost_usd(route.name, usage)
             with anyio.CancelScope(shield=True):
-                await self.s.admission.settle(ticket, usage=Usage(), cost_usd=0.0)
-            error = type(exc).__name__
-            self._record(call, request_id, route, candidate, Usage(), began, error)
-            seen.end(route.name, candidate, Usage(), 0.0, began, error, call.body, None)
+                await self.s.admission.settle(ticket, usage=usage, cost_usd=cost)
+            self._record(call, request_id, route, candidate, usage, began, status, error)
+            seen.end(route.name, candidate, usage, cost, began, status, error, call.body, None)
             raise
         usage = Usage(input_tokens=reply.prompt_tokens)
         cost = self.s.pricing.cost_usd(route.name, usage)
         await self.s.admission.settle(ticket, usage=usage, cost_usd=cost)
-        self._record(call, request_id, route, candidate, usage, began, None)
-        seen.end(route.name, candidate, usage, cost, began, None, call.body, reply.body)
+        self._record(call, request_id, route, candidate, usage, began, "ok", None)
+        seen.end(route.name, candidate, usage, cost, began, "ok", None, call.body, reply.body)
         return _as_asked(reply, model)
 
-    async def _admit(self, call: EmbeddingCall, model: str) -> tuple[ModelRoute, Candidate, Ticket]:
+    async def _admit(
+        self, call: EmbeddingCall, model: str
+    ) -> tuple[ModelRoute, Candidate, Ticket, int]:
         """Everything that may still refuse the call: its route and backend, its input, its
-        prompt cap; then its tokens reserved (the ticket to settle)."""
+        prompt cap; then its tokens reserved (the ticket to settle, and the count reserved)."""
         user = optional(call.body, "user", str)  # the end-user id the ledger may keep
         request = ChatRequest(model, (), user=user)
         incoming = IncomingCall(  # checks the identifiers, as every door does
@@ -133,7 +139,7 @@ class Embeddings:
             max_output_tokens=0,
             worst_case_usd=worst,
         )
-        return route, candidate, ticket
+        return route, candidate, ticket, prompt_tokens
 
     async def _count(self, model: str, texts: list[str], body_bytes: int, scope: str) -> int:
         """Tokens of `texts`; a large body's in the large-call lane's thread, with its own
@@ -167,6 +173,7 @@ class Embeddings:
         candidate: Candidate,
         usage: Usage,
         began: float,
+        status: str,
         error_kind: str | None,
     ) -> None:
         cost = self.s.pricing.cost_usd(route.name, usage)
@@ -179,7 +186,7 @@ class Embeddings:
             model=route.name,
             backend=candidate.backend_name,
             replica=candidate.replica,
-            status="ok" if error_kind is None else "error",
+            status=status,
             error_kind=error_kind,
             usage=usage,
             cost_usd=cost,

@@ -3,6 +3,7 @@ token per word (so tests can assert exact counts and costs), every request recor
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ def vector(text: str) -> list[float]:
 @dataclass
 class EmbeddingsApp:
     requests: list[RecordedRequest] = field(default_factory=list)
+    delay_s: float = 0.0  # before an embeddings reply: a client may leave meanwhile
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -31,6 +33,8 @@ class EmbeddingsApp:
         if scope["path"] != "/v1/embeddings":
             await _respond(send, 404, b'{"error": {"message": "no such route"}}')
             return
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
         body = orjson.loads(raw)
         texts = [body["input"]] if isinstance(body["input"], str) else body["input"]
         data = [

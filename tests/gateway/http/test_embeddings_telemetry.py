@@ -23,8 +23,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ga
 from opentelemetry.trace import SpanKind, StatusCode
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine
+from sqlalchemy import text as text_
 
+from adapters.tokens import TokenCounter
 from bench._procs import free_port
 from gateway.app import create_app
 from gateway.core.embedding_telemetry import dimension_count
@@ -117,7 +119,7 @@ async def _serve(tmp: Path, traced: bool, broken: bool = False) -> dict[str, Any
 
 def _ledger_ids(tmp: Path) -> list[tuple[str, str, str]]:
     engine = create_engine(f"sqlite:///{tmp}/lantern.db")
-    query = text("SELECT tenant, model, request_id FROM usage ORDER BY ts")
+    query = text_("SELECT tenant, model, request_id FROM usage ORDER BY ts")
     with engine.connect() as conn:
         rows = [(r[0], r[1], r[2]) for r in conn.execute(query)]
     engine.dispose()
@@ -244,3 +246,45 @@ def test_the_dimension_count_is_read_from_floats_or_base64() -> None:
     assert dimension_count({"data": [{"embedding": packed}]}) == 3
     for unreadable in ({}, {"data": []}, {"data": [{"embedding": "%%%"}]}, {"data": [7]}):
         assert dimension_count(unreadable) is None  # type: ignore[arg-type]
+
+
+def test_a_client_that_leaves_mid_call_pays_its_input_as_on_the_chat_doors(
+    tmp_path: Path,
+) -> None:
+    """The input reached the upstream before the client left: the row says so
+    (`client_disconnect`), carries the input as the gateway counted it, priced, and the quota
+    is settled on it; nothing is billed twice."""
+    text = "alpha beta gamma delta"
+
+    async def main() -> tuple[str, float]:
+        with FakeEmbeddings() as upstream:
+            upstream.app.delay_s = 3.0
+            app = create_app(_settings(tmp_path, upstream))
+            parts = app.state.components
+            await parts.start()
+            try:
+                transport = httpx.ASGITransport(app=app)
+                async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+                    headers = {"authorization": f"Bearer {KEYS['acme']}"}
+                    body = {"model": MODEL, "input": text}
+                    with pytest.raises(TimeoutError):  # the client hangs up
+                        await asyncio.wait_for(
+                            client.post("/v1/embeddings", json=body, headers=headers), 0.5
+                        )
+                    metrics = (await client.get("/metrics")).text
+            finally:
+                parts.pipeline.after_reply.flush()
+                await parts.stop()
+        requests = _samples(metrics, "lantern_requests_total")
+        return next(dict(k)["status"] for k in requests), sum(requests.values())
+
+    status, calls = asyncio.run(main())
+    assert (status, calls) == ("client_disconnect", 1.0)
+    engine = create_engine(f"sqlite:///{tmp_path}/lantern.db")
+    query = text_("SELECT status, error_kind, input_tokens, cost_usd FROM usage")
+    with engine.connect() as conn:
+        [row] = conn.execute(query).all()
+    engine.dispose()
+    counted = TokenCounter().count_text(MODEL, text)
+    assert tuple(row[:3]) == ("client_disconnect", None, counted)
+    assert float(row[3]) == pytest.approx(counted * 0.02 / 1e6)
