@@ -153,21 +153,19 @@ def _differ_in_descriptions(
     such pair added to `found`; False as soon as they differ otherwise, or in more than one."""
     if type(a) is not type(b):
         return False
-    if isinstance(a, dict):
-        assert isinstance(b, dict)
-        if a.keys() != b.keys():
-            return False
-        return all(_differ_in_descriptions(a[k], b[k], k, found) for k in a)
-    if isinstance(a, list):
-        assert isinstance(b, list)
-        if len(a) != len(b):
-            return False
-        return all(_differ_in_descriptions(x, y, None, found) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(
+            _differ_in_descriptions(a[k], b[k], k, found) for k in a
+        )
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(
+            _differ_in_descriptions(x, y, None, found) for x, y in zip(a, b, strict=True)
+        )
     if a == b:
         return True
-    if key != "description" or not isinstance(a, str) or len(found) > 0:
+    if key != "description" or not isinstance(a, str) or not isinstance(b, str) or found:
         return False
-    found.append((a, b))  # type: ignore[arg-type]
+    found.append((a, b))
     return True
 
 

@@ -30,9 +30,9 @@ from gateway.telemetry import (
     Ending,
     Telemetry,
 )
+from gateway.telemetry.genai import EMBEDDINGS
 
 log = logging.getLogger("lantern.embeddings")
-EMBEDDINGS = ga.GenAiOperationNameValues.EMBEDDINGS.value
 DOOR = "embeddings"
 
 

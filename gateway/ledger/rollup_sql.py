@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 MONEY = {"cost_e8": "cost_usd", "uncached_cost_e8": "uncached_cost_usd"}
 KEYS = ("day", "tenant", "model", "backend", "key_id")
-TRIGGERS = ("usage_daily_add", "usage_daily_remove", "usage_daily_change")
+ADD, REMOVE, CHANGE = TRIGGERS = ("usage_daily_add", "usage_daily_remove", "usage_daily_change")
 _PG_UNITS = "round({} * 100000000)::bigint"
 _SQLITE_UNITS = "CAST(round({} * 100000000) AS INTEGER)"
 
@@ -76,14 +76,9 @@ class RollupSql:
     FROM ({self.grouped_select("removed", "ts::date", _PG_UNITS)}) AS r
     WHERE {" AND ".join(f"d.{k} = r.{k}" for k in KEYS)};"""
         return (
-            ("usage_daily_add", add, "INSERT", "NEW TABLE AS inserted"),
-            ("usage_daily_remove", remove, "DELETE", "OLD TABLE AS removed"),
-            (
-                "usage_daily_change",
-                remove + add,
-                "UPDATE",
-                "OLD TABLE AS removed NEW TABLE AS inserted",
-            ),
+            (ADD, add, "INSERT", "NEW TABLE AS inserted"),
+            (REMOVE, remove, "DELETE", "OLD TABLE AS removed"),
+            (CHANGE, remove + add, "UPDATE", "OLD TABLE AS removed NEW TABLE AS inserted"),
         )
 
     def _sqlite_triggers(self) -> tuple[tuple[str, str, str], ...]:
@@ -104,9 +99,9 @@ class RollupSql:
     WHERE day = date(OLD.ts) AND tenant = OLD.tenant AND model = OLD.model
         AND backend = coalesce(OLD.backend, '(none)') AND key_id = OLD.key_id;"""
         return (
-            ("usage_daily_add", "INSERT", add),
-            ("usage_daily_remove", "DELETE", remove),
-            ("usage_daily_change", "UPDATE", remove + add),
+            (ADD, "INSERT", add),
+            (REMOVE, "DELETE", remove),
+            (CHANGE, "UPDATE", remove + add),
         )
 
 

@@ -61,9 +61,8 @@ def build_mcp(
     limiter = ToolCallLimiter(quotas, wall_clock)
     ledger_rows = ToolCallLedger(ledger, clock)
     calls = ToolCalls(catalogue, SandboxTools(service), upstreams, limiter, ledger_rows, telemetry)
-    changes = ListChanges(catalogue, policies, clock, cfg.session_idle_s, log)
     listens = TenantListens(catalogue, cfg.max_listens_per_tenant, cfg.max_sessions)
-    changes.listeners = listens
+    changes = ListChanges(catalogue, policies, clock, cfg.session_idle_s, log, listens)
     manager = StreamableHTTPSessionManager(
         build_server(catalogue, calls, changes, listens),
         # Origin is checked by the door; the SDK's check would also pin the Host header

@@ -48,8 +48,9 @@ class ListChanges:
         clock: Callable[[], float],
         idle_s: float,
         logger: logging.Logger,
+        listeners: Listeners,
     ) -> None:
-        self.listeners: Listeners | None = None  # set when the 2026-07-28 wire's listens are served
+        self._listeners = listeners
         self._catalogue = catalogue
         self._policies = policies
         self._clock = clock
@@ -81,20 +82,18 @@ class ListChanges:
                 self._log.exception("mcp: checking for tool list changes failed")
 
     async def check(self) -> None:
-        listeners = self.listeners
-        listening = set() if listeners is None else listeners.tenants()
+        listening = self._listeners.tenants()
         for tenant in [*self._sessions, *(t for t in listening if t not in self._sessions)]:
             policy = self._policies.get(tenant)
             if policy is None:  # the tenant is gone; its keys no longer open anything
                 self._sessions.pop(tenant, None)
-                if listeners is not None:
-                    listeners.gone(tenant)
+                self._listeners.gone(tenant)
                 continue
             digest = listing_digest(await self._catalogue.listing(policy))
             if (sessions := self._sessions.get(tenant)) is not None:
                 await self._tell(sessions, digest)
             if tenant in listening:
-                await listeners.listing_is(tenant, digest)  # type: ignore[union-attr]
+                await self._listeners.listing_is(tenant, digest)
 
     async def _tell(self, sessions: dict[str, _Listed], digest: str) -> None:
         stale_before = self._clock() - self._idle_s

@@ -64,7 +64,7 @@ def build_server(
     catalogue: ToolCatalogue,
     calls: ToolCalls,
     changes: ListChanges,
-    listen: ListenHandlerFn | None = None,
+    listen: ListenHandlerFn,
 ) -> ToolServer:
     """`listen`: serves `subscriptions/listen` (the 2026-07-28 wire's change events)."""
 
