@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Iterator
-from contextlib import ExitStack
+from contextlib import AsyncExitStack, ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -212,14 +212,16 @@ def test_listeners_on_the_2026_wire_hear_their_own_tenants_changes_only(gateway:
             with pytest.raises(TimeoutError):  # two more checks of the lists: nothing for globex
                 await first_event(other, 2.5)
         async with mcp_client(url, ACME_KEY) as acme, mcp_client(url, GLOBEX_KEY) as globex:
-            async with acme.listen(tools_list_changed=True), acme.listen(tools_list_changed=True):
+            async with AsyncExitStack() as held:
+                for _ in range(LISTENS):
+                    await listen_when_free(held, acme)  # the first block's stream may linger
                 with pytest.raises(MCPError, match="listen streams"):
                     async with acme.listen(tools_list_changed=True):
                         pass
                 async with globex.listen(tools_list_changed=True) as neighbour:
                     assert neighbour.honored.tools_list_changed
-            async with acme.listen(tools_list_changed=True) as again:  # the slots came back
-                assert again.honored.tools_list_changed
+            async with AsyncExitStack() as again:  # the slots come back
+                assert (await listen_when_free(again, acme)).honored.tools_list_changed
 
     try:
         asyncio.run(check())
@@ -227,6 +229,19 @@ def test_listeners_on_the_2026_wire_hear_their_own_tenants_changes_only(gateway:
         tmp = policy.with_suffix(".tmp")
         tmp.write_text(saved)
         tmp.rename(policy)
+
+
+async def listen_when_free(stack: AsyncExitStack, client: Any) -> Any:
+    """A listen entered on `stack`, tried again while the tenant's slots are full: the gateway
+    learns that a client closed a stream only when its request is torn down, a moment after."""
+    for _ in range(50):
+        try:
+            return await stack.enter_async_context(client.listen(tools_list_changed=True))
+        except MCPError as exc:
+            if "listen streams" not in str(exc):
+                raise
+            await asyncio.sleep(0.2)
+    raise AssertionError("a closed listen stream never gave its slot back")
 
 
 def _initialize(gateway: Gateway, key: str) -> str:
