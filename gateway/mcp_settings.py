@@ -41,5 +41,6 @@ class McpSettings(Section):
     max_sessions: int = Field(default=10_000, gt=0)  # per gateway process (listen streams too)
     # `subscriptions/listen` streams one tenant may hold open in one gateway process
     max_listens_per_tenant: int = Field(default=32, gt=0)
-    # how often tenants with open sessions are checked for a changed tool list
+    # how often tenants with open sessions are checked for a changed tool list, and keys with
+    # open streams for whether they may still call
     change_poll_s: float = Field(default=1.0, gt=0)

@@ -10,6 +10,7 @@ import time
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
+from typing import Protocol
 
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
@@ -20,6 +21,7 @@ from gateway.mcp.calls import ToolCalls
 from gateway.mcp.catalogue import ToolCatalogue
 from gateway.mcp.changes import ListChanges, Policies
 from gateway.mcp.door import McpDoor
+from gateway.mcp.key_watch import KeyStreams, KeyWatch
 from gateway.mcp.limits import ToolCallLimiter
 from gateway.mcp.listen import TenantListens
 from gateway.mcp.sandbox_tools import SandboxTools
@@ -28,6 +30,7 @@ from gateway.mcp.upstream import UpstreamServers
 from gateway.ports import LedgerPort
 from gateway.settings import Settings
 from gateway.telemetry import Telemetry
+from policies.model import TenantPolicy
 from quotas.store import QuotaStore
 from sandbox.service import ToolRunService
 
@@ -41,9 +44,15 @@ class McpPart:
     stop: Callable[[], Awaitable[None]]
 
 
+class Keys(KeyLookup, Protocol):
+    """The door's key lookup, which also says whether a key may still call."""
+
+    def policy_for_key_id(self, tenant: str, key_id: str) -> TenantPolicy | None: ...
+
+
 def build_mcp(
     settings: Settings,
-    keys: KeyLookup,
+    keys: Keys,
     policies: Policies,
     service: ToolRunService,
     ledger: LedgerPort,
@@ -63,6 +72,13 @@ def build_mcp(
     calls = ToolCalls(catalogue, SandboxTools(service), upstreams, limiter, ledger_rows, telemetry)
     listens = TenantListens(catalogue, cfg.max_listens_per_tenant, cfg.max_sessions)
     changes = ListChanges(catalogue, policies, clock, cfg.session_idle_s, log, listens)
+    streams = KeyStreams()
+    watch = KeyWatch(
+        lambda tenant, key_id: keys.policy_for_key_id(tenant, key_id) is not None,
+        streams,
+        listens,
+        log,
+    )
     manager = StreamableHTTPSessionManager(
         build_server(catalogue, calls, changes, listens),
         # Origin is checked by the door; the SDK's check would also pin the Host header
@@ -77,6 +93,7 @@ def build_mcp(
     async def start() -> None:
         await stack.enter_async_context(manager.run())
         tasks.append(asyncio.create_task(changes.run(cfg.change_poll_s)))
+        tasks.append(asyncio.create_task(watch.run(cfg.change_poll_s)))
         tasks.append(asyncio.create_task(upstreams.keep_fresh(changes.wake)))
 
     async def stop() -> None:
@@ -86,4 +103,5 @@ def build_mcp(
         await stack.aclose()
         await upstreams.aclose()
 
-    return McpPart(McpDoor(manager, keys, cfg.allowed_origins, telemetry), start, stop)
+    door = McpDoor(manager, keys, cfg.allowed_origins, telemetry, streams)
+    return McpPart(door, start, stop)

@@ -1,15 +1,16 @@
 """`subscriptions/listen` (the 2026-07-28 wire): a client's stream of change events, told when
 its tenant's tool list really changes, and only its own tenant's.
 
-Each tenant has its own bus and the SDK's `ListenHandler` over it, kept while the tenant has a
-stream open. Bounded: `max_per_tenant` open streams per tenant (one tenant's flood of listens
-never takes another's), `max_streams` in the process; a listen past either is refused before
-its acknowledgement, as the SDK refuses one past its own limit.
+Each tenant has its own bus, and each of its keys with a stream open the SDK's `ListenHandler`
+over that bus, kept while the key has a stream open: a key that may no longer call has its
+streams ended (`end_key`) and no other key's. Bounded: `max_per_tenant` open streams per tenant
+(one tenant's flood of listens never takes another's), `max_streams` in the process; a listen
+past either is refused before its acknowledgement, as the SDK refuses one past its own limit.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from mcp.server.context import ServerRequestContext
@@ -22,11 +23,17 @@ from gateway.mcp.server import caller_of
 
 
 @dataclass
-class _Tenant:
+class _Key:
     handler: ListenHandler
+    streams: int = 0
+
+
+@dataclass
+class _Tenant:
     bus: InMemorySubscriptionBus
     digest: str  # the listing its listeners were last told of (or listened at)
     streams: int = 0
+    keys: dict[str, _Key] = field(default_factory=dict)  # by key id, while it has a stream
 
 
 class TenantListens:
@@ -43,11 +50,11 @@ class TenantListens:
         self, ctx: ServerRequestContext[Any, Any], params: SubscriptionsListenRequestParams
     ) -> SubscriptionsListenResult:
         """Serve one listen stream of the caller's tenant until the client leaves."""
-        policy = caller_of(ctx).policy
-        tenant = policy.tenant
+        caller = caller_of(ctx)
+        tenant, key_id = caller.policy.tenant, caller.key_id
         found = self._tenants.get(tenant)
         if found is None:  # its first stream: the listing it listens from
-            digest = listing_digest(await self._catalogue.listing(policy))
+            digest = listing_digest(await self._catalogue.listing(caller.policy))
             found = self._tenants.get(tenant) or self._new(digest)
         # from here to the count, no await: two listens cannot both take the last slot
         if found.streams >= self._max_per_tenant:
@@ -57,24 +64,35 @@ class TenantListens:
             )
         if self._streams >= self._max_streams:
             raise MCPError(INTERNAL_ERROR, "listen streams: the gateway's limit is reached")
+        key = found.keys.get(key_id)
+        if key is None:
+            handler = ListenHandler(found.bus, max_subscriptions=self._max_per_tenant)
+            key = found.keys[key_id] = _Key(handler)
         self._tenants[tenant] = found
         found.streams += 1
+        key.streams += 1
         self._streams += 1
         try:
-            return await found.handler(ctx, params)
+            return await key.handler(ctx, params)
         finally:
+            key.streams -= 1
             found.streams -= 1
             self._streams -= 1
+            if key.streams == 0 and found.keys.get(key_id) is key:
+                del found.keys[key_id]
             if found.streams == 0 and self._tenants.get(tenant) is found:
                 del self._tenants[tenant]
 
     def _new(self, digest: str) -> _Tenant:
-        bus = InMemorySubscriptionBus()
-        return _Tenant(ListenHandler(bus, max_subscriptions=self._max_per_tenant), bus, digest)
+        return _Tenant(InMemorySubscriptionBus(), digest)
 
     def tenants(self) -> set[str]:
         """The tenants with a stream open."""
         return set(self._tenants)
+
+    def keys(self) -> set[tuple[str, str]]:
+        """The (tenant, key id) pairs with a stream open."""
+        return {(t, k) for t, found in self._tenants.items() for k in found.keys}
 
     async def listing_is(self, tenant: str, digest: str) -> None:
         """The tenant's listing now has `digest`: its listeners are told when it changed."""
@@ -83,11 +101,21 @@ class TenantListens:
             found.digest = digest
             await found.bus.publish(ToolsListChanged())
 
+    def end_key(self, tenant: str, key_id: str) -> None:
+        """The key may no longer call: its streams end (each with its result, the spec's
+        graceful close); the tenant's other keys' streams go on."""
+        found = self._tenants.get(tenant)
+        key = None if found is None else found.keys.pop(key_id, None)
+        if key is not None:
+            key.handler.close()
+
     def gone(self, tenant: str) -> None:
         """The tenant is gone (its policy removed): its streams end."""
         found = self._tenants.pop(tenant, None)
         if found is not None:
-            found.handler.close()
+            for key in found.keys.values():
+                key.handler.close()
+            found.keys.clear()
 
     def close(self) -> None:
         """Every stream ends (the gateway stops)."""

@@ -231,6 +231,61 @@ def test_listeners_on_the_2026_wire_hear_their_own_tenants_changes_only(gateway:
         tmp.rename(policy)
 
 
+def test_a_revoked_keys_streams_end_and_its_tenants_other_key_goes_on(gateway: Gateway) -> None:
+    """acme's second key is taken out of its policy while it holds a handshake-era session's GET
+    stream and a listen stream on the 2026 wire: both end within a few checks (the listen with
+    its result, the spec's graceful close), the key's next request is 401, and acme's first key's
+    listen stream, open all along, goes on."""
+    policy = gateway.var_dir / "policies" / "acme.yaml"
+    saved = policy.read_text()
+    second = {"authorization": f"Bearer {ACME_SECOND_KEY}", "mcp-protocol-version": "2025-11-25"}
+
+    async def ended(stream: httpx.Response) -> bytes:
+        return b"".join([chunk async for chunk in stream.aiter_bytes()])
+
+    async def check() -> None:
+        url = gateway.mcp_url
+        session = await asyncio.to_thread(_initialize, gateway, ACME_SECOND_KEY)
+        get = {**second, "accept": "text/event-stream", "mcp-session-id": session}
+        async with (
+            httpx.AsyncClient(timeout=30) as http,
+            http.stream("GET", url, headers=get) as get_stream,
+            mcp_client(url, ACME_KEY) as first,
+            mcp_client(url, ACME_SECOND_KEY) as revoked_client,
+            AsyncExitStack() as held,
+        ):
+            assert get_stream.status_code == 200
+            kept = await listen_when_free(held, first)
+            revoked = await listen_when_free(held, revoked_client)
+            doc = yaml.safe_load(saved)  # the same tools: only k2 is gone from it
+            doc["api_keys"] = [k for k in doc["api_keys"] if k["id"] != "k2"]
+            tmp = policy.with_suffix(".tmp")
+            tmp.write_text(yaml.safe_dump(doc, sort_keys=False))
+            tmp.rename(policy)
+
+            async def rest(sub: Any) -> list[object]:
+                return [event async for event in sub]
+
+            assert await asyncio.wait_for(rest(revoked), 10) == []  # ended gracefully
+            await asyncio.wait_for(ended(get_stream), 10)
+            # the tenant's other key still listens two checks later (it may hear a change: the
+            # policy the test before restored can reach this process after this stream opened)
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(2.5):
+                    async for _ in kept:
+                        pass
+            listing = {"jsonrpc": "2.0", "id": 7, "method": "tools/list"}
+            refused = await http.post(url, json=listing, headers={**HEADERS, **get})
+            assert refused.status_code == 401
+
+    try:
+        asyncio.run(asyncio.wait_for(check(), 60))
+    finally:
+        tmp = policy.with_suffix(".tmp")
+        tmp.write_text(saved)
+        tmp.rename(policy)
+
+
 async def listen_when_free(stack: AsyncExitStack, client: Any) -> Any:
     """A listen entered on `stack`, tried again while the tenant's slots are full: the gateway
     learns that a client closed a stream only when its request is torn down, a moment after."""
