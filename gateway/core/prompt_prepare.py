@@ -48,9 +48,7 @@ class Encoder(Protocol):
     `digest`, when given, determines the text (a prompt block's digest): a memo may key on it.
     `scope` is the tenant: a memo shares no entry between scopes."""
 
-    def encode(
-        self, model: str, text: str, digest: bytes | None = None, scope: str = ""
-    ) -> Sequence[int]: ...
+    def encode(self, model: str, text: str, digest: bytes | None, scope: str) -> Sequence[int]: ...
 
 
 class TiktokenEncoder:
@@ -67,9 +65,7 @@ class TiktokenEncoder:
         self._counter = counter
         self._memo = counter.memo
 
-    def encode(
-        self, model: str, text: str, digest: bytes | None = None, scope: str = ""
-    ) -> Sequence[int]:
+    def encode(self, model: str, text: str, digest: bytes | None, scope: str) -> Sequence[int]:
         return self._memo.ids(self._counter.encoding(model), text, digest, scope)
 
     @property

@@ -21,7 +21,7 @@ from gateway.ports import TokenCounting
 class StreamTally:
     """Counts what a stream produced, so a broken stream still settles to the truth."""
 
-    def __init__(self, model: str, counter: TokenCounting, scope: str = "") -> None:
+    def __init__(self, model: str, counter: TokenCounting, scope: str) -> None:
         self.model = model
         self.counter = counter
         self.scope = scope  # the tenant: its memo entries alone are read

@@ -24,10 +24,10 @@ class TiktokenCounting:
     def __init__(self, counter: TokenCounter | None = None) -> None:
         self._counter = counter or TokenCounter(TokenIdsMemo())
 
-    def count_prompt(self, request: ChatRequest, scope: str = "") -> int:
+    def count_prompt(self, request: ChatRequest, scope: str) -> int:
         return self._counter.count_request(request, scope)
 
-    def count_text(self, model: str, text: str, scope: str = "") -> int:
+    def count_text(self, model: str, text: str, scope: str) -> int:
         return self._counter.count_text(model, text, scope)
 
     @property
@@ -56,7 +56,7 @@ class RouteTokenCounting:
         self._bounded = bounded  # replicas of the bundled engine
         self._api_routes = api_routes  # routes with at least one API backend
 
-    def count_prompt(self, request: ChatRequest, scope: str = "") -> int:
+    def count_prompt(self, request: ChatRequest, scope: str) -> int:
         replicas = self._replicas.get(request.model)
         if not replicas:
             return self._base.count_prompt(request, scope)
@@ -78,7 +78,7 @@ class RouteTokenCounting:
             counts["tiktoken"] = self._base.count_prompt(request, scope)
         return max(counts.values())
 
-    def count_text(self, model: str, text: str, scope: str = "") -> int:
+    def count_text(self, model: str, text: str, scope: str) -> int:
         return self._base.count_text(model, text, scope)
 
     @property

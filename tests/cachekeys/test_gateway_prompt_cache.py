@@ -101,7 +101,7 @@ def test_prefix_hashes_are_the_engine_scheme_over_the_stable_tokens() -> None:
         for t in request.tools
     ]
     texts = [*tool_texts, "short", request.messages[0].content[0].text]
-    ids = [i for text in texts for i in ENCODER.encode(request.model, text)]
+    ids = [i for text in texts for i in ENCODER.encode(request.model, text, None, "acme")]
     assert prepared.prefix_hashes == chain_hashes(ids, tenant_salt(SECRET, "acme"))
     assert prepared.stable_prefix_tokens == len(ids)
 
@@ -287,9 +287,9 @@ def test_encoder_memo_is_bounded_and_exact() -> None:
     one_entry = 4 * 3 + ENTRY_BYTES  # three token ids and the entry's own overhead
     encoder = TiktokenEncoder(max_cached_bytes=one_entry + 4)
     counter = TokenCounter()
-    first = list(encoder.encode("gpt-4o", "one two three"))
+    first = list(encoder.encode("gpt-4o", "one two three", None, "acme"))
     assert first == counter.encoding("gpt-4o").encode_ordinary("one two three")
     assert encoder.num_cached_tokens == 3
-    encoder.encode("gpt-4o", "four five six")
+    encoder.encode("gpt-4o", "four five six", None, "acme")
     assert encoder.num_cached_tokens == 3  # the first entry was evicted to stay under the bound
-    assert list(encoder.encode("gpt-4o", "one two three")) == first
+    assert list(encoder.encode("gpt-4o", "one two three", None, "acme")) == first

@@ -306,7 +306,7 @@ def _blocks(request: ChatRequest) -> Any:
 
 
 def _ids(request: ChatRequest) -> Any:
-    return tuple(ENCODER.encode(request.model, b.text, b.digest) for b in _blocks(request))
+    return tuple(ENCODER.encode(request.model, b.text, b.digest, "acme") for b in _blocks(request))
 
 
 def test_the_memo_is_bounded_by_entries_and_characters() -> None:

@@ -29,7 +29,8 @@ def test_count_tokens_estimates_when_the_provider_cannot(gateway: RunningGateway
     line = scope_line(tenant_salt(b"test-secret", "acme"))
     scoped = isolate("anthropic", body, line, PublicPrefix())
     counter = gateway.components.pipeline.s.counter
-    expected = counter.count_prompt(anthropic_wire.decode_request(scoped, require_max_tokens=False))
+    scoped_request = anthropic_wire.decode_request(scoped, require_max_tokens=False)
+    expected = counter.count_prompt(scoped_request, "acme")
     assert reply.json() == {"input_tokens": expected}
     unknown = httpx.post(
         f"{gateway.url}/v1/messages/count_tokens", json={**body, "model": "nope"}, headers=AUTH

@@ -113,7 +113,7 @@ def test_another_tenant_gets_another_chain() -> None:
 
 
 def test_stream_tally_rebuilds_the_answer_in_block_order() -> None:
-    tally = StreamTally("m", counter=None)  # type: ignore[arg-type]
+    tally = StreamTally("m", None, "acme")  # type: ignore[arg-type]
     for event in (
         StreamStart("r", "m"),
         TextDelta(0, "Let me "),

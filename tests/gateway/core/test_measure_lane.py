@@ -73,7 +73,7 @@ def test_the_lane_measures_in_a_thread_what_the_loop_measures(tmp_path: Path) ->
         ]
 
     results = asyncio.run(measure_all())
-    assert results[0][1] == pipeline.s.counter.count_prompt(results[0][0].request)
+    assert results[0][1] == pipeline.s.counter.count_prompt(results[0][0].request, tenant.tenant)
     assert all(r == results[0] for r in results[1:])
     assert len(recorder.threads) == 2  # the two large calls, off the main thread
     assert threading.get_ident() not in recorder.threads

@@ -166,7 +166,7 @@ def test_a_server_given_tokenizer_dir_is_counted_with_it(
     assert counting.tokenizers.num_missing == 0  # nothing to fetch
     request = requests()[1]
     exact = engine_prompt_tokens(tokenizer, openai_wire.encode_request(request))
-    assert counting.count_prompt(request) == exact
+    assert counting.count_prompt(request, "acme") == exact
 
 
 def _tool(name: str, description: str | None, properties: dict) -> dict:
