@@ -49,6 +49,9 @@ class KeyringSnapshot:
     by_sha256: dict[str, IssuedKey] = field(default_factory=dict)
     # (tenant, key id) of each budgeted key -> its spend in its window
     spend_usd: dict[tuple[str, str], Decimal] = field(default_factory=dict)
+    # the same keys by (tenant, key id), the table's primary key: the checks of keys that hold
+    # something open (keep-warm reads, MCP streams) look each up in one step
+    by_id: dict[tuple[str, str], IssuedKey] = field(default_factory=dict)
 
 
 class Keyring:
@@ -80,15 +83,16 @@ class Keyring:
             mark = self._records.change_mark()
             if mark != self._mark or self._polls_since_read >= FULL_RELOAD_POLLS:
                 by_sha256 = {k.sha256: k for k in self._records.all()}
+                by_id = {(k.tenant, k.key_id): k for k in by_sha256.values()}
                 self._polls_since_read = 0
             else:
-                by_sha256 = self._snapshot.by_sha256
+                by_sha256, by_id = self._snapshot.by_sha256, self._snapshot.by_id
                 self._polls_since_read += 1
             spend = self._spend([k for k in by_sha256.values() if k.budget_usd is not None])
         except SQLAlchemyError as error:
             log.debug("api key refresh failed: %s", type(error).__name__)
             return False
-        self._snapshot, self._mark = KeyringSnapshot(by_sha256, spend), mark
+        self._snapshot, self._mark = KeyringSnapshot(by_sha256, spend, by_id), mark
         return True
 
     def start(self) -> None:
@@ -159,19 +163,17 @@ class KeyChain:
         return _narrowed(policy, issued), issued.key_id
 
     def policy_for_key_id(self, tenant: str, key_id: str) -> TenantPolicy | None:
-        """The policy a call of `tenant` with its key `key_id` would run under now (for calls
-        the gateway makes on a client's behalf: keep-warm reads), or None when that key may no
-        longer call: gone from the policy file, revoked, expired or over its budget."""
+        """The policy a call of `tenant` with its key `key_id` would run under now (for what
+        the gateway does on a client's behalf: keep-warm reads, the MCP streams it holds open),
+        or None when that key may no longer call: gone from the policy file, revoked, expired or
+        over its budget."""
         policy = self._policies.get(tenant)
         if policy is None:
             return None
         if any(k.id == key_id for k in policy.api_keys):
             return policy
         snapshot = self._keyring.snapshot
-        issued = next(
-            (k for k in snapshot.by_sha256.values() if (k.tenant, k.key_id) == (tenant, key_id)),
-            None,
-        )
+        issued = snapshot.by_id.get((tenant, key_id))
         if issued is None or not issued.is_usable(self._clock()):
             return None
         try:

@@ -155,6 +155,8 @@ def test_policy_for_key_id_is_none_once_the_key_may_no_longer_call(engine) -> No
     assert chain.policy_for_key_id("globex", "bot") is None  # another tenant's id
     assert chain.policy_for_key_id("acme", "nobody") is None
     assert chain.policy_for_key_id("acme", "cap") is not None
+    keyring.refresh()  # nothing changed: the keys are not read again, and still found
+    assert chain.policy_for_key_id("acme", "bot") is not None
     insert_rows(engine, [spend("cap", datetime(2026, 12, 3, 1, 0, tzinfo=UTC), "1.00", 1)])
     records.revoke("bot", "bob")
     keyring.refresh()
