@@ -39,6 +39,8 @@ class McpSettings(Section):
     allowed_origins: tuple[str, ...] = ()
     session_idle_s: float = Field(default=1800.0, gt=0)  # a session unused this long ends
     max_sessions: int = Field(default=10_000, gt=0)  # per gateway process (listen streams too)
+    # handshake-era sessions one tenant may hold open in one gateway process
+    max_sessions_per_tenant: int = Field(default=1_000, gt=0)
     # `subscriptions/listen` streams one tenant may hold open in one gateway process
     max_listens_per_tenant: int = Field(default=32, gt=0)
     # how often tenants with open sessions are checked for a changed tool list, and keys with

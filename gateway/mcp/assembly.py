@@ -12,7 +12,6 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Protocol
 
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
 from gateway.http.auth import KeyLookup
@@ -26,6 +25,7 @@ from gateway.mcp.limits import ToolCallLimiter
 from gateway.mcp.listen import TenantListens
 from gateway.mcp.sandbox_tools import SandboxTools
 from gateway.mcp.server import build_server
+from gateway.mcp.sessions import TenantSessionManager
 from gateway.mcp.upstream import UpstreamServers
 from gateway.ports import LedgerPort
 from gateway.settings import Settings
@@ -79,13 +79,14 @@ def build_mcp(
         listens,
         log,
     )
-    manager = StreamableHTTPSessionManager(
+    manager = TenantSessionManager(
         build_server(catalogue, calls, changes, listens),
         # Origin is checked by the door; the SDK's check would also pin the Host header
         security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         session_idle_timeout=cfg.session_idle_s,
         max_request_body_size=settings.http.max_body_bytes,
         max_sessions=cfg.max_sessions,
+        max_sessions_per_tenant=cfg.max_sessions_per_tenant,
     )
     stack = AsyncExitStack()
     tasks: list[asyncio.Task[None]] = []

@@ -12,8 +12,9 @@ import orjson
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp_types import INVALID_REQUEST
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -22,15 +23,35 @@ from gateway.errors import AuthenticationFailed
 from gateway.http.auth import KeyLookup, authenticate
 from gateway.http.trace_context import client_trace
 from gateway.mcp.calls import McpCaller
+from gateway.mcp.errors import LIMITED
 from gateway.mcp.key_watch import KeyStreams
 from gateway.mcp.server import CALLER_SCOPE_KEY
+from gateway.mcp.sessions import TenantSessionManager
 from gateway.telemetry import Telemetry
 
 
-def _refusal(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+def _refusal(
+    status: int,
+    message: str,
+    headers: dict[str, str] | None = None,
+    code: int = INVALID_REQUEST,
+    data: dict[str, object] | None = None,
+) -> Response:
     """A JSON-RPC error with no id (no message was read), as the SDK's own refusals."""
-    body = {"jsonrpc": "2.0", "id": None, "error": {"code": INVALID_REQUEST, "message": message}}
+    error: dict[str, object] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    body = {"jsonrpc": "2.0", "id": None, "error": error}
     return Response(orjson.dumps(body), status, headers, media_type="application/json")
+
+
+def _may_open_a_session(headers: Headers) -> bool:
+    """Whether the SDK would take this request as a session's first (no session named, and a
+    handshake-era protocol version or none): the 2026-07-28 wire opens none."""
+    if MCP_SESSION_ID_HEADER in headers:
+        return False
+    version = headers.get(MCP_PROTOCOL_VERSION_HEADER)
+    return version is None or version in HANDSHAKE_PROTOCOL_VERSIONS
 
 
 class McpDoor:
@@ -38,7 +59,7 @@ class McpDoor:
 
     def __init__(
         self,
-        manager: StreamableHTTPSessionManager,
+        manager: TenantSessionManager,
         keys: KeyLookup,
         allowed_origins: tuple[str, ...],
         telemetry: Telemetry,
@@ -64,6 +85,15 @@ class McpDoor:
             await reply(scope, receive, send)
             return
         tenant, key_id = found.tenant.tenant, found.key_id
+        held, limit = self._manager.open_sessions(tenant), self._manager.max_sessions_per_tenant
+        if held >= limit and _may_open_a_session(headers):
+            message = (
+                f"max_sessions_per_tenant reached: this tenant holds {held} MCP sessions here; "
+                "end one (DELETE) or let one idle out"
+            )
+            data: dict[str, object] = {"rule": "max_sessions_per_tenant", "limit": limit}
+            await _refusal(429, message, None, LIMITED, data)(scope, receive, send)
+            return
         owner = AccessToken(token="-", client_id=tenant, subject=key_id, scopes=[])
         mcp_session = headers.get(MCP_SESSION_ID_HEADER) or ""
         named = headers.get("x-session-id") or headers.get("x-lantern-session") or ""

@@ -1,0 +1,167 @@
+"""Handshake-era sessions per tenant, in process: the real door in front of the SDK's session
+manager (`TenantSessionManager`), driven over ASGI. acme at its limit is refused (429, rule
+`max_sessions_per_tenant`) before the SDK reads its body, while globex still opens sessions; a
+session acme ends, or one that idles out, gives its place back; openers arriving together never
+hold more than the limit; the 2026-07-28 wire, which opens no session, is not refused."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+import orjson
+from mcp.server.lowlevel.server import Server
+from mcp.server.transport_security import TransportSecuritySettings
+
+from gateway.mcp.door import McpDoor
+from gateway.mcp.key_watch import KeyStreams
+from gateway.mcp.sessions import TenantSessionManager
+from policies.model import TenantPolicy
+
+LIMIT = 2
+KEYS = {
+    "acme-key": (TenantPolicy(tenant="acme"), "k1"),
+    "globex-key": (TenantPolicy(tenant="globex"), "k1"),
+}
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"},
+    },
+}
+
+
+class Keys:
+    def tenant_for_key(self, key: str) -> tuple[TenantPolicy, str] | None:
+        return KEYS.get(key)
+
+
+async def request(
+    door: McpDoor, key: str, method: str = "POST", body: object = INITIALIZE, **headers: str
+) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP request through the door: its status, headers and whole body."""
+    raw = {
+        "authorization": f"Bearer {key}",
+        "accept": "application/json, text/event-stream",
+        "content-type": "application/json",
+        **headers,
+    }
+    scope = {
+        "type": "http",
+        "method": method,
+        "path": "/mcp",
+        "raw_path": b"/mcp",
+        "query_string": b"",
+        "headers": [(k.encode(), v.encode()) for k, v in raw.items()],
+        "scheme": "http",
+        "server": ("127.0.0.1", 80),
+        "client": ("127.0.0.1", 1),
+        "http_version": "1.1",
+        "root_path": "",
+    }
+    payload = orjson.dumps(body) if body is not None else b""
+    sent = False
+    out: dict[str, Any] = {"body": b""}
+    done = asyncio.Event()
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": payload, "more_body": False}
+        await done.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            out["status"] = message["status"]
+            out["headers"] = {k.decode(): v.decode() for k, v in message["headers"]}
+        elif message["type"] == "http.response.body":
+            out["body"] += message.get("body", b"")
+            if not message.get("more_body"):
+                done.set()
+
+    await asyncio.wait_for(door(scope, receive, send), 10)
+    return out["status"], out["headers"], out["body"]
+
+
+def manager(idle_s: float = 60.0) -> TenantSessionManager:
+    return TenantSessionManager(
+        Server("tenant-sessions"),
+        security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        session_idle_timeout=idle_s,
+        max_sessions=100,
+        max_sessions_per_tenant=LIMIT,
+    )
+
+
+def door_of(sessions: TenantSessionManager) -> McpDoor:
+    telemetry: Any = SimpleNamespace(is_tracing=False)
+    return McpDoor(sessions, Keys(), (), telemetry, KeyStreams())
+
+
+def test_a_tenant_at_its_limit_is_refused_and_its_neighbour_is_not() -> None:
+    async def main() -> None:
+        sessions = manager()
+        door = door_of(sessions)
+        async with sessions.run():
+            opened = [await request(door, "acme-key") for _ in range(LIMIT)]
+            assert [status for status, _, _ in opened] == [200] * LIMIT
+            status, _, body = await request(door, "acme-key")
+            assert status == 429
+            error = orjson.loads(body)["error"]
+            assert error["code"] == -32029
+            assert error["data"] == {"rule": "max_sessions_per_tenant", "limit": LIMIT}
+            assert sessions.open_sessions("acme") == LIMIT
+            neighbour = [await request(door, "globex-key") for _ in range(LIMIT)]
+            assert [status for status, _, _ in neighbour] == [200] * LIMIT
+            # the 2026-07-28 wire opens no session: not refused by the count
+            modern = {"mcp-protocol-version": "2026-07-28"}
+            status, _, _ = await request(door, "acme-key", body=INITIALIZE, **modern)
+            assert status != 429
+            # a session acme ends gives its place back
+            session = opened[0][1]["mcp-session-id"]
+            version = {"mcp-protocol-version": "2025-11-25", "mcp-session-id": session}
+            status, _, _ = await request(door, "acme-key", "DELETE", None, **version)
+            assert status == 200
+            assert sessions.open_sessions("acme") == LIMIT - 1
+            assert (await request(door, "acme-key"))[0] == 200
+
+    asyncio.run(main())
+
+
+def test_openers_arriving_together_never_hold_more_than_the_limit() -> None:
+    async def main() -> None:
+        sessions = manager()
+        door = door_of(sessions)
+        async with sessions.run():
+            replies = await asyncio.gather(*(request(door, "acme-key") for _ in range(5)))
+            statuses = sorted(status for status, _, _ in replies)
+            assert statuses.count(200) == LIMIT
+            assert all(status in (429, 503) for status in statuses[LIMIT:])
+            assert sessions.open_sessions("acme") == LIMIT
+
+    asyncio.run(main())
+
+
+def test_a_session_that_idles_out_gives_its_place_back() -> None:
+    async def main() -> None:
+        sessions = manager(idle_s=0.3)
+        door = door_of(sessions)
+        async with sessions.run():
+            for _ in range(LIMIT):
+                assert (await request(door, "acme-key"))[0] == 200
+            assert (await request(door, "acme-key"))[0] == 429
+            for _ in range(50):
+                if sessions.open_sessions("acme") == 0:
+                    break
+                await asyncio.sleep(0.1)
+            assert sessions.open_sessions("acme") == 0
+            assert (await request(door, "acme-key"))[0] == 200
+
+    asyncio.run(main())
