@@ -44,5 +44,5 @@ class McpSettings(Section):
     # `subscriptions/listen` streams one tenant may hold open in one gateway process
     max_listens_per_tenant: int = Field(default=32, gt=0)
     # how often tenants with open sessions are checked for a changed tool list, and keys with
-    # open streams for whether they may still call
+    # open sessions or streams for whether they may still call
     change_poll_s: float = Field(default=1.0, gt=0)

@@ -20,7 +20,7 @@ from gateway.mcp.calls import ToolCalls
 from gateway.mcp.catalogue import ToolCatalogue
 from gateway.mcp.changes import ListChanges, Policies
 from gateway.mcp.door import McpDoor
-from gateway.mcp.key_watch import KeyStreams, KeyWatch
+from gateway.mcp.key_watch import KeyWatch
 from gateway.mcp.limits import ToolCallLimiter
 from gateway.mcp.listen import TenantListens
 from gateway.mcp.sandbox_tools import SandboxTools
@@ -72,13 +72,6 @@ def build_mcp(
     calls = ToolCalls(catalogue, SandboxTools(service), upstreams, limiter, ledger_rows, telemetry)
     listens = TenantListens(catalogue, cfg.max_listens_per_tenant, cfg.max_sessions)
     changes = ListChanges(catalogue, policies, clock, cfg.session_idle_s, log, listens)
-    streams = KeyStreams()
-    watch = KeyWatch(
-        lambda tenant, key_id: keys.policy_for_key_id(tenant, key_id) is not None,
-        streams,
-        listens,
-        log,
-    )
     manager = TenantSessionManager(
         build_server(catalogue, calls, changes, listens),
         # Origin is checked by the door; the SDK's check would also pin the Host header
@@ -87,6 +80,12 @@ def build_mcp(
         max_request_body_size=settings.http.max_body_bytes,
         max_sessions=cfg.max_sessions,
         max_sessions_per_tenant=cfg.max_sessions_per_tenant,
+    )
+    watch = KeyWatch(
+        lambda tenant, key_id: keys.policy_for_key_id(tenant, key_id) is not None,
+        manager,
+        listens,
+        log,
     )
     stack = AsyncExitStack()
     tasks: list[asyncio.Task[None]] = []
@@ -104,5 +103,5 @@ def build_mcp(
         await stack.aclose()
         await upstreams.aclose()
 
-    door = McpDoor(manager, keys, cfg.allowed_origins, telemetry, streams)
+    door = McpDoor(manager, keys, cfg.allowed_origins, telemetry)
     return McpPart(door, start, stop)

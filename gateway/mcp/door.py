@@ -2,8 +2,7 @@
 body (Origin, then the tenant's API key), then the SDK's Streamable HTTP session manager.
 
 The session manager binds each session to the (tenant, key) that opened it: another key
-presenting its id is answered as if the session did not exist (404). A session's GET stream is
-held by its key (`KeyStreams`): it ends when the key may no longer call.
+presenting its id is answered as if the session did not exist (404).
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ from gateway.http.auth import KeyLookup, authenticate
 from gateway.http.trace_context import client_trace
 from gateway.mcp.calls import McpCaller
 from gateway.mcp.errors import LIMITED
-from gateway.mcp.key_watch import KeyStreams
 from gateway.mcp.server import CALLER_SCOPE_KEY
 from gateway.mcp.sessions import TenantSessionManager
 from gateway.telemetry import Telemetry
@@ -63,10 +61,8 @@ class McpDoor:
         keys: KeyLookup,
         allowed_origins: tuple[str, ...],
         telemetry: Telemetry,
-        streams: KeyStreams,
     ) -> None:
         self._telemetry = telemetry
-        self._streams = streams
         self._manager = manager
         self._keys = keys
         self._origins = frozenset(allowed_origins)
@@ -100,8 +96,4 @@ class McpDoor:
         trace = client_trace(headers) if self._telemetry.is_tracing else None
         caller = McpCaller(found.tenant, key_id, mcp_session or named, named or mcp_session, trace)
         scope = {**scope, "user": AuthenticatedUser(owner), CALLER_SCOPE_KEY: caller}
-        if scope["method"] == "GET":  # a session's stream: open until the client or its key ends
-            key = (tenant, key_id)
-            await self._streams.serve(key, self._manager.handle_request, scope, receive, send)
-            return
         await self._manager.handle_request(scope, receive, send)

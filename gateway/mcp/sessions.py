@@ -1,18 +1,20 @@
 """Handshake-era sessions held per tenant: at most `mcp.max_sessions_per_tenant` open in one
 gateway process (and `mcp.max_sessions` in all), so one tenant opening sessions in a loop never
 leaves another none. A session is held from the moment the SDK admits it until it is discarded
-(the client's DELETE, its idle timeout, a failed opening request, the gateway stopping).
+(the client's DELETE, its idle timeout, a failed opening request, its key no longer able to
+call, the gateway stopping).
 
 The SDK's session manager says neither when a session is admitted nor when it goes, but it does
 both in one method each (`_admit_session`, `_discard_session`, mcp 2.3.0; pyproject.toml pins
 that release, and tests/mcp/test_session_manager_pin.py fails on another until reviewed):
-this subclass counts there. The door refuses an opening request of a tenant at its limit before
+this subclass counts there, and keeps whose key each session is. The door refuses an opening request of a tenant at its limit before
 the SDK reads it (429); the count at admission, under the SDK's session lock, is what holds
 when two arrive together (the later one gets the SDK's 503).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from mcp.server.auth.middleware.bearer_auth import AuthorizationContext
@@ -20,36 +22,58 @@ from mcp.server.streamable_http import StreamableHTTPServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 
+@dataclass(frozen=True, slots=True)
+class _Held:
+    tenant: str
+    key_id: str
+    transport: StreamableHTTPServerTransport
+
+
 class TenantSessionManager(StreamableHTTPSessionManager):
     def __init__(self, *args: Any, max_sessions_per_tenant: int, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.max_sessions_per_tenant = max_sessions_per_tenant
         self._open: dict[str, int] = {}  # tenant -> sessions held
-        self._tenant_of: dict[str, str] = {}  # session id -> its tenant
+        self._held: dict[str, _Held] = {}  # session id -> whose it is
 
     def open_sessions(self, tenant: str) -> int:
         return self._open.get(tenant, 0)
 
+    def keys(self) -> set[tuple[str, str]]:
+        """The (tenant, key id) pairs holding a session."""
+        return {(held.tenant, held.key_id) for held in self._held.values()}
+
+    async def end_key(self, tenant: str, key_id: str) -> None:
+        """The key may no longer call: its sessions end, as at the client's DELETE (their GET
+        streams close; a request naming one is answered 404)."""
+        ended = [
+            (sid, h) for sid, h in self._held.items() if (h.tenant, h.key_id) == (tenant, key_id)
+        ]
+        for session_id, held in ended:
+            await self._discard_session(session_id, held.transport)
+
     def _admit_session(
         self, requestor: AuthorizationContext | None
     ) -> StreamableHTTPServerTransport | None:
-        tenant = "" if requestor is None else requestor["client_id"]  # the door sets the tenant
+        # the door names the tenant as the client and the key as the subject
+        tenant = "" if requestor is None else requestor["client_id"]
+        key_id = (None if requestor is None else requestor["subject"]) or ""
         if self._open.get(tenant, 0) >= self.max_sessions_per_tenant:
             return None  # the SDK answers 503, as at its own limit
         transport = super()._admit_session(requestor)
         if transport is not None and transport.mcp_session_id is not None:
-            self._tenant_of[transport.mcp_session_id] = tenant
+            self._held[transport.mcp_session_id] = _Held(tenant, key_id, transport)
             self._open[tenant] = self._open.get(tenant, 0) + 1
         return transport
 
     async def _discard_session(
         self, session_id: str, transport: StreamableHTTPServerTransport
     ) -> None:
-        tenant = self._tenant_of.pop(session_id, None)  # discarded more than once: counted once
-        if tenant is not None:
-            left = self._open[tenant] - 1
+        held = self._held.pop(session_id, None)  # discarded more than once: counted once
+        if held is not None:
+            left = self._open[held.tenant] - 1
             if left:
-                self._open[tenant] = left
+                self._open[held.tenant] = left
             else:
-                del self._open[tenant]
+                del self._open[held.tenant]
         await super()._discard_session(session_id, transport)

@@ -232,10 +232,11 @@ def test_listeners_on_the_2026_wire_hear_their_own_tenants_changes_only(gateway:
 
 
 def test_a_revoked_keys_streams_end_and_its_tenants_other_key_goes_on(gateway: Gateway) -> None:
-    """acme's second key is taken out of its policy while it holds a handshake-era session's GET
-    stream and a listen stream on the 2026 wire: both end within a few checks (the listen with
-    its result, the spec's graceful close), the key's next request is 401, and acme's first key's
-    listen stream, open all along, goes on."""
+    """acme's second key is taken out of its policy while it holds a handshake-era session (its
+    GET stream open) and a listen stream on the 2026 wire: both end within a few checks (the
+    session's GET stream closes, the listen ends with its result, the spec's graceful close),
+    the key's next request is 401, and acme's first key's listen stream, open all along, goes
+    on."""
     policy = gateway.var_dir / "policies" / "acme.yaml"
     saved = policy.read_text()
     second = {"authorization": f"Bearer {ACME_SECOND_KEY}", "mcp-protocol-version": "2025-11-25"}

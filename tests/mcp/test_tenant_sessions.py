@@ -15,7 +15,6 @@ from mcp.server.lowlevel.server import Server
 from mcp.server.transport_security import TransportSecuritySettings
 
 from gateway.mcp.door import McpDoor
-from gateway.mcp.key_watch import KeyStreams
 from gateway.mcp.sessions import TenantSessionManager
 from policies.model import TenantPolicy
 
@@ -23,6 +22,7 @@ LIMIT = 2
 KEYS = {
     "acme-key": (TenantPolicy(tenant="acme"), "k1"),
     "globex-key": (TenantPolicy(tenant="globex"), "k1"),
+    "acme-key-2": (TenantPolicy(tenant="acme"), "k2"),
 }
 INITIALIZE = {
     "jsonrpc": "2.0",
@@ -102,7 +102,7 @@ def manager(idle_s: float = 60.0) -> TenantSessionManager:
 
 def door_of(sessions: TenantSessionManager) -> McpDoor:
     telemetry: Any = SimpleNamespace(is_tracing=False)
-    return McpDoor(sessions, Keys(), (), telemetry, KeyStreams())
+    return McpDoor(sessions, Keys(), (), telemetry)
 
 
 def test_a_tenant_at_its_limit_is_refused_and_its_neighbour_is_not() -> None:
@@ -163,5 +163,28 @@ def test_a_session_that_idles_out_gives_its_place_back() -> None:
                 await asyncio.sleep(0.1)
             assert sessions.open_sessions("acme") == 0
             assert (await request(door, "acme-key"))[0] == 200
+
+    asyncio.run(main())
+
+
+def test_a_keys_sessions_end_and_the_tenants_other_key_keeps_its_own() -> None:
+    async def main() -> None:
+        sessions = manager()
+        door = door_of(sessions)
+        async with sessions.run():
+            _, first, _ = await request(door, "acme-key")
+            _, second, _ = await request(door, "acme-key-2")
+            assert sessions.keys() == {("acme", "k1"), ("acme", "k2")}
+            await sessions.end_key("acme", "k2")
+            assert sessions.keys() == {("acme", "k1")} and sessions.open_sessions("acme") == 1
+            ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+            for key, opened, status in (("acme-key-2", second, 404), ("acme-key", first, 200)):
+                named = {
+                    "mcp-protocol-version": "2025-11-25",
+                    "mcp-session-id": opened["mcp-session-id"],
+                }
+                assert (await request(door, key, body=ping, **named))[0] == status
+            await sessions.end_key("acme", "k2")  # nothing left of it: nothing happens
+            assert sessions.open_sessions("acme") == 1
 
     asyncio.run(main())
