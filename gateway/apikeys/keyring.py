@@ -50,7 +50,7 @@ class KeyringSnapshot:
     # (tenant, key id) of each budgeted key -> its spend in its window
     spend_usd: dict[tuple[str, str], Decimal] = field(default_factory=dict)
     # the same keys by (tenant, key id), the table's primary key: the checks of keys that hold
-    # something open (keep-warm reads, MCP streams) look each up in one step
+    # something open (keep-warm reads, MCP sessions and streams) look each up in one step
     by_id: dict[tuple[str, str], IssuedKey] = field(default_factory=dict)
 
 
@@ -164,7 +164,7 @@ class KeyChain:
 
     def policy_for_key_id(self, tenant: str, key_id: str) -> TenantPolicy | None:
         """The policy a call of `tenant` with its key `key_id` would run under now (for what
-        the gateway does on a client's behalf: keep-warm reads, the MCP streams it holds open),
+        the gateway does on a client's behalf: keep-warm reads, its MCP sessions and streams),
         or None when that key may no longer call: gone from the policy file, revoked, expired or
         over its budget."""
         policy = self._policies.get(tenant)
