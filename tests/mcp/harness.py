@@ -22,6 +22,17 @@ from tests.e2e.harness import stop_processes, wait_healthy, write_config
 REPO = Path(__file__).resolve().parents[2]
 ACME_KEY = "lt-acme-mcp-key-000000000000000000000001"
 GLOBEX_KEY = "lt-globex-mcp-key-00000000000000000000002"
+# a handshake-era client's first message (the 2025-11-25 revision)
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"},
+    },
+}
 RUN_PYTHON = {
     "name": "run_python",
     "runner": "local",

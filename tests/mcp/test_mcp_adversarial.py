@@ -25,6 +25,7 @@ from tests.mcp.clients import mcp_client
 from tests.mcp.harness import (
     ACME_KEY,
     GLOBEX_KEY,
+    INITIALIZE,
     RUN_PYTHON,
     Gateway,
     lantern_serve,
@@ -301,17 +302,7 @@ async def listen_when_free(stack: AsyncExitStack, client: Any) -> Any:
 
 
 def _initialize(gateway: Gateway, key: str) -> str:
-    init = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "raw", "version": "1"},
-        },
-    }
-    reply = _post(gateway, key, init, None)
+    reply = _post(gateway, key, INITIALIZE, None)
     session = reply.headers["mcp-session-id"]
     _post(gateway, key, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
     return session

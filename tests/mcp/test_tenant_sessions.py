@@ -17,22 +17,13 @@ from mcp.server.transport_security import TransportSecuritySettings
 from gateway.mcp.door import McpDoor
 from gateway.mcp.sessions import TenantSessionManager
 from policies.model import TenantPolicy
+from tests.mcp.harness import INITIALIZE
 
 LIMIT = 2
 KEYS = {
     "acme-key": (TenantPolicy(tenant="acme"), "k1"),
     "globex-key": (TenantPolicy(tenant="globex"), "k1"),
     "acme-key-2": (TenantPolicy(tenant="acme"), "k2"),
-}
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "raw", "version": "1"},
-    },
 }
 
 
