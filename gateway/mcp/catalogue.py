@@ -51,30 +51,94 @@ class ToolOrder:
         return tuple(present[name] for name in kept)
 
 
+@dataclass(frozen=True, slots=True)
+class _Built:
+    """A tenant's tools as last built, and what they were built from (the policy's fields and
+    each granted server's list, the very objects: a reloaded policy or a re-read list is a new
+    one)."""
+
+    tools: object  # policy.tools
+    grants: object  # policy.mcp_servers
+    lists: tuple[tuple[Tool, ...] | None, ...]  # by grant
+    served: tuple[ServedTool, ...]
+    by_name: dict[str, ServedTool]
+    listing: tuple[ServedTool, ...]  # arranged in the tenant's order
+    digest: str  # of `listing`
+
+    def built_from(self, policy: TenantPolicy, lists: tuple[object, ...]) -> bool:
+        return (
+            self.tools is policy.tools
+            and self.grants is policy.mcp_servers
+            and len(self.lists) == len(lists)
+            and all(a is b for a, b in zip(self.lists, lists, strict=True))
+        )
+
+
 class ToolCatalogue:
+    """Built once per tenant until its policy or a granted server's list changes: `tools/list`,
+    every `tools/call` and the change checks (each second, for every tenant with a session)
+    read what was built."""
+
     def __init__(self, upstreams: UpstreamTools, logger: logging.Logger) -> None:
         self._upstreams = upstreams
         self._order = ToolOrder()
         self._log = logger
+        self._built: dict[str, _Built] = {}  # by tenant: one entry each
 
     async def listing(self, policy: TenantPolicy) -> tuple[ServedTool, ...]:
         """What `tools/list` answers this tenant, in its stable order."""
-        return self._order.arrange(policy.tenant, await self.tools_of(policy))
+        return (await self._current(policy)).listing
+
+    async def digest(self, policy: TenantPolicy) -> str:
+        """`listing_digest` of the tenant's listing."""
+        return (await self._current(policy)).digest
+
+    async def listing_and_digest(self, policy: TenantPolicy) -> tuple[tuple[ServedTool, ...], str]:
+        """The listing and its digest, from one build."""
+        built = await self._current(policy)
+        return built.listing, built.digest
 
     async def find(self, policy: TenantPolicy, name: str) -> ServedTool:
         """The tool `name` as the tenant's policy and the upstream lists stand now."""
-        for tool in await self.tools_of(policy):
-            if tool.name == name:
-                return tool
-        raise UnknownTool(name)
+        tool = (await self._current(policy)).by_name.get(name)
+        if tool is None:
+            raise UnknownTool(name)
+        return tool
 
     async def tools_of(self, policy: TenantPolicy) -> tuple[ServedTool, ...]:
         """Sandboxed tools in policy order, then each granted server's permitted tools in the
         server's own order; a served name already taken keeps its first owner."""
+        return (await self._current(policy)).served
+
+    def forget(self, tenant: str) -> None:
+        """The tenant is gone: what was built for it goes."""
+        self._built.pop(tenant, None)
+
+    async def _current(self, policy: TenantPolicy) -> _Built:
+        lists = tuple([await self._upstreams.tools(grant.name) for grant in policy.mcp_servers])
+        built = self._built.get(policy.tenant)
+        if built is not None and built.built_from(policy, lists):
+            return built
+        served = self._build(policy, lists)
+        listing = self._order.arrange(policy.tenant, served)
+        built = _Built(
+            policy.tools,
+            policy.mcp_servers,
+            lists,
+            served,
+            {tool.name: tool for tool in served},
+            listing,
+            listing_digest(listing),
+        )
+        self._built[policy.tenant] = built
+        return built
+
+    def _build(
+        self, policy: TenantPolicy, lists: tuple[tuple[Tool, ...] | None, ...]
+    ) -> tuple[ServedTool, ...]:
         served = [ServedTool(t.name, "", t.name, sandbox_definition(t)) for t in policy.tools]
         taken = {tool.name for tool in served}
-        for grant in policy.mcp_servers:
-            tools = await self._upstreams.tools(grant.name)
+        for grant, tools in zip(policy.mcp_servers, lists, strict=True):
             if tools is None:
                 self._log.warning("mcp: %s is granted unknown server %r", policy.tenant, grant.name)
                 continue

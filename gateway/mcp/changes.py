@@ -15,7 +15,7 @@ from typing import Protocol
 
 from mcp.server.session import ServerSession
 
-from gateway.mcp.catalogue import ToolCatalogue, listing_digest
+from gateway.mcp.catalogue import ToolCatalogue
 from policies.model import TenantPolicy
 
 
@@ -88,8 +88,9 @@ class ListChanges:
             if policy is None:  # the tenant is gone; its keys no longer open anything
                 self._sessions.pop(tenant, None)
                 self._listeners.gone(tenant)
+                self._catalogue.forget(tenant)
                 continue
-            digest = listing_digest(await self._catalogue.listing(policy))
+            digest = await self._catalogue.digest(policy)
             if (sessions := self._sessions.get(tenant)) is not None:
                 await self._tell(sessions, digest)
             if tenant in listening:

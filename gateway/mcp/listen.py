@@ -18,7 +18,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Too
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, SubscriptionsListenRequestParams, SubscriptionsListenResult
 
-from gateway.mcp.catalogue import ToolCatalogue, listing_digest
+from gateway.mcp.catalogue import ToolCatalogue
 from gateway.mcp.server import caller_of
 
 
@@ -54,7 +54,7 @@ class TenantListens:
         tenant, key_id = caller.policy.tenant, caller.key_id
         found = self._tenants.get(tenant)
         if found is None:  # its first stream: the listing it listens from
-            digest = listing_digest(await self._catalogue.listing(caller.policy))
+            digest = await self._catalogue.digest(caller.policy)
             found = self._tenants.get(tenant) or self._new(digest)
         # from here to the count, no await: two listens cannot both take the last slot
         if found.streams >= self._max_per_tenant:

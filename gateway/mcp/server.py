@@ -24,7 +24,7 @@ from mcp_types import (
 )
 
 from gateway.mcp.calls import McpCaller, ToolCalls
-from gateway.mcp.catalogue import ToolCatalogue, listing_digest
+from gateway.mcp.catalogue import ToolCatalogue
 from gateway.mcp.changes import ListChanges
 
 CALLER_SCOPE_KEY = "lantern.mcp.caller"
@@ -72,10 +72,10 @@ def build_server(
         ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None
     ) -> ListToolsResult:
         caller = caller_of(ctx)
-        listing = await catalogue.listing(caller.policy)
+        listing, digest = await catalogue.listing_and_digest(caller.policy)
         session_id = ctx.request.headers.get(MCP_SESSION_ID_HEADER) if ctx.request else None
         if session_id:  # a handshake-era session, with a stream to announce changes on
-            changes.listed(caller.policy.tenant, session_id, ctx.session, listing_digest(listing))
+            changes.listed(caller.policy.tenant, session_id, ctx.session, digest)
         return ListToolsResult(tools=[tool.definition for tool in listing])
 
     async def call_tool(

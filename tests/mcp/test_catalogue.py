@@ -163,3 +163,59 @@ def test_a_named_session_counts_its_tool_calls_with_its_model_calls() -> None:
                 pass
 
     asyncio.run(scenario())
+
+
+class HeldUpstreams:
+    """As the real servers hold them: one tuple per server until the list is read again."""
+
+    def __init__(self, lists: dict[str, list[str]]) -> None:
+        self.held = {s: self._tools(names) for s, names in lists.items()}
+
+    @staticmethod
+    def _tools(names: list[str]) -> tuple[Tool, ...]:
+        return tuple(Tool(name=n, input_schema={"type": "object"}) for n in names)
+
+    def read_again(self, server: str, names: list[str]) -> None:
+        self.held[server] = self._tools(names)
+
+    async def tools(self, server: str) -> tuple[Tool, ...] | None:
+        return self.held.get(server)
+
+
+def test_a_tenants_tools_are_built_once_until_its_policy_or_a_list_changes() -> None:
+    """Every check and tool call reads one build; a reloaded policy (a new object), or a
+    server's list read again, builds anew; a key's narrowed copy of the policy (its models
+    only) reads the same build; another tenant has its own."""
+
+    async def main() -> None:
+        upstreams = HeldUpstreams({"orders": ["lookup"], "crm": ["find"]})
+        catalogue = ToolCatalogue(upstreams, LOG)
+        acme = policy(["echo"], ["orders"])
+        first = await catalogue.listing(acme)
+        assert await catalogue.listing(acme) is first
+        narrowed = acme.model_copy(update={"models": ("smollm2",)})
+        assert await catalogue.listing(narrowed) is first
+        assert (await catalogue.find(acme, "orders__lookup")).source_name == "lookup"
+        digest = await catalogue.digest(acme)
+        assert digest == listing_digest(first)
+        globex = TenantPolicy.model_validate({"tenant": "globex", "mcp_servers": ["crm"]})
+        assert [t.name for t in await catalogue.listing(globex)] == ["crm__find"]
+        assert await catalogue.listing(acme) is first  # globex's build is its own
+
+        upstreams.read_again("orders", ["lookup", "cancel"])
+        relisted = await catalogue.listing(acme)
+        assert [t.name for t in relisted] == ["echo", "orders__lookup", "orders__cancel"]
+        assert await catalogue.digest(acme) != digest
+        assert (await catalogue.find(acme, "orders__cancel")).server == "orders"
+
+        reloaded = policy(["echo", "grep"], ["orders"])  # the file changed: a new object
+        listing, new_digest = await catalogue.listing_and_digest(reloaded)
+        assert [t.name for t in listing][-1] == "grep"
+        assert new_digest == listing_digest(listing)
+        catalogue.forget("acme")
+        rebuilt = await catalogue.listing(reloaded)
+        assert rebuilt == listing and rebuilt is not listing  # built again, in the same order
+        with pytest.raises(UnknownTool):
+            await catalogue.find(policy(["echo"], []), "orders__lookup")  # grant withdrawn
+
+    asyncio.run(main())

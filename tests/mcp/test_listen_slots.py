@@ -30,9 +30,9 @@ REQUEST_IDS = itertools.count(1)
 class SlowCatalogue:
     """Reading a listing yields to the loop, as reading an upstream's list would."""
 
-    async def listing(self, policy: TenantPolicy) -> tuple[()]:
+    async def digest(self, policy: TenantPolicy) -> str:
         await asyncio.sleep(0.01)
-        return ()
+        return "d0"
 
 
 class Session:
