@@ -7,9 +7,10 @@ call, the gateway stopping).
 The SDK's session manager says neither when a session is admitted nor when it goes, but it does
 both in one method each (`_admit_session`, `_discard_session`, mcp 2.3.0; pyproject.toml pins
 that release, and tests/mcp/test_session_manager_pin.py fails on another until reviewed):
-this subclass counts there, and keeps whose key each session is. The door refuses an opening request of a tenant at its limit before
-the SDK reads it (429); the count at admission, under the SDK's session lock, is what holds
-when two arrive together (the later one gets the SDK's 503).
+this subclass counts there, and keeps whose key each session is. The door refuses an opening
+request of a tenant at its limit before the SDK reads it (429); the count at admission, under
+the SDK's session lock, is what holds when two arrive together (the later one gets the SDK's
+503).
 """
 
 from __future__ import annotations
