@@ -60,7 +60,6 @@ class _Built:
     tools: object  # policy.tools
     grants: object  # policy.mcp_servers
     lists: tuple[tuple[Tool, ...] | None, ...]  # by grant
-    served: tuple[ServedTool, ...]
     by_name: dict[str, ServedTool]
     listing: tuple[ServedTool, ...]  # arranged in the tenant's order
     digest: str  # of `listing`
@@ -105,11 +104,6 @@ class ToolCatalogue:
             raise UnknownTool(name)
         return tool
 
-    async def tools_of(self, policy: TenantPolicy) -> tuple[ServedTool, ...]:
-        """Sandboxed tools in policy order, then each granted server's permitted tools in the
-        server's own order; a served name already taken keeps its first owner."""
-        return (await self._current(policy)).served
-
     def forget(self, tenant: str) -> None:
         """The tenant is gone: what was built for it goes."""
         self._built.pop(tenant, None)
@@ -125,7 +119,6 @@ class ToolCatalogue:
             policy.tools,
             policy.mcp_servers,
             lists,
-            served,
             {tool.name: tool for tool in served},
             listing,
             listing_digest(listing),
@@ -136,6 +129,8 @@ class ToolCatalogue:
     def _build(
         self, policy: TenantPolicy, lists: tuple[tuple[Tool, ...] | None, ...]
     ) -> tuple[ServedTool, ...]:
+        """Sandboxed tools in policy order, then each granted server's permitted tools in the
+        server's own order; a served name already taken keeps its first owner."""
         served = [ServedTool(t.name, "", t.name, sandbox_definition(t)) for t in policy.tools]
         taken = {tool.name for tool in served}
         for grant, tools in zip(policy.mcp_servers, lists, strict=True):

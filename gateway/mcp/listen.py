@@ -55,7 +55,7 @@ class TenantListens:
         found = self._tenants.get(tenant)
         if found is None:  # its first stream: the listing it listens from
             digest = await self._catalogue.digest(caller.policy)
-            found = self._tenants.get(tenant) or self._new(digest)
+            found = self._tenants.get(tenant) or _Tenant(InMemorySubscriptionBus(), digest)
         # from here to the count, no await: two listens cannot both take the last slot
         if found.streams >= self._max_per_tenant:
             raise MCPError(
@@ -82,9 +82,6 @@ class TenantListens:
                 del found.keys[key_id]
             if found.streams == 0 and self._tenants.get(tenant) is found:
                 del self._tenants[tenant]
-
-    def _new(self, digest: str) -> _Tenant:
-        return _Tenant(InMemorySubscriptionBus(), digest)
 
     def tenants(self) -> set[str]:
         """The tenants with a stream open."""

@@ -85,7 +85,7 @@ def test_new_tools_are_appended_and_the_bytes_stay() -> None:
 
 def test_a_sandboxed_tool_keeps_a_name_an_upstream_tool_would_take() -> None:
     catalogue = ToolCatalogue(FakeUpstreams({"orders": ["lookup"]}), LOG)
-    served = asyncio.run(catalogue.tools_of(policy(["orders__lookup"], ["orders"])))
+    served = asyncio.run(catalogue.listing(policy(["orders__lookup"], ["orders"])))
     assert [(t.name, t.server) for t in served] == [("orders__lookup", "")]
 
 
