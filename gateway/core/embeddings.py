@@ -104,13 +104,13 @@ class Embeddings:
             cost = self.s.pricing.cost_usd(route.name, usage)
             with anyio.CancelScope(shield=True):
                 await self.s.admission.settle(ticket, usage=usage, cost_usd=cost)
-            self._record(call, request_id, route, candidate, usage, began, status, error)
+            self._record(call, request_id, route, candidate, usage, cost, began, status, error)
             seen.end(route.name, candidate, usage, cost, began, status, error, call.body, None)
             raise
         usage = Usage(input_tokens=reply.prompt_tokens)
         cost = self.s.pricing.cost_usd(route.name, usage)
         await self.s.admission.settle(ticket, usage=usage, cost_usd=cost)
-        self._record(call, request_id, route, candidate, usage, began, "ok", None)
+        self._record(call, request_id, route, candidate, usage, cost, began, "ok", None)
         seen.end(route.name, candidate, usage, cost, began, "ok", None, call.body, reply.body)
         return _as_asked(reply, model)
 
@@ -172,11 +172,11 @@ class Embeddings:
         route: ModelRoute,
         candidate: Candidate,
         usage: Usage,
+        cost_usd: float,
         began: float,
         status: str,
         error_kind: str | None,
     ) -> None:
-        cost = self.s.pricing.cost_usd(route.name, usage)
         row = CallRecord(
             request_id=request_id,
             attempt=0,
@@ -189,7 +189,7 @@ class Embeddings:
             status=status,
             error_kind=error_kind,
             usage=usage,
-            cost_usd=cost,
+            cost_usd=cost_usd,
             uncached_cost_usd=self.s.pricing.uncached_cost_usd(route.name, usage),
             ttft_ms=None,
             latency_ms=(self.s.clock() - began) * 1000.0,
