@@ -7,6 +7,8 @@ hold more than the limit; the 2026-07-28 wire, which opens no session, is not re
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from types import SimpleNamespace
 from typing import Any
 
@@ -81,26 +83,24 @@ async def request(
     return out["status"], out["headers"], out["body"]
 
 
-def manager(idle_s: float = 60.0) -> TenantSessionManager:
-    return TenantSessionManager(
+@asynccontextmanager
+async def serving(idle_s: float = 60.0) -> AsyncIterator[tuple[TenantSessionManager, McpDoor]]:
+    """A running session manager, `LIMIT` sessions a tenant, and the door in front of it."""
+    sessions = TenantSessionManager(
         Server("tenant-sessions"),
         security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         session_idle_timeout=idle_s,
         max_sessions=100,
         max_sessions_per_tenant=LIMIT,
     )
-
-
-def door_of(sessions: TenantSessionManager) -> McpDoor:
     telemetry: Any = SimpleNamespace(is_tracing=False)
-    return McpDoor(sessions, Keys(), (), telemetry)
+    async with sessions.run():
+        yield sessions, McpDoor(sessions, Keys(), (), telemetry)
 
 
 def test_a_tenant_at_its_limit_is_refused_and_its_neighbour_is_not() -> None:
     async def main() -> None:
-        sessions = manager()
-        door = door_of(sessions)
-        async with sessions.run():
+        async with serving() as (sessions, door):
             opened = [await request(door, "acme-key") for _ in range(LIMIT)]
             assert [status for status, _, _ in opened] == [200] * LIMIT
             status, _, body = await request(door, "acme-key")
@@ -128,9 +128,7 @@ def test_a_tenant_at_its_limit_is_refused_and_its_neighbour_is_not() -> None:
 
 def test_openers_arriving_together_never_hold_more_than_the_limit() -> None:
     async def main() -> None:
-        sessions = manager()
-        door = door_of(sessions)
-        async with sessions.run():
+        async with serving() as (sessions, door):
             replies = await asyncio.gather(*(request(door, "acme-key") for _ in range(5)))
             statuses = sorted(status for status, _, _ in replies)
             assert statuses.count(200) == LIMIT
@@ -142,9 +140,7 @@ def test_openers_arriving_together_never_hold_more_than_the_limit() -> None:
 
 def test_a_session_that_idles_out_gives_its_place_back() -> None:
     async def main() -> None:
-        sessions = manager(idle_s=0.3)
-        door = door_of(sessions)
-        async with sessions.run():
+        async with serving(idle_s=0.3) as (sessions, door):
             for _ in range(LIMIT):
                 assert (await request(door, "acme-key"))[0] == 200
             assert (await request(door, "acme-key"))[0] == 429
@@ -160,9 +156,7 @@ def test_a_session_that_idles_out_gives_its_place_back() -> None:
 
 def test_a_keys_sessions_end_and_the_tenants_other_key_keeps_its_own() -> None:
     async def main() -> None:
-        sessions = manager()
-        door = door_of(sessions)
-        async with sessions.run():
+        async with serving() as (sessions, door):
             _, first, _ = await request(door, "acme-key")
             _, second, _ = await request(door, "acme-key-2")
             assert sessions.keys() == {("acme", "k1"), ("acme", "k2")}
