@@ -43,6 +43,11 @@ class McpSettings(Section):
     max_sessions_per_tenant: int = Field(default=1_000, gt=0)
     # `subscriptions/listen` streams one tenant may hold open in one gateway process
     max_listens_per_tenant: int = Field(default=32, gt=0)
+    # events a handshake-era session keeps for a client resuming a stream (`Last-Event-ID`), its
+    # newest; 0: streams are not resumable
+    replay_events_per_session: int = Field(default=100, ge=0)
+    # bytes of kept events one tenant's sessions hold in one gateway process (its oldest go first)
+    replay_bytes_per_tenant: int = Field(default=8 * 1024 * 1024, gt=0)
     # how often tenants with open sessions are checked for a changed tool list, and keys with
     # open sessions or streams for whether they may still call
     change_poll_s: float = Field(default=1.0, gt=0)

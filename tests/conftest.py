@@ -94,6 +94,7 @@ SLOW_TESTS = (
     "mcp/test_langchain_client.py",
     "mcp/test_mcp_adversarial.py",
     "mcp/test_mcp_door_e2e.py",
+    "mcp/test_stream_resume_e2e.py",
     "quotas/test_quota_http.py",
     "quotas/test_quota_processes.py",
     "sandbox/test_gateway_tools_e2e.py",

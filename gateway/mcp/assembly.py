@@ -23,6 +23,7 @@ from gateway.mcp.door import McpDoor
 from gateway.mcp.key_watch import KeyWatch
 from gateway.mcp.limits import ToolCallLimiter
 from gateway.mcp.listen import TenantListens
+from gateway.mcp.replay import ReplayEvents
 from gateway.mcp.sandbox_tools import SandboxTools
 from gateway.mcp.server import build_server
 from gateway.mcp.sessions import TenantSessionManager
@@ -72,6 +73,9 @@ def build_mcp(
     calls = ToolCalls(catalogue, SandboxTools(service), upstreams, limiter, ledger_rows, telemetry)
     listens = TenantListens(catalogue, cfg.max_listens_per_tenant, cfg.max_sessions)
     changes = ListChanges(catalogue, policies, clock, cfg.session_idle_s, log, listens)
+    replay = None
+    if cfg.replay_events_per_session:
+        replay = ReplayEvents(cfg.replay_events_per_session, cfg.replay_bytes_per_tenant)
     manager = TenantSessionManager(
         build_server(catalogue, calls, changes, listens),
         # Origin is checked by the door; the SDK's check would also pin the Host header
@@ -80,6 +84,7 @@ def build_mcp(
         max_request_body_size=settings.http.max_body_bytes,
         max_sessions=cfg.max_sessions,
         max_sessions_per_tenant=cfg.max_sessions_per_tenant,
+        replay=replay,
     )
     watch = KeyWatch(
         lambda tenant, key_id: keys.policy_for_key_id(tenant, key_id) is not None,

@@ -11,6 +11,12 @@ this subclass counts there, and keeps whose key each session is. The door refuse
 request of a tenant at its limit before the SDK reads it (429); the count at admission, under
 the SDK's session lock, is what holds when two arrive together (the later one gets the SDK's
 503).
+
+Each session's transport gets an event store of its own (`ReplayEvents.open`): the SDK's
+manager hands every transport it makes its `event_store`, whose stream ids (`_GET_stream`, the
+request ids) name no session, so one store shared by all would mix them. The store is set for
+the one synchronous call that makes the transport, and the session's events are forgotten where
+it is discarded.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from mcp.server.auth.middleware.bearer_auth import AuthorizationContext
 from mcp.server.streamable_http import StreamableHTTPServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
+from gateway.mcp.replay import ReplayEvents
+
 
 @dataclass(frozen=True, slots=True)
 class _Held:
@@ -31,9 +39,18 @@ class _Held:
 
 
 class TenantSessionManager(StreamableHTTPSessionManager):
-    def __init__(self, *args: Any, max_sessions_per_tenant: int, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        max_sessions_per_tenant: int,
+        replay: ReplayEvents | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """`replay`: each session's events kept for a client resuming a stream; None: streams
+        are not resumable."""
         super().__init__(*args, **kwargs)
         self.max_sessions_per_tenant = max_sessions_per_tenant
+        self._replay = replay
         self._open: dict[str, int] = {}  # tenant -> sessions held
         self._held: dict[str, _Held] = {}  # session id -> whose it is
 
@@ -61,16 +78,25 @@ class TenantSessionManager(StreamableHTTPSessionManager):
         key_id = (None if requestor is None else requestor["subject"]) or ""
         if self._open.get(tenant, 0) >= self.max_sessions_per_tenant:
             return None  # the SDK answers 503, as at its own limit
-        transport = super()._admit_session(requestor)
+        events = None if self._replay is None else self._replay.open(tenant)
+        self.event_store = events  # the transport made now keeps this session's events only
+        try:
+            transport = super()._admit_session(requestor)
+        finally:
+            self.event_store = None
         if transport is not None and transport.mcp_session_id is not None:
             self._held[transport.mcp_session_id] = _Held(tenant, key_id, transport)
             self._open[tenant] = self._open.get(tenant, 0) + 1
+            if self._replay is not None and events is not None:
+                self._replay.admitted(events, transport.mcp_session_id)
         return transport
 
     async def _discard_session(
         self, session_id: str, transport: StreamableHTTPServerTransport
     ) -> None:
         held = self._held.pop(session_id, None)  # discarded more than once: counted once
+        if self._replay is not None:
+            self._replay.forget(session_id)
         if held is not None:
             left = self._open[held.tenant] - 1
             if left:

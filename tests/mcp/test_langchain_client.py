@@ -148,6 +148,8 @@ def _post(
 
 
 def _result(reply: httpx.Response) -> dict[str, Any]:
-    """The JSON-RPC result of an SSE reply (one `message` event)."""
-    data = next(line[6:] for line in reply.text.splitlines() if line.startswith("data: "))
+    """The JSON-RPC result of an SSE reply (one `message` event, after the priming event a
+    2025-11-25 session's reply opens with: an id and no data)."""
+    lines = reply.text.splitlines()
+    data = next(line[6:] for line in lines if line.startswith("data: ") and line[6:])
     return dict(json.loads(data)["result"])

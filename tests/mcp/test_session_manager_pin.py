@@ -1,9 +1,10 @@
 """`TenantSessionManager` (gateway/mcp/sessions.py) counts a tenant's sessions in two methods of
 the SDK's session manager that are not its public API: `_admit_session` (every session admitted,
-under the session lock) and `_discard_session` (every way a session goes). pyproject.toml pins
-the mcp release this was written against; this test fails when the installed manager is not
-that release's, so whoever moves the pin checks both are still where every session starts and
-ends (then records the new digest)."""
+under the session lock; the transport it makes gets the manager's `event_store`, which the
+subclass sets to the session's own for that call) and `_discard_session` (every way a session
+goes). pyproject.toml pins the mcp release this was written against; this test fails when the
+installed manager is not that release's, so whoever moves the pin checks both are still where
+every session starts and ends (then records the new digest)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ def test_the_manager_subclassed_is_the_one_reviewed() -> None:
     source = inspect.getsource(StreamableHTTPSessionManager)
     assert hashlib.sha256(source.encode()).hexdigest() == REVIEWED, (
         "the SDK's StreamableHTTPSessionManager changed: check that every session is still "
-        "admitted in _admit_session and discarded through _discard_session, then update REVIEWED"
+        "admitted in _admit_session (its transport given self.event_store) and discarded through "
+        "_discard_session, then update REVIEWED"
     )
 
 
