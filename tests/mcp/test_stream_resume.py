@@ -139,7 +139,7 @@ def test_a_reply_whose_stream_was_lost_is_sent_again() -> None:
             _, _, (priming, reply) = await exchange(
                 door, "acme-key", body=PING, headers=named(session)
             )
-            assert priming == {"id": f"{session}.2", "data": ""}
+            assert priming == {"id": f"{session}.2.rMg", "data": ""}  # request 2's stream
             assert orjson.loads(reply["data"]) == {"jsonrpc": "2.0", "id": 2, "result": {}}
             resume = {
                 **named(session),
@@ -148,8 +148,8 @@ def test_a_reply_whose_stream_was_lost_is_sent_again() -> None:
             }
             status, _, events = await exchange(door, "acme-key", "GET", headers=resume, events=2)
             assert status == 200
-            assert events[0] == {**reply, "id": f"{session}.3"}
-            assert events[1] == {"id": f"{session}.4", "data": ""}  # the resumed stream's own
+            assert events[0] == {**reply, "id": f"{session}.3.rMg"}
+            assert events[1] == {"id": f"{session}.4.rMg", "data": ""}  # the resumed stream's own
 
     asyncio.run(main())
 
