@@ -28,16 +28,23 @@ class InflightGate(Protocol):
 
 
 class RedisInflightGate:
+    """Redis not answering: the gate stands aside (acquire says yes, release does nothing) and
+    the store decides alone; the run slots, on the same Redis, answer for it with a 503."""
+
     def __init__(self, client: aioredis.Redis, prefix: str = "lantern:toolrun:") -> None:
         self._client = client
         self._prefix = prefix
 
     async def acquire(self, scope: str, token: str, ttl_s: float) -> bool:
-        done = await self._client.set(self._prefix + scope, token, nx=True, px=int(ttl_s * 1000))
-        return bool(done)
+        key, ttl_ms = self._prefix + scope, int(ttl_s * 1000)
+        try:
+            return bool(await self._client.set(key, token, nx=True, px=ttl_ms))
+        except RedisError:
+            return True
 
     async def release(self, scope: str, token: str) -> None:
-        await self._client.eval(_RELEASE, 1, self._prefix + scope, token)
+        with contextlib.suppress(RedisError):
+            await self._client.eval(_RELEASE, 1, self._prefix + scope, token)
 
 
 # KEYS[1]: the tenant's sorted set of slot tokens scored by expiry (ms, Redis's own clock).

@@ -313,3 +313,47 @@ def test_a_fargate_tool_without_a_configured_runner_is_unavailable_and_runs_noth
         asyncio.run(service.submit(tools, _req("key-f", tool="remote")))
     assert caught.value.status_code == 503
     assert runner.jobs == []
+
+
+def test_a_redis_that_does_not_answer_refuses_with_503_and_replays_still_come_from_the_store(
+    sqlite_engine: sa.Engine, clock: ManualClock
+) -> None:
+    """The in-flight gate is advisory: Redis down, it stands aside and the store decides. The
+    assembled service (gate and slots on the one Redis) refuses a new run with 503, key free;
+    a run stored earlier is still replayed."""
+    import socket
+
+    import redis.asyncio as aioredis
+
+    from sandbox.assembly import build_tool_run_service
+    from sandbox.inflight import RedisInflightGate
+
+    runner = FakeRunner(clock)
+
+    async def scenario() -> None:
+        closed = socket.socket()
+        closed.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+        client = aioredis.from_url(f"redis://127.0.0.1:{closed.getsockname()[1]}")
+        assembled, local = build_tool_run_service(
+            sqlite_engine, logging.getLogger("t"), redis_client=client, clock=clock
+        )
+        gated, store = _service(sqlite_engine, clock, runner, RedisInflightGate(client))
+        try:
+            with pytest.raises(SandboxUnavailable) as caught:
+                await assembled.submit(TOOLS, _req("key-1"))
+            assert (caught.value.status_code, str(caught.value)) == (
+                503,
+                "tool run slots: Redis unavailable (ConnectionError)",
+            )
+            assert store.find("acme", "key-1") is None
+            first = await gated.submit(TOOLS, _req("key-2"))
+            again = await gated.submit(TOOLS, _req("key-2"))
+            assert (first.http_status, first.replayed, again.replayed) == (200, False, True)
+            assert again.body == first.body
+        finally:
+            local.close()
+            await client.aclose()
+            closed.close()
+
+    asyncio.run(scenario())
+    assert [job.argv for job in runner.jobs] == [("echo", "hi")]
