@@ -184,15 +184,29 @@ class LocalRunner:
             return
         policy = EgressPolicy(job.tool, parse_rules(job.egress), self._allow_cidrs)
         proxy = EgressProxy(policy, self._resolver, self._log)
-        folder = tempfile.mkdtemp(prefix="lantern-egress-")  # 0700, private to its owner
-        path = os.path.join(folder, "egress.sock")
-        server = await proxy.serve_unix(path)
-        os.chmod(path, 0o600)
-        if os.geteuid() == 0:  # the box (and bwrap, which binds it) runs as the sandbox uid
-            for owned in (folder, path):
-                os.chown(owned, self._uid, self._uid)
+        folder, server = await self._listen(proxy)
         try:
             yield folder
         finally:
             server.close()
             shutil.rmtree(folder, ignore_errors=True)
+
+    async def _listen(self, proxy: EgressProxy) -> tuple[str, asyncio.base_events.Server]:
+        """The proxy's socket in a fresh private folder; RunnerFailed (nothing was started,
+        nothing is left behind) when it cannot listen there."""
+        folder, server = "", None
+        try:
+            folder = tempfile.mkdtemp(prefix="lantern-egress-")  # 0700, private to its owner
+            path = os.path.join(folder, "egress.sock")
+            server = await proxy.serve_unix(path)
+            os.chmod(path, 0o600)
+            if os.geteuid() == 0:  # the box (and bwrap, which binds it) runs as the sandbox uid
+                for owned in (folder, path):
+                    os.chown(owned, self._uid, self._uid)
+        except OSError as exc:
+            if server is not None:
+                server.close()
+            if folder:
+                shutil.rmtree(folder, ignore_errors=True)
+            raise RunnerFailed(f"cannot start the egress proxy: {exc}") from exc
+        return folder, server

@@ -7,16 +7,18 @@ import asyncio
 import json
 import logging
 import socket
+import tempfile
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
 import sqlalchemy as sa
 
 from sandbox.addresses import parse_cidrs
-from sandbox.errors import SandboxUnavailable, TooManyRuns
+from sandbox.errors import RunnerFailed, SandboxUnavailable, TooManyRuns
 from sandbox.idempotency import IdempotencyStore
 from sandbox.inflight import RedisRunSlots
 from sandbox.local_runner import LocalRunner
@@ -152,6 +154,34 @@ def test_a_run_that_cannot_start_gives_its_slot_and_claim_back(
         runner.close()
     assert slots.held("acme") == 0
     assert store.find("acme", "a1") is None
+
+
+@pytest.mark.sandbox
+def test_an_egress_proxy_that_cannot_listen_gives_its_slot_and_claim_back(
+    sqlite_engine: sa.Engine,
+    default_backend: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A temporary directory too deep for a Unix socket's path (108 bytes): the proxy cannot
+    listen, so nothing is spawned; 502, the slot and the claim given back, no folder left."""
+    slots = LocalRunSlots()
+    store = IdempotencyStore(sqlite_engine, time.time, lease_s=30)
+    runner = LocalRunner(logging.getLogger("t"), MapResolver({"hold.test": ["127.0.0.2"]}))
+    runner.backend()  # probed (its launcher copied) where the box's user can read it
+    deep = tmp_path / ("d" * 100)
+    deep.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    service = ToolRunService(store, runner, time.time, logging.getLogger("t"), slots=slots)
+    try:
+        with pytest.raises(RunnerFailed) as caught:
+            asyncio.run(service.submit(_tools(9), _request("acme", "a1")))
+    finally:
+        runner.close()
+    assert (caught.value.status_code, caught.value.code) == (502, "tool_runner_failed")
+    assert str(caught.value).startswith("cannot start the egress proxy: ")
+    assert (slots.held("acme"), store.find("acme", "a1")) == (0, None)
+    assert sorted(path.name for path in deep.iterdir()) == []
 
 
 @pytest.mark.redis
