@@ -95,7 +95,10 @@ class ToolRunService:
                 await self._gate.release(scope, token)
 
     async def get(self, tenant: str, run_id: str) -> ToolRunReply:
-        record = await asyncio.to_thread(self._store.get, tenant, run_id)
+        """The tenant's run by id; an id no run can have (32 lowercase hex digits) is not
+        looked up (PostgreSQL refuses a NUL in any text)."""
+        is_run_id = len(run_id) == 32 and all(c in "0123456789abcdef" for c in run_id)
+        record = await asyncio.to_thread(self._store.get, tenant, run_id) if is_run_id else None
         if record is None:
             raise RunNotFound(f"no tool run {run_id!r}")
         body = (

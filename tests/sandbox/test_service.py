@@ -357,3 +357,15 @@ def test_a_redis_that_does_not_answer_refuses_with_503_and_replays_still_come_fr
 
     asyncio.run(scenario())
     assert [job.argv for job in runner.jobs] == [("echo", "hi")]
+
+
+@pytest.mark.parametrize("run_id", ["abc\x00def", "A" * 32, "f" * 33, "", "../" + "0" * 29])
+def test_a_run_id_that_no_run_can_have_is_404_without_asking_the_database(
+    engine: sa.Engine, clock: ManualClock, run_id: str
+) -> None:
+    """Run ids are 32 lowercase hex digits; anything else (a NUL from `%00` in the path, which
+    PostgreSQL refuses in any text) is simply no run of the tenant's."""
+    service, _ = _service(engine, clock, FakeRunner(clock))
+    with pytest.raises(RunNotFound) as caught:
+        asyncio.run(service.get("acme", run_id))
+    assert (caught.value.status_code, caught.value.code) == (404, "tool_run_not_found")
