@@ -50,5 +50,5 @@ def build_replay(settings: Settings) -> ReplayParts:
     if settings.redis_url:
         shared = RedisReplayStore.from_url(settings.redis_url)
         return ReplayParts(ReplayService(shared, limits), None, cfg.sweep_interval_s)
-    memory = MemoryReplayStore(time.monotonic)
+    memory = MemoryReplayStore(time.monotonic, cfg.max_records)
     return ReplayParts(ReplayService(memory, limits), memory, cfg.sweep_interval_s)

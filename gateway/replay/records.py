@@ -91,6 +91,12 @@ def record_scope(tenant: str, key_id: str, key: str) -> str:
     return f"{tenant}:{digest}"
 
 
+def split_scope(scope: str) -> tuple[str, str]:
+    """(tenant, the rest) of a record's scope; tenant ids hold no ':'."""
+    tenant, _, rest = scope.partition(":")
+    return tenant, rest
+
+
 def request_fingerprint(door: str, raw: bytes) -> str:
     """SHA-256 of the door and the canonical body (keys sorted, no whitespace): the same JSON
     written differently is the same request; a body that is not JSON counts as its bytes."""

@@ -1,5 +1,6 @@
 """Where keyed replies are kept: the `ReplayStore` protocol and the in-process store (one
-process; the reference path of the Redis store, which every process shares).
+process; the reference path of the Redis store, which every process shares), bounded as a
+`TenantTable`: one tenant's burst of keys never pushes out another's records.
 
 A claim is decided in one step (nobody runs a key twice); every write is fenced, so an owner
 whose lease ran out and was taken over writes nothing more.
@@ -13,7 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from gateway.replay.records import Claim, Entry, Page, RecordState
+from cachekeys.tenant_table import TenantTable
+from gateway.replay.records import Claim, Entry, Page, RecordState, split_scope
 
 
 class ReplayStore(Protocol):
@@ -58,17 +60,21 @@ class _Record:
 
 
 class MemoryReplayStore:
-    """Records in this process's memory; `sweep` (run in the background) drops expired ones."""
+    """Records in this process's memory; `sweep` (run in the background) drops expired ones.
+    Past `max_records` in all, the tenant holding the most loses its oldest record (a retry
+    of its key then runs again)."""
 
-    def __init__(self, clock: Callable[[], float]) -> None:
+    def __init__(self, clock: Callable[[], float], max_records: int = 10_000) -> None:
         self._clock = clock
-        self._records: dict[str, _Record] = {}
+        self._records: TenantTable[str, _Record] = TenantTable(
+            max_records, on_evict=lambda _key, record: record.notify()
+        )
 
     async def claim(self, scope: str, fingerprint: str, lease_s: float, ttl_s: float) -> Claim:
         now = self._clock()
         found = self._live(scope, now)
         if found is None:
-            self._records[scope] = _Record(fingerprint, 1, now + lease_s, now + ttl_s)
+            self._records[split_scope(scope)] = _Record(fingerprint, 1, now + lease_s, now + ttl_s)
             return Claim("new", 1)
         if found.fingerprint != fingerprint:
             return Claim("mismatch", found.fence)
@@ -110,7 +116,7 @@ class MemoryReplayStore:
     async def release(self, scope: str, fence: int) -> None:
         record = self._owned(scope, fence)
         if record is not None:
-            del self._records[scope]
+            del self._records[split_scope(scope)]
             record.notify()
 
     async def read(self, scope: str, after: int, block_s: float) -> Page:
@@ -127,23 +133,24 @@ class MemoryReplayStore:
     def sweep(self) -> int:
         """Drop records past their retention; returns how many."""
         now = self._clock()
-        gone = [scope for scope, r in self._records.items() if r.expires_at <= now]
-        for scope in gone:
-            self._records.pop(scope).notify()
+        gone = [key for key, r in self._records.items() if r.expires_at <= now]
+        for key in gone:
+            self._records.pop(key).notify()
         return len(gone)
 
     async def aclose(self) -> None:
         self._records.clear()
 
     def _live(self, scope: str, now: float) -> _Record | None:
-        record = self._records.get(scope)
+        key = split_scope(scope)
+        record = self._records.get(key)
         if record is not None and record.expires_at <= now:
-            del self._records[scope]
+            del self._records[key]
             return None
         return record
 
     def _owned(self, scope: str, fence: int) -> _Record | None:
-        record = self._records.get(scope)
+        record = self._records.get(split_scope(scope))
         if record is None or record.fence != fence or record.state != "running":
             return None
         return record

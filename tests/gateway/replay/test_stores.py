@@ -91,6 +91,30 @@ def test_memory_store_sweeps_expired_records() -> None:
     asyncio.run(main())
 
 
+def test_memory_store_is_bounded_and_one_tenants_burst_keeps_anothers_records() -> None:
+    """A tenant sending fresh keys fills the table only up to `max_records`, losing its own
+    oldest records; the quieter tenant's finished reply is still replayed."""
+
+    async def main() -> None:
+        clock = FakeClock()
+        store = MemoryReplayStore(clock, max_records=4)
+        assert (await store.claim("quiet:k1", "fp", 10.0, TTL_S)).kind == "new"
+        assert await store.append("quiet:k1", 1, [HEAD, Entry("end", b"done")], 10.0, TTL_S)
+        assert (await store.claim("noisy:k0", "fp", 10.0, TTL_S)).kind == "new"
+        waiting = asyncio.ensure_future(store.read("noisy:k0", 0, 5.0))  # blocks for an entry
+        await asyncio.sleep(0)
+        for n in range(1, 100):
+            assert (await store.claim(f"noisy:k{n}", "fp", 10.0, TTL_S)).kind == "new"
+        assert (await waiting).state is None  # a reader of an evicted record is told so
+        assert (await store.claim("quiet:k1", "fp", 10.0, TTL_S)).kind == "done"
+        found = [(await store.read(f"noisy:k{n}", 0, 0.0)).state for n in range(100)]
+        assert found == [None] * 97 + ["running"] * 3
+        assert not await store.append("noisy:k0", 1, [HEAD], 10.0, TTL_S)  # its owner: no more
+        assert (await store.claim("noisy:k0", "fp", 10.0, TTL_S)).kind == "new"
+
+    asyncio.run(main())
+
+
 @pytest.mark.redis
 def test_redis_store_keeps_the_promises(redis_url: str, redis_prefix: str) -> None:
     async def main() -> None:
