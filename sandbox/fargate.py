@@ -219,9 +219,11 @@ class FargateRunner:
         return RunOutput(status, exit_code, text, "", cut, False, started, finished, reason)
 
     async def _output(self, task_arn: str, target: FargateTarget, cap: int) -> tuple[str, bool]:
-        """awslogs stream `<prefix>/<container>/<task-id>`; stdout and stderr arrive merged."""
+        """awslogs stream `<prefix>/<container>/<task-id>`; stdout and stderr arrive merged.
+        Pages are read only until they pass `cap`: a tool's log is never all held in memory."""
         stream = f"{target.log_stream_prefix}/{target.container_name}/{task_arn.rsplit('/', 1)[-1]}"
         lines: list[str] = []
+        num_bytes = 0
         kwargs: dict[str, Any] = {
             "logGroupName": target.log_group,
             "logStreamName": stream,
@@ -232,10 +234,12 @@ class FargateRunner:
                 page = await asyncio.to_thread(
                     functools.partial(self._logs.get_log_events, **kwargs)
                 )
-                lines += [event["message"] for event in page.get("events", [])]
+                messages = [event["message"] for event in page.get("events", [])]
+                lines += messages
+                num_bytes += sum(len(message.encode()) + 1 for message in messages)
                 token = page.get("nextForwardToken")
-                if not page.get("events") or token == kwargs.get("nextToken"):
-                    break
+                if not messages or token == kwargs.get("nextToken") or num_bytes - 1 > cap:
+                    break  # the end, or (joined) enough to fill the cap and know it was cut
                 kwargs["nextToken"] = token
         except ClientError as exc:
             self._log.warning("no CloudWatch output for %s: %s", task_arn, exc)

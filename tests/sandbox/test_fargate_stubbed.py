@@ -281,6 +281,35 @@ def test_deadline_stops_the_task_and_reports_a_timeout(
     assert (len(result.stdout), result.stdout_truncated) == (1024, True)
 
 
+def test_a_long_log_is_read_only_until_it_fills_the_output_cap(
+    sqlite_engine: sa.Engine, clock: ManualClock
+) -> None:
+    """A tool that logs without end: the pages are read until the 1 KiB cap is passed, never
+    the rest (a third page would be an unstubbed call)."""
+    stub = Stubbed(clock)
+    stream = {
+        "logGroupName": "/lantern/tools",
+        "startFromHead": True,
+        "logStreamName": "tool/tool/0f1e2d3c4b5a69788796a5b4c3d2e1f0",
+    }
+
+    def script(s: Stubbed) -> None:
+        s.launched()
+        s.describe(_stopped(0, "EssentialContainerExited", "Essential container in task exited"))
+        for page, after in ((1, None), (2, "f/1")):
+            s.logs_stub.add_response(
+                "get_log_events",
+                {"events": [{"timestamp": page, "message": str(page) * 600}],
+                 "nextForwardToken": f"f/{page}"},
+                {**stream, "nextToken": after} if after else stream,
+            )  # fmt: skip
+
+    result = stub.go(sqlite_engine, script)
+    stub.logs_stub.assert_no_pending_responses()
+    assert (result.status, result.stdout_truncated) == (RunStatus.SUCCEEDED, True)
+    assert result.stdout == "1" * 600 + "\n" + "2" * 423
+
+
 def test_a_launch_that_started_nothing_releases_the_key(
     sqlite_engine: sa.Engine, clock: ManualClock
 ) -> None:
