@@ -20,7 +20,7 @@ from botocore.exceptions import ClientError
 from sandbox.errors import FargateConflict, InvalidToolRequest, LeaseLost, RunnerFailed
 from sandbox.fingerprint import canonical_json, client_token
 from sandbox.idempotency import RunRecord
-from sandbox.types import FargateTarget, RunOutput, RunStatus, SandboxJob
+from sandbox.types import FargateTarget, RunOutput, RunStatus, SandboxJob, ToolLimits
 
 MAX_OVERRIDES_CHARS = 8192
 ALLOWED_ENV = frozenset({"LANTERN_IDEMPOTENCY_KEY", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY"})
@@ -107,6 +107,14 @@ class FargateRunner:
             ],
             "enableExecuteCommand": False,
         }
+
+    def longest_run_s(self, limits: ToolLimits) -> float:
+        """How long a run can be followed at most: its start budget and wall time, one poll
+        interval past that deadline, then the grace for the task to stop after StopTask."""
+        polling = self._polling
+        return (
+            polling.start_budget_s + limits.wall_s + polling.max_delay_s + polling.missing_grace_s
+        )
 
     async def run_recorded(
         self, store: RunStore, record: RunRecord, job: SandboxJob, target: FargateTarget

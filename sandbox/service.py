@@ -194,7 +194,10 @@ class ToolRunService:
         """One of the tenant's run slots for the run's whole life, given back however it ends;
         none free: the claim is forgotten (nothing ran) and the caller gets a 429."""
         token = uuid.uuid4().hex
-        ttl_s = job.limits.wall_s + self._store.lease_s
+        life_s = job.limits.wall_s  # a local box is killed at its wall time
+        if spec.runner == "fargate" and self._fargate is not None:
+            life_s = self._fargate.longest_run_s(job.limits)
+        ttl_s = life_s + self._store.lease_s
         try:
             taken = await self._slots.acquire(
                 request.tenant, token, request.max_concurrent_runs, ttl_s

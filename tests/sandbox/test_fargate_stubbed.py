@@ -332,6 +332,55 @@ def test_a_launch_that_started_nothing_releases_the_key(
     assert store.find("acme", "key-1") is None  # the client may retry the same key
 
 
+class ExpiringSlots:
+    """RunSlots whose slots expire on the test's clock, as Redis's own expire on its clock: a
+    slot released after its expiry had stopped counting while its run still went on."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self.clock = clock
+        self.expires_at: dict[str, float] = {}
+        self.held_to_the_end: list[bool] = []
+
+    async def acquire(self, tenant: str, token: str, limit: int, ttl_s: float) -> bool:
+        self.expires_at[token] = self.clock() + ttl_s
+        return True
+
+    async def release(self, tenant: str, token: str) -> None:
+        self.held_to_the_end.append(self.clock() <= self.expires_at.pop(token))
+
+
+def test_a_fargate_runs_slot_outlives_its_slowest_start_and_stop(
+    sqlite_engine: sa.Engine, clock: ManualClock
+) -> None:
+    """A task that starts late and runs to the deadline (StopTask past 180 s + wall_s) keeps
+    the tenant's slot to the end, so the tenant cannot start more tasks than its cap."""
+    stub = Stubbed(clock)
+    slots = ExpiringSlots(clock)
+    store = IdempotencyStore(sqlite_engine, clock)
+    service = ToolRunService(
+        store,
+        None,
+        clock,
+        logging.getLogger("t"),
+        fargate=stub.runner,
+        slots=slots,  # type: ignore[arg-type]
+    )
+    spec = ToolSpec("run_python", make_job().argv, "fargate", (), LIMITS, make_target())
+    stub.ecs_stub.add_response("run_task", {"tasks": [{"taskArn": TASK_ARN}], "failures": []})
+    pending = {"tasks": [{"taskArn": TASK_ARN, "lastStatus": "PENDING"}], "failures": []}
+    for _ in range(13):  # t = 0, 2, 6, 14, 30, 60, ..., 270: the first poll past 180 + 60 s
+        stub.ecs_stub.add_response("describe_tasks", pending)
+    stub.ecs_stub.add_response("stop_task", {"task": {"taskArn": TASK_ARN}})
+    stub.ecs_stub.add_response("describe_tasks", _stopped(None, "UserInitiated", "lantern-timeout"))
+    stub.logs_stub.add_response("get_log_events", {"events": [], "nextForwardToken": "f/1"})
+    with stub.ecs_stub, stub.logs_stub:
+        reply = asyncio.run(
+            service.submit((spec,), ToolRunRequest("acme", "k1", "key-1", spec.name))
+        )
+    assert json.loads(reply.body)["status"] == "timed_out"
+    assert slots.held_to_the_end == [True]
+
+
 def test_recovery_resends_the_stored_request_byte_for_byte(
     sqlite_engine: sa.Engine, clock: ManualClock
 ) -> None:
