@@ -33,6 +33,22 @@ class ToolStoreUnavailable(SandboxError):
         super().__init__("the tool-run store (database) is unreachable; nothing ran, retry later")
 
 
+class ResultNotStored(SandboxError):
+    """The run started (it may have run to its end) but the store could not take its result.
+    The caller must retry the same key, never a new one: the retry learns what the store knows
+    (outcome_unknown for a local run; a Fargate run is reattached)."""
+
+    status_code = 503
+    code = "tool_run_result_not_stored"
+    retry_after_s = 1
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(
+            f"the tool run started, but the tool-run store is unreachable and its result was "
+            f"not stored (run {run_id}); retry with the same Idempotency-Key, not a new one"
+        )
+
+
 class ToolNotAllowed(SandboxError):
     """The tool is not declared in the tenant's policy."""
 

@@ -21,10 +21,12 @@ from sandbox.errors import (
     IdempotencyKeyReused,
     InvalidToolRequest,
     LeaseLost,
+    ResultNotStored,
     RunnerFailed,
     RunNotFound,
     SandboxUnavailable,
     ToolNotAllowed,
+    ToolStoreUnavailable,
     TooManyRuns,
 )
 from sandbox.fargate import FargateRunner
@@ -172,7 +174,10 @@ class ToolRunService:
                 output = await self._execute(record, prepared.spec, job)
             else:
                 output = await self._execute_in_slot(request, record, prepared.spec, job)
-        stored = await self._finish(record, output)
+        try:
+            stored = await self._finish(record, output)
+        except ToolStoreUnavailable as exc:  # it ran: never say "nothing ran" now
+            raise ResultNotStored(record.id) from exc
         return _replay(stored, replayed=False)
 
     @contextlib.asynccontextmanager

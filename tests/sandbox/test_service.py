@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import time
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -15,11 +16,12 @@ from sandbox.errors import (
     IdempotencyKeyReused,
     InvalidToolRequest,
     LeaseLost,
+    ResultNotStored,
     RunNotFound,
     SandboxUnavailable,
     ToolNotAllowed,
 )
-from sandbox.idempotency import IdempotencyStore
+from sandbox.idempotency import IdempotencyStore, create_store_engine, create_tables
 from sandbox.run_slots import LocalRunSlots
 from sandbox.service import ToolRunService
 from sandbox.types import ToolLimits, ToolRunRequest, ToolSpec
@@ -369,3 +371,49 @@ def test_a_run_id_that_no_run_can_have_is_404_without_asking_the_database(
     with pytest.raises(RunNotFound) as caught:
         asyncio.run(service.get("acme", run_id))
     assert (caught.value.status_code, caught.value.code) == (404, "tool_run_not_found")
+
+
+def test_a_result_the_store_cannot_take_is_not_reported_as_nothing_ran(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """The database goes away while the tool runs: the caller must not hear "nothing ran"
+    (a client would then run it again under a new key); it is told to retry the same key,
+    and that retry, once the database is back, learns the outcome is unknown."""
+    folder = tmp_path / "db"
+    engine = create_store_engine(f"sqlite:///{folder / 'runs.db'}")
+    create_tables(engine)
+    runner = FakeRunner(clock)
+    runner.release.clear()
+    service, _ = _service(engine, clock, runner)
+
+    async def scenario() -> None:
+        first = asyncio.create_task(service.submit(TOOLS, _req("key-1")))
+        while not runner.jobs:
+            await asyncio.sleep(0.01)
+        engine.dispose()
+        folder.rename(tmp_path / "away")
+        folder.write_text("")  # a file where the database's folder was: it cannot be opened
+        runner.release.set()
+        with pytest.raises(ResultNotStored) as caught:
+            await first
+        error = caught.value
+        assert (error.status_code, error.code, error.retry_after_s) == (
+            503,
+            "tool_run_result_not_stored",
+            1,
+        )
+        assert str(error).startswith("the tool run started, but the tool-run store is unreachable")
+        folder.unlink()
+        (tmp_path / "away").rename(folder)
+        clock.advance(11)  # past the lease
+        retry = await service.submit(TOOLS, _req("key-1"))
+        assert (retry.http_status, json.loads(retry.body)["error"]["code"]) == (
+            500,
+            "tool_run_outcome_unknown",
+        )
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        engine.dispose()
+    assert len(runner.jobs) == 1
