@@ -180,14 +180,10 @@ class FargateRunner:
         deadline = first + self._polling.start_budget_s + job.limits.wall_s
         delay, stopped_by_us = self._polling.first_delay_s, False
         while True:
-            describe = functools.partial(
-                self._ecs.describe_tasks, cluster=request["cluster"], tasks=[task_arn]
-            )
-            reply = await asyncio.to_thread(describe)
-            tasks = reply.get("tasks") or []
+            tasks = await self._describe(request["cluster"], task_arn)
             if tasks and tasks[0].get("lastStatus") == "STOPPED":
                 return await self._result(tasks[0], target, job, stopped_by_us)
-            if not tasks and self._clock() - first > self._polling.missing_grace_s:
+            if tasks == [] and self._clock() - first > self._polling.missing_grace_s:
                 return self._infra(first, "task MISSING from DescribeTasks")
             if self._clock() > deadline and not stopped_by_us:
                 stop = functools.partial(
@@ -203,6 +199,18 @@ class FargateRunner:
                 return self._infra(first, "task did not stop after StopTask")
             await self._sleep(delay)
             delay = min(delay * 2, self._polling.max_delay_s)
+
+    async def _describe(self, cluster: str, task_arn: str) -> list[dict[str, Any]] | None:
+        """The task as DescribeTasks lists it; None when throttled (the account's rate is
+        shared by every run: a throttled poll is a poll with no news, not a failed run)."""
+        describe = functools.partial(self._ecs.describe_tasks, cluster=cluster, tasks=[task_arn])
+        try:
+            reply = await asyncio.to_thread(describe)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code", "") != "ThrottlingException":
+                raise
+            return None
+        return list(reply.get("tasks") or [])
 
     async def _result(
         self, task: dict[str, Any], target: FargateTarget, job: SandboxJob, stopped_by_us: bool

@@ -153,6 +153,31 @@ def test_throttling_retries_with_the_same_client_token(
     assert stub.request["clientToken"] == client_token("acme", "key-1")
 
 
+def test_a_throttled_poll_is_polled_again_not_a_failed_run(
+    sqlite_engine: sa.Engine, clock: ManualClock
+) -> None:
+    """DescribeTasks shares the account's rate with every tenant's runs: a throttled poll is
+    a poll with no news, and the task is followed to its end."""
+    stub = Stubbed(clock)
+
+    def script(s: Stubbed) -> None:
+        s.launched()
+        s.describe({"tasks": [{"taskArn": TASK_ARN, "lastStatus": "RUNNING"}], "failures": []})
+        for _ in range(2):
+            s.ecs_stub.add_client_error(
+                "describe_tasks",
+                "ThrottlingException",
+                "Rate exceeded",
+                expected_params={"cluster": "sandbox", "tasks": [TASK_ARN]},
+            )
+        s.describe(_stopped(0, "EssentialContainerExited", "Essential container in task exited"))
+        s.no_logs()
+
+    result = stub.go(sqlite_engine, script)
+    assert (result.status, result.exit_code) == (RunStatus.SUCCEEDED, 0)
+    assert clock.now == 1_800_000_000.0 + 2 + 4 + 8  # three polls waited for, doubling
+
+
 def test_conflict_means_the_replay_drifted(sqlite_engine: sa.Engine, clock: ManualClock) -> None:
     stub = Stubbed(clock)
 
