@@ -131,7 +131,7 @@ async def _parse(
     return run, specs, body.tool_call_id
 
 
-RUN_ERRORS = (400, 401, 404, 409, 413, 429, 503)
+RUN_ERRORS = (400, 401, 403, 409, 413, 422, 429, 500, 502, 503)  # docs/sandbox.md's table
 IDEMPOTENCY_KEY = {
     "name": "idempotency-key",
     "in": "header",
@@ -176,7 +176,7 @@ def build_tools_router(
 
     @router.get(
         "/v1/tools/runs/{run_id}",
-        responses={200: {"model": ToolRunOutcome}, **errors(OpenAIError, 401, 404)},
+        responses={200: {"model": ToolRunOutcome}, **errors(OpenAIError, 401, 404, 503)},
     )
     async def read_run(run_id: str, request: Request) -> Response:
         try:

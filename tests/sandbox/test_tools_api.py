@@ -227,3 +227,21 @@ def test_assembled_service_runs_a_tool(default_backend: str, tmp_path: Path) -> 
         local.close()
         engine.dispose()
     assert json.loads(reply.body)["stdout"] == "2\n"
+
+
+def test_the_api_schema_lists_every_status_a_run_can_answer(
+    sqlite_engine: sa.Engine, clock: ManualClock
+) -> None:
+    """The OpenAPI document names each error status of docs/sandbox.md's table (a client
+    generated from it knows 403 tool_not_allowed, 422 idempotency_key_reused, 502 ...)."""
+    store = IdempotencyStore(sqlite_engine, clock)
+    service = ToolRunService(store, FakeRunner(clock), clock, logging.getLogger("t"))  # type: ignore[arg-type]
+    app = FastAPI()
+    app.include_router(build_tools_router(service, authenticate))
+    paths = app.openapi()["paths"]
+    post = paths["/v1/tools/runs"]["post"]["responses"]
+    get = paths["/v1/tools/runs/{run_id}"]["get"]["responses"]
+    assert sorted(post) == [
+        "200", "400", "401", "403", "409", "413", "422", "429", "500", "502", "503",
+    ]  # fmt: skip
+    assert sorted(get) == ["200", "401", "404", "422", "503"]  # 422: FastAPI's, for run_id
