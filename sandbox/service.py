@@ -285,9 +285,16 @@ class ToolRunService:
         return stored
 
     async def _heartbeat(self, record: RunRecord) -> None:
+        """Renews until cancelled or taken over; a database that does not answer is asked
+        again next time (the run goes on, and its result is stored once it is back)."""
         while True:
             await asyncio.sleep(self._store.lease_s / 3)
-            if not await asyncio.to_thread(self._store.renew, record.id, record.fence):
+            try:
+                renewed = await asyncio.to_thread(self._store.renew, record.id, record.fence)
+            except ToolStoreUnavailable:
+                self._log.warning("tool run %s: lease not renewed, store unreachable", record.id)
+                continue
+            if not renewed:
                 self._log.warning("tool run %s lost its lease (fence %d)", record.id, record.fence)
                 return
 

@@ -417,3 +417,47 @@ def test_a_result_the_store_cannot_take_is_not_reported_as_nothing_ran(
     finally:
         engine.dispose()
     assert len(runner.jobs) == 1
+
+
+def test_a_database_blip_while_a_tool_runs_neither_stops_the_lease_nor_loses_the_result(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """The database cannot be opened for a few lease renewals mid-run: renewing goes on once
+    it is back, and the run's result is stored and answered as usual."""
+    folder = tmp_path / "db"
+    engine = create_store_engine(f"sqlite:///{folder / 'runs.db'}")
+    create_tables(engine)
+    runner = FakeRunner(clock)
+    runner.release.clear()
+    store = IdempotencyStore(engine, clock, lease_s=0.3, retention_s=3600)
+    service = ToolRunService(store, runner, clock, logging.getLogger("t"))  # type: ignore[arg-type]
+
+    async def renewed() -> None:  # the row's lease follows the clock again
+        while (row := store.find("acme", "key-1")) is None or (
+            row.lease_expires_at != clock.now + 0.3
+        ):
+            await asyncio.sleep(0.05)
+
+    async def scenario() -> None:
+        first = asyncio.create_task(service.submit(TOOLS, _req("key-1")))
+        while not runner.jobs:
+            await asyncio.sleep(0.01)
+        engine.dispose()
+        folder.rename(tmp_path / "away")
+        folder.write_text("")  # a file where the database's folder was: it cannot be opened
+        await asyncio.sleep(0.5)  # several renewals (every 0.1 s) fail
+        folder.unlink()
+        (tmp_path / "away").rename(folder)
+        clock.advance(5)
+        await asyncio.wait_for(renewed(), 10)
+        runner.release.set()
+        reply = await first
+        assert (reply.http_status, json.loads(reply.body)["status"]) == (200, "succeeded")
+        again = await service.submit(TOOLS, _req("key-1"))
+        assert (again.replayed, again.body) == (True, reply.body)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        engine.dispose()
+    assert len(runner.jobs) == 1
