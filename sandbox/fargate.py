@@ -17,7 +17,13 @@ from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
 
-from sandbox.errors import FargateConflict, InvalidToolRequest, LeaseLost, RunnerFailed
+from sandbox.errors import (
+    FargateConflict,
+    InvalidToolRequest,
+    LeaseLost,
+    RunnerFailed,
+    ToolStoreUnavailable,
+)
 from sandbox.fingerprint import canonical_json, client_token
 from sandbox.idempotency import RunRecord
 from sandbox.types import FargateTarget, RunOutput, RunStatus, SandboxJob, ToolLimits
@@ -139,7 +145,12 @@ class FargateRunner:
                 raise LeaseLost(f"lost the lease on run {record.id} before RunTask")
             task_arn = await self._launch(request)
         ref_json = json.dumps({"request": request, "task_arn": task_arn}, sort_keys=True)
-        await asyncio.to_thread(store.set_ref, record.id, record.fence, ref_json)
+        try:
+            await asyncio.to_thread(store.set_ref, record.id, record.fence, ref_json)
+        except ToolStoreUnavailable:  # a recovery finds the task without it (ListTasks, RunTask)
+            self._log.warning(
+                "tool run %s: task %s not recorded, store unreachable", job.run_id, task_arn
+            )
         return await self._follow(task_arn, request, job, target)
 
     async def _launch(self, request: dict[str, Any]) -> str:

@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 from botocore.stub import Stubber
 
-from sandbox.errors import FargateConflict, RunnerFailed
+from sandbox.errors import FargateConflict, RunnerFailed, ToolStoreUnavailable
 from sandbox.fingerprint import client_token
 from sandbox.idempotency import IdempotencyStore
 from sandbox.service import ToolRunService
@@ -176,6 +176,40 @@ def test_a_throttled_poll_is_polled_again_not_a_failed_run(
     result = stub.go(sqlite_engine, script)
     assert (result.status, result.exit_code) == (RunStatus.SUCCEEDED, 0)
     assert clock.now == 1_800_000_000.0 + 2 + 4 + 8  # three polls waited for, doubling
+
+
+class StoreGoneAfterTheStart:
+    """A RunStore whose database takes the started mark, then does not answer."""
+
+    def __init__(self, store: IdempotencyStore) -> None:
+        self.store = store
+
+    def mark_started(self, run_id: str, fence: int, backend_ref: str | None) -> bool:
+        return self.store.mark_started(run_id, fence, backend_ref)
+
+    def set_ref(self, run_id: str, fence: int, backend_ref: str) -> bool:
+        raise ToolStoreUnavailable()
+
+
+def test_a_task_ref_the_store_cannot_take_does_not_abandon_the_task(
+    sqlite_engine: sa.Engine, clock: ManualClock
+) -> None:
+    """The task ARN is only a shortcut for a recovery (ListTasks and the stored RunTask find
+    the task too): the database going away right after the launch does not stop following."""
+    stub = Stubbed(clock)
+    store, record, job = stub.run(sqlite_engine)
+
+    stub.launched()
+    stub.describe(_stopped(0, "EssentialContainerExited", "Essential container in task exited"))
+    stub.no_logs()
+    with stub.ecs_stub, stub.logs_stub:
+        result = asyncio.run(
+            stub.runner.run_recorded(StoreGoneAfterTheStart(store), record, job, make_target())
+        )
+        stub.ecs_stub.assert_no_pending_responses()
+    assert (result.status, result.exit_code) == (RunStatus.SUCCEEDED, 0)
+    started = store.find("acme", "key-1")
+    assert started is not None and started.state == "started"
 
 
 def test_conflict_means_the_replay_drifted(sqlite_engine: sa.Engine, clock: ManualClock) -> None:
