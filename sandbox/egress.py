@@ -70,7 +70,7 @@ def normalize_host(host: str) -> str:
     if not name or len(name) > 253 or any(not label for label in name.split(".")):
         raise ValueError(f"malformed host {host!r}")
     ascii_name = name.encode("idna").decode("ascii")
-    if any(c in ascii_name for c in "/@:[]% \\"):
+    if any(c in "/@:[]% \\" or not c.isprintable() for c in ascii_name):
         raise ValueError(f"malformed host {host!r}")
     return ascii_name
 
@@ -128,7 +128,7 @@ class EgressProxy:
             "egress tool=%s decision=%s host=%s port=%d reason=%s address=%s",
             self._policy.tool,
             "allow" if decision.allowed else "deny",
-            decision.host,
+            ascii(decision.host)[1:-1],  # as the box sent it when refused: one line, escaped
             port,
             decision.reason,
             decision.address,

@@ -195,6 +195,28 @@ def test_logs_carry_decisions_never_bodies(caplog: pytest.LogCaptureFixture) -> 
     assert "SECRET" not in logged and "password" not in logged and "decision=allow" in logged
 
 
+@pytest.mark.parametrize(
+    ("target", "reason", "logged_host"),
+    [
+        ("x.test\nFORGED", "malformed-host", "x.test\\nFORGED"),
+        ("evil\negress\ttool=t\tdecision=allow", "malformed-host", "evil\\negress\\ttool=t"),
+        ("\n127.0.0.1", "ip-literal", "\\n127.0.0.1"),
+    ],
+)
+def test_a_box_cannot_write_lines_into_the_decision_log(
+    target: str, reason: str, logged_host: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Control characters in a requested name: refused as malformed, and logged escaped, so
+    each decision stays one line and a tool cannot forge `decision=allow` lines."""
+    head = f"CONNECT {target}:443 HTTP/1.1\r\n\r\n".encode()
+    with caplog.at_level(logging.INFO, logger="lantern.test.egress"):
+        reply = asyncio.run(_with_proxy(["*.test:443"], MapResolver(), [head]))[0]
+    assert reply.startswith(b"HTTP/1.1 403 Forbidden") and reply.endswith(reason.encode())
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("egress ")]
+    assert "\n" not in line and "\t" not in line
+    assert line.startswith(f"egress tool=t decision=deny host={logged_host}")
+
+
 def test_connections_beyond_the_cap_get_429() -> None:
     async def scenario() -> bytes:
         policy = EgressPolicy("t", parse_rules(["allowed.test:443"]))
