@@ -122,8 +122,8 @@ async def _parse(
         key = parse_idempotency_key(header)
     specs = tuple(tool_spec(tool) for tool in policy.tools)
     run_limits = None
-    if body.limits is not None:
-        declared = next((s.limits for s in specs if s.name == body.tool), ToolLimits())
+    declared = next((s.limits for s in specs if s.name == body.tool), None)
+    if body.limits is not None and declared is not None:  # no such tool: the service's 403
         run_limits = _limits(body.limits, declared)
     arguments = tuple(sorted((k, str(v)) for k, v in body.arguments.items()))
     cap = policy.tool_runs.max_concurrent

@@ -100,6 +100,13 @@ def test_run_replay_and_get_with_the_real_sandbox(
             "tool_not_allowed",
             "tool",
         ),
+        (  # limits the tool would refuse, for a tool the tenant does not have: still 403
+            {"tool": "rm_rf", "arguments": {}, "limits": {"wall_s": 3600}},
+            {"Idempotency-Key": "k"},
+            403,
+            "tool_not_allowed",
+            "tool",
+        ),
         (
             {"tool": "run_python", "arguments": {"cmd": "x"}},
             {"Idempotency-Key": "k"},
