@@ -97,8 +97,8 @@ class ToolRunService:
                 await self._gate.release(scope, token)
 
     async def get(self, tenant: str, run_id: str) -> ToolRunReply:
-        """The tenant's run by id; an id no run can have (32 lowercase hex digits) is not
-        looked up (PostgreSQL refuses a NUL in any text)."""
+        """The tenant's run by id. An id that is not 32 lowercase hex digits belongs to no run
+        and is not looked up (PostgreSQL refuses a NUL in any text)."""
         is_run_id = len(run_id) == 32 and all(c in "0123456789abcdef" for c in run_id)
         record = await asyncio.to_thread(self._store.get, tenant, run_id) if is_run_id else None
         if record is None:
@@ -286,7 +286,8 @@ class ToolRunService:
 
     async def _heartbeat(self, record: RunRecord) -> None:
         """Renews until cancelled or taken over; a database that does not answer is asked
-        again next time (the run goes on, and its result is stored once it is back)."""
+        again next time (the run goes on; its result is stored if the database is back when
+        it ends)."""
         while True:
             await asyncio.sleep(self._store.lease_s / 3)
             try:
