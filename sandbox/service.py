@@ -103,6 +103,10 @@ class ToolRunService:
         record = await asyncio.to_thread(self._store.get, tenant, run_id) if is_run_id else None
         if record is None:
             raise RunNotFound(f"no tool run {run_id!r}")
+        if _is_abandoned_local_start(record, self._clock()):  # as a retry of its POST would
+            with contextlib.suppress(IdempotencyKeyInUse, LeaseLost):  # another caller won
+                await self._recover(record)
+            record = await asyncio.to_thread(self._store.get, tenant, run_id) or record
         body = (
             record.response
             if record.state == "done" and record.response
@@ -298,6 +302,13 @@ class ToolRunService:
             if not renewed:
                 self._log.warning("tool run %s lost its lease (fence %d)", record.id, record.fence)
                 return
+
+
+def _is_abandoned_local_start(record: RunRecord, now: float) -> bool:
+    """Started in a local box by an owner that stopped renewing its lease: never run again,
+    its outcome is unknown."""
+    is_expired = record.lease_expires_at <= now
+    return record.state == "started" and record.runner == "local" and is_expired
 
 
 def _with_placeholder_run_id(job: SandboxJob) -> SandboxJob:

@@ -461,3 +461,36 @@ def test_a_database_blip_while_a_tool_runs_neither_stops_the_lease_nor_loses_the
     finally:
         engine.dispose()
     assert len(runner.jobs) == 1
+
+
+def test_polling_a_run_whose_gateway_died_ends_in_outcome_unknown(
+    sqlite_engine: sa.Engine, clock: ManualClock
+) -> None:
+    """A client whose POST was cut off polls GET: once the started run's lease ran out (its
+    gateway died; it is never run again) GET records and answers outcome_unknown, as a
+    retry of the POST would, instead of `running` forever."""
+    runner = FakeRunner(clock)
+    service, store = _service(sqlite_engine, clock, runner)
+    prepared = service._prepare(TOOLS, _req("key-1"))
+    claim = store.claim("acme", "key-1", prepared.fingerprint, "echo", "local")
+    store.mark_started(claim.record.id, claim.record.fence, "local")  # then the gateway died
+    run_id = claim.record.id
+
+    async def scenario() -> None:
+        polled = json.loads((await service.get("acme", run_id)).body)
+        assert polled["status"] == "running"  # its lease may still be renewed
+        clock.advance(11)
+        polled = json.loads((await service.get("acme", run_id)).body)
+        assert (polled["id"], polled["status"], polled["exit_code"]) == (
+            run_id,
+            "outcome_unknown",
+            None,
+        )
+        retry = await service.submit(TOOLS, _req("key-1"))
+        assert (retry.http_status, retry.replayed) == (500, True)
+        assert json.loads(retry.body)["error"]["code"] == "tool_run_outcome_unknown"
+        with pytest.raises(RunNotFound):
+            await service.get("globex", run_id)
+
+    asyncio.run(scenario())
+    assert runner.jobs == []
