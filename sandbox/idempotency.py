@@ -267,12 +267,21 @@ class IdempotencyStore:
             return conn.execute(statement).rowcount == 1
 
     def sweep(self) -> int:
-        """Delete finished rows past retention; never a claimed or started one."""
-        statement = tool_runs.delete().where(
-            tool_runs.c.state == "done", tool_runs.c.expires_at <= self._clock()
+        """Delete finished rows past retention, and rows whose owner stopped renewing their
+        lease over a retention ago: a dead gateway's run that nobody retried or read. Such a
+        run ended, at the latest, when its lease ran out (a started one as `outcome_unknown`,
+        which a retry or a GET records); it is kept as long as a finished one, then forgotten.
+        One statement per row kind: a lease renewed or taken over meanwhile keeps its row."""
+        now = self._clock()
+        finished = tool_runs.delete().where(
+            tool_runs.c.state == "done", tool_runs.c.expires_at <= now
+        )
+        abandoned = tool_runs.delete().where(
+            tool_runs.c.state != "done",
+            tool_runs.c.lease_expires_at <= now - self.retention_s,
         )
         with self._begin() as conn:
-            return conn.execute(statement).rowcount
+            return conn.execute(finished).rowcount + conn.execute(abandoned).rowcount
 
     def _delete_expired(self, run_id: str, now: float) -> None:
         statement = tool_runs.delete().where(

@@ -115,7 +115,8 @@ class ToolRunService:
         return ToolRunReply(record.id, 200, body.encode(), replayed=False)
 
     async def sweep(self) -> int:
-        """Delete finished runs past retention (call periodically); returns how many."""
+        """Delete finished runs past retention and runs whose gateway died a retention ago
+        (call periodically); returns how many."""
         return await asyncio.to_thread(self._store.sweep)
 
     def _prepare(self, tools: tuple[ToolSpec, ...], request: ToolRunRequest) -> _Prepared:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from sandbox.idempotency import IdempotencyStore, tool_runs
+from sandbox.idempotency import IdempotencyStore, RunRecord, tool_runs
 from tests.sandbox.conftest import ManualClock
 
 
@@ -80,3 +80,30 @@ def test_expired_row_is_replaced_on_claim_without_sweep(
     store.complete(done.id, done.fence, 200, "x")
     clock.advance(100)
     assert store.claim("acme", "k", "new-fp", "t", "local").kind == "new"
+
+
+def test_sweep_ends_runs_whose_owner_died_a_retention_ago(
+    engine: sa.Engine, clock: ManualClock
+) -> None:
+    store = _store(engine, clock)
+    dead: dict[str, RunRecord] = {}
+    for key, runner in (("local", "local"), ("fargate", "fargate"), ("claimed", "local")):
+        dead[key] = store.claim("acme", key, "fp", "t", runner).record
+        if key != "claimed":
+            assert store.mark_started(dead[key].id, 1, runner)
+    alive = store.claim("acme", "alive", "fp", "t", "local").record
+    assert store.mark_started(alive.id, 1, "local")
+    other = store.claim("other", "local", "fp", "t", "local").record
+    assert store.mark_started(other.id, 1, "local")
+    clock.advance(109)  # the dead leases ran out 99 s ago: within the retention, kept
+    assert store.renew(alive.id, 1)
+    assert store.renew(other.id, 1)
+    assert store.sweep() == 0
+    clock.advance(1)  # a retention since the dead leases ran out
+    assert store.sweep() == 3
+    with engine.connect() as conn:
+        rows = sorted(conn.execute(sa.select(tool_runs.c.tenant, tool_runs.c.idem_key)).all())
+    assert [tuple(row) for row in rows] == [("acme", "alive"), ("other", "local")]
+    assert not store.complete(dead["local"].id, 1, 200, "late")  # its owner wakes: no row
+    again = store.claim("acme", "local", "fp", "t", "local")
+    assert again.kind == "new" and again.record.id != dead["local"].id
