@@ -125,7 +125,8 @@ class ReplaySettings(Section):
     wait_s: float = Field(default=30.0, ge=0)  # a retry waits this long for a running call
     max_reply_bytes: int = Field(default=4 * 1024 * 1024, gt=0)  # larger: served, not stored
     sweep_interval_s: float = Field(default=60.0, gt=0)  # the in-process store's expiry pass
-    # the in-process store's records in all; past it the tenant holding the most loses its oldest
+    # in-process: records in all, past it the tenant holding the most loses its oldest;
+    # in Redis: each tenant's records (every process together), past it it loses its oldest
     max_records: int = Field(default=10_000, gt=0)
 
 

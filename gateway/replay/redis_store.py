@@ -2,7 +2,9 @@
 request's fingerprint, fence, lease, state) and a stream of its entries with ids 0-1, 0-2, ...,
 so a retry on another process reads the reply as it is written (XREAD BLOCK). Every step is
 one Lua script on Redis's own clock; Redis expires records itself after the retention.
-Only this module talks to Redis for replays."""
+Per tenant an index of its records by expiry bounds it to `max_records`: the claim that goes
+past it deletes that tenant's oldest, in the same script. Every key names its tenant in a hash
+tag, so a tenant's records and index share a slot. Only this module talks to Redis for replays."""
 
 from __future__ import annotations
 
@@ -14,21 +16,59 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.replay.errors import ReplayStoreUnavailable
-from gateway.replay.records import Claim, ClaimKind, Entry, EntryKind, Page, RecordState
+from gateway.replay.records import (
+    Claim,
+    ClaimKind,
+    Entry,
+    EntryKind,
+    Page,
+    RecordState,
+    split_scope,
+)
 
 KEY_PREFIX = "lantern:replay:"
 MAX_BLOCK_S = 2.0  # a blocked read returns this often to look at the lease
 
 _NOW = "local t = redis.call('time') local now = t[1] * 1000 + math.floor(t[2] / 1000) "
 
+# Every script's KEYS: the record's hash, its stream, its tenant's index (a sorted set of the
+# tenant's record names, each scored by when its hash expires, in microseconds so that claims
+# keep their order). Claim and append take ARGV[3..6] alike: ttl_ms, max_records, the tenant's
+# key prefix, the record's name; `index()` sets the record's expiry and its score together,
+# drops names already expired, and past max_records deletes the tenant's soonest-expiring
+# records but this one, with their keys (named from the prefix: same tenant, same slot).
+_INDEXED = """
+local function index()
+  local name = ARGV[6]
+  local now_us = t[1] * 1000000 + t[2]
+  redis.call('pexpire', KEYS[1], ARGV[3])
+  redis.call('zadd', KEYS[3], now_us + ARGV[3] * 1000, name)
+  redis.call('zremrangebyscore', KEYS[3], '-inf', now_us)
+  local over = redis.call('zcard', KEYS[3]) - tonumber(ARGV[4])
+  if over > 0 then
+    for _, old in ipairs(redis.call('zrange', KEYS[3], 0, over)) do
+      if over > 0 and old ~= name then
+        redis.call('del', ARGV[5] .. old .. ':m', ARGV[5] .. old .. ':e')
+        redis.call('zrem', KEYS[3], old)
+        over = over - 1
+      end
+    end
+  end
+  local last = redis.call('zrange', KEYS[3], -1, -1, 'withscores')
+  redis.call('pexpireat', KEYS[3], string.format('%.0f', math.ceil(last[2] / 1000)))
+end
+"""
+
+# ARGV[1]: the request's fingerprint, ARGV[2]: lease_ms
 _CLAIM = (
     _NOW
+    + _INDEXED
     + """
 local m = redis.call('hmget', KEYS[1], 'fp', 'fence', 'lease', 'state')
 if not m[1] then
   redis.call('del', KEYS[2])
   redis.call('hset', KEYS[1], 'fp', ARGV[1], 'fence', 1, 'lease', now + ARGV[2], 'state', 'running')
-  redis.call('pexpire', KEYS[1], ARGV[3])
+  index()
   return {'new', 1}
 end
 local fence = tonumber(m[2])
@@ -38,7 +78,7 @@ if tonumber(m[3]) > now then return {'running', fence} end
 fence = fence + 1
 redis.call('del', KEYS[2])
 redis.call('hset', KEYS[1], 'fence', fence, 'lease', now + ARGV[2])
-redis.call('pexpire', KEYS[1], ARGV[3])
+index()
 return {'new', fence}
 """
 )
@@ -48,16 +88,18 @@ local m = redis.call('hmget', KEYS[1], 'fence', 'state')
 if m[1] ~= ARGV[1] or m[2] ~= 'running' then return 0 end
 """
 
+# ARGV[1]: the owner's fence, ARGV[2]: lease_ms, then the entries' (kind, data) from ARGV[7]
 _APPEND = (
     _NOW
+    + _INDEXED
     + _OWNED
     + """
 local n = redis.call('xlen', KEYS[2])
-for i = 4, #ARGV, 2 do
+for i = 7, #ARGV, 2 do
   if ARGV[i] == 'end' and ARGV[i + 1] ~= 'done' then
     redis.call('del', KEYS[2])
     redis.call('hset', KEYS[1], 'state', 'too_large')
-    redis.call('pexpire', KEYS[1], ARGV[3])
+    index()
     return 1
   end
   if ARGV[i] == 'end' then redis.call('hset', KEYS[1], 'state', 'done') end
@@ -65,7 +107,7 @@ for i = 4, #ARGV, 2 do
   redis.call('xadd', KEYS[2], '0-' .. n, 'k', ARGV[i], 'd', ARGV[i + 1])
 end
 redis.call('hset', KEYS[1], 'lease', now + ARGV[2])
-redis.call('pexpire', KEYS[1], ARGV[3])
+index()
 redis.call('pexpire', KEYS[2], ARGV[3])
 return 1
 """
@@ -73,7 +115,10 @@ return 1
 
 _RENEW = _NOW + _OWNED + "redis.call('hset', KEYS[1], 'lease', now + ARGV[2]) return 1"
 
-_RELEASE = _OWNED + "redis.call('del', KEYS[1], KEYS[2]) return 1"
+# ARGV[2]: the record's name
+_RELEASE = (
+    _OWNED + "redis.call('del', KEYS[1], KEYS[2]) redis.call('zrem', KEYS[3], ARGV[2]) return 1"
+)
 
 _READ = (
     _NOW
@@ -96,38 +141,52 @@ async def _typed() -> AsyncIterator[None]:
 
 
 class RedisReplayStore:
-    def __init__(self, client: Redis, key_prefix: str = KEY_PREFIX) -> None:
+    def __init__(self, client: Redis, max_records: int, key_prefix: str = KEY_PREFIX) -> None:
+        """`max_records`: each tenant's records at most, held across every process."""
         self._client = client
+        self._max_records = max_records
         self._prefix = key_prefix
 
     @classmethod
-    def from_url(cls, url: str, key_prefix: str = KEY_PREFIX) -> RedisReplayStore:
-        return cls(Redis.from_url(url, socket_timeout=MAX_BLOCK_S + 5.0), key_prefix)
+    def from_url(cls, url: str, max_records: int, key_prefix: str = KEY_PREFIX) -> RedisReplayStore:
+        client = Redis.from_url(url, socket_timeout=MAX_BLOCK_S + 5.0)
+        return cls(client, max_records, key_prefix)
 
-    def _keys(self, scope: str) -> tuple[str, str]:
-        base = f"{self._prefix}{{{scope}}}"  # one hash slot per record
-        return base + ":m", base + ":e"
+    def _tenant_prefix(self, tenant: str) -> str:
+        return f"{self._prefix}{{{tenant}}}:"
+
+    def _keys(self, scope: str) -> tuple[str, str, str]:
+        tenant, name = split_scope(scope)
+        base = self._tenant_prefix(tenant) + name
+        return base + ":m", base + ":e", f"{self._prefix}{{{tenant}}}"  # names follow a colon
+
+    def _bound(self, scope: str, ttl_s: float) -> tuple[int, int, str, str]:
+        """ARGV[3..6] of a claim or an append: what `index()` needs."""
+        tenant, name = split_scope(scope)
+        return _ms(ttl_s), self._max_records, self._tenant_prefix(tenant), name
 
     async def _eval(self, script: str, scope: str, *args: bytes | str | int) -> Any:
         async with _typed():
-            return await self._client.eval(script, 2, *self._keys(scope), *args)  # type: ignore[misc]
+            return await self._client.eval(script, 3, *self._keys(scope), *args)  # type: ignore[misc]
 
     async def claim(self, scope: str, fingerprint: str, lease_s: float, ttl_s: float) -> Claim:
-        kind, fence = await self._eval(_CLAIM, scope, fingerprint, _ms(lease_s), _ms(ttl_s))
+        bound = self._bound(scope, ttl_s)
+        kind, fence = await self._eval(_CLAIM, scope, fingerprint, _ms(lease_s), *bound)
         return Claim(cast(ClaimKind, kind.decode()), int(fence))
 
     async def append(
         self, scope: str, fence: int, entries: Sequence[Entry], lease_s: float, ttl_s: float
     ) -> bool:
         pairs = [part for e in entries for part in (e.kind, e.data)]
-        done = await self._eval(_APPEND, scope, fence, _ms(lease_s), _ms(ttl_s), *pairs)
+        bound = self._bound(scope, ttl_s)
+        done = await self._eval(_APPEND, scope, fence, _ms(lease_s), *bound, *pairs)
         return bool(done)
 
     async def renew(self, scope: str, fence: int, lease_s: float) -> bool:
         return bool(await self._eval(_RENEW, scope, fence, _ms(lease_s)))
 
     async def release(self, scope: str, fence: int) -> None:
-        await self._eval(_RELEASE, scope, fence)
+        await self._eval(_RELEASE, scope, fence, split_scope(scope)[1])
 
     async def read(self, scope: str, after: int, block_s: float) -> Page:
         page = await self._page(scope, after)

@@ -8,6 +8,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 import pytest
+from redis.asyncio import Redis
 
 from gateway.replay.records import Entry, Page, ReplyHead
 from gateway.replay.redis_store import RedisReplayStore
@@ -118,7 +119,7 @@ def test_memory_store_is_bounded_and_one_tenants_burst_keeps_anothers_records() 
 @pytest.mark.redis
 def test_redis_store_keeps_the_promises(redis_url: str, redis_prefix: str) -> None:
     async def main() -> None:
-        store = RedisReplayStore.from_url(redis_url, key_prefix=redis_prefix)
+        store = RedisReplayStore.from_url(redis_url, 100, key_prefix=redis_prefix)
         try:
             await _promises(store, asyncio.sleep)
         finally:
@@ -130,7 +131,7 @@ def test_redis_store_keeps_the_promises(redis_url: str, redis_prefix: str) -> No
 @pytest.mark.redis
 def test_redis_store_expires_records_itself(redis_url: str, redis_prefix: str) -> None:
     async def main() -> None:
-        store = RedisReplayStore.from_url(redis_url, key_prefix=redis_prefix)
+        store = RedisReplayStore.from_url(redis_url, 100, key_prefix=redis_prefix)
         try:
             await store.claim("acme:k1", "fp", 10.0, 0.05)
             await asyncio.sleep(0.1)
@@ -138,5 +139,87 @@ def test_redis_store_expires_records_itself(redis_url: str, redis_prefix: str) -
             assert (await store.claim("acme:k1", "fp-other", 10.0, TTL_S)).kind == "new"
         finally:
             await store.aclose()
+
+    asyncio.run(main())
+
+
+async def _keys_of(redis_url: str, prefix: str, tenant: str) -> set[str]:
+    client = Redis.from_url(redis_url)
+    try:
+        found = [key async for key in client.scan_iter(match=f"{prefix}{{{tenant}}}*")]
+    finally:
+        await client.aclose()
+    return {key.decode().removeprefix(f"{prefix}{{{tenant}}}") for key in found}
+
+
+@pytest.mark.redis
+def test_redis_store_bounds_each_tenant_and_a_burst_loses_its_own_oldest(
+    redis_url: str, redis_prefix: str
+) -> None:
+    """A tenant sending fresh keys keeps at most `max_records` records in the shared Redis,
+    losing its own oldest (their keys deleted); another tenant's records stay replayable."""
+
+    async def main() -> None:
+        store = RedisReplayStore.from_url(redis_url, 4, key_prefix=redis_prefix)
+        try:
+            for n in range(4):
+                assert (await store.claim(f"quiet:k{n}", "fp", 10.0, TTL_S)).kind == "new"
+                done = [HEAD, Entry("chunk", b"data: q\n\n"), Entry("end", b"done")]
+                assert await store.append(f"quiet:k{n}", 1, done, 10.0, TTL_S)
+            assert (await store.claim("noisy:k0", "fp", 10.0, TTL_S)).kind == "new"
+            assert await store.append("noisy:k0", 1, [HEAD], 10.0, TTL_S)
+            for n in range(1, 100):
+                assert (await store.claim(f"noisy:k{n}", "fp", 10.0, TTL_S)).kind == "new"
+            found = [(await store.read(f"noisy:k{n}", 0, 0.0)).state for n in range(100)]
+            assert found == [None] * 96 + ["running"] * 4
+            assert not await store.append("noisy:k0", 1, [HEAD], 10.0, TTL_S)  # owner: no more
+            for n in range(4):
+                page = await store.read(f"quiet:k{n}", 0, 0.0)
+                assert (page.state, _chunks(page)) == ("done", [b"data: q\n\n"])
+                assert (await store.claim(f"quiet:k{n}", "fp", 10.0, TTL_S)).kind == "done"
+            # the index and the live records' hashes (no entries yet: no streams); nothing else
+            kept = {f":k{n}:m" for n in range(96, 100)}
+            assert await _keys_of(redis_url, redis_prefix, "noisy") == {""} | kept
+            quiet = {f":k{n}:{part}" for n in range(4) for part in "me"}
+            assert await _keys_of(redis_url, redis_prefix, "quiet") == {""} | quiet
+            assert (await store.claim("noisy:k0", "fp", 10.0, TTL_S)).kind == "new"
+        finally:
+            await store.aclose()
+
+    asyncio.run(main())
+
+
+@pytest.mark.redis
+def test_redis_store_bound_holds_across_processes(redis_url: str, redis_prefix: str) -> None:
+    """Two stores on one Redis (two gateway processes): the tenant's bound is one bound, kept
+    by whichever claims, in order and in a burst; the other tenant's records stay."""
+
+    async def main() -> None:
+        one = RedisReplayStore.from_url(redis_url, 5, key_prefix=redis_prefix)
+        two = RedisReplayStore.from_url(redis_url, 5, key_prefix=redis_prefix)
+        try:
+            for n in range(3):
+                assert (await two.claim(f"b:k{n}", "fp", 10.0, TTL_S)).kind == "new"
+                assert await two.append(f"b:k{n}", 1, [HEAD, Entry("end", b"done")], 10.0, TTL_S)
+            for n in range(10):  # alternating processes, one after the other
+                store = (one, two)[n % 2]
+                assert (await store.claim(f"a:k{n}", "fp", 10.0, TTL_S)).kind == "new"
+            found = [(await one.read(f"a:k{n}", 0, 0.0)).state for n in range(10)]
+            assert found == [None] * 5 + ["running"] * 5
+            assert not await two.renew("a:k1", 1, 10.0)  # its owner lost it to the other's claim
+            burst = [(one, two)[n % 2].claim(f"a:burst{n}", "fp", 10.0, TTL_S) for n in range(40)]
+            assert [c.kind for c in await asyncio.gather(*burst)] == ["new"] * 40
+            live = [(await two.read(f"a:burst{n}", 0, 0.0)).state for n in range(40)]
+            assert live.count("running") == 5 and live.count(None) == 35
+            assert await _keys_of(redis_url, redis_prefix, "a") == {""} | {
+                f":burst{n}:m" for n, state in enumerate(live) if state == "running"
+            }
+            for n in range(3):
+                assert (await one.claim(f"b:k{n}", "fp", 10.0, TTL_S)).kind == "done"
+            b_keys = {f":k{n}:{part}" for n in range(3) for part in "me"}
+            assert await _keys_of(redis_url, redis_prefix, "b") == {""} | b_keys
+        finally:
+            await one.aclose()
+            await two.aclose()
 
     asyncio.run(main())
