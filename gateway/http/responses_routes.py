@@ -186,7 +186,7 @@ def build_responses_router(routes: ResponsesRoutes) -> APIRouter:
     )
     found: dict[int | str, dict[str, Any]] = {
         200: {"model": ResponseObject},
-        **errors(OpenAIError, 401, 404),
+        **errors(OpenAIError, 401, 404, 503),
     }
     router.add_api_route("/v1/responses/{response_id}", retrieve, methods=["GET"], responses=found)
     router.add_api_route("/v1/responses/{response_id}", delete, methods=["DELETE"], responses=found)

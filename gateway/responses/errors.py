@@ -16,3 +16,17 @@ class ResponseNotFound(GatewayError):
         super().__init__(
             f"Response with id '{response_id}' not found.", rule="response_not_found", field=field
         )
+
+
+class ResponseStoreUnavailable(GatewayError):
+    """The shared store of responses does not answer (Redis down or unreachable): nothing was
+    read, reserved or sent upstream; retry later (503)."""
+
+    status_code = 503
+    openai_type = "service_unavailable"
+    anthropic_type = "overloaded_error"
+    retry_after_s = 1
+
+    def __init__(self) -> None:
+        message = "the store of responses does not answer; nothing ran, retry shortly"
+        super().__init__(message, rule="response_store_unavailable")

@@ -1,15 +1,18 @@
 """Stored responses in Redis, shared by every gateway process: one key per (tenant, id) with a
 TTL, and per tenant an index of its ids by when they were stored, which bounds the tenant to
 `max_entries` (its oldest go first). Only this module talks to Redis for responses; every key
-names the tenant first."""
+names the tenant first. A Redis failure is `ResponseStoreUnavailable`, never Redis's own error."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
+from gateway.responses.errors import ResponseStoreUnavailable
 from gateway.responses.store import StoredResponse
 
 KEY_PREFIX = "lantern:resp:"
@@ -31,6 +34,14 @@ end
 redis.call('EXPIRE', KEYS[2], ARGV[2])
 return over
 """
+
+
+@asynccontextmanager
+async def _typed() -> AsyncIterator[None]:
+    try:
+        yield
+    except (RedisError, OSError) as exc:
+        raise ResponseStoreUnavailable() from exc
 
 
 class RedisResponseStore:
@@ -69,16 +80,18 @@ class RedisResponseStore:
         now_ms = int(self._wall() * 1000)
         args: list[bytes | str | int] = [stored.to_bytes(), self._ttl_s, now_ms]
         args += [self._max_entries, response_id, self._tenant_prefix(tenant)]
-        await self._put(keys=keys, args=args)
+        async with _typed():
+            await self._put(keys=keys, args=args)
 
     async def get(self, tenant: str, response_id: str) -> StoredResponse | None:
-        data = await self._client.get(self._key(tenant, response_id))
+        async with _typed():
+            data = await self._client.get(self._key(tenant, response_id))
         if data is None:
             return None
         return StoredResponse.from_bytes(data if isinstance(data, bytes) else data.encode())
 
     async def delete(self, tenant: str, response_id: str) -> bool:
-        async with self._client.pipeline(transaction=True) as pipe:
+        async with _typed(), self._client.pipeline(transaction=True) as pipe:
             pipe.delete(self._key(tenant, response_id))
             pipe.zrem(self._index(tenant), response_id)
             deleted, _ = await pipe.execute()
