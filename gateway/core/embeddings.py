@@ -31,6 +31,9 @@ from policies.model import TenantPolicy
 
 EMBEDDINGS_SESSION = "embeddings"  # the ledger's session column for calls outside any session
 TIMEOUT_S = 120.0  # the backend applies the lower of this and its configured timeout
+# OpenAI's limit on any `input` array ("2048 dimensions or less"): past it a list of texts is
+# one upstream call per text on some backends (Bedrock Titan), all from one request
+MAX_INPUTS = 2048
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +48,16 @@ class EmbeddingCall:
 
 def input_texts(body: Mapping[str, JSON]) -> tuple[list[str], int]:
     """The texts of `input` and the tokens given as token arrays; a 400 naming `input` for
-    any other shape."""
+    any other shape, or an array of more than `MAX_INPUTS`."""
     value = body.get("input")
     if isinstance(value, str):
         return [value], 0
+    if isinstance(value, list) and len(value) > MAX_INPUTS:
+        raise RequestRejected(
+            f"input: {len(value)} items; an array holds at most {MAX_INPUTS}",
+            rule="max_inputs",
+            field="input",
+        )
     if isinstance(value, list) and value:
         if all(isinstance(v, str) for v in value):
             return list(value), 0

@@ -4,6 +4,7 @@ token quota; a model whose backends cannot embed is a 400 naming it."""
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -163,3 +164,42 @@ def _check_raw(gw: RunningGateway, model: str) -> None:
         if encoding == "float":  # the document types vectors as numbers; base64 is a string
             check("CreateEmbeddingResponse", reply.json())
         assert reply.json()["model"] == model
+
+
+@pytest.fixture
+def unlimited() -> Iterator[tuple[RunningGateway, FakeEmbeddings]]:
+    """A tenant with no token quota, so that only the gateway's own limits can refuse."""
+    with FakeEmbeddings() as fake, tempfile.TemporaryDirectory() as tmp:
+        var = Path(tmp)
+        (var / "policies").mkdir()
+        write_policy(var / "policies", "acme", KEY)
+        embed = {"kind": "openai_compatible", "name": "fake-embed", "base_url": fake.base_url}
+        models = [{"name": "text-embedding-3-small", "backends": [{**embed, "model": "te3"}]}]
+        running = start_gateway(write_config(var / "lantern.yaml", var, models))
+        try:
+            yield running, fake
+        finally:
+            running.stop()
+
+
+def test_an_input_array_holds_at_most_2048_items(
+    unlimited: tuple[RunningGateway, FakeEmbeddings],
+) -> None:
+    """OpenAI's limit on any `input` array: one request of a million one-word texts would be a
+    million InvokeModel calls on Bedrock Titan (one per text)."""
+    gateway, fake = unlimited
+    client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=KEY, max_retries=0)
+    served = client.embeddings.create(model="text-embedding-3-small", input=["a"] * 2048)
+    assert (len(served.data), served.usage.prompt_tokens) == (2048, 2048)
+    for over in (["a"] * 2049, [[1]] * 2049, [1] * 2049):
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.embeddings.create(model="text-embedding-3-small", input=over)  # type: ignore[arg-type]
+        assert refused.value.body == {
+            "message": "input: 2049 items; an array holds at most 2048",
+            "type": "invalid_request_error",
+            "param": "input",
+            "code": "max_inputs",
+        }
+    sent = [r for r in fake.app.requests if r.path == "/v1/embeddings"]
+    assert len(sent) == 1  # the refused calls reached no upstream
+    assert len(_ledger_rows(gateway, 1)) == 1
