@@ -115,15 +115,13 @@ class ResponsesRoutes:
         rest: AsyncGenerator[Items, None],
         encoder: ResponsesStreamEncoder,
     ) -> AsyncIterator[bytes]:
-        """The client's events; the turn is stored once the model is done."""
+        """The client's events; the turn is stored once the model is done, before the client
+        is sent the event that says so (it may continue from it, or hang up, at once)."""
         native = NativeFinal()
         try:
-            yield _encoded(first, encoder.encode, native)
+            yield await self._event(turn, first, encoder, native)
             async for item in rest:
-                yield _encoded(item, encoder.encode, native)
-            final = encoder.final or native.response
-            if final is not None:
-                await self.turns.remember(turn, final)
+                yield await self._event(turn, item, encoder, native)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the stream already started: report in-band
@@ -132,6 +130,18 @@ class ResponsesRoutes:
             yield encoder.error(error.get("code"), str(error.get("message")), error.get("param"))
         finally:
             await rest.aclose()
+
+    async def _event(
+        self, turn: Turn, item: Items, encoder: ResponsesStreamEncoder, native: NativeFinal
+    ) -> bytes:
+        """`item`'s bytes for the client; when they finish the response, the turn is stored
+        first."""
+        was_done = (encoder.final or native.response) is not None
+        data = _encoded(item, encoder.encode, native)
+        final = encoder.final or native.response
+        if final is not None and not was_done:
+            await self.turns.remember(turn, final)
+        return data
 
 
 class NativeFinal:

@@ -1,23 +1,29 @@
 """The Responses door when its store misbehaves, through a real gateway: Redis cut under the
 shared store is a 503 the client can retry (never a 500), nothing reserved or sent upstream, and
-the stored response is there again once Redis is back."""
+the stored response is there again once Redis is back; a slow store still has a streamed
+response by the time the client reads `response.completed`."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import orjson
 import pytest
 import redis
 
+from gateway.responses.store import ResponseStore, StoredResponse
+from gateway.settings import load_settings
+from gateway.wiring import build_components
 from tests.e2e.conftest import models_for
 from tests.e2e.harness import RunningGateway, start_gateway, write_config, write_policy
 from tests.fakes.tcp_cut import TcpCut
 from tests.fakes.upstream import FakeUpstream
 
-pytestmark = [pytest.mark.redis]
+KEY = "lt-acme-secret-key-0001"
 
 
 @pytest.fixture
@@ -47,6 +53,7 @@ def cut_gateway(
             proxy.cut()
 
 
+@pytest.mark.redis
 def test_redis_down_is_a_503_and_the_response_survives(
     cut_gateway: tuple[RunningGateway, TcpCut, FakeUpstream, str],
 ) -> None:
@@ -78,3 +85,68 @@ def test_redis_down_is_a_503_and_the_response_survives(
         proxy.restore()
         assert client.get(f"/v1/responses/{response_id}").json() == stored.json()
         assert client.delete(f"/v1/responses/{response_id}").status_code == 200
+
+
+class SlowStore:
+    """The process's store, a Redis round trip slower on every write (as a busy Redis is)."""
+
+    def __init__(self, inner: ResponseStore) -> None:
+        self.inner = inner
+
+    async def put(self, tenant: str, response_id: str, stored: StoredResponse) -> None:
+        await asyncio.sleep(0.2)
+        await self.inner.put(tenant, response_id, stored)
+
+    async def get(self, tenant: str, response_id: str) -> StoredResponse | None:
+        return await self.inner.get(tenant, response_id)
+
+    async def delete(self, tenant: str, response_id: str) -> bool:
+        return await self.inner.delete(tenant, response_id)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+@pytest.fixture
+def slow_gateway(tmp_path: Path) -> Iterator[RunningGateway]:
+    (tmp_path / "policies").mkdir()
+    write_policy(tmp_path / "policies", "acme", KEY)
+    with FakeUpstream() as upstream:
+        settings = load_settings(
+            write_config(tmp_path / "lantern.yaml", tmp_path, models_for(upstream)[:1])
+        )
+        parts = build_components(settings)
+        parts.response_store = SlowStore(parts.response_store)
+        running = RunningGateway(settings, components=parts).start()
+        try:
+            yield running
+        finally:
+            running.stop()
+
+
+def test_a_streamed_response_is_stored_before_the_client_reads_it_completed(
+    slow_gateway: RunningGateway,
+) -> None:
+    """A client that stops reading at `response.completed` and hangs up (the event carries
+    everything it needs) continues from that response at once."""
+    auth = {"authorization": f"Bearer {KEY}"}
+    body = {"model": "gpt-4o-mini", "input": "hi words:3", "stream": True}
+    with httpx.Client(base_url=slow_gateway.url, headers=auth, timeout=30) as client:
+        with client.stream("POST", "/v1/responses", json=body) as events:
+            assert events.status_code == 200
+            lines = events.iter_lines()
+            for line in lines:
+                if line == "event: response.completed":
+                    break
+            else:
+                raise AssertionError("no response.completed event")
+            completed = orjson.loads(next(lines).removeprefix("data: "))
+        # the connection is closed here, the rest of the body unread
+        response_id = completed["response"]["id"]
+    with httpx.Client(base_url=slow_gateway.url, headers=auth, timeout=30) as client:
+        found = client.get(f"/v1/responses/{response_id}")
+        assert found.status_code == 200, found.text
+        assert found.json() == completed["response"]
+        more = {"model": "gpt-4o-mini", "input": "more words:2"}
+        chained = client.post("/v1/responses", json={**more, "previous_response_id": response_id})
+        assert chained.status_code == 200, chained.text

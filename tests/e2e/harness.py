@@ -20,7 +20,7 @@ import yaml
 from gateway.app import create_app
 from gateway.core.admission import REDIS_KEY_PREFIX
 from gateway.settings import Settings, load_settings
-from gateway.wiring import build_components
+from gateway.wiring import GatewayProcess, build_components
 
 ADMIN_TOKEN = "admin-test-token"
 
@@ -54,9 +54,17 @@ def write_config(path: Path, var_dir: Path, models: list[dict[str, Any]], **extr
 
 
 class RunningGateway:
-    def __init__(self, settings: Settings, clock: Callable[[], float] | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        clock: Callable[[], float] | None = None,
+        components: GatewayProcess | None = None,
+    ) -> None:
+        """`components`: the process's parts, built by the test (a store it wraps, say)."""
         self.settings = settings
-        self.app = create_app(settings, build_components(settings, clock=clock) if clock else None)
+        if components is None and clock is not None:
+            components = build_components(settings, clock=clock)
+        self.app = create_app(settings, components)
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._socket.bind(("127.0.0.1", 0))
