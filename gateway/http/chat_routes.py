@@ -58,6 +58,12 @@ def decode_call(
 ) -> tuple[dict[str, Any], ChatRequest]:
     """Body and canonical request; pure (`tool_lists` aside), so it may run in a thread."""
     body = parse_object(raw, limits.max_depth, None if tool_lists is None else tool_lists.depth)
+    check_num_messages(body, limits)
+    return body, codec_for(wire).decode_request(body, tool_lists)
+
+
+def check_num_messages(body: Mapping[str, Any], limits: BodyLimits) -> None:
+    """A 400 (`max_messages`) for more `messages` than the gateway takes in one call."""
     messages = body.get("messages")
     if isinstance(messages, list) and len(messages) > limits.max_messages:
         raise RequestRejected(
@@ -65,7 +71,6 @@ def decode_call(
             rule="max_messages",
             field="messages",
         )
-    return body, codec_for(wire).decode_request(body, tool_lists)
 
 
 class ChatRoutes:

@@ -21,7 +21,7 @@ from gateway.core.pipeline import Pipeline
 from gateway.core.prompt_count import PromptCounting
 from gateway.errors import EndpointNotServed, UnknownModel
 from gateway.http.auth import KeyLookup, authenticate
-from gateway.http.chat_routes import error_response
+from gateway.http.chat_routes import check_num_messages, error_response
 from gateway.http.error_shapes import error_body
 from gateway.http.heap import HeapTrim
 from gateway.http.request_body import BodyLimits, parse_object, read_body
@@ -39,8 +39,10 @@ def session_header(http: Request) -> str | None:
 
 
 def decode_count(raw: bytes, limits: BodyLimits) -> tuple[dict[str, Any], ChatRequest]:
-    """Body and canonical request of a `count_tokens` call; pure, so it may run in a thread."""
+    """Body and canonical request of a `count_tokens` call; pure, so it may run in a thread.
+    The gateway's limits are those of the call it counts."""
     body = parse_object(raw, limits.max_depth)
+    check_num_messages(body, limits)
     return body, anthropic_wire.decode_request(body, require_max_tokens=False)
 
 

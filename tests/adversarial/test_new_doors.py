@@ -2,7 +2,8 @@
 `lantern serve` process: `/v1/messages/count_tokens` and `/v1/embeddings` work a large body off
 the event loop and give its memory back; `/admin/*` and `/console/*` check credentials before
 reading a byte of the body and apply the body limit; embeddings check the identifiers that every
-other door checks; `count_tokens` is a request in the tenant's `requests_per_minute`."""
+other door checks; `count_tokens` is a request in the tenant's `requests_per_minute`, held to the
+message limit of the call it counts."""
 
 from __future__ import annotations
 
@@ -105,6 +106,27 @@ def test_count_tokens_is_the_count_the_call_is_billed(gw: EdgeGateway) -> None:
     served = httpx.post(gw.url + "/v1/messages", json=small, headers=auth(), timeout=30)
     assert served.status_code == 200
     assert counted.json() == {"input_tokens": served.json()["usage"]["input_tokens"]}
+
+
+def test_count_tokens_holds_the_message_limit_of_the_call_it_counts(gw: EdgeGateway) -> None:
+    """A count of more messages than any call may carry is refused as that call would be,
+    not parsed, prepared, counted and sent to the provider's counter."""
+    messages = [{"role": "user", "content": "a"}] * 100_001  # the gateway's limit: 100,000
+    body = {"model": "claude-sonnet-4-5", "messages": messages}
+    upstream_before = len(gw.upstream.requests)
+    headers = {**auth(), "anthropic-version": "2023-06-01"}
+    reply = httpx.post(gw.url + "/v1/messages/count_tokens", json=body, headers=headers, timeout=60)
+    assert (reply.status_code, reply.json()) == (
+        400,
+        {
+            "type": "error",
+            "error": {
+                "type": "invalid_request_error",
+                "message": "messages: 100001; the gateway's limit is 100000",
+            },
+        },
+    )
+    assert len(gw.upstream.requests) == upstream_before
 
 
 @pytest.mark.parametrize("door", ["/admin/keys", "/admin/keys/k1/expire", "/console/login"])
