@@ -45,17 +45,25 @@ class ResponseStore(Protocol):
 
 
 class MemoryResponseStore:
-    """One process's stored responses, each kept `ttl_s`; past `max_entries` in all, the
-    tenant holding the most loses its oldest (cachekeys/tenant_table.py), so one tenant's
-    burst never evicts another's share. Entries are kept serialised, so no caller ever shares
-    an object."""
+    """One process's stored responses, each kept `ttl_s`; past `max_entries` or `max_bytes`
+    in all, the tenant holding the most (entries or bytes) loses its oldest
+    (cachekeys/tenant_table.py), so one tenant's burst never evicts another's share. Each
+    entry holds its whole conversation, so the bytes are the bound that holds memory: a chain
+    of long turns is far larger than its count. Entries are kept serialised, so no caller
+    ever shares an object."""
 
     def __init__(
-        self, ttl_s: float, max_entries: int, clock: Callable[[], float] = time.monotonic
+        self,
+        ttl_s: float,
+        max_entries: int,
+        clock: Callable[[], float] = time.monotonic,
+        max_bytes: int = 1024 * 1024 * 1024,
     ) -> None:
         self._ttl_s = ttl_s
         self._clock = clock
-        self._entries: TenantTable[str, tuple[float, bytes]] = TenantTable(max_entries)
+        self._entries: TenantTable[str, tuple[float, bytes]] = TenantTable(
+            max_entries, weigh=_num_bytes, max_weight=max_bytes
+        )
 
     async def put(self, tenant: str, response_id: str, stored: StoredResponse) -> None:
         self._entries[(tenant, response_id)] = (self._clock() + self._ttl_s, stored.to_bytes())
@@ -78,3 +86,7 @@ class MemoryResponseStore:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def _num_bytes(entry: tuple[float, bytes]) -> int:
+    return len(entry[1])

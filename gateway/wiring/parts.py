@@ -42,7 +42,7 @@ def build_response_store(settings: Settings, clock: Callable[[], float]) -> Resp
     max_entries = settings.responses.max_entries
     if settings.redis_url:  # per tenant there; in all, fairly shared, in this process
         return RedisResponseStore.from_url(settings.redis_url, ttl_s, max_entries)
-    return MemoryResponseStore(ttl_s, max_entries, clock)
+    return MemoryResponseStore(ttl_s, max_entries, clock, settings.responses.max_bytes)
 
 
 @dataclass

@@ -1,5 +1,6 @@
 """One tenant filling a shared table leaves another tenant's entries alone: stored responses
-(in process and in Redis, real gateway, `responses.max_entries: 50`), the keep-warm sessions
+(in process and in Redis, real gateway, `responses.max_entries: 50`; in process by bytes,
+`responses.max_bytes`), the keep-warm sessions
 (the pipeline with the provider prompt-cache fake), the cache diagnosis's and the autopilot's
 session records, thread links and head texts (the prompt port), the token ids memo and the
 fleet's shared-affinity reads."""
@@ -94,6 +95,56 @@ def test_one_tenant_storing_past_the_bound_keeps_the_others_responses(
                 f"/v1/responses/{response_id}", headers={"authorization": f"Bearer {globex}"}
             )
         client.delete(f"/v1/responses/{kept}", headers={"authorization": f"Bearer {acme}"})
+
+
+MAX_BYTES = 1_800_000
+TURN_TEXT = "lantern " * 25_000  # 200 KB a turn: a chain's stored conversations grow by it
+
+
+@pytest.fixture
+def byte_bound(tmp_path: Path) -> Iterator[tuple[RunningGateway, dict[str, str]]]:
+    """Two tenants; the in-process store bounded to 1.8 MB (10,000 entries: never the bound)."""
+    keys = {"acme": "lt-acme-bytes-key-0001", "globex": "lt-globex-bytes-key-01"}
+    (tmp_path / "policies").mkdir()
+    for name, key in keys.items():
+        write_policy(tmp_path / "policies", name, key, models=["gpt-4o-mini"])
+    with FakeUpstream() as upstream:
+        extra = {"responses": {"max_bytes": MAX_BYTES}}
+        config = write_config(
+            tmp_path / "lantern.yaml", tmp_path, models_for(upstream)[:1], **extra
+        )
+        running = start_gateway(config)
+        try:
+            yield running, keys
+        finally:
+            running.stop()
+
+
+def test_a_chain_of_long_turns_is_held_to_the_stores_bytes(
+    byte_bound: tuple[RunningGateway, dict[str, str]],
+) -> None:
+    """Each stored response holds its whole conversation: six turns of 200 KB are 4.2 MB kept
+    (200 KB + 400 KB + ... + 1.2 MB) under six entries. Past the bytes, the tenant holding the
+    most loses its oldest: globex keeps its newest turn (the one it continues from), and acme's
+    response stays."""
+    running, keys = byte_bound
+    with httpx.Client(base_url=running.url, timeout=60) as client:
+        kept = store(client, keys["acme"], "remember me")
+        auth = {"authorization": f"Bearer {keys['globex']}"}
+        chain: list[str] = []
+        for _ in range(6):
+            body = {"model": "gpt-4o-mini", "input": TURN_TEXT, "max_output_tokens": 8}
+            if chain:
+                body["previous_response_id"] = chain[-1]
+            reply = client.post("/v1/responses", json=body, headers=auth)
+            assert reply.status_code == 200, reply.text
+            chain.append(reply.json()["id"])
+        found = [client.get(f"/v1/responses/{r}", headers=auth).status_code for r in chain]
+        assert found == [404] * 5 + [200]
+        acme = {"authorization": f"Bearer {keys['acme']}"}
+        assert client.get(f"/v1/responses/{kept}", headers=acme).status_code == 200
+        more = {"model": "gpt-4o-mini", "input": "go on", "previous_response_id": chain[-1]}
+        assert client.post("/v1/responses", json=more, headers=auth).status_code == 200
 
 
 async def session_call(world: World, name: str, first: str) -> None:
