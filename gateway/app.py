@@ -111,7 +111,7 @@ def create_app(settings: Settings, components: GatewayProcess | None = None) -> 
     app.include_router(build_chat_router(chat))  # also the reference path of the doors
     app.chat_routes = chat
     limits = BodyLimits.from_settings(settings.http)
-    turns = Turns(parts.response_store, limits.max_messages)
+    turns = Turns(parts.response_store, limits.max_messages, limits.offload_bytes)
     responses = ResponsesRoutes(parts.pipeline, lookup, turns, limits)
     app.include_router(build_responses_router(responses))
     if parts.replay is not None:

@@ -10,6 +10,7 @@ import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
+import anyio
 import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -17,7 +18,12 @@ from fastapi.responses import Response
 from adapters.backend import RelayedChunk
 from adapters.sse import SSEParser
 from adapters.types import StreamEvent
-from adapters.wire.responses import ResponsesStreamEncoder, encode_response, envelope
+from adapters.wire.responses import (
+    ResponsesRequest,
+    ResponsesStreamEncoder,
+    encode_response,
+    envelope,
+)
 from gateway.core.pipeline import Admitted, Pipeline
 from gateway.http.api_schema import OpenAIError, errors, json_body
 from gateway.http.auth import KeyLookup, authenticate
@@ -29,7 +35,7 @@ from gateway.http.request_body import BodyLimits, parse_object, read_body
 from gateway.http.responses_schema import ResponseObject, ResponsesCreateRequest
 from gateway.http.sse_reply import SSEReply
 from gateway.http.trace_context import trace_refusal, with_client_trace
-from gateway.responses.turns import Turn, Turns, door_error, native_reply
+from gateway.responses.turns import Turn, Turns, decode_request, door_error, native_reply
 
 Items = StreamEvent | RelayedChunk
 
@@ -90,11 +96,21 @@ class ResponsesRoutes:
         return Response(orjson.dumps(body), 200, media_type="application/json")
 
     async def _turn(self, http: Request) -> Turn:
+        """Authenticated before the body is read; a large body decoded in a worker thread."""
         caller = authenticate(http.headers, self.policies)
         raw = await read_body(http, self.limits.max_bytes)
-        body = parse_object(raw, self.limits.max_depth)
+        if len(raw) >= self.limits.offload_bytes:
+            body, request = await anyio.to_thread.run_sync(self._decode, raw)
+        else:
+            body, request = self._decode(raw)
         session = http.headers.get("x-session-id")
-        return await self.turns.begin(caller.tenant, caller.key_id, body, session, len(raw))
+        return await self.turns.begin(
+            caller.tenant, caller.key_id, body, request, session, len(raw)
+        )
+
+    def _decode(self, raw: bytes) -> tuple[dict[str, Any], ResponsesRequest]:
+        body = parse_object(raw, self.limits.max_depth)
+        return body, decode_request(body, self.turns.max_items)
 
     async def _stream(self, turn: Turn, adm: Admitted, headers: dict[str, str]) -> Response:
         base = envelope(turn.response_id, turn.request, turn.created_at)

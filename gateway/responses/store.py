@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import orjson
@@ -20,10 +20,12 @@ from cachekeys.tenant_table import TenantTable
 @dataclass(frozen=True, slots=True)
 class StoredResponse:
     """`conversation`: every input and output item so far, in order; `response`: the reply
-    object as the client got it (what `GET /v1/responses/{id}` answers)."""
+    object as the client got it (what `GET /v1/responses/{id}` answers); `num_bytes`: its
+    stored size, when read from a store (what continuing it weighs)."""
 
     conversation: tuple[Mapping[str, JSON], ...]
     response: Mapping[str, JSON]
+    num_bytes: int = field(default=0, compare=False)
 
     def to_bytes(self) -> bytes:
         return orjson.dumps({"conversation": list(self.conversation), "response": self.response})
@@ -31,7 +33,7 @@ class StoredResponse:
     @classmethod
     def from_bytes(cls, data: bytes) -> StoredResponse:
         doc: dict[str, Any] = orjson.loads(data)
-        return cls(tuple(doc["conversation"]), doc["response"])
+        return cls(tuple(doc["conversation"]), doc["response"], len(data))
 
 
 class ResponseStore(Protocol):

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from adapters.types import JSON
+import anyio
+
+from adapters.types import JSON, ChatRequest
 from adapters.wire import openai as openai_wire
 from adapters.wire.responses import ResponsesRequest, parse_request, to_chat_request
 from gateway.core.calls import IncomingCall
@@ -40,17 +42,47 @@ class Turn:
     call: IncomingCall
 
 
+def decode_request(body: Mapping[str, Any], max_items: int) -> ResponsesRequest:
+    """The checked body, its input alone held to `max_items` (before anything is looked up);
+    pure, so that a large body may be decoded in a worker thread."""
+    items = body.get("input")
+    if isinstance(items, list):
+        check_items(len(items), max_items)
+    return parse_request(body)
+
+
+def check_items(num_items: int, max_items: int) -> None:
+    if num_items > max_items:
+        raise RequestRejected(
+            f"input: {num_items} items; the gateway's limit is {max_items}",
+            rule="max_messages",
+            field="input",
+        )
+
+
+def translate(
+    request: ResponsesRequest, history: Sequence[Mapping[str, JSON]]
+) -> tuple[ChatRequest, dict[str, Any]]:
+    """The pipeline's request and its chat-completions body; pure, so it may run in a thread."""
+    chat = to_chat_request(request, history)
+    return chat, openai_wire.encode_request(chat)
+
+
 class Turns:
-    """Builds turns from bodies and keeps answered ones in the tenant's store."""
+    """Builds turns from bodies and keeps answered ones in the tenant's store. A turn whose
+    body and stored conversation together reach `offload_bytes` is translated in a worker
+    thread, so that the loop keeps serving other tenants meanwhile."""
 
     def __init__(
         self,
         store: ResponseStore,
         max_items: int,
+        offload_bytes: int,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
-        self._max_items = max_items
+        self.max_items = max_items
+        self._offload_bytes = offload_bytes
         self._wall_clock = wall_clock
 
     async def begin(
@@ -58,32 +90,31 @@ class Turns:
         tenant: TenantPolicy,
         key_id: str,
         body: Mapping[str, Any],
+        request: ResponsesRequest,
         session_header: str | None,
         body_bytes: int,
     ) -> Turn:
-        """The checked turn; raises WireFormatError, ResponseNotFound or RequestRejected."""
-        request = parse_request(body)
+        """The turn of a decoded body (`decode_request`); raises WireFormatError,
+        ResponseNotFound or RequestRejected."""
         history: tuple[Mapping[str, JSON], ...] = ()
+        num_bytes = body_bytes
         if request.previous_response_id is not None:
             found = await self.lookup(
                 tenant.tenant, request.previous_response_id, "previous_response_id"
             )
-            history = found.conversation
-        num_items = len(history) + len(request.input_items)
-        if num_items > self._max_items:
-            raise RequestRejected(
-                f"input: {num_items} items; the gateway's limit is {self._max_items}",
-                rule="max_messages",
-                field="input",
-            )
-        chat = to_chat_request(request, history)
+            history, num_bytes = found.conversation, num_bytes + found.num_bytes
+        check_items(len(history) + len(request.input_items), self.max_items)
+        if num_bytes >= self._offload_bytes:
+            chat, encoded = await anyio.to_thread.run_sync(translate, request, history)
+        else:
+            chat, encoded = translate(request, history)
         native = {**body, "input": [*history, *request.input_items]}
         call = IncomingCall(
             "openai",
             tenant,
             key_id,
             chat,
-            openai_wire.encode_request(chat),
+            encoded,
             session_header,
             body_bytes=body_bytes,
             door=DOOR,
