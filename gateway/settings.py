@@ -109,12 +109,12 @@ class HttpSettings(Section):
 
 class ResponsesSettings(Section):
     """Stored responses of `/v1/responses` (continued with `previous_response_id`): in Redis
-    when `redis_url` is set (at most `max_entries` per tenant), else in this process (at most
-    `max_entries` and `max_bytes` in all; the tenant holding the most loses its oldest first)."""
+    when `redis_url` is set (at most `max_entries` and `max_bytes` per tenant), else in this
+    process (as many in all; the tenant holding the most loses its oldest first)."""
 
     ttl_s: int = Field(default=30 * 24 * 3600, gt=0)  # OpenAI keeps responses for 30 days
     max_entries: int = Field(default=10_000, gt=0)
-    # in this process only: each entry holds its whole conversation so far
+    # each entry holds its whole conversation so far: the bytes are what bounds memory
     max_bytes: int = Field(default=1024 * 1024 * 1024, gt=0)
 
 

@@ -1,7 +1,9 @@
 """Stored responses in Redis, shared by every gateway process: one key per (tenant, id) with a
-TTL, and per tenant an index of its ids by when they were stored, which bounds the tenant to
-`max_entries` (its oldest go first). Only this module talks to Redis for responses; every key
-names the tenant first. A Redis failure is `ResponseStoreUnavailable`, never Redis's own error."""
+TTL, and per tenant an index of its ids by when they were stored, with their sizes, which bounds
+the tenant to `max_entries` and `max_bytes` (its oldest go first: each response holds its whole
+conversation, so the bytes are what one tenant's chains could otherwise take of the Redis every
+tenant's quotas live in). Only this module talks to Redis for responses; every key names the
+tenant first. A Redis failure is `ResponseStoreUnavailable`, never Redis's own error."""
 
 from __future__ import annotations
 
@@ -16,23 +18,51 @@ from gateway.responses.errors import ResponseStoreUnavailable
 from gateway.responses.store import StoredResponse
 
 KEY_PREFIX = "lantern:resp:"
-# KEYS[1]: the response, KEYS[2]: its tenant's index (one hash slot: both carry `{tenant}`).
-# ARGV: the stored bytes, ttl_s, now_ms, max_entries, the id, the tenant's key prefix.
-# Ids past their TTL leave the index first; the oldest past the bound are deleted with their
-# keys (named from the prefix: same tenant, same slot).
+# KEYS: the response, its tenant's index (id -> when stored), sizes (id -> bytes) and total
+# bytes; one hash slot, all carry `{tenant}`. ARGV: the stored bytes, ttl_s, now_ms,
+# max_entries, the id, the tenant's key prefix, max_bytes.
+# Ids past their TTL leave the index first; then the oldest go, with their keys (named from
+# the prefix: same tenant, same slot), while the tenant is over either bound.
 PUT = """
+local function forget(id)
+  local size = tonumber(redis.call('HGET', KEYS[3], id) or '0')
+  redis.call('HDEL', KEYS[3], id)
+  return size
+end
+local size = string.len(ARGV[1])
+local total = redis.call('INCRBY', KEYS[4], size - forget(ARGV[5]))
 redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[5])
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', tonumber(ARGV[3]) - tonumber(ARGV[2]) * 1000)
-local over = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[4])
-if over > 0 then
-  local oldest = redis.call('ZPOPMIN', KEYS[2], over)
-  for i = 1, #oldest, 2 do
-    redis.call('DEL', ARGV[6] .. oldest[i])
-  end
+redis.call('HSET', KEYS[3], ARGV[5], size)
+local cutoff = tonumber(ARGV[3]) - tonumber(ARGV[2]) * 1000
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', cutoff)) do
+  total = total - forget(id)
 end
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', cutoff)
+local num_evicted = 0
+while redis.call('ZCARD', KEYS[2]) > tonumber(ARGV[4]) or
+    (total > tonumber(ARGV[7]) and redis.call('ZCARD', KEYS[2]) > 0) do
+  local oldest = redis.call('ZPOPMIN', KEYS[2])[1]
+  redis.call('DEL', ARGV[6] .. oldest)
+  total = total - forget(oldest)
+  num_evicted = num_evicted + 1
+end
+redis.call('SET', KEYS[4], total, 'EX', ARGV[2])
 redis.call('EXPIRE', KEYS[2], ARGV[2])
-return over
+redis.call('EXPIRE', KEYS[3], ARGV[2])
+return num_evicted
+"""
+# KEYS: the response, the index, sizes, total bytes. ARGV: the id. 1 when it was stored.
+DELETE = """
+local deleted = redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+local size = tonumber(redis.call('HGET', KEYS[3], ARGV[1]) or '0')
+redis.call('HDEL', KEYS[3], ARGV[1])
+if size > 0 and redis.call('EXISTS', KEYS[4]) == 1 and
+    redis.call('DECRBY', KEYS[4], size) <= 0 then
+  redis.call('DEL', KEYS[4])
+end
+return deleted
 """
 
 
@@ -52,19 +82,28 @@ class RedisResponseStore:
         max_entries: int,
         key_prefix: str = KEY_PREFIX,
         wall_clock: Callable[[], float] = time.time,
+        max_bytes: int = 1024 * 1024 * 1024,
     ) -> None:
         self._client = client
         self._ttl_s = ttl_s
         self._max_entries = max_entries
+        self._max_bytes = max_bytes
         self._prefix = key_prefix
         self._wall = wall_clock
         self._put = client.register_script(PUT)
+        self._delete = client.register_script(DELETE)
 
     @classmethod
     def from_url(
-        cls, url: str, ttl_s: int, max_entries: int, key_prefix: str = KEY_PREFIX
+        cls,
+        url: str,
+        ttl_s: int,
+        max_entries: int,
+        key_prefix: str = KEY_PREFIX,
+        max_bytes: int = 1024 * 1024 * 1024,
     ) -> RedisResponseStore:
-        return cls(Redis.from_url(url, socket_timeout=5.0), ttl_s, max_entries, key_prefix)
+        client = Redis.from_url(url, socket_timeout=5.0)
+        return cls(client, ttl_s, max_entries, key_prefix, max_bytes=max_bytes)
 
     def _tenant_prefix(self, tenant: str) -> str:
         return f"{self._prefix}{{{tenant}}}:"
@@ -75,13 +114,17 @@ class RedisResponseStore:
     def _index(self, tenant: str) -> str:
         return f"{self._prefix}{{{tenant}}}"  # no id ends here: ids follow a colon
 
+    def _keys(self, tenant: str, response_id: str) -> list[str]:
+        """The response, the tenant's index, its sizes and its total bytes."""
+        index = self._index(tenant)
+        return [self._key(tenant, response_id), index, index + ".sizes", index + ".bytes"]
+
     async def put(self, tenant: str, response_id: str, stored: StoredResponse) -> None:
-        keys = [self._key(tenant, response_id), self._index(tenant)]
         now_ms = int(self._wall() * 1000)
         args: list[bytes | str | int] = [stored.to_bytes(), self._ttl_s, now_ms]
-        args += [self._max_entries, response_id, self._tenant_prefix(tenant)]
+        args += [self._max_entries, response_id, self._tenant_prefix(tenant), self._max_bytes]
         async with _typed():
-            await self._put(keys=keys, args=args)
+            await self._put(keys=self._keys(tenant, response_id), args=args)
 
     async def get(self, tenant: str, response_id: str) -> StoredResponse | None:
         async with _typed():
@@ -91,10 +134,8 @@ class RedisResponseStore:
         return StoredResponse.from_bytes(data if isinstance(data, bytes) else data.encode())
 
     async def delete(self, tenant: str, response_id: str) -> bool:
-        async with _typed(), self._client.pipeline(transaction=True) as pipe:
-            pipe.delete(self._key(tenant, response_id))
-            pipe.zrem(self._index(tenant), response_id)
-            deleted, _ = await pipe.execute()
+        async with _typed():
+            deleted = await self._delete(keys=self._keys(tenant, response_id), args=[response_id])
         return bool(deleted)
 
     async def aclose(self) -> None:

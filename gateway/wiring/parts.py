@@ -41,7 +41,9 @@ def build_response_store(settings: Settings, clock: Callable[[], float]) -> Resp
     ttl_s = settings.responses.ttl_s
     max_entries = settings.responses.max_entries
     if settings.redis_url:  # per tenant there; in all, fairly shared, in this process
-        return RedisResponseStore.from_url(settings.redis_url, ttl_s, max_entries)
+        return RedisResponseStore.from_url(
+            settings.redis_url, ttl_s, max_entries, max_bytes=settings.responses.max_bytes
+        )
     return MemoryResponseStore(ttl_s, max_entries, clock, settings.responses.max_bytes)
 
 

@@ -1,5 +1,5 @@
 """One tenant filling a shared table leaves another tenant's entries alone: stored responses
-(in process and in Redis, real gateway, `responses.max_entries: 50`; in process by bytes,
+(in process and in Redis, real gateway, `responses.max_entries: 50`, and by bytes,
 `responses.max_bytes`), the keep-warm sessions
 (the pipeline with the provider prompt-cache fake), the cache diagnosis's and the autopilot's
 session records, thread links and head texts (the prompt port), the token ids memo and the
@@ -101,15 +101,22 @@ MAX_BYTES = 1_800_000
 TURN_TEXT = "lantern " * 25_000  # 200 KB a turn: a chain's stored conversations grow by it
 
 
-@pytest.fixture
-def byte_bound(tmp_path: Path) -> Iterator[tuple[RunningGateway, dict[str, str]]]:
-    """Two tenants; the in-process store bounded to 1.8 MB (10,000 entries: never the bound)."""
-    keys = {"acme": "lt-acme-bytes-key-0001", "globex": "lt-globex-bytes-key-01"}
+@pytest.fixture(params=["memory", "redis"])
+def byte_bound(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[tuple[RunningGateway, dict[str, str]]]:
+    """Two tenants (names unique to the run); stores bounded to 1.8 MB, in all in process, per
+    tenant in Redis (10,000 entries: never the bound)."""
+    run = uuid.uuid4().hex[:8]
+    keys = {f"acme-{run}": f"lt-acme-{run}-bytes-01", f"globex-{run}": f"lt-globex-{run}-bytes"}
     (tmp_path / "policies").mkdir()
     for name, key in keys.items():
         write_policy(tmp_path / "policies", name, key, models=["gpt-4o-mini"])
+    extra: dict[str, Any] = {"responses": {"max_bytes": MAX_BYTES}}
+    if request.param == "redis":
+        request.getfixturevalue("redis_url")  # skips without a Redis server
+        extra["redis_url"] = "redis://127.0.0.1:6379/0"
     with FakeUpstream() as upstream:
-        extra = {"responses": {"max_bytes": MAX_BYTES}}
         config = write_config(
             tmp_path / "lantern.yaml", tmp_path, models_for(upstream)[:1], **extra
         )
@@ -128,9 +135,10 @@ def test_a_chain_of_long_turns_is_held_to_the_stores_bytes(
     most loses its oldest: globex keeps its newest turn (the one it continues from), and acme's
     response stays."""
     running, keys = byte_bound
+    acme_key, globex_key = keys.values()
     with httpx.Client(base_url=running.url, timeout=60) as client:
-        kept = store(client, keys["acme"], "remember me")
-        auth = {"authorization": f"Bearer {keys['globex']}"}
+        kept = store(client, acme_key, "remember me")
+        auth = {"authorization": f"Bearer {globex_key}"}
         chain: list[str] = []
         for _ in range(6):
             body = {"model": "gpt-4o-mini", "input": TURN_TEXT, "max_output_tokens": 8}
@@ -141,10 +149,14 @@ def test_a_chain_of_long_turns_is_held_to_the_stores_bytes(
             chain.append(reply.json()["id"])
         found = [client.get(f"/v1/responses/{r}", headers=auth).status_code for r in chain]
         assert found == [404] * 5 + [200]
-        acme = {"authorization": f"Bearer {keys['acme']}"}
+        acme = {"authorization": f"Bearer {acme_key}"}
         assert client.get(f"/v1/responses/{kept}", headers=acme).status_code == 200
         more = {"model": "gpt-4o-mini", "input": "go on", "previous_response_id": chain[-1]}
-        assert client.post("/v1/responses", json=more, headers=auth).status_code == 200
+        went_on = client.post("/v1/responses", json=more, headers=auth)
+        assert went_on.status_code == 200
+        for response_id in (chain[-1], went_on.json()["id"]):  # the machine's Redis is shared
+            client.delete(f"/v1/responses/{response_id}", headers=auth)
+        client.delete(f"/v1/responses/{kept}", headers=acme)
 
 
 async def session_call(world: World, name: str, first: str) -> None:

@@ -60,8 +60,11 @@ def test_redis_store_sets_the_ttl_on_a_tenant_scoped_key(redis_url: str, redis_p
             await store.aclose()
 
     keys, ttl = asyncio.run(main())
-    # the tenant's index of its ids, then the response
-    assert keys == [f"{redis_prefix}{{acme}}".encode(), f"{redis_prefix}{{acme}}:resp_9".encode()]
+    # the tenant's index of its ids, its total bytes and their sizes, then the response
+    index = f"{redis_prefix}{{acme}}"
+    assert keys == [k.encode() for k in (index, index + ".bytes", index + ".sizes")] + [
+        f"{index}:resp_9".encode()
+    ]
     assert 85 <= ttl <= 90
 
 
@@ -83,6 +86,54 @@ def test_redis_store_keeps_each_tenant_to_its_bound(redis_url: str, redis_prefix
         finally:
             await store._client.delete(*await store._client.keys(redis_prefix + "*"))
             await store.aclose()
+
+    asyncio.run(main())
+
+
+def test_redis_store_keeps_each_tenant_to_its_bytes(redis_url: str, redis_prefix: str) -> None:
+    """Each tenant within `max_bytes` (three responses' worth here): its oldest go first, its
+    total follows deletes and replacements, another tenant's responses stay."""
+    size = len(STORED.to_bytes())
+
+    async def main() -> None:
+        store = RedisResponseStore.from_url(
+            redis_url, ttl_s=60, max_entries=100, key_prefix=redis_prefix, max_bytes=3 * size
+        )
+        total = f"{redis_prefix}{{globex}}.bytes"
+        try:
+            await store.put("acme", "a0", STORED)
+            for n in range(5):
+                await store.put("globex", f"g{n}", STORED)
+            kept = [n for n in range(5) if await store.get("globex", f"g{n}") is not None]
+            assert kept == [2, 3, 4]
+            assert int(await store._client.get(total)) == 3 * size
+            await store.put("globex", "g4", STORED)  # the same id again: counted once
+            assert int(await store._client.get(total)) == 3 * size
+            assert await store.delete("globex", "g3") is True
+            assert int(await store._client.get(total)) == 2 * size
+            await store.put("globex", "g5", STORED)  # fits again: nothing goes
+            assert [await store.get("globex", g) is not None for g in ("g2", "g4", "g5")] == [
+                True
+            ] * 3
+            assert await store.get("acme", "a0") == STORED
+        finally:
+            await store._client.delete(*await store._client.keys(redis_prefix + "*"))
+            await store.aclose()
+
+    asyncio.run(main())
+
+
+def test_memory_store_keeps_its_bytes_and_the_quieter_tenants_share() -> None:
+    size = len(STORED.to_bytes())
+    store = MemoryResponseStore(ttl_s=60, max_entries=100, max_bytes=3 * size)
+
+    async def main() -> None:
+        await store.put("acme", "a0", STORED)
+        for n in range(5):
+            await store.put("globex", f"g{n}", STORED)
+        kept = [n for n in range(5) if await store.get("globex", f"g{n}") is not None]
+        assert kept == [3, 4]  # three responses' bytes in all: acme's one stays
+        assert await store.get("acme", "a0") == STORED
 
     asyncio.run(main())
 
