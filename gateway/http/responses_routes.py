@@ -81,10 +81,10 @@ class ResponsesRoutes:
     async def retrieve(self, http: Request, response_id: str) -> Response:
         try:
             caller = authenticate(http.headers, self.policies)
-            found = await self.turns.lookup(caller.tenant.tenant, response_id)
+            found = await self.turns.reply(caller.tenant.tenant, response_id)
         except Exception as exc:
             return error_response(exc, "openai")
-        return Response(orjson.dumps(found.response), 200, media_type="application/json")
+        return Response(orjson.dumps(found), 200, media_type="application/json")
 
     async def delete(self, http: Request, response_id: str) -> Response:
         try:

@@ -8,16 +8,18 @@ tenant first. A Redis failure is `ResponseStoreUnavailable`, never Redis's own e
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from adapters.types import JSON
 from gateway.responses.errors import ResponseStoreUnavailable
-from gateway.responses.store import StoredResponse
+from gateway.responses.store import StoredResponse, reply_of
 
 KEY_PREFIX = "lantern:resp:"
+REPLY_HEAD_BYTES = 64 * 1024  # what a `GET` reads first: a reply, without its conversation
 # KEYS: the response, its tenant's index (id -> when stored), sizes (id -> bytes) and total
 # bytes; one hash slot, all carry `{tenant}`. ARGV: the stored bytes, ttl_s, now_ms,
 # max_entries, the id, the tenant's key prefix, max_bytes.
@@ -132,6 +134,21 @@ class RedisResponseStore:
         if data is None:
             return None
         return StoredResponse.from_bytes(data if isinstance(data, bytes) else data.encode())
+
+    async def get_reply(self, tenant: str, response_id: str) -> Mapping[str, JSON] | None:
+        """The reply from the first `REPLY_HEAD_BYTES` of the stored bytes; all of them only
+        for a longer reply or one stored as one object."""
+        async with _typed():
+            head = await self._client.getrange(
+                self._key(tenant, response_id), 0, REPLY_HEAD_BYTES - 1
+            )
+        if not head:
+            return None
+        reply = reply_of(head if isinstance(head, bytes) else head.encode())
+        if reply is not None:
+            return reply
+        found = await self.get(tenant, response_id)
+        return None if found is None else found.response
 
     async def delete(self, tenant: str, response_id: str) -> bool:
         async with _typed():

@@ -16,6 +16,8 @@ import orjson
 from adapters.types import JSON
 from cachekeys.tenant_table import TenantTable
 
+SEPARATOR = b"\n"  # between a stored reply and its conversation
+
 
 @dataclass(frozen=True, slots=True)
 class StoredResponse:
@@ -28,18 +30,37 @@ class StoredResponse:
     num_bytes: int = field(default=0, compare=False)
 
     def to_bytes(self) -> bytes:
-        return orjson.dumps({"conversation": list(self.conversation), "response": self.response})
+        """The reply, a newline (orjson writes none inside), then the conversation: a `GET`
+        reads the reply alone, never the conversation (megabytes, for a long chain)."""
+        return orjson.dumps(self.response) + SEPARATOR + orjson.dumps(list(self.conversation))
 
     @classmethod
     def from_bytes(cls, data: bytes) -> StoredResponse:
-        doc: dict[str, Any] = orjson.loads(data)
-        return cls(tuple(doc["conversation"]), doc["response"], len(data))
+        head, separator, rest = data.partition(SEPARATOR)
+        if not separator:  # stored as one object, before the reply came first
+            doc: dict[str, Any] = orjson.loads(data)
+            return cls(tuple(doc["conversation"]), doc["response"], len(data))
+        return cls(tuple(orjson.loads(rest)), orjson.loads(head), len(data))
+
+
+def reply_of(head: bytes) -> Mapping[str, JSON] | None:
+    """The reply from the first bytes of a stored response; None when they do not hold all of
+    it (a reply longer than them, or a response stored as one object)."""
+    end = head.find(SEPARATOR)
+    if end < 0:
+        return None
+    reply: Mapping[str, JSON] = orjson.loads(head[:end])
+    return reply
 
 
 class ResponseStore(Protocol):
     async def put(self, tenant: str, response_id: str, stored: StoredResponse) -> None: ...
 
     async def get(self, tenant: str, response_id: str) -> StoredResponse | None: ...
+
+    async def get_reply(self, tenant: str, response_id: str) -> Mapping[str, JSON] | None:
+        """The stored reply alone (`StoredResponse.response`), its conversation left unread."""
+        ...
 
     async def delete(self, tenant: str, response_id: str) -> bool: ...
 
@@ -71,6 +92,17 @@ class MemoryResponseStore:
         self._entries[(tenant, response_id)] = (self._clock() + self._ttl_s, stored.to_bytes())
 
     async def get(self, tenant: str, response_id: str) -> StoredResponse | None:
+        data = self._live(tenant, response_id)
+        return None if data is None else StoredResponse.from_bytes(data)
+
+    async def get_reply(self, tenant: str, response_id: str) -> Mapping[str, JSON] | None:
+        data = self._live(tenant, response_id)
+        if data is None:
+            return None
+        reply = reply_of(data)
+        return StoredResponse.from_bytes(data).response if reply is None else reply
+
+    def _live(self, tenant: str, response_id: str) -> bytes | None:
         found = self._entries.get((tenant, response_id))
         if found is None:
             return None
@@ -78,7 +110,7 @@ class MemoryResponseStore:
         if expires <= self._clock():
             del self._entries[(tenant, response_id)]
             return None
-        return StoredResponse.from_bytes(data)
+        return data
 
     async def delete(self, tenant: str, response_id: str) -> bool:
         return self._entries.pop((tenant, response_id), None) is not None

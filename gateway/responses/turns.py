@@ -130,6 +130,13 @@ class Turns:
             raise ResponseNotFound(response_id, field)
         return found
 
+    async def reply(self, tenant: str, response_id: str) -> Mapping[str, JSON]:
+        """The stored reply (`GET /v1/responses/{id}`), its conversation left unread."""
+        found = await self.store.get_reply(tenant, response_id)
+        if found is None:
+            raise ResponseNotFound(response_id)
+        return found
+
     async def forget(self, tenant: str, response_id: str) -> None:
         if not await self.store.delete(tenant, response_id):
             raise ResponseNotFound(response_id)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import httpx
@@ -15,6 +15,7 @@ import orjson
 import pytest
 import redis
 
+from adapters.types import JSON
 from gateway.responses.store import ResponseStore, StoredResponse
 from gateway.settings import load_settings
 from gateway.wiring import build_components
@@ -99,6 +100,9 @@ class SlowStore:
 
     async def get(self, tenant: str, response_id: str) -> StoredResponse | None:
         return await self.inner.get(tenant, response_id)
+
+    async def get_reply(self, tenant: str, response_id: str) -> Mapping[str, JSON] | None:
+        return await self.inner.get_reply(tenant, response_id)
 
     async def delete(self, tenant: str, response_id: str) -> bool:
         return await self.inner.delete(tenant, response_id)

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
+import orjson
+import pytest
+
 from gateway.responses.redis_store import RedisResponseStore
 from gateway.responses.store import MemoryResponseStore, ResponseStore, StoredResponse
 
@@ -19,7 +22,9 @@ STORED = StoredResponse(ITEMS, {"id": "resp_1", "object": "response", "output": 
 async def _promises(store: ResponseStore) -> None:
     await store.put("acme", "resp_1", STORED)
     assert await store.get("acme", "resp_1") == STORED
+    assert await store.get_reply("acme", "resp_1") == STORED.response
     assert await store.get("other", "resp_1") is None  # another tenant: as if it never was
+    assert await store.get_reply("other", "resp_1") is None
     assert await store.delete("other", "resp_1") is False
     assert await store.get("acme", "resp_1") == STORED
     assert await store.delete("acme", "resp_1") is True
@@ -160,3 +165,49 @@ def test_memory_store_expires_and_drops_the_oldest_past_its_bound() -> None:
 
 def test_stored_response_round_trips_through_bytes() -> None:
     assert StoredResponse.from_bytes(STORED.to_bytes()) == STORED
+
+
+# a stored response whose conversation is not JSON at all: reading its reply must not touch it
+UNREADABLE = orjson.dumps(STORED.response) + b"\n" + b"[not json"
+LONG = StoredResponse(ITEMS, {**STORED.response, "instructions": "x" * 100_000})
+OLD_LAYOUT = orjson.dumps({"conversation": list(ITEMS), "response": STORED.response})
+
+
+def test_memory_store_reads_a_reply_without_its_conversation() -> None:
+    async def main() -> None:
+        store = MemoryResponseStore(ttl_s=60, max_entries=10)
+        await store.put("acme", "resp_1", STORED)
+        store._entries[("acme", "resp_1")] = (store._entries[("acme", "resp_1")][0], UNREADABLE)
+        assert await store.get_reply("acme", "resp_1") == STORED.response
+        with pytest.raises(orjson.JSONDecodeError):
+            await store.get("acme", "resp_1")
+
+    asyncio.run(main())
+
+
+def test_redis_store_reads_a_reply_without_its_conversation(
+    redis_url: str, redis_prefix: str
+) -> None:
+    """The first 64 KiB only: a reply, its conversation unread; a longer reply, and one
+    stored as one object before this layout, read whole."""
+
+    async def main() -> None:
+        store = RedisResponseStore.from_url(
+            redis_url, ttl_s=60, max_entries=10, key_prefix=redis_prefix
+        )
+        key = f"{redis_prefix}{{acme}}:"
+        try:
+            await store._client.set(key + "resp_1", UNREADABLE + b" " * 1_000_000)
+            assert await store.get_reply("acme", "resp_1") == STORED.response
+            with pytest.raises(orjson.JSONDecodeError):
+                await store.get("acme", "resp_1")
+            await store.put("acme", "long", LONG)
+            assert await store.get_reply("acme", "long") == LONG.response
+            await store._client.set(key + "old", OLD_LAYOUT)
+            assert await store.get_reply("acme", "old") == STORED.response
+            assert await store.get("acme", "old") == STORED
+        finally:
+            await store._client.delete(*await store._client.keys(redis_prefix + "*"))
+            await store.aclose()
+
+    asyncio.run(main())
