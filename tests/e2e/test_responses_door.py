@@ -173,6 +173,10 @@ def test_store_false_leaves_nothing(gateway: RunningGateway) -> None:
         ({"truncation": "auto"}, "truncation"),
         ({"text": {"format": {"type": "grammar"}}}, "text.format.type"),
         ({"tool_choice": {"type": "file_search"}}, "tool_choice"),
+        ({"metadata": {"run": 5}}, "metadata.run"),  # echoed: OpenAI's values are strings
+        ({"metadata": {"run": "r" * 513}}, "metadata.run"),
+        ({"metadata": {"k" * 65: "v"}}, "metadata"),
+        ({"metadata": {f"k{n}": "v" for n in range(17)}}, "metadata"),
     ],
 )
 def test_unsupported_parameters_are_400_naming_the_field(

@@ -47,6 +47,10 @@ _KNOWN = frozenset(
 )
 # `include` values that change nothing here: the gateway never holds encrypted reasoning
 _HARMLESS_INCLUDES = frozenset({"reasoning.encrypted_content"})
+# OpenAI's bounds on `metadata`: string values, so many pairs, keys and values this long
+MAX_METADATA_PAIRS = 16
+MAX_METADATA_KEY_CHARS = 64
+MAX_METADATA_VALUE_CHARS = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +96,7 @@ def parse_request(body: Mapping[str, Any]) -> ResponsesRequest:
         previous_response_id=optional(body, "previous_response_id", str),
         store=_flag(body, "store", default=True),
         stream=bool(optional(body, "stream", bool)),
-        metadata=optional(body, "metadata", dict) or {},
+        metadata=_metadata(body.get("metadata")),
         parallel_tool_calls=_flag(body, "parallel_tool_calls", default=True),
         reasoning_effort=_reasoning_effort(body.get("reasoning")),
         prompt_cache_key=optional(body, "prompt_cache_key", str),
@@ -161,6 +165,22 @@ def _text_format(value: Any) -> Mapping[str, JSON] | None:
     expect(fmt.get("name"), str, "text.format.name")
     expect(fmt.get("schema"), dict, "text.format.schema")
     return fmt
+
+
+def _metadata(value: Any) -> Mapping[str, JSON]:
+    """Echoed in the reply and stored with it: held to what OpenAI's document allows."""
+    if value is None:
+        return {}
+    pairs = expect(value, dict, "metadata")
+    if len(pairs) > MAX_METADATA_PAIRS:
+        raise WireFormatError("metadata", f"{len(pairs)} pairs; at most {MAX_METADATA_PAIRS}")
+    for key, text in pairs.items():
+        if len(key) > MAX_METADATA_KEY_CHARS:
+            raise WireFormatError("metadata", f"a key is over {MAX_METADATA_KEY_CHARS} characters")
+        if len(expect(text, str, f"metadata.{key}")) > MAX_METADATA_VALUE_CHARS:
+            message = f"over {MAX_METADATA_VALUE_CHARS} characters"
+            raise WireFormatError(f"metadata.{key}", message)
+    return pairs
 
 
 def _reasoning_effort(value: Any) -> str | None:
