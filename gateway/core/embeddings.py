@@ -72,6 +72,18 @@ def input_texts(body: Mapping[str, JSON]) -> tuple[list[str], int]:
     )
 
 
+def check_dimensions(body: Mapping[str, JSON]) -> None:
+    """`dimensions`, when given, is a positive integer (OpenAI's document): anything else is a
+    400 naming it here, not an upstream's refusal without a field after a reservation."""
+    value = body.get("dimensions")
+    if value is None:
+        return
+    if type(value) is not int or value < 1:
+        raise RequestRejected(
+            "dimensions: expected a positive integer", rule="invalid_request", field="dimensions"
+        )
+
+
 def count_texts(counter: TokenCounting, model: str, texts: list[str], scope: str) -> int:
     """`scope`: the tenant (its memo entries alone are read)."""
     return sum(counter.count_text(model, t, scope) for t in texts)
@@ -136,6 +148,7 @@ class Embeddings:
         route = route_for(self.s.models, incoming)
         candidate = self._embedder(route, call.tenant)
         texts, num_tokens = input_texts(call.body)
+        check_dimensions(call.body)
         check_embedding(candidate.backend, call.body)
         tokens = await self._count(model, texts, call.body_bytes, call.tenant.tenant)
         prompt_tokens = num_tokens + tokens

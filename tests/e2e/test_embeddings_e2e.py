@@ -203,3 +203,28 @@ def test_an_input_array_holds_at_most_2048_items(
     sent = [r for r in fake.app.requests if r.path == "/v1/embeddings"]
     assert len(sent) == 1  # the refused calls reached no upstream
     assert len(_ledger_rows(gateway, 1)) == 1
+
+
+def test_dimensions_is_a_positive_integer(unlimited: tuple[RunningGateway, FakeEmbeddings]) -> None:
+    """Refused here, naming the field, before anything is reserved or forwarded (an upstream's
+    own refusal names no field, and its call is a ledger row)."""
+    gateway, fake = unlimited
+    client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=KEY, max_retries=0)
+    for dimensions in (0, -3, 1.5, "256", True):
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.embeddings.create(
+                model="text-embedding-3-small",
+                input="a b",
+                dimensions=dimensions,  # type: ignore[arg-type]
+            )
+        assert refused.value.body == {
+            "message": "dimensions: expected a positive integer",
+            "type": "invalid_request_error",
+            "param": "dimensions",
+            "code": "invalid_request",
+        }, dimensions
+    served = client.embeddings.create(model="text-embedding-3-small", input="a b", dimensions=3)
+    assert served.usage.prompt_tokens == 2
+    sent = [r.json() for r in fake.app.requests if r.path == "/v1/embeddings"]
+    assert [body["dimensions"] for body in sent] == [3]
+    assert len(_ledger_rows(gateway, 1)) == 1
