@@ -52,6 +52,19 @@ class EdgeGateway:
                 return int(line.split()[1])
         raise AssertionError("no VmRSS line")
 
+    def cpu_s_by_thread(self) -> dict[int, float]:
+        """The CPU time (user + system) each of the gateway's threads has used, seconds, by
+        thread id; the event loop's thread id is the process id."""
+        tick = os.sysconf("SC_CLK_TCK")
+        used = {}
+        for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
+            try:
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            except FileNotFoundError:  # a worker thread that ended meanwhile
+                continue
+            used[int(task.name)] = (int(fields[11]) + int(fields[12])) / tick
+        return used
+
     def scope_line(self, tenant: str) -> str:
         """The provider-cache scope line the gateway adds to `tenant`'s prompts."""
         return scope_line(tenant_salt(SERVER_SECRET, tenant))
