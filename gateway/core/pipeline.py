@@ -344,14 +344,18 @@ class Pipeline:
         answer: Message | None = None,  # the reply itself (a traced tenant may record it)
     ) -> None:
         """Settle now (the next call of a sequential client must find its slot free); the
-        rest of the bookkeeping runs after the reply is out."""
+        rest of the bookkeeping runs after the reply is out. A client that goes while the
+        settle waits on its store (the settle itself goes on, shielded) cancels none of it:
+        the call's row is written and its attempt closed all the same."""
         cost = self.s.pricing.cost_usd(adm.route.name, usage)
-        await self.s.admission.settle(adm.ticket, usage=usage, cost_usd=cost)
-        out = Outcome(
-            status, error_kind, usage, ttft_s, cost, self.s.clock(), fault, *reply, answer
-        )
-        self.s.ledger.record(call_record(adm, t, out, self.s.pricing))  # before the reply completes
-        self.after_reply.add(self._close_attempt, adm, t, out)
+        try:
+            await self.s.admission.settle(adm.ticket, usage=usage, cost_usd=cost)
+        finally:
+            out = Outcome(
+                status, error_kind, usage, ttft_s, cost, self.s.clock(), fault, *reply, answer
+            )
+            self.s.ledger.record(call_record(adm, t, out, self.s.pricing))  # before the reply
+            self.after_reply.add(self._close_attempt, adm, t, out)
 
     def _close_attempt(self, adm: Admitted, t: Try, out: Outcome) -> None:
         self.s.routing.on_complete(t.attempt, out.usage, out.status == "ok", out.fault)

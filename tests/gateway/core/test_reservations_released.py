@@ -11,6 +11,7 @@ import asyncio
 import time
 import uuid
 from collections import Counter
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -162,3 +163,55 @@ def test_redis_store_every_path_releases(
         asyncio.run(main())
     finally:
         delete_prefix(redis_url, prefix)
+
+
+class SlowSettle(MemoryQuotaStore):
+    """A store whose settle suspends (as a Redis round trip does) until `proceed` is set."""
+
+    settles_inline = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.settling = asyncio.Event()
+        self.proceed = asyncio.Event()
+
+    async def settle(self, *args: Any, **kwargs: Any) -> Any:
+        self.settling.set()
+        await self.proceed.wait()
+        return await super().settle(*args, **kwargs)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_client_gone_while_a_served_call_settles_still_gets_its_row(stream: bool) -> None:
+    """The reply is out (a stream's end event sent; a reply read from the backend) and the
+    client goes while the settle waits on its store: the call is settled, its ledger row
+    written and its replica's load released all the same."""
+
+    async def main() -> None:
+        store = SlowSettle()
+        h = build(store)
+        serving, _ = tenants("acme")
+        adm = await h.pipeline.admit(h.call(serving, "call 0 kind:ok", stream=stream))
+
+        async def client() -> None:
+            if stream:
+                async for _ in h.pipeline.stream(adm):
+                    pass
+            else:
+                await h.pipeline.complete(adm)
+
+        task = asyncio.ensure_future(client())
+        await store.settling.wait()
+        task.cancel()  # the client went away while the settle was on its way
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        store.proceed.set()
+        await asyncio.sleep(0)  # the shielded settle finishes in its own task
+        h.pipeline.after_reply.flush()
+        limits = Limits(tokens_per_minute=10**9, concurrent_requests=10**6)
+        use = await store.usage("acme", limits, now_ms=int(time.time() * 1000))
+        assert (use.concurrent, use.tokens_used) == (0, billed("ok", stream))
+        assert [row.status for row in h.parts.rows] == ["ok"]
+        assert h.replica().inflight_requests == 0
+
+    asyncio.run(main())
