@@ -104,12 +104,14 @@ def _walk(
     value_lines: dict[Path_, int],
     issues: list[PolicyIssue],
     file: str,
-    active: set[int],
+    walked: set[int],
 ) -> None:
-    if id(node) in active:  # a recursive alias: its lines are already recorded
-        return
-    active.add(id(node))
+    """Records the line of every key and value once per node: an alias is not walked again,
+    so a document of nested aliases (a "billion laughs") costs its size, not its expansion."""
     value_lines[path] = node.start_mark.line + 1
+    if id(node) in walked:  # an alias: its anchor's lines are recorded under the anchor's path
+        return
+    walked.add(id(node))
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
             if not isinstance(key_node, yaml.ScalarNode) or key_node.value == "<<":
@@ -121,11 +123,10 @@ def _walk(
                 issues.append(PolicyIssue(file, line, _dotted(child), reason))
                 continue
             key_lines[child] = line
-            _walk(value_node, child, key_lines, value_lines, issues, file, active)
+            _walk(value_node, child, key_lines, value_lines, issues, file, walked)
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
-            _walk(item, (*path, index), key_lines, value_lines, issues, file, active)
-    active.discard(id(node))
+            _walk(item, (*path, index), key_lines, value_lines, issues, file, walked)
 
 
 def _dotted(path: Iterable[str | int]) -> str:

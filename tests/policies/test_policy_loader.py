@@ -8,7 +8,7 @@ import pytest
 
 from policies.errors import PolicyFileError, PolicyIssue
 from policies.limits import LimitsPolicy
-from policies.loader import check_paths, load_policy_file, load_policy_text
+from policies.loader import check_paths, load_policy_file, load_policy_text, parse_yaml
 from policies.model import hash_api_key
 from policies.routing import RoutingPolicy
 
@@ -75,6 +75,19 @@ def test_unknown_key_names_line_field_and_suggestion() -> None:
         "acme.yaml:4: limits.token_per_minute: unknown key (did you mean 'tokens_per_minute'? "
         f"allowed: {LIMITS_KEYS})"
     ]
+
+
+def test_nested_aliases_cost_their_size_not_their_expansion() -> None:
+    """A "billion laughs": 7 levels of 9 aliases stand for 9**7 (4.8 million) values in 8 lines.
+    The line marks were walked once per value reached (a few more levels and the policy poller
+    never finished, holding the reload lock); now once per node written."""
+    lines = ["tenant: acme", "models: &a0 [m, m, m, m, m, m, m, m, m]"]
+    lines += [f"x{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 7)]
+    text = "\n".join(lines) + "\n"
+    assert len(parse_yaml(text, "acme.yaml").value_lines) == 1 + 1 + 7 * 10
+    assert issues_of(text)[0].startswith("acme.yaml:3: x1: unknown key")
+    doc = parse_yaml("tenant: acme\nmodels: &m [a, b]\nbackends: *m\n", "acme.yaml")
+    assert doc.line_of(("backends",)) == 3 and doc.line_of(("models", 1)) == 2
 
 
 def test_tracing_records_no_text_unless_opted_in_and_knows_its_keys() -> None:
