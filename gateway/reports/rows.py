@@ -18,6 +18,7 @@ from gateway.ledger.queries import GROUP_KEYS, LedgerQueries, UsageTotals
 REPORT_FORMATS = ("table", "csv", "json")
 COST_FORMATS = (*REPORT_FORMATS, "focus")  # focus: FinOps FOCUS 1.0 CSV, one row per day+key
 DEFAULT_GROUP_BY = ("tenant",)
+LAST_END = datetime(9999, 12, 31, tzinfo=UTC)  # the latest `until`: whole days still fit after it
 
 
 class InvalidReportQuery(ValueError):
@@ -95,10 +96,12 @@ def parse_period(since: str | None, until: str | None, now: datetime) -> tuple[d
     start = _parse_instant(since, "since") if since else _month_start(now)
     if until is None:
         end = now.astimezone(UTC)
-    elif _is_date_only(until):
-        end = _parse_instant(until, "until") + timedelta(days=1)
     else:
         end = _parse_instant(until, "until")
+        whole_day = timedelta(days=1) if _is_date_only(until) else timedelta(0)
+        if end > LAST_END - whole_day:  # later, the days after it would not fit in a datetime
+            raise InvalidReportQuery(f"until: {until!r}: a report ends by {LAST_END.isoformat()}")
+        end += whole_day
     if start >= end:
         raise InvalidReportQuery(
             f"since ({start.isoformat()}) must be before until ({end.isoformat()})"
@@ -155,4 +158,7 @@ def _parse_instant(text: str, name: str) -> datetime:
         value = datetime.fromisoformat(text)
     except ValueError as error:
         raise InvalidReportQuery(f"{name}: {text!r} is not an ISO date or datetime") from error
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    try:
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    except OverflowError as error:  # an offset that moves it past year 1 or 9999
+        raise InvalidReportQuery(f"{name}: {text!r} is outside the years 1 to 9999") from error

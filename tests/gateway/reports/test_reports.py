@@ -231,6 +231,22 @@ def test_period_defaults_and_inclusive_until_date():
             parse_period(since, until, now)
 
 
+@pytest.mark.parametrize(
+    ("since", "until"),
+    [
+        (None, "9999-12-31"),  # the day after it is no datetime
+        (None, "9999-12-31T12:00:00"),
+        ("0001-01-01T00:00:00+01:00", None),  # in UTC, before year 1
+        (None, "9999-12-31T23:00:00-05:00"),  # in UTC, past year 9999
+    ],
+)
+def test_a_period_past_what_a_datetime_holds_is_a_bad_query(since, until):
+    now = datetime(2026, 11, 17, 15, 4, 5, tzinfo=UTC)
+    with pytest.raises(InvalidReportQuery, match="since|until"):
+        parse_period(since, until, now)
+    assert parse_period(None, "9999-12-30", now) == (NOV_1, datetime(9999, 12, 31, tzinfo=UTC))
+
+
 def test_report_by_key_session_and_month(sessions):
     report = cost_report(sessions, NOV_1, DEC_1, ["month", "key", "session"])
     assert [(r.group, r.num_calls, r.cost_usd) for r in report.rows][:2] == [

@@ -1,0 +1,70 @@
+"""The admin API's and the console's query parameters as a careless admin or a script types
+them, against a real gateway: every bad value is a 400 that names the parameter (JSON in
+OpenAI's error shape on `/admin/*`, the console's page there), never a 500."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import models_for
+from tests.e2e.harness import ADMIN_TOKEN, RunningGateway, start_gateway, write_config, write_policy
+from tests.fakes.upstream import FakeUpstream
+
+ADMIN = {"authorization": f"Bearer {ADMIN_TOKEN}"}
+# a date-only `until` includes its day: the day after 9999-12-31 is no datetime; an offset can
+# move an instant out of the years 1 to 9999 once it is read as UTC
+OUT_OF_RANGE = [
+    {"until": "9999-12-31"},
+    {"since": "0001-01-01T00:00:00+01:00"},
+    {"until": "9999-12-31T23:00:00-05:00"},
+]
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
+    root = tmp_path_factory.mktemp("admin-queries")
+    (root / "policies").mkdir()
+    write_policy(root / "policies", "acme", "lt-acme-admin-queries-01")
+    with FakeUpstream() as fake:
+        running = start_gateway(write_config(root / "lantern.yaml", root, models_for(fake)))
+        try:
+            yield running
+        finally:
+            running.stop()
+
+
+@pytest.fixture(scope="module")
+def console(gateway: RunningGateway) -> httpx.Client:
+    client = httpx.Client(base_url=gateway.url, timeout=10)
+    assert client.post("/console/login", data={"token": ADMIN_TOKEN}).status_code == 303
+    return client
+
+
+def bad_query(reply: httpx.Response, names: str) -> None:
+    assert reply.status_code == 400, reply.text
+    error = reply.json()["error"]
+    assert (error["type"], error["code"]) == ("invalid_request_error", "bad_query")
+    assert re.match(names, error["message"]), error["message"]
+
+
+@pytest.mark.parametrize("view", ["cost", "spend", "breakeven", "sessions"])
+@pytest.mark.parametrize("params", OUT_OF_RANGE)
+def test_a_period_out_of_range_is_a_400_on_every_report(
+    gateway: RunningGateway, view: str, params: dict[str, str]
+) -> None:
+    reply = httpx.get(f"{gateway.url}/admin/reports/{view}", params=params, headers=ADMIN)
+    bad_query(reply, "since|until")
+
+
+@pytest.mark.parametrize("page", ["spend", "cache", "sessions", "breakeven"])
+@pytest.mark.parametrize("params", OUT_OF_RANGE)
+def test_a_period_out_of_range_is_a_400_on_every_console_page(
+    console: httpx.Client, page: str, params: dict[str, str]
+) -> None:
+    reply = console.get(f"/console/{page}", params=params)
+    assert reply.status_code == 400, reply.text
+    assert "until:" in reply.text or "since:" in reply.text
