@@ -68,3 +68,13 @@ def test_a_period_out_of_range_is_a_400_on_every_console_page(
     reply = console.get(f"/console/{page}", params=params)
     assert reply.status_code == 400, reply.text
     assert "until:" in reply.text or "since:" in reply.text
+
+
+@pytest.mark.parametrize("page", ["²", "x", "1" * 5000, "-1"])
+def test_a_sessions_page_that_is_not_a_page_number_is_a_400(
+    console: httpx.Client, page: str
+) -> None:
+    reply = console.get("/console/sessions", params={"page": page})
+    assert reply.status_code == 400, reply.text
+    assert "page: a page number from 1" in reply.text
+    assert console.get("/console/sessions", params={"page": "2"}).status_code == 200

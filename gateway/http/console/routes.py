@@ -32,6 +32,7 @@ from gateway.reports.spend import SPEND_DIMENSIONS
 
 CONSOLE_ACTOR = "console"
 FORM_MAX_BYTES = 64 * 1024  # the console's forms carry a few short fields
+MAX_PAGE_DIGITS = 9  # past the last page of any ledger (top_sessions caps the offset anyway)
 View = Callable[[Request], Awaitable[Response]]
 NAV = (("spend", "Spend"), ("budgets", "Budgets"), ("cache", "Cache"), ("sessions", "Sessions"),
        ("breakeven", "Break-even"), ("tenants", "Tenants"), ("keys", "Keys"))  # fmt: skip
@@ -222,13 +223,18 @@ def _page(console: Console, name: str, request: Request) -> pages.Page | None:
     if name == "cache":
         return pages.cache_page(data, since, until)
     if name == "sessions":
-        page = q.get("page", "1")
-        return pages.sessions_page(
-            data, since, until, max(int(page) - 1, 0) if page.isdigit() else 0
-        )
+        return pages.sessions_page(data, since, until, _page_index(q.get("page", "1")))
     if name == "breakeven":
         return pages.breakeven_page(data, since, until)
     return None
+
+
+def _page_index(page: str) -> int:
+    """The 0-based index of `?page=` (1-based), in ASCII digits: `str.isdigit` is also true of
+    '²', which `int` refuses."""
+    if not (page.isascii() and page.isdigit() and len(page) <= MAX_PAGE_DIGITS):
+        raise InvalidReportQuery(f"page: a page number from 1 (at most {MAX_PAGE_DIGITS} digits)")
+    return max(int(page) - 1, 0)
 
 
 async def _form(request: Request) -> dict[str, str]:
