@@ -48,7 +48,8 @@ ADMIN_QUERIES: dict[str, tuple[dict[str, Any], ...]] = {  # the query each admin
         _query(
             "group_by",
             {"type": "array", "items": {"type": "string"}},
-            "tenant, model, backend or day; repeated or comma-separated",
+            "tenant, model, backend, key, day, month or door (not session: see "
+            "reports/sessions); repeated or comma-separated",
         ),
     ),
     "reports/breakeven": _PERIOD,

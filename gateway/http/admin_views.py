@@ -15,6 +15,7 @@ from typing import Any
 from fastapi import Request
 
 from gateway.ledger.db import session_factory
+from gateway.reports.rows import InvalidReportQuery
 from gateway.settings import Settings
 from policies.store import PolicyStore
 
@@ -39,6 +40,10 @@ def build_admin_views(settings: Settings, keys: PolicyStore, engine: Any) -> dic
         q = request.query_params
         since, until = parse_period(q.get("since"), q.get("until"), datetime.now(UTC))
         group_by = parse_group_by(q.getlist("group_by") or ["tenant"])
+        if "session" in group_by:  # one row per session the clients named: no bound
+            raise InvalidReportQuery(
+                "group_by: session has no bound here; page through /admin/reports/sessions"
+            )
         report = await asyncio.to_thread(cost_report, sessions, since, until, group_by)
         return report_document(report)
 

@@ -78,3 +78,16 @@ def test_a_sessions_page_that_is_not_a_page_number_is_a_400(
     assert reply.status_code == 400, reply.text
     assert "page: a page number from 1" in reply.text
     assert console.get("/console/sessions", params={"page": "2"}).status_code == 200
+
+
+@pytest.mark.parametrize("group_by", [["session"], ["tenant,session"], ["day", "session"]])
+def test_the_cost_view_has_no_unbounded_grouping(
+    gateway: RunningGateway, group_by: list[str]
+) -> None:
+    """A row per session id the clients chose has no bound; the sessions view pages them."""
+    params = {"group_by": group_by}
+    reply = httpx.get(f"{gateway.url}/admin/reports/cost", params=params, headers=ADMIN)
+    bad_query(reply, r"group_by: session .*/admin/reports/sessions")
+    params = {"group_by": ["day", "tenant,model"]}
+    reply = httpx.get(f"{gateway.url}/admin/reports/cost", params=params, headers=ADMIN)
+    assert reply.json()["group_by"] == ["day", "tenant", "model"]
