@@ -87,7 +87,7 @@ def _spend_views(sessions: Any, keys: PolicyStore) -> dict[str, JsonView]:
     async def top(request: Request) -> Any:
         q = request.query_params
         since, until = parse_period(q.get("since"), q.get("until"), datetime.now(UTC))
-        limit, offset = int(q.get("limit", "20")), int(q.get("offset", "0"))
+        limit, offset = _whole_number(q, "limit", 20), _whole_number(q, "offset", 0)
         rows = await asyncio.to_thread(top_sessions, sessions, since, until, limit, offset)
         return {
             "since": since.isoformat(),
@@ -106,3 +106,13 @@ def _spend_views(sessions: Any, keys: PolicyStore) -> dict[str, JsonView]:
         ]  # fmt: skip
 
     return {"reports/spend": spend, "reports/sessions": top, "reports/budgets": budgets}
+
+
+def _whole_number(query: Any, name: str, default: int) -> int:
+    """`?name=` as a count: ASCII digits, at most 12 of them (the view caps it further)."""
+    text = query.get(name)
+    if text is None:
+        return default
+    if not (text.isascii() and text.isdigit() and len(text) <= 12):
+        raise InvalidReportQuery(f"{name}: a whole number, got {text[:40]!r}")
+    return int(text)

@@ -91,3 +91,15 @@ def test_the_cost_view_has_no_unbounded_grouping(
     params = {"group_by": ["day", "tenant,model"]}
     reply = httpx.get(f"{gateway.url}/admin/reports/cost", params=params, headers=ADMIN)
     assert reply.json()["group_by"] == ["day", "tenant", "model"]
+
+
+@pytest.mark.parametrize(
+    ("params", "named"),
+    [({"limit": "abc"}, "limit"), ({"limit": "1e3"}, "limit"), ({"offset": "-5"}, "offset"),
+     ({"offset": "²"}, "offset"), ({"limit": "9" * 5000}, "limit")],
+)  # fmt: skip
+def test_a_sessions_page_size_that_is_not_a_count_is_named(
+    gateway: RunningGateway, params: dict[str, str], named: str
+) -> None:
+    reply = httpx.get(f"{gateway.url}/admin/reports/sessions", params=params, headers=ADMIN)
+    bad_query(reply, f"{named}: a whole number")
