@@ -11,7 +11,7 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Literal
 
@@ -168,7 +168,7 @@ class KeyRecords:
         self, key_id: str, at: datetime | None, actor: str, tenant: str | None = None
     ) -> IssuedKey:
         """`tenant` None: the one key with this id (KeyIdConflict when tenants share it)."""
-        when = at or self._clock()
+        when = _expiry(at) if at is not None else self._clock()
         values: dict[str, object] = {"expires_at": when}
         return self._change(tenant, key_id, actor, "key.expire", values, when.isoformat())
 
@@ -238,8 +238,21 @@ def _check(request: KeyRequest) -> None:
             to_money(request.budget_usd)
         except ValueError as error:
             raise KeyRequestInvalid(f"budget_usd: {error}") from error
-    if request.expires_at is not None and request.expires_at.tzinfo is None:
+    if request.expires_at is not None:
+        _expiry(request.expires_at)
+
+
+def _expiry(at: datetime) -> datetime:
+    """`at` in UTC, as `api_keys` stores it; KeyRequestInvalid when it has no offset, or one
+    that moves it out of the years 1 to 9999 (it would fail in the database, as a 503)."""
+    if at.tzinfo is None:
         raise KeyRequestInvalid("expires_at needs a UTC offset (e.g. 2026-12-31T00:00:00Z)")
+    try:
+        return at.astimezone(UTC)
+    except OverflowError as error:
+        raise KeyRequestInvalid(
+            f"expires_at {at.isoformat()}: not in the years 1 to 9999 in UTC"
+        ) from error
 
 
 def _audit(ts: datetime, actor: str, action: str, target: str, detail: object) -> AdminAuditRecord:

@@ -1,6 +1,6 @@
-"""The admin API's and the console's query parameters as a careless admin or a script types
-them, against a real gateway: every bad value is a 400 that names the parameter (JSON in
-OpenAI's error shape on `/admin/*`, the console's page there), never a 500."""
+"""The admin API's and the console's parameters as a careless admin or a script types them,
+against a real gateway: every bad value is a 400 that names the parameter (JSON in OpenAI's
+error shape on `/admin/*`, the console's page there), never a 500 or a 503."""
 
 from __future__ import annotations
 
@@ -103,3 +103,24 @@ def test_a_sessions_page_size_that_is_not_a_count_is_named(
 ) -> None:
     reply = httpx.get(f"{gateway.url}/admin/reports/sessions", params=params, headers=ADMIN)
     bad_query(reply, f"{named}: a whole number")
+
+
+@pytest.mark.parametrize(
+    "expires_at",
+    ["2027-01-01T00:00:00", "0001-01-01T00:00:00+01:00", "9999-12-31T23:00:00-05:00"],
+)
+def test_an_expiry_without_an_offset_or_out_of_range_is_a_400(
+    gateway: RunningGateway, expires_at: str
+) -> None:
+    """It reached the database and failed there: a 503 that said the ledger cannot be read."""
+    issued = httpx.post(f"{gateway.url}/admin/keys", json={"tenant": "acme"}, headers=ADMIN).json()
+    for path, body in (
+        ("/admin/keys", {"tenant": "acme", "expires_at": expires_at}),
+        (f"/admin/keys/{issued['id']}/expire", {"expires_at": expires_at}),
+    ):
+        reply = httpx.post(gateway.url + path, json=body, headers=ADMIN)
+        assert reply.status_code == 400, (path, reply.text)
+        assert reply.json()["error"]["code"] == "bad_key_request"
+        assert reply.json()["error"]["message"].startswith("expires_at")
+    listed = httpx.get(f"{gateway.url}/admin/keys", params={"tenant": "acme"}, headers=ADMIN)
+    assert [k["expires_at"] for k in listed.json()["keys"] if k["id"] == issued["id"]] == [None]
