@@ -15,6 +15,7 @@ from tests.e2e.harness import ADMIN_TOKEN, RunningGateway, start_gateway, write_
 from tests.fakes.upstream import FakeUpstream
 
 ADMIN = {"authorization": f"Bearer {ADMIN_TOKEN}"}
+FORM_TOKEN = re.compile(r'name="form_token" value="([0-9a-f]{32})"')
 # a date-only `until` includes its day: the day after 9999-12-31 is no datetime; an offset can
 # move an instant out of the years 1 to 9999 once it is read as UTC
 OUT_OF_RANGE = [
@@ -124,3 +125,22 @@ def test_an_expiry_without_an_offset_or_out_of_range_is_a_400(
         assert reply.json()["error"]["message"].startswith("expires_at")
     listed = httpx.get(f"{gateway.url}/admin/keys", params={"tenant": "acme"}, headers=ADMIN)
     assert [k["expires_at"] for k in listed.json()["keys"] if k["id"] == issued["id"]] == [None]
+
+
+@pytest.mark.parametrize(
+    ("typed", "stored"),
+    [
+        ("2027-01-01T00:00:00+05:00", "2026-12-31T19:00:00+00:00"),  # the offset was dropped
+        ("2027-01-01T00:00", "2027-01-01T00:00:00+00:00"),  # the form's own: UTC
+    ],
+)
+def test_the_console_keeps_the_offset_of_an_expiry(
+    gateway: RunningGateway, console: httpx.Client, typed: str, stored: str
+) -> None:
+    token = FORM_TOKEN.search(console.get("/console/keys").text)
+    assert token is not None
+    key_id = f"exp-{len(typed)}"
+    form = {"form_token": token.group(1), "tenant": "acme", "id": key_id, "expires_at": typed}
+    assert console.post("/console/keys", data=form).status_code == 200
+    listed = httpx.get(f"{gateway.url}/admin/keys", params={"tenant": "acme"}, headers=ADMIN)
+    assert [k["expires_at"] for k in listed.json()["keys"] if k["id"] == key_id] == [stored]

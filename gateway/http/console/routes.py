@@ -248,18 +248,19 @@ def _too_large() -> Response:
 
 
 def _issue_body(form: dict[str, str]) -> KeyIssueBody:
-    """The console form as the admin API's body; empty fields are left out."""
+    """The console form as the admin API's body; empty fields are left out, and an expiry
+    without a UTC offset is in UTC (one with an offset keeps it)."""
     models = [m.strip() for m in form.get("models", "").split(",") if m.strip()]
     try:
         budget = Decimal(form["budget_usd"]) if form.get("budget_usd") else None
     except InvalidOperation as exc:
         raise KeyRequestInvalid("budget_usd: a number of dollars, e.g. 25 or 12.50") from exc
-    expires = form.get("expires_at") or None
+    expires = datetime.fromisoformat(form["expires_at"]) if form.get("expires_at") else None
     return KeyIssueBody(
         tenant=form.get("tenant", ""),
         id=form.get("id") or None,
         models=models or None,
         budget_usd=budget,
         budget_window=(form.get("budget_window") or None) if budget is not None else None,
-        expires_at=datetime.fromisoformat(expires).replace(tzinfo=UTC) if expires else None,
+        expires_at=expires.replace(tzinfo=UTC) if expires and expires.tzinfo is None else expires,
     )
