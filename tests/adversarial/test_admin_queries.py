@@ -4,12 +4,17 @@ error shape on `/admin/*`, the console's page there), never a 500 or a 503."""
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import httpx
 import pytest
 
+from gateway.ledger.db import create_ledger_engine
+from gateway.ledger.models import UsageRow
+from gateway.ledger.usage_insert import insert_rows
 from tests.e2e.conftest import models_for
 from tests.e2e.harness import ADMIN_TOKEN, RunningGateway, start_gateway, write_config, write_policy
 from tests.fakes.upstream import FakeUpstream
@@ -144,3 +149,30 @@ def test_the_console_keeps_the_offset_of_an_expiry(
     assert console.post("/console/keys", data=form).status_code == 200
     listed = httpx.get(f"{gateway.url}/admin/keys", params={"tenant": "acme"}, headers=ADMIN)
     assert [k["expires_at"] for k in listed.json()["keys"] if k["id"] == key_id] == [stored]
+
+
+def test_the_sessions_pages_follow_one_another_in_their_period(
+    gateway: RunningGateway, console: httpx.Client
+) -> None:
+    """The next-page link was `?page=2` on every page, and dropped the period: page 3 was out
+    of reach, and page 2 showed the month to date instead of the period asked for."""
+    rows = [
+        UsageRow(id=f"00000000-0000-0000-0000-{n:012d}", ts=datetime(2026, 11, 2, 10, n, tzinfo=UTC),
+                 tenant="acme", key_id="k1", session_id=f"s-{n:02d}", model="gpt-4o-mini",
+                 cost_usd=f"{60 - n}.00", status="ok", latency_ms=1.0, request_id=f"r-{n}")
+        for n in range(55)
+    ]  # fmt: skip
+    engine = create_ledger_engine(gateway.settings.database_url)
+    insert_rows(engine, rows)
+    engine.dispose()
+    link: str | None = "?since=2026-11-01&until=2026-11-30"
+    seen: list[list[str]] = []
+    while link is not None and len(seen) < 4:  # three pages, and one more where links loop
+        page = console.get("/console/sessions" + html.unescape(link))
+        assert page.status_code == 200, page.text
+        seen.append(re.findall(r"<td>(s-\d\d)</td>", page.text))
+        found = re.search(r'<a href="([^"]+)" id="next">', page.text)
+        link = found.group(1) if found else None
+    assert seen == [
+        [f"s-{n:02d}" for n in range(start, min(start + 25, 55))] for start in (0, 25, 50)
+    ]

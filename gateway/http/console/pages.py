@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
+from urllib.parse import urlencode
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -44,6 +45,7 @@ class Page:
     charts: list[str] = field(default_factory=list)  # SVG markup built by charts.py (escaped)
     tables: list[Table] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    next_page: str | None = None  # the query of the next page, same period (a full page only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +167,11 @@ def sessions_page(data: ConsoleData, since: datetime, until: datetime, page: int
     table = Table(
         f"sessions, page {page + 1}", ("tenant", "session", "calls", "cost $", "last call"), rows
     )
-    return Page("sessions", "Top sessions", _period(since, until), [chart], [table])
+    period = {"since": since.isoformat(), "until": until.isoformat()}
+    following = "?" + urlencode({**period, "page": page + 2}) if len(found) == PAGE_SIZE else None
+    return Page(
+        "sessions", "Top sessions", _period(since, until), [chart], [table], next_page=following
+    )
 
 
 def breakeven_page(data: ConsoleData, since: datetime, until: datetime) -> Page:
