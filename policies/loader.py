@@ -25,6 +25,9 @@ from policies.model import TenantPolicy
 
 Path_ = tuple[str | int, ...]
 POLICY_SUFFIX = ".yaml"
+# PyYAML's constructors raise Python's own errors on a scalar they cannot convert: `2026-02-30`
+# (ValueError), `!!int x` (ValueError), `!!timestamp x` (AttributeError)
+SCALAR_ERRORS = (ValueError, TypeError, AttributeError, OverflowError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,29 +70,42 @@ class LoadedPolicy:
 
 
 def parse_yaml(text: str, file: str) -> YamlDocument:
-    """Parse one YAML document with line marks; raises `PolicyFileError` on syntax errors."""
-    loader = yaml.SafeLoader(text)
+    """Parse one YAML document with line marks; raises `PolicyFileError` on syntax errors, and
+    on whatever else a document can make PyYAML raise, so one tenant's file never stops the
+    others' from loading."""
     try:
-        node = loader.get_single_node()
-        data = loader.construct_document(node) if node is not None else None
+        node, data = _compose(text)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else 1
         raise PolicyFileError(
             [PolicyIssue(file, line, DOCUMENT_FIELD, f"invalid YAML: {_yaml_problem(exc)}")]
         ) from exc
-    except yaml.YAMLError as exc:
+    except yaml.YAMLError as exc:  # a character YAML refuses (NUL, ...): raised by the reader
         raise PolicyFileError(
             [PolicyIssue(file, 1, DOCUMENT_FIELD, f"invalid YAML: {exc}")]
         ) from exc
-    finally:
-        loader.dispose()
+    except SCALAR_ERRORS as exc:
+        reason = f"invalid YAML: a value cannot be read ({type(exc).__name__}: {exc})"
+        raise PolicyFileError([PolicyIssue(file, 1, DOCUMENT_FIELD, reason)]) from exc
+    except RecursionError as exc:
+        reason = "invalid YAML: nested too deeply"
+        raise PolicyFileError([PolicyIssue(file, 1, DOCUMENT_FIELD, reason)]) from exc
     key_lines: dict[Path_, int] = {}
     value_lines: dict[Path_, int] = {}
     issues: list[PolicyIssue] = []
     if node is not None:
         _walk(node, (), key_lines, value_lines, issues, file, set())
     return YamlDocument(data, key_lines, value_lines, tuple(issues))
+
+
+def _compose(text: str) -> tuple[yaml.Node | None, Any]:
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        return node, loader.construct_document(node) if node is not None else None
+    finally:
+        loader.dispose()
 
 
 def _yaml_problem(exc: yaml.MarkedYAMLError) -> str:

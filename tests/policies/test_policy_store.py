@@ -221,6 +221,34 @@ def test_new_invalid_file_is_listed_without_a_tenant(tmp_path: Path) -> None:
     assert [(e.line, e.field) for e in store.snapshot().errors] == [(2, "bogus")]
 
 
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        "tenant: beta\nname: 2026-02-30\n",  # a date PyYAML cannot build: its ValueError
+        "tenant: beta\nname: !!timestamp x\n",  # AttributeError
+        "tenant: beta\nmodels: " + "[" * 2000 + "]" * 2000 + "\n",  # RecursionError
+        "tenant: beta\nname: \x00\n",  # a character YAML refuses, raised by its reader
+    ],
+)
+def test_one_tenants_unreadable_file_never_stops_the_others(tmp_path: Path, hostile: str) -> None:
+    """Those errors escaped the loader: the scan raised, so the store started with no tenant,
+    and later no tenant's edit took effect while the file was there."""
+    write(tmp_path / "acme.yaml", policy("acme", ACME_KEY, 1))
+    write(tmp_path / "beta.yaml", policy("beta", BETA_KEY, 2))
+    store = PolicyStore(tmp_path)
+    store.reload_now()
+    write(tmp_path / "beta.yaml", hostile)
+    write(tmp_path / "acme.yaml", policy("acme", ACME_KEY, 3))
+    assert store.reload_now()
+    acme, beta = store.get("acme"), store.get("beta")
+    assert acme is not None and acme.limits.tokens_per_minute == 3
+    assert beta is not None and beta.limits.tokens_per_minute == 2  # its last good policy
+    assert [(e.file, e.line) for e in store.snapshot().errors] == [(str(tmp_path / "beta.yaml"), 1)]
+    fresh = PolicyStore(tmp_path)
+    fresh.reload_now()
+    assert fresh.get("acme") is not None and fresh.get("beta") is None
+
+
 def test_missing_directory_is_an_error_not_a_crash(tmp_path: Path) -> None:
     store = PolicyStore(tmp_path / "absent")
     store.reload_now()
