@@ -25,6 +25,7 @@ from policies.model import TenantPolicy
 
 Path_ = tuple[str | int, ...]
 POLICY_SUFFIX = ".yaml"
+MAX_POLICY_BYTES = 1 << 20  # a policy is a few KiB; PyYAML takes seconds per MiB, the lock held
 # PyYAML's constructors raise Python's own errors on a scalar they cannot convert: `2026-02-30`
 # (ValueError), `!!int x` (ValueError), `!!timestamp x` (AttributeError)
 SCALAR_ERRORS = (ValueError, TypeError, AttributeError, OverflowError)
@@ -286,7 +287,7 @@ def _duplicates(policy: TenantPolicy, doc: YamlDocument, file: str) -> list[Poli
 def load_policy_file(path: Path) -> LoadedPolicy:
     """Read and validate `path`; its name must be `<tenant>.yaml`."""
     try:
-        data = path.read_bytes()
+        data = read_policy_bytes(path)
     except OSError as exc:
         raise PolicyFileError(
             [PolicyIssue(str(path), 1, DOCUMENT_FIELD, f"cannot read: {exc}")]
@@ -294,11 +295,21 @@ def load_policy_file(path: Path) -> LoadedPolicy:
     return load_policy_bytes(data, path)
 
 
+def read_policy_bytes(path: Path) -> bytes:
+    """The file's bytes, at most one past `MAX_POLICY_BYTES` (enough for the loader to refuse
+    it): a huge file is never read whole."""
+    with path.open("rb") as handle:
+        return handle.read(MAX_POLICY_BYTES + 1)
+
+
 def load_policy_bytes(data: bytes, path: Path) -> LoadedPolicy:
     """Validate the bytes read from `path` (UTF-8 YAML named `<tenant>.yaml`)."""
     file = str(path)
     if path.suffix != POLICY_SUFFIX:
         reason = f"a policy file name must end in {POLICY_SUFFIX}"
+        raise PolicyFileError([PolicyIssue(file, 1, DOCUMENT_FIELD, reason)])
+    if len(data) > MAX_POLICY_BYTES:
+        reason = f"over {MAX_POLICY_BYTES} bytes: a policy file is at most 1 MiB"
         raise PolicyFileError([PolicyIssue(file, 1, DOCUMENT_FIELD, reason)])
     try:
         text = data.decode("utf-8")

@@ -19,7 +19,13 @@ from types import MappingProxyType
 
 from policies.errors import DOCUMENT_FIELD, PolicyFileError, PolicyIssue
 from policies.last_good import KnownNames, PolicyArchive, archived_policies, checked
-from policies.loader import LoadedPolicy, key_conflicts, load_policy_bytes, policy_files
+from policies.loader import (
+    LoadedPolicy,
+    key_conflicts,
+    load_policy_bytes,
+    policy_files,
+    read_policy_bytes,
+)
 from policies.model import TenantPolicy, hash_api_key
 
 Clock = Callable[[], float]  # seconds since the epoch, comparable with file mtimes
@@ -225,7 +231,7 @@ class PolicyStore:
             settled = seen is not None and st.st_mtime < seen.read_at - RACY_WINDOW_S
             if seen is not None and seen.fingerprint == fingerprint and settled:
                 return seen
-            data = path.read_bytes()
+            data = read_policy_bytes(path)
         except FileNotFoundError:  # deleted between listing and reading
             return None
         except OSError as exc:

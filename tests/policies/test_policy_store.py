@@ -249,6 +249,23 @@ def test_one_tenants_unreadable_file_never_stops_the_others(tmp_path: Path, host
     assert fresh.get("acme") is not None and fresh.get("beta") is None
 
 
+def test_a_policy_file_over_1_mib_is_refused_and_the_last_good_kept(tmp_path: Path) -> None:
+    write(tmp_path / "beta.yaml", policy("beta", BETA_KEY, 2))
+    store = PolicyStore(tmp_path)
+    store.reload_now()
+    padding = "# " + "x" * 78 + "\n"
+    write(tmp_path / "beta.yaml", policy("beta", BETA_KEY, 5) + padding * ((1 << 20) // 80 + 1))
+    store.reload_now()
+    beta = store.get("beta")
+    assert beta is not None and beta.limits.tokens_per_minute == 2
+    [error] = store.snapshot().errors
+    assert error.reason == f"over {1 << 20} bytes: a policy file is at most 1 MiB"
+    write(tmp_path / "beta.yaml", policy("beta", BETA_KEY, 5) + padding * 100)
+    store.reload_now()
+    beta = store.get("beta")
+    assert beta is not None and beta.limits.tokens_per_minute == 5
+
+
 def test_missing_directory_is_an_error_not_a_crash(tmp_path: Path) -> None:
     store = PolicyStore(tmp_path / "absent")
     store.reload_now()
