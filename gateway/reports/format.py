@@ -26,6 +26,7 @@ _COUNTS = (
     "reasoning_tokens",
 )
 _MONEY = ("cost_usd", "uncached_cost_usd", "saved_usd")
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 _TABLE_HEADERS = (
     "calls",
     "input",
@@ -75,13 +76,20 @@ def to_csv(report: CostReport) -> str:
         writer.writerow(
             [
                 *period,
-                *group,
+                *(_csv_text(value) for value in group),
                 *(getattr(row, name) for name in _COUNTS),
                 f"{row.cache_hit_ratio:.4f}",
                 *(f"{getattr(row, name):.8f}" for name in _MONEY),
             ]
         )
     return out.getvalue()
+
+
+def _csv_text(value: str) -> str:
+    """A text cell no spreadsheet runs as a formula: one that starts like a formula gets a
+    leading `'` (OWASP's advice on CSV injection). Session ids are the clients' to choose, and
+    these files are opened by finance in a spreadsheet."""
+    return "'" + value if value.startswith(_FORMULA_STARTS) else value
 
 
 def to_json(report: CostReport) -> str:

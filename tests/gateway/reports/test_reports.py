@@ -247,6 +247,21 @@ def test_a_period_past_what_a_datetime_holds_is_a_bad_query(since, until):
     assert parse_period(None, "9999-12-30", now) == (NOV_1, datetime(9999, 12, 31, tzinfo=UTC))
 
 
+def test_a_session_id_that_reads_as_a_formula_is_text_in_the_csv():
+    """Session ids are the clients' own: a spreadsheet opening the CSV ran `=...` as a formula."""
+    hostile = ['=HYPERLINK("http://x")', "+1", "-2+3", "@SUM(A1)", "\tx", "s-1", "2026-11"]
+    rows = tuple(
+        CostRow(("acme", value), 1, 0, 0, 0, 0, money("-1"), money("0")) for value in hostile
+    )
+    totals = CostRow((), len(rows), 0, 0, 0, 0, money("-7"), money("0"))
+    report = CostReport(NOV_1, DEC_1, ("tenant", "session"), rows, totals)
+    lines = list(csv.DictReader(io.StringIO(to_csv(report))))
+    assert [line["session"] for line in lines] == [
+        "'=HYPERLINK(\"http://x\")", "'+1", "'-2+3", "'@SUM(A1)", "'\tx", "s-1", "2026-11", "",
+    ]  # fmt: skip
+    assert {line["cost_usd"] for line in lines} == {"-1.00000000", "-7.00000000"}  # numbers kept
+
+
 def test_report_by_key_session_and_month(sessions):
     report = cost_report(sessions, NOV_1, DEC_1, ["month", "key", "session"])
     assert [(r.group, r.num_calls, r.cost_usd) for r in report.rows][:2] == [
