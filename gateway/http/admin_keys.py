@@ -176,11 +176,14 @@ def _refusal(exc: Exception) -> Response:
         return json_response(error_body("openai", kind, kind, str(exc), "key_not_found", None), 404)
     if isinstance(exc, KeyIdConflict):
         return json_response(error_body("openai", kind, kind, str(exc), "key_id_taken", None), 409)
-    message = str(exc).splitlines()[0] if not isinstance(exc, ValidationError) else _first(exc)
+    message = (
+        str(exc).splitlines()[0] if not isinstance(exc, ValidationError) else first_problem(exc)
+    )
     return json_response(error_body("openai", kind, kind, message, "bad_key_request", None), 400)
 
 
-def _first(exc: ValidationError) -> str:
+def first_problem(exc: ValidationError) -> str:
+    """The first field a key request got wrong, and why (`budget_usd: Input should be ...`)."""
     first = exc.errors()[0]
     where = ".".join(str(p) for p in first["loc"]) or "body"
     return f"{where}: {first['msg']}"

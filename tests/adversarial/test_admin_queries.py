@@ -176,3 +176,19 @@ def test_the_sessions_pages_follow_one_another_in_their_period(
     assert seen == [
         [f"s-{n:02d}" for n in range(start, min(start + 25, 55))] for start in (0, 25, 50)
     ]
+
+
+def test_the_console_names_the_field_of_a_bad_key_form(console: httpx.Client) -> None:
+    token = FORM_TOKEN.search(console.get("/console/keys").text)
+    assert token is not None
+    form = {
+        "form_token": token.group(1),
+        "tenant": "acme",
+        "budget_usd": "-5",
+        "budget_window": "day",
+    }
+    reply = console.post("/console/keys", data=form)
+    assert reply.status_code == 400
+    error = re.search(r'<p class="error" id="error">([^<]*)</p>', reply.text)
+    assert error is not None
+    assert html.unescape(error.group(1)) == "budget_usd: Input should be greater than or equal to 0"

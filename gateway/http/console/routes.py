@@ -19,10 +19,11 @@ from urllib.parse import parse_qs
 import jinja2
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from pydantic import ValidationError
 
 from gateway.apikeys.records import KeyIdConflict, KeyNotFound, KeyRequestInvalid
 from gateway.errors import BodyTooLarge, ClientGone
-from gateway.http.admin_keys import KeyIssueBody, check_key_request
+from gateway.http.admin_keys import KeyIssueBody, check_key_request, first_problem
 from gateway.http.console import pages
 from gateway.http.console.login import COOKIE, ConsoleSessions
 from gateway.http.console.throttle import LoginThrottle
@@ -160,6 +161,8 @@ class ConsoleRoutes:
                 _issue_body(form), data.policies.get, self.console.model_names
             )
             key, secret = await asyncio.to_thread(data.records.issue, wanted, CONSOLE_ACTOR)
+        except ValidationError as exc:  # pydantic's first line names only the model
+            return await self.keys(request, error=first_problem(exc))
         except (KeyRequestInvalid, ValueError) as exc:
             return await self.keys(request, error=str(exc).splitlines()[0])
         return await self.keys(
