@@ -135,7 +135,8 @@ class ReplaySettings(Section):
 class ConsoleSettings(Section):
     """The web console's logins (`docs/console.md`): stored in the ledger database."""
 
-    session_ttl_s: int = Field(default=8 * 3600, gt=0)  # a login's life; logout ends it sooner
+    # a login's life (at most a year: the expiry must fit in a datetime); logout ends it sooner
+    session_ttl_s: int = Field(default=8 * 3600, gt=0, le=366 * 86400)
     max_sessions: int = Field(default=64, gt=0)  # live logins kept; the oldest is closed first
     # true: the cookie is sent over HTTPS only (set it where TLS ends before the gateway or at it)
     secure_cookie: bool = False

@@ -7,6 +7,7 @@ import itertools
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
+import pydantic
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -15,6 +16,7 @@ from gateway.http.console.login import COOKIE, ConsoleSessions
 from gateway.http.console.session_store import ConsoleSessionStore
 from gateway.http.console.throttle import LoginThrottle
 from gateway.ledger.db import create_ledger_engine, migrate, session_factory
+from gateway.settings import ConsoleSettings
 
 NOW = datetime(2026, 12, 4, 9, 0, tzinfo=UTC)
 TTL_S = 3600
@@ -123,3 +125,14 @@ def test_the_throttle_holds_an_address_until_its_window_ends() -> None:
             throttle.failed(address)
     assert throttle.retry_after_s("a") is None  # the oldest address left the bounded table
     assert (throttle.retry_after_s("b"), throttle.retry_after_s("c")) == (60, 60)
+
+
+def test_a_session_ttl_past_a_year_is_refused_and_a_year_logs_in(engines) -> None:
+    """A TTL meant as "never" (10**12 s) was accepted, and every login then failed with a 500:
+    its expiry was past what a datetime holds."""
+    with pytest.raises(pydantic.ValidationError, match="session_ttl_s"):
+        ConsoleSettings(session_ttl_s=10**12)
+    ttl_s = ConsoleSettings(session_ttl_s=366 * 86400).session_ttl_s
+    store = ConsoleSessionStore(session_factory(engines[0]), 8)
+    sessions = ConsoleSessions("admin", b"secret", store, Clock(), ttl_s)
+    assert sessions.is_valid(jar(sessions.login("admin")))
