@@ -124,15 +124,28 @@ class KeyRecords:
         return _issued(record), fresh.key
 
     def all(self, tenant: str | None = None) -> list[IssuedKey]:
-        if tenant is not None and not TENANT_ID.fullmatch(tenant):
-            raise KeyRequestInvalid(
-                f"tenant {tenant!r}: tenant ids are 1-63 lowercase letters, digits, '_' or '-'"
-            )
+        _check_tenant(tenant)
         query = sa.select(ApiKeyRecord).order_by(ApiKeyRecord.tenant, ApiKeyRecord.id)
         if tenant is not None:
             query = query.where(ApiKeyRecord.tenant == tenant)
         with self._sessions() as session:
             return [_issued(r) for r in session.scalars(query)]
+
+    def page(
+        self, tenant: str | None, after: tuple[str, str] | None, limit: int
+    ) -> tuple[list[IssuedKey], bool]:
+        """At most `limit` keys in (tenant, id) order, those past `after` only, and whether more
+        follow: what a listing sends, however many keys the table holds."""
+        _check_tenant(tenant)
+        k = ApiKeyRecord
+        query = sa.select(k).order_by(k.tenant, k.id).limit(limit + 1)
+        if tenant is not None:
+            query = query.where(k.tenant == tenant)
+        if after is not None:
+            query = query.where(sa.tuple_(k.tenant, k.id) > sa.tuple_(*after))
+        with self._sessions() as session:
+            found = [_issued(r) for r in session.scalars(query)]
+        return found[:limit], len(found) > limit
 
     def change_mark(self) -> tuple[int, int | None]:
         """(audit rows, the highest audit id): every issue, expiry and revocation adds a row in
@@ -219,6 +232,13 @@ class KeyRecords:
             session.add(_audit(self._clock(), actor, action, target, {"at": note}))
             session.flush()
             return _issued(record)
+
+
+def _check_tenant(tenant: str | None) -> None:
+    if tenant is not None and not TENANT_ID.fullmatch(tenant):
+        raise KeyRequestInvalid(
+            f"tenant {tenant!r}: tenant ids are 1-63 lowercase letters, digits, '_' or '-'"
+        )
 
 
 def _check(request: KeyRequest) -> None:

@@ -9,7 +9,7 @@ tenant already holds (issued or in its YAML), or one several tenants hold named 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -19,7 +19,15 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gateway.apikeys.records import IssuedKey, KeyIdConflict, KeyNotFound, KeyRecords, KeyRequest
+from gateway.apikeys.records import (
+    KEY_ID,
+    TENANT_ID,
+    IssuedKey,
+    KeyIdConflict,
+    KeyNotFound,
+    KeyRecords,
+    KeyRequest,
+)
 from gateway.apikeys.records import KeyRequestInvalid as Invalid
 from gateway.errors import AuthenticationFailed, BodyTooLarge, ClientGone
 from gateway.http.admin_routes import json_response
@@ -31,6 +39,13 @@ from gateway.http.request_body import BodyLimits, read_body
 from policies.model import TenantPolicy
 
 ADMIN_ACTOR = "admin-token"
+MAX_KEYS_PAGE = 1000  # keys in one listing: `next_after` names where the next one starts
+LISTING_QUERY = [
+    {"name": "limit", "in": "query", "required": False, "schema": {"type": "integer"},
+     "description": f"keys per page, 1 to {MAX_KEYS_PAGE} (the default)"},
+    {"name": "after", "in": "query", "required": False, "schema": {"type": "string"},
+     "description": "the previous page's next_after (tenant/key id)"},
+]  # fmt: skip
 # what `_refusal` answers: a bad body, an unknown or ambiguous key, a body over the limit
 REFUSALS = (ValidationError, Invalid, KeyNotFound, KeyIdConflict, BodyTooLarge, ClientGone)
 
@@ -114,15 +129,17 @@ def build_keys_router(
             return _refusal(exc)
         return json_response({**key_document(key), "key": secret}, 201)
 
-    @router.get("/admin/keys", responses=answers)
+    @router.get("/admin/keys", responses=answers, openapi_extra={"parameters": LISTING_QUERY})
     async def listing(request: Request, tenant: str | None = None) -> Response:
         if not is_admin(request.headers, admin_token):
             return _denied()
         try:
-            keys = await asyncio.to_thread(records.all, tenant)
+            after, limit = listing_page(request.query_params)
+            keys, more = await asyncio.to_thread(records.page, tenant, after, limit)
         except Invalid as exc:
             return _refusal(exc)
-        return json_response({"keys": [key_document(k) for k in keys]})
+        following = f"{keys[-1].tenant}/{keys[-1].key_id}" if more else None
+        return json_response({"keys": [key_document(k) for k in keys], "next_after": following})
 
     @router.post("/admin/keys/{key_id}/expire", responses=answers)
     async def expire(request: Request, key_id: str, tenant: str | None = None) -> Response:
@@ -147,6 +164,26 @@ def build_keys_router(
         return json_response(key_document(key))
 
     return router
+
+
+def listing_page(query: Mapping[str, str]) -> tuple[tuple[str, str] | None, int]:
+    """`?after=tenant/id` (the listing's `next_after`) and `?limit=` (1 to MAX_KEYS_PAGE, the
+    default); KeyRequestInvalid naming the parameter otherwise."""
+    text = query.get("limit", str(MAX_KEYS_PAGE))
+    if not (
+        text.isascii()
+        and text.isdigit()
+        and len(text) <= len(str(MAX_KEYS_PAGE))
+        and 1 <= int(text) <= MAX_KEYS_PAGE
+    ):
+        raise Invalid(f"limit: a count of keys from 1 to {MAX_KEYS_PAGE}, got {text[:40]!r}")
+    after = query.get("after")
+    if after is None:
+        return None, int(text)
+    tenant, _, key_id = after.partition("/")
+    if not (TENANT_ID.fullmatch(tenant) and KEY_ID.fullmatch(key_id)):
+        raise Invalid(f"after: the next_after of a listing (tenant/key id), got {after[:80]!r}")
+    return (tenant, key_id), int(text)
 
 
 async def _read_json(request: Request, limits: BodyLimits, required: bool = True) -> Any:

@@ -8,11 +8,14 @@ import html
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 import httpx
 import pytest
 
-from gateway.ledger.db import create_ledger_engine
+from gateway.apikeys.records import KeyRecords, KeyRequest
+from gateway.http.admin_keys import MAX_KEYS_PAGE
+from gateway.ledger.db import create_ledger_engine, session_factory
 from gateway.ledger.models import UsageRow
 from gateway.ledger.usage_insert import insert_rows
 from tests.e2e.conftest import models_for
@@ -35,6 +38,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway
     root = tmp_path_factory.mktemp("admin-queries")
     (root / "policies").mkdir()
     write_policy(root / "policies", "acme", "lt-acme-admin-queries-01")
+    write_policy(root / "policies", "beta", "lt-beta-admin-queries-01")
     with FakeUpstream() as fake:
         running = start_gateway(write_config(root / "lantern.yaml", root, models_for(fake)))
         try:
@@ -192,3 +196,51 @@ def test_the_console_names_the_field_of_a_bad_key_form(console: httpx.Client) ->
     error = re.search(r'<p class="error" id="error">([^<]*)</p>', reply.text)
     assert error is not None
     assert html.unescape(error.group(1)) == "budget_usd: Input should be greater than or equal to 0"
+
+
+def test_the_keys_listing_pages_with_a_cap(gateway: RunningGateway) -> None:
+    """It sent every key ever issued (revoked and expired ones stay) in one reply."""
+    url = f"{gateway.url}/admin/keys"
+    for tenant, key_id in [("beta", "b1"), ("acme", "page-1"), ("acme", "page-2"), ("beta", "b2")]:
+        issued = httpx.post(url, json={"tenant": tenant, "id": key_id}, headers=ADMIN)
+        assert issued.status_code == 201, issued.text
+    everything = httpx.get(url, headers=ADMIN).json()
+    assert everything["next_after"] is None
+    named = [f"{k['tenant']}/{k['id']}" for k in everything["keys"]]
+    assert len(named) >= 4
+    paged: list[str] = []
+    params: dict[str, str] = {"limit": "2"}
+    while len(paged) <= len(named):
+        page = httpx.get(url, params=params, headers=ADMIN).json()
+        paged += [f"{k['tenant']}/{k['id']}" for k in page["keys"]]
+        assert len(page["keys"]) <= 2
+        if page["next_after"] is None:
+            break
+        params["after"] = page["next_after"]
+    assert paged == named
+    for bad in ({"limit": "0"}, {"limit": "1001"}, {"limit": "x"}, {"after": "acme"}):
+        reply = httpx.get(url, params=bad, headers=ADMIN)
+        assert reply.status_code == 400, (bad, reply.text)
+        assert reply.json()["error"]["message"].startswith(next(iter(bad)) + ":")
+
+
+def test_the_console_keys_page_shows_one_listing_page(tmp_path: Path) -> None:
+    """A gateway of its own: 1,001 keys, where the page rendered every key ever issued."""
+    (tmp_path / "policies").mkdir()
+    write_policy(tmp_path / "policies", "acme", "lt-acme-admin-queries-02")
+    with FakeUpstream() as fake:
+        running = start_gateway(write_config(tmp_path / "lantern.yaml", tmp_path, models_for(fake)))
+        try:
+            engine = create_ledger_engine(running.settings.database_url)
+            records = KeyRecords(session_factory(engine), lambda: datetime.now(UTC))
+            for n in range(MAX_KEYS_PAGE + 1):
+                records.issue(KeyRequest("acme", f"bulk-{n:04d}"), "test")
+            engine.dispose()
+            client = httpx.Client(base_url=running.url, timeout=30)
+            assert client.post("/console/login", data={"token": ADMIN_TOKEN}).status_code == 303
+            page = client.get("/console/keys").text
+        finally:
+            running.stop()
+    assert page.count('<tr id="key-bulk-') == MAX_KEYS_PAGE
+    assert 'id="key-bulk-0999"' in page and 'id="key-bulk-1000"' not in page
+    assert 'id="more-keys"' in page

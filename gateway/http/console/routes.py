@@ -23,7 +23,12 @@ from pydantic import ValidationError
 
 from gateway.apikeys.records import KeyIdConflict, KeyNotFound, KeyRequestInvalid
 from gateway.errors import BodyTooLarge, ClientGone
-from gateway.http.admin_keys import KeyIssueBody, check_key_request, first_problem
+from gateway.http.admin_keys import (
+    MAX_KEYS_PAGE,
+    KeyIssueBody,
+    check_key_request,
+    first_problem,
+)
 from gateway.http.console import pages
 from gateway.http.console.login import COOKIE, ConsoleSessions
 from gateway.http.console.throttle import LoginThrottle
@@ -143,13 +148,13 @@ class ConsoleRoutes:
         self, request: Request, issued: dict[str, str] | None = None, error: str | None = None
     ) -> Response:
         records = self.console.data.records
-        listed = await asyncio.to_thread(records.all)
+        listed, more = await asyncio.to_thread(records.page, None, None, MAX_KEYS_PAGE)
         audit = await asyncio.to_thread(records.audit_log, 20)
         tenants = [e.tenant for e in self.console.data.policies.snapshot().tenants]
         token = self.console.auth.form_token(request.cookies)
         return self.html("keys.html.j2", 400 if error else 200, keys=listed, audit=audit,
                          tenants=tenants, issued=issued, error=error, form_token=token,
-                         current="keys")  # fmt: skip
+                         current="keys", more=more, max_keys=MAX_KEYS_PAGE)  # fmt: skip
 
     async def issue(self, request: Request) -> Response:
         form = await _form(request)

@@ -270,3 +270,22 @@ def test_a_poll_with_the_database_unreachable_fails_without_raising(tmp_path) ->
     assert keyring.refresh() is False
     assert keyring.snapshot.by_sha256 == {}
     engine.dispose()
+
+
+def test_pages_of_keys_follow_the_listing_in_order(engine) -> None:
+    records = KeyRecords(session_factory(engine), Clock())
+    for tenant, key_id in [("globex", "b"), ("acme", "z"), ("acme", "a-1"), ("acme", "a_1"),
+                           ("globex", "a"), ("acme", "A.2")]:  # fmt: skip
+        records.issue(KeyRequest(tenant, key_id), "test")
+    listed = [k.scope for k in records.all()]
+    paged: list[tuple[str, str]] = []
+    after = None
+    for _ in range(len(listed)):
+        keys, more = records.page(None, after, 2)
+        paged += [k.scope for k in keys]
+        if not more:
+            break
+        after = keys[-1].scope
+    assert paged == listed and len(listed) == 6
+    acme, more = records.page("acme", None, 10)
+    assert ([k.scope for k in acme], more) == ([s for s in listed if s[0] == "acme"], False)
