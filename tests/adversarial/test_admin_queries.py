@@ -244,3 +244,19 @@ def test_the_console_keys_page_shows_one_listing_page(tmp_path: Path) -> None:
     assert page.count('<tr id="key-bulk-') == MAX_KEYS_PAGE
     assert 'id="key-bulk-0999"' in page and 'id="key-bulk-1000"' not in page
     assert 'id="more-keys"' in page
+
+
+def test_the_console_shows_an_expired_key_as_expired(
+    gateway: RunningGateway, console: httpx.Client
+) -> None:
+    """An expired key, refused at every door, was listed as "active"."""
+    url = f"{gateway.url}/admin/keys"
+    for key_id, expires_at in (("gone", "2020-01-01T00:00:00Z"), ("live", "2999-01-01T00:00:00Z")):
+        body = {"tenant": "beta", "id": key_id, "expires_at": expires_at}
+        assert httpx.post(url, json=body, headers=ADMIN).status_code == 201
+    page = console.get("/console/keys").text
+    for key_id, state in (("gone", "expired"), ("live", "active")):
+        row = re.search(rf'<tr id="key-{key_id}">.*?</tr>', page, re.S)
+        assert row is not None
+        states = re.findall(r">(active|expired|revoked)</td>", row.group(0))
+        assert states == [state], key_id

@@ -154,7 +154,8 @@ class ConsoleRoutes:
         token = self.console.auth.form_token(request.cookies)
         return self.html("keys.html.j2", 400 if error else 200, keys=listed, audit=audit,
                          tenants=tenants, issued=issued, error=error, form_token=token,
-                         current="keys", more=more, max_keys=MAX_KEYS_PAGE)  # fmt: skip
+                         current="keys", more=more, max_keys=MAX_KEYS_PAGE,
+                         now=self.console.clock())  # fmt: skip
 
     async def issue(self, request: Request) -> Response:
         form = await _form(request)
