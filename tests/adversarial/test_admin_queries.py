@@ -182,20 +182,26 @@ def test_the_sessions_pages_follow_one_another_in_their_period(
     ]
 
 
-def test_the_console_names_the_field_of_a_bad_key_form(console: httpx.Client) -> None:
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"budget_usd": "-5", "budget_window": "day"},
+         "budget_usd: Input should be greater than or equal to 0"),
+        ({"expires_at": "next friday"},
+         "expires_at: a date and time, e.g. 2026-12-31T00:00 (Invalid isoformat string: 'next friday')"),
+    ],
+)  # fmt: skip
+def test_the_console_names_the_field_of_a_bad_key_form(
+    console: httpx.Client, fields: dict[str, str], says: str
+) -> None:
     token = FORM_TOKEN.search(console.get("/console/keys").text)
     assert token is not None
-    form = {
-        "form_token": token.group(1),
-        "tenant": "acme",
-        "budget_usd": "-5",
-        "budget_window": "day",
-    }
+    form = {"form_token": token.group(1), "tenant": "acme", **fields}
     reply = console.post("/console/keys", data=form)
     assert reply.status_code == 400
     error = re.search(r'<p class="error" id="error">([^<]*)</p>', reply.text)
     assert error is not None
-    assert html.unescape(error.group(1)) == "budget_usd: Input should be greater than or equal to 0"
+    assert html.unescape(error.group(1)) == says
 
 
 def test_the_keys_listing_pages_with_a_cap(gateway: RunningGateway) -> None:

@@ -264,7 +264,12 @@ def _issue_body(form: dict[str, str]) -> KeyIssueBody:
         budget = Decimal(form["budget_usd"]) if form.get("budget_usd") else None
     except InvalidOperation as exc:
         raise KeyRequestInvalid("budget_usd: a number of dollars, e.g. 25 or 12.50") from exc
-    expires = datetime.fromisoformat(form["expires_at"]) if form.get("expires_at") else None
+    try:
+        expires = datetime.fromisoformat(form["expires_at"]) if form.get("expires_at") else None
+    except ValueError as exc:
+        raise KeyRequestInvalid(
+            f"expires_at: a date and time, e.g. 2026-12-31T00:00 ({exc})"
+        ) from exc
     return KeyIssueBody(
         tenant=form.get("tenant", ""),
         id=form.get("id") or None,
