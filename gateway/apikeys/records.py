@@ -186,8 +186,9 @@ class KeyRecords:
         return self._change(tenant, key_id, actor, "key.expire", values, when.isoformat())
 
     def revoke(self, key_id: str, actor: str, tenant: str | None = None) -> IssuedKey:
+        """Revoking a revoked key changes nothing: it keeps when it was first revoked."""
         now = self._clock()
-        return self._change(tenant, key_id, actor, "key.revoke", {"revoked_at": now}, "")
+        return self._change(tenant, key_id, actor, "key.revoke", {"revoked_at": now}, "", True)
 
     def audit_log(self, limit: int = 100) -> list[AuditEntry]:
         query = (
@@ -209,6 +210,7 @@ class KeyRecords:
         action: str,
         values: dict[str, object],
         note: str,
+        once: bool = False,  # True: a key that has every value set already is left as it is
     ) -> IssuedKey:
         if not KEY_ID.fullmatch(key_id) or (tenant is not None and not TENANT_ID.fullmatch(tenant)):
             raise KeyNotFound(f"no key {key_id!r}")  # never sent to the database as is
@@ -226,6 +228,8 @@ class KeyRecords:
                     f"key id {key_id!r} is held by several tenants: name the tenant (?tenant=)"
                 )
             record = found[0]
+            if once and all(getattr(record, name) is not None for name in values):
+                return _issued(record)
             for name, value in values.items():
                 setattr(record, name, value)
             target = f"{record.tenant}/{key_id}"

@@ -97,6 +97,10 @@ def test_issue_expire_revoke_with_audit_and_lookup(engine) -> None:
         ("alice", "key.issue", "acme/bot"),
     ]
     assert records.all("acme")[0].revoked_at == NOW + timedelta(hours=1)
+    clock.now = NOW + timedelta(hours=2)
+    records.revoke("bot", "carol")  # revoked already: when it was revoked stands
+    assert records.all("acme")[0].revoked_at == NOW + timedelta(hours=1)
+    assert len(records.audit_log()) == 3
     with pytest.raises(KeyIdConflict, match="already taken in tenant 'acme'"):
         records.issue(KeyRequest("acme", "bot"), "alice")
 
