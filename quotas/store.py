@@ -40,9 +40,9 @@ class QuotaStore(Protocol):
 
     @property
     def settles_inline(self) -> bool:
-        """True when `settle` never suspends (it runs to its end in one step, as the in-process
-        store does): a caller may then await it directly, since no cancellation can land inside
-        it, instead of shielding it in a task of its own."""
+        """True when `reserve` and `settle` never suspend (each runs to its end in one step, as
+        the in-process store's do): a caller may then await them directly, since no
+        cancellation can land inside them, instead of shielding them in a task of their own."""
         ...
 
     async def reserve(

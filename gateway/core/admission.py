@@ -217,14 +217,14 @@ class Admission:
         limits = self._limits_of(policy)
         tokens = reserved_tokens(prompt_tokens, max_output_tokens, policy.token_weights)
         ask = Ask(tokens, max(0.0, worst_case_usd), session_id)
+        reserving = self._store.reserve(
+            tenant.tenant, limits, ask, reservation_id=self._new_id(), now_ms=self._now_ms(now_s)
+        )
         try:
-            reservation = await self._store.reserve(
-                tenant.tenant,
-                limits,
-                ask,
-                reservation_id=self._new_id(),
-                now_ms=self._now_ms(now_s),
-            )
+            if self._store.settles_inline:
+                reservation = await reserving
+            else:
+                reservation = await self._reserve_shielded(reserving)
         except (QuotaExceeded, LimitNeverFits) as exc:
             self.metrics.rejections.labels(tenant.tenant, exc.limit).inc()
             raise
@@ -256,6 +256,32 @@ class Admission:
         if settled.period_spend_usd is not None:
             self.metrics.spend.set((tenant,), settled.period_spend_usd)
             self._check_alarm(ticket, settled.period_spend_usd)
+
+    async def _reserve_shielded(self, reserving: Coroutine[Any, Any, Reservation]) -> Reservation:
+        """A reserve that may suspend runs in its own task: a caller cancelled while the store's
+        answer is on its way (the client went away) would otherwise leave the hold, and its
+        concurrency slot, to its lease; it is given back once the store answers."""
+        pending = asyncio.ensure_future(reserving)
+        try:
+            return await asyncio.shield(pending)
+        except asyncio.CancelledError:
+            pending.add_done_callback(self._give_back)
+            raise
+
+    def _give_back(self, reserved: asyncio.Future[Reservation]) -> None:
+        if reserved.cancelled() or reserved.exception() is not None:
+            return  # nothing was held (a refusal or an outage)
+        settling = self._store.settle(reserved.result(), Actual(0), now_ms=self._now_ms(None))
+        task = asyncio.ensure_future(self._settle_quietly(settling))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    @staticmethod
+    async def _settle_quietly(settling: Coroutine[Any, Any, Settlement]) -> None:
+        try:
+            await settling
+        except QuotaError:
+            log.exception("could not give back a reservation whose caller left; it will expire")
 
     async def _shielded(self, settling: Coroutine[Any, Any, Settlement]) -> Settlement:
         """A settle that may suspend runs in its own task: a cancelled caller (the client went

@@ -27,9 +27,10 @@ from policies.limits import LimitsPolicy, StoreDownPolicy, TokenWeights
 from policies.model import TenantPolicy
 from quotas.errors import LimitNeverFits, QuotaExceeded, QuotaStoreUnavailable
 from quotas.failover import FailoverQuotaStore
-from quotas.limits import Actual, Limits, Reservation, Settlement
+from quotas.limits import Actual, Ask, Limits, Reservation, Settlement
 from quotas.memory import MemoryQuotaStore
-from tests.quotas.conftest import SwitchableStore
+from quotas.redis_store import RedisQuotaStore
+from tests.quotas.conftest import SwitchableStore, delete_prefix
 
 T0_S = datetime(2026, 11, 10, 12, 0, tzinfo=UTC).timestamp()
 
@@ -242,6 +243,68 @@ def test_settle_survives_the_caller_being_cancelled() -> None:
         assert isinstance(again, Ticket)
 
     asyncio.run(main())
+
+
+class ReplyInFlight(RedisQuotaStore):
+    """Real Redis whose reserve replies only once the test opens the gate: the script has run
+    and held the slot, its answer is on the wire."""
+
+    gate: asyncio.Event
+
+    async def reserve(
+        self, tenant: str, limits: Limits, ask: Ask, *, reservation_id: str, now_ms: int
+    ) -> Reservation:
+        held = await super().reserve(
+            tenant, limits, ask, reservation_id=reservation_id, now_ms=now_ms
+        )
+        await self.gate.wait()
+        return held
+
+
+@pytest.mark.redis
+def test_a_caller_cancelled_while_its_reservation_is_on_the_wire_frees_the_slot(
+    redis_url: str, redis_prefix: str
+) -> None:
+    """The client went away while Redis' answer to its reserve was on its way: the hold the
+    script made is given back, so the tenant's one concurrent slot is free for its next call
+    (not held for the 900 s lease) and the abandoned call is charged nothing."""
+    acme = tenant(tokens_per_minute=10_000, concurrent_requests=1, monthly_budget_usd=5.0)
+    globex = tenant("globex", concurrent_requests=1)
+
+    async def main() -> None:
+        store = ReplyInFlight.from_url(redis_url, key_prefix=redis_prefix)
+        store.gate = asyncio.Event()
+        admission, _, _ = build(store)
+        caller = asyncio.ensure_future(
+            admission.reserve(
+                acme, session_id=None, prompt_tokens=900, max_output_tokens=100, worst_case_usd=1.0
+            )
+        )
+        while not (await store.usage("acme", Limits(), now_ms=int(T0_S * 1000))).concurrent:
+            await asyncio.sleep(0)  # the script has run: acme's slot is held in Redis
+        caller.cancel()
+        await asyncio.gather(caller, return_exceptions=True)
+        assert caller.cancelled()
+        store.gate.set()
+        for _ in range(10):  # the answer lands, then its give-back is scheduled
+            await asyncio.sleep(0)
+        await asyncio.gather(*admission._background)
+        usage = await store.usage("acme", Limits(), now_ms=int(T0_S * 1000))
+        assert (usage.concurrent, usage.tokens_used, usage.held_micro_usd) == (0, 0, 0)
+        assert usage.spend_micro_usd == 0
+        again = await admission.reserve(
+            acme, session_id=None, prompt_tokens=1, max_output_tokens=1, worst_case_usd=0.0
+        )
+        other = await admission.reserve(
+            globex, session_id=None, prompt_tokens=1, max_output_tokens=1, worst_case_usd=0.0
+        )
+        assert (again.reservation.tenant, other.reservation.tenant) == ("acme", "globex")
+        await admission.aclose()
+
+    try:
+        asyncio.run(main())
+    finally:
+        delete_prefix(redis_url, redis_prefix)
 
 
 def test_in_process_settle_finishes_in_one_step() -> None:
