@@ -40,10 +40,13 @@ from quotas.limits import (
 )
 
 T = TypeVar("T")
+# Unreachable, or reachable but refusing to run the script: a replica (READONLY), at maxmemory
+# (OOM), unable to persist (MISCONF), busy with another script (BUSY). Either way the store
+# cannot answer, and each tenant fails open or closed as its policy says.
 _DOWN = (
     redis_errors.ConnectionError,
     redis_errors.TimeoutError,
-    redis_errors.ReadOnlyError,
+    redis_errors.ResponseError,
     OSError,
 )
 # Tenant keys live while the tenant's month matters; their content is pruned by the scripts.

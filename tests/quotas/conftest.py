@@ -1,9 +1,16 @@
-"""Fixtures for the quota tests: each store kind, the Redis one on its own key prefix."""
+"""Fixtures for the quota tests: each store kind, the Redis one on its own key prefix, and a
+private redis-server a test may stop, restart or misconfigure."""
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import socket
+import subprocess
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import redis
@@ -22,6 +29,7 @@ from quotas.limits import (
 from quotas.memory import MemoryQuotaStore
 from quotas.redis_store import RedisQuotaStore
 from quotas.store import QuotaStore
+from tests.conftest import _is_ci
 
 StoreFactory = Callable[[], QuotaStore]
 
@@ -117,3 +125,80 @@ class SwitchableStore:
 
     async def close(self) -> None:
         return None
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class OwnRedis:
+    """A private redis-server (random port, RDB in a temp dir) that a test may stop and restart."""
+
+    def __init__(self, directory: Path) -> None:
+        self.port = free_port()
+        self.directory = directory
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.directory),
+                "--dbfilename",
+                "dump.rdb",
+            ],
+            stdout=subprocess.DEVNULL,
+        )
+        client = redis.Redis(port=self.port)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+        client.close()
+
+    def stop(self) -> None:
+        """SHUTDOWN SAVE: the data comes back on restart, as with a persistent Redis."""
+        with contextlib.suppress(redis.ConnectionError):  # the server hangs up as it exits
+            redis.Redis(port=self.port).shutdown(save=True)
+        assert self.process is not None
+        self.process.wait(timeout=10)
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[OwnRedis]:
+    if shutil.which("redis-server") is None:
+        message = "redis-server is not installed"
+        if _is_ci():
+            pytest.fail(message)
+        pytest.skip(message)
+    server = OwnRedis(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()

@@ -1,5 +1,5 @@
-"""Redis down: fail open to the process store for rates, fail closed for budgets, deferred
-settles replayed once it answers again, and nothing counted twice."""
+"""Redis down (or answering with a refusal): fail open to the process store for rates, fail
+closed for budgets, deferred settles replayed once it answers again, and nothing counted twice."""
 
 from __future__ import annotations
 
@@ -7,12 +7,14 @@ import asyncio
 from datetime import UTC, datetime
 
 import pytest
+import redis
 
 from quotas.errors import QuotaStoreUnavailable
 from quotas.failover import FailoverQuotaStore, must_fail_closed
 from quotas.limits import Actual, Ask, Limits, Settlement
 from quotas.memory import MemoryQuotaStore
-from tests.quotas.conftest import SwitchableStore
+from quotas.redis_store import RedisQuotaStore
+from tests.quotas.conftest import OwnRedis, SwitchableStore
 
 T0 = int(datetime(2026, 11, 10, 12, 0, tzinfo=UTC).timestamp() * 1000)
 RATES = Limits(tokens_per_minute=1000)
@@ -111,3 +113,35 @@ def test_deferred_settles_replay_once() -> None:
         )
 
     asyncio.run(main())
+
+
+@pytest.mark.redis
+def test_a_redis_out_of_memory_is_an_outage_not_an_error(own_redis: OwnRedis) -> None:
+    """A Redis at its `maxmemory` refuses the reserve script (`OOM ...`): each tenant fails open
+    or closed as its policy says (not a 500 for every call), and the tenants' calls go back to
+    Redis once it takes writes again."""
+    admin = redis.Redis(port=own_redis.port)
+
+    async def main() -> None:
+        shared = RedisQuotaStore.from_url(own_redis.url)
+        store = FailoverQuotaStore(shared, MemoryQuotaStore(), probe_interval_ms=1_000)
+        held = await store.reserve("acme", BUDGET, Ask(500, 1.0), reservation_id="a", now_ms=T0)
+        assert held.store == "redis"
+        admin.config_set("maxmemory", 1)  # noeviction (the default): writes are refused
+        during = await store.reserve("acme", RATES, Ask(300), reservation_id="b", now_ms=T0 + 20)
+        assert (during.store, store.is_primary_down) == ("memory", True)
+        with pytest.raises(QuotaStoreUnavailable):
+            await store.reserve("zeta", BUDGET, Ask(1, 0.1), reservation_id="c", now_ms=T0 + 30)
+        assert (await store.usage("acme", RATES, now_ms=T0 + 40)).tokens_used == 300
+        admin.config_set("maxmemory", 0)
+        again = await store.reserve("zeta", BUDGET, Ask(1), reservation_id="d", now_ms=T0 + 1_040)
+        assert (again.store, store.is_primary_down) == ("redis", False)
+        assert await store.settle(held, Actual(200, 0.4), now_ms=T0 + 1_050) == Settlement(
+            "settled", 0, 0.4
+        )
+        await store.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        admin.close()
