@@ -36,7 +36,10 @@ class FailoverQuotaStore:
 
     After a failure the primary is skipped for `probe_interval_ms` (of the callers' clock), so an
     outage costs one timeout per interval, not one per call. `on_change(is_down, reason)` is
-    called when the primary goes down or comes back.
+    called when the primary goes down or comes back. Deferred settles are kept per tenant, at
+    most `max_pending_settles` each (a tenant's oldest goes first, to its lease), so one tenant's
+    traffic never pushes another's out to be charged at its worst case; replays take the
+    tenants in turn.
     """
 
     def __init__(
@@ -45,7 +48,7 @@ class FailoverQuotaStore:
         fallback: QuotaStore,
         *,
         probe_interval_ms: int = 1_000,
-        max_pending_settles: int = 100_000,
+        max_pending_settles: int = 10_000,
         replay_batch: int = 100,
         on_change: Callable[[bool, str], None] | None = None,
     ) -> None:
@@ -54,7 +57,8 @@ class FailoverQuotaStore:
         self._primary = primary
         self._fallback = fallback
         self._probe_interval_ms = probe_interval_ms
-        self._pending: deque[_PendingSettle] = deque(maxlen=max_pending_settles)
+        self._max_pending = max_pending_settles
+        self._pending: dict[str, deque[_PendingSettle]] = {}  # per tenant, oldest first
         self._replay_batch = replay_batch
         self._on_change = on_change
         self._down_since_ms: int | None = None
@@ -74,7 +78,7 @@ class FailoverQuotaStore:
 
     @property
     def num_pending_settles(self) -> int:
-        return len(self._pending)
+        return sum(len(queue) for queue in self._pending.values())
 
     async def reserve(
         self, tenant: str, limits: Limits, ask: Ask, *, reservation_id: str, now_ms: int
@@ -106,7 +110,10 @@ class FailoverQuotaStore:
             else:
                 await self._mark_up(now_ms)
                 return settlement
-        self._pending.append(_PendingSettle(reservation, actual, now_ms))
+        queue = self._pending.get(reservation.tenant)
+        if queue is None:
+            queue = self._pending[reservation.tenant] = deque(maxlen=self._max_pending)
+        queue.append(_PendingSettle(reservation, actual, now_ms))
         return Settlement("deferred", max(0, actual.tokens - reservation.tokens), None)
 
     async def seed_spend(
@@ -194,15 +201,20 @@ class FailoverQuotaStore:
         await self._replay(now_ms)
 
     async def _replay(self, now_ms: int) -> None:
-        """Replay a batch of deferred settles; settle is idempotent, so a replay never double-counts."""
-        for _ in range(min(self._replay_batch, len(self._pending))):
+        """Replay a batch of deferred settles, one tenant's oldest after another's; settle is
+        idempotent, so a replay never double-counts."""
+        for _ in range(self._replay_batch):
             if not self._pending:
                 return
-            pending = self._pending.popleft()
+            tenant, queue = next(iter(self._pending.items()))
+            pending = queue.popleft()
+            del self._pending[tenant]  # back in at the end: the tenants take turns
+            if queue:
+                self._pending[tenant] = queue
             try:
                 await self._primary.settle(pending.reservation, pending.actual, now_ms=now_ms)
             except QuotaStoreUnavailable as exc:
-                self._pending.appendleft(pending)
+                self._pending.setdefault(tenant, queue).appendleft(pending)
                 self._mark_down(now_ms, exc)
                 return
 

@@ -145,3 +145,40 @@ def test_a_redis_out_of_memory_is_an_outage_not_an_error(own_redis: OwnRedis) ->
         asyncio.run(main())
     finally:
         admin.close()
+
+
+def test_one_tenants_deferred_settles_never_push_out_anothers() -> None:
+    """While Redis is down, globex's flood of settles fills only globex's share of the deferred
+    settles: acme's one settle, deferred first, still reaches Redis (acme pays its $0.40, not the
+    $1.00 it held), and the replay serves the tenants in turn."""
+
+    async def main() -> None:
+        shared = SwitchableStore()
+        store = FailoverQuotaStore(
+            shared, MemoryQuotaStore(), max_pending_settles=3, replay_batch=2
+        )
+        acme = await store.reserve("acme", BUDGET, Ask(500, 1.0), reservation_id="a", now_ms=T0)
+        floods = [
+            await store.reserve("globex", RATES, Ask(10), reservation_id=f"g{i}", now_ms=T0)
+            for i in range(5)
+        ]
+        shared.is_down = True
+        await store.settle(acme, Actual(200, 0.4), now_ms=T0 + 10)
+        for held in floods:
+            await store.settle(held, Actual(1), now_ms=T0 + 10)
+        assert store.num_pending_settles == 4  # acme's one, globex's newest three
+        shared.is_down = False
+        # the next call reaches Redis and replays a batch: acme's, then one of globex's
+        await store.reserve("initech", RATES, Ask(1), reservation_id="i", now_ms=T0 + 1_010)
+        assert store.num_pending_settles == 2
+        acme_use = await shared.inner.usage("acme", BUDGET, now_ms=T0 + 1_010)
+        assert (acme_use.concurrent, acme_use.held_micro_usd, acme_use.spend_micro_usd) == (
+            0,
+            0,
+            400_000,
+        )
+        await store.reserve("initech", RATES, Ask(1), reservation_id="j", now_ms=T0 + 1_020)
+        globex_use = await shared.inner.usage("globex", RATES, now_ms=T0 + 1_030)
+        assert (store.num_pending_settles, globex_use.concurrent) == (0, 2)  # 2 left to expire
+
+    asyncio.run(main())
