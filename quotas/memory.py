@@ -6,6 +6,7 @@ must not read the clock (time comes in as `now_ms`) and holds no state beyond th
 
 from __future__ import annotations
 
+import heapq
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from itertools import islice
@@ -30,6 +31,9 @@ from quotas.limits import (
 )
 
 _SESSION_SWEEP_MIN = 1024
+# Sessions one tenant's counters keep at most (a fresh session id per call must not grow the
+# process without bound): past it, the tenant's sessions that would expire soonest are forgotten.
+MAX_SESSIONS_PER_TENANT = 100_000
 
 
 @dataclass(slots=True)
@@ -69,8 +73,9 @@ class MemoryQuotaStore:
     name: Literal["memory"] = "memory"
     settles_inline: bool = True  # a subclass whose settle awaits must say False
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_sessions_per_tenant: int = MAX_SESSIONS_PER_TENANT) -> None:
         self._books: dict[str, _Book] = {}
+        self._max_sessions = max(max_sessions_per_tenant, 2 * _SESSION_SWEEP_MIN)
         self._period = ("", 0, 0)  # the last `budget_period_span`: a month serves many calls
 
     async def reserve(
@@ -174,6 +179,7 @@ class MemoryQuotaStore:
         while book.tool_starts and book.tool_starts[0] <= now - limits.window_ms:
             book.tool_starts.popleft()
         book.tool_active = {i: end for i, end in book.tool_active.items() if end > now}
+        self._sweep_sessions(book, now)
         session = session_id if limits.calls_per_session is not None else None
         calls = self._session_calls(book, session, now) if session else 0
         failure = self._first_tool_failure(book, limits, session, calls, now)
@@ -327,10 +333,14 @@ class MemoryQuotaStore:
         calls, expiry_ms = book.sessions.get(session_id, (0, 0))
         return calls if expiry_ms > now else 0
 
-    @staticmethod
-    def _sweep_sessions(book: _Book, now: int) -> None:
-        """Forget expired sessions once the table doubles, so memory stays bounded."""
+    def _sweep_sessions(self, book: _Book, now: int) -> None:
+        """Forget expired sessions once the table doubles; keep at most half the cap of live
+        ones (those that expire last), so a tenant's table stays under `max_sessions`."""
         if len(book.sessions) < max(_SESSION_SWEEP_MIN, 2 * book.sessions_swept_at):
             return
-        book.sessions = {sid: v for sid, v in book.sessions.items() if v[1] > now}
+        live = {sid: v for sid, v in book.sessions.items() if v[1] > now}
+        keep = self._max_sessions // 2
+        if len(live) > keep:  # a forgotten session's count restarts: that tenant's own doing
+            live = dict(heapq.nlargest(keep, live.items(), key=lambda item: item[1][1]))
+        book.sessions = live
         book.sessions_swept_at = len(book.sessions)

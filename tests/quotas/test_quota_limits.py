@@ -9,7 +9,8 @@ from datetime import UTC, datetime
 import pytest
 
 from quotas.errors import LimitNeverFits, QuotaExceeded, ReservationConflict
-from quotas.limits import Actual, Ask, Limits, Settlement, WindowUse
+from quotas.limits import Actual, Ask, Limits, Settlement, ToolCallLimits, WindowUse
+from quotas.memory import MemoryQuotaStore
 from quotas.store import QuotaStore
 from tests.quotas.conftest import StoreFactory
 
@@ -290,3 +291,30 @@ def test_budget_period_span_bounds_the_month_of_now() -> None:
     for now in (nov_1, nov_1 + 1, dec_1 - 1, dec_1, jan_1 - 1, jan_1):
         name, start, end = budget_period_span(now)
         assert start <= now < end and budget_period(now) == (name, end)
+
+
+def test_fresh_session_ids_keep_a_tenants_session_table_bounded() -> None:
+    """acme names a new session on every model and tool call: the process keeps at most its cap
+    of acme's sessions (the latest among them still counted), and globex's session count is
+    untouched."""
+    limits = Limits(calls_per_session=2)
+    tools = ToolCallLimits(calls_per_session=2)
+
+    async def main() -> None:
+        store = MemoryQuotaStore(max_sessions_per_tenant=2048)
+        for i in range(2):
+            await store.reserve("globex", limits, Ask(1, 0, "s"), reservation_id=f"g{i}", now_ms=T0)
+        for i in range(3000):
+            ask = Ask(1, 0, f"model-{i}")
+            await store.reserve("acme", limits, ask, reservation_id=f"a{i}", now_ms=T0 + i)
+            await store.admit_tool_call(
+                "acme", tools, call_id=f"t{i}", session_id=f"tool-{i}", now_ms=T0 + i
+            )
+            assert len(store._books["acme"].sessions) <= 2048
+        latest = await store.usage("acme", limits, now_ms=T0 + 3000, session_id="model-2999")
+        assert latest.session_calls == 1
+        with pytest.raises(QuotaExceeded) as refused:
+            await store.reserve("globex", limits, Ask(1, 0, "s"), reservation_id="g2", now_ms=T0)
+        assert (refused.value.limit, refused.value.current) == ("calls_per_session", 2)
+
+    asyncio.run(main())
