@@ -163,6 +163,8 @@ class Admission:
         self._webhook_timeout_s = webhook_timeout_s
         self._alarmed: set[tuple[str, str]] = set()
         self._background: set[asyncio.Future[Any]] = set()
+        self._ledger: Engine | None = None  # known once `start` seeded from it
+        self._reseeding: asyncio.Task[None] | None = None
         # per tenant limits policy object (a reload makes a new one): built once, not per call
         self._limits_of: PerObjectMemo[LimitsPolicy, Limits] = PerObjectMemo(limits_from_policy)
 
@@ -175,8 +177,13 @@ class Admission:
         if settings.redis_url is None:
             return cls(MemoryQuotaStore(), metrics=metrics)
         shared = RedisQuotaStore.from_url(settings.redis_url, key_prefix=REDIS_KEY_PREFIX)
-        store = FailoverQuotaStore(shared, MemoryQuotaStore(), on_change=metrics.on_store_change)
-        return cls(store, metrics=metrics)
+        store = FailoverQuotaStore(
+            shared,
+            MemoryQuotaStore(),
+            on_change=lambda down, why: admission.on_store_change(down, why),
+        )
+        admission = cls(store, metrics=metrics)
+        return admission
 
     @property
     def store(self) -> QuotaStore:
@@ -187,11 +194,30 @@ class Admission:
         from gateway.ledger.db import session_factory
         from gateway.ledger.queries import LedgerQueries
 
+        self._ledger = engine
         queries = LedgerQueries(session_factory(engine))
         now = datetime.fromtimestamp(self._clock(), UTC)
         spend = await asyncio.to_thread(queries.month_spend_by_tenant, now)
         for tenant_id, usd in spend.items():
             await self.seed_spend(tenant_id, usd)
+
+    def on_store_change(self, is_down: bool, reason: str) -> None:
+        """The shared store went down or came back. Back, it may have lost the month's spend (a
+        Redis restarted without persistence): seed it again from the ledger, as at start."""
+        self.metrics.on_store_change(is_down, reason)
+        if is_down or self._ledger is None or self._reseeding is not None:
+            return
+        self._reseeding = asyncio.ensure_future(self._reseed(self._ledger))
+        self._background.add(self._reseeding)
+        self._reseeding.add_done_callback(self._background.discard)
+
+    async def _reseed(self, engine: Engine) -> None:
+        try:
+            await self.start(engine)
+        except Exception:  # the ledger is down too: the spend stays as the store has it
+            log.exception("could not seed the month's spend again after the quota store came back")
+        finally:
+            self._reseeding = None
 
     async def aclose(self) -> None:
         """Give in-flight settles and alarm webhooks their timeout to finish; close the store."""
