@@ -10,7 +10,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from quotas.errors import QuotaStoreUnavailable
+from quotas.errors import QuotaStoreUnavailable, ReservationConflict
 from quotas.limits import (
     Actual,
     Ask,
@@ -20,6 +20,8 @@ from quotas.limits import (
     ToolCallLease,
     ToolCallLimits,
     UsageSnapshot,
+    WindowUse,
+    budget_period,
 )
 from quotas.store import QuotaStore
 
@@ -83,6 +85,8 @@ class FailoverQuotaStore:
     async def reserve(
         self, tenant: str, limits: Limits, ask: Ask, *, reservation_id: str, now_ms: int
     ) -> Reservation:
+        if self._pending and self._should_try_primary(now_ms):
+            await self._replay(now_ms)  # what is owed may free what this call needs
         if self._should_try_primary(now_ms):
             try:
                 reservation = await self._primary.reserve(
@@ -90,6 +94,13 @@ class FailoverQuotaStore:
                 )
             except QuotaStoreUnavailable as exc:
                 self._mark_down(now_ms, exc)
+                self._defer(
+                    _unconfirmed(self._primary.name, tenant, limits, ask, reservation_id, now_ms)
+                )
+            except ReservationConflict:  # a resend found the first send's hold: give it back
+                self._defer(
+                    _unconfirmed(self._primary.name, tenant, limits, ask, reservation_id, now_ms)
+                )
             else:
                 await self._mark_up(now_ms)
                 return reservation
@@ -110,10 +121,7 @@ class FailoverQuotaStore:
             else:
                 await self._mark_up(now_ms)
                 return settlement
-        queue = self._pending.get(reservation.tenant)
-        if queue is None:
-            queue = self._pending[reservation.tenant] = deque(maxlen=self._max_pending)
-        queue.append(_PendingSettle(reservation, actual, now_ms))
+        self._defer(_PendingSettle(reservation, actual, now_ms))
         return Settlement("deferred", max(0, actual.tokens - reservation.tokens), None)
 
     async def seed_spend(
@@ -181,6 +189,12 @@ class FailoverQuotaStore:
         await self._primary.close()
         await self._fallback.close()
 
+    def _defer(self, pending: _PendingSettle) -> None:
+        queue = self._pending.get(pending.reservation.tenant)
+        if queue is None:
+            queue = self._pending[pending.reservation.tenant] = deque(maxlen=self._max_pending)
+        queue.append(pending)
+
     def _should_try_primary(self, now_ms: int) -> bool:
         if self._down_since_ms is None:
             return True
@@ -217,6 +231,27 @@ class FailoverQuotaStore:
                 self._pending.setdefault(tenant, queue).appendleft(pending)
                 self._mark_down(now_ms, exc)
                 return
+
+
+def _unconfirmed(
+    store: str, tenant: str, limits: Limits, ask: Ask, reservation_id: str, now_ms: int
+) -> _PendingSettle:
+    """A zero settle for a reserve the primary may have run without its answer reaching us (a
+    timeout, a connection lost after the script ran): replayed like any deferred settle, it
+    frees the hold and its slot, or finds nothing on record (`unknown`) and changes nothing."""
+    period, _ = budget_period(now_ms)
+    held = Reservation(
+        reservation_id,
+        tenant,
+        ask.tokens,
+        ask.cost_micro_usd,
+        period,
+        now_ms,
+        now_ms + limits.lease_ms,
+        store,  # type: ignore[arg-type]
+        WindowUse(0, 0, 0),
+    )
+    return _PendingSettle(held, Actual(0), now_ms)
 
 
 def must_fail_closed(limits: Limits) -> bool:

@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 import pytest
 import redis
 
-from quotas.errors import QuotaStoreUnavailable
+from quotas.errors import QuotaStoreUnavailable, ReservationConflict
 from quotas.failover import FailoverQuotaStore, must_fail_closed
-from quotas.limits import Actual, Ask, Limits, Settlement
+from quotas.limits import Actual, Ask, Limits, Reservation, Settlement
 from quotas.memory import MemoryQuotaStore
 from quotas.redis_store import RedisQuotaStore
 from tests.quotas.conftest import OwnRedis, SwitchableStore
@@ -80,7 +80,7 @@ def test_an_outage_costs_one_try_per_probe_interval() -> None:
             ("memory", 1),
             ("memory", 2),
             ("memory", 2),
-            ("redis", 3),
+            ("redis", 4),  # the give-back of the reserve that failed first, then the reserve
         ]
         assert changes == [(True, "ConnectionError"), (False, "answering again")]
         assert not store.is_primary_down
@@ -155,7 +155,7 @@ def test_one_tenants_deferred_settles_never_push_out_anothers() -> None:
     async def main() -> None:
         shared = SwitchableStore()
         store = FailoverQuotaStore(
-            shared, MemoryQuotaStore(), max_pending_settles=3, replay_batch=2
+            shared, MemoryQuotaStore(), max_pending_settles=3, replay_batch=1
         )
         acme = await store.reserve("acme", BUDGET, Ask(500, 1.0), reservation_id="a", now_ms=T0)
         floods = [
@@ -168,7 +168,8 @@ def test_one_tenants_deferred_settles_never_push_out_anothers() -> None:
             await store.settle(held, Actual(1), now_ms=T0 + 10)
         assert store.num_pending_settles == 4  # acme's one, globex's newest three
         shared.is_down = False
-        # the next call reaches Redis and replays a batch: acme's, then one of globex's
+        # the next call reaches Redis, a batch replayed before it and one after: acme's, then
+        # one of globex's
         await store.reserve("initech", RATES, Ask(1), reservation_id="i", now_ms=T0 + 1_010)
         assert store.num_pending_settles == 2
         acme_use = await shared.inner.usage("acme", BUDGET, now_ms=T0 + 1_010)
@@ -180,5 +181,53 @@ def test_one_tenants_deferred_settles_never_push_out_anothers() -> None:
         await store.reserve("initech", RATES, Ask(1), reservation_id="j", now_ms=T0 + 1_020)
         globex_use = await shared.inner.usage("globex", RATES, now_ms=T0 + 1_030)
         assert (store.num_pending_settles, globex_use.concurrent) == (0, 2)  # 2 left to expire
+
+    asyncio.run(main())
+
+
+class AnswerLost(SwitchableStore):
+    """Runs the reserve, then loses its answer: a timeout, or a resend after a dropped
+    connection that finds the first send's id (`ReservationConflict`)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__()
+        self.error: Exception | None = error
+
+    async def reserve(
+        self, tenant: str, limits: Limits, ask: Ask, *, reservation_id: str, now_ms: int
+    ) -> Reservation:
+        held = await super().reserve(
+            tenant, limits, ask, reservation_id=reservation_id, now_ms=now_ms
+        )
+        error, self.error = self.error, None
+        if error is not None:
+            raise error
+        return held
+
+
+@pytest.mark.parametrize(
+    "error",
+    [QuotaStoreUnavailable("redis", "TimeoutError"), ReservationConflict("a")],
+    ids=["timeout", "resent"],
+)
+def test_a_reserve_whose_answer_was_lost_gives_its_hold_back(error: Exception) -> None:
+    """The script ran in Redis but its answer never came: the call is refused (its tenant's
+    budget fails closed; not a 500), and the hold it left is given back on the next call that
+    reaches Redis, instead of holding acme's slot for the lease and then charging its $1."""
+    limits = Limits(concurrent_requests=1, monthly_budget_usd=5.0)
+
+    async def main() -> None:
+        shared = AnswerLost(error)
+        store = FailoverQuotaStore(shared, MemoryQuotaStore(), probe_interval_ms=1_000)
+        with pytest.raises(QuotaStoreUnavailable):
+            await store.reserve("acme", limits, Ask(500, 1.0), reservation_id="a", now_ms=T0)
+        assert (await shared.inner.usage("acme", limits, now_ms=T0)).concurrent == 1
+        again = await store.reserve(
+            "acme", limits, Ask(5, 0.1), reservation_id="b", now_ms=T0 + 1_000
+        )
+        assert again.store == "redis"
+        usage = await shared.inner.usage("acme", limits, now_ms=T0 + 1_000)
+        assert (usage.concurrent, usage.tokens_used, usage.held_micro_usd) == (1, 5, 100_000)
+        assert store.num_pending_settles == 0
 
     asyncio.run(main())
