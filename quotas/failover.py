@@ -32,6 +32,21 @@ class _PendingSettle:
     actual: Actual
     now_ms: int
 
+    @property
+    def tenant(self) -> str:
+        return self.reservation.tenant
+
+
+@dataclass(frozen=True, slots=True)
+class _PendingEnd:
+    """A tool call's slot owed back to the primary."""
+
+    lease: ToolCallLease
+
+    @property
+    def tenant(self) -> str:
+        return self.lease.tenant
+
 
 class FailoverQuotaStore:
     """`primary` (Redis) while it answers; `fallback` (memory) for tenants whose policy fails open.
@@ -60,7 +75,9 @@ class FailoverQuotaStore:
         self._fallback = fallback
         self._probe_interval_ms = probe_interval_ms
         self._max_pending = max_pending_settles
-        self._pending: dict[str, deque[_PendingSettle]] = {}  # per tenant, oldest first
+        self._pending: dict[
+            str, deque[_PendingSettle | _PendingEnd]
+        ] = {}  # per tenant, oldest first
         self._replay_batch = replay_batch
         self._on_change = on_change
         self._down_since_ms: int | None = None
@@ -159,6 +176,8 @@ class FailoverQuotaStore:
     ) -> ToolCallLease:
         """The primary while it answers; else the fallback unless the tenant's rates fail
         closed (`on_store_down.rates`)."""
+        if self._pending and self._should_try_primary(now_ms):
+            await self._replay(now_ms)  # a slot owed back may be the one this call needs
         if self._should_try_primary(now_ms):
             try:
                 lease = await self._primary.admit_tool_call(
@@ -166,6 +185,7 @@ class FailoverQuotaStore:
                 )
             except QuotaStoreUnavailable as exc:
                 self._mark_down(now_ms, exc)
+                self._defer(_PendingEnd(ToolCallLease(call_id, tenant, "redis")))  # it may have run
             else:
                 await self._mark_up(now_ms)
                 return lease
@@ -176,23 +196,28 @@ class FailoverQuotaStore:
         )
 
     async def end_tool_call(self, lease: ToolCallLease, *, now_ms: int) -> None:
-        """In the store that admitted it; a primary that is down lets the lease expire."""
+        """In the store that admitted it; one owed to a primary that is down is given back when
+        it answers again (the lease would hold the slot until it expires)."""
         if lease.store == self._fallback.name:
             await self._fallback.end_tool_call(lease, now_ms=now_ms)
             return
-        try:
-            await self._primary.end_tool_call(lease, now_ms=now_ms)
-        except QuotaStoreUnavailable as exc:
-            self._mark_down(now_ms, exc)
+        if self._should_try_primary(now_ms):
+            try:
+                await self._primary.end_tool_call(lease, now_ms=now_ms)
+            except QuotaStoreUnavailable as exc:
+                self._mark_down(now_ms, exc)
+            else:
+                return
+        self._defer(_PendingEnd(lease))
 
     async def close(self) -> None:
         await self._primary.close()
         await self._fallback.close()
 
-    def _defer(self, pending: _PendingSettle) -> None:
-        queue = self._pending.get(pending.reservation.tenant)
+    def _defer(self, pending: _PendingSettle | _PendingEnd) -> None:
+        queue = self._pending.get(pending.tenant)
         if queue is None:
-            queue = self._pending[pending.reservation.tenant] = deque(maxlen=self._max_pending)
+            queue = self._pending[pending.tenant] = deque(maxlen=self._max_pending)
         queue.append(pending)
 
     def _should_try_primary(self, now_ms: int) -> bool:
@@ -226,7 +251,10 @@ class FailoverQuotaStore:
             if queue:
                 self._pending[tenant] = queue
             try:
-                await self._primary.settle(pending.reservation, pending.actual, now_ms=now_ms)
+                if isinstance(pending, _PendingEnd):
+                    await self._primary.end_tool_call(pending.lease, now_ms=now_ms)
+                else:
+                    await self._primary.settle(pending.reservation, pending.actual, now_ms=now_ms)
             except QuotaStoreUnavailable as exc:
                 self._pending.setdefault(tenant, queue).appendleft(pending)
                 self._mark_down(now_ms, exc)

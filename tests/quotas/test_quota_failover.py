@@ -11,7 +11,15 @@ import redis
 
 from quotas.errors import QuotaStoreUnavailable, ReservationConflict
 from quotas.failover import FailoverQuotaStore, must_fail_closed
-from quotas.limits import Actual, Ask, Limits, Reservation, Settlement
+from quotas.limits import (
+    Actual,
+    Ask,
+    Limits,
+    Reservation,
+    Settlement,
+    ToolCallLease,
+    ToolCallLimits,
+)
 from quotas.memory import MemoryQuotaStore
 from quotas.redis_store import RedisQuotaStore
 from tests.quotas.conftest import OwnRedis, SwitchableStore
@@ -229,5 +237,57 @@ def test_a_reserve_whose_answer_was_lost_gives_its_hold_back(error: Exception) -
         usage = await shared.inner.usage("acme", limits, now_ms=T0 + 1_000)
         assert (usage.concurrent, usage.tokens_used, usage.held_micro_usd) == (1, 5, 100_000)
         assert store.num_pending_settles == 0
+
+    asyncio.run(main())
+
+
+class ToolAnswerLost(SwitchableStore):
+    """Admits the tool call, then loses the answer (a timeout after the script ran)."""
+
+    async def admit_tool_call(
+        self,
+        tenant: str,
+        limits: ToolCallLimits,
+        *,
+        call_id: str,
+        session_id: str | None,
+        now_ms: int,
+    ) -> ToolCallLease:
+        lease = await super().admit_tool_call(
+            tenant, limits, call_id=call_id, session_id=session_id, now_ms=now_ms
+        )
+        if call_id == "lost":
+            raise QuotaStoreUnavailable("redis", "TimeoutError")
+        return lease
+
+
+@pytest.mark.parametrize("way", ["ended_while_down", "admit_answer_lost"])
+def test_a_tool_calls_slot_owed_to_redis_is_given_back_when_it_answers(way: str) -> None:
+    """acme may run one tool call at a time. Its call ended while Redis was down, or its admit
+    ran in Redis without the answer arriving: either way the slot is given back once Redis
+    answers, not held there for the 900 s lease."""
+    tools = ToolCallLimits(concurrent=1)
+
+    async def main() -> None:
+        shared = ToolAnswerLost()
+        store = FailoverQuotaStore(shared, MemoryQuotaStore(), probe_interval_ms=1_000)
+        if way == "ended_while_down":
+            lease = await store.admit_tool_call(
+                "acme", tools, call_id="t1", session_id=None, now_ms=T0
+            )
+            assert lease.store == "redis"
+            shared.is_down = True
+            await store.end_tool_call(lease, now_ms=T0 + 10)
+            shared.is_down = False
+        else:
+            fallback = await store.admit_tool_call(
+                "acme", tools, call_id="lost", session_id=None, now_ms=T0
+            )
+            assert fallback.store == "memory"  # tool calls fail open by default
+            await store.end_tool_call(fallback, now_ms=T0 + 10)
+        again = await store.admit_tool_call(
+            "acme", tools, call_id="t2", session_id=None, now_ms=T0 + 1_010
+        )
+        assert (again.store, store.num_pending_settles) == ("redis", 0)
 
     asyncio.run(main())
