@@ -1,4 +1,5 @@
-"""The OpenAI Responses door: `POST /v1/responses`, `GET` and `DELETE /v1/responses/{id}`.
+"""The OpenAI Responses door: `POST /v1/responses`, `GET` and `DELETE /v1/responses/{id}`,
+`GET /v1/responses/{id}/input_items`.
 
 Routes parse, call the pipeline (as a chat call, translated), and shape the Responses reply;
 conversations are kept by `gateway/responses/`, errors are OpenAI's shape.
@@ -32,9 +33,10 @@ from gateway.http.errors import to_http
 from gateway.http.idempotent_doors import HEADER as IDEMPOTENCY_KEY
 from gateway.http.idempotent_doors import IdempotentDoors
 from gateway.http.request_body import BodyLimits, parse_object, read_body
-from gateway.http.responses_schema import ResponseObject, ResponsesCreateRequest
+from gateway.http.responses_schema import ResponseItemList, ResponseObject, ResponsesCreateRequest
 from gateway.http.sse_reply import SSEReply
 from gateway.http.trace_context import trace_refusal, with_client_trace
+from gateway.responses.input_items import parse_query
 from gateway.responses.turns import Turn, Turns, decode_request, door_error, native_reply
 
 Items = StreamEvent | RelayedChunk
@@ -85,6 +87,15 @@ class ResponsesRoutes:
         except Exception as exc:
             return error_response(exc, "openai")
         return Response(orjson.dumps(found), 200, media_type="application/json")
+
+    async def input_items(self, http: Request, response_id: str) -> Response:
+        try:
+            caller = authenticate(http.headers, self.policies)
+            query = parse_query(http.query_params)
+            page = await self.turns.input_items(caller.tenant.tenant, response_id, query)
+        except Exception as exc:
+            return error_response(exc, "openai")
+        return Response(orjson.dumps(page), 200, media_type="application/json")
 
     async def delete(self, http: Request, response_id: str) -> Response:
         try:
@@ -185,10 +196,17 @@ def _encoded(item: Items, encode: Callable[[StreamEvent], bytes], native: Native
 
 
 RESPONSES_ERRORS = (400, 401, 403, 404, 413, 429, 502, 503, 504)
+# `input_items`' query, as OpenAI's document declares it (the handler reads it: `parse_query`)
+ITEM_QUERY = [
+    {"name": "limit", "in": "query", "schema": {"type": "integer", "default": 20}},
+    {"name": "order", "in": "query", "schema": {"type": "string", "enum": ["asc", "desc"]}},
+    {"name": "after", "in": "query", "schema": {"type": "string"}},
+    {"name": "include", "in": "query", "schema": {"type": "array", "items": {"type": "string"}}},
+]
 
 
 def build_responses_router(routes: ResponsesRoutes) -> APIRouter:
-    """The door's three routes; the handlers parse their own bodies, like the chat doors."""
+    """The door's four routes; the handlers parse their own bodies, like the chat doors."""
     router = APIRouter()
 
     async def create(request: Request) -> Response:
@@ -199,6 +217,9 @@ def build_responses_router(routes: ResponsesRoutes) -> APIRouter:
 
     async def delete(request: Request, response_id: str) -> Response:
         return await routes.delete(request, response_id)
+
+    async def input_items(request: Request, response_id: str) -> Response:
+        return await routes.input_items(request, response_id)
 
     answered: dict[int | str, dict[str, Any]] = {
         200: {"model": ResponseObject, "content": {"text/event-stream": {}}}
@@ -216,4 +237,15 @@ def build_responses_router(routes: ResponsesRoutes) -> APIRouter:
     }
     router.add_api_route("/v1/responses/{response_id}", retrieve, methods=["GET"], responses=found)
     router.add_api_route("/v1/responses/{response_id}", delete, methods=["DELETE"], responses=found)
+    listed: dict[int | str, dict[str, Any]] = {
+        200: {"model": ResponseItemList},
+        **errors(OpenAIError, 400, 401, 404, 503),
+    }
+    router.add_api_route(
+        "/v1/responses/{response_id}/input_items",
+        input_items,
+        methods=["GET"],
+        openapi_extra={"parameters": ITEM_QUERY},
+        responses=listed,
+    )
     return router

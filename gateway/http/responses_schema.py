@@ -83,3 +83,14 @@ class ResponseObject(BaseModel):
     status: str
     output: list[dict[str, Any]]
     usage: dict[str, Any] | None
+
+
+class ResponseItemList(BaseModel):
+    """The reply of `GET /v1/responses/{id}/input_items` (fields as OpenAI's); `first_id` and
+    `last_id` are null on an empty page."""
+
+    object: Literal["list"]
+    data: list[dict[str, Any]]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool

@@ -129,11 +129,15 @@ class RedisResponseStore:
             await self._put(keys=self._keys(tenant, response_id), args=args)
 
     async def get(self, tenant: str, response_id: str) -> StoredResponse | None:
+        data = await self.get_bytes(tenant, response_id)
+        return None if data is None else StoredResponse.from_bytes(data)
+
+    async def get_bytes(self, tenant: str, response_id: str) -> bytes | None:
         async with _typed():
             data = await self._client.get(self._key(tenant, response_id))
         if data is None:
             return None
-        return StoredResponse.from_bytes(data if isinstance(data, bytes) else data.encode())
+        return data if isinstance(data, bytes) else data.encode()
 
     async def get_reply(self, tenant: str, response_id: str) -> Mapping[str, JSON] | None:
         """The reply from the first `REPLY_HEAD_BYTES` of the stored bytes; all of them only

@@ -16,23 +16,29 @@ import orjson
 from adapters.types import JSON
 from cachekeys.tenant_table import TenantTable
 
-SEPARATOR = b"\n"  # between a stored reply and its conversation
+SEPARATOR = b"\n"  # between a stored reply, its conversation and the items' ids
 
 
 @dataclass(frozen=True, slots=True)
 class StoredResponse:
     """`conversation`: every input and output item so far, in order; `response`: the reply
     object as the client got it (what `GET /v1/responses/{id}` answers); `num_bytes`: its
-    stored size, when read from a store (what continuing it weighs)."""
+    stored size, when read from a store (what continuing it weighs); `item_ids`: the
+    conversation's item ids, in order (kept beside the items, so that the items themselves
+    stay as the client sent them; empty for a response stored before ids were kept)."""
 
     conversation: tuple[Mapping[str, JSON], ...]
     response: Mapping[str, JSON]
     num_bytes: int = field(default=0, compare=False)
+    item_ids: tuple[str, ...] = ()
 
     def to_bytes(self) -> bytes:
-        """The reply, a newline (orjson writes none inside), then the conversation: a `GET`
-        reads the reply alone, never the conversation (megabytes, for a long chain)."""
-        return orjson.dumps(self.response) + SEPARATOR + orjson.dumps(list(self.conversation))
+        """The reply, a newline (orjson writes none inside), the conversation, a newline and
+        the ids: a `GET` reads the reply alone, never the conversation (megabytes, for a long
+        chain)."""
+        conversation = orjson.dumps(list(self.conversation))
+        ids = orjson.dumps(list(self.item_ids))
+        return orjson.dumps(self.response) + SEPARATOR + conversation + SEPARATOR + ids
 
     @classmethod
     def from_bytes(cls, data: bytes) -> StoredResponse:
@@ -40,7 +46,9 @@ class StoredResponse:
         if not separator:  # stored as one object, before the reply came first
             doc: dict[str, Any] = orjson.loads(data)
             return cls(tuple(doc["conversation"]), doc["response"], len(data))
-        return cls(tuple(orjson.loads(rest)), orjson.loads(head), len(data))
+        conversation, _, ids = rest.partition(SEPARATOR)  # no ids: stored before they were
+        item_ids = tuple(orjson.loads(ids)) if ids else ()
+        return cls(tuple(orjson.loads(conversation)), orjson.loads(head), len(data), item_ids)
 
 
 def reply_of(head: bytes) -> Mapping[str, JSON] | None:
@@ -57,6 +65,11 @@ class ResponseStore(Protocol):
     async def put(self, tenant: str, response_id: str, stored: StoredResponse) -> None: ...
 
     async def get(self, tenant: str, response_id: str) -> StoredResponse | None: ...
+
+    async def get_bytes(self, tenant: str, response_id: str) -> bytes | None:
+        """The stored bytes unparsed (`StoredResponse.from_bytes` reads them), so that the
+        caller may parse a long conversation in a worker thread."""
+        ...
 
     async def get_reply(self, tenant: str, response_id: str) -> Mapping[str, JSON] | None:
         """The stored reply alone (`StoredResponse.response`), its conversation left unread."""
@@ -94,6 +107,9 @@ class MemoryResponseStore:
     async def get(self, tenant: str, response_id: str) -> StoredResponse | None:
         data = self._live(tenant, response_id)
         return None if data is None else StoredResponse.from_bytes(data)
+
+    async def get_bytes(self, tenant: str, response_id: str) -> bytes | None:
+        return self._live(tenant, response_id)
 
     async def get_reply(self, tenant: str, response_id: str) -> Mapping[str, JSON] | None:
         data = self._live(tenant, response_id)

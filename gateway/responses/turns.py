@@ -19,6 +19,7 @@ from gateway.core.calls import IncomingCall
 from gateway.errors import RequestRejected
 from gateway.ids import uuid4_hex
 from gateway.responses.errors import ResponseNotFound
+from gateway.responses.input_items import ItemQuery, input_page, item_ids
 from gateway.responses.store import ResponseStore, StoredResponse
 from policies.model import TenantPolicy
 
@@ -40,6 +41,7 @@ class Turn:
     request: ResponsesRequest
     history: tuple[Mapping[str, JSON], ...]  # the stored conversation this turn continues
     call: IncomingCall
+    history_ids: tuple[str, ...] = ()  # the ids of `history`'s items, in order
 
 
 def decode_request(body: Mapping[str, Any], max_items: int) -> ResponsesRequest:
@@ -97,12 +99,12 @@ class Turns:
         """The turn of a decoded body (`decode_request`); raises WireFormatError,
         ResponseNotFound or RequestRejected."""
         history: tuple[Mapping[str, JSON], ...] = ()
+        history_ids: tuple[str, ...] = ()
         num_bytes = body_bytes
-        if request.previous_response_id is not None:
-            found = await self.lookup(
-                tenant.tenant, request.previous_response_id, "previous_response_id"
-            )
+        if (previous := request.previous_response_id) is not None:
+            found = await self.lookup(tenant.tenant, previous, "previous_response_id")
             history, num_bytes = found.conversation, num_bytes + found.num_bytes
+            history_ids = item_ids(history, found.item_ids, previous)
         check_items(len(history) + len(request.input_items), self.max_items)
         if num_bytes >= self._offload_bytes:
             chat, encoded = await anyio.to_thread.run_sync(translate, request, history)
@@ -120,7 +122,9 @@ class Turns:
             door=DOOR,
             native_body=native,
         )
-        return Turn("resp_" + uuid4_hex(), int(self._wall_clock()), request, history, call)
+        response_id = "resp_" + uuid4_hex()
+        created_at = int(self._wall_clock())
+        return Turn(response_id, created_at, request, history, call, history_ids)
 
     async def lookup(
         self, tenant: str, response_id: str, field: str | None = None
@@ -137,6 +141,16 @@ class Turns:
             raise ResponseNotFound(response_id)
         return found
 
+    async def input_items(self, tenant: str, response_id: str, query: ItemQuery) -> dict[str, Any]:
+        """A page of the stored response's input items (`GET /v1/responses/{id}/input_items`);
+        a conversation of `offload_bytes` or more is read in a worker thread."""
+        data = await self.store.get_bytes(tenant, response_id)
+        if data is None:
+            raise ResponseNotFound(response_id)
+        if len(data) >= self._offload_bytes:
+            return await anyio.to_thread.run_sync(input_page, data, response_id, query)
+        return input_page(data, response_id, query)
+
     async def forget(self, tenant: str, response_id: str) -> None:
         if not await self.store.delete(tenant, response_id):
             raise ResponseNotFound(response_id)
@@ -148,10 +162,10 @@ class Turns:
             return
         conversation = (*turn.history, *turn.request.input_items, *reply["output"])
         response_id = str(reply["id"])  # ours, or the upstream's when forwarded natively
+        ids = item_ids(conversation, turn.history_ids, response_id)
+        stored = StoredResponse(conversation, reply, item_ids=ids)
         try:
-            await self.store.put(
-                turn.call.tenant.tenant, response_id, StoredResponse(conversation, reply)
-            )
+            await self.store.put(turn.call.tenant.tenant, response_id, stored)
         except Exception:
             log.exception("could not store response %s", response_id)
 

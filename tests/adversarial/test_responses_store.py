@@ -1,5 +1,5 @@
 """The Responses door when its store misbehaves, through a real gateway: Redis cut under the
-shared store is a 503 the client can retry (never a 500), nothing reserved or sent upstream, and
+shared store is a 503 the client can retry (never a 500, `input_items` too), nothing reserved or sent upstream, and
 the stored response is there again once Redis is back; a slow store still has a streamed
 response by the time the client reads `response.completed`."""
 
@@ -69,6 +69,7 @@ def test_redis_down_is_a_503_and_the_response_survives(
         proxy.cut()
         replies = [
             client.get(f"/v1/responses/{response_id}"),
+            client.get(f"/v1/responses/{response_id}/input_items"),
             client.delete(f"/v1/responses/{response_id}"),
             client.post("/v1/responses", json={**body, "previous_response_id": response_id}),
         ]
@@ -85,6 +86,10 @@ def test_redis_down_is_a_503_and_the_response_survives(
         assert len(upstream.requests) == num_sent  # the continuation reached no upstream
         proxy.restore()
         assert client.get(f"/v1/responses/{response_id}").json() == stored.json()
+        listed = client.get(f"/v1/responses/{response_id}/input_items").json()
+        assert [item["content"] for item in listed["data"]] == [
+            [{"type": "input_text", "text": "hello words:2"}]
+        ]
         assert client.delete(f"/v1/responses/{response_id}").status_code == 200
 
 
@@ -100,6 +105,9 @@ class SlowStore:
 
     async def get(self, tenant: str, response_id: str) -> StoredResponse | None:
         return await self.inner.get(tenant, response_id)
+
+    async def get_bytes(self, tenant: str, response_id: str) -> bytes | None:
+        return await self.inner.get_bytes(tenant, response_id)
 
     async def get_reply(self, tenant: str, response_id: str) -> Mapping[str, JSON] | None:
         return await self.inner.get_reply(tenant, response_id)

@@ -36,6 +36,7 @@ ROUTES = {  # every route the gateway serves, and the methods /openapi.json must
     "/v1/tools/runs/{run_id}": {"get"},
     "/v1/responses": {"post"},
     "/v1/responses/{response_id}": {"get", "delete"},
+    "/v1/responses/{response_id}/input_items": {"get"},
     "/v1/messages/count_tokens": {"post"},
     "/v1/models/{model_id}": {"get"},
     "/v1/completions": {"post"},

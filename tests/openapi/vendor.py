@@ -19,6 +19,7 @@ ROOTS = (
     "Model",
     "ErrorResponse",
     "Response",
+    "ResponseItemList",
     "ResponseStreamEvent",
 )
 DOCS_ONLY = frozenset({"description", "title", "example", "examples", "deprecated"})
