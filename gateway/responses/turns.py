@@ -14,7 +14,12 @@ import anyio
 
 from adapters.types import JSON, ChatRequest
 from adapters.wire import openai as openai_wire
-from adapters.wire.responses import ResponsesRequest, parse_request, to_chat_request
+from adapters.wire.responses import (
+    ResponsesRequest,
+    check_response_id,
+    parse_request,
+    to_chat_request,
+)
 from gateway.core.calls import IncomingCall
 from gateway.errors import RequestRejected
 from gateway.ids import uuid4_hex
@@ -25,6 +30,7 @@ from policies.model import TenantPolicy
 
 log = logging.getLogger("lantern.responses")
 DOOR = "responses"
+PATH_ID = "response_id"  # the path parameter of GET, DELETE and input_items
 # the door's names for the pipeline's fields (it speaks chat completions inside)
 _FIELDS = {
     "max_tokens": "max_output_tokens",
@@ -136,6 +142,7 @@ class Turns:
 
     async def reply(self, tenant: str, response_id: str) -> Mapping[str, JSON]:
         """The stored reply (`GET /v1/responses/{id}`), its conversation left unread."""
+        check_response_id(response_id, PATH_ID)
         found = await self.store.get_reply(tenant, response_id)
         if found is None:
             raise ResponseNotFound(response_id)
@@ -144,6 +151,7 @@ class Turns:
     async def input_items(self, tenant: str, response_id: str, query: ItemQuery) -> dict[str, Any]:
         """A page of the stored response's input items (`GET /v1/responses/{id}/input_items`);
         a conversation of `offload_bytes` or more is read in a worker thread."""
+        check_response_id(response_id, PATH_ID)
         data = await self.store.get_bytes(tenant, response_id)
         if data is None:
             raise ResponseNotFound(response_id)
@@ -152,6 +160,7 @@ class Turns:
         return input_page(data, response_id, query)
 
     async def forget(self, tenant: str, response_id: str) -> None:
+        check_response_id(response_id, PATH_ID)
         if not await self.store.delete(tenant, response_id):
             raise ResponseNotFound(response_id)
 

@@ -177,6 +177,7 @@ def test_store_false_leaves_nothing(gateway: RunningGateway) -> None:
         ({"metadata": {"run": "r" * 513}}, "metadata.run"),
         ({"metadata": {"k" * 65: "v"}}, "metadata"),
         ({"metadata": {f"k{n}": "v" for n in range(17)}}, "metadata"),
+        ({"previous_response_id": "resp_" + "x" * 252}, "previous_response_id"),
     ],
 )
 def test_unsupported_parameters_are_400_naming_the_field(
@@ -192,6 +193,30 @@ def test_unsupported_parameters_are_400_naming_the_field(
     assert reply.json()["error"]["param"] == param
     assert reply.json()["error"]["type"] == "invalid_request_error"
     assert _ledger_rows(gateway, 0) == []
+
+
+def test_a_response_id_past_256_characters_is_a_400_that_does_not_echo_it(
+    gateway: RunningGateway,
+) -> None:
+    auth = {"authorization": f"Bearer {ACME_KEY}"}
+    at_most, too_long = "resp_" + "x" * 251, "resp_" + "x" * 5000
+    for path in ("", "/input_items"):
+        for method in ("GET", "DELETE") if path == "" else ("GET",):
+            url = f"{gateway.url}/v1/responses/{too_long}{path}"
+            reply = httpx.request(method, url, headers=auth)
+            assert reply.status_code == 400, (method, path)
+            assert reply.json()["error"]["param"] == "response_id"
+            assert too_long not in reply.text and len(reply.content) < 300
+            url = f"{gateway.url}/v1/responses/{at_most}{path}"
+            found = httpx.request(method, url, headers=auth)
+            assert found.json()["error"]["code"] == "response_not_found", (method, path)
+    body = {"model": "gpt-4o-mini", "input": "hi", "previous_response_id": too_long}
+    reply = httpx.post(f"{gateway.url}/v1/responses", json=body, headers=auth)
+    assert reply.json()["error"]["param"] == "previous_response_id"
+    assert too_long not in reply.text and len(reply.content) < 300
+    body["previous_response_id"] = at_most
+    found = httpx.post(f"{gateway.url}/v1/responses", json=body, headers=auth)
+    assert (found.status_code, found.json()["error"]["code"]) == (404, "response_not_found")
 
 
 def test_tenant_limit_errors_name_the_responses_field(gateway: RunningGateway) -> None:

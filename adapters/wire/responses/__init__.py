@@ -5,7 +5,12 @@ came (`relay`). The one import for the format."""
 from __future__ import annotations
 
 from adapters.wire.responses.relay import ResponsesRelay, decode_reply, door_edits
-from adapters.wire.responses.request import ResponsesRequest, parse_request, to_chat_request
+from adapters.wire.responses.request import (
+    ResponsesRequest,
+    check_response_id,
+    parse_request,
+    to_chat_request,
+)
 from adapters.wire.responses.response import encode_response, envelope
 from adapters.wire.responses.stream import ResponsesStreamEncoder
 
@@ -13,6 +18,7 @@ __all__ = [
     "ResponsesRelay",
     "ResponsesRequest",
     "ResponsesStreamEncoder",
+    "check_response_id",
     "decode_reply",
     "door_edits",
     "encode_response",

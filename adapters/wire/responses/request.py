@@ -16,7 +16,7 @@ from adapters.types import JSON, ChatRequest, TextPart, ToolSpec
 from adapters.wire.json_fields import expect, optional
 from adapters.wire.responses.items import items_to_messages, normalise_input
 
-__all__ = ["ResponsesRequest", "parse_request", "to_chat_request"]
+__all__ = ["ResponsesRequest", "check_response_id", "parse_request", "to_chat_request"]
 
 # fields that are read and honoured (or echoed) by the gateway
 _KNOWN = frozenset(
@@ -51,6 +51,9 @@ _HARMLESS_INCLUDES = frozenset({"reasoning.encrypted_content"})
 MAX_METADATA_PAIRS = 16
 MAX_METADATA_KEY_CHARS = 64
 MAX_METADATA_VALUE_CHARS = 512
+# a response id's length: far past any id an upstream or the gateway makes, short enough that
+# the 404 naming an unknown id stays small
+MAX_RESPONSE_ID_CHARS = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +96,9 @@ def parse_request(body: Mapping[str, Any]) -> ResponsesRequest:
         temperature=optional(body, "temperature", (int, float)),
         top_p=optional(body, "top_p", (int, float)),
         text_format=_text_format(body.get("text")),
-        previous_response_id=optional(body, "previous_response_id", str),
+        previous_response_id=check_response_id(
+            body.get("previous_response_id"), "previous_response_id"
+        ),
         store=_flag(body, "store", default=True),
         stream=bool(optional(body, "stream", bool)),
         metadata=_metadata(body.get("metadata")),
@@ -102,6 +107,17 @@ def parse_request(body: Mapping[str, Any]) -> ResponsesRequest:
         prompt_cache_key=optional(body, "prompt_cache_key", str),
         user=optional(body, "safety_identifier", str) or optional(body, "user", str),
     )
+
+
+def check_response_id(value: Any, field: str) -> str | None:
+    """A response id (`previous_response_id`, or the path's `response_id`), held to
+    MAX_RESPONSE_ID_CHARS; raises WireFormatError naming `field`."""
+    if value is None:
+        return None
+    if len(expect(value, str, field)) > MAX_RESPONSE_ID_CHARS:
+        message = f"{len(value)} characters; at most {MAX_RESPONSE_ID_CHARS}"
+        raise WireFormatError(field, message)
+    return str(value)
 
 
 def _flag(body: Mapping[str, Any], key: str, *, default: bool) -> bool:
