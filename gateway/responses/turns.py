@@ -21,6 +21,7 @@ from adapters.wire.responses import (
     to_chat_request,
 )
 from gateway.core.calls import IncomingCall
+from gateway.core.identifiers import check_identifiers
 from gateway.errors import RequestRejected
 from gateway.ids import uuid4_hex
 from gateway.responses.errors import ResponseNotFound
@@ -116,6 +117,9 @@ class Turns:
             chat, encoded = await anyio.to_thread.run_sync(translate, request, history)
         else:
             chat, encoded = translate(request, history)
+        if body.get("safety_identifier"):  # the end-user id came by this name: named by it
+            user = {"safety_identifier": body["safety_identifier"]}
+            check_identifiers("openai", chat, session_header, user)
         native = {**body, "input": [*history, *request.input_items]}
         call = IncomingCall(
             "openai",

@@ -178,6 +178,10 @@ def test_store_false_leaves_nothing(gateway: RunningGateway) -> None:
         ({"metadata": {"k" * 65: "v"}}, "metadata"),
         ({"metadata": {f"k{n}": "v" for n in range(17)}}, "metadata"),
         ({"previous_response_id": "resp_" + "x" * 252}, "previous_response_id"),
+        ({"safety_identifier": "s" * 257}, "safety_identifier"),
+        ({"safety_identifier": "end\nuser"}, "safety_identifier"),
+        ({"safety_identifier": "s" * 257, "user": "u"}, "safety_identifier"),
+        ({"user": "u" * 257}, "user"),
     ],
 )
 def test_unsupported_parameters_are_400_naming_the_field(
@@ -191,6 +195,7 @@ def test_unsupported_parameters_are_400_naming_the_field(
     )
     assert reply.status_code == 400
     assert reply.json()["error"]["param"] == param
+    assert param in reply.json()["error"]["message"]
     assert reply.json()["error"]["type"] == "invalid_request_error"
     assert _ledger_rows(gateway, 0) == []
 
