@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
 
 class AdapterError(Exception):
     """Base of everything `adapters/` raises on purpose."""
@@ -16,6 +20,32 @@ class WireFormatError(AdapterError):
         self.reason = reason
 
 
+@dataclass(frozen=True, slots=True)
+class ProviderError:
+    """What a provider said of its own failure, as it said it: its error `type`, OpenAI's
+    `code` and `param`, and the id it names the call by (`x-request-id`, `request-id`)."""
+
+    type: str | None = None
+    code: str | None = None
+    param: str | None = None
+    request_id: str | None = None
+
+    @classmethod
+    def read(cls, error: Mapping[str, Any], request_id: Any = None) -> ProviderError:
+        """From the `error` object of either wire's error body (strings only; a number `code`
+        as its text)."""
+        code = error.get("code")
+        if isinstance(code, int) and not isinstance(code, bool):
+            code = str(code)
+        return cls(
+            _text(error.get("type")), _text(code), _text(error.get("param")), _text(request_id)
+        )
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
 class UpstreamError(AdapterError):
     """A backend failed. `retryable` says whether a fallback backend may be tried;
     `backend_fault` whether the failure says something about the backend's health (the fleet
@@ -24,6 +54,7 @@ class UpstreamError(AdapterError):
     status_code = 502
     retryable = True
     backend_fault = True
+    provider: ProviderError | None = None  # set where the provider's own error was read
 
     def __init__(self, backend: str, detail: str, upstream_status: int | None = None) -> None:
         super().__init__(f"{backend}: {detail}")

@@ -17,6 +17,7 @@ import httpx
 import orjson
 
 from adapters.errors import (
+    ProviderError,
     ProviderRateLimited,
     ProviderRejected,
     ProviderTimeout,
@@ -48,29 +49,39 @@ def parse_retry_after(headers: Mapping[str, str]) -> float | None:
     return max(when.timestamp() - time.time(), 0.0)
 
 
-def _detail(status: int, body: bytes) -> str:
+def _error_object(body: bytes) -> dict[str, Any]:
+    """The `error` object of an OpenAI (`{"error": {...}}`) or Anthropic (`{"type": "error",
+    "error": {...}}`) error body; empty when the body is neither."""
     try:
         error = orjson.loads(body).get("error")
-        if isinstance(error, dict) and isinstance(error.get("message"), str):
-            return f"HTTP {status}: {error['message']}"
     except (orjson.JSONDecodeError, AttributeError):
-        pass
-    return f"HTTP {status}: {body[:200].decode('utf-8', 'replace')}"
+        return {}
+    return error if isinstance(error, dict) else {}
 
 
 def status_error(
     backend: str, status: int, headers: Mapping[str, str], body: bytes
 ) -> UpstreamError:
     """429 -> rate limited, 408 -> timeout, 5xx (and Anthropic's 529) -> unavailable,
-    any other 4xx -> rejected (never retried)."""
-    detail = _detail(status, body)
+    any other 4xx -> rejected (never retried); each carries what the provider said."""
+    error = _error_object(body)
+    message = error.get("message")
+    if isinstance(message, str):
+        detail = f"HTTP {status}: {message}"
+    else:
+        detail = f"HTTP {status}: {body[:200].decode('utf-8', 'replace')}"
+    exc: UpstreamError
     if status == 429:
-        return ProviderRateLimited(backend, detail, status, parse_retry_after(headers))
-    if status == 408:
-        return ProviderTimeout(backend, detail, status)
-    if status >= 500:
-        return ProviderUnavailable(backend, detail, status)
-    return ProviderRejected(backend, detail, status)
+        exc = ProviderRateLimited(backend, detail, status, parse_retry_after(headers))
+    elif status == 408:
+        exc = ProviderTimeout(backend, detail, status)
+    elif status >= 500:
+        exc = ProviderUnavailable(backend, detail, status)
+    else:
+        exc = ProviderRejected(backend, detail, status)
+    request_id = headers.get("x-request-id") or headers.get("request-id")
+    exc.provider = ProviderError.read(error, request_id)
+    return exc
 
 
 def transport_error(backend: str, exc: Exception) -> UpstreamError:

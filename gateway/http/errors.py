@@ -5,7 +5,7 @@ message text.
 
 from __future__ import annotations
 
-from adapters.errors import ProviderRateLimited, UpstreamError, WireFormatError
+from adapters.errors import BACKEND_SIDE_4XX, ProviderRateLimited, UpstreamError, WireFormatError
 from adapters.types import WireFormat
 from gateway.errors import GatewayError
 from gateway.http.error_shapes import HttpError, error_body
@@ -21,6 +21,34 @@ def _upstream_kind(exc: UpstreamError) -> tuple[str, str]:
     if exc.status_code == 400:
         return "invalid_request_error", "invalid_request_error"
     return "api_error", "api_error"
+
+
+# Anthropic's error types that speak of the request or the provider's load; the others
+# (authentication, permission, not found, billing) speak of the gateway's own account
+_RELAYED_ANTHROPIC_TYPES = frozenset(
+    {"invalid_request_error", "request_too_large", "rate_limit_error", "api_error"}
+    | {"overloaded_error", "timeout_error"}
+)
+_REQUEST_ID_HEADER: dict[WireFormat, str] = {"openai": "x-request-id", "anthropic": "request-id"}
+
+
+def _upstream_to_http(exc: UpstreamError, wire: WireFormat) -> HttpError:
+    """The provider's own `type`, `code`, `param` and request id where it gave them, unless
+    its refusal is about the gateway's account (401, 403, 404: not the client's to fix)."""
+    kind_o, kind_a = _upstream_kind(exc)
+    rule, param, headers = "upstream", None, {}
+    said = exc.provider
+    if said is not None and exc.upstream_status not in BACKEND_SIDE_4XX:
+        kind_o = said.type or kind_o
+        kind_a = said.type if said.type in _RELAYED_ANTHROPIC_TYPES else kind_a
+        rule, param = said.code or rule, said.param
+    if said is not None and said.request_id is not None:
+        headers[_REQUEST_ID_HEADER[wire]] = said.request_id
+    if isinstance(exc, ProviderRateLimited) and exc.retry_after_s is not None:
+        headers["retry-after"] = str(max(1, round(exc.retry_after_s)))
+    message = f"upstream {exc.backend} failed: {exc.detail}"
+    body = error_body(wire, kind_o, kind_a, message, rule, param)
+    return HttpError(exc.status_code, body, headers)
 
 
 def to_http(exc: Exception, wire: WireFormat) -> HttpError:
@@ -56,12 +84,6 @@ def to_http(exc: Exception, wire: WireFormat) -> HttpError:
         )
         return HttpError(503, body, {"retry-after": "5"})
     if isinstance(exc, UpstreamError):
-        kind_o, kind_a = _upstream_kind(exc)
-        message = f"upstream {exc.backend} failed: {exc.detail}"
-        headers = {}
-        if isinstance(exc, ProviderRateLimited) and exc.retry_after_s is not None:
-            headers["retry-after"] = str(max(1, round(exc.retry_after_s)))
-        body = error_body(wire, kind_o, kind_a, message, "upstream", None)
-        return HttpError(exc.status_code, body, headers)
+        return _upstream_to_http(exc, wire)
     body = error_body(wire, "api_error", "api_error", "internal error", "internal", None)
     return HttpError(500, body)

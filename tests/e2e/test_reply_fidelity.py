@@ -109,3 +109,64 @@ def test_the_ledger_prices_the_anthropic_writes_by_lifetime(gateway: RunningGate
         assert (row["input_tokens"], row["output_tokens"]) == (12, usage["output_tokens"])
         assert (row["cache_read_tokens"], row["cache_write_tokens"]) == (5120, 310)
         assert row["cost_usd"] == pytest.approx(cost)
+
+
+# (wire, upstream status) -> (the client's status, its error type, OpenAI code and param)
+ERRORS = {
+    ("openai", 400): (400, "invalid_request_error", "context_length_exceeded", "messages"),
+    ("openai", 429): (429, "requests", "rate_limit_exceeded", None),
+    ("anthropic", 400): (400, "invalid_request_error", None, None),
+    ("anthropic", 413): (400, "request_too_large", None, None),
+    ("anthropic", 529): (502, "overloaded_error", None, None),
+    # the gateway's own key refused: not the client's to fix, so Lantern's upstream error
+    ("openai", 401): (400, "invalid_request_error", "upstream", None),
+    ("anthropic", 401): (400, "invalid_request_error", None, None),
+}
+
+
+@pytest.mark.parametrize(("wire", "status"), list(ERRORS))
+def test_an_upstream_error_keeps_the_providers_type_code_param_and_request_id(
+    gateway: RunningGateway, wire: str, status: int
+) -> None:
+    reply = _post(gateway, wire, {"max_tokens": 100, "messages": [_asking(f"status:{status}")]})
+    expected, type_, code, param = ERRORS[wire, status]
+    assert reply.status_code == expected, reply.text
+    said = today.OPENAI_ERRORS if wire == "openai" else today.ANTHROPIC_ERRORS
+    if wire == "openai":
+        error = reply.json()["error"]
+        assert (error["type"], error["code"], error["param"]) == (type_, code, param)
+        assert reply.headers["x-request-id"] == today.REQUEST_ID[wire]
+    else:
+        assert reply.json()["type"] == "error"
+        error = reply.json()["error"]
+        assert error["type"] == type_
+        assert reply.headers["request-id"] == today.REQUEST_ID[wire]
+    assert error["message"].endswith(said[status]["message"])
+    for name, value in today.ACCOUNT_HEADERS[wire].items():  # the shared account's, not ours
+        assert reply.headers.get(name) != value
+
+
+@pytest.mark.parametrize("wire", ["openai", "anthropic"])
+def test_an_error_inside_a_stream_keeps_the_providers_type(
+    gateway: RunningGateway, wire: str
+) -> None:
+    body = {"max_tokens": 100, "stream": True, "messages": [_asking("error:midstream")]}
+    raw = _post(gateway, wire, body)
+    assert raw.status_code == 200
+    sent = today.broken_frames(wire)
+    assert raw.content.startswith(_as_asked(sent[:-1], wire))
+    last = raw.content.removeprefix(_as_asked(sent[:-1], wire))
+    head, _, data = last.partition(b"data: ")
+    error = orjson.loads(data)["error"]
+    if wire == "anthropic":
+        assert head == b"event: error\n"
+        assert error["type"] == "overloaded_error"
+    else:
+        assert (head, error["type"], error["code"]) == (b"", "server_error", "upstream")
+    assert error["message"].endswith(
+        orjson.loads(sent[-1].partition(b"data: ")[2])["error"]["message"]
+    )
+
+
+def _asking(text: str) -> dict[str, str]:
+    return {"role": "user", "content": text}

@@ -138,3 +138,28 @@ def test_an_anthropic_client_gets_no_invented_citation(
     deltas = [e["delta"] for e in events if e["type"] == "content_block_delta"]
     assert "".join(d["text"] for d in deltas) == today.TEXT
     assert {d["type"] for d in deltas} == {"text_delta"}
+
+
+def test_an_upstream_error_keeps_its_type_and_request_id_across_the_wires(
+    gateway: RunningGateway,
+) -> None:
+    headers = {"authorization": f"Bearer {KEY}", "x-api-key": KEY}
+    overloaded = {"model": CLAUDE, "messages": [{"role": "user", "content": "status:529"}]}
+    reply = httpx.post(f"{gateway.url}/v1/chat/completions", json=overloaded, headers=headers)
+    assert reply.status_code == 502
+    check("ErrorResponse", reply.json())
+    error = reply.json()["error"]
+    assert (error["type"], error["code"], error["param"]) == ("overloaded_error", "upstream", None)
+    assert reply.headers["x-request-id"] == today.REQUEST_ID["anthropic"]
+    too_long = {
+        "model": GPT,
+        "max_tokens": 9,
+        "messages": [{"role": "user", "content": "status:400"}],
+    }
+    reply = httpx.post(f"{gateway.url}/v1/messages", json=too_long, headers=headers)
+    assert reply.status_code == 400
+    assert reply.json()["error"] == {
+        "type": "invalid_request_error",
+        "message": f"upstream oai failed: HTTP 400: {today.OPENAI_ERRORS[400]['message']}",
+    }
+    assert reply.headers["request-id"] == today.REQUEST_ID["openai"]

@@ -162,3 +162,69 @@ def reply_frames(wire: str, body: dict[str, Any]) -> list[bytes]:
 
 def reply_body(wire: str) -> dict[str, Any]:
     return anthropic_message() if wire == "anthropic" else openai_reply()
+
+
+# Errors as the providers send them: OpenAI's `code` and `param`, Anthropic's `request_id`, the
+# request id header each names, and the account's rate-limit headers
+REQUEST_ID = {"openai": "req_7f3a9c1e2b4d", "anthropic": "req_011CVgHu1a7c"}
+OPENAI_ERRORS = {
+    400: {
+        "message": "This model's maximum context length is 128000 tokens.",
+        "type": "invalid_request_error",
+        "param": "messages",
+        "code": "context_length_exceeded",
+    },
+    401: {
+        "message": "Incorrect API key provided.",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": "invalid_api_key",
+    },
+    429: {
+        "message": "Rate limit reached for requests.",
+        "type": "requests",
+        "param": None,
+        "code": "rate_limit_exceeded",
+    },
+}
+ANTHROPIC_ERRORS = {
+    400: {"type": "invalid_request_error", "message": "prompt is too long: 210000 tokens"},
+    401: {"type": "authentication_error", "message": "invalid x-api-key"},
+    413: {"type": "request_too_large", "message": "Request exceeds the maximum allowed size."},
+    529: {"type": "overloaded_error", "message": "Overloaded"},
+}
+ACCOUNT_HEADERS = {
+    "openai": {"x-ratelimit-remaining-requests": "4", "x-ratelimit-limit-requests": "500"},
+    "anthropic": {"anthropic-ratelimit-requests-remaining": "4"},
+}
+
+
+def error_reply(wire: str, status: int) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+    """The body and headers of an error `status` (one of the tables' statuses for `wire`)."""
+    if wire == "anthropic":
+        body: dict[str, Any] = {
+            "type": "error",
+            "error": ANTHROPIC_ERRORS[status],
+            "request_id": REQUEST_ID[wire],
+        }
+    else:
+        body = {"error": OPENAI_ERRORS[status]}
+    id_header = "request-id" if wire == "anthropic" else "x-request-id"
+    headers = {id_header: REQUEST_ID[wire], **ACCOUNT_HEADERS[wire]}
+    return orjson.dumps(body), [(k.encode(), v.encode()) for k, v in headers.items()]
+
+
+def broken_frames(wire: str) -> list[bytes]:
+    """A stream the provider ends with an error once it has started: Anthropic's `error`
+    event (overloaded), OpenAI's `data:` chunk holding an `error` object."""
+    if wire == "anthropic":
+        error = {"type": "error", "error": ANTHROPIC_ERRORS[529], "request_id": REQUEST_ID[wire]}
+        return [*anthropic_frames()[:2], b"event: error\ndata: %s\n\n" % orjson.dumps(error)]
+    error = {
+        "message": "The server had an error while processing your request.",
+        "type": "server_error",
+        "param": None,
+        "code": None,
+    }
+    first = b"data: " + orjson.dumps(openai_chunks(False)[0]) + b"\n\n"
+    return [first, b"data: " + orjson.dumps({"error": error}) + b"\n\n"]

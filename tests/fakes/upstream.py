@@ -67,6 +67,7 @@ _ARGS = re.compile(r"args:(\{[^}]*\})")  # the tool call's arguments, verbatim
 _RELAY = "relay:result"  # after a tool's result, the answer is that result's text
 _WORDS = re.compile(r"words:(\d+)")
 _STATUS = re.compile(r"status:(\d{3})")  # answer this error status (a fault for this call only)
+_MIDSTREAM = "error:midstream"  # today mode: the stream ends in the provider's in-band error
 _SLOW = "slow:stream"  # this call's stream chunks come SLOW_CHUNK_S apart
 SLOW_CHUNK_S = 0.05
 
@@ -256,12 +257,12 @@ class FakeUpstreamApp:
         except (orjson.JSONDecodeError, WireFormatError) as exc:
             await _respond(send, 400, _error_body(wire, str(exc), "invalid_request_error"))
             return
+        if self.today:
+            await _serve_today(wire, body, _last_user_text(req), send)
+            return
         refusal = self._refusal(wire, req)
         if refusal is not None:
             await _respond(send, *refusal)
-            return
-        if self.today:
-            await _serve_today(wire, body, send)
             return
         resp = self._reply(wire, body, req, api_key)
         prefill_s = self._prefill_s()
@@ -394,13 +395,20 @@ def stream_events(resp: ChatResponse, counter: TokenCounter) -> list[StreamEvent
     return events
 
 
-async def _serve_today(wire: str, body: dict[str, Any], send: Send) -> None:
+async def _serve_today(wire: str, body: dict[str, Any], text: str, send: Send) -> None:
+    """Today's reply; today's error for a `status:NNN` the request asks for, and a stream
+    broken by the provider's in-band error for `error:midstream`."""
+    asked = _STATUS.search(text)
+    if asked is not None:
+        await _respond(send, int(asked.group(1)), *today.error_reply(wire, int(asked.group(1))))
+        return
     if not body.get("stream"):
         await _respond(send, 200, orjson.dumps(today.reply_body(wire)))
         return
     head = [(b"content-type", b"text/event-stream")]
     await send({"type": "http.response.start", "status": 200, "headers": head})
-    for frame in today.reply_frames(wire, body):
+    broken = _MIDSTREAM in text
+    for frame in today.broken_frames(wire) if broken else today.reply_frames(wire, body):
         await send({"type": "http.response.body", "body": frame, "more_body": True})
     await send({"type": "http.response.body", "body": b"", "more_body": False})
 

@@ -12,7 +12,13 @@ from typing import Any
 
 import orjson
 
-from adapters.errors import ProviderRateLimited, ProviderUnavailable, UpstreamError, WireFormatError
+from adapters.errors import (
+    ProviderError,
+    ProviderRateLimited,
+    ProviderUnavailable,
+    UpstreamError,
+    WireFormatError,
+)
 from adapters.sse import frame
 from adapters.types import (
     StopReason,
@@ -110,7 +116,8 @@ class AnthropicStreamDecoder:
         if kind == "message_stop":
             return self.finish()
         if kind == "error":
-            raise self._error(event.get("error") or {})
+            error = event.get("error")
+            raise self._error(error if isinstance(error, dict) else {}, event.get("request_id"))
         return []  # ping, content_block_stop
 
     def _block_start(self, event: dict[str, Any]) -> list[StreamEvent]:
@@ -129,11 +136,15 @@ class AnthropicStreamDecoder:
             return [ThinkingStart(index), *first]
         return []
 
-    def _error(self, error: dict[str, Any]) -> UpstreamError:
+    def _error(self, error: dict[str, Any], request_id: Any) -> UpstreamError:
         message = str(error.get("message", "stream error"))
+        exc: UpstreamError
         if error.get("type") == "rate_limit_error":
-            return ProviderRateLimited(self._backend, message)
-        return ProviderUnavailable(self._backend, message)
+            exc = ProviderRateLimited(self._backend, message)
+        else:
+            exc = ProviderUnavailable(self._backend, message)
+        exc.provider = ProviderError.read(error, request_id)  # its `type` reaches the client
+        return exc
 
     def finish(self) -> list[StreamEvent]:
         if self._ended:

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from adapters.errors import ProviderUnavailable, WireFormatError
+from adapters.errors import ProviderError, ProviderUnavailable, WireFormatError
 from adapters.sse import frame
 from adapters.types import (
     StopReason,
@@ -69,7 +69,9 @@ class OpenAIStreamDecoder:
         """One already-parsed chunk (LiteLLM hands out objects, not SSE text)."""
         if "error" in chunk and "choices" not in chunk:
             error = chunk["error"] if isinstance(chunk["error"], dict) else {}
-            raise ProviderUnavailable(self._backend, str(error.get("message", "stream error")))
+            exc = ProviderUnavailable(self._backend, str(error.get("message", "stream error")))
+            exc.provider = ProviderError.read(error)  # its type, code and param reach the client
+            raise exc
         events: list[StreamEvent] = []
         if not self._started:
             self._started = True
