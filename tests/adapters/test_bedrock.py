@@ -30,6 +30,8 @@ from adapters.types import (
     ToolUsePart,
     Usage,
 )
+from adapters.wire import anthropic as anthropic_wire
+from adapters.wire import openai as openai_wire
 from tests.fakes.bedrock import Failure, FakeBedrock, Reply
 
 MODEL_ID = "anthropic.claude-sonnet-4-5-v1:0"
@@ -185,6 +187,29 @@ def test_stream_yields_canonical_events_with_usage(fake: FakeBedrock) -> None:
     assert events[3] == ToolCallStart(1, "tu-9", "search")
     assert "".join(e.arguments_json for e in events if isinstance(e, ToolCallDelta)) == '{"q": "x"}'
     assert events[-1] == StreamEnd("tool_use", Usage(0, 4, 0, 57))
+
+
+@pytest.mark.parametrize("reason", ["guardrail_intervened", "content_filtered"])
+def test_a_filtered_reply_says_so_to_either_client(fake: FakeBedrock, reason: str) -> None:
+    """A guardrail's or content filter's stop is OpenAI's `content_filter` and Anthropic's
+    `refusal`, streamed and not: a client must not take the guardrail's text for an answer."""
+    blocked = "Sorry, the model cannot answer this question."
+    fake.replies += [Reply(text=blocked, stop_reason=reason)] * 2
+    b = backend(fake)
+    reply = run(b.complete(BackendCall(conversation("go"), "openai")))
+
+    async def collect():
+        return [e async for e in b.stream(BackendCall(conversation("go"), "anthropic"))]
+
+    end = run(collect())[-1]
+    assert isinstance(end, StreamEnd)
+    assert (reply.content, reply.stop_reason, end.stop_reason) == (
+        (TextPart(blocked),),
+        "error",
+        "error",
+    )
+    assert openai_wire.encode_response(reply)["choices"][0]["finish_reason"] == "content_filter"
+    assert anthropic_wire.encode_response(reply)["stop_reason"] == "refusal"
 
 
 @pytest.mark.parametrize(

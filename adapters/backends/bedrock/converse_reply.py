@@ -33,8 +33,9 @@ _STOP: Mapping[str, StopReason] = {
     "tool_use": "tool_use",
     "max_tokens": "length",
     "stop_sequence": "stop_sequence",
-    "guardrail_intervened": "stop",
-    "content_filtered": "stop",
+    # a filter's stop is OpenAI's `content_filter`, Anthropic's `refusal`: canonical "error"
+    "guardrail_intervened": "error",
+    "content_filtered": "error",
     "model_context_window_exceeded": "length",
 }
 
