@@ -102,3 +102,9 @@ class ProviderRejected(UpstreamError):
     def __init__(self, backend: str, detail: str, upstream_status: int | None = None) -> None:
         super().__init__(backend, detail, upstream_status)
         self.backend_fault = upstream_status in BACKEND_SIDE_4XX
+
+
+def malformed_reply(backend: str, exc: WireFormatError) -> ProviderUnavailable:
+    """A reply of `backend` that breaks its wire's shape is its failure (502, tried elsewhere
+    before any output), never the client's 400 for a request it did not get wrong."""
+    return ProviderUnavailable(backend, f"malformed reply: {exc.field}: {exc.reason}")

@@ -15,7 +15,7 @@ import orjson
 
 from adapters.backend import BackendCall, RelayedChunk
 from adapters.backends.spec import BackendSpec, allowed_betas, forwarded_betas
-from adapters.errors import ProviderUnavailable
+from adapters.errors import ProviderUnavailable, WireFormatError, malformed_reply
 from adapters.http.upstream import HTTPClient
 from adapters.types import ChatResponse, StreamEvent, WireFormat, WireReply
 from adapters.wire import anthropic as anthropic_wire
@@ -87,7 +87,10 @@ class AnthropicBackend:
         reply = await self._upstream.post_json(
             body, timeout_s=timeout_s, headers=self._headers(call)
         )
-        decoded = anthropic_wire.decode_response(reply)  # usage and blocks, for counting
+        try:  # usage and blocks, for counting; the reply itself relayed to an Anthropic client
+            decoded = anthropic_wire.decode_response(reply)
+        except WireFormatError as exc:
+            raise malformed_reply(self.name, exc) from exc
         return dataclasses.replace(decoded, upstream=WireReply("anthropic", reply))
 
     async def stream(self, call: BackendCall) -> AsyncIterator[StreamEvent]:
@@ -98,7 +101,11 @@ class AnthropicBackend:
         ):
             if decoder.ended:
                 continue
-            for out in decoder.feed(event.data):
+            try:
+                events = decoder.feed(event.data)
+            except WireFormatError as exc:
+                raise malformed_reply(self.name, exc) from exc
+            for out in events:
                 yield out
         if not decoder.ended:
             raise ProviderUnavailable(self.name, "stream ended before message_stop")
@@ -118,6 +125,8 @@ class AnthropicBackend:
             chunk, error = relay.feed_all(read)
             if chunk is not None:
                 yield chunk
+            if isinstance(error, WireFormatError):
+                raise malformed_reply(self.name, error) from error
             if error is not None:
                 raise error
         if not relay.ended:

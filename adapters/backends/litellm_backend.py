@@ -20,6 +20,7 @@ from adapters.errors import (
     ProviderUnavailable,
     UpstreamError,
     WireFormatError,
+    malformed_reply,
 )
 from adapters.http.upstream import parse_retry_after
 from adapters.pricing import import_litellm_offline
@@ -143,7 +144,10 @@ class LiteLLMBackend:
             resp = await self._litellm.acompletion(**self._kwargs(call, stream=False))
         except Exception as exc:
             raise map_litellm_error(self._litellm, self.name, exc) from exc
-        return openai_wire.decode_response(resp.model_dump())
+        try:
+            return openai_wire.decode_response(resp.model_dump())
+        except WireFormatError as exc:
+            raise malformed_reply(self.name, exc) from exc
 
     async def stream(self, call: BackendCall) -> AsyncIterator[StreamEvent]:
         decoder = OpenAIStreamDecoder(self.name)

@@ -15,7 +15,7 @@ import orjson
 from adapters.backend import BackendCall, EmbeddingReply, HealthCheck, RelayedChunk
 from adapters.backends.openai_responses import ResponsesUpstream
 from adapters.backends.spec import SALTED_ENGINES, TOP_K_ENGINES, BackendSpec
-from adapters.errors import ProviderUnavailable
+from adapters.errors import ProviderUnavailable, WireFormatError, malformed_reply
 from adapters.http.upstream import HTTPClient
 from adapters.types import ChatResponse, StreamEvent, WireFormat, WireReply
 from adapters.wire import openai as openai_wire
@@ -153,8 +153,10 @@ class OpenAICompatibleBackend:
             return await native.complete(call, self._model, *self._native_headers(call))
         body, headers, timeout_s = self._prepare(call, stream=False)
         reply = await self._upstream.post_json(body, timeout_s=timeout_s, headers=headers)
-        # usage and parts, for counting; the reply itself relayed to an OpenAI client
-        return openai_wire.decode_response(reply, WireReply("openai", reply))
+        try:  # usage and parts, for counting; the reply itself relayed to an OpenAI client
+            return openai_wire.decode_response(reply, WireReply("openai", reply))
+        except WireFormatError as exc:
+            raise malformed_reply(self.name, exc) from exc
 
     async def stream(self, call: BackendCall) -> AsyncIterator[StreamEvent]:
         native = self._native(call)
@@ -168,7 +170,11 @@ class OpenAICompatibleBackend:
         async for event in self._upstream.post_sse(body, timeout_s=timeout_s, headers=headers):
             if decoder.ended:
                 continue
-            for out in decoder.feed(event.data):
+            try:
+                events = decoder.feed(event.data)
+            except WireFormatError as exc:
+                raise malformed_reply(self.name, exc) from exc
+            for out in events:
                 yield out
         if not decoder.ended:
             if not decoder.saw_finish_reason:
@@ -198,6 +204,8 @@ class OpenAICompatibleBackend:
             chunk, error = relay.feed_all(read)
             if chunk is not None:
                 yield chunk
+            if isinstance(error, WireFormatError):
+                raise malformed_reply(self.name, error) from error
             if error is not None:
                 raise error
         if not relay.ended:

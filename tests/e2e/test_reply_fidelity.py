@@ -170,3 +170,26 @@ def test_an_error_inside_a_stream_keeps_the_providers_type(
 
 def _asking(text: str) -> dict[str, str]:
     return {"role": "user", "content": text}
+
+
+@pytest.mark.parametrize("wire", ["openai", "anthropic"])
+def test_a_reply_that_breaks_its_wire_is_the_upstreams_failure_not_the_clients(
+    gateway: RunningGateway, wire: str
+) -> None:
+    """A 502 (in-band once the stream started) naming what broke, never a 400 that tells the
+    client its own request was wrong."""
+    broken = {"max_tokens": 100, "messages": [_asking("reply:malformed")]}
+    reply = _post(gateway, wire, broken)
+    assert reply.status_code == 502, reply.text
+    field = "content" if wire == "anthropic" else "choices"
+    assert reply.json()["error"]["type"] == "api_error"
+    assert reply.json()["error"]["message"].startswith(
+        f"upstream {'claude' if wire == 'anthropic' else 'oai'} failed: malformed reply: {field}: "
+    )
+    raw = _post(gateway, wire, {**broken, "stream": True})
+    assert raw.status_code == 200
+    sent = today.malformed_frames(wire)
+    head, _, data = raw.content.removeprefix(_as_asked(sent[:1], wire)).partition(b"data: ")
+    error = orjson.loads(data)["error"]
+    assert error["type"] == "api_error"
+    assert "malformed reply: stream: " in error["message"]

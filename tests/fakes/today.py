@@ -228,3 +228,19 @@ def broken_frames(wire: str) -> list[bytes]:
     }
     first = b"data: " + orjson.dumps(openai_chunks(False)[0]) + b"\n\n"
     return [first, b"data: " + orjson.dumps({"error": error}) + b"\n\n"]
+
+
+def malformed_reply(wire: str) -> dict[str, Any]:
+    """A 200 reply that breaks its wire's shape: OpenAI without a choice, Anthropic content
+    that is no list of blocks."""
+    if wire == "anthropic":
+        return {**anthropic_message(), "content": "Lantern ships today."}
+    return {**openai_reply(), "choices": []}
+
+
+def malformed_frames(wire: str) -> list[bytes]:
+    """A stream whose second event is no JSON object (the first is today's own)."""
+    first = reply_frames(wire, {"stream": True})[0]
+    if wire == "anthropic":
+        return [first, b"event: content_block_start\ndata: [1, 2]\n\n"]
+    return [first, b"data: [1, 2]\n\n"]

@@ -68,6 +68,7 @@ _RELAY = "relay:result"  # after a tool's result, the answer is that result's te
 _WORDS = re.compile(r"words:(\d+)")
 _STATUS = re.compile(r"status:(\d{3})")  # answer this error status (a fault for this call only)
 _MIDSTREAM = "error:midstream"  # today mode: the stream ends in the provider's in-band error
+_MALFORMED = "reply:malformed"  # today mode: a 200 reply that breaks its wire's shape
 _SLOW = "slow:stream"  # this call's stream chunks come SLOW_CHUNK_S apart
 SLOW_CHUNK_S = 0.05
 
@@ -396,19 +397,24 @@ def stream_events(resp: ChatResponse, counter: TokenCounter) -> list[StreamEvent
 
 
 async def _serve_today(wire: str, body: dict[str, Any], text: str, send: Send) -> None:
-    """Today's reply; today's error for a `status:NNN` the request asks for, and a stream
-    broken by the provider's in-band error for `error:midstream`."""
+    """Today's reply; today's error for a `status:NNN` the request asks for, a stream broken
+    by the provider's in-band error for `error:midstream`, a reply or stream that breaks the
+    wire's shape for `reply:malformed`."""
     asked = _STATUS.search(text)
     if asked is not None:
         await _respond(send, int(asked.group(1)), *today.error_reply(wire, int(asked.group(1))))
         return
+    malformed = _MALFORMED in text
     if not body.get("stream"):
-        await _respond(send, 200, orjson.dumps(today.reply_body(wire)))
+        reply = today.malformed_reply(wire) if malformed else today.reply_body(wire)
+        await _respond(send, 200, orjson.dumps(reply))
         return
     head = [(b"content-type", b"text/event-stream")]
     await send({"type": "http.response.start", "status": 200, "headers": head})
-    broken = _MIDSTREAM in text
-    for frame in today.broken_frames(wire) if broken else today.reply_frames(wire, body):
+    frames = today.reply_frames(wire, body)
+    if _MIDSTREAM in text or malformed:
+        frames = today.broken_frames(wire) if _MIDSTREAM in text else today.malformed_frames(wire)
+    for frame in frames:
         await send({"type": "http.response.body", "body": frame, "more_body": True})
     await send({"type": "http.response.body", "body": b"", "more_body": False})
 
