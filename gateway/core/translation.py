@@ -202,13 +202,25 @@ def _refused_by_kind(client: WireFormat, backend: Backend) -> Mapping[str, Asks]
     return NOT_ON_BEDROCK if kind == "bedrock" else ANTHROPIC_ONLY
 
 
+# what a LiteLLM stream cannot carry though its provider takes it: the stream goes through
+# canonical events, which hold one choice and no logprobs (a reply keeps them)
+NOT_IN_A_LITELLM_STREAM: Mapping[str, Asks] = {
+    "n": OPENAI_ONLY["n"],
+    "logprobs": OPENAI_ONLY["logprobs"],
+    "top_logprobs": OPENAI_ONLY["top_logprobs"],
+}
+
+
 def check_translatable(wire: WireFormat, body: Mapping[str, JSON], route: ModelRoute) -> None:
     """RequestRejected (400, rule `unsupported_parameter`) naming the first field that a
     backend of the route would have to drop. Every candidate is checked, fallbacks included:
     the answer must not change with the backend that happens to serve it."""
     for candidate in route.candidates:
         backend = candidate.backend
-        for field, asks in _refused(wire, backend).items():
+        refused = _refused(wire, backend)
+        if backend.kind == "litellm" and wire == "openai" and body.get("stream") is True:
+            refused = {**NOT_IN_A_LITELLM_STREAM, **refused}
+        for field, asks in refused.items():
             if field in body and asks(body[field]):
                 name = _REPORTED.get(field, field) if asks is _parallel_off else field
                 raise RequestRejected(

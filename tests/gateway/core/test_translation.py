@@ -240,6 +240,18 @@ def test_litellm_refuses_what_its_provider_does_not_take(field: str) -> None:
     assert refused("openai", body, litellm_route("openai/gpt-4o-mini")) is None
 
 
+@pytest.mark.parametrize(("field", "value"), [("n", 2), ("logprobs", True), ("top_logprobs", 2)])
+def test_litellm_refuses_in_a_stream_what_its_streams_cannot_carry(field: str, value: JSON) -> None:
+    """A LiteLLM stream goes through canonical events, which hold one choice and no logprobs:
+    its provider takes the field (a reply carries it), a stream would lose it."""
+    route = litellm_route("openai/gpt-4o-mini")
+    body = {"model": "m", "messages": [], field: value}
+    assert refused("openai", body, route) is None
+    assert refused("openai", {**body, "stream": True}, route) == field
+    neutral = {"model": "m", "messages": [], "stream": True, "n": 1, "logprobs": False}
+    assert refused("openai", neutral, route) is None
+
+
 def test_litellm_passes_what_its_provider_takes_and_what_only_describes_the_call() -> None:
     route = litellm_route("anthropic/claude-sonnet-4-5")
     body = {
