@@ -270,3 +270,36 @@ def test_a_server_tools_input_is_no_tool_call() -> None:
             events += decoder.feed(sse.data)
     assert not [e for e in events if isinstance(e, ToolCallStart | ToolCallDelta)]
     assert "".join(e.text for e in events if isinstance(e, TextDelta)) == today.TEXT
+
+
+def test_a_tool_calls_input_in_its_block_start_is_its_arguments() -> None:
+    """An Anthropic stream may carry a tool call's whole input in `content_block_start` with no
+    `input_json_delta`; the SDK then keeps the start's input, and deltas, where they come,
+    replace it. A client of the other wire gets the same arguments, never an empty call."""
+
+    def block(index: int, given: dict[str, str], *deltas: str) -> list[StreamEvent]:
+        start = {"type": "tool_use", "id": f"toolu_0{index}", "name": "search", "input": given}
+        events = decoder.feed_event(
+            {"type": "content_block_start", "index": index, "content_block": start}
+        )
+        for part in deltas:
+            delta = {"type": "input_json_delta", "partial_json": part}
+            events += decoder.feed_event(
+                {"type": "content_block_delta", "index": index, "delta": delta}
+            )
+        return events + decoder.feed_event({"type": "content_block_stop", "index": index})
+
+    decoder = AnthropicStreamDecoder()
+    assert block(0, {"q": "lantern"}) == [
+        ToolCallStart(0, "toolu_00", "search"),
+        ToolCallDelta(0, '{"q":"lantern"}'),
+    ]
+    assert block(1, {}, '{"q":', '"x"}') == [
+        ToolCallStart(1, "toolu_01", "search"),
+        ToolCallDelta(1, '{"q":'),
+        ToolCallDelta(1, '"x"}'),
+    ]
+    assert block(2, {"q": "start"}, '{"q":"delta"}') == [
+        ToolCallStart(2, "toolu_02", "search"),
+        ToolCallDelta(2, '{"q":"delta"}'),
+    ]

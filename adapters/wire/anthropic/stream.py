@@ -65,6 +65,8 @@ class AnthropicStreamDecoder:
         self._ended = False
         # blocks opened as `tool_use`: a server tool's input (web search) is no tool call
         self._tool_blocks: set[int] = set()
+        # a tool block's input given whole in its start, until a delta replaces it
+        self._start_inputs: dict[int, str] = {}
 
     @property
     def ended(self) -> bool:
@@ -89,6 +91,7 @@ class AnthropicStreamDecoder:
             if delta.get("type") == "input_json_delta":
                 if event["index"] not in self._tool_blocks:
                     return []
+                self._start_inputs.pop(event["index"], None)  # deltas replace it, as in the SDK
                 return [ToolCallDelta(event["index"], delta.get("partial_json", ""))]
             if delta.get("type") == "thinking_delta":
                 return [ThinkingDelta(event["index"], thinking=delta.get("thinking", ""))]
@@ -115,6 +118,9 @@ class AnthropicStreamDecoder:
             return []
         if kind == "message_stop":
             return self.finish()
+        if kind == "content_block_stop" and self._start_inputs:
+            given = self._start_inputs.pop(event["index"], None)
+            return [] if given is None else [ToolCallDelta(event["index"], given)]
         if kind == "error":
             error = event.get("error")
             raise self._error(error if isinstance(error, dict) else {}, event.get("request_id"))
@@ -125,6 +131,9 @@ class AnthropicStreamDecoder:
         index = event["index"]
         if block.get("type") == "tool_use":
             self._tool_blocks.add(index)
+            given = block.get("input")  # `{}` from the API; the arguments if no delta follows
+            if given:
+                self._start_inputs[index] = orjson.dumps(given).decode()
             return [ToolCallStart(index, str(block.get("id", "")), str(block.get("name", "")))]
         if block.get("type") == "text" and block.get("text"):
             return [TextDelta(index, block["text"])]
