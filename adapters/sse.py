@@ -69,7 +69,10 @@ class SSEParser:
 
 
 def frame(data: bytes, event: str | None = None) -> bytes:
-    """One SSE event as bytes; `data` must be a single line (compact JSON is)."""
+    """One SSE event as bytes; each line of `data` its own `data:` line (compact JSON is one;
+    a relayed event keeps the lines its upstream split it into)."""
+    if b"\n" in data:
+        data = data.replace(b"\n", b"\ndata: ")
     if event is None:
         return b"data: " + data + b"\n\n"
     return b"event: " + event.encode() + b"\ndata: " + data + b"\n\n"

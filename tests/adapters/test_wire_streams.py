@@ -19,7 +19,8 @@ from adapters.types import (
     Usage,
 )
 from adapters.wire.anthropic import AnthropicStreamDecoder, AnthropicStreamEncoder
-from adapters.wire.openai import OpenAIStreamDecoder, OpenAIStreamEncoder
+from adapters.wire.anthropic.relay import AnthropicRelay
+from adapters.wire.openai import OpenAIRelay, OpenAIStreamDecoder, OpenAIStreamEncoder
 from tests.fakes import today
 
 EVENTS: list[StreamEvent] = [
@@ -303,3 +304,26 @@ def test_a_tool_calls_input_in_its_block_start_is_its_arguments() -> None:
         ToolCallStart(2, "toolu_02", "search"),
         ToolCallDelta(2, '{"q":"delta"}'),
     ]
+
+
+@pytest.mark.parametrize("wire", ["openai", "anthropic"])
+def test_a_relayed_event_whose_data_spans_lines_reaches_the_client_whole(wire: str) -> None:
+    """SSE lets a server split one event's data over several `data:` lines; the relay must
+    frame each line as one, or the client reads half a JSON object."""
+    if wire == "openai":
+        relay: OpenAIRelay | AnthropicRelay = OpenAIRelay("b", model="m", include_usage=False)
+        event = {"id": "c1", "model": "m", "choices": [{"index": 0, "delta": {"content": "hi"}}]}
+        name = ""
+    else:
+        relay = AnthropicRelay("b", model="m")
+        event = {"type": "message_start", "message": {"id": "msg_1", "model": "m"}}
+        name = "message_start"
+    pretty = orjson.dumps(event, option=orjson.OPT_INDENT_2)
+    upstream = (f"event: {name}\n" if name else "").encode() + b"".join(
+        b"data: " + line + b"\n" for line in pretty.split(b"\n")
+    )
+    (sent,) = SSEParser().feed(upstream + b"\n")
+    chunk, error = relay.feed_all([sent])
+    assert error is None and chunk is not None
+    (got,) = SSEParser().feed(chunk.data)
+    assert (got.event, orjson.loads(got.data)) == (name, event)

@@ -51,6 +51,8 @@ class OpenAIRelay:
         events = self.decoder.feed_chunk(chunk)  # raises on an in-band upstream error
         if chunk.get("usage") or chunk.get("model", self._model) != self._model:
             return self._edited(data, chunk), events
+        if "\n" in data:  # the upstream split it over several `data:` lines: so does the client
+            return frame(data.encode()), events
         return b"data: " + data.encode() + b"\n\n", events  # nothing to edit: as framed
 
     def feed_all(self, events: Sequence[SSEvent]) -> tuple[RelayedChunk | None, Exception | None]:
