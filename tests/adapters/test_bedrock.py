@@ -13,7 +13,12 @@ import pytest
 from adapters.backend import BackendCall
 from adapters.backends.bedrock import BedrockBackend, build_bedrock_backend, encode_converse
 from adapters.backends.spec import BackendSpec
-from adapters.errors import ProviderRateLimited, ProviderRejected, ProviderUnavailable
+from adapters.errors import (
+    ProviderError,
+    ProviderRateLimited,
+    ProviderRejected,
+    ProviderUnavailable,
+)
 from adapters.types import (
     CacheControl,
     ChatRequest,
@@ -230,6 +235,8 @@ def test_http_errors_map_to_typed_errors(fake: FakeBedrock, failure, error, retr
             run(_drive(b, streaming))
         assert caught.value.retryable is retryable
         assert caught.value.upstream_status == failure.status
+        # AWS's request id, which the client gets as its SDK's request-id header
+        assert caught.value.provider == ProviderError(request_id=f"req-{len(fake.requests)}")
 
 
 async def _drive(b: BedrockBackend, streaming: bool) -> None:
