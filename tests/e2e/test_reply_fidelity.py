@@ -9,7 +9,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
+import openai
 import orjson
 import pytest
 
@@ -193,3 +195,20 @@ def test_a_reply_that_breaks_its_wire_is_the_upstreams_failure_not_the_clients(
     error = orjson.loads(data)["error"]
     assert error["type"] == "api_error"
     assert "malformed reply: stream: " in error["message"]
+
+
+def test_the_official_sdks_read_the_providers_error(gateway: RunningGateway) -> None:
+    """What an agent branches on: the OpenAI SDK's `code` and `param`, the Anthropic SDK's
+    error type, and both SDKs' `request_id`."""
+    client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=KEY, max_retries=0)
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model=ASKED["openai"], messages=[_asking("status:400")])
+    assert (refused.value.code, refused.value.param) == ("context_length_exceeded", "messages")
+    assert refused.value.request_id == today.REQUEST_ID["openai"]
+    claude = anthropic.Anthropic(base_url=gateway.url, api_key=KEY, max_retries=0)
+    with pytest.raises(anthropic.InternalServerError) as overloaded:
+        claude.messages.create(
+            model=ASKED["anthropic"], max_tokens=100, messages=[_asking("status:529")]
+        )
+    assert overloaded.value.body["error"]["type"] == "overloaded_error"  # type: ignore[index]
+    assert overloaded.value.request_id == today.REQUEST_ID["anthropic"]
