@@ -25,9 +25,8 @@ from tests.adversarial.ledger_harness import (
     model_entry,
     running,
 )
+from tests.fakes.asgi_replies import error_body, respond
 from tests.fakes.upstream import FakeUpstream, FakeUpstreamApp, Send
-from tests.fakes.upstream import _error_body as error_body
-from tests.fakes.upstream import _respond as respond
 
 pytestmark = pytest.mark.slow
 DOORS = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages"}

@@ -17,7 +17,8 @@ from sqlalchemy import create_engine, text
 
 from tests.e2e.conftest import ACME_KEY, OTHER_KEY
 from tests.e2e.harness import RunningGateway
-from tests.fakes.upstream import VOCAB, FakeUpstream
+from tests.fakes.reply_plan import VOCAB
+from tests.fakes.upstream import FakeUpstream
 
 ACME = {"authorization": f"Bearer {ACME_KEY}"}
 

@@ -23,7 +23,8 @@ import sqlalchemy as sa
 from bench._procs import free_port
 from tests.e2e.conftest import models_for
 from tests.e2e.harness import stop_processes, wait_healthy, write_config, write_policy
-from tests.fakes.upstream import VOCAB, FakeUpstream
+from tests.fakes.reply_plan import VOCAB
+from tests.fakes.upstream import FakeUpstream
 
 REPO = Path(__file__).resolve().parents[2]
 ACME = {"authorization": "Bearer lt-acme-replay-key-0001"}

@@ -20,7 +20,9 @@ import orjson
 import uvicorn
 from starlette.types import Receive, Scope, Send
 
-from tests.fakes.upstream import RecordedRequest, _read_body, _respond
+from tests.fakes.asgi_replies import read_body as _read_body
+from tests.fakes.asgi_replies import respond as _respond
+from tests.fakes.upstream import RecordedRequest
 
 SECRET = b"fake-claude-signing-key"
 COUNT_TOKENS = 4321  # what count_tokens answers for any prompt

@@ -12,7 +12,9 @@ import orjson
 import uvicorn
 from starlette.types import Receive, Scope, Send
 
-from tests.fakes.upstream import RecordedRequest, _read_body, _respond
+from tests.fakes.asgi_replies import read_body as _read_body
+from tests.fakes.asgi_replies import respond as _respond
+from tests.fakes.upstream import RecordedRequest
 
 
 def vector(text: str) -> list[float]:

@@ -35,7 +35,9 @@ REASONING_TOKENS = 7
 
 
 async def serve_responses(app: FakeUpstreamApp, raw: bytes, send: Send, api_key: str = "") -> None:
-    from tests.fakes.upstream import _error_body, _respond, stream_events
+    from tests.fakes.asgi_replies import error_body as _error_body
+    from tests.fakes.asgi_replies import respond as _respond
+    from tests.fakes.reply_plan import stream_events
 
     try:
         body = orjson.loads(raw)
@@ -74,7 +76,7 @@ async def serve_responses(app: FakeUpstreamApp, raw: bytes, send: Send, api_key:
 
 
 async def _serve_today(stream: bool, send: Send) -> None:
-    from tests.fakes.upstream import _respond
+    from tests.fakes.asgi_replies import respond as _respond
 
     if not stream:
         await _respond(send, 200, orjson.dumps(today_responses.response()))

@@ -10,11 +10,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import re
 import socket
 import threading
 from collections import deque
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -26,16 +25,6 @@ from adapters.tokens import TokenCounter
 from adapters.types import (
     ChatRequest,
     ChatResponse,
-    StopReason,
-    StreamEnd,
-    StreamEvent,
-    StreamStart,
-    TextDelta,
-    TextPart,
-    ToolCallDelta,
-    ToolCallStart,
-    ToolResultPart,
-    ToolUsePart,
     Usage,
 )
 from adapters.wire import anthropic as anthropic_wire
@@ -43,12 +32,26 @@ from adapters.wire import openai as openai_wire
 from adapters.wire.anthropic import AnthropicStreamEncoder
 from adapters.wire.codec import codec_for
 from adapters.wire.openai import OpenAIStreamEncoder
-from tests.fakes import today
+from tests.fakes.asgi_replies import (
+    Receive,
+    Send,
+    error_body,
+    error_type,
+    read_body,
+    respond,
+    serve_today,
+)
+from tests.fakes.reply_plan import (
+    SLOW,
+    SLOW_CHUNK_S,
+    STATUS,
+    last_user_text,
+    plan_reply,
+    stream_events,
+)
 from tests.fakes.responses_api import serve_responses
 
 Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 
 class PromptCacheModel(Protocol):
@@ -58,80 +61,6 @@ class PromptCacheModel(Protocol):
         """(uncached_input_tokens, cache_read_tokens, cache_write_tokens), summing to prompt;
         `api_key`: the credential the call came with (provider caches are per key)."""
         ...
-
-
-# one token each in both cl100k_base and o200k_base
-VOCAB = ("The", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog")
-_CALL = re.compile(r"call:([A-Za-z0-9_-]+)")
-_ARGS = re.compile(r"args:(\{[^}]*\})")  # the tool call's arguments, verbatim
-_RELAY = "relay:result"  # after a tool's result, the answer is that result's text
-_WORDS = re.compile(r"words:(\d+)")
-_STATUS = re.compile(r"status:(\d{3})")  # answer this error status (a fault for this call only)
-_MIDSTREAM = "error:midstream"  # today mode: the stream ends in the provider's in-band error
-_MALFORMED = "reply:malformed"  # today mode: a 200 reply that breaks its wire's shape
-_SLOW = "slow:stream"  # this call's stream chunks come SLOW_CHUNK_S apart
-SLOW_CHUNK_S = 0.05
-
-
-@dataclass(frozen=True)
-class Reply:
-    content: tuple[TextPart | ToolUsePart, ...]
-    stop_reason: StopReason
-    output_tokens: int
-    stop_sequence: str | None = None
-
-
-def _last_user_text(req: ChatRequest) -> str:
-    if not req.messages or req.messages[-1].role != "user":
-        return ""
-    return "".join(p.text for p in req.messages[-1].content if isinstance(p, TextPart))
-
-
-def _relayed_result(req: ChatRequest) -> str | None:
-    """The text of the tool results that end the conversation, when its first user message
-    asked for them to be relayed (`relay:result`)."""
-    first = next((m for m in req.messages if m.role == "user"), None)
-    if first is None or not any(
-        isinstance(p, TextPart) and _RELAY in p.text for p in first.content
-    ):
-        return None
-    last = req.messages[-1].content if req.messages else ()
-    results = [p for p in last if isinstance(p, ToolResultPart)]
-    if not results:
-        return None
-    return "".join(c.text for r in results for c in r.content if isinstance(c, TextPart))
-
-
-def plan_reply(req: ChatRequest, counter: TokenCounter, reply_words: int, n: int) -> Reply:
-    """Deterministic reply: a tool call when the last user text says `call:<tool>` and that tool
-    was offered (arguments `{"text": <the user text>}`, or the JSON object after `args:`); after
-    a tool's result, that result's text when the first user text says `relay:result`; else VOCAB
-    words cycled (`words:N` in the text overrides the count), cut at `max_tokens` (length) or
-    at the first stop sequence (stop_sequence)."""
-    relayed = _relayed_result(req)
-    if relayed is not None:
-        tokens = counter.count_text(req.model, relayed)
-        return Reply((TextPart(relayed),), "stop", tokens)
-    text = _last_user_text(req)
-    call = _CALL.search(text)
-    if call and call.group(1) in {t.name for t in req.tools}:
-        given = _ARGS.search(text)
-        args = given.group(1) if given else orjson.dumps({"text": text}).decode()
-        output = counter.count_text(req.model, call.group(1)) + counter.count_text(req.model, args)
-        return Reply((ToolUsePart(f"call_fake_{n:06d}", call.group(1), args),), "tool_use", output)
-    words = _WORDS.search(text)
-    num_words = int(words.group(1)) if words else reply_words
-    enc = counter.encoding(req.model)
-    tokens = enc.encode_ordinary(" ".join(itertools.islice(itertools.cycle(VOCAB), num_words)))
-    stop: StopReason = "stop"
-    if req.max_tokens is not None and len(tokens) > req.max_tokens:
-        tokens, stop = tokens[: req.max_tokens], "length"
-    reply = enc.decode(tokens)
-    for seq in req.stop:
-        if seq in reply:
-            reply = reply[: reply.index(seq)]
-            return Reply((TextPart(reply),), "stop_sequence", len(enc.encode_ordinary(reply)), seq)
-    return Reply((TextPart(reply),), stop, len(tokens))
 
 
 @dataclass(frozen=True)
@@ -194,24 +123,24 @@ class FakeUpstreamApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
-        body = await _read_body(receive)
+        body = await read_body(receive)
         path = scope["path"]
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         with self._lock:
             self.requests.append(RecordedRequest(path, headers, body))
         wire = {"/v1/chat/completions": "openai", "/v1/messages": "anthropic"}.get(path)
         if path == "/v1/models":
-            await _respond(send, 200, self._models())
+            await respond(send, 200, self._models())
             return
         if path == "/health":  # as the bundled engine, vLLM and SGLang: free, no tokens
-            await _respond(send, 200, b"{}")
+            await respond(send, 200, b"{}")
             return
         if path == "/v1/responses":  # tests/fakes/responses_api.py
             key = headers.get("authorization", "")[7:]
             await serve_responses(self, body, send, key)
             return
         if wire is None:
-            await _respond(send, 404, _error_body("openai", "no such route", "not_found"))
+            await respond(send, 404, error_body("openai", "no such route", "not_found"))
             return
         if self.max_concurrent is None:
             await self._serve(wire, body, headers, send)
@@ -234,10 +163,10 @@ class FakeUpstreamApp:
         failure = self._next_failure()
         if failure is not None:
             extra = [(b"retry-after", failure.retry_after.encode())] if failure.retry_after else []
-            await _respond(
+            await respond(
                 send,
                 failure.status,
-                _error_body(wire, failure.message, _error_type(failure.status)),
+                error_body(wire, failure.message, error_type(failure.status)),
                 extra,
             )
             return
@@ -245,7 +174,7 @@ class FakeUpstreamApp:
             headers.get("x-api-key"),
             headers.get("authorization", "")[7:],
         ):
-            await _respond(send, 401, _error_body(wire, "bad api key", "authentication_error"))
+            await respond(send, 401, error_body(wire, "bad api key", "authentication_error"))
             return
         key = headers.get("x-api-key") or headers.get("authorization", "")[7:]
         await self._complete(wire, body, send, key)
@@ -256,26 +185,26 @@ class FakeUpstreamApp:
             codec = codec_for(wire)
             req = codec.decode_request(body)
         except (orjson.JSONDecodeError, WireFormatError) as exc:
-            await _respond(send, 400, _error_body(wire, str(exc), "invalid_request_error"))
+            await respond(send, 400, error_body(wire, str(exc), "invalid_request_error"))
             return
         if self.today:
-            await _serve_today(wire, body, _last_user_text(req), send)
+            await serve_today(wire, body, last_user_text(req), send)
             return
         refusal = self._refusal(wire, req)
         if refusal is not None:
-            await _respond(send, *refusal)
+            await respond(send, *refusal)
             return
         resp = self._reply(wire, body, req, api_key)
         prefill_s = self._prefill_s()
         if prefill_s:
             await asyncio.sleep(prefill_s)
         if req.stream:
-            slow = _SLOW in _last_user_text(req)
+            slow = SLOW in last_user_text(req)
             await self._stream(wire, body, resp, send, SLOW_CHUNK_S if slow else self.chunk_delay_s)
         elif wire == "openai":
-            await _respond(send, 200, orjson.dumps(openai_wire.encode_response(resp)))
+            await respond(send, 200, orjson.dumps(openai_wire.encode_response(resp)))
         else:
-            await _respond(send, 200, orjson.dumps(anthropic_wire.encode_response(resp)))
+            await respond(send, 200, orjson.dumps(anthropic_wire.encode_response(resp)))
 
     def _prefill_s(self) -> float:
         """The last call's prefill time, from a cache that models it (tests.fakes.prompt_cache
@@ -296,10 +225,10 @@ class FakeUpstreamApp:
     def _refusal(self, wire: str, req: ChatRequest) -> tuple[int, bytes] | None:
         """The error this request earns: a `status:NNN` it asks for, or vLLM's 400 for a
         request over the context window."""
-        asked = _STATUS.search(_last_user_text(req))
+        asked = STATUS.search(last_user_text(req))
         if asked is not None:
             status = int(asked.group(1))
-            return status, _error_body(wire, "injected by the request", _error_type(status))
+            return status, error_body(wire, "injected by the request", error_type(status))
         if self.max_model_len is None:
             return None
         prompt = self.counter.count_request(req)
@@ -311,7 +240,7 @@ class FakeUpstreamApp:
             f"requested {total} tokens ({prompt} in the messages, {req.max_tokens} in the "
             "completion). Please reduce the length of the messages or completion."
         )
-        return 400, _error_body(wire, message, "BadRequestError")
+        return 400, error_body(wire, message, "BadRequestError")
 
     def _reply(
         self, wire: str, body: dict[str, Any], req: ChatRequest, api_key: str = ""
@@ -376,85 +305,6 @@ class FakeUpstreamApp:
             if delay_s:
                 await asyncio.sleep(delay_s)
         await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-def stream_events(resp: ChatResponse, counter: TokenCounter) -> list[StreamEvent]:
-    """The reply as canonical events: one text delta per token, tool arguments in two halves."""
-    events: list[StreamEvent] = [StreamStart(resp.id, resp.model)]
-    enc = counter.encoding(resp.model)
-    for index, part in enumerate(resp.content):
-        if isinstance(part, ToolUsePart):
-            half = len(part.arguments_json) // 2
-            events += [
-                ToolCallStart(index, part.id, part.name),
-                ToolCallDelta(index, part.arguments_json[:half]),
-                ToolCallDelta(index, part.arguments_json[half:]),
-            ]
-        else:
-            events += [TextDelta(index, enc.decode([t])) for t in enc.encode_ordinary(part.text)]
-    events.append(StreamEnd(resp.stop_reason, resp.usage, resp.stop_sequence))
-    return events
-
-
-async def _serve_today(wire: str, body: dict[str, Any], text: str, send: Send) -> None:
-    """Today's reply; today's error for a `status:NNN` the request asks for, a stream broken
-    by the provider's in-band error for `error:midstream`, a reply or stream that breaks the
-    wire's shape for `reply:malformed`."""
-    asked = _STATUS.search(text)
-    if asked is not None:
-        await _respond(send, int(asked.group(1)), *today.error_reply(wire, int(asked.group(1))))
-        return
-    malformed = _MALFORMED in text
-    if not body.get("stream"):
-        reply = today.malformed_reply(wire) if malformed else today.reply_body(wire)
-        await _respond(send, 200, orjson.dumps(reply))
-        return
-    head = [(b"content-type", b"text/event-stream")]
-    await send({"type": "http.response.start", "status": 200, "headers": head})
-    frames = today.reply_frames(wire, body)
-    if _MIDSTREAM in text or malformed:
-        frames = today.broken_frames(wire) if _MIDSTREAM in text else today.malformed_frames(wire)
-    for frame in frames:
-        await send({"type": "http.response.body", "body": frame, "more_body": True})
-    await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-async def _read_body(receive: Receive) -> bytes:
-    chunks = []
-    while True:
-        message = await receive()
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body"):
-            return b"".join(chunks)
-
-
-async def _respond(
-    send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None
-) -> None:
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"application/json"), *(headers or [])],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
-
-
-def _error_type(status: int) -> str:
-    return {
-        400: "invalid_request_error",
-        401: "authentication_error",
-        404: "not_found_error",
-        429: "rate_limit_error",
-        529: "overloaded_error",
-    }.get(status, "api_error")
-
-
-def _error_body(wire: str, message: str, type_: str) -> bytes:
-    if wire == "anthropic":
-        return anthropic_wire.encode_error(message, type_)
-    return openai_wire.encode_error(message, type_)
 
 
 class FakeUpstream:
