@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from policies.routing import RoutingPolicy
 from routing.decision import admission_wait_s
 from routing.types import ApiState, ReplicaState, SessionEntry, SessionTable
-from tests.routing.test_router import MODEL, chain, decide, features, index_with, replica
+from tests.routing.snapshots import MODEL, chain, decide, features, index_with, replica
 
 
 def test_wait_is_zero_while_the_new_blocks_fit() -> None:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from policies.routing import RoutingPolicy
 from routing.prefix_index import PrefixIndex
 from routing.types import SessionEntry, SessionTable
-from tests.routing.test_router import chain, decide, features, index_with, replica
+from tests.routing.snapshots import chain, decide, features, index_with, replica
 
 STICKY = SessionTable({"s1": SessionEntry("s1", "selfhost", "a", "a", 99.0, 1600)})
 GATE_1S = RoutingPolicy(venue="selfhost_only", stickiness_gate_s=1.0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from policies.routing import RoutingPolicy
 from routing.types import SessionEntry, SessionTable
-from tests.routing.test_router import chain, decide, features, index_with, replica
+from tests.routing.snapshots import chain, decide, features, index_with, replica
 
 
 def test_a_new_session_takes_a_free_sibling_over_a_full_match() -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from policies.routing import RoutingPolicy
 from routing.types import ReplicaState, RequestFeatures, SessionEntry, SessionTable
-from tests.routing.test_router import MODEL, chain, decide, index_with, replica
+from tests.routing.snapshots import MODEL, chain, decide, index_with, replica
 
 H = chain("s", 4)
 GATE = RoutingPolicy(venue="selfhost_only", stickiness_gate_s=1.0)
