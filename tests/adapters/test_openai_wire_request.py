@@ -1,8 +1,7 @@
-"""OpenAI chat JSON <-> canonical: goldens, round trips, usage rules and field-naming errors."""
+"""OpenAI chat request JSON <-> canonical: the agent-body golden, round trips, roles, tools,
+cache_control, the tool-list memo, and errors that name the JSON path."""
 
 from __future__ import annotations
-
-from typing import Any
 
 import pytest
 
@@ -10,17 +9,14 @@ from adapters.errors import WireFormatError
 from adapters.types import (
     CacheControl,
     ChatRequest,
-    ChatResponse,
     ImagePart,
     Message,
     TextPart,
     ToolResultPart,
     ToolSpec,
     ToolUsePart,
-    Usage,
 )
 from adapters.wire import openai as openai_wire
-from adapters.wire.openai.request import _decode_messages, decode_message
 
 WEATHER_TOOL = {
     "type": "function",
@@ -34,6 +30,7 @@ WEATHER_TOOL = {
         },
     },
 }
+
 
 AGENT_BODY = {
     "model": "gpt-4o-mini",
@@ -261,144 +258,3 @@ def test_tool_list_memo_decodes_as_the_plain_path_with_objects_of_its_own() -> N
     with pytest.raises(WireFormatError) as info:  # errors as the plain decode, nothing kept
         memo.decode([{"type": "function"}])
     assert info.value.field == "tools[0].function"
-
-
-def test_usage_mapping_counts_cache_inside_prompt_tokens() -> None:
-    usage = Usage(input_tokens=100, output_tokens=20, cache_read_tokens=900, cache_write_tokens=50)
-    wire = openai_wire.encode_usage(usage)
-    assert wire == {
-        "prompt_tokens": 1050,
-        "completion_tokens": 20,
-        "total_tokens": 1070,
-        "prompt_tokens_details": {"cached_tokens": 900, "cache_write_tokens": 50},
-    }
-    assert openai_wire.decode_usage(wire) == usage
-    assert openai_wire.decode_usage(
-        {
-            "prompt_tokens": 1000,
-            "completion_tokens": 7,
-            "prompt_tokens_details": {"cached_tokens": 640},
-        }
-    ) == Usage(input_tokens=360, output_tokens=7, cache_read_tokens=640)
-    # LiteLLM's spelling of the same facts
-    assert (
-        openai_wire.decode_usage(
-            {
-                "prompt_tokens": 1050,
-                "completion_tokens": 20,
-                "cache_creation_input_tokens": 50,
-                "cache_read_input_tokens": 900,
-            }
-        )
-        == usage
-    )
-
-
-def test_response_round_trip_with_tool_calls() -> None:
-    resp = ChatResponse(
-        id="chatcmpl-1",
-        model="gpt-4o-mini",
-        content=(TextPart("Checking."), ToolUsePart("call_9", "get_weather", '{"city":"Oslo"}')),
-        stop_reason="tool_use",
-        usage=Usage(10, 5, 2, 0),
-    )
-    wire = openai_wire.encode_response(resp, created=1700000000)
-    assert wire["choices"] == [
-        {
-            "index": 0,
-            "logprobs": None,
-            "finish_reason": "tool_calls",
-            "message": {
-                "role": "assistant",
-                "content": "Checking.",
-                "refusal": None,
-                "tool_calls": [
-                    {
-                        "id": "call_9",
-                        "type": "function",
-                        "function": {"name": "get_weather", "arguments": '{"city":"Oslo"}'},
-                    }
-                ],
-            },
-        }
-    ]
-    assert wire["created"] == 1700000000 and wire["object"] == "chat.completion"
-    assert openai_wire.decode_response(wire) == resp
-
-
-@pytest.mark.parametrize(
-    ("finish", "stop"),
-    [
-        ("stop", "stop"),
-        ("length", "length"),
-        ("tool_calls", "tool_use"),
-        ("function_call", "tool_use"),
-        ("content_filter", "error"),
-    ],
-)
-def test_finish_reason_mapping(finish: str, stop: str) -> None:
-    body = {
-        "id": "x",
-        "model": "m",
-        "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": "a"}, "finish_reason": finish}
-        ],
-    }
-    assert openai_wire.decode_response(body).stop_reason == stop
-
-
-def test_error_body_shape() -> None:
-    import orjson
-
-    assert orjson.loads(
-        openai_wire.encode_error("bad", "invalid_request_error", param="messages[0]")
-    ) == {
-        "error": {
-            "message": "bad",
-            "type": "invalid_request_error",
-            "param": "messages[0]",
-            "code": None,
-        }
-    }
-
-
-_MESSAGE_SHAPES: list[Any] = [
-    {"role": role, "content": content, **extra}
-    for role in ("system", "developer", "user", "assistant", "tool", "critic", 7, None, ["user"])
-    for content in ("hi", "", None, 3, [{"type": "text", "text": "a"}], [{"type": "nope"}])
-    for extra in (
-        {},
-        {"name": "ann"},
-        {"name": 5},
-        {"tool_call_id": "c1"},
-        {"tool_call_id": 9},
-        {"tool_calls": [{"id": "c", "type": "function", "function": {"name": "f"}}]},
-        {"tool_calls": None, "tool_call_id": "c2"},
-        {"tool_calls": "bad"},
-    )
-] + ["text", 3, None, [], {}]
-
-
-def _decoded(decode: Any, raw: list[Any]) -> Any:
-    try:
-        return decode(raw)
-    except WireFormatError as exc:
-        return ("error", exc.field, exc.reason)
-
-
-def _one_by_one(raw: list[Any]) -> list[Message]:
-    return [decode_message(m, f"messages[{i}]") for i, m in enumerate(raw)]
-
-
-@pytest.mark.parametrize("index", range(0, len(_MESSAGE_SHAPES), 7))
-def test_messages_built_directly_equal_decode_message(index: int) -> None:
-    """The shortcut for plain messages builds what `decode_message` builds, and leaves every
-    other shape (and every error) to it: each shape after a plain one."""
-    for shape in _MESSAGE_SHAPES[index : index + 7]:
-        raw = [{"role": "user", "content": "x"}, shape]
-        got, want = _decoded(_decode_messages, raw), _decoded(_one_by_one, raw)
-        assert got == want, shape
-        if not isinstance(got, tuple):
-            assert [type(p) for m in got for p in m.content] == [
-                type(p) for m in want for p in m.content
-            ]
