@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,6 +40,17 @@ def _require_service(name: str, host: str, port: int) -> None:
     if _is_ci():
         pytest.fail(message + " (CI=true: services are required)")
     pytest.skip(message)
+
+
+@pytest.fixture(autouse=True)
+def _sse_not_exiting() -> None:
+    """sse_starlette (the MCP SDK's SSE replies) keeps one process-wide "the server is exiting"
+    flag, which any uvicorn `Server.handle_exit` in the process sets (tests that drive a
+    server's shutdown do) and nothing resets: every later in-process SSE reply would end at
+    once, empty. Each test starts without it, as each process of a real gateway does."""
+    sse = sys.modules.get("sse_starlette.sse")
+    if sse is not None:
+        sse.AppStatus.should_exit = False
 
 
 @pytest.fixture
