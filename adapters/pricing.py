@@ -23,6 +23,8 @@ from adapters.types import Usage
 CACHE_READ_FACTOR = Decimal("0.1")  # provider norm (note C2): a cache read costs 0.1 x input
 CACHE_WRITE_FACTOR = Decimal("1.25")  # a 5-minute cache write costs 1.25 x input
 CACHE_WRITE_1H_FACTOR = Decimal("2")  # a 1-hour cache write costs 2 x input
+# USD per server-side web search where the cost map names none: Anthropic's $10 per 1,000
+WEB_SEARCH_USD = Decimal("0.01")
 
 
 class UnknownPrice(AdapterError):
@@ -42,6 +44,7 @@ class Price:
     cache_read: Decimal
     cache_write: Decimal  # a write with the 5-minute TTL
     cache_write_1h: Decimal  # a write with the 1-hour TTL
+    web_search: Decimal = WEB_SEARCH_USD  # USD per server-side web search, not per token
 
     def heaviest_prompt_token(self, write_ttl: str) -> Decimal:
         """The most one prompt token can cost when the call's cache writes have `write_ttl`
@@ -115,12 +118,17 @@ def price_from_entry(entry: Mapping[str, Any]) -> Price | None:
     read = _decimal(entry.get("cache_read_input_token_cost"))
     write = _decimal(entry.get("cache_creation_input_token_cost"))
     write_1h = _decimal(entry.get("cache_creation_input_token_cost_above_1hr"))
+    search = entry.get("search_context_cost_per_query")
+    per_search = (
+        _decimal(search.get("search_context_size_medium")) if isinstance(search, Mapping) else None
+    )
     return Price(
         input=input_price,
         output=output_price,
         cache_read=read if read is not None else input_price * CACHE_READ_FACTOR,
         cache_write=write if write is not None else input_price * CACHE_WRITE_FACTOR,
         cache_write_1h=write_1h if write_1h is not None else input_price * CACHE_WRITE_1H_FACTOR,
+        web_search=per_search if per_search is not None else WEB_SEARCH_USD,
     )
 
 
@@ -173,6 +181,7 @@ def cost_decimal(usage: Usage, price: Price) -> Decimal:
         + usage.cache_read_tokens * price.cache_read
         + (usage.cache_write_tokens - one_hour) * price.cache_write
         + one_hour * price.cache_write_1h
+        + usage.web_search_requests * price.web_search
     )
 
 
@@ -191,11 +200,15 @@ def cost(usage: Usage, price: Price) -> float:
 
 
 def uncached_cost_decimal(usage: Usage, price: Price) -> Decimal:
-    return usage.prompt_tokens * price.input + usage.output_tokens * price.output
+    return (
+        usage.prompt_tokens * price.input
+        + usage.output_tokens * price.output
+        + usage.web_search_requests * price.web_search
+    )
 
 
 def uncached_cost(usage: Usage, price: Price) -> float:
     """What the same tokens would have cost with no prompt cache: every prompt token at the
-    input price. `uncached_cost - cost` is the money caching saved (negative when writes
-    outweighed reads)."""
+    input price (the searches as priced). `uncached_cost - cost` is the money caching saved
+    (negative when writes outweighed reads)."""
     return float(uncached_cost_decimal(usage, price))

@@ -167,6 +167,9 @@ class Usage:
     # audio among the prompt's and the output's tokens (OpenAI `audio_tokens`)
     audio_input_tokens: int = 0
     audio_output_tokens: int = 0
+    # server-side web searches the provider ran and bills per search, not per token
+    # (Anthropic `server_tool_use.web_search_requests`)
+    web_search_requests: int = 0
 
     @property
     def prompt_tokens(self) -> int:
@@ -187,6 +190,7 @@ class Usage:
             self.reasoning_tokens + other.reasoning_tokens,
             self.audio_input_tokens + other.audio_input_tokens,
             self.audio_output_tokens + other.audio_output_tokens,
+            self.web_search_requests + other.web_search_requests,
         )
 
 

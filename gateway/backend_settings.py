@@ -22,13 +22,15 @@ class Section(BaseModel):
 
 
 class PriceOverride(Section):
-    """USD per million tokens; a missing value keeps the price map's own."""
+    """USD per million tokens (`web_search`: USD per search); a missing value keeps the price
+    map's own."""
 
     input: float | None = Field(default=None, ge=0)
     output: float | None = Field(default=None, ge=0)
     cache_read: float | None = Field(default=None, ge=0)
     cache_write: float | None = Field(default=None, ge=0)  # a 5-minute cache write
     cache_write_1h: float | None = Field(default=None, ge=0)  # a 1-hour cache write
+    web_search: float | None = Field(default=None, ge=0)  # USD per server-side web search
 
 
 class _Backend(Section):

@@ -14,6 +14,7 @@ from adapters.http.upstream import HTTPClient
 from adapters.pricing import (
     CACHE_WRITE_1H_FACTOR,
     CACHE_WRITE_FACTOR,
+    WEB_SEARCH_USD,
     Price,
     PriceBook,
     UnknownPrice,
@@ -159,6 +160,11 @@ def _override(o: PriceOverride, base: Price | None, model: str) -> Price:
         ),
         cache_write_1h=per_token(
             o.cache_write_1h, base.cache_write_1h if base else inp * CACHE_WRITE_1H_FACTOR
+        ),
+        web_search=(
+            Decimal(repr(o.web_search))
+            if o.web_search is not None
+            else (base.web_search if base else WEB_SEARCH_USD)
         ),
     )
 

@@ -229,6 +229,21 @@ def test_usage_mapping_keeps_kinds_apart() -> None:
     assert anthropic_wire.decode_usage(wire) == usage
 
 
+def test_usage_carries_the_web_searches_the_provider_bills() -> None:
+    """`server_tool_use.web_search_requests` is billed per search: decoded, and encoded back
+    for an Anthropic client of a translated reply; web fetches are billed as tokens only."""
+    wire = {
+        "input_tokens": 12,
+        "output_tokens": 41,
+        "server_tool_use": {"web_search_requests": 3, "web_fetch_requests": 2},
+    }
+    usage = anthropic_wire.decode_usage(wire)
+    assert usage == Usage(input_tokens=12, output_tokens=41, web_search_requests=3)
+    assert anthropic_wire.encode_usage(usage)["server_tool_use"] == {"web_search_requests": 3}
+    assert anthropic_wire.decode_usage(anthropic_wire.encode_usage(usage)) == usage
+    assert (usage + usage).web_search_requests == 6
+
+
 def test_response_round_trip_and_stop_reasons() -> None:
     resp = ChatResponse(
         id="msg_1",

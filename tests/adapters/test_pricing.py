@@ -37,7 +37,12 @@ def book() -> PriceBook:
 def test_gpt_4o_mini_from_the_local_map(book: PriceBook) -> None:
     price = book.price_for("gpt-4o-mini")
     assert price == Price(
-        Decimal("1.5E-7"), Decimal("6E-7"), Decimal("7.5E-8"), Decimal("1.875E-7"), Decimal("3E-7")
+        Decimal("1.5E-7"),
+        Decimal("6E-7"),
+        Decimal("7.5E-8"),
+        Decimal("1.875E-7"),
+        Decimal("3E-7"),
+        Decimal("0.025"),  # the map's search_context_cost_per_query
     )  # no write prices in the map: 1.25 x input (5 minutes), 2 x input (1 hour)
     usage = Usage(input_tokens=1_000_000, output_tokens=1_000_000, cache_read_tokens=2_000_000)
     assert cost_decimal(usage, price) == Decimal("0.90")
@@ -124,3 +129,25 @@ def test_the_cost_map_is_litellms_own_without_importing_litellm() -> None:
     assert set(theirs) <= set(ours)
     assert [k for k in theirs if any(ours[k].get(f) != theirs[k].get(f) for f in fields)] == []
     assert any("alias_of" in e for e in ours.values()) is False  # every alias resolved
+
+
+def test_web_searches_cost_per_search(book: PriceBook) -> None:
+    """Anthropic bills a server-side web search at $10 per 1,000, on top of the tokens: the
+    cost map's `search_context_cost_per_query` where it names one, else that price."""
+    mapped = book.price_for("claude-sonnet-4-5")
+    unmapped = book.price_for("my-finetune")
+    assert (mapped.web_search, unmapped.web_search) == (Decimal("0.01"), Decimal("0.01"))
+    usage = Usage(100, 10, web_search_requests=3)
+    # 100 x $3 + 10 x $15 per Mtok, and 3 searches at a cent
+    assert cost_decimal(usage, mapped) == Decimal("0.03045")
+    assert uncached_cost_decimal(usage, mapped) == Decimal("0.03045")  # nothing cached: same
+    searched = PriceBook(
+        {
+            "m": {
+                "input_cost_per_token": 1e-06,
+                "output_cost_per_token": 2e-06,
+                "search_context_cost_per_query": {"search_context_size_medium": 0.025},
+            }
+        }
+    ).price_for("m")
+    assert cost_decimal(Usage(web_search_requests=2), searched) == Decimal("0.050")

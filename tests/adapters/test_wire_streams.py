@@ -261,6 +261,20 @@ def test_anthropic_decoder_takes_late_usage_fields() -> None:
     assert decoder.feed('{"type":"message_stop"}') == [StreamEnd("length", Usage(3, 12, 50, 0))]
 
 
+def test_anthropic_decoder_counts_the_streams_web_searches() -> None:
+    """The search count `message_delta` reports (cumulative, as every usage field there)."""
+    decoder = AnthropicStreamDecoder()
+    decoder.feed(
+        '{"type":"message_start","message":{"id":"m","model":"c","usage":{"input_tokens":3}}}'
+    )
+    decoder.feed(
+        '{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},'
+        '"usage":{"output_tokens":12,"server_tool_use":{"web_search_requests":2}}}'
+    )
+    end = decoder.feed('{"type":"message_stop"}')
+    assert end == [StreamEnd("stop", Usage(3, 12, web_search_requests=2))]
+
+
 def test_a_server_tools_input_is_no_tool_call() -> None:
     """A web search's `server_tool_use` input streams as `input_json_delta` too: the provider
     ran the tool, so no client of another wire may see a call to make."""

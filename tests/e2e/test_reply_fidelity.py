@@ -105,8 +105,9 @@ def test_the_ledger_prices_the_anthropic_writes_by_lifetime(gateway: RunningGate
     _post(gateway, "anthropic", {"max_tokens": 100, "stream": True})
     rows = _ledger_rows(gateway, 2)
     usage = today.ANTHROPIC_USAGE
-    # per million: input 3, reads 0.3, 5 min writes 3.75, 1 h writes 6, output 15
-    cost = (12 * 3 + 5120 * 0.3 + 110 * 3.75 + 200 * 6 + 41 * 15) / 1e6
+    # per million: input 3, reads 0.3, 5 min writes 3.75, 1 h writes 6, output 15; the one
+    # web search at $0.01
+    cost = (12 * 3 + 5120 * 0.3 + 110 * 3.75 + 200 * 6 + 41 * 15) / 1e6 + 0.01
     for row in rows:
         assert (row["input_tokens"], row["output_tokens"]) == (12, usage["output_tokens"])
         assert (row["cache_read_tokens"], row["cache_write_tokens"]) == (5120, 310)

@@ -54,6 +54,7 @@ def decode_usage(usage: Mapping[str, Any] | None) -> Usage:
         cache_read_tokens=usage.get("cache_read_input_tokens") or 0,
         cache_write_tokens=usage.get("cache_creation_input_tokens") or 0,
         cache_write_1h_tokens=one_hour_writes(usage),
+        web_search_requests=web_searches(usage),
     )
 
 
@@ -61,6 +62,13 @@ def one_hour_writes(usage: Mapping[str, Any]) -> int:
     """`cache_creation.ephemeral_1h_input_tokens`: the part of the cache writes with a 1 h TTL."""
     split = usage.get("cache_creation")
     return int(split.get("ephemeral_1h_input_tokens") or 0) if isinstance(split, Mapping) else 0
+
+
+def web_searches(usage: Mapping[str, Any]) -> int:
+    """`server_tool_use.web_search_requests`: the searches the provider bills per search.
+    (`web_fetch_requests` is billed as tokens only, so it is not counted.)"""
+    tools = usage.get("server_tool_use")
+    return int(tools.get("web_search_requests") or 0) if isinstance(tools, Mapping) else 0
 
 
 def encode_usage(usage: Usage) -> dict[str, Any]:
@@ -75,6 +83,8 @@ def encode_usage(usage: Usage) -> dict[str, Any]:
             "ephemeral_5m_input_tokens": usage.cache_write_tokens - usage.cache_write_1h_tokens,
             "ephemeral_1h_input_tokens": usage.cache_write_1h_tokens,
         }
+    if usage.web_search_requests:
+        wire["server_tool_use"] = {"web_search_requests": usage.web_search_requests}
     return wire
 
 

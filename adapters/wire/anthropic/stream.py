@@ -40,6 +40,7 @@ from adapters.wire.anthropic.response import (
     encode_usage,
     message_id,
     one_hour_writes,
+    web_searches,
 )
 
 
@@ -51,6 +52,7 @@ def _usage_update(usage: Usage, wire: dict[str, Any]) -> Usage:
         cache_read_tokens=wire.get("cache_read_input_tokens") or usage.cache_read_tokens,
         cache_write_tokens=wire.get("cache_creation_input_tokens") or usage.cache_write_tokens,
         cache_write_1h_tokens=one_hour_writes(wire) or usage.cache_write_1h_tokens,
+        web_search_requests=web_searches(wire) or usage.web_search_requests,
     )
 
 
