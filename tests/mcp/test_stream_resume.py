@@ -15,27 +15,16 @@ from typing import Any
 import orjson
 from mcp.server.lowlevel.server import Server
 from mcp.server.transport_security import TransportSecuritySettings
-from starlette.types import Message
 
 from gateway.mcp.door import McpDoor
 from gateway.mcp.replay import ReplayEvents
 from gateway.mcp.sessions import TenantSessionManager
-from policies.model import TenantPolicy
+from tests.mcp.asgi_door import Keys, call_door
 from tests.mcp.harness import INITIALIZE
 
-KEYS = {
-    "acme-key": (TenantPolicy(tenant="acme"), "k1"),
-    "acme-key-2": (TenantPolicy(tenant="acme"), "k2"),
-    "globex-key": (TenantPolicy(tenant="globex"), "k1"),
-}
 PING = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
 INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 Event = dict[str, str]  # an SSE event's fields (id, event, data)
-
-
-class Keys:
-    def tenant_for_key(self, key: str) -> tuple[TenantPolicy, str] | None:
-        return KEYS.get(key)
 
 
 def sse_events(body: bytes) -> list[Event]:
@@ -57,49 +46,9 @@ async def exchange(
 ) -> tuple[int, dict[str, str], list[Event]]:
     """One HTTP request through the door: its status, headers and SSE events, read until the
     reply ends or, with `events`, until that many came (then the client goes away)."""
-    raw = {
-        "authorization": f"Bearer {key}",
-        "accept": "application/json, text/event-stream",
-        "content-type": "application/json",
-        **(headers or {}),
-    }
-    scope = {
-        "type": "http",
-        "method": method,
-        "path": "/mcp",
-        "raw_path": b"/mcp",
-        "query_string": b"",
-        "headers": [(k.encode(), v.encode()) for k, v in raw.items()],
-        "scheme": "http",
-        "server": ("127.0.0.1", 80),
-        "client": ("127.0.0.1", 1),
-        "http_version": "1.1",
-        "root_path": "",
-    }
-    payload = orjson.dumps(body) if body is not None else b""
-    out: dict[str, Any] = {"body": b""}
-    sent, gone = False, asyncio.Event()
-
-    async def receive() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": payload, "more_body": False}
-        await gone.wait()
-        return {"type": "http.disconnect"}
-
-    async def send(message: Message) -> None:
-        if message["type"] == "http.response.start":
-            out["status"] = message["status"]
-            out["headers"] = {k.decode(): v.decode() for k, v in message["headers"]}
-        elif message["type"] == "http.response.body":
-            out["body"] += message.get("body", b"")
-            enough = events is not None and len(sse_events(out["body"])) >= events
-            if enough or not message.get("more_body"):
-                gone.set()
-
-    await asyncio.wait_for(door(scope, receive, send), 10)
-    return out["status"], out["headers"], sse_events(out["body"])
+    enough = None if events is None else (lambda body: len(sse_events(body)) >= events)
+    status, got, body = await call_door(door, key, method, body, headers, enough)
+    return status, got, sse_events(body)
 
 
 async def open_session(door: McpDoor, key: str) -> str:

@@ -18,69 +18,17 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from gateway.mcp.door import McpDoor
 from gateway.mcp.sessions import TenantSessionManager
-from policies.model import TenantPolicy
+from tests.mcp.asgi_door import Keys, call_door
 from tests.mcp.harness import INITIALIZE
 
 LIMIT = 2
-KEYS = {
-    "acme-key": (TenantPolicy(tenant="acme"), "k1"),
-    "globex-key": (TenantPolicy(tenant="globex"), "k1"),
-    "acme-key-2": (TenantPolicy(tenant="acme"), "k2"),
-}
-
-
-class Keys:
-    def tenant_for_key(self, key: str) -> tuple[TenantPolicy, str] | None:
-        return KEYS.get(key)
 
 
 async def request(
     door: McpDoor, key: str, method: str = "POST", body: object = INITIALIZE, **headers: str
 ) -> tuple[int, dict[str, str], bytes]:
     """One HTTP request through the door: its status, headers and whole body."""
-    raw = {
-        "authorization": f"Bearer {key}",
-        "accept": "application/json, text/event-stream",
-        "content-type": "application/json",
-        **headers,
-    }
-    scope = {
-        "type": "http",
-        "method": method,
-        "path": "/mcp",
-        "raw_path": b"/mcp",
-        "query_string": b"",
-        "headers": [(k.encode(), v.encode()) for k, v in raw.items()],
-        "scheme": "http",
-        "server": ("127.0.0.1", 80),
-        "client": ("127.0.0.1", 1),
-        "http_version": "1.1",
-        "root_path": "",
-    }
-    payload = orjson.dumps(body) if body is not None else b""
-    sent = False
-    out: dict[str, Any] = {"body": b""}
-    done = asyncio.Event()
-
-    async def receive() -> dict[str, Any]:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": payload, "more_body": False}
-        await done.wait()
-        return {"type": "http.disconnect"}
-
-    async def send(message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            out["status"] = message["status"]
-            out["headers"] = {k.decode(): v.decode() for k, v in message["headers"]}
-        elif message["type"] == "http.response.body":
-            out["body"] += message.get("body", b"")
-            if not message.get("more_body"):
-                done.set()
-
-    await asyncio.wait_for(door(scope, receive, send), 10)
-    return out["status"], out["headers"], out["body"]
+    return await call_door(door, key, method, body, headers)
 
 
 @asynccontextmanager
