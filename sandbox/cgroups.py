@@ -180,12 +180,13 @@ class RunCgroup:
             return [int(line) for line in text.split()]
         return []
 
-    def remove(self) -> None:
-        """Kill what is left, then remove the directories (retried while exiting tasks
-        still hold them)."""
+    def remove(self, wait_s: float = 2.0) -> bool:
+        """Kill what is left, then remove the directories, retried for up to `wait_s` while
+        exiting tasks still hold them; False when one is still held then."""
         self.kill()
+        deadline = time.monotonic() + wait_s
         for folder in self.dirs:
-            for _ in range(200):
+            while True:
                 try:
                     os.rmdir(folder)
                     break
@@ -194,7 +195,10 @@ class RunCgroup:
                 except OSError as exc:
                     if exc.errno != errno.EBUSY:
                         raise
+                    if time.monotonic() >= deadline:
+                        return False
                     time.sleep(0.01)
+        return True
 
     def _file(self, name: str) -> str | None:
         for folder in self.dirs:

@@ -29,6 +29,9 @@ from sandbox.sandbox_argv import SCRATCH_MB, SandboxLayout, bwrap_argv, unshare_
 from sandbox.types import RunOutput, SandboxJob
 
 PROXY_PORT = 3128
+# a run's cgroup still held by its killed tasks after the run: how long it is retried, off the
+# run's reply, before the next runner's sweep of empty `lantern-run-*` cgroups is left to it
+LATE_REMOVE_S = 60.0
 
 
 class LocalRunner:
@@ -55,6 +58,7 @@ class LocalRunner:
         self._cgroup_root = cgroup_root
         self._cgroup_tree: CgroupTree | None = None
         self._cgroup_probed = False
+        self._late_removals: set[asyncio.Task[None]] = set()
 
     @property
     def _layout(self) -> SandboxLayout:
@@ -161,7 +165,20 @@ class LocalRunner:
         try:
             yield group
         finally:
-            await asyncio.to_thread(group.remove)
+            if not await asyncio.to_thread(group.remove):
+                # its killed tasks still exiting (a loaded host): removed off the run's reply
+                late = asyncio.create_task(self._remove_late(group))
+                self._late_removals.add(late)
+                late.add_done_callback(self._late_removals.discard)
+
+    async def _remove_late(self, group: RunCgroup) -> None:
+        try:
+            removed = await asyncio.to_thread(group.remove, LATE_REMOVE_S)
+        except OSError as exc:
+            removed = False
+            self._log.warning("run cgroup %s not removed: %s", group.dirs[0], exc)
+        if not removed:
+            self._log.warning("run cgroup %s still held; left to the sweep", group.dirs[0])
 
     def _environment(self, job: SandboxJob, has_proxy: bool) -> dict[str, str]:
         env = {
