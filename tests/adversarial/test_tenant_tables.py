@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,17 +42,18 @@ from tests.quotas.conftest import delete_prefix
 MAX_ENTRIES = 50
 
 
-@pytest.fixture(params=["memory", "redis"])
-def gateway(
-    request: pytest.FixtureRequest, tmp_path: Path
+@contextmanager
+def two_tenants(
+    request: pytest.FixtureRequest, tmp_path: Path, responses: dict[str, int], tag: str
 ) -> Iterator[tuple[RunningGateway, dict[str, str]]]:
-    """Two tenants (names unique to the run: the Redis store is the machine's); stores of 50."""
+    """Two tenants (names unique to the run: the Redis store is the machine's) of a gateway
+    whose Responses store is `responses`, in process or in Redis (the fixture's param)."""
     run = uuid.uuid4().hex[:8]
-    keys = {f"acme-{run}": f"lt-acme-{run}-key-001", f"globex-{run}": f"lt-globex-{run}-key-01"}
+    keys = {f"acme-{run}": f"lt-acme-{run}-{tag}-01", f"globex-{run}": f"lt-globex-{run}-{tag}"}
     (tmp_path / "policies").mkdir()
     for name, key in keys.items():
         write_policy(tmp_path / "policies", name, key, models=["gpt-4o-mini"])
-    extra: dict[str, Any] = {"responses": {"max_entries": MAX_ENTRIES}}
+    extra: dict[str, Any] = {"responses": responses}
     if request.param == "redis":
         request.getfixturevalue("redis_url")  # skips without a Redis server
         extra["redis_url"] = "redis://127.0.0.1:6379/0"
@@ -64,6 +66,15 @@ def gateway(
             yield running, keys
         finally:
             running.stop()
+
+
+@pytest.fixture(params=["memory", "redis"])
+def gateway(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[tuple[RunningGateway, dict[str, str]]]:
+    """Two tenants; stores of 50 entries."""
+    with two_tenants(request, tmp_path, {"max_entries": MAX_ENTRIES}, "key") as running:
+        yield running
 
 
 def store(client: httpx.Client, key: str, text: str) -> str:
@@ -105,26 +116,10 @@ TURN_TEXT = "lantern " * 25_000  # 200 KB a turn: a chain's stored conversations
 def byte_bound(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> Iterator[tuple[RunningGateway, dict[str, str]]]:
-    """Two tenants (names unique to the run); stores bounded to 1.8 MB, in all in process, per
-    tenant in Redis (10,000 entries: never the bound)."""
-    run = uuid.uuid4().hex[:8]
-    keys = {f"acme-{run}": f"lt-acme-{run}-bytes-01", f"globex-{run}": f"lt-globex-{run}-bytes"}
-    (tmp_path / "policies").mkdir()
-    for name, key in keys.items():
-        write_policy(tmp_path / "policies", name, key, models=["gpt-4o-mini"])
-    extra: dict[str, Any] = {"responses": {"max_bytes": MAX_BYTES}}
-    if request.param == "redis":
-        request.getfixturevalue("redis_url")  # skips without a Redis server
-        extra["redis_url"] = "redis://127.0.0.1:6379/0"
-    with FakeUpstream() as upstream:
-        config = write_config(
-            tmp_path / "lantern.yaml", tmp_path, models_for(upstream)[:1], **extra
-        )
-        running = start_gateway(config)
-        try:
-            yield running, keys
-        finally:
-            running.stop()
+    """Two tenants; stores bounded to 1.8 MB, in all in process, per tenant in Redis (10,000
+    entries: never the bound)."""
+    with two_tenants(request, tmp_path, {"max_bytes": MAX_BYTES}, "bytes") as running:
+        yield running
 
 
 def test_a_chain_of_long_turns_is_held_to_the_stores_bytes(
