@@ -19,6 +19,7 @@ from pydantic import (
     SecretStr,
     ValidationError,
     field_validator,
+    model_validator,
 )
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
@@ -130,6 +131,15 @@ class ReplaySettings(Section):
     # in-process: records in all, past it the tenant holding the most loses its oldest;
     # in Redis: each tenant's records (every process together), past it it loses its oldest
     max_records: int = Field(default=10_000, gt=0)
+    # the same bound on the bytes of the stored replies (records times max_reply_bytes would
+    # be 40 GiB): what holds memory, and one tenant's share of the Redis quotas live in
+    max_bytes: int = Field(default=256 * 1024 * 1024, gt=0)
+
+    @model_validator(mode="after")
+    def _holds_a_whole_reply(self) -> ReplaySettings:
+        if self.max_bytes < self.max_reply_bytes:
+            raise ValueError("replay.max_bytes must be at least replay.max_reply_bytes")
+        return self
 
 
 class ConsoleSettings(Section):

@@ -48,7 +48,9 @@ def build_replay(settings: Settings) -> ReplayParts:
     cfg = settings.replay
     limits = ReplayLimits(cfg.retention_s, cfg.lease_s, cfg.wait_s, cfg.max_reply_bytes)
     if settings.redis_url:
-        shared = RedisReplayStore.from_url(settings.redis_url, cfg.max_records)
+        shared = RedisReplayStore.from_url(
+            settings.redis_url, cfg.max_records, max_bytes=cfg.max_bytes
+        )
         return ReplayParts(ReplayService(shared, limits), None, cfg.sweep_interval_s)
-    memory = MemoryReplayStore(time.monotonic, cfg.max_records)
+    memory = MemoryReplayStore(time.monotonic, cfg.max_records, max_bytes=cfg.max_bytes)
     return ReplayParts(ReplayService(memory, limits), memory, cfg.sweep_interval_s)

@@ -1,6 +1,7 @@
 """Where keyed replies are kept: the `ReplayStore` protocol and the in-process store (one
 process; the reference path of the Redis store, which every process shares), bounded as a
-`TenantTable`: one tenant's burst of keys never pushes out another's records.
+`TenantTable` by records and by the bytes of their entries: one tenant's burst of keys, or of
+large replies, never pushes out another's records.
 
 A claim is decided in one step (nobody runs a key twice); every write is fenced, so an owner
 whose lease ran out and was taken over writes nothing more.
@@ -52,6 +53,7 @@ class _Record:
     expires_at: float
     state: RecordState = "running"
     entries: list[Entry] = field(default_factory=list)
+    num_bytes: int = 0  # of the entries' data: what the table weighs it by
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def notify(self) -> None:
@@ -61,13 +63,22 @@ class _Record:
 
 class MemoryReplayStore:
     """Records in this process's memory; `sweep` (run in the background) drops expired ones.
-    Past `max_records` in all, the tenant holding the most loses its oldest record (a retry
-    of its key then runs again)."""
+    Past `max_records` records or `max_bytes` of their entries in all, the tenant holding the
+    most (records or bytes) loses its oldest record (a retry of its key then runs again)."""
 
-    def __init__(self, clock: Callable[[], float], max_records: int = 10_000) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        max_records: int = 10_000,
+        *,
+        max_bytes: int = 256 * 1024 * 1024,
+    ) -> None:
         self._clock = clock
         self._records: TenantTable[str, _Record] = TenantTable(
-            max_records, on_evict=lambda _key, record: record.notify()
+            max_records,
+            on_evict=lambda _key, record: record.notify(),
+            weigh=_num_bytes,
+            max_weight=max_bytes,
         )
 
     async def claim(self, scope: str, fingerprint: str, lease_s: float, ttl_s: float) -> Claim:
@@ -85,6 +96,7 @@ class MemoryReplayStore:
         found.fence += 1
         found.lease_until, found.expires_at = now + lease_s, now + ttl_s
         found.entries.clear()
+        self._resize(scope, found, 0)
         found.notify()
         return Claim("new", found.fence)
 
@@ -99,11 +111,13 @@ class MemoryReplayStore:
             if entry.kind == "end":
                 record.state = "done" if entry.data == b"done" else "too_large"
                 record.expires_at = now + ttl_s
+        record.lease_until = now + lease_s
         if record.state == "too_large":
             record.entries.clear()
+            self._resize(scope, record, 0)
         else:
             record.entries.extend(entries)
-        record.lease_until = now + lease_s
+            self._resize(scope, record, record.num_bytes + sum(len(e.data) for e in entries))
         record.notify()
         return True
 
@@ -141,6 +155,15 @@ class MemoryReplayStore:
     async def aclose(self) -> None:
         self._records.clear()
 
+    def _resize(self, scope: str, record: _Record, num_bytes: int) -> None:
+        """Weigh the record again after its entries changed: out of the table and back in as
+        the tenant's newest, which may push out the heaviest tenant's oldest records (never
+        this one: `max_bytes` is at least the largest reply stored)."""
+        key = split_scope(scope)
+        del self._records[key]
+        record.num_bytes = num_bytes
+        self._records[key] = record
+
     def _live(self, scope: str, now: float) -> _Record | None:
         key = split_scope(scope)
         record = self._records.get(key)
@@ -154,3 +177,7 @@ class MemoryReplayStore:
         if record is None or record.fence != fence or record.state != "running":
             return None
         return record
+
+
+def _num_bytes(record: _Record) -> int:
+    return record.num_bytes

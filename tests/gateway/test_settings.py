@@ -245,3 +245,14 @@ def test_reference_config_loads() -> None:
         ("claude-sonnet", ["anthropic", "bedrock"]),
     ]
     assert settings.prices["gpt-4o-mini"].cache_read == 0.075
+
+
+def test_the_replay_byte_bound_holds_a_whole_reply(tmp_path: Path) -> None:
+    """A bound smaller than one stored reply would push out the reply being written."""
+    path = tmp_path / "lantern.yaml"
+    path.write_text("replay:\n  max_reply_bytes: 2000\n  max_bytes: 1000\n")
+    with pytest.raises(SettingsError) as caught:
+        load_settings(path)
+    assert "replay.max_bytes must be at least replay.max_reply_bytes" in str(caught.value)
+    path.write_text("replay:\n  max_reply_bytes: 1000\n  max_bytes: 1000\n")
+    assert load_settings(path).replay.max_bytes == 1000

@@ -1,11 +1,13 @@
 """The replay stores keep the same promises, the in-process one (the reference path) and the
 Redis one against the real server: one claim wins, a different request is a mismatch, writes
-are fenced, a lapsed lease is taken over, a reply over the cap is marked, records expire."""
+are fenced, a lapsed lease is taken over, a reply over the cap is marked, records expire, and
+one tenant's records are bounded by count and by bytes without touching another's."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
@@ -143,6 +145,9 @@ def test_redis_store_expires_records_itself(redis_url: str, redis_prefix: str) -
     asyncio.run(main())
 
 
+TENANT_KEYS = {"", ".sizes", ".bytes"}  # the index, its records' sizes and their total
+
+
 async def _keys_of(redis_url: str, prefix: str, tenant: str) -> set[str]:
     client = Redis.from_url(redis_url)
     try:
@@ -179,9 +184,9 @@ def test_redis_store_bounds_each_tenant_and_a_burst_loses_its_own_oldest(
                 assert (await store.claim(f"quiet:k{n}", "fp", 10.0, TTL_S)).kind == "done"
             # the index and the live records' hashes (no entries yet: no streams); nothing else
             kept = {f":k{n}:m" for n in range(96, 100)}
-            assert await _keys_of(redis_url, redis_prefix, "noisy") == {""} | kept
+            assert await _keys_of(redis_url, redis_prefix, "noisy") == TENANT_KEYS | kept
             quiet = {f":k{n}:{part}" for n in range(4) for part in "me"}
-            assert await _keys_of(redis_url, redis_prefix, "quiet") == {""} | quiet
+            assert await _keys_of(redis_url, redis_prefix, "quiet") == TENANT_KEYS | quiet
             assert (await store.claim("noisy:k0", "fp", 10.0, TTL_S)).kind == "new"
         finally:
             await store.aclose()
@@ -211,15 +216,89 @@ def test_redis_store_bound_holds_across_processes(redis_url: str, redis_prefix: 
             assert [c.kind for c in await asyncio.gather(*burst)] == ["new"] * 40
             live = [(await two.read(f"a:burst{n}", 0, 0.0)).state for n in range(40)]
             assert live.count("running") == 5 and live.count(None) == 35
-            assert await _keys_of(redis_url, redis_prefix, "a") == {""} | {
+            assert await _keys_of(redis_url, redis_prefix, "a") == TENANT_KEYS | {
                 f":burst{n}:m" for n, state in enumerate(live) if state == "running"
             }
             for n in range(3):
                 assert (await one.claim(f"b:k{n}", "fp", 10.0, TTL_S)).kind == "done"
             b_keys = {f":k{n}:{part}" for n in range(3) for part in "me"}
-            assert await _keys_of(redis_url, redis_prefix, "b") == {""} | b_keys
+            assert await _keys_of(redis_url, redis_prefix, "b") == TENANT_KEYS | b_keys
         finally:
             await one.aclose()
             await two.aclose()
 
     asyncio.run(main())
+
+
+BIG = b"x" * 2000
+
+
+async def _bytes_bound(store: ReplayStore, noisy_kept: int) -> None:
+    """`max_bytes` 10,000: a tenant keying 2,000-byte replies loses its own oldest records
+    (never the one it is writing), the quiet tenant's 3,000-byte reply stays replayable; a
+    record taken over or over the cap weighs nothing more."""
+    assert (await store.claim("quiet:k", "fp", 10.0, TTL_S)).kind == "new"
+    done = [HEAD, Entry("chunk", b"q" * 3000), Entry("end", b"done")]
+    assert await store.append("quiet:k", 1, done, 10.0, TTL_S)
+    for n in range(10):
+        assert (await store.claim(f"noisy:k{n}", "fp", 10.0, TTL_S)).kind == "new"
+        assert await store.append(f"noisy:k{n}", 1, [HEAD, Entry("chunk", BIG)], 10.0, TTL_S)
+        assert await store.append(f"noisy:k{n}", 1, [Entry("end", b"done")], 10.0, TTL_S)
+    found = [(await store.read(f"noisy:k{n}", 0, 0.0)).state for n in range(10)]
+    assert found == [None] * (10 - noisy_kept) + ["done"] * noisy_kept
+    quiet = await store.read("quiet:k", 0, 0.0)
+    assert (quiet.state, _chunks(quiet)) == ("done", [b"q" * 3000])
+    # the first reply being written pushes out one more; marked too large or released, each
+    # frees its bytes, so the three after it push out nothing
+    for n in range(10, 14):
+        assert (await store.claim(f"noisy:k{n}", "fp", 10.0, TTL_S)).kind == "new"
+        assert await store.append(f"noisy:k{n}", 1, [HEAD, Entry("chunk", BIG)], 10.0, TTL_S)
+        end = Entry("end", b"too_large" if n % 2 else b"done")
+        if n % 2:
+            assert await store.append(f"noisy:k{n}", 1, [end], 10.0, TTL_S)
+        else:
+            await store.release(f"noisy:k{n}", 1)
+    found = [(await store.read(f"noisy:k{n}", 0, 0.0)).state for n in range(10)]
+    assert found == [None] * (11 - noisy_kept) + ["done"] * (noisy_kept - 1)
+
+
+def test_memory_store_bounds_the_bytes_and_the_heaviest_tenant_pays() -> None:
+    """In process the bound is on all tenants together: 3,000 bytes are the quiet tenant's, so
+    the noisy one keeps three of its 2,000-byte replies."""
+    clock = FakeClock()
+    store = MemoryReplayStore(clock, max_records=100, max_bytes=10_000)
+    asyncio.run(_bytes_bound(store, noisy_kept=3))
+
+
+@pytest.mark.redis
+def test_redis_store_bounds_each_tenants_bytes(redis_url: str, redis_prefix: str) -> None:
+    """In Redis the bound is each tenant's, kept by two processes together; the tenant's total
+    is the sum of its live records' entries."""
+
+    async def main() -> None:
+        one = RedisReplayStore.from_url(redis_url, 100, redis_prefix, max_bytes=10_000)
+        two = RedisReplayStore.from_url(redis_url, 100, redis_prefix, max_bytes=10_000)
+        client = Redis.from_url(redis_url)
+        try:
+            await _bytes_bound(_Alternating(one, two), noisy_kept=4)
+            total = int(await client.get(f"{redis_prefix}{{noisy}}.bytes") or b"0")
+            sizes = await client.hgetall(f"{redis_prefix}{{noisy}}.sizes")
+            one_reply = len(HEAD.data) + len(BIG) + len(b"done")
+            assert total == sum(int(v) for v in sizes.values()) == 3 * one_reply
+        finally:
+            await one.aclose()
+            await two.aclose()
+            await client.aclose()
+
+    asyncio.run(main())
+
+
+class _Alternating:
+    """Two stores taking turns, as two gateway processes sharing one Redis."""
+
+    def __init__(self, one: ReplayStore, two: ReplayStore) -> None:
+        self._stores, self._turn = (one, two), 0
+
+    def __getattr__(self, name: str) -> Any:
+        self._turn += 1
+        return getattr(self._stores[self._turn % 2], name)
