@@ -18,13 +18,15 @@ from fastapi.responses import Response
 
 from adapters.backend import RelayedChunk
 from adapters.sse import SSEParser
-from adapters.types import StreamEvent
+from adapters.types import ChatRequest, StreamEvent
 from adapters.wire.responses import (
     ResponsesRequest,
     ResponsesStreamEncoder,
     encode_response,
     envelope,
 )
+from gateway.core.admission import limits_from_policy, reserved_tokens
+from gateway.core.calls import IncomingCall, max_tokens_for, route_for
 from gateway.core.pipeline import Admitted, Pipeline
 from gateway.http.api_schema import OpenAIError, errors, json_body
 from gateway.http.auth import KeyLookup, authenticate
@@ -38,6 +40,9 @@ from gateway.http.sse_reply import SSEReply
 from gateway.http.trace_context import trace_refusal, with_client_trace
 from gateway.responses.input_items import parse_query
 from gateway.responses.turns import Turn, Turns, decode_request, door_error, native_reply
+from policies.model import TenantPolicy
+from quotas.errors import check_never_fits
+from quotas.limits import Ask
 
 Items = StreamEvent | RelayedChunk
 
@@ -114,10 +119,23 @@ class ResponsesRoutes:
             body, request = await anyio.to_thread.run_sync(self._decode, raw)
         else:
             body, request = self._decode(raw)
+        if request.previous_response_id is not None:
+            self._check_policy(caller.tenant, caller.key_id, request)
         session = http.headers.get("x-session-id")
         return await self.turns.begin(
             caller.tenant, caller.key_id, body, request, session, len(raw)
         )
+
+    def _check_policy(self, tenant: TenantPolicy, key_id: str, request: ResponsesRequest) -> None:
+        """The tenant's refusals that need no stored conversation (its model, its output cap, a
+        token quota that the output alone never fits), made before a continuation's
+        conversation is read: a refused tenant costs the gateway nothing of it. The pipeline
+        makes the same checks again on the whole call."""
+        chat = ChatRequest(request.model, (), max_tokens=request.max_output_tokens)
+        probe = IncomingCall("openai", tenant, key_id, chat, {})
+        route_for(self.pipeline.s.models, probe)
+        output = reserved_tokens(0, max_tokens_for(probe), tenant.limits.token_weights)
+        check_never_fits(limits_from_policy(tenant.limits), Ask(output))
 
     def _decode(self, raw: bytes) -> tuple[dict[str, Any], ResponsesRequest]:
         body = parse_object(raw, self.limits.max_depth)

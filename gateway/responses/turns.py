@@ -77,6 +77,36 @@ def translate(
     return chat, openai_wire.encode_request(chat)
 
 
+Prepared = tuple[tuple[Mapping[str, JSON], ...], tuple[str, ...], ChatRequest, dict[str, Any]]
+
+
+def prepare(request: ResponsesRequest, stored: bytes | None, max_items: int) -> Prepared:
+    """The conversation `stored` holds (the bytes of the response `previous_response_id`
+    names, unread), its item ids, and the turn's pipeline request and body, the items held to
+    `max_items` in all; pure, so that a long conversation is read in a worker thread."""
+    history: tuple[Mapping[str, JSON], ...] = ()
+    history_ids: tuple[str, ...] = ()
+    if stored is not None and request.previous_response_id is not None:
+        found = StoredResponse.from_bytes(stored)
+        history = found.conversation
+        history_ids = item_ids(history, found.item_ids, request.previous_response_id)
+    check_items(len(history) + len(request.input_items), max_items)
+    chat, encoded = translate(request, history)
+    return history, history_ids, chat, encoded
+
+
+def check_client_ids(
+    body: Mapping[str, Any], request: ResponsesRequest, session_header: str | None
+) -> None:
+    """The client's identifiers (`identifier` rule), the end user's id named by the field it
+    came in. Cheap: run before any stored conversation is read."""
+    name = "safety_identifier" if body.get("safety_identifier") else "user"
+    probe = ChatRequest(
+        request.model, (), prompt_cache_key=request.prompt_cache_key, user=request.user
+    )
+    check_identifiers("openai", probe, session_header, {name: request.user})
+
+
 class Turns:
     """Builds turns from bodies and keeps answered ones in the tenant's store. A turn whose
     body and stored conversation together reach `offload_bytes` is translated in a worker
@@ -104,22 +134,22 @@ class Turns:
         body_bytes: int,
     ) -> Turn:
         """The turn of a decoded body (`decode_request`); raises WireFormatError,
-        ResponseNotFound or RequestRejected."""
-        history: tuple[Mapping[str, JSON], ...] = ()
-        history_ids: tuple[str, ...] = ()
+        ResponseNotFound or RequestRejected. The client's identifiers are checked before the
+        stored conversation is read, and a long one is read in a worker thread."""
+        check_client_ids(body, request, session_header)
+        stored: bytes | None = None
         num_bytes = body_bytes
         if (previous := request.previous_response_id) is not None:
-            found = await self.lookup(tenant.tenant, previous, "previous_response_id")
-            history, num_bytes = found.conversation, num_bytes + found.num_bytes
-            history_ids = item_ids(history, found.item_ids, previous)
-        check_items(len(history) + len(request.input_items), self.max_items)
+            stored = await self.store.get_bytes(tenant.tenant, previous)
+            if stored is None:
+                raise ResponseNotFound(previous, "previous_response_id")
+            num_bytes += len(stored)
         if num_bytes >= self._offload_bytes:
-            chat, encoded = await anyio.to_thread.run_sync(translate, request, history)
+            history, history_ids, chat, encoded = await anyio.to_thread.run_sync(
+                prepare, request, stored, self.max_items
+            )
         else:
-            chat, encoded = translate(request, history)
-        if body.get("safety_identifier"):  # the end-user id came by this name: named by it
-            user = {"safety_identifier": body["safety_identifier"]}
-            check_identifiers("openai", chat, session_header, user)
+            history, history_ids, chat, encoded = prepare(request, stored, self.max_items)
         native = {**body, "input": [*history, *request.input_items]}
         call = IncomingCall(
             "openai",
@@ -135,14 +165,6 @@ class Turns:
         response_id = "resp_" + uuid4_hex()
         created_at = int(self._wall_clock())
         return Turn(response_id, created_at, request, history, call, history_ids)
-
-    async def lookup(
-        self, tenant: str, response_id: str, field: str | None = None
-    ) -> StoredResponse:
-        found = await self.store.get(tenant, response_id)
-        if found is None:
-            raise ResponseNotFound(response_id, field)
-        return found
 
     async def reply(self, tenant: str, response_id: str) -> Mapping[str, JSON]:
         """The stored reply (`GET /v1/responses/{id}`), its conversation left unread."""

@@ -1,0 +1,216 @@
+"""A `previous_response_id` continuation: the refusals that need no stored conversation (the
+client's identifiers, the tenant's model and output cap) come before it is read, and a long one
+is read off the event loop. Shown without timing, as test_responses_offload shows it for
+bodies: a callback queued on the loop as the store hands the conversation over runs before the
+answer starts (read on the loop, it ran only after). The real app, policies and settings."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import yaml
+
+from adapters.types import JSON
+from gateway.app import create_app
+from gateway.responses.store import ResponseStore, StoredResponse
+from gateway.settings import load_settings
+from gateway.wiring import build_components
+
+KEY = "sk-resp-continue-00000000000000001"
+ITEM = {"type": "message", "role": "user", "content": "spam spam spam"}
+OUTPUT = {
+    "type": "message",
+    "role": "assistant",
+    "content": [{"type": "output_text", "text": "ok"}],
+}
+STORED_ID = "resp_long"
+MAX_ITEMS = 10_000
+# a conversation of MAX_ITEMS items, well over `offload_body_bytes` (256 KiB)
+LONG = StoredResponse(
+    (*[ITEM] * (MAX_ITEMS - 1), OUTPUT), {"id": STORED_ID, "object": "response", "output": [OUTPUT]}
+)
+
+
+class WatchedStore:
+    """The process's store; each read of a conversation is counted, and queues a callback on
+    the loop as its bytes are handed over."""
+
+    def __init__(self, inner: ResponseStore, seen: list[str]) -> None:
+        self.inner = inner
+        self.seen = seen
+        self.reads: list[str] = []
+
+    def _handed_over(self, response_id: str) -> None:
+        self.reads.append(response_id)
+        asyncio.get_running_loop().call_soon(self.seen.append, "loop turn")
+
+    async def put(self, tenant: str, response_id: str, stored: StoredResponse) -> None:
+        await self.inner.put(tenant, response_id, stored)
+
+    async def get(self, tenant: str, response_id: str) -> StoredResponse | None:
+        found = await self.inner.get(tenant, response_id)
+        self._handed_over(response_id)
+        return found
+
+    async def get_bytes(self, tenant: str, response_id: str) -> bytes | None:
+        data = await self.inner.get_bytes(tenant, response_id)
+        self._handed_over(response_id)
+        return data
+
+    async def get_reply(self, tenant: str, response_id: str) -> Mapping[str, JSON] | None:
+        return await self.inner.get_reply(tenant, response_id)
+
+    async def delete(self, tenant: str, response_id: str) -> bool:
+        return await self.inner.delete(tenant, response_id)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def _settings(tmp: Path) -> Any:
+    (tmp / "policies").mkdir()
+    digest = hashlib.sha256(KEY.encode()).hexdigest()
+    policy = {
+        "tenant": "acme",
+        "api_keys": [{"id": "k1", "sha256": digest}],
+        "models": ["gpt-4o-mini"],
+        "limits": {
+            "max_output_tokens": 1000,
+            "on_max_tokens_over": "reject",
+            "tokens_per_minute": 500,
+        },
+    }
+    (tmp / "policies" / "acme.yaml").write_text(yaml.safe_dump(policy))
+    backend = {"kind": "openai_compatible", "base_url": "http://127.0.0.1:9/v1"}
+    config = {
+        "database_url": f"sqlite:///{tmp}/lantern.db",
+        "policy_dir": str(tmp / "policies"),
+        "var_dir": str(tmp),
+        "server_secret": "continue",
+        "http": {"max_messages": MAX_ITEMS},
+        "fleet": {"signal_interval_s": 0, "health_interval_s": 3600},
+        "models": [
+            {"name": name, "backends": [{**backend, "name": f"none-{name}", "model": name}]}
+            for name in ("gpt-4o-mini", "gpt-4o")
+        ],
+    }
+    (tmp / "lantern.yaml").write_text(yaml.safe_dump(config))
+    return load_settings(tmp / "lantern.yaml")
+
+
+async def _continue(tmp: Path, body: dict[str, Any]) -> tuple[list[str], dict[str, Any], list[str]]:
+    """What happened once the stored conversation was handed over (the loop's turn, the
+    answer's start), the answer, and the conversations read."""
+    settings = _settings(tmp)
+    parts = build_components(settings)
+    seen: list[str] = []
+    store = WatchedStore(parts.response_store, seen)
+    parts.response_store = store
+    app = create_app(settings, parts)
+    await parts.start()
+    await store.inner.put("acme", STORED_ID, LONG)
+    raw = orjson.dumps({"previous_response_id": STORED_ID, **body})
+    reply: dict[str, Any] = {}
+    is_sent = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal is_sent
+        if is_sent:
+            await asyncio.Event().wait()  # the client stays; a disconnect never comes
+        is_sent = True
+        return {"type": "http.request", "body": raw, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            seen.append("answer")
+            reply["status"] = message["status"]
+        elif message.get("body"):
+            reply["body"] = orjson.loads(message["body"])
+
+    headers = [
+        (b"authorization", f"Bearer {KEY}".encode()),
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(raw)).encode()),
+    ]
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/responses",
+        "raw_path": b"/v1/responses",
+        "query_string": b"",
+        "root_path": "",
+        "headers": headers,
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8080),
+        "state": {},
+    }
+    try:
+        await app(scope, receive, send)
+        await asyncio.sleep(0)  # a callback still queued runs now
+    finally:
+        await parts.stop()
+    return seen, reply, store.reads
+
+
+def _error(reply: dict[str, Any]) -> tuple[int, str, str, str]:
+    error = reply["body"]["error"]
+    return reply["status"], error["type"], error["code"], error["param"]
+
+
+def test_a_long_stored_conversation_is_read_off_the_loop(tmp_path: Path) -> None:
+    """The conversation and this input pass `max_messages` together: refused once the stored
+    items are counted, which is done in a worker thread, the loop free meanwhile."""
+    body = {"model": "gpt-4o-mini", "input": [ITEM, ITEM], "max_output_tokens": 50}
+    seen, reply, reads = asyncio.run(_continue(tmp_path, body))
+    assert reads == [STORED_ID]
+    assert seen == ["loop turn", "answer"]
+    assert _error(reply) == (400, "invalid_request_error", "max_messages", "input")
+
+
+REFUSED = {  # a refusal that needs no stored conversation: (body, status, code, param)
+    "a model the tenant may not use": ({"model": "gpt-4o"}, 403, "models", "model"),
+    "a model nobody serves": ({"model": "gpt-9"}, 404, "model_not_found", "model"),
+    "output over the tenant's cap": (
+        {"max_output_tokens": 1001},
+        400,
+        "max_output_tokens",
+        "max_output_tokens",
+    ),
+    "output alone over tokens_per_minute": (
+        {"max_output_tokens": 501},
+        400,
+        "tokens_per_minute",
+        None,
+    ),
+    "an unusable safety_identifier": (
+        {"safety_identifier": "end\nuser"},
+        400,
+        "identifier",
+        "safety_identifier",
+    ),
+    "an unusable prompt_cache_key": (
+        {"prompt_cache_key": "k" * 257},
+        400,
+        "identifier",
+        "prompt_cache_key",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_a_refusal_that_needs_no_conversation_never_reads_it(tmp_path: Path, case: str) -> None:
+    extra, status, code, param = REFUSED[case]
+    body = {"model": "gpt-4o-mini", "input": "more", "max_output_tokens": 50, **extra}
+    _, reply, reads = asyncio.run(_continue(tmp_path, body))
+    assert reads == []
+    error = reply["body"]["error"]
+    assert (reply["status"], error["code"], error["param"]) == (status, code, param)
