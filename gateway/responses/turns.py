@@ -14,6 +14,7 @@ import anyio
 
 from adapters.types import JSON, ChatRequest
 from adapters.wire import openai as openai_wire
+from adapters.wire.json_fields import expect
 from adapters.wire.responses import (
     ResponsesRequest,
     check_response_id,
@@ -39,6 +40,7 @@ _FIELDS = {
     "response_format": "text.format",
     "reasoning_effort": "reasoning.effort",
 }
+USER_FIELDS = ("safety_identifier", "user")  # the end user's id, by the names it may come by
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,13 +100,16 @@ def prepare(request: ResponsesRequest, stored: bytes | None, max_items: int) -> 
 def check_client_ids(
     body: Mapping[str, Any], request: ResponsesRequest, session_header: str | None
 ) -> None:
-    """The client's identifiers (`identifier` rule), the end user's id named by the field it
-    came in. Cheap: run before any stored conversation is read."""
-    name = "safety_identifier" if body.get("safety_identifier") else "user"
-    probe = ChatRequest(
-        request.model, (), prompt_cache_key=request.prompt_cache_key, user=request.user
-    )
-    check_identifiers("openai", probe, session_header, {name: request.user})
+    """The client's identifiers (`identifier` rule), the end user's id by each name it came
+    by, named by it. OpenAI's document types both `user` and `safety_identifier` as strings
+    (`user` deprecated for `safety_identifier`, which the call keeps when both came), so a
+    `user` beside a `safety_identifier` is held to the same rules as one alone. Cheap: run
+    before any stored conversation is read."""
+    sent = [(name, body[name]) for name in USER_FIELDS if body.get(name) is not None]
+    for name, value in sent or [("user", None)]:
+        user = None if value is None else expect(value, str, name)
+        probe = ChatRequest(request.model, (), prompt_cache_key=request.prompt_cache_key, user=user)
+        check_identifiers("openai", probe, session_header, {name: user})
 
 
 class Turns:

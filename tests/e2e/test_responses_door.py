@@ -182,6 +182,11 @@ def test_store_false_leaves_nothing(gateway: RunningGateway) -> None:
         ({"safety_identifier": "end\nuser"}, "safety_identifier"),
         ({"safety_identifier": "s" * 257, "user": "u"}, "safety_identifier"),
         ({"user": "u" * 257}, "user"),
+        # `user` is held to the same rules beside a `safety_identifier` (the one the call keeps)
+        ({"safety_identifier": "s", "user": "u" * 257}, "user"),
+        ({"safety_identifier": "s", "user": "end\nuser"}, "user"),
+        ({"safety_identifier": "s", "user": 7}, "user"),
+        ({"user": 7}, "user"),
     ],
 )
 def test_unsupported_parameters_are_400_naming_the_field(
