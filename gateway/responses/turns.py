@@ -163,7 +163,7 @@ class Turns:
             chat,
             encoded,
             session_header,
-            body_bytes=body_bytes,
+            body_bytes=num_bytes,  # what the call weighs: its body and the conversation read
             door=DOOR,
             native_body=native,
         )

@@ -7,7 +7,9 @@ answer starts (read on the loop, it ran only after). The real app, policies and 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,8 +18,10 @@ import orjson
 import pytest
 import yaml
 
-from adapters.types import JSON
+from adapters.types import JSON, ChatRequest
 from gateway.app import create_app
+from gateway.core.measure_lane import MeasureLane
+from gateway.core.token_count import TiktokenCounting
 from gateway.responses.store import ResponseStore, StoredResponse
 from gateway.settings import load_settings
 from gateway.wiring import build_components
@@ -31,9 +35,9 @@ OUTPUT = {
 }
 STORED_ID = "resp_long"
 MAX_ITEMS = 10_000
-# a conversation of MAX_ITEMS items, well over `offload_body_bytes` (256 KiB)
+# a conversation one item short of MAX_ITEMS, well over `offload_body_bytes` (256 KiB)
 LONG = StoredResponse(
-    (*[ITEM] * (MAX_ITEMS - 1), OUTPUT), {"id": STORED_ID, "object": "response", "output": [OUTPUT]}
+    (*[ITEM] * (MAX_ITEMS - 2), OUTPUT), {"id": STORED_ID, "object": "response", "output": [OUTPUT]}
 )
 
 
@@ -84,6 +88,7 @@ def _settings(tmp: Path) -> Any:
             "max_output_tokens": 1000,
             "on_max_tokens_over": "reject",
             "tokens_per_minute": 500,
+            "max_prompt_tokens": 1000,
         },
     }
     (tmp / "policies" / "acme.yaml").write_text(yaml.safe_dump(policy))
@@ -104,11 +109,28 @@ def _settings(tmp: Path) -> Any:
     return load_settings(tmp / "lantern.yaml")
 
 
-async def _continue(tmp: Path, body: dict[str, Any]) -> tuple[list[str], dict[str, Any], list[str]]:
+class ThreadRecordingCounter(TiktokenCounting):
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: list[int] = []
+
+    def count_prompt(self, request: ChatRequest, scope: str = "") -> int:
+        self.threads.append(threading.get_ident())
+        return super().count_prompt(request, scope)
+
+
+async def _continue(
+    tmp: Path, body: dict[str, Any], counter: ThreadRecordingCounter | None = None
+) -> tuple[list[str], dict[str, Any], list[str]]:
     """What happened once the stored conversation was handed over (the loop's turn, the
-    answer's start), the answer, and the conversations read."""
+    answer's start), the answer, and the conversations read; `counter`: the large-call lane's
+    (the pipeline's own counter on the loop)."""
     settings = _settings(tmp)
     parts = build_components(settings)
+    lane = parts.pipeline.s.measure_lane
+    if counter is not None and lane is not None:
+        recording = MeasureLane(lane.prompts, counter, lane.min_body_bytes)
+        parts.pipeline.s = dataclasses.replace(parts.pipeline.s, measure_lane=recording)
     seen: list[str] = []
     store = WatchedStore(parts.response_store, seen)
     parts.response_store = store
@@ -169,11 +191,29 @@ def _error(reply: dict[str, Any]) -> tuple[int, str, str, str]:
 def test_a_long_stored_conversation_is_read_off_the_loop(tmp_path: Path) -> None:
     """The conversation and this input pass `max_messages` together: refused once the stored
     items are counted, which is done in a worker thread, the loop free meanwhile."""
-    body = {"model": "gpt-4o-mini", "input": [ITEM, ITEM], "max_output_tokens": 50}
+    body = {"model": "gpt-4o-mini", "input": [ITEM, ITEM, ITEM], "max_output_tokens": 50}
     seen, reply, reads = asyncio.run(_continue(tmp_path, body))
     assert reads == [STORED_ID]
     assert seen == ["loop turn", "answer"]
     assert _error(reply) == (400, "invalid_request_error", "max_messages", "input")
+
+
+def test_a_long_continuation_is_counted_in_the_large_call_lane(tmp_path: Path) -> None:
+    """A small body continuing a long conversation is a large call: its prompt is prepared
+    and counted in the lane's worker thread (refused here by the tenant's prompt cap once
+    counted), never on the loop."""
+    counter = ThreadRecordingCounter()
+    body = {"model": "gpt-4o-mini", "input": [ITEM], "max_output_tokens": 50}
+    _, reply, reads = asyncio.run(_continue(tmp_path, body, counter))
+    assert reads == [STORED_ID]
+    status, kind, code, param = _error(reply)
+    assert (status, kind, code, param) == (
+        400,
+        "invalid_request_error",
+        "max_prompt_tokens",
+        "input",
+    )
+    assert len(counter.threads) == 1 and threading.get_ident() not in counter.threads
 
 
 REFUSED = {  # a refusal that needs no stored conversation: (body, status, code, param)
