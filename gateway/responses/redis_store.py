@@ -121,9 +121,9 @@ class RedisResponseStore:
         index = self._index(tenant)
         return [self._key(tenant, response_id), index, index + ".sizes", index + ".bytes"]
 
-    async def put(self, tenant: str, response_id: str, stored: StoredResponse) -> None:
+    async def put(self, tenant: str, response_id: str, data: bytes) -> None:
         now_ms = int(self._wall() * 1000)
-        args: list[bytes | str | int] = [stored.to_bytes(), self._ttl_s, now_ms]
+        args: list[bytes | str | int] = [data, self._ttl_s, now_ms]
         args += [self._max_entries, response_id, self._tenant_prefix(tenant), self._max_bytes]
         async with _typed():
             await self._put(keys=self._keys(tenant, response_id), args=args)

@@ -62,7 +62,10 @@ def reply_of(head: bytes) -> Mapping[str, JSON] | None:
 
 
 class ResponseStore(Protocol):
-    async def put(self, tenant: str, response_id: str, stored: StoredResponse) -> None: ...
+    async def put(self, tenant: str, response_id: str, data: bytes) -> None:
+        """Keep `data` (`StoredResponse.to_bytes`, encoded by the caller, so that a long
+        conversation may be encoded in a worker thread)."""
+        ...
 
     async def get(self, tenant: str, response_id: str) -> StoredResponse | None: ...
 
@@ -101,8 +104,8 @@ class MemoryResponseStore:
             max_entries, weigh=_num_bytes, max_weight=max_bytes
         )
 
-    async def put(self, tenant: str, response_id: str, stored: StoredResponse) -> None:
-        self._entries[(tenant, response_id)] = (self._clock() + self._ttl_s, stored.to_bytes())
+    async def put(self, tenant: str, response_id: str, data: bytes) -> None:
+        self._entries[(tenant, response_id)] = (self._clock() + self._ttl_s, data)
 
     async def get(self, tenant: str, response_id: str) -> StoredResponse | None:
         data = self._live(tenant, response_id)

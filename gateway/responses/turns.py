@@ -196,18 +196,28 @@ class Turns:
             raise ResponseNotFound(response_id)
 
     async def remember(self, turn: Turn, reply: Mapping[str, Any]) -> None:
-        """Keep an answered turn (unless the client said `store: false`). A store that fails
-        costs the client its continuation, not the answer it paid for: logged, not raised."""
+        """Keep an answered turn (unless the client said `store: false`), encoded in a worker
+        thread when the turn was large (its whole conversation is written again). A store that
+        fails costs the client its continuation, not the answer it paid for: logged."""
         if not turn.request.store:
             return
-        conversation = (*turn.history, *turn.request.input_items, *reply["output"])
         response_id = str(reply["id"])  # ours, or the upstream's when forwarded natively
-        ids = item_ids(conversation, turn.history_ids, response_id)
-        stored = StoredResponse(conversation, reply, item_ids=ids)
         try:
-            await self.store.put(turn.call.tenant.tenant, response_id, stored)
+            if turn.call.body_bytes >= self._offload_bytes:
+                data = await anyio.to_thread.run_sync(encode_turn, turn, reply)
+            else:
+                data = encode_turn(turn, reply)
+            await self.store.put(turn.call.tenant.tenant, response_id, data)
         except Exception:
             log.exception("could not store response %s", response_id)
+
+
+def encode_turn(turn: Turn, reply: Mapping[str, Any]) -> bytes:
+    """What an answered turn is stored as: its conversation so far (history, input, output),
+    with the items' ids, and the reply; pure, so that a long one is encoded in a thread."""
+    conversation = (*turn.history, *turn.request.input_items, *reply["output"])
+    ids = item_ids(conversation, turn.history_ids, str(reply["id"]))
+    return StoredResponse(conversation, reply, item_ids=ids).to_bytes()
 
 
 def native_reply(turn: Turn, reply: Mapping[str, Any]) -> dict[str, Any]:

@@ -99,9 +99,9 @@ class SlowStore:
     def __init__(self, inner: ResponseStore) -> None:
         self.inner = inner
 
-    async def put(self, tenant: str, response_id: str, stored: StoredResponse) -> None:
+    async def put(self, tenant: str, response_id: str, data: bytes) -> None:
         await asyncio.sleep(0.2)
-        await self.inner.put(tenant, response_id, stored)
+        await self.inner.put(tenant, response_id, data)
 
     async def get(self, tenant: str, response_id: str) -> StoredResponse | None:
         return await self.inner.get(tenant, response_id)

@@ -54,8 +54,8 @@ class WatchedStore:
         self.reads.append(response_id)
         asyncio.get_running_loop().call_soon(self.seen.append, "loop turn")
 
-    async def put(self, tenant: str, response_id: str, stored: StoredResponse) -> None:
-        await self.inner.put(tenant, response_id, stored)
+    async def put(self, tenant: str, response_id: str, data: bytes) -> None:
+        await self.inner.put(tenant, response_id, data)
 
     async def get(self, tenant: str, response_id: str) -> StoredResponse | None:
         found = await self.inner.get(tenant, response_id)
@@ -136,7 +136,7 @@ async def _continue(
     parts.response_store = store
     app = create_app(settings, parts)
     await parts.start()
-    await store.inner.put("acme", STORED_ID, LONG)
+    await store.inner.put("acme", STORED_ID, LONG.to_bytes())
     raw = orjson.dumps({"previous_response_id": STORED_ID, **body})
     reply: dict[str, Any] = {}
     is_sent = False

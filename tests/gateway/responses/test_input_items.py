@@ -122,7 +122,7 @@ def _threads_of_the_parse(offload_bytes: int, monkeypatch: pytest.MonkeyPatch) -
     async def main() -> None:
         loop_thread.append(threading.get_ident())
         store = MemoryResponseStore(ttl_s=60, max_entries=10)
-        await store.put("acme", "resp_r1", OLD)
+        await store.put("acme", "resp_r1", OLD.to_bytes())
         turns = Turns(store, max_items=100, offload_bytes=offload_bytes)
         page = await turns.input_items("acme", "resp_r1", ItemQuery())
         assert len(page["data"]) == len(INPUTS)

@@ -20,7 +20,7 @@ STORED = StoredResponse(ITEMS, {"id": "resp_1", "object": "response", "output": 
 
 
 async def _promises(store: ResponseStore) -> None:
-    await store.put("acme", "resp_1", STORED)
+    await store.put("acme", "resp_1", STORED.to_bytes())
     assert await store.get("acme", "resp_1") == STORED
     assert await store.get_reply("acme", "resp_1") == STORED.response
     assert await store.get("other", "resp_1") is None  # another tenant: as if it never was
@@ -55,7 +55,7 @@ def test_redis_store_sets_the_ttl_on_a_tenant_scoped_key(redis_url: str, redis_p
             redis_url, ttl_s=90, max_entries=10, key_prefix=redis_prefix
         )
         try:
-            await store.put("acme", "resp_9", STORED)
+            await store.put("acme", "resp_9", STORED.to_bytes())
             client = store._client
             keys = sorted(await client.keys(redis_prefix + "*"))
             ttl = await client.ttl(keys[1])
@@ -79,9 +79,9 @@ def test_redis_store_keeps_each_tenant_to_its_bound(redis_url: str, redis_prefix
             redis_url, ttl_s=60, max_entries=3, key_prefix=redis_prefix
         )
         try:
-            await store.put("acme", "a0", STORED)
+            await store.put("acme", "a0", STORED.to_bytes())
             for n in range(5):
-                await store.put("globex", f"g{n}", STORED)
+                await store.put("globex", f"g{n}", STORED.to_bytes())
             kept = [n for n in range(5) if await store.get("globex", f"g{n}") is not None]
             assert kept == [2, 3, 4]  # the oldest two went, with their keys
             assert await store.get("acme", "a0") == STORED
@@ -106,17 +106,17 @@ def test_redis_store_keeps_each_tenant_to_its_bytes(redis_url: str, redis_prefix
         )
         total = f"{redis_prefix}{{globex}}.bytes"
         try:
-            await store.put("acme", "a0", STORED)
+            await store.put("acme", "a0", STORED.to_bytes())
             for n in range(5):
-                await store.put("globex", f"g{n}", STORED)
+                await store.put("globex", f"g{n}", STORED.to_bytes())
             kept = [n for n in range(5) if await store.get("globex", f"g{n}") is not None]
             assert kept == [2, 3, 4]
             assert int(await store._client.get(total)) == 3 * size
-            await store.put("globex", "g4", STORED)  # the same id again: counted once
+            await store.put("globex", "g4", STORED.to_bytes())  # the same id again: counted once
             assert int(await store._client.get(total)) == 3 * size
             assert await store.delete("globex", "g3") is True
             assert int(await store._client.get(total)) == 2 * size
-            await store.put("globex", "g5", STORED)  # fits again: nothing goes
+            await store.put("globex", "g5", STORED.to_bytes())  # fits again: nothing goes
             assert [await store.get("globex", g) is not None for g in ("g2", "g4", "g5")] == [
                 True
             ] * 3
@@ -133,9 +133,9 @@ def test_memory_store_keeps_its_bytes_and_the_quieter_tenants_share() -> None:
     store = MemoryResponseStore(ttl_s=60, max_entries=100, max_bytes=3 * size)
 
     async def main() -> None:
-        await store.put("acme", "a0", STORED)
+        await store.put("acme", "a0", STORED.to_bytes())
         for n in range(5):
-            await store.put("globex", f"g{n}", STORED)
+            await store.put("globex", f"g{n}", STORED.to_bytes())
         kept = [n for n in range(5) if await store.get("globex", f"g{n}") is not None]
         assert kept == [3, 4]  # three responses' bytes in all: acme's one stays
         assert await store.get("acme", "a0") == STORED
@@ -148,11 +148,11 @@ def test_memory_store_expires_and_drops_the_oldest_past_its_bound() -> None:
     store = MemoryResponseStore(ttl_s=30, max_entries=2, clock=lambda: now[0])
 
     async def main() -> None:
-        await store.put("acme", "a", STORED)
+        await store.put("acme", "a", STORED.to_bytes())
         now[0] += 10
-        await store.put("acme", "b", STORED)
+        await store.put("acme", "b", STORED.to_bytes())
         now[0] += 10
-        await store.put("acme", "c", STORED)  # over the bound: "a" goes
+        await store.put("acme", "c", STORED.to_bytes())  # over the bound: "a" goes
         assert await store.get("acme", "a") is None
         assert await store.get("acme", "b") == STORED
         now[0] += 25  # "b" was stored 35 s ago, "c" 25 s ago
@@ -176,7 +176,7 @@ OLD_LAYOUT = orjson.dumps({"conversation": list(ITEMS), "response": STORED.respo
 def test_memory_store_reads_a_reply_without_its_conversation() -> None:
     async def main() -> None:
         store = MemoryResponseStore(ttl_s=60, max_entries=10)
-        await store.put("acme", "resp_1", STORED)
+        await store.put("acme", "resp_1", STORED.to_bytes())
         store._entries[("acme", "resp_1")] = (store._entries[("acme", "resp_1")][0], UNREADABLE)
         assert await store.get_reply("acme", "resp_1") == STORED.response
         with pytest.raises(orjson.JSONDecodeError):
@@ -201,7 +201,7 @@ def test_redis_store_reads_a_reply_without_its_conversation(
             assert await store.get_reply("acme", "resp_1") == STORED.response
             with pytest.raises(orjson.JSONDecodeError):
                 await store.get("acme", "resp_1")
-            await store.put("acme", "long", LONG)
+            await store.put("acme", "long", LONG.to_bytes())
             assert await store.get_reply("acme", "long") == LONG.response
             await store._client.set(key + "old", OLD_LAYOUT)
             assert await store.get_reply("acme", "old") == STORED.response
