@@ -91,7 +91,7 @@ class ResponsesRoutes:
             found = await self.turns.reply(caller.tenant.tenant, response_id)
         except Exception as exc:
             return error_response(exc, "openai")
-        return Response(orjson.dumps(found), 200, media_type="application/json")
+        return Response(found, 200, media_type="application/json")  # as stored, unparsed
 
     async def input_items(self, http: Request, response_id: str) -> Response:
         try:

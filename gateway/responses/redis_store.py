@@ -8,15 +8,14 @@ tenant first. A Redis failure is `ResponseStoreUnavailable`, never Redis's own e
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from adapters.types import JSON
 from gateway.responses.errors import ResponseStoreUnavailable
-from gateway.responses.store import StoredResponse, reply_of
+from gateway.responses.store import StoredResponse, legacy_reply_json, reply_json
 
 KEY_PREFIX = "lantern:resp:"
 REPLY_HEAD_BYTES = 64 * 1024  # what a `GET` reads first: a reply, without its conversation
@@ -139,20 +138,23 @@ class RedisResponseStore:
             return None
         return data if isinstance(data, bytes) else data.encode()
 
-    async def get_reply(self, tenant: str, response_id: str) -> Mapping[str, JSON] | None:
+    async def get_reply(self, tenant: str, response_id: str) -> bytes | None:
         """The reply from the first `REPLY_HEAD_BYTES` of the stored bytes; all of them only
-        for a longer reply or one stored as one object."""
+        for a longer reply (its conversation still unread) or one stored as one object."""
         async with _typed():
             head = await self._client.getrange(
                 self._key(tenant, response_id), 0, REPLY_HEAD_BYTES - 1
             )
         if not head:
             return None
-        reply = reply_of(head if isinstance(head, bytes) else head.encode())
+        reply = reply_json(head if isinstance(head, bytes) else head.encode())
         if reply is not None:
             return reply
-        found = await self.get(tenant, response_id)
-        return None if found is None else found.response
+        data = await self.get_bytes(tenant, response_id)
+        if data is None:
+            return None
+        reply = reply_json(data)
+        return legacy_reply_json(data) if reply is None else reply
 
     async def delete(self, tenant: str, response_id: str) -> bool:
         async with _typed():

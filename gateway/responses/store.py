@@ -51,14 +51,18 @@ class StoredResponse:
         return cls(tuple(orjson.loads(conversation)), orjson.loads(head), len(data), item_ids)
 
 
-def reply_of(head: bytes) -> Mapping[str, JSON] | None:
-    """The reply from the first bytes of a stored response; None when they do not hold all of
-    it (a reply longer than them, or a response stored as one object)."""
-    end = head.find(SEPARATOR)
-    if end < 0:
-        return None
-    reply: Mapping[str, JSON] = orjson.loads(head[:end])
-    return reply
+def reply_json(data: bytes) -> bytes | None:
+    """The reply's JSON, as stored, from the first bytes of a stored response (all of them, or
+    the head a `GET` reads), its conversation left unread; None when they hold no separator
+    (a reply longer than the head, or a response stored as one object)."""
+    end = data.find(SEPARATOR)
+    return data[:end] if end >= 0 else None
+
+
+def legacy_reply_json(data: bytes) -> bytes:
+    """The reply's JSON from all of a response's bytes with no separator: a response stored
+    as one object, before the reply came first."""
+    return orjson.dumps(StoredResponse.from_bytes(data).response)
 
 
 class ResponseStore(Protocol):
@@ -74,8 +78,9 @@ class ResponseStore(Protocol):
         caller may parse a long conversation in a worker thread."""
         ...
 
-    async def get_reply(self, tenant: str, response_id: str) -> Mapping[str, JSON] | None:
-        """The stored reply alone (`StoredResponse.response`), its conversation left unread."""
+    async def get_reply(self, tenant: str, response_id: str) -> bytes | None:
+        """The stored reply alone (`StoredResponse.response`'s JSON, as stored, served as it
+        is), its conversation left unread."""
         ...
 
     async def delete(self, tenant: str, response_id: str) -> bool: ...
@@ -114,12 +119,12 @@ class MemoryResponseStore:
     async def get_bytes(self, tenant: str, response_id: str) -> bytes | None:
         return self._live(tenant, response_id)
 
-    async def get_reply(self, tenant: str, response_id: str) -> Mapping[str, JSON] | None:
+    async def get_reply(self, tenant: str, response_id: str) -> bytes | None:
         data = self._live(tenant, response_id)
         if data is None:
             return None
-        reply = reply_of(data)
-        return StoredResponse.from_bytes(data).response if reply is None else reply
+        reply = reply_json(data)
+        return legacy_reply_json(data) if reply is None else reply
 
     def _live(self, tenant: str, response_id: str) -> bytes | None:
         found = self._entries.get((tenant, response_id))

@@ -171,8 +171,9 @@ class Turns:
         created_at = int(self._wall_clock())
         return Turn(response_id, created_at, request, history, call, history_ids)
 
-    async def reply(self, tenant: str, response_id: str) -> Mapping[str, JSON]:
-        """The stored reply (`GET /v1/responses/{id}`), its conversation left unread."""
+    async def reply(self, tenant: str, response_id: str) -> bytes:
+        """The stored reply's JSON (`GET /v1/responses/{id}`), as stored: neither it nor its
+        conversation is parsed."""
         check_response_id(response_id, PATH_ID)
         found = await self.store.get_reply(tenant, response_id)
         if found is None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -15,7 +15,6 @@ import orjson
 import pytest
 import redis
 
-from adapters.types import JSON
 from gateway.responses.store import ResponseStore, StoredResponse
 from gateway.settings import load_settings
 from gateway.wiring import build_components
@@ -109,7 +108,7 @@ class SlowStore:
     async def get_bytes(self, tenant: str, response_id: str) -> bytes | None:
         return await self.inner.get_bytes(tenant, response_id)
 
-    async def get_reply(self, tenant: str, response_id: str) -> Mapping[str, JSON] | None:
+    async def get_reply(self, tenant: str, response_id: str) -> bytes | None:
         return await self.inner.get_reply(tenant, response_id)
 
     async def delete(self, tenant: str, response_id: str) -> bool:

@@ -10,7 +10,6 @@ import asyncio
 import dataclasses
 import hashlib
 import threading
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ import orjson
 import pytest
 import yaml
 
-from adapters.types import JSON, ChatRequest
+from adapters.types import ChatRequest
 from gateway.app import create_app
 from gateway.core.measure_lane import MeasureLane
 from gateway.core.token_count import TiktokenCounting
@@ -67,7 +66,7 @@ class WatchedStore:
         self._handed_over(response_id)
         return data
 
-    async def get_reply(self, tenant: str, response_id: str) -> Mapping[str, JSON] | None:
+    async def get_reply(self, tenant: str, response_id: str) -> bytes | None:
         return await self.inner.get_reply(tenant, response_id)
 
     async def delete(self, tenant: str, response_id: str) -> bool:

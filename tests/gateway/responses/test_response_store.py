@@ -22,7 +22,7 @@ STORED = StoredResponse(ITEMS, {"id": "resp_1", "object": "response", "output": 
 async def _promises(store: ResponseStore) -> None:
     await store.put("acme", "resp_1", STORED.to_bytes())
     assert await store.get("acme", "resp_1") == STORED
-    assert await store.get_reply("acme", "resp_1") == STORED.response
+    assert await store.get_reply("acme", "resp_1") == orjson.dumps(STORED.response)
     assert await store.get("other", "resp_1") is None  # another tenant: as if it never was
     assert await store.get_reply("other", "resp_1") is None
     assert await store.delete("other", "resp_1") is False
@@ -170,6 +170,8 @@ def test_stored_response_round_trips_through_bytes() -> None:
 # a stored response whose conversation is not JSON at all: reading its reply must not touch it
 UNREADABLE = orjson.dumps(STORED.response) + b"\n" + b"[not json"
 LONG = StoredResponse(ITEMS, {**STORED.response, "instructions": "x" * 100_000})
+# a reply longer than the head a `GET` reads first (huge `instructions`), the same unread rest
+LONG_UNREADABLE = orjson.dumps(LONG.response) + b"\n" + b"[not json" * 100_000
 OLD_LAYOUT = orjson.dumps({"conversation": list(ITEMS), "response": STORED.response})
 
 
@@ -178,9 +180,11 @@ def test_memory_store_reads_a_reply_without_its_conversation() -> None:
         store = MemoryResponseStore(ttl_s=60, max_entries=10)
         await store.put("acme", "resp_1", STORED.to_bytes())
         store._entries[("acme", "resp_1")] = (store._entries[("acme", "resp_1")][0], UNREADABLE)
-        assert await store.get_reply("acme", "resp_1") == STORED.response
+        assert await store.get_reply("acme", "resp_1") == orjson.dumps(STORED.response)
         with pytest.raises(orjson.JSONDecodeError):
             await store.get("acme", "resp_1")
+        await store.put("acme", "long", LONG_UNREADABLE)
+        assert await store.get_reply("acme", "long") == orjson.dumps(LONG.response)
 
     asyncio.run(main())
 
@@ -188,8 +192,9 @@ def test_memory_store_reads_a_reply_without_its_conversation() -> None:
 def test_redis_store_reads_a_reply_without_its_conversation(
     redis_url: str, redis_prefix: str
 ) -> None:
-    """The first 64 KiB only: a reply, its conversation unread; a longer reply, and one
-    stored as one object before this layout, read whole."""
+    """The first 64 KiB only: a reply, its conversation unread; a longer reply read whole,
+    its conversation still unread (served as stored: neither is parsed); one stored as one
+    object before this layout parsed whole."""
 
     async def main() -> None:
         store = RedisResponseStore.from_url(
@@ -198,13 +203,15 @@ def test_redis_store_reads_a_reply_without_its_conversation(
         key = f"{redis_prefix}{{acme}}:"
         try:
             await store._client.set(key + "resp_1", UNREADABLE + b" " * 1_000_000)
-            assert await store.get_reply("acme", "resp_1") == STORED.response
+            assert await store.get_reply("acme", "resp_1") == orjson.dumps(STORED.response)
             with pytest.raises(orjson.JSONDecodeError):
                 await store.get("acme", "resp_1")
             await store.put("acme", "long", LONG.to_bytes())
-            assert await store.get_reply("acme", "long") == LONG.response
+            assert await store.get_reply("acme", "long") == orjson.dumps(LONG.response)
+            await store.put("acme", "long", LONG_UNREADABLE)
+            assert await store.get_reply("acme", "long") == orjson.dumps(LONG.response)
             await store._client.set(key + "old", OLD_LAYOUT)
-            assert await store.get_reply("acme", "old") == STORED.response
+            assert await store.get_reply("acme", "old") == orjson.dumps(STORED.response)
             assert await store.get("acme", "old") == STORED
         finally:
             await store._client.delete(*await store._client.keys(redis_prefix + "*"))
