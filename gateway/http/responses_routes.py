@@ -39,7 +39,14 @@ from gateway.http.responses_schema import ResponseItemList, ResponseObject, Resp
 from gateway.http.sse_reply import SSEReply
 from gateway.http.trace_context import trace_refusal, with_client_trace
 from gateway.responses.input_items import parse_query
-from gateway.responses.turns import Turn, Turns, decode_request, door_error, native_reply
+from gateway.responses.turns import (
+    Turn,
+    Turns,
+    check_reply_query,
+    decode_request,
+    door_error,
+    native_reply,
+)
 from policies.model import TenantPolicy
 from quotas.errors import check_never_fits
 from quotas.limits import Ask
@@ -88,6 +95,7 @@ class ResponsesRoutes:
     async def retrieve(self, http: Request, response_id: str) -> Response:
         try:
             caller = authenticate(http.headers, self.policies)
+            check_reply_query(http.query_params)
             found = await self.turns.reply(caller.tenant.tenant, response_id)
         except Exception as exc:
             return error_response(exc, "openai")
@@ -221,6 +229,13 @@ ITEM_QUERY = [
     {"name": "after", "in": "query", "schema": {"type": "string"}},
     {"name": "include", "in": "query", "schema": {"type": "array", "items": {"type": "string"}}},
 ]
+# `GET /v1/responses/{id}`'s query, as OpenAI's document declares it (`check_reply_query`)
+REPLY_QUERY = [
+    ITEM_QUERY[-1],
+    {"name": "stream", "in": "query", "schema": {"type": "boolean", "enum": [False]}},
+    {"name": "starting_after", "in": "query", "schema": {"type": "integer"}},
+    {"name": "include_obfuscation", "in": "query", "schema": {"type": "boolean"}},
+]
 
 
 def build_responses_router(routes: ResponsesRoutes) -> APIRouter:
@@ -251,9 +266,15 @@ def build_responses_router(routes: ResponsesRoutes) -> APIRouter:
     )
     found: dict[int | str, dict[str, Any]] = {
         200: {"model": ResponseObject},
-        **errors(OpenAIError, 401, 404, 503),
+        **errors(OpenAIError, 400, 401, 404, 503),
     }
-    router.add_api_route("/v1/responses/{response_id}", retrieve, methods=["GET"], responses=found)
+    router.add_api_route(
+        "/v1/responses/{response_id}",
+        retrieve,
+        methods=["GET"],
+        openapi_extra={"parameters": REPLY_QUERY},
+        responses=found,
+    )
     router.add_api_route("/v1/responses/{response_id}", delete, methods=["DELETE"], responses=found)
     listed: dict[int | str, dict[str, Any]] = {
         200: {"model": ResponseItemList},

@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio
 
+from adapters.errors import WireFormatError
 from adapters.types import JSON, ChatRequest
 from adapters.wire import openai as openai_wire
 from adapters.wire.json_fields import expect
@@ -40,6 +41,7 @@ _FIELDS = {
     "response_format": "text.format",
     "reasoning_effort": "reasoning.effort",
 }
+REPLY_QUERY = frozenset({"include", "include[]", "include_obfuscation", "starting_after", "stream"})
 USER_FIELDS = ("safety_identifier", "user")  # the end user's id, by the names it may come by
 
 
@@ -95,6 +97,18 @@ def prepare(request: ResponsesRequest, stored: bytes | None, max_items: int) -> 
     check_items(len(history) + len(request.input_items), max_items)
     chat, encoded = translate(request, history)
     return history, history_ids, chat, encoded
+
+
+def check_reply_query(params: Mapping[str, str]) -> None:
+    """The query of `GET /v1/responses/{id}`, as OpenAI's document declares it: `include` is
+    accepted and changes nothing (the gateway holds no more of a reply than the reply), nor
+    do `include_obfuscation` and `starting_after` without a stream; `stream=true` (streaming a
+    background response again) and any other parameter are a WireFormatError naming it."""
+    for key, value in params.items():
+        if key not in REPLY_QUERY:
+            raise WireFormatError(key, "parameter not supported by this gateway")
+        if key == "stream" and value != "false":
+            raise WireFormatError("stream", "a stored response is not streamed again; omit it")
 
 
 def check_client_ids(

@@ -229,6 +229,25 @@ def test_a_response_id_past_256_characters_is_a_400_that_does_not_echo_it(
     assert (found.status_code, found.json()["error"]["code"]) == (404, "response_not_found")
 
 
+def test_a_stored_response_is_not_streamed_again(gateway: RunningGateway) -> None:
+    """`GET /v1/responses/{id}`'s query as OpenAI's document declares it: `include` changes
+    nothing; `stream=true` (which would stream a background response) and an unknown
+    parameter are 400s naming them, never silently answered with the JSON object."""
+    stored = _oai(gateway).responses.create(model="gpt-4o-mini", input="hello words:2")
+    url = f"{gateway.url}/v1/responses/{stored.id}"
+    auth = {"authorization": f"Bearer {ACME_KEY}"}
+    plain = httpx.get(url, headers=auth)
+    assert (plain.status_code, plain.json()["id"]) == (200, stored.id)
+    for query in ({"stream": "false"}, {"include[]": "reasoning.encrypted_content"}):
+        found = httpx.get(url, params=query, headers=auth)
+        assert (found.status_code, found.content) == (200, plain.content), query
+    for query, param in (({"stream": "true"}, "stream"), ({"expand": "output"}, "expand")):
+        refused = httpx.get(url, params=query, headers=auth)
+        assert refused.status_code == 400, query
+        error = refused.json()["error"]
+        assert (error["type"], error["param"]) == ("invalid_request_error", param)
+
+
 def test_tenant_limit_errors_name_the_responses_field(gateway: RunningGateway) -> None:
     with pytest.raises(openai.BadRequestError) as err:
         _oai(gateway).responses.create(
