@@ -73,7 +73,7 @@ def input_page(data: bytes, response_id: str, query: ItemQuery) -> dict[str, Any
     if query.after is not None:
         found = [n for n, i in enumerate(positions) if ids[i] == query.after]
         if not found:
-            raise WireFormatError("after", f"no input item with id {query.after!r}")
+            raise WireFormatError("after", "no input item of this response has this id")
         start = found[0] + 1
     page = positions[start : start + query.limit]
     data_out = [as_resource(stored.conversation[i], ids[i]) for i in page]
