@@ -216,7 +216,10 @@ class Turns:
         fails costs the client its continuation, not the answer it paid for: logged."""
         if not turn.request.store:
             return
-        response_id = str(reply["id"])  # ours, or the upstream's when forwarded natively
+        response_id = addressable(reply.get("id"))  # ours, or a native upstream's
+        if response_id is None:
+            log.warning("response not stored: its reply has no id that GET could name")
+            return
         try:
             if turn.call.body_bytes >= self._offload_bytes:
                 data = await anyio.to_thread.run_sync(encode_turn, turn, reply)
@@ -225,6 +228,15 @@ class Turns:
             await self.store.put(turn.call.tenant.tenant, response_id, data)
         except Exception:
             log.exception("could not store response %s", response_id)
+
+
+def addressable(response_id: Any) -> str | None:
+    """`response_id` if `GET /v1/responses/{id}` could name it (a string of 1 to 256
+    characters: an upstream's reply may carry none, or any)."""
+    try:
+        return check_response_id(response_id, PATH_ID) or None
+    except WireFormatError:
+        return None
 
 
 def encode_turn(turn: Turn, reply: Mapping[str, Any]) -> bytes:

@@ -75,3 +75,22 @@ def test_a_large_turn_is_encoded_in_a_worker_thread(monkeypatch: pytest.MonkeyPa
         assert kept.conversation == (ITEM, OUTPUT, more, {**OUTPUT, "id": "msg_second"})
         suffix = kept.response["id"].removeprefix("resp_")
         assert kept.item_ids == ("msg_first_in0", "msg_out", f"msg_{suffix}_in2", "msg_second")
+
+
+@pytest.mark.parametrize("reply_id", [None, "", 7, "resp_" + "x" * 252])
+def test_a_reply_without_an_id_get_could_name_is_served_unstored(reply_id: object) -> None:
+    """A native upstream's reply carries its own id, or none: one that `GET` could never name
+    is not stored (the client keeps its answer), never a 500."""
+
+    async def main() -> int:
+        store = MemoryResponseStore(ttl_s=60, max_entries=10)
+        turns = Turns(store, max_items=100, offload_bytes=1 << 20)
+        body: dict[str, JSON] = {"model": "gpt-4o-mini", "input": "hi"}
+        request = decode_request(body, 100)
+        turn = await turns.begin(TenantPolicy(tenant="acme"), "k1", body, request, None, 40)
+        reply = {"object": "response", "output": [OUTPUT]}
+        await turns.remember(turn, reply if reply_id is None else {**reply, "id": reply_id})
+        await turns.remember(turn, {**reply, "id": "resp_" + "x" * 251})  # the longest named
+        return len(store)
+
+    assert asyncio.run(main()) == 1
