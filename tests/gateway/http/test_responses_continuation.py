@@ -215,7 +215,7 @@ def test_a_long_continuation_is_counted_in_the_large_call_lane(tmp_path: Path) -
     assert len(counter.threads) == 1 and threading.get_ident() not in counter.threads
 
 
-REFUSED = {  # a refusal that needs no stored conversation: (body, status, code, param)
+REFUSED: dict[str, tuple[dict[str, Any], int, str, str | None]] = {  # body, status, code, param
     "a model the tenant may not use": ({"model": "gpt-4o"}, 403, "models", "model"),
     "a model nobody serves": ({"model": "gpt-9"}, 404, "model_not_found", "model"),
     "output over the tenant's cap": (
