@@ -27,6 +27,7 @@ from gateway.core.identifiers import check_identifiers
 from gateway.errors import RequestRejected
 from gateway.ids import uuid4_hex
 from gateway.responses.errors import ResponseNotFound
+from gateway.responses.gate import READS_PER_TENANT, TenantGate
 from gateway.responses.input_items import ItemQuery, input_page, item_ids
 from gateway.responses.store import ResponseStore, StoredResponse
 from policies.model import TenantPolicy
@@ -129,7 +130,8 @@ def check_client_ids(
 class Turns:
     """Builds turns from bodies and keeps answered ones in the tenant's store. A turn whose
     body and stored conversation together reach `offload_bytes` is translated in a worker
-    thread, so that the loop keeps serving other tenants meanwhile."""
+    thread, so that the loop keeps serving other tenants meanwhile; a tenant's continuations
+    read and expand their conversations `reads_per_tenant` at a time (gate.py)."""
 
     def __init__(
         self,
@@ -137,11 +139,14 @@ class Turns:
         max_items: int,
         offload_bytes: int,
         wall_clock: Callable[[], float] = time.time,
+        reads_per_tenant: int = READS_PER_TENANT,
     ) -> None:
         self.store = store
         self.max_items = max_items
         self._offload_bytes = offload_bytes
         self._wall_clock = wall_clock
+        # a tenant's continuations reading and expanding their conversations, a few at a time
+        self.reading = TenantGate(reads_per_tenant)
 
     async def begin(
         self,
@@ -156,19 +161,18 @@ class Turns:
         ResponseNotFound or RequestRejected. The client's identifiers are checked before the
         stored conversation is read, and a long one is read in a worker thread."""
         check_client_ids(body, request, session_header)
-        stored: bytes | None = None
         num_bytes = body_bytes
-        if (previous := request.previous_response_id) is not None:
-            stored = await self.store.get_bytes(tenant.tenant, previous)
-            if stored is None:
-                raise ResponseNotFound(previous, "previous_response_id")
-            num_bytes += len(stored)
-        if num_bytes >= self._offload_bytes:
-            history, history_ids, chat, encoded = await anyio.to_thread.run_sync(
-                prepare, request, stored, self.max_items
-            )
+        if (previous := request.previous_response_id) is None:
+            history, history_ids, chat, encoded = await self._prepare(request, None, num_bytes)
         else:
-            history, history_ids, chat, encoded = prepare(request, stored, self.max_items)
+            async with self.reading.slot(tenant.tenant):
+                stored = await self.store.get_bytes(tenant.tenant, previous)
+                if stored is None:
+                    raise ResponseNotFound(previous, "previous_response_id")
+                num_bytes += len(stored)
+                history, history_ids, chat, encoded = await self._prepare(
+                    request, stored, num_bytes
+                )
         native = {**body, "input": [*history, *request.input_items]}
         call = IncomingCall(
             "openai",
@@ -184,6 +188,14 @@ class Turns:
         response_id = "resp_" + uuid4_hex()
         created_at = int(self._wall_clock())
         return Turn(response_id, created_at, request, history, call, history_ids)
+
+    async def _prepare(
+        self, request: ResponsesRequest, stored: bytes | None, num_bytes: int
+    ) -> Prepared:
+        """`prepare`, in a worker thread when body and conversation reach `offload_bytes`."""
+        if num_bytes >= self._offload_bytes:
+            return await anyio.to_thread.run_sync(prepare, request, stored, self.max_items)
+        return prepare(request, stored, self.max_items)
 
     async def reply(self, tenant: str, response_id: str) -> bytes:
         """The stored reply's JSON (`GET /v1/responses/{id}`), as stored: neither it nor its

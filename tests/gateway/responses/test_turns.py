@@ -14,6 +14,7 @@ import pytest
 
 from adapters.types import JSON
 from gateway.responses import turns as turns_module
+from gateway.responses.errors import ResponseNotFound
 from gateway.responses.store import MemoryResponseStore, StoredResponse
 from gateway.responses.turns import Turn, Turns, decode_request, encode_turn
 from policies.model import TenantPolicy
@@ -94,3 +95,59 @@ def test_a_reply_without_an_id_get_could_name_is_served_unstored(reply_id: objec
         return len(store)
 
     assert asyncio.run(main()) == 1
+
+
+class HeldStore(MemoryResponseStore):
+    """The in-process store, whose reads of `held`'s conversations wait for `release` (a slow
+    Redis answering a long one); every read is recorded."""
+
+    def __init__(self, held: str) -> None:
+        super().__init__(ttl_s=60, max_entries=10)
+        self.held = held
+        self.release = asyncio.Event()
+        self.reads: list[str] = []
+
+    async def get_bytes(self, tenant: str, response_id: str) -> bytes | None:
+        self.reads.append(tenant)
+        if tenant == self.held:
+            await self.release.wait()
+        return await super().get_bytes(tenant, response_id)
+
+
+def test_a_tenants_continuations_wait_for_its_own_reads_only() -> None:
+    """With one read per tenant: acme's second continuation waits for its first (held by a
+    slow read), globex's goes straight through; the gate's table empties behind them, also
+    after a continuation of an id that is not there."""
+
+    async def main() -> None:
+        store = HeldStore("acme")
+        for tenant in ("acme", "globex"):
+            await store.put(tenant, "resp_first", EARLIER.to_bytes())
+        turns = Turns(store, max_items=100, offload_bytes=1 << 20, reads_per_tenant=1)
+        body: dict[str, JSON] = {
+            "model": "gpt-4o-mini",
+            "input": "more",
+            "previous_response_id": "resp_first",
+        }
+        request = decode_request(body, 100)
+
+        def begin(tenant: str) -> Any:
+            return turns.begin(TenantPolicy(tenant=tenant), "k1", body, request, None, 80)
+
+        first = asyncio.ensure_future(begin("acme"))
+        second = asyncio.ensure_future(begin("acme"))
+        other = await asyncio.wait_for(begin("globex"), timeout=5)
+        assert other.history == EARLIER.conversation
+        assert store.reads == ["acme", "globex"]  # acme's second has not read yet
+        store.release.set()
+        turns_done = await asyncio.wait_for(asyncio.gather(first, second), timeout=5)
+        assert [t.history for t in turns_done] == [EARLIER.conversation] * 2
+        assert store.reads == ["acme", "globex", "acme"] and len(turns.reading) == 0
+        gone = {**body, "previous_response_id": "resp_gone"}
+        with pytest.raises(ResponseNotFound):
+            await turns.begin(
+                TenantPolicy(tenant="acme"), "k1", gone, decode_request(gone, 100), None, 80
+            )
+        assert len(turns.reading) == 0
+
+    asyncio.run(main())
