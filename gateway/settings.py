@@ -154,6 +154,14 @@ class ConsoleSettings(Section):
     login_window_s: float = Field(default=300.0, gt=0)  # ... per window; then 429 till its end
 
 
+class ApiKeySettings(Section):
+    """Keys issued over `/admin/keys` and the console (`docs/console.md`)."""
+
+    # a revoked or expired key stays listed (and its id taken) this long, then is deleted; its
+    # audit rows stay. At most 100 years: the cut-off must fit in a datetime
+    retention_days: int = Field(default=90, gt=0, le=36_500)
+
+
 class Settings(BaseSettings):
     """Everything the process is configured with; built by `load_settings()`."""
 
@@ -180,6 +188,7 @@ class Settings(BaseSettings):
     responses: ResponsesSettings = ResponsesSettings()
     replay: ReplaySettings = ReplaySettings()
     console: ConsoleSettings = ConsoleSettings()
+    api_keys: ApiKeySettings = ApiKeySettings()
     mcp: McpSettings = McpSettings()  # the /mcp door (gateway/mcp/, docs/mcp.md)
     mcp_servers: tuple[McpServerSettings, ...] = ()  # upstream MCP servers tenants may be granted
     prices: dict[str, PriceOverride] = Field(default_factory=dict)  # model -> USD per Mtok

@@ -2,7 +2,9 @@
 budgeted key's spend in its window) refreshed from the database every `poll_interval_s`, so an
 issue, expiry or revocation made on any process takes effect on all of them within two polls.
 A poll reads the keys again only when the admin audit log moved (every change adds a row) and
-every `FULL_RELOAD_POLLS` polls; otherwise one small query, and the budgeted keys' spend.
+every `FULL_RELOAD_POLLS` polls; otherwise one small query, and the budgeted keys' spend. Only
+the keys that may call are read: a revoked or expired one is refused whether held or not. Every
+`PRUNE_INTERVAL` the poll also deletes the keys past their retention (`KeyRecords.prune`).
 
 `KeyChain` answers `tenant_for_key` from the tenant policies' YAML keys first, then from this
 snapshot, narrowing the tenant's policy to the key's model subset.
@@ -23,7 +25,7 @@ from typing import Protocol
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from gateway.apikeys.records import IssuedKey, KeyRecords
+from gateway.apikeys.records import PRUNE_BATCH, IssuedKey, KeyRecords
 from gateway.errors import KeyBudgetExhausted
 from gateway.ledger.daily import spend_since
 from gateway.ledger.models import to_money
@@ -32,6 +34,9 @@ from policies.model import TenantPolicy
 log = logging.getLogger("lantern.apikeys")
 DEFAULT_POLL_INTERVAL_S = 1.0
 FULL_RELOAD_POLLS = 60  # keys re-read even with no audited change (a restore, a manual edit)
+DEFAULT_RETENTION = timedelta(days=90)
+PRUNE_INTERVAL = timedelta(hours=1)  # per process: a prune that finds nothing is one query
+MAX_PRUNED_PER_POLL = 20 * PRUNE_BATCH  # the rest waits for the next interval
 
 
 def window_start(window: str, now: datetime) -> datetime:
@@ -60,8 +65,11 @@ class Keyring:
         sessions: sessionmaker[Session],
         clock: Callable[[], datetime],
         poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
+        retention: timedelta = DEFAULT_RETENTION,
     ) -> None:
         self._records = KeyRecords(sessions, clock)
+        self._retention = retention
+        self._pruned_at: datetime | None = None
         self._sessions = sessions
         self._clock = clock
         self._poll_interval_s = poll_interval_s
@@ -79,10 +87,11 @@ class Keyring:
         """Reload the snapshot; False (the old one kept) while the database cannot answer. The
         keys are read again only when the audit log moved since the last read (or every
         `FULL_RELOAD_POLLS` calls): with thousands of keys a poll stays one small query."""
+        self._prune()
         try:
             mark = self._records.change_mark()
             if mark != self._mark or self._polls_since_read >= FULL_RELOAD_POLLS:
-                by_sha256 = {k.sha256: k for k in self._records.all()}
+                by_sha256 = {k.sha256: k for k in self._records.live()}
                 by_id = {(k.tenant, k.key_id): k for k in by_sha256.values()}
                 self._polls_since_read = 0
             else:
@@ -108,6 +117,24 @@ class Keyring:
     def _run(self) -> None:
         while not self._stop.wait(self._poll_interval_s):
             self.refresh()
+
+    def _prune(self) -> None:
+        """Delete the keys past their retention, once a PRUNE_INTERVAL, a batch at a time (the
+        audit rows make every process read the keys again, once). A prune the database refuses
+        is logged, and the keys are read all the same."""
+        now = self._clock()
+        if self._pruned_at is not None and now - self._pruned_at < PRUNE_INTERVAL:
+            return
+        self._pruned_at = now
+        pruned, batch = 0, PRUNE_BATCH
+        try:
+            while batch == PRUNE_BATCH and pruned < MAX_PRUNED_PER_POLL:
+                batch = self._records.prune(self._retention)
+                pruned += batch
+        except SQLAlchemyError as error:
+            log.warning("pruning api keys failed: %s", type(error).__name__)
+        if pruned:
+            log.info("pruned %d api keys past their %d-day retention", pruned, self._retention.days)
 
     def _spend(self, budgeted: list[IssuedKey]) -> dict[tuple[str, str], Decimal]:
         """Each budgeted key's spend since its window's start, from the daily rollup (a window

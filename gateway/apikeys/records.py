@@ -1,5 +1,7 @@
-"""The `api_keys` and `admin_audit` tables: issue, list, expire and revoke keys, each change
-audited (who, what, when) in the same transaction. Sync database I/O: async callers use a thread.
+"""The `api_keys` and `admin_audit` tables: issue, list, expire, revoke and prune keys, each
+change audited (who, what, when) in the same transaction. Sync database I/O: async callers use a
+thread. A revoked or expired key is kept for its retention period, then deleted (`prune`); the
+audit rows that tell of it stay.
 
 A key is named by (tenant, id), as the ledger's rows are: two tenants may hold the same id.
 The secret is returned once by `issue` and never stored: only its sha256 is.
@@ -11,7 +13,7 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Literal
 
@@ -27,6 +29,8 @@ BUDGET_WINDOWS: tuple[str, ...] = ("day", "week", "month")
 KEY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 TENANT_ID = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 MAX_AUDIT_ROWS = 500
+PRUNE_BATCH = 500  # keys one `prune` deletes at most (one transaction)
+PRUNE_ACTOR = "retention"
 
 
 class KeyRequestInvalid(ValueError):
@@ -130,6 +134,36 @@ class KeyRecords:
             query = query.where(ApiKeyRecord.tenant == tenant)
         with self._sessions() as session:
             return [_issued(r) for r in session.scalars(query)]
+
+    def live(self) -> list[IssuedKey]:
+        """The keys that may call now (neither revoked nor expired): what a gateway loads. Those
+        that may not are refused alike whether loaded or not, so none of them is held."""
+        k = ApiKeyRecord
+        query = sa.select(k).where(
+            k.revoked_at.is_(None), sa.or_(k.expires_at.is_(None), k.expires_at > self._clock())
+        )
+        with self._sessions() as session:
+            return [_issued(r) for r in session.scalars(query)]
+
+    def prune(self, retention: timedelta) -> int:
+        """Delete up to PRUNE_BATCH keys revoked, or expired and issued, more than `retention`
+        ago, each with a `key.prune` audit row; how many. Processes that prune at once delete
+        and audit each key once (the delete of a key gone already removes nothing)."""
+        now = self._clock()
+        cutoff = now - retention
+        k = ApiKeyRecord
+        past = sa.or_(k.revoked_at < cutoff, sa.and_(k.expires_at < cutoff, k.created_at < cutoff))
+        query = sa.select(k.tenant, k.id).where(past).order_by(k.tenant, k.id).limit(PRUNE_BATCH)
+        pruned = 0
+        with self._sessions.begin() as session:
+            for tenant, key_id in session.execute(query).all():
+                one = sa.delete(k).where(k.tenant == tenant, k.id == key_id, past).returning(k.id)
+                if session.execute(one).first() is not None:
+                    detail = {"retention_days": retention.days}
+                    target = f"{tenant}/{key_id}"
+                    session.add(_audit(now, PRUNE_ACTOR, "key.prune", target, detail))
+                    pruned += 1
+        return pruned
 
     def page(
         self, tenant: str | None, after: tuple[str, str] | None, limit: int

@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import httpx
 from sqlalchemy.engine import Engine
@@ -172,7 +172,7 @@ def build_components(
     views = build_admin_views(settings, policies, ledger.engine)
     process = GatewayProcess(pipeline, policies, models, metrics, views, keep_warm=warm)
     process.readiness_checks.extend(ledger.checks)
-    lookup = _add_keyring(process, ledger.engine)
+    lookup = _add_keyring(process, ledger.engine, timedelta(days=settings.api_keys.retention_days))
     _add_tools(process, settings, lookup, ledger.ledger, admission.store, telemetry, clock)
     _add_shared_state(process, settings, clock)
     if settings.redis_url:
@@ -259,15 +259,16 @@ async def _start_fleet(
         parts.sharing.start()
 
 
-def _add_keyring(parts: GatewayProcess, engine: Engine) -> KeyChain:
-    """Issued keys: a snapshot refreshed every second on every process (gateway/apikeys); the
-    lookup every door authenticates with (YAML keys first)."""
+def _add_keyring(parts: GatewayProcess, engine: Engine, retention: timedelta) -> KeyChain:
+    """Issued keys: a snapshot refreshed every second on every process (gateway/apikeys), which
+    also prunes those past `retention`; the lookup every door authenticates with (YAML keys
+    first)."""
 
     def utc_now() -> datetime:
         return datetime.now(UTC)
 
     parts.sessions = session_factory(engine)
-    parts.keyring = Keyring(parts.sessions, utc_now)
+    parts.keyring = Keyring(parts.sessions, utc_now, retention=retention)
     lookup = parts.lookup = KeyChain(parts.policies, parts.keyring, utc_now)
     keyring = parts.keyring
 

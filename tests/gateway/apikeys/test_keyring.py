@@ -18,7 +18,7 @@ from gateway.apikeys.records import (
     KeyRequestInvalid,
 )
 from gateway.errors import KeyBudgetExhausted
-from gateway.ledger.db import create_ledger_engine, migrate, session_factory
+from gateway.ledger.db import session_factory
 from gateway.ledger.models import ApiKeyRecord, UsageRow
 from gateway.ledger.usage_insert import insert_rows
 from policies.model import ApiKeyEntry, TenantPolicy
@@ -44,19 +44,6 @@ class Policies:
 
     def get(self, tenant: str) -> TenantPolicy | None:
         return {"acme": self.acme, "globex": self.globex}.get(tenant)
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def engine(request, tmp_path):
-    url = (
-        request.getfixturevalue("postgres_url")
-        if request.param == "postgres"
-        else f"sqlite:///{tmp_path}/ledger.db"
-    )
-    migrate(url)
-    engine = create_ledger_engine(url)
-    yield engine
-    engine.dispose()
 
 
 def spend(key_id: str, ts: datetime, cost: str, n: int, tenant: str = "acme") -> UsageRow:

@@ -1,0 +1,82 @@
+"""Revoked and expired keys: never loaded into a gateway's keyring, listed for their retention
+period, then deleted with an audit row each (the rows that told of them stay). SQLite and
+PostgreSQL."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from gateway.apikeys.keyring import PRUNE_INTERVAL, Keyring
+from gateway.apikeys.records import KeyRecords, KeyRequest
+from gateway.ledger.db import session_factory
+from tests.gateway.apikeys.test_keyring import NOW, Clock
+
+RETENTION = timedelta(days=90)
+
+
+def test_the_keyring_holds_only_the_keys_that_may_call(engine) -> None:
+    """Every key ever issued was loaded into every process, revoked and expired ones too."""
+    clock = Clock()
+    records = KeyRecords(session_factory(engine), clock)
+    keyring = Keyring(session_factory(engine), clock, retention=RETENTION)
+    for key_id in ("live", "revoked", "expired", "expiring"):
+        records.issue(KeyRequest("acme", key_id), "alice")
+    records.revoke("revoked", "alice")
+    records.expire("expired", NOW, "alice")
+    records.expire("expiring", NOW + timedelta(hours=1), "alice")
+    assert keyring.refresh()
+    assert sorted(keyring.snapshot.by_id) == [("acme", "expiring"), ("acme", "live")]
+    assert len(keyring.snapshot.by_sha256) == 2
+    assert [k.key_id for k in records.all("acme")] == ["expired", "expiring", "live", "revoked"]
+
+
+def test_keys_past_their_retention_are_pruned_and_their_audit_rows_kept(engine) -> None:
+    """Revoked and expired keys stayed in `api_keys` (and the listing) for ever."""
+    clock = Clock()
+    records = KeyRecords(session_factory(engine), clock)
+    keyring = Keyring(session_factory(engine), clock, retention=RETENTION)
+    for tenant, key_id in (("acme", "old"), ("acme", "keep"), ("globex", "old"), ("acme", "x")):
+        records.issue(KeyRequest(tenant, key_id), "alice")
+    records.revoke("old", "alice", tenant="acme")
+    records.expire("old", NOW + timedelta(days=1), "alice", tenant="globex")
+    # issued two days later, expired long ago: its retention runs from its issue
+    clock.now = NOW + timedelta(days=2)
+    records.issue(KeyRequest("acme", "born-expired", expires_at=NOW - timedelta(days=400)), "a")
+    listed = [k.scope for k in records.all()]
+    clock.now = NOW + RETENTION  # acme/old was revoked exactly the retention ago: it stays
+    assert keyring.refresh()
+    assert [k.scope for k in records.all()] == listed
+    clock.now = NOW + RETENTION + PRUNE_INTERVAL
+    assert keyring.refresh()
+    assert [k.scope for k in records.all()] == [
+        ("acme", "born-expired"), ("acme", "keep"), ("acme", "x"), ("globex", "old")
+    ]  # fmt: skip
+    clock.now = NOW + timedelta(days=1) + RETENTION + 2 * PRUNE_INTERVAL
+    assert keyring.refresh()
+    assert [k.scope for k in records.all()] == [("acme", "born-expired"), ("acme", "keep"),
+                                                ("acme", "x")]  # fmt: skip
+    clock.now = NOW + RETENTION + timedelta(days=3)  # past its issue's retention: gone
+    assert keyring.refresh()
+    assert [k.scope for k in records.all()] == [("acme", "keep"), ("acme", "x")]
+    audit = [(a.actor, a.action, a.target) for a in reversed(records.audit_log())]
+    assert audit[-3:] == [
+        ("retention", "key.prune", "acme/old"),
+        ("retention", "key.prune", "globex/old"),
+        ("retention", "key.prune", "acme/born-expired"),
+    ]
+    assert ("alice", "key.revoke", "acme/old") in audit  # what was done to it stays on record
+    assert sum(1 for a in audit if a[1] == "key.issue") == 5
+
+
+def test_a_prune_runs_once_an_interval(engine) -> None:
+    clock = Clock()
+    records = KeyRecords(session_factory(engine), clock)
+    keyring = Keyring(session_factory(engine), clock, retention=RETENTION)
+    records.issue(KeyRequest("acme", "gone"), "alice")
+    records.revoke("gone", "alice")
+    clock.now = NOW + RETENTION - timedelta(minutes=1)
+    assert keyring.refresh()  # pruned: nothing yet; the next prune is an interval away
+    clock.now = NOW + RETENTION + timedelta(minutes=1)
+    assert keyring.refresh() and [k.key_id for k in records.all()] == ["gone"]
+    clock.now = NOW + RETENTION - timedelta(minutes=1) + PRUNE_INTERVAL
+    assert keyring.refresh() and records.all() == []
