@@ -150,7 +150,7 @@ def include_console(
 ) -> None:
     """`/admin/keys` and the web console at `/console`, over the ledger database."""
     assert parts.sessions is not None
-    records = KeyRecords(parts.sessions, lambda: datetime.now(UTC))
+    records = KeyRecords(parts.sessions, _utc_now, settings.api_keys.max_live_per_tenant)
     names = list(parts.models.names())
     limits = BodyLimits.from_settings(settings.http)
     app.include_router(build_keys_router(admin_token, records, parts.policies.get, names, limits))

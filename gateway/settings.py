@@ -160,6 +160,8 @@ class ApiKeySettings(Section):
     # a revoked or expired key stays listed (and its id taken) this long, then is deleted; its
     # audit rows stay. At most 100 years: the cut-off must fit in a datetime
     retention_days: int = Field(default=90, gt=0, le=36_500)
+    # keys a tenant may hold at once (neither revoked nor expired); one more is a 409
+    max_live_per_tenant: int = Field(default=1000, gt=0)
 
 
 class Settings(BaseSettings):

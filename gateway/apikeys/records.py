@@ -31,6 +31,7 @@ TENANT_ID = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 MAX_AUDIT_ROWS = 500
 PRUNE_BATCH = 500  # keys one `prune` deletes at most (one transaction)
 PRUNE_ACTOR = "retention"
+DEFAULT_MAX_LIVE_PER_TENANT = 1000
 
 
 class KeyRequestInvalid(ValueError):
@@ -39,6 +40,10 @@ class KeyRequestInvalid(ValueError):
 
 class KeyIdConflict(KeyRequestInvalid):
     """A key id the tenant already holds, or one several tenants hold named without a tenant."""
+
+
+class KeyLimitReached(KeyRequestInvalid):
+    """The tenant holds as many live keys (neither revoked nor expired) as it may."""
 
 
 class KeyNotFound(LookupError):
@@ -94,12 +99,19 @@ class AuditEntry:
 
 
 class KeyRecords:
-    def __init__(self, sessions: sessionmaker[Session], clock: Callable[[], datetime]) -> None:
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        clock: Callable[[], datetime],
+        max_live_per_tenant: int = DEFAULT_MAX_LIVE_PER_TENANT,
+    ) -> None:
         self._sessions = sessions
         self._clock = clock
+        self._max_live = max_live_per_tenant
 
     def issue(self, request: KeyRequest, actor: str) -> tuple[IssuedKey, str]:
-        """(the stored key, its secret: shown to the caller once)."""
+        """(the stored key, its secret: shown to the caller once); KeyLimitReached when the
+        tenant holds its `max_live_per_tenant` live keys already."""
         _check(request)
         fresh = new_key(request.key_id)
         now = self._clock()
@@ -121,6 +133,8 @@ class KeyRecords:
                 session.add(record)
                 target = f"{request.tenant}/{fresh.key_id}"
                 session.add(_audit(now, actor, "key.issue", target, detail))
+                session.flush()
+                self._check_live(session, request.tenant, now)
         except IntegrityError as error:
             raise KeyIdConflict(
                 f"key id {fresh.key_id!r} is already taken in tenant {request.tenant!r}"
@@ -138,10 +152,7 @@ class KeyRecords:
     def live(self) -> list[IssuedKey]:
         """The keys that may call now (neither revoked nor expired): what a gateway loads. Those
         that may not are refused alike whether loaded or not, so none of them is held."""
-        k = ApiKeyRecord
-        query = sa.select(k).where(
-            k.revoked_at.is_(None), sa.or_(k.expires_at.is_(None), k.expires_at > self._clock())
-        )
+        query = sa.select(ApiKeyRecord).where(_live_at(self._clock()))
         with self._sessions() as session:
             return [_issued(r) for r in session.scalars(query)]
 
@@ -264,12 +275,33 @@ class KeyRecords:
             record = found[0]
             if once and all(getattr(record, name) is not None for name in values):
                 return _issued(record)
+            now = self._clock()
+            was_live = _issued(record).is_usable(now)
             for name, value in values.items():
                 setattr(record, name, value)
             target = f"{record.tenant}/{key_id}"
-            session.add(_audit(self._clock(), actor, action, target, {"at": note}))
+            session.add(_audit(now, actor, action, target, {"at": note}))
             session.flush()
+            if not was_live and _issued(record).is_usable(now):  # an expiry moved ahead
+                self._check_live(session, record.tenant, now)
             return _issued(record)
+
+    def _check_live(self, session: Session, tenant: str, now: datetime) -> None:
+        """KeyLimitReached (the transaction rolls back) once the change just flushed left the
+        tenant more than its live keys. Issues that commit at the same instant on several
+        processes may each pass: the bound is overrun by at most those in flight."""
+        live = sa.select(sa.func.count()).where(ApiKeyRecord.tenant == tenant, _live_at(now))
+        if (session.scalar(live) or 0) > self._max_live:
+            raise KeyLimitReached(
+                f"tenant {tenant!r} holds {self._max_live} live keys, its most "
+                "(api_keys.max_live_per_tenant): revoke or expire one first"
+            )
+
+
+def _live_at(now: datetime) -> sa.ColumnElement[bool]:
+    """The keys that may call at `now`: neither revoked nor expired."""
+    k = ApiKeyRecord
+    return sa.and_(k.revoked_at.is_(None), sa.or_(k.expires_at.is_(None), k.expires_at > now))
 
 
 def _check_tenant(tenant: str | None) -> None:

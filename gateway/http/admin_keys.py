@@ -3,7 +3,7 @@
 Guarded by the admin token; every change is audited by `KeyRecords`. Database work runs in a
 thread. Bad input is a 400 naming what is accepted; an unknown key id is a 404; a key id the
 tenant already holds (issued or in its YAML), or one several tenants hold named without
-`?tenant=`, is a 409.
+`?tenant=`, is a 409, as is a key past the tenant's bound on live keys.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from gateway.apikeys.records import (
     TENANT_ID,
     IssuedKey,
     KeyIdConflict,
+    KeyLimitReached,
     KeyNotFound,
     KeyRecords,
     KeyRequest,
@@ -205,7 +206,7 @@ def _denied() -> Response:
 def _refusal(exc: Exception) -> Response:
     """A refused key request as the client's error: the doors' 413 for a body over the limit,
     404 for an unknown key, 409 for a key id taken (or shared by tenants and named without
-    one), else 400."""
+    one) or a tenant at its live keys' bound, else 400."""
     if isinstance(exc, BodyTooLarge | ClientGone):
         return error_response(exc, "openai")
     kind = "invalid_request_error"
@@ -213,6 +214,10 @@ def _refusal(exc: Exception) -> Response:
         return json_response(error_body("openai", kind, kind, str(exc), "key_not_found", None), 404)
     if isinstance(exc, KeyIdConflict):
         return json_response(error_body("openai", kind, kind, str(exc), "key_id_taken", None), 409)
+    if isinstance(exc, KeyLimitReached):
+        return json_response(
+            error_body("openai", kind, kind, str(exc), "too_many_keys", "tenant"), 409
+        )
     message = (
         str(exc).splitlines()[0] if not isinstance(exc, ValidationError) else first_problem(exc)
     )
