@@ -7,7 +7,9 @@ the keys that may call are read: a revoked or expired one is refused whether hel
 `PRUNE_INTERVAL` the poll also deletes the keys past their retention (`KeyRecords.prune`).
 
 `KeyChain` answers `tenant_for_key` from the tenant policies' YAML keys first, then from this
-snapshot, narrowing the tenant's policy to the key's model subset.
+snapshot, narrowing the tenant's policy to the key's model subset. A key is named by (tenant,
+id) in the ledger, the quotas and the sessions, so an issued key whose id the tenant's policy
+file also holds (a YAML edit after the issue) is refused: the file's key wins.
 """
 
 from __future__ import annotations
@@ -184,8 +186,8 @@ class KeyChain:
         if not issued.is_usable(self._clock()):
             return None
         policy = self._policies.get(issued.tenant)
-        if policy is None:
-            return None
+        if policy is None or _in_policy(policy, issued.key_id):
+            return None  # its id is the policy file's key's now: the two must not share it
         _check_budget(issued, snapshot.spend_usd.get(issued.scope, Decimal(0)))
         return _narrowed(policy, issued), issued.key_id
 
@@ -197,7 +199,7 @@ class KeyChain:
         policy = self._policies.get(tenant)
         if policy is None:
             return None
-        if any(k.id == key_id for k in policy.api_keys):
+        if _in_policy(policy, key_id):
             return policy
         snapshot = self._keyring.snapshot
         issued = snapshot.by_id.get((tenant, key_id))
@@ -208,6 +210,10 @@ class KeyChain:
         except KeyBudgetExhausted:
             return None
         return _narrowed(policy, issued)
+
+
+def _in_policy(policy: TenantPolicy, key_id: str) -> bool:
+    return any(k.id == key_id for k in policy.api_keys)
 
 
 def _check_budget(issued: IssuedKey, spent: Decimal) -> None:

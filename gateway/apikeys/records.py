@@ -35,7 +35,12 @@ DEFAULT_MAX_LIVE_PER_TENANT = 1000
 
 
 class KeyRequestInvalid(ValueError):
-    """A key request names something that cannot be (unknown tenant, bad id, bad budget)."""
+    """A key request names something that cannot be (unknown tenant, bad id, bad budget);
+    `field`: the field (or query parameter) at fault, where one is."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class KeyIdConflict(KeyRequestInvalid):
@@ -137,7 +142,7 @@ class KeyRecords:
                 self._check_live(session, request.tenant, now)
         except IntegrityError as error:
             raise KeyIdConflict(
-                f"key id {fresh.key_id!r} is already taken in tenant {request.tenant!r}"
+                f"key id {fresh.key_id!r} is already taken in tenant {request.tenant!r}", "id"
             ) from error
         return _issued(record), fresh.key
 
@@ -270,7 +275,8 @@ class KeyRecords:
                 )
             if len(found) > 1:
                 raise KeyIdConflict(
-                    f"key id {key_id!r} is held by several tenants: name the tenant (?tenant=)"
+                    f"key id {key_id!r} is held by several tenants: name the tenant (?tenant=)",
+                    "tenant",
                 )
             record = found[0]
             if once and all(getattr(record, name) is not None for name in values):
@@ -294,7 +300,8 @@ class KeyRecords:
         if (session.scalar(live) or 0) > self._max_live:
             raise KeyLimitReached(
                 f"tenant {tenant!r} holds {self._max_live} live keys, its most "
-                "(api_keys.max_live_per_tenant): revoke or expire one first"
+                "(api_keys.max_live_per_tenant): revoke or expire one first",
+                "tenant",
             )
 
 

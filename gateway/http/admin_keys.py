@@ -9,6 +9,7 @@ tenant already holds (issued or in its YAML), or one several tenants hold named 
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from decimal import Decimal
@@ -37,9 +38,11 @@ from gateway.http.auth import is_admin
 from gateway.http.chat_routes import error_response
 from gateway.http.error_shapes import error_body
 from gateway.http.request_body import BodyLimits, read_body
+from gateway.keys import RandomBytes, generate_key_id
 from policies.model import TenantPolicy
 
 ADMIN_ACTOR = "admin-token"
+MAX_ID_DRAWS = 16  # generated ids tried against the policy file's before giving up
 MAX_KEYS_PAGE = 1000  # keys in one listing: `next_after` names where the next one starts
 LISTING_QUERY = [
     {"name": "limit", "in": "query", "required": False, "schema": {"type": "integer"},
@@ -68,8 +71,10 @@ class KeyExpireBody(BaseModel):
     expires_at: datetime | None = Field(default=None, description="default: now")
 
 
-def key_document(key: IssuedKey) -> dict[str, Any]:
-    """A key as the admin API shows it: never the secret, never the hash."""
+def key_document(key: IssuedKey, tenants: Callable[[str], TenantPolicy | None]) -> dict[str, Any]:
+    """A key as the admin API shows it: never the secret, never the hash. `shadowed`: the
+    tenant's policy file holds a key of the same id, which wins (this key is refused)."""
+    policy = tenants(key.tenant)
     return {
         "id": key.key_id,
         "tenant": key.tenant,
@@ -80,13 +85,19 @@ def key_document(key: IssuedKey) -> dict[str, Any]:
         "revoked_at": key.revoked_at.isoformat() if key.revoked_at else None,
         "created_at": key.created_at.isoformat(),
         "created_by": key.created_by,
+        "shadowed": policy is not None and any(k.id == key.key_id for k in policy.api_keys),
     }
 
 
 def check_key_request(
-    body: KeyIssueBody, tenants: Callable[[str], TenantPolicy | None], model_names: list[str]
+    body: KeyIssueBody,
+    tenants: Callable[[str], TenantPolicy | None],
+    model_names: list[str],
+    random_bytes: RandomBytes = secrets.token_bytes,
 ) -> KeyRequest:
-    """The request, once its tenant and models are known ones (KeyRequestInvalid otherwise)."""
+    """The request, once its tenant and models are known ones (KeyRequestInvalid otherwise),
+    with its key id: the one asked for, which must not be a key of the tenant's policy file
+    (KeyIdConflict), else a fresh one that is none either."""
     policy = tenants(body.tenant)
     if policy is None:
         raise Invalid(
@@ -97,12 +108,23 @@ def check_key_request(
     unknown = [m for m in body.models or () if m not in allowed]
     if unknown:
         raise Invalid(f"models {unknown} are not allowed for {body.tenant}; use {allowed}")
-    if body.id is not None and body.id in {k.id for k in policy.api_keys}:
-        raise KeyIdConflict(f"key id {body.id!r} is already a key of {body.tenant}.yaml")
+    in_policy = {k.id for k in policy.api_keys}
+    if body.id is not None and body.id in in_policy:
+        raise KeyIdConflict(f"key id {body.id!r} is already a key of {body.tenant}.yaml", "id")
+    key_id = body.id or _fresh_key_id(in_policy, random_bytes)
     models = tuple(body.models) if body.models is not None else None
     return KeyRequest(
-        body.tenant, body.id, models, body.budget_usd, body.budget_window, body.expires_at
+        body.tenant, key_id, models, body.budget_usd, body.budget_window, body.expires_at
     )
+
+
+def _fresh_key_id(taken: set[str], random_bytes: RandomBytes) -> str:
+    """A generated key id that no key of the policy file holds (one in 2**32 would)."""
+    for _ in range(MAX_ID_DRAWS):
+        key_id = generate_key_id(random_bytes)
+        if key_id not in taken:
+            return key_id
+    raise KeyIdConflict(f"no fresh key id in {MAX_ID_DRAWS} draws: name one", "id")
 
 
 def build_keys_router(
@@ -128,7 +150,7 @@ def build_keys_router(
             key, secret = await asyncio.to_thread(records.issue, wanted, ADMIN_ACTOR)
         except REFUSALS as exc:
             return _refusal(exc)
-        return json_response({**key_document(key), "key": secret}, 201)
+        return json_response({**key_document(key, tenants), "key": secret}, 201)
 
     @router.get("/admin/keys", responses=answers, openapi_extra={"parameters": LISTING_QUERY})
     async def listing(request: Request, tenant: str | None = None) -> Response:
@@ -140,7 +162,9 @@ def build_keys_router(
         except Invalid as exc:
             return _refusal(exc)
         following = f"{keys[-1].tenant}/{keys[-1].key_id}" if more else None
-        return json_response({"keys": [key_document(k) for k in keys], "next_after": following})
+        return json_response(
+            {"keys": [key_document(k, tenants) for k in keys], "next_after": following}
+        )
 
     @router.post("/admin/keys/{key_id}/expire", responses=answers)
     async def expire(request: Request, key_id: str, tenant: str | None = None) -> Response:
@@ -152,7 +176,7 @@ def build_keys_router(
             key = await asyncio.to_thread(records.expire, key_id, at, ADMIN_ACTOR, tenant)
         except REFUSALS as exc:
             return _refusal(exc)
-        return json_response(key_document(key))
+        return json_response(key_document(key, tenants))
 
     @router.post("/admin/keys/{key_id}/revoke", responses=answers)
     async def revoke(request: Request, key_id: str, tenant: str | None = None) -> Response:
@@ -162,7 +186,7 @@ def build_keys_router(
             key = await asyncio.to_thread(records.revoke, key_id, ADMIN_ACTOR, tenant)
         except (KeyNotFound, KeyIdConflict) as exc:
             return _refusal(exc)
-        return json_response(key_document(key))
+        return json_response(key_document(key, tenants))
 
     return router
 
@@ -212,12 +236,9 @@ def _refusal(exc: Exception) -> Response:
     kind = "invalid_request_error"
     if isinstance(exc, KeyNotFound):
         return json_response(error_body("openai", kind, kind, str(exc), "key_not_found", None), 404)
-    if isinstance(exc, KeyIdConflict):
-        return json_response(error_body("openai", kind, kind, str(exc), "key_id_taken", None), 409)
-    if isinstance(exc, KeyLimitReached):
-        return json_response(
-            error_body("openai", kind, kind, str(exc), "too_many_keys", "tenant"), 409
-        )
+    if isinstance(exc, KeyIdConflict | KeyLimitReached):
+        rule = "key_id_taken" if isinstance(exc, KeyIdConflict) else "too_many_keys"
+        return json_response(error_body("openai", kind, kind, str(exc), rule, exc.field), 409)
     message = (
         str(exc).splitlines()[0] if not isinstance(exc, ValidationError) else first_problem(exc)
     )

@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from starlette.testclient import TestClient
 
 from gateway.apikeys.records import KeyRecords
-from gateway.http.admin_keys import build_keys_router
+from gateway.http.admin_keys import KeyIssueBody, build_keys_router, check_key_request
 from gateway.http.request_body import BodyLimits
 from gateway.ledger.db import create_ledger_engine, migrate, session_factory
 from policies.model import ApiKeyEntry, TenantPolicy
@@ -80,3 +80,29 @@ def test_a_tenant_past_its_live_keys_is_a_409_naming_the_tenant(api: Api) -> Non
     )
     assert api.client.post("/admin/keys/a/revoke", headers=ADMIN).status_code == 200
     assert api.client.post("/admin/keys", json={"tenant": "acme"}, headers=ADMIN).status_code == 201
+
+
+def test_a_key_id_of_the_policy_file_is_never_issued(api: Api) -> None:
+    """A named id of acme.yaml is a 409; a generated id is drawn again until it is none of the
+    file's (the draw did not look at the file: `k` + 8 hex digits could be one)."""
+    reply = api.client.post("/admin/keys", json={"tenant": "acme", "id": "k1"}, headers=ADMIN)
+    assert refused(reply, 409, "key_id_taken", "id") == "key id 'k1' is already a key of acme.yaml"
+    taken = ApiKeyEntry(id="k00000000", sha256="1" * 64)
+    policy = api.tenants.policies["acme"].model_copy(update={"api_keys": (taken,)})
+    api.tenants.policies["acme"] = policy
+    draws = iter([b"\0" * 4, b"\0" * 4, b"\x0a\x0b\x0c\x0d"])
+    body = KeyIssueBody(tenant="acme")
+    wanted = check_key_request(body, api.tenants.get, MODELS, lambda n: next(draws)[:n])
+    assert wanted.key_id == "k0a0b0c0d"
+
+
+def test_the_listing_shows_a_key_the_policy_file_shadows(api: Api) -> None:
+    for key_id in ("bot", "k2"):
+        body = {"tenant": "acme", "id": key_id}
+        assert api.client.post("/admin/keys", json=body, headers=ADMIN).status_code == 201
+    reload = (ApiKeyEntry(id="k1", sha256="0" * 64), ApiKeyEntry(id="k2", sha256="1" * 64))
+    api.tenants.policies["acme"] = api.tenants.policies["acme"].model_copy(
+        update={"api_keys": reload}
+    )
+    listed = api.client.get("/admin/keys", params={"tenant": "acme"}, headers=ADMIN).json()
+    assert [(k["id"], k["shadowed"]) for k in listed["keys"]] == [("bot", False), ("k2", True)]
