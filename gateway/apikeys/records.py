@@ -1,5 +1,5 @@
-"""The `api_keys` and `admin_audit` tables: issue, list, expire, revoke and prune keys, each
-change audited (who, what, when) in the same transaction. Sync database I/O: async callers use a
+"""The `api_keys` table: issue, list, expire, revoke and prune keys, each change audited (who,
+what, when: audit.py) in the same transaction. Sync database I/O: async callers use a
 thread. A revoked or expired key is kept for its retention period, then deleted (`prune`); the
 audit rows that tell of it stay.
 
@@ -21,14 +21,14 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from gateway.apikeys.audit import AuditEntry, audit_row, change_mark, read_audit_log
 from gateway.keys import new_key
-from gateway.ledger.models import AdminAuditRecord, ApiKeyRecord, to_money
+from gateway.ledger.models import ApiKeyRecord, to_money
 
 BudgetWindow = Literal["day", "week", "month"]
 BUDGET_WINDOWS: tuple[str, ...] = ("day", "week", "month")
 KEY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 TENANT_ID = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
-MAX_AUDIT_ROWS = 500
 PRUNE_BATCH = 500  # keys one `prune` deletes at most (one transaction)
 PRUNE_ACTOR = "retention"
 DEFAULT_MAX_LIVE_PER_TENANT = 1000
@@ -53,9 +53,6 @@ class KeyLimitReached(KeyRequestInvalid):
 
 class KeyNotFound(LookupError):
     pass
-
-
-_CHANGE_MARK_SQL = f"SELECT count(*), max(id) FROM {AdminAuditRecord.__tablename__}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,15 +91,6 @@ class KeyRequest:
     expires_at: datetime | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class AuditEntry:
-    ts: datetime
-    actor: str
-    action: str
-    target: str
-    detail: str
-
-
 class KeyRecords:
     def __init__(
         self,
@@ -137,7 +125,7 @@ class KeyRecords:
             with self._sessions.begin() as session:
                 session.add(record)
                 target = f"{request.tenant}/{fresh.key_id}"
-                session.add(_audit(now, actor, "key.issue", target, detail))
+                session.add(audit_row(now, actor, "key.issue", target, detail))
                 session.flush()
                 self._check_live(session, request.tenant, now)
         except IntegrityError as error:
@@ -177,7 +165,7 @@ class KeyRecords:
                 if session.execute(one).first() is not None:
                     detail = {"retention_days": retention.days}
                     target = f"{tenant}/{key_id}"
-                    session.add(_audit(now, PRUNE_ACTOR, "key.prune", target, detail))
+                    session.add(audit_row(now, PRUNE_ACTOR, "key.prune", target, detail))
                     pruned += 1
         return pruned
 
@@ -198,34 +186,8 @@ class KeyRecords:
         return found[:limit], len(found) > limit
 
     def change_mark(self) -> tuple[int, int | None]:
-        """(audit rows, the highest audit id): every issue, expiry and revocation adds a row in
-        its own transaction and none is ever deleted, so the pair moves whenever `api_keys` may
-        have (the count also when ids commit out of order).
-
-        Every process polls it every second, so it is read on the DBAPI cursor of a pooled
-        connection (through an ORM session a read cost ~1 ms of CPU on an idle process), given
-        back at once (held, it made the pool open another, which recreates a SQLite file deleted
-        under the gateway instead of reporting it) after ending the read's transaction (a SQLite
-        reader must not hold the WAL back). A database error is raised as SQLAlchemy's."""
-        engine: sa.Engine = self._sessions.kw["bind"]
-        try:  # `raw_connection` raises the driver's own errors, as the cursor does
-            conn = engine.raw_connection()
-        except engine.dialect.loaded_dbapi.Error as error:
-            raise sa.exc.OperationalError(_CHANGE_MARK_SQL, None, error) from error
-        try:
-            cursor = conn.cursor()
-            try:
-                cursor.execute(_CHANGE_MARK_SQL)
-                count, highest = cursor.fetchone() or (0, None)  # an aggregate: one row
-            finally:
-                cursor.close()
-            conn.rollback()
-        except engine.dialect.loaded_dbapi.Error as error:
-            conn.invalidate()  # broken: not back into the pool
-            raise sa.exc.OperationalError(_CHANGE_MARK_SQL, None, error) from error
-        finally:
-            conn.close()
-        return int(count), None if highest is None else int(highest)
+        """(audit rows, the highest audit id): moves whenever `api_keys` may have (audit.py)."""
+        return change_mark(self._sessions.kw["bind"])
 
     def expire(
         self, key_id: str, at: datetime | None, actor: str, tenant: str | None = None
@@ -241,16 +203,7 @@ class KeyRecords:
         return self._change(tenant, key_id, actor, "key.revoke", {"revoked_at": now}, "", True)
 
     def audit_log(self, limit: int = 100) -> list[AuditEntry]:
-        query = (
-            sa.select(AdminAuditRecord)
-            .order_by(AdminAuditRecord.ts.desc(), AdminAuditRecord.id.desc())
-            .limit(min(max(limit, 1), MAX_AUDIT_ROWS))
-        )
-        with self._sessions() as session:
-            return [
-                AuditEntry(r.ts, r.actor, r.action, r.target, r.detail)
-                for r in session.scalars(query)
-            ]
+        return read_audit_log(self._sessions, limit)
 
     def _change(
         self,
@@ -286,7 +239,7 @@ class KeyRecords:
             for name, value in values.items():
                 setattr(record, name, value)
             target = f"{record.tenant}/{key_id}"
-            session.add(_audit(now, actor, action, target, {"at": note}))
+            session.add(audit_row(now, actor, action, target, {"at": note}))
             session.flush()
             if not was_live and _issued(record).is_usable(now):  # an expiry moved ahead
                 self._check_live(session, record.tenant, now)
@@ -350,11 +303,6 @@ def _expiry(at: datetime) -> datetime:
         raise KeyRequestInvalid(
             f"expires_at {at.isoformat()}: not in the years 1 to 9999 in UTC"
         ) from error
-
-
-def _audit(ts: datetime, actor: str, action: str, target: str, detail: object) -> AdminAuditRecord:
-    text = json.dumps(detail, default=str, sort_keys=True)[:2048]
-    return AdminAuditRecord(ts=ts, actor=actor[:128], action=action, target=target, detail=text)
 
 
 def _issued(record: ApiKeyRecord) -> IssuedKey:
