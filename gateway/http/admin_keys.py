@@ -42,6 +42,8 @@ from gateway.keys import RandomBytes, generate_key_id
 from policies.model import TenantPolicy
 
 ADMIN_ACTOR = "admin-token"
+# a key request is a few short fields: a larger body is refused before it is read or parsed
+MAX_BODY_BYTES = 64 * 1024
 MAX_ID_DRAWS = 16  # generated ids tried against the policy file's before giving up
 MAX_KEYS_PAGE = 1000  # keys in one listing: `next_after` names where the next one starts
 LISTING_QUERY = [
@@ -212,9 +214,9 @@ def listing_page(query: Mapping[str, str]) -> tuple[tuple[str, str] | None, int]
 
 
 async def _read_json(request: Request, limits: BodyLimits, required: bool = True) -> Any:
-    """The JSON body, read up to the doors' limit (BodyTooLarge past it); KeyRequestInvalid
-    when it is not JSON, or empty though `required`."""
-    raw = await read_body(request, limits.max_bytes)
+    """The JSON body, read up to MAX_BODY_BYTES (or the doors' limit, if lower; BodyTooLarge
+    past it); KeyRequestInvalid when it is not JSON, or empty though `required`."""
+    raw = await read_body(request, min(limits.max_bytes, MAX_BODY_BYTES))
     if not raw.strip() and not required:
         return None
     try:

@@ -12,7 +12,12 @@ from fastapi import FastAPI
 from starlette.testclient import TestClient
 
 from gateway.apikeys.records import KeyRecords
-from gateway.http.admin_keys import KeyIssueBody, build_keys_router, check_key_request
+from gateway.http.admin_keys import (
+    MAX_BODY_BYTES,
+    KeyIssueBody,
+    build_keys_router,
+    check_key_request,
+)
 from gateway.http.request_body import BodyLimits
 from gateway.ledger.db import create_ledger_engine, migrate, session_factory
 from policies.model import ApiKeyEntry, TenantPolicy
@@ -106,3 +111,15 @@ def test_the_listing_shows_a_key_the_policy_file_shadows(api: Api) -> None:
     )
     listed = api.client.get("/admin/keys", params={"tenant": "acme"}, headers=ADMIN).json()
     assert [(k["id"], k["shadowed"]) for k in listed["keys"]] == [("bot", False), ("k2", True)]
+
+
+@pytest.mark.parametrize("path", ["/admin/keys", "/admin/keys/k9/expire"])
+def test_a_key_body_past_64_kib_is_a_413_before_it_is_parsed(api: Api, path: str) -> None:
+    """The keys API read and parsed up to the model doors' 32 MiB on the event loop."""
+    padding = "x" * MAX_BODY_BYTES
+    reply = api.client.post(path, json={"tenant": "acme", "id": padding}, headers=ADMIN)
+    assert reply.status_code == 413, reply.text
+    error = reply.json()["error"]
+    assert (error["code"], error["param"]) == ("max_body_bytes", "body")
+    assert error["message"].endswith(f"limit of {MAX_BODY_BYTES} bytes")
+    assert api.records.all() == []
