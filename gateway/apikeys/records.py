@@ -29,6 +29,7 @@ BudgetWindow = Literal["day", "week", "month"]
 BUDGET_WINDOWS: tuple[str, ...] = ("day", "week", "month")
 KEY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 TENANT_ID = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
+MAX_MODELS_CHARS = 4096  # `api_keys.models`' width: the JSON list of a key's models
 PRUNE_BATCH = 500  # keys one `prune` deletes at most (one transaction)
 PRUNE_ACTOR = "retention"
 DEFAULT_MAX_LIVE_PER_TENANT = 1000
@@ -112,7 +113,7 @@ class KeyRecords:
             id=fresh.key_id,
             tenant=request.tenant,
             sha256=fresh.sha256,
-            models=json.dumps(list(request.models)) if request.models is not None else None,
+            models=_models_json(request.models) if request.models is not None else None,
             budget_usd=request.budget_usd,
             budget_window=request.budget_window,
             expires_at=request.expires_at,
@@ -277,6 +278,12 @@ def _check(request: KeyRequest) -> None:
             f"key id {request.key_id!r}: use 1-64 letters, digits, '_', '.' or '-', "
             "starting with a letter or digit"
         )
+    if request.models is not None and len(_models_json(request.models)) > MAX_MODELS_CHARS:
+        raise KeyRequestInvalid(
+            f"models: at most {MAX_MODELS_CHARS} characters as a JSON list "
+            f"(got {len(request.models)} names); leave it out for all the tenant's models",
+            "models",
+        )
     if (request.budget_usd is None) != (request.budget_window is None):
         raise KeyRequestInvalid("budget_usd and budget_window go together")
     if request.budget_window is not None and request.budget_window not in BUDGET_WINDOWS:
@@ -303,6 +310,10 @@ def _expiry(at: datetime) -> datetime:
         raise KeyRequestInvalid(
             f"expires_at {at.isoformat()}: not in the years 1 to 9999 in UTC"
         ) from error
+
+
+def _models_json(models: Sequence[str]) -> str:
+    return json.dumps(list(models))
 
 
 def _issued(record: ApiKeyRecord) -> IssuedKey:

@@ -114,7 +114,7 @@ def check_key_request(
     if body.id is not None and body.id in in_policy:
         raise KeyIdConflict(f"key id {body.id!r} is already a key of {body.tenant}.yaml", "id")
     key_id = body.id or _fresh_key_id(in_policy, random_bytes)
-    models = tuple(body.models) if body.models is not None else None
+    models = tuple(dict.fromkeys(body.models)) if body.models is not None else None  # once each
     return KeyRequest(
         body.tenant, key_id, models, body.budget_usd, body.budget_window, body.expires_at
     )

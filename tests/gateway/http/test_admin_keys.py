@@ -123,3 +123,18 @@ def test_a_key_body_past_64_kib_is_a_413_before_it_is_parsed(api: Api, path: str
     assert (error["code"], error["param"]) == ("max_body_bytes", "body")
     assert error["message"].endswith(f"limit of {MAX_BODY_BYTES} bytes")
     assert api.records.all() == []
+
+
+def test_a_keys_models_are_stored_once_each_and_bounded(api: Api) -> None:
+    """`models` went to a 4,096-character column as sent: a list with repeats or many long
+    names was a 500 on PostgreSQL (and stored as sent on SQLite)."""
+    body = {"tenant": "acme", "id": "dup", "models": ["smollm2", "gpt-4o-mini"] * 300}
+    reply = api.client.post("/admin/keys", json=body, headers=ADMIN)
+    assert reply.status_code == 201, reply.text
+    assert reply.json()["models"] == ["smollm2", "gpt-4o-mini"]
+    wide = [f"model-{n:04d}-with-a-long-name" for n in range(200)]
+    api.tenants.policies["wide"] = TenantPolicy(tenant="wide", models=tuple(wide))
+    reply = api.client.post("/admin/keys", json={"tenant": "wide", "models": wide}, headers=ADMIN)
+    message = refused(reply, 400, "bad_key_request", None)
+    assert message.startswith("models: at most 4096 characters as a JSON list (got 200 names)")
+    assert [k.key_id for k in api.records.all()] == ["dup"]
