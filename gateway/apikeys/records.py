@@ -136,7 +136,7 @@ class KeyRecords:
         return _issued(record), fresh.key
 
     def all(self, tenant: str | None = None) -> list[IssuedKey]:
-        _check_tenant(tenant)
+        check_tenant(tenant)
         query = sa.select(ApiKeyRecord).order_by(ApiKeyRecord.tenant, ApiKeyRecord.id)
         if tenant is not None:
             query = query.where(ApiKeyRecord.tenant == tenant)
@@ -175,7 +175,7 @@ class KeyRecords:
     ) -> tuple[list[IssuedKey], bool]:
         """At most `limit` keys in (tenant, id) order, those past `after` only, and whether more
         follow: what a listing sends, however many keys the table holds."""
-        _check_tenant(tenant)
+        check_tenant(tenant)
         k = ApiKeyRecord
         query = sa.select(k).order_by(k.tenant, k.id).limit(limit + 1)
         if tenant is not None:
@@ -217,7 +217,7 @@ class KeyRecords:
         once: bool = False,  # True: a key that has every value set already is left as it is
     ) -> IssuedKey:
         if not KEY_ID.fullmatch(key_id) or (tenant is not None and not TENANT_ID.fullmatch(tenant)):
-            raise KeyNotFound(f"no key {key_id!r}")  # never sent to the database as is
+            raise KeyNotFound(f"no key {key_id[:80]!r}")  # never sent to the database as is
         query = sa.select(ApiKeyRecord).where(ApiKeyRecord.id == key_id)
         if tenant is not None:
             query = query.where(ApiKeyRecord.tenant == tenant)
@@ -265,18 +265,21 @@ def _live_at(now: datetime) -> sa.ColumnElement[bool]:
     return sa.and_(k.revoked_at.is_(None), sa.or_(k.expires_at.is_(None), k.expires_at > now))
 
 
-def _check_tenant(tenant: str | None) -> None:
+def check_tenant(tenant: str | None) -> None:
+    """KeyRequestInvalid naming `tenant` unless it is None or a tenant id."""
     if tenant is not None and not TENANT_ID.fullmatch(tenant):
         raise KeyRequestInvalid(
-            f"tenant {tenant!r}: tenant ids are 1-63 lowercase letters, digits, '_' or '-'"
+            f"tenant {tenant[:80]!r}: tenant ids are 1-63 lowercase letters, digits, '_' or '-'",
+            "tenant",
         )
 
 
 def _check(request: KeyRequest) -> None:
     if request.key_id is not None and not KEY_ID.fullmatch(request.key_id):
         raise KeyRequestInvalid(
-            f"key id {request.key_id!r}: use 1-64 letters, digits, '_', '.' or '-', "
-            "starting with a letter or digit"
+            f"key id {request.key_id[:80]!r}: use 1-64 letters, digits, '_', '.' or '-', "
+            "starting with a letter or digit",
+            "id",
         )
     if request.models is not None and len(_models_json(request.models)) > MAX_MODELS_CHARS:
         raise KeyRequestInvalid(
@@ -285,16 +288,17 @@ def _check(request: KeyRequest) -> None:
             "models",
         )
     if (request.budget_usd is None) != (request.budget_window is None):
-        raise KeyRequestInvalid("budget_usd and budget_window go together")
+        raise KeyRequestInvalid("budget_usd and budget_window go together", "budget_window")
     if request.budget_window is not None and request.budget_window not in BUDGET_WINDOWS:
         raise KeyRequestInvalid(
-            f"budget_window {request.budget_window!r}: use {'|'.join(BUDGET_WINDOWS)}"
+            f"budget_window {request.budget_window[:40]!r}: use {'|'.join(BUDGET_WINDOWS)}",
+            "budget_window",
         )
     if request.budget_usd is not None:
         try:
             to_money(request.budget_usd)
         except ValueError as error:
-            raise KeyRequestInvalid(f"budget_usd: {error}") from error
+            raise KeyRequestInvalid(f"budget_usd: {error}", "budget_usd") from error
     if request.expires_at is not None:
         _expiry(request.expires_at)
 
@@ -303,12 +307,14 @@ def _expiry(at: datetime) -> datetime:
     """`at` in UTC, as `api_keys` stores it; KeyRequestInvalid when it has no offset, or one
     that moves it out of the years 1 to 9999 (it would fail in the database, as a 503)."""
     if at.tzinfo is None:
-        raise KeyRequestInvalid("expires_at needs a UTC offset (e.g. 2026-12-31T00:00:00Z)")
+        raise KeyRequestInvalid(
+            "expires_at needs a UTC offset (e.g. 2026-12-31T00:00:00Z)", "expires_at"
+        )
     try:
         return at.astimezone(UTC)
     except OverflowError as error:
         raise KeyRequestInvalid(
-            f"expires_at {at.isoformat()}: not in the years 1 to 9999 in UTC"
+            f"expires_at {at.isoformat()}: not in the years 1 to 9999 in UTC", "expires_at"
         ) from error
 
 

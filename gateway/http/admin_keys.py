@@ -29,6 +29,7 @@ from gateway.apikeys.records import (
     KeyNotFound,
     KeyRecords,
     KeyRequest,
+    check_tenant,
 )
 from gateway.apikeys.records import KeyRequestInvalid as Invalid
 from gateway.errors import AuthenticationFailed, BodyTooLarge, ClientGone
@@ -104,12 +105,15 @@ def check_key_request(
     if policy is None:
         raise Invalid(
             f"unknown tenant {body.tenant!r}: tenant ids are lowercase (a-z, 0-9, '_', '-') "
-            "and name a policy file in policy_dir"
+            "and name a policy file in policy_dir",
+            "tenant",
         )
     allowed = list(policy.models) or model_names
     unknown = [m for m in body.models or () if m not in allowed]
     if unknown:
-        raise Invalid(f"models {unknown} are not allowed for {body.tenant}; use {allowed}")
+        raise Invalid(
+            f"models {unknown} are not allowed for {body.tenant}; use {allowed}", "models"
+        )
     in_policy = {k.id for k in policy.api_keys}
     if body.id is not None and body.id in in_policy:
         raise KeyIdConflict(f"key id {body.id!r} is already a key of {body.tenant}.yaml", "id")
@@ -173,8 +177,9 @@ def build_keys_router(
         if not is_admin(request.headers, admin_token):
             return _denied()
         try:
+            check_tenant(tenant)
             body = await _read_json(request, limits, required=False)
-            at = KeyExpireBody.model_validate(body or {}).expires_at
+            at = KeyExpireBody.model_validate({} if body is None else body).expires_at
             key = await asyncio.to_thread(records.expire, key_id, at, ADMIN_ACTOR, tenant)
         except REFUSALS as exc:
             return _refusal(exc)
@@ -185,8 +190,9 @@ def build_keys_router(
         if not is_admin(request.headers, admin_token):
             return _denied()
         try:
+            check_tenant(tenant)
             key = await asyncio.to_thread(records.revoke, key_id, ADMIN_ACTOR, tenant)
-        except (KeyNotFound, KeyIdConflict) as exc:
+        except (Invalid, KeyNotFound) as exc:
             return _refusal(exc)
         return json_response(key_document(key, tenants))
 
@@ -203,13 +209,17 @@ def listing_page(query: Mapping[str, str]) -> tuple[tuple[str, str] | None, int]
         and len(text) <= len(str(MAX_KEYS_PAGE))
         and 1 <= int(text) <= MAX_KEYS_PAGE
     ):
-        raise Invalid(f"limit: a count of keys from 1 to {MAX_KEYS_PAGE}, got {text[:40]!r}")
+        raise Invalid(
+            f"limit: a count of keys from 1 to {MAX_KEYS_PAGE}, got {text[:40]!r}", "limit"
+        )
     after = query.get("after")
     if after is None:
         return None, int(text)
     tenant, _, key_id = after.partition("/")
     if not (TENANT_ID.fullmatch(tenant) and KEY_ID.fullmatch(key_id)):
-        raise Invalid(f"after: the next_after of a listing (tenant/key id), got {after[:80]!r}")
+        raise Invalid(
+            f"after: the next_after of a listing (tenant/key id), got {after[:80]!r}", "after"
+        )
     return (tenant, key_id), int(text)
 
 
@@ -222,7 +232,7 @@ async def _read_json(request: Request, limits: BodyLimits, required: bool = True
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise Invalid(f"body: not valid JSON ({exc})") from None
+        raise Invalid(f"body: not valid JSON ({exc})", "body") from None
 
 
 def _denied() -> Response:
@@ -237,18 +247,23 @@ def _refusal(exc: Exception) -> Response:
         return error_response(exc, "openai")
     kind = "invalid_request_error"
     if isinstance(exc, KeyNotFound):
-        return json_response(error_body("openai", kind, kind, str(exc), "key_not_found", None), 404)
+        return json_response(error_body("openai", kind, kind, str(exc), "key_not_found", "id"), 404)
     if isinstance(exc, KeyIdConflict | KeyLimitReached):
         rule = "key_id_taken" if isinstance(exc, KeyIdConflict) else "too_many_keys"
         return json_response(error_body("openai", kind, kind, str(exc), rule, exc.field), 409)
-    message = (
-        str(exc).splitlines()[0] if not isinstance(exc, ValidationError) else first_problem(exc)
-    )
-    return json_response(error_body("openai", kind, kind, message, "bad_key_request", None), 400)
+    field: str | None
+    if isinstance(exc, ValidationError):
+        message, field = first_problem(exc), problem_field(exc)
+    else:
+        message, field = str(exc).splitlines()[0], getattr(exc, "field", None)
+    return json_response(error_body("openai", kind, kind, message, "bad_key_request", field), 400)
 
 
 def first_problem(exc: ValidationError) -> str:
     """The first field a key request got wrong, and why (`budget_usd: Input should be ...`)."""
-    first = exc.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or "body"
-    return f"{where}: {first['msg']}"
+    return f"{problem_field(exc)}: {exc.errors()[0]['msg']}"
+
+
+def problem_field(exc: ValidationError) -> str:
+    """The first field a key request got wrong (`models.0`), `body` when it is no object."""
+    return ".".join(str(p) for p in exc.errors()[0]["loc"]) or "body"

@@ -135,6 +135,48 @@ def test_a_keys_models_are_stored_once_each_and_bounded(api: Api) -> None:
     wide = [f"model-{n:04d}-with-a-long-name" for n in range(200)]
     api.tenants.policies["wide"] = TenantPolicy(tenant="wide", models=tuple(wide))
     reply = api.client.post("/admin/keys", json={"tenant": "wide", "models": wide}, headers=ADMIN)
-    message = refused(reply, 400, "bad_key_request", None)
+    message = refused(reply, 400, "bad_key_request", "models")
     assert message.startswith("models: at most 4096 characters as a JSON list (got 200 names)")
     assert [k.key_id for k in api.records.all()] == ["dup"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "param", "says"),
+    [
+        ("post", "/admin/keys", {"tenant": "nobody"}, "tenant", "unknown tenant 'nobody'"),
+        ("post", "/admin/keys", {"tenant": "acme", "id": "a b"}, "id", "key id 'a b': use"),
+        ("post", "/admin/keys", {"tenant": "acme", "models": ["gpt-5"]}, "models", "models ['gpt-5']"),
+        ("post", "/admin/keys", {"tenant": "acme", "models": [1]}, "models.0", "models.0: Input"),
+        ("post", "/admin/keys", {"tenant": "acme", "budget_usd": "5"}, "budget_window", "budget_usd and"),
+        ("post", "/admin/keys", {"tenant": "acme", "budget_usd": "5", "budget_window": "year"},
+         "budget_window", "budget_window 'year': use day|week|month"),
+        ("post", "/admin/keys", {"tenant": "acme", "budget_usd": "1e10", "budget_window": "day"},
+         "budget_usd", "budget_usd: "),
+        ("post", "/admin/keys", {"tenant": "acme", "expires_at": "2027-01-01T00:00:00"},
+         "expires_at", "expires_at needs a UTC offset"),
+        ("post", "/admin/keys", [], "body", "body: Input should be a valid dictionary"),
+        ("post", "/admin/keys/k9/expire", [], "body", "body: Input should be a valid dictionary"),
+        ("post", "/admin/keys/k9/expire?tenant=Acme", None, "tenant", "tenant 'Acme': tenant ids"),
+        ("post", "/admin/keys/k9/revoke?tenant=Acme", None, "tenant", "tenant 'Acme': tenant ids"),
+        ("get", "/admin/keys?tenant=Acme", None, "tenant", "tenant 'Acme': tenant ids"),
+        ("get", "/admin/keys?limit=0", None, "limit", "limit: a count of keys"),
+        ("get", "/admin/keys?after=acme", None, "after", "after: the next_after"),
+    ],
+)  # fmt: skip
+def test_every_bad_request_is_a_400_naming_its_field(
+    api: Api, method: str, path: str, body: object, param: str, says: str
+) -> None:
+    """Refusals said what was wrong in text only (`param` was null), a bad `?tenant=` on expire
+    and revoke was a 404 `no key`, and an expire with `[]` for a body expired the key now."""
+    api.client.post("/admin/keys", json={"tenant": "acme", "id": "k9"}, headers=ADMIN)
+    sent = {"json": body} if body is not None else {}
+    reply = api.client.request(method.upper(), path, headers=ADMIN, **sent)
+    assert refused(reply, 400, "bad_key_request", param).startswith(says)
+    assert [k.expires_at for k in api.records.all()] == [None]
+
+
+def test_an_unknown_key_is_a_404_that_echoes_a_bounded_id(api: Api) -> None:
+    reply = api.client.post(f"/admin/keys/{'x' * 3000}/revoke", headers=ADMIN)
+    assert refused(reply, 404, "key_not_found", "id") == f"no key {'x' * 80!r}"
+    reply = api.client.post("/admin/keys/k9/revoke", params={"tenant": "acme"}, headers=ADMIN)
+    assert refused(reply, 404, "key_not_found", "id") == "no key 'k9' in tenant 'acme'"
