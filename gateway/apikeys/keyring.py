@@ -39,6 +39,7 @@ FULL_RELOAD_POLLS = 60  # keys re-read even with no audited change (a restore, a
 DEFAULT_RETENTION = timedelta(days=90)
 PRUNE_INTERVAL = timedelta(hours=1)  # per process: a prune that finds nothing is one query
 MAX_PRUNED_PER_POLL = 20 * PRUNE_BATCH  # the rest waits for the next interval
+PRUNE_RETRY = timedelta(minutes=1)  # after a prune the database refused (not migrated yet)
 
 
 def window_start(window: str, now: datetime) -> datetime:
@@ -71,7 +72,7 @@ class Keyring:
     ) -> None:
         self._records = KeyRecords(sessions, clock)
         self._retention = retention
-        self._pruned_at: datetime | None = None
+        self._next_prune_at: datetime | None = None
         self._sessions = sessions
         self._clock = clock
         self._poll_interval_s = poll_interval_s
@@ -123,18 +124,21 @@ class Keyring:
     def _prune(self) -> None:
         """Delete the keys past their retention, once a PRUNE_INTERVAL, a batch at a time (the
         audit rows make every process read the keys again, once). A prune the database refuses
-        is logged, and the keys are read all the same."""
+        (a process starts before the ledger is migrated) is tried again after PRUNE_RETRY; the
+        keys are read all the same."""
         now = self._clock()
-        if self._pruned_at is not None and now - self._pruned_at < PRUNE_INTERVAL:
+        if self._next_prune_at is not None and now < self._next_prune_at:
             return
-        self._pruned_at = now
         pruned, batch = 0, PRUNE_BATCH
         try:
             while batch == PRUNE_BATCH and pruned < MAX_PRUNED_PER_POLL:
                 batch = self._records.prune(self._retention)
                 pruned += batch
         except SQLAlchemyError as error:
-            log.warning("pruning api keys failed: %s", type(error).__name__)
+            log.debug("pruning api keys failed: %s", type(error).__name__)
+            self._next_prune_at = now + PRUNE_RETRY
+            return
+        self._next_prune_at = now + PRUNE_INTERVAL
         if pruned:
             log.info("pruned %d api keys past their %d-day retention", pruned, self._retention.days)
 

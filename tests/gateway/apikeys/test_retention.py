@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from gateway.apikeys.keyring import PRUNE_INTERVAL, Keyring
+import sqlalchemy as sa
+
+from gateway.apikeys.keyring import PRUNE_INTERVAL, PRUNE_RETRY, Keyring
 from gateway.apikeys.records import KeyRecords, KeyRequest
 from gateway.ledger.db import session_factory
 from tests.gateway.apikeys.test_keyring import NOW, Clock
@@ -79,4 +81,22 @@ def test_a_prune_runs_once_an_interval(engine) -> None:
     clock.now = NOW + RETENTION + timedelta(minutes=1)
     assert keyring.refresh() and [k.key_id for k in records.all()] == ["gone"]
     clock.now = NOW + RETENTION - timedelta(minutes=1) + PRUNE_INTERVAL
+    assert keyring.refresh() and records.all() == []
+
+
+def test_a_prune_the_database_refuses_is_tried_again_soon(engine) -> None:
+    """A process that starts before the ledger is migrated: its first prune found no table, and
+    the next one waited a whole interval."""
+    clock = Clock()
+    records = KeyRecords(session_factory(engine), clock)
+    keyring = Keyring(session_factory(engine), clock, retention=RETENTION)
+    records.issue(KeyRequest("acme", "gone"), "alice")
+    records.revoke("gone", "alice")
+    clock.now = NOW + RETENTION + timedelta(seconds=1)
+    with engine.begin() as conn:
+        conn.execute(sa.text("ALTER TABLE api_keys RENAME TO api_keys_away"))
+    assert not keyring.refresh()
+    with engine.begin() as conn:
+        conn.execute(sa.text("ALTER TABLE api_keys_away RENAME TO api_keys"))
+    clock.now += PRUNE_RETRY
     assert keyring.refresh() and records.all() == []
