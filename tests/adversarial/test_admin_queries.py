@@ -238,7 +238,10 @@ def test_the_console_keys_page_shows_one_listing_page(tmp_path: Path) -> None:
         running = start_gateway(write_config(tmp_path / "lantern.yaml", tmp_path, models_for(fake)))
         try:
             engine = create_ledger_engine(running.settings.database_url)
-            records = KeyRecords(session_factory(engine), lambda: datetime.now(UTC))
+            # past one listing page, and so past the tenant's default bound on live keys
+            records = KeyRecords(
+                session_factory(engine), lambda: datetime.now(UTC), MAX_KEYS_PAGE + 1
+            )
             for n in range(MAX_KEYS_PAGE + 1):
                 records.issue(KeyRequest("acme", f"bulk-{n:04d}"), "test")
             engine.dispose()
