@@ -13,12 +13,12 @@ import secrets
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from gateway.apikeys.records import (
     KEY_ID,
@@ -57,6 +57,19 @@ LISTING_QUERY = [
 REFUSALS = (ValidationError, Invalid, KeyNotFound, KeyIdConflict, BodyTooLarge, ClientGone)
 
 
+def _not_a_number(value: object) -> object:
+    """An expiry is a date and time only: pydantic would read a number as seconds since 1970
+    (`"expires_at": 30`, meant as days, a key expired in 1970)."""
+    if isinstance(value, int | float):
+        raise ValueError(
+            "a date and time with a UTC offset (e.g. 2026-12-31T00:00:00Z), not a number"
+        )
+    return value
+
+
+Instant = Annotated[datetime, BeforeValidator(_not_a_number)]
+
+
 class KeyIssueBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -65,13 +78,13 @@ class KeyIssueBody(BaseModel):
     models: list[str] | None = Field(default=None, description="subset of the tenant's models")
     budget_usd: Decimal | None = Field(default=None, ge=0)
     budget_window: str | None = Field(default=None, description="day | week | month")
-    expires_at: datetime | None = None
+    expires_at: Instant | None = None
 
 
 class KeyExpireBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    expires_at: datetime | None = Field(default=None, description="default: now")
+    expires_at: Instant | None = Field(default=None, description="default: now")
 
 
 def key_document(key: IssuedKey, tenants: Callable[[str], TenantPolicy | None]) -> dict[str, Any]:

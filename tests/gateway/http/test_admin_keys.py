@@ -154,6 +154,10 @@ def test_a_keys_models_are_stored_once_each_and_bounded(api: Api) -> None:
          "budget_usd", "budget_usd: "),
         ("post", "/admin/keys", {"tenant": "acme", "expires_at": "2027-01-01T00:00:00"},
          "expires_at", "expires_at needs a UTC offset"),
+        ("post", "/admin/keys", {"tenant": "acme", "expires_at": 30}, "expires_at",
+         "expires_at: Value error, a date and time with a UTC offset"),
+        ("post", "/admin/keys/k9/expire", {"expires_at": 0}, "expires_at",
+         "expires_at: Value error, a date and time with a UTC offset"),
         ("post", "/admin/keys", [], "body", "body: Input should be a valid dictionary"),
         ("post", "/admin/keys/k9/expire", [], "body", "body: Input should be a valid dictionary"),
         ("post", "/admin/keys/k9/expire?tenant=Acme", None, "tenant", "tenant 'Acme': tenant ids"),
@@ -167,7 +171,8 @@ def test_every_bad_request_is_a_400_naming_its_field(
     api: Api, method: str, path: str, body: object, param: str, says: str
 ) -> None:
     """Refusals said what was wrong in text only (`param` was null), a bad `?tenant=` on expire
-    and revoke was a 404 `no key`, and an expire with `[]` for a body expired the key now."""
+    and revoke was a 404 `no key`, an expire with `[]` for a body expired the key now, and an
+    expiry sent as a number was read as seconds since 1970."""
     api.client.post("/admin/keys", json={"tenant": "acme", "id": "k9"}, headers=ADMIN)
     sent = {"json": body} if body is not None else {}
     reply = api.client.request(method.upper(), path, headers=ADMIN, **sent)
