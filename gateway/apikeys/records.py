@@ -265,13 +265,14 @@ def _live_at(now: datetime) -> sa.ColumnElement[bool]:
     return sa.and_(k.revoked_at.is_(None), sa.or_(k.expires_at.is_(None), k.expires_at > now))
 
 
-def check_tenant(tenant: str | None) -> None:
-    """KeyRequestInvalid naming `tenant` unless it is None or a tenant id."""
+def check_tenant(tenant: str | None) -> str | None:
+    """`tenant`, if None or a tenant id; KeyRequestInvalid naming it otherwise."""
     if tenant is not None and not TENANT_ID.fullmatch(tenant):
         raise KeyRequestInvalid(
             f"tenant {tenant[:80]!r}: tenant ids are 1-63 lowercase letters, digits, '_' or '-'",
             "tenant",
         )
+    return tenant
 
 
 def _check(request: KeyRequest) -> None:

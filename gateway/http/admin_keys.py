@@ -1,9 +1,10 @@
 """`/admin/keys`: issue (the secret is in the reply, once), list, expire and revoke API keys.
 
-Guarded by the admin token; every change is audited by `KeyRecords`. Database work runs in a
-thread. Bad input is a 400 naming what is accepted; an unknown key id is a 404; a key id the
-tenant already holds (issued or in its YAML), or one several tenants hold named without
-`?tenant=`, is a 409, as is a key past the tenant's bound on live keys.
+Guarded by the admin token, checked before a byte of a body is read (the handlers read their
+own bodies); every change is audited by `KeyRecords`. Database work runs in a thread. Bad
+input is a 400 naming the field (`param`); an unknown key id is a 404; a key id the tenant
+already holds (issued or in its YAML), or one several tenants hold named without `?tenant=`,
+is a 409, as is a key past the tenant's bound on live keys.
 """
 
 from __future__ import annotations
@@ -156,7 +157,6 @@ def build_keys_router(
     router = APIRouter()
     answers = {**errors(OpenAIError, 400, 401, 404, 409, 413)}
 
-    # the handlers read their own bodies: the token is checked before a byte of one is read
     @router.post(
         "/admin/keys", status_code=201, responses=answers, openapi_extra=json_body(KeyIssueBody)
     )
@@ -180,20 +180,17 @@ def build_keys_router(
             keys, more = await asyncio.to_thread(records.page, tenant, after, limit)
         except Invalid as exc:
             return _refusal(exc)
-        following = f"{keys[-1].tenant}/{keys[-1].key_id}" if more else None
-        return json_response(
-            {"keys": [key_document(k, tenants) for k in keys], "next_after": following}
-        )
+        return json_response(listing_document(keys, more, tenants))
 
     @router.post("/admin/keys/{key_id}/expire", responses=answers)
     async def expire(request: Request, key_id: str, tenant: str | None = None) -> Response:
         if not is_admin(request.headers, admin_token):
             return _denied()
         try:
-            check_tenant(tenant)
+            named = check_tenant(tenant)
             body = await _read_json(request, limits, required=False)
             at = KeyExpireBody.model_validate({} if body is None else body).expires_at
-            key = await asyncio.to_thread(records.expire, key_id, at, ADMIN_ACTOR, tenant)
+            key = await asyncio.to_thread(records.expire, key_id, at, ADMIN_ACTOR, named)
         except REFUSALS as exc:
             return _refusal(exc)
         return json_response(key_document(key, tenants))
@@ -203,13 +200,21 @@ def build_keys_router(
         if not is_admin(request.headers, admin_token):
             return _denied()
         try:
-            check_tenant(tenant)
-            key = await asyncio.to_thread(records.revoke, key_id, ADMIN_ACTOR, tenant)
+            named = check_tenant(tenant)
+            key = await asyncio.to_thread(records.revoke, key_id, ADMIN_ACTOR, named)
         except (Invalid, KeyNotFound) as exc:
             return _refusal(exc)
         return json_response(key_document(key, tenants))
 
     return router
+
+
+def listing_document(
+    keys: list[IssuedKey], more: bool, tenants: Callable[[str], TenantPolicy | None]
+) -> dict[str, Any]:
+    """A page of keys, and where the next one starts (`next_after`; None on the last)."""
+    following = f"{keys[-1].tenant}/{keys[-1].key_id}" if more else None
+    return {"keys": [key_document(k, tenants) for k in keys], "next_after": following}
 
 
 def listing_page(query: Mapping[str, str]) -> tuple[tuple[str, str] | None, int]:
