@@ -1,7 +1,8 @@
 """A key id names a key within its tenant only: globex's key issued over the admin API with the id
 of acme's key is not charged acme's spend (it was: the budget read summed the id's rows over
 every tenant, and globex's fresh key met a 429 `key_budget` for acme's $0.148). A key id the
-tenant already holds is a 409; two tenants may hold the same one. A real gateway and ledger."""
+tenant already holds is a 409; two tenants may hold the same one; a policy reload that brings in
+an issued key's id refuses the issued key. A real gateway and ledger."""
 
 from __future__ import annotations
 
@@ -98,3 +99,31 @@ def test_a_key_id_is_unique_within_its_tenant_and_only_there(gateway: RunningGat
         ("acme", "bot", True),
         ("globex", "bot", False),
     ]
+
+
+def test_a_policy_reload_that_takes_an_issued_keys_id_refuses_the_issued_key(
+    gateway: RunningGateway, tmp_path: Path
+) -> None:
+    """acme's issued key `bot`, and a key `bot` pasted into acme.yaml later, both called as
+    acme/bot: one spend, one set of limits, shared sessions. The file's key wins: the issued
+    key is refused (and listed as shadowed) until one of them is renamed."""
+    issued = issue(gateway, tenant="acme", id="bot")
+    assert issued.status_code == 201, issued.text
+    secret = issued.json()["key"]
+    wait_for(lambda: chat(gateway, secret) == 200)
+    pasted = "lt-acme-pasted-bot-key-01"
+
+    def acme_yaml(pasted_id: str) -> None:
+        keys = [(ACME_KEY, "k1"), (pasted, pasted_id)]
+        api_keys = [{"id": i, "sha256": hashlib.sha256(k.encode()).hexdigest()} for k, i in keys]
+        write_policy(tmp_path / "policies", "acme", ACME_KEY, models=["gpt-4o-mini"],
+                     api_keys=api_keys)  # fmt: skip
+
+    acme_yaml("bot")
+    wait_for(lambda: chat(gateway, pasted) == 200)
+    assert chat(gateway, secret) == 401
+    listed = httpx.get(f"{gateway.url}/admin/keys?tenant=acme", headers=ADMIN).json()["keys"]
+    assert [(k["id"], k["shadowed"]) for k in listed] == [("bot", True)]
+    acme_yaml("bot-pasted")  # renamed in the file: the issued key calls again
+    wait_for(lambda: chat(gateway, secret) == 200)
+    assert chat(gateway, pasted) == 200
