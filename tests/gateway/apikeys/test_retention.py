@@ -4,13 +4,15 @@ PostgreSQL."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
+import pytest
 import sqlalchemy as sa
 
 from gateway.apikeys.keyring import PRUNE_INTERVAL, PRUNE_RETRY, Keyring
 from gateway.apikeys.records import KeyRecords, KeyRequest
-from gateway.ledger.db import session_factory
+from gateway.ledger.db import create_ledger_engine, migrate, session_factory
 from tests.gateway.apikeys.test_keyring import NOW, Clock
 
 RETENTION = timedelta(days=90)
@@ -100,3 +102,25 @@ def test_a_prune_the_database_refuses_is_tried_again_soon(engine) -> None:
         conn.execute(sa.text("ALTER TABLE api_keys_away RENAME TO api_keys"))
     clock.now += PRUNE_RETRY
     assert keyring.refresh() and records.all() == []
+
+
+@pytest.mark.postgres
+def test_processes_pruning_at_once_delete_and_audit_each_key_once(postgres_url: str) -> None:
+    """Every process prunes: two at the same instant must not audit a key twice, nor fail."""
+    migrate(postgres_url)
+    engines = [create_ledger_engine(postgres_url) for _ in range(2)]
+    clock = Clock()
+    records = [KeyRecords(session_factory(e), clock) for e in engines]
+    for n in range(60):
+        records[0].issue(KeyRequest("acme", f"k{n:02d}"), "alice")
+        records[0].revoke(f"k{n:02d}", "alice")
+    clock.now = NOW + RETENTION + timedelta(seconds=1)
+    with ThreadPoolExecutor(2) as pool:
+        pruned = list(pool.map(lambda r: r.prune(RETENTION), records))
+    assert sum(pruned) == 60 and records[0].all() == []
+    audit = records[1].audit_log(limit=500)
+    assert sorted(a.target for a in audit if a.action == "key.prune") == [
+        f"acme/k{n:02d}" for n in range(60)
+    ]
+    for engine in engines:
+        engine.dispose()
