@@ -25,6 +25,9 @@ from gateway.ledger.row_checks import RowChecks, check_diagnosis, values_of
 log = logging.getLogger(__name__)
 CallStatus = Literal["ok", "error", "client_disconnect", "rejected"]
 CALL_STATUSES: tuple[str, ...] = ("ok", "error", "client_disconnect", "rejected")
+RowKind = Literal["model_call", "tool_call", "tool_run"]
+ROW_KINDS: tuple[str, ...] = ("model_call", "tool_call", "tool_run")
+MCP_DOOR = "mcp"  # the door of a tool call's row (gateway/mcp/accounting.py): kind tool_call
 MONEY_QUANTUM = Decimal("0.00000001")  # Numeric(18, 8)
 MAX_MONEY = Decimal(10) ** 10  # Numeric(18, 8) holds 10 digits before the point
 # a float below it is a decimal below MAX_MONEY: its shortest repr cannot round up to 1e10
@@ -89,12 +92,18 @@ class UsageRecord(Base):
     # spent reasoning, where the provider reports them apart (0009)
     cache_write_1h_tokens: Mapped[int] = mapped_column(sa.BigInteger, server_default="0")
     reasoning_tokens: Mapped[int] = mapped_column(sa.BigInteger, server_default="0")
+    # model_call, tool_call (the MCP door's row of a call) or tool_run (a sandboxed run, billed
+    # by its vCPU-seconds and GB-seconds; NULL on other rows) (0010)
+    kind: Mapped[str] = mapped_column(sa.String(16), server_default="model_call")
+    vcpu_seconds: Mapped[float | None] = mapped_column(sa.Float)
+    gb_seconds: Mapped[float | None] = mapped_column(sa.Float)
 
     __table_args__ = (
         sa.Index("ix_usage_tenant_ts", "tenant", "ts"),
         sa.Index("ix_usage_key_ts", "key_id", "ts"),
         sa.Index("ix_usage_model_ts", "model", "ts"),
         sa.Index("ix_usage_tenant_session", "tenant", "session_id"),
+        sa.Index("ix_usage_kind_ts", "kind", "ts"),
     )
 
 
@@ -210,6 +219,9 @@ class UsageRow:
     queue_ms: float | None = None  # waited for a replica slot (first attempt only)
     cache_write_1h_tokens: int = 0  # of cache_write_tokens, those at the 1 h TTL
     reasoning_tokens: int = 0  # of output_tokens, those spent reasoning (where reported apart)
+    kind: RowKind = "model_call"
+    vcpu_seconds: float | None = None  # a tool run's: its vCPUs times its billed seconds
+    gb_seconds: float | None = None  # a tool run's: its memory in GB times its billed seconds
 
     def __post_init__(self) -> None:
         """Refuses here, at the caller, any row the database would refuse later: a row that
@@ -221,6 +233,7 @@ class UsageRow:
             type(ts) is datetime
             and ts.tzinfo is not None
             and self.status in CALL_STATUSES
+            and self.kind in ROW_KINDS
             and _CHECKS.fits(self)
         )
         if not is_plain:
@@ -228,6 +241,8 @@ class UsageRow:
                 raise ValueError("UsageRow.ts must be a timezone-aware datetime")
             if self.status not in CALL_STATUSES:
                 raise ValueError(f"UsageRow.status must be one of {CALL_STATUSES}")
+            if self.kind not in ROW_KINDS:
+                raise ValueError(f"UsageRow.kind must be one of {ROW_KINDS}")
         for name, value in zip(MONEY_FIELDS, _MONEY_OF(self)):  # noqa: B905 (see RowChecks.fits)
             object.__setattr__(self, name, to_money(value))
         if not is_plain and (broken := _CHECKS.broken_column(self)) is not None:
@@ -307,6 +322,8 @@ def _line_values(line: str | bytes) -> dict[str, Any]:
     except orjson.JSONDecodeError:  # the standard library's escape of a lone surrogate
         values = json.loads(line)
     values["ts"] = datetime.fromisoformat(values["ts"])
+    if "kind" not in values and values.get("door") == MCP_DOOR:  # a call line names no kind
+        values["kind"] = "tool_call"
     for name in MONEY_FIELDS:
         value = values.get(name)  # a line written before the P&L columns has none
         if type(value) is str:

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from gateway.ledger.daily import DAILY_KEYS, daily_rows, whole_days
 from gateway.ledger.models import UsageRecord, to_money
 
-GroupKey = Literal["tenant", "model", "backend", "day", "key", "session", "month", "door"]
+GroupKey = Literal["tenant", "model", "backend", "day", "key", "session", "month", "door", "kind"]
 GROUP_KEYS: tuple[str, ...] = (
     "tenant",
     "model",
@@ -28,6 +28,7 @@ GROUP_KEYS: tuple[str, ...] = (
     "session",
     "month",
     "door",  # the client's route, or keep_warm for the gateway's own keep-warm reads
+    "kind",  # model_call, tool_call (the MCP door's row of a call) or tool_run (a sandboxed run)
 )
 Venue = Literal["fleet", "api"]
 NO_BACKEND = "(none)"  # rows rejected before routing have no backend
@@ -100,13 +101,15 @@ class LedgerQueries:
         return {t.group[0]: float(t.cost_usd) for t in self.usage_totals(start, now, ["tenant"])}
 
     def hourly_model_tokens(self, since: datetime, until: datetime) -> list[HourlyModelTokens]:
-        """Per model, venue and UTC hour: what the break-even report (F2) is computed from."""
+        """Per model, venue and UTC hour: what the break-even report (F2) is computed from
+        (model calls only)."""
         venue = sa.case((UsageRecord.replica.is_not(None), "fleet"), else_="api")
         with self._sessions() as session:
             hour = _hour_bucket(session)
             query = (
                 sa.select(UsageRecord.model, venue, hour, *_sums()[:6])
                 .where(UsageRecord.ts >= since, UsageRecord.ts < until)
+                .where(UsageRecord.kind == "model_call")  # not the tools' rows
                 .group_by(UsageRecord.model, venue, hour)
             )
             rows = session.execute(query).all()

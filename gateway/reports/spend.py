@@ -20,8 +20,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from gateway.ledger.models import UsageRecord, to_money
 from gateway.reports.rows import CostReport, InvalidReportQuery, cost_report
 
-SPEND_DIMENSIONS = ("tenant", "model", "backend", "key")
-MCP_DOOR = "mcp"  # the ledger's door of a tool call (gateway/mcp/accounting.py)
+SPEND_DIMENSIONS = ("tenant", "model", "backend", "key", "kind")
+TOOL_CALL = "tool_call"  # the ledger's kind of an MCP tool call's row (gateway/mcp/accounting.py)
 MAX_PAGE = 200
 MAX_OFFSET = 10**9
 
@@ -103,12 +103,13 @@ class ToolCallCount:
 def tool_call_counts(
     sessions: sessionmaker[Session], since: datetime, until: datetime
 ) -> list[ToolCallCount]:
-    """Tool calls over [since, until) by server and tool (every status: ok, error, rejected)."""
-    report = cost_report(sessions, since, until, ["door", "backend", "model"])
+    """Tool calls over [since, until) by server and tool (every status: ok, error, rejected);
+    not the rows of the sandboxed runs they started (kind `tool_run`)."""
+    report = cost_report(sessions, since, until, ["kind", "backend", "model"])
     return [
         ToolCallCount(row.group[1], row.group[2], row.num_calls)
         for row in report.rows
-        if row.group[0] == MCP_DOOR
+        if row.group[0] == TOOL_CALL
     ]
 
 

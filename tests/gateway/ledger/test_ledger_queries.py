@@ -136,3 +136,16 @@ def test_session_diagnoses_are_scoped_to_the_tenant(queries):
         (datetime(2026, 11, 2, 23, 59, 59, tzinfo=UTC), '{"verdict":"hit"}'),
     ]
     assert queries.session_diagnoses("acme", "s-404") == []
+
+
+def test_the_breakeven_hours_hold_model_calls_only(engine, make_row):
+    insert_rows(
+        engine,
+        [
+            make_row(ts=NOV_1, model="gpt-4o-mini"),
+            make_row(ts=NOV_1, model="render", kind="tool_run", input_tokens=0),
+            make_row(ts=NOV_1, model="search", kind="tool_call", door="mcp", input_tokens=0),
+        ],
+    )
+    hours = LedgerQueries(session_factory(engine)).hourly_model_tokens(NOV_1, DEC_1)
+    assert [(h.model, h.num_calls) for h in hours] == [("gpt-4o-mini", 1)]

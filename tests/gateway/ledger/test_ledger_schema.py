@@ -46,6 +46,9 @@ EXPECTED_COLUMNS = {
     "queue_ms",
     "cache_write_1h_tokens",
     "reasoning_tokens",
+    "kind",
+    "vcpu_seconds",
+    "gb_seconds",
 }
 
 
@@ -63,12 +66,13 @@ def test_migration_creates_exactly_the_usage_columns(engine):
         "ix_usage_key_ts",
         "ix_usage_model_ts",
         "ix_usage_tenant_session",
+        "ix_usage_kind_ts",
     }
     assert inspector.get_pk_constraint("usage")["constrained_columns"] == ["id"]
     with engine.connect() as connection:
         assert (
             connection.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one()
-            == "0009"
+            == "0010"
         )
 
 
@@ -195,7 +199,7 @@ def test_processes_starting_together_migrate_one_at_a_time(database_url):
     with engine.connect() as connection:
         assert connection.execute(
             sa.text("SELECT version_num FROM alembic_version")
-        ).scalars().all() == ["0009"]
+        ).scalars().all() == ["0010"]
     engine.dispose()
 
 

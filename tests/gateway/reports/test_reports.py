@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 from datetime import UTC, datetime
@@ -371,6 +372,7 @@ def _tool_row(n: int, tool: str, server: str, status: str) -> UsageRow:
         cost_usd=Decimal(0),
         uncached_cost_usd=Decimal(0),
         door="mcp",
+        kind="tool_call",
     )
 
 
@@ -383,14 +385,21 @@ def test_tool_calls_are_counted_by_server_and_tool(tmp_path):
         _tool_row(2, "run_python", "sandbox", "ok"),
         _tool_row(3, "orders__lookup_order", "orders", "error"),
     ]
-    insert_rows(engine, [*november_rows(), *tools])
+    # the sandboxed run that call 2 started: billed, and not a second call of the door
+    run = dataclasses.replace(
+        _tool_row(4, "run_python", "sandbox:local", "ok"),
+        kind="tool_run",
+        cost_usd=Decimal("0.0063"),
+        uncached_cost_usd=Decimal("0.0063"),
+    )
+    insert_rows(engine, [*november_rows(), *tools, run])
     sessions = session_factory(engine)
     report = cost_report(sessions, NOV_1, DEC_1, ["door"])
     counts = tool_call_counts(sessions, NOV_1, DEC_1)
     engine.dispose()
     assert [(r.group, r.num_calls, r.cost_usd) for r in report.rows] == [
         (("(none)",), 6, money("7.11")),
-        (("mcp",), 3, money("0")),
+        (("mcp",), 4, money("0.0063")),
     ]
     assert counts == [
         ToolCallCount("orders", "orders__lookup_order", 2),
