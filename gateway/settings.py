@@ -52,6 +52,25 @@ class TelemetrySettings(Section):
     service_name: str = "lantern"  # the spans' resource `service.name`
 
 
+class RunnerPriceSettings(Section):
+    """What a tool run costs on one runner: USD per vCPU-hour and per GB-hour, over its seconds
+    rounded up to the whole second and raised to `min_billed_s` (docs/sandbox.md#billing)."""
+
+    vcpu_hour_usd: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    gb_hour_usd: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    min_billed_s: float = Field(default=0.0, ge=0, le=86400)
+
+
+class ToolRunPriceSettings(Section):
+    """`sandbox.prices`: local boxes free unless priced; Fargate at AWS's on-demand Linux/x86
+    price (us-east-1), which bills a task's seconds with a one-minute minimum."""
+
+    local: RunnerPriceSettings = RunnerPriceSettings()
+    fargate: RunnerPriceSettings = RunnerPriceSettings(
+        vcpu_hour_usd=0.04048, gb_hour_usd=0.004445, min_billed_s=60.0
+    )
+
+
 class SandboxSettings(Section):
     """Tool runs (`POST /v1/tools/runs`): the local box, idempotency retention, Fargate."""
 
@@ -67,6 +86,7 @@ class SandboxSettings(Section):
     # where the runs are stored; None: beside a SQLite ledger in its own file, else the
     # ledger's database (`Settings.tool_store_url`)
     database_url: str | None = None
+    prices: ToolRunPriceSettings = ToolRunPriceSettings()  # each run's ledger row
 
 
 class FleetSettings(Section):

@@ -18,6 +18,7 @@ from sandbox.fargate import FargateRunner
 from sandbox.idempotency import IdempotencyStore, create_tables
 from sandbox.inflight import RedisInflightGate, RedisRunSlots
 from sandbox.local_runner import LocalRunner
+from sandbox.metering import RunMeter
 from sandbox.service import ToolRunService
 
 
@@ -34,10 +35,12 @@ def build_tool_run_service(
     ecs_client: Any = None,
     logs_client: Any = None,
     clock: Callable[[], float] = time.time,
+    meter: RunMeter | None = None,
 ) -> tuple[ToolRunService, LocalRunner]:
     """The service, plus its LocalRunner (call `.close()` on it at shutdown). Fargate runs
     are enabled when both boto3 clients are given; with a Redis client, the in-flight gate and
-    the tenants' run slots are shared among gateway processes (else counted per process)."""
+    the tenants' run slots are shared among gateway processes (else counted per process);
+    with a `meter`, each run that ran is metered (the gateway's ledger bills it)."""
     try:
         create_tables(engine)
     except sa.exc.OperationalError:  # the database is down: the store creates it on first use
@@ -56,5 +59,7 @@ def build_tool_run_service(
     gate = slots = None
     if redis_client is not None:
         gate, slots = RedisInflightGate(redis_client), RedisRunSlots(redis_client)
-    service = ToolRunService(store, local, clock, logger, fargate=fargate, gate=gate, slots=slots)
+    service = ToolRunService(
+        store, local, clock, logger, fargate=fargate, gate=gate, slots=slots, meter=meter
+    )
     return service, local

@@ -243,7 +243,10 @@ class FargateRunner:
             status = RunStatus.INFRA_FAILED
         else:
             status = RunStatus.SUCCEEDED if exit_code == 0 else RunStatus.FAILED
-        return RunOutput(status, exit_code, text, "", cut, False, started, finished, reason)
+        vcpu, memory_gb = task_size(task)
+        return RunOutput(
+            status, exit_code, text, "", cut, False, started, finished, reason, vcpu, memory_gb
+        )
 
     async def _output(self, task_arn: str, target: FargateTarget, cap: int) -> tuple[str, bool]:
         """awslogs stream `<prefix>/<container>/<task-id>`; stdout and stderr arrive merged.
@@ -281,6 +284,18 @@ class FargateRunner:
     def _unknown(self, reason: str) -> RunOutput:
         now = self._clock()
         return RunOutput(RunStatus.OUTCOME_UNKNOWN, None, "", "", False, False, now, now, reason)
+
+
+def task_size(task: dict[str, Any]) -> tuple[float | None, float | None]:
+    """(vCPUs, GB) of a described task: its task-level `cpu` (units of 1/1024 vCPU) and
+    `memory` (MiB), as Fargate bills them; None where DescribeTasks gave none."""
+    sizes: list[float | None] = []
+    for name in ("cpu", "memory"):
+        try:
+            sizes.append(int(task[name]) / 1024)
+        except (KeyError, TypeError, ValueError):
+            sizes.append(None)
+    return sizes[0], sizes[1]
 
 
 def _epoch(value: Any) -> float | None:

@@ -34,6 +34,7 @@ from sandbox.fingerprint import client_token, fingerprint
 from sandbox.idempotency import IdempotencyStore, RunRecord
 from sandbox.inflight import InflightGate
 from sandbox.limits import fill_command, resolve_limits
+from sandbox.metering import RunMeter, finished_run
 from sandbox.replies import HTTP_FOR_STATUS, pending_object, post_body, run_object
 from sandbox.run_slots import LocalRunSlots, RunSlots
 from sandbox.types import RunOutput, RunStatus, SandboxJob, ToolRunReply, ToolRunRequest, ToolSpec
@@ -64,6 +65,7 @@ class ToolRunService:
         fargate: FargateRunner | None = None,
         gate: InflightGate | None = None,
         slots: RunSlots | None = None,
+        meter: RunMeter | None = None,
     ) -> None:
         self._store = store
         self._local = local
@@ -72,6 +74,7 @@ class ToolRunService:
         self._log = logger
         self._gate = gate
         self._slots = slots if slots is not None else LocalRunSlots()
+        self._meter = meter
         self._background: set[asyncio.Future[ToolRunReply]] = set()
 
     async def submit(self, tools: tuple[ToolSpec, ...], request: ToolRunRequest) -> ToolRunReply:
@@ -179,11 +182,25 @@ class ToolRunService:
                 output = await self._execute(record, prepared.spec, job)
             else:
                 output = await self._execute_in_slot(request, record, prepared.spec, job)
+        self._bill(request, record.id, prepared.spec, job, output)
         try:
             stored = await self._finish(record, output)
         except ToolStoreUnavailable as exc:  # it ran: never say "nothing ran" now
             raise ResultNotStored(record.id) from exc
         return _replay(stored, replayed=False)
+
+    def _bill(
+        self, request: ToolRunRequest, run_id: str, spec: ToolSpec, job: SandboxJob, out: RunOutput
+    ) -> None:
+        """The run's meter reading, once it ran, before its result is stored (a store that
+        fails then must not make it free); a meter that fails loses the row, never the
+        result. A replay never gets here."""
+        if self._meter is None:
+            return
+        try:
+            self._meter.record(finished_run(request, run_id, spec.runner, job.limits, out))
+        except Exception:  # noqa: BLE001 - the run's result matters more than its bill
+            self._log.exception("tool run %s: not metered", run_id)
 
     @contextlib.asynccontextmanager
     async def _lease_kept(self, record: RunRecord) -> AsyncIterator[None]:

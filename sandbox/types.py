@@ -57,6 +57,8 @@ class ToolRunRequest:
     arguments: tuple[tuple[str, str], ...] = ()
     limits: ToolLimits | None = None
     max_concurrent_runs: int = 4  # the tenant's cap on its runs going at once
+    session_id: str | None = None  # the agent session the client named (the ledger's)
+    door: str = "tools.runs"  # the route it came through: tools.runs or mcp (the ledger's)
 
 
 class RunStatus(enum.StrEnum):
@@ -82,6 +84,9 @@ class RunOutput:
     started_at: float
     finished_at: float
     reason: str = ""
+    # the size the runner ran it on (a Fargate task's); None: the run's own limits
+    vcpu: float | None = None
+    memory_gb: float | None = None
 
 
 @dataclass(frozen=True)

@@ -127,7 +127,9 @@ async def _parse(
         run_limits = _limits(body.limits, declared)
     arguments = tuple(sorted((k, str(v)) for k, v in body.arguments.items()))
     cap = policy.tool_runs.max_concurrent
-    run = ToolRunRequest(policy.tenant, key_id, key, body.tool, arguments, run_limits, cap)
+    run = ToolRunRequest(
+        policy.tenant, key_id, key, body.tool, arguments, run_limits, cap, session or None
+    )
     return run, specs, body.tool_call_id
 
 

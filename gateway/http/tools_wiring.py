@@ -11,13 +11,18 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any
 
 from fastapi import APIRouter, Request
 
 from gateway.http.auth import KeyLookup, authenticate
 from gateway.http.request_body import BodyLimits
 from gateway.http.tools_routes import build_tools_router
-from gateway.settings import Settings
+from gateway.ledger.call_ledger import LineSink
+from gateway.ledger.tool_runs import RunnerPrice, ToolRunLedger
+from gateway.settings import Settings, ToolRunPriceSettings
 from gateway.telemetry import Telemetry
 from policies.model import TenantPolicy
 from sandbox.assembly import build_tool_run_service
@@ -39,8 +44,12 @@ class ToolsPart:
 
 
 def build_tools(
-    settings: Settings, keys: KeyLookup, telemetry: Telemetry | None = None
+    settings: Settings,
+    keys: KeyLookup,
+    telemetry: Telemetry | None = None,
+    ledger: LineSink | None = None,
 ) -> ToolsPart:
+    """With `ledger` (the usage recorder), every tool run that ran writes its row there."""
     cfg = settings.sandbox
     engine = create_store_engine(settings.tool_store_url())
     redis_client = None
@@ -48,12 +57,7 @@ def build_tools(
         import redis.asyncio as redis
 
         redis_client = redis.from_url(settings.redis_url, socket_timeout=5.0)
-    ecs = logs = None
-    if cfg.fargate_region:
-        import boto3
-
-        ecs = boto3.client("ecs", region_name=cfg.fargate_region)
-        logs = boto3.client("logs", region_name=cfg.fargate_region)
+    ecs, logs = _fargate_clients(cfg.fargate_region)
     service, runner = build_tool_run_service(
         engine,
         log,
@@ -65,6 +69,7 @@ def build_tools(
         redis_client=redis_client,
         ecs_client=ecs,
         logs_client=logs,
+        meter=None if ledger is None else tool_run_ledger(ledger, cfg.prices),
     )
 
     async def caller(request: Request) -> tuple[TenantPolicy, str]:
@@ -97,3 +102,25 @@ def build_tools(
     limits = BodyLimits.from_settings(settings.http)
     router = build_tools_router(service, caller, limits, telemetry)
     return ToolsPart(router, start, stop, service)
+
+
+def _fargate_clients(region: str | None) -> tuple[Any, Any]:
+    """boto3's ECS and CloudWatch Logs clients for `region`; (None, None): no Fargate."""
+    if not region:
+        return None, None
+    import boto3
+
+    return boto3.client("ecs", region_name=region), boto3.client("logs", region_name=region)
+
+
+def tool_run_ledger(
+    sink: LineSink,
+    prices: ToolRunPriceSettings,
+    now: Callable[[], datetime] = partial(datetime.now, UTC),
+) -> ToolRunLedger:
+    """The runs' meter over the usage recorder, at the configured price of each runner."""
+    by_runner = {
+        name: RunnerPrice(price.vcpu_hour_usd, price.gb_hour_usd, price.min_billed_s)
+        for name, price in (("local", prices.local), ("fargate", prices.fargate))
+    }
+    return ToolRunLedger(sink, now, by_runner)

@@ -102,6 +102,11 @@ class CallLedger:
         self._sink = sink
         self._now = now
 
+    @property
+    def sink(self) -> LineSink:
+        """Where its rows go (tool runs are billed through the same recorder)."""
+        return self._sink
+
     def record(self, row: CallRecord) -> None:
         """Never raises into the pipeline: a record that cannot even be written is logged."""
         try:

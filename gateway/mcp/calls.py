@@ -138,7 +138,7 @@ class ToolCalls:
         if not tool.server:
             key = idempotency_key(caller.session_id, request_id)
             return await self._sandbox.call(
-                caller.policy, caller.key_id, tool.source_name, arguments, key
+                caller.policy, caller.key_id, tool.source_name, arguments, key, caller.agent_session
             )
         context = None if trace is None else trace.begin_upstream(tool.server, tool.source_name)
         return await self._upstreams.call(tool.server, tool.source_name, arguments, context)

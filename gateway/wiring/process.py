@@ -221,7 +221,7 @@ def _add_tools(
 ) -> None:
     """Tool runs (`/v1/tools/runs`) and `/mcp` on one sandbox service; both authenticate as the
     chat doors do: YAML keys, then keys issued over /admin/keys."""
-    tools = build_tools(settings, lookup, telemetry)
+    tools = build_tools(settings, lookup, telemetry, ledger.sink)
     mcp = build_mcp(
         settings, lookup, process.policies, tools.service, ledger, quotas, telemetry, clock
     )

@@ -20,13 +20,13 @@ from tests.mcp.harness import ACME_KEY, GLOBEX_KEY, RUN_PYTHON, lantern_serve, u
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox]
 
 
-def mcp_rows(db: Path, expected: int) -> list[tuple[str, str, str, str, str | None]]:
+def mcp_rows(db: Path, expected: int) -> list[tuple[str, str, str, str, str | None, str]]:
     """The ledger's MCP rows once `expected` have arrived (the writer lingers 0.5 s)."""
     deadline = time.monotonic() + 15
     while True:
         with sqlite3.connect(db) as conn:
             rows = conn.execute(
-                "SELECT tenant, model, backend, status, error_kind FROM usage "
+                "SELECT tenant, model, backend, status, error_kind, kind FROM usage "
                 "WHERE door = 'mcp' ORDER BY ts"
             ).fetchall()
         if len(rows) >= expected or time.monotonic() > deadline:
@@ -48,17 +48,24 @@ def test_tools_of_a_tenant_through_mcp(tmp_path: Path) -> None:
                 headers = {"authorization": f"Bearer {key}"} if key else {}
                 body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
                 assert httpx.post(gw.mcp_url, json=body, headers=headers).status_code == 401
-            rows = mcp_rows(tmp_path / "lantern.db", 4)
+            rows = mcp_rows(tmp_path / "lantern.db", 6)
         seen = orders.requests_seen()
     assert seen and all(ACME_KEY not in value for r in seen for value in r.values())
     assert not any("authorization" in r for r in seen)
-    assert [r for r in rows if r[0] == "acme"] == [  # one row per call, in call order
+    calls = [r[:5] for r in rows if r[5] == "tool_call"]
+    assert [r for r in calls if r[0] == "acme"] == [  # one row per call, in call order
         ("acme", "run_python", "sandbox", "ok", None),
         ("acme", "run_python", "sandbox", "ok", "tool_error"),
         ("acme", "orders__lookup_order", "orders", "ok", None),
     ]
-    assert [r for r in rows if r[0] == "globex"] == [
+    assert [r for r in calls if r[0] == "globex"] == [
         ("globex", "run_python", "sandbox", "rejected", "unknown_tool")
+    ]
+    # and one billed row per sandboxed run that ran (the refused call ran nothing)
+    runs = [r[:5] for r in rows if r[5] == "tool_run"]
+    assert sorted(runs) == [
+        ("acme", "run_python", "sandbox:local", "error", "failed"),
+        ("acme", "run_python", "sandbox:local", "ok", None),
     ]
 
 
