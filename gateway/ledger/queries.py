@@ -94,11 +94,30 @@ class LedgerQueries:
         return _added_up(pieces, len(group_by))
 
     def month_spend_by_tenant(self, now: datetime) -> dict[str, float]:
-        """Dollars each tenant spent from the first of `now`'s UTC month up to `now` (budgets)."""
+        """Dollars each tenant's calls cost from the first of `now`'s UTC month up to `now`:
+        what `monthly_budget_usd` counts, so tool runs are left out (docs/sandbox.md, "Tool
+        runs and `monthly_budget_usd`")."""
         start = now.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
         if start >= now:
             return {}
-        return {t.group[0]: float(t.cost_usd) for t in self.usage_totals(start, now, ["tenant"])}
+        return {
+            tenant: float(usd) for tenant, usd in self.budget_spend_by_tenant(start, now).items()
+        }
+
+    def budget_spend_by_tenant(self, since: datetime, until: datetime) -> dict[str, Decimal]:
+        """Each tenant's spend over [since, until) less its tool runs' (read by the index on
+        kind and time: the rest comes from the daily rollup as any report's does)."""
+        spend = {t.group[0]: t.cost_usd for t in self.usage_totals(since, until, ["tenant"])}
+        u = UsageRecord
+        runs = (
+            sa.select(u.tenant, sa.func.sum(u.cost_usd))
+            .where(u.kind == "tool_run", u.ts >= since, u.ts < until)
+            .group_by(u.tenant)
+        )
+        with self._sessions() as session:
+            for tenant, cost in session.execute(runs):
+                spend[tenant] = spend.get(tenant, Decimal(0)) - to_money(cost or 0)
+        return spend
 
     def hourly_model_tokens(self, since: datetime, until: datetime) -> list[HourlyModelTokens]:
         """Per model, venue and UTC hour: what the break-even report (F2) is computed from

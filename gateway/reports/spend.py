@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
 from gateway.ledger.models import UsageRecord, to_money
+from gateway.ledger.queries import LedgerQueries
 from gateway.reports.rows import CostReport, InvalidReportQuery, cost_report
 
 SPEND_DIMENSIONS = ("tenant", "model", "backend", "key", "kind")
@@ -116,10 +117,10 @@ def tool_call_counts(
 def budget_lines(
     sessions: sessionmaker[Session], budgets: dict[str, Decimal | None], now: datetime
 ) -> list[BudgetLine]:
-    """Every tenant with a budget or with spend this month: spent, budget, projection."""
+    """Every tenant with a budget or with spend this month: spent (what the budget counts:
+    tool runs are not), budget, projection."""
     start = now.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-    report = cost_report(sessions, start, now, ["tenant"])
-    spent = {row.group[0]: row.cost_usd for row in report.rows}
+    spent = LedgerQueries(sessions).budget_spend_by_tenant(start, now) if start < now else {}
     days_in_month = calendar.monthrange(start.year, start.month)[1]
     elapsed = max((now - start).total_seconds(), 1.0) / (days_in_month * 86400)
     lines = []

@@ -10,6 +10,7 @@ import pytest
 from gateway.ledger.db import session_factory
 from gateway.ledger.queries import HourlyModelTokens, LedgerQueries, UsageTotals
 from gateway.ledger.usage_insert import insert_rows
+from gateway.reports.spend import budget_lines
 from tests.gateway.ledger.ledger_dataset import DEC_1, NOV_1, edge_rows, november_rows
 
 
@@ -136,6 +137,48 @@ def test_session_diagnoses_are_scoped_to_the_tenant(queries):
         (datetime(2026, 11, 2, 23, 59, 59, tzinfo=UTC), '{"verdict":"hit"}'),
     ]
     assert queries.session_diagnoses("acme", "s-404") == []
+
+
+def test_budget_spend_leaves_tool_runs_out(engine, make_row):
+    """`monthly_budget_usd` counts calls (held before they run), not tool runs: the spend
+    seeded into the quota store and the console's budget lines leave them out, whole days (the
+    rollup) and partial days alike; the cost report keeps them."""
+    rows = [
+        make_row(ts=datetime(2026, 11, day, 9, tzinfo=UTC), cost_usd=Decimal("1.25"))
+        for day in (1, 2, 3)
+    ]
+    runs = [
+        make_row(
+            ts=datetime(2026, 11, day, 10, tzinfo=UTC),
+            kind="tool_run",
+            model="render",
+            backend="sandbox:fargate",
+            input_tokens=0,
+            output_tokens=0,
+            cost_usd=Decimal("0.00020571"),
+            uncached_cost_usd=Decimal("0.00020571"),
+            vcpu_seconds=15.0,
+            gb_seconds=30.0,
+        )
+        for day in (1, 2, 3)
+    ]
+    only_runs = make_row(
+        ts=datetime(2026, 11, 2, tzinfo=UTC), tenant="globex", kind="tool_run", cost_usd=0.5
+    )
+    insert_rows(engine, [*rows, *runs, only_runs])
+    sessions = session_factory(engine)
+    queries = LedgerQueries(sessions)
+    now = datetime(2026, 11, 3, 12, tzinfo=UTC)  # two whole days and a partial one
+    assert queries.month_spend_by_tenant(now) == {"acme": 3.75, "globex": 0.0}
+    assert [(b.tenant, b.spent_usd) for b in budget_lines(sessions, {"acme": None}, now)] == [
+        ("acme", D("3.75")),
+        ("globex", D("0")),
+    ]
+    totals = queries.usage_totals(NOV_1, now, ["tenant"])
+    assert [(t.group, t.cost_usd) for t in totals] == [
+        (("acme",), D("3.75") + 3 * D("0.00020571")),
+        (("globex",), D("0.5")),
+    ]
 
 
 def test_the_breakeven_hours_hold_model_calls_only(engine, make_row):
