@@ -35,6 +35,12 @@ def check_identifiers(
             _check(field, value)
 
 
+def check_identifier(field: str, value: str) -> None:
+    """One identifier a door takes outside a chat request (the tool-run door's `x-session-id`),
+    checked as `check_identifiers` checks each."""
+    _check(field, value)
+
+
 def _check(field: str, value: str) -> None:
     if len(value) > MAX_IDENTIFIER_CHARS:
         raise RequestRejected(

@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from adapters.errors import WireFormatError
+from gateway.core.identifiers import check_identifier
 from gateway.errors import GatewayError
 from gateway.http.api_schema import OpenAIError, ToolRunOutcome, errors, json_body
 from gateway.http.errors import to_http
@@ -116,6 +117,8 @@ async def _parse(
     body = await _body(request, limits)
     header = request.headers.get("idempotency-key")
     session = request.headers.get("x-session-id")
+    if session is not None:  # the run's ledger row holds it: as every door checks it
+        check_identifier("x-session-id", session)
     if header is None and session and body.tool_call_id:
         key = derive_key(session, body.tool_call_id)
     else:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
 
@@ -88,9 +88,18 @@ class ToolRunLedger:
         self._prices = dict(prices)
 
     def record(self, run: FinishedRun) -> None:
-        """A run whose row cannot be made is logged whole (no arguments, no output in it)."""
+        """A run whose row cannot be made is logged whole (no arguments, no output in it); one
+        whose only fault is its session (a door that let an unusable one through) is billed
+        without it: the session labels a bill, it must not lose it."""
+        price = self._prices.get(run.runner, RunnerPrice())
         try:
-            row = tool_run_row(run, self._now(), self._prices.get(run.runner, RunnerPrice()))
+            try:
+                row = tool_run_row(run, self._now(), price)
+            except ValueError:
+                if run.session_id is None:
+                    raise
+                row = tool_run_row(replace(run, session_id=None), self._now(), price)
+                log.warning("usage ledger: tool run %s billed without its session", run.run_id)
         except Exception:  # noqa: BLE001 - a bug must not fail the run it records
             log.exception("usage ledger: unusable tool run, kept only in this log: %r", run)
             return

@@ -230,3 +230,26 @@ def test_a_ledger_that_fails_loses_no_result(
     finally:
         recorder.close()
         down.dispose()
+
+
+def test_a_session_the_ledger_cannot_hold_is_a_400_before_anything_runs(
+    default_backend: str, sqlite_engine: sa.Engine, ledger: Ledger
+) -> None:
+    """As on the chat doors: the rule and the field, in the OpenAI error shape; nothing ran,
+    nothing is billed."""
+    meter = ToolRunLedger(ledger.recorder, lambda: TS, {"local": LOCAL_PRICE})
+    replies: list[httpx.Response] = []
+
+    async def scenario(client: httpx.AsyncClient) -> None:
+        replies.append(await _post(client, "Bearer sk-acme", "k-1", "print(1)", "s" * 257))
+
+    _serve(sqlite_engine, meter, scenario)
+    (reply,) = replies
+    assert reply.status_code == 400
+    error = reply.json()["error"]
+    assert (error["type"], error["code"], error["param"]) == (
+        "invalid_request_error",
+        "identifier",
+        "x-session-id",
+    )
+    assert ledger.rows() == []

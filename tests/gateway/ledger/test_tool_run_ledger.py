@@ -159,3 +159,18 @@ def test_the_demo_defaults_hold_the_settings_defaults() -> None:
     from gateway.settings import ToolRunPriceSettings, demo_settings
 
     assert demo_settings().sandbox.prices == ToolRunPriceSettings()
+
+
+def test_a_run_whose_session_the_table_would_refuse_is_billed_without_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A door that let an unusable session through (over the column's 256 characters) must not
+    make the run free: the row goes without the session."""
+    lines, ledger = _defaults()
+    with caplog.at_level(logging.WARNING, logger="gateway.ledger.tool_runs"):
+        ledger.record(replace(FARGATE_RUN, session_id="s" * 257))
+    (row,) = lines.rows
+    assert (row.session_id, row.tenant, row.cost_usd) == (None, "acme", Decimal("0.00020571"))
+    assert caplog.records[0].getMessage() == (
+        f"usage ledger: tool run {FARGATE_RUN.run_id} billed without its session"
+    )
