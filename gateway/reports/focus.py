@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from gateway.ledger.tool_runs import TOOL_RUN_BACKEND
 from gateway.reports.rows import CostReport, CostRow
 
 # FOCUS 1.0, columns whose requirement level is Mandatory (the specification's column index)
@@ -52,6 +53,9 @@ FOCUS_EXTRA_COLUMNS: tuple[str, ...] = (
 )
 FOCUS_COLUMNS = FOCUS_MANDATORY_COLUMNS + FOCUS_EXTRA_COLUMNS
 FOCUS_GROUP_BY = ("day", "tenant", "key", "model", "backend")
+# the backend of a tool run's row (`sandbox:local`, `sandbox:fargate`): the rollup FOCUS reads
+# has no kind, and a tool run is a compute charge counted in runs, not a token charge
+_TOOL_RUN_PREFIX = TOOL_RUN_BACKEND.split("{", 1)[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +87,11 @@ def _focus_row(report: CostReport, row: CostRow, issuer: FocusIssuer) -> dict[st
     charge_start = max(start, report.since)
     charge_end = min(start + timedelta(days=1), report.until)
     cost = f"{row.cost_usd:.8f}"
-    tokens = row.prompt_tokens + row.output_tokens
+    quantity, unit = str(row.prompt_tokens + row.output_tokens), "Tokens"
+    what, category, service = "tokens", "AI and Machine Learning", "Lantern LLM gateway"
+    if backend.startswith(_TOOL_RUN_PREFIX):
+        quantity, unit = str(row.num_calls), "Runs"
+        what, category, service = "tool runs", "Compute", "Lantern tool sandbox"
     return {
         "BilledCost": cost,
         "BillingAccountId": issuer.account_id,
@@ -93,22 +101,22 @@ def _focus_row(report: CostReport, row: CostRow, issuer: FocusIssuer) -> dict[st
         "BillingPeriodEnd": _instant(report.until),
         "ChargeCategory": "Usage",
         "ChargeClass": "",  # empty: a regular charge, not a correction
-        "ChargeDescription": f"{model} tokens via {backend} for tenant {tenant}",
+        "ChargeDescription": f"{model} {what} via {backend} for tenant {tenant}",
         "ChargePeriodStart": _instant(charge_start),
         "ChargePeriodEnd": _instant(charge_end),
         "ContractedCost": cost,
         "EffectiveCost": cost,
         "InvoiceIssuerName": issuer.name,
-        "ListCost": f"{row.uncached_cost_usd:.8f}",  # the same tokens at list (uncached) prices
-        "PricingQuantity": str(tokens),
-        "PricingUnit": "Tokens",
+        "ListCost": f"{row.uncached_cost_usd:.8f}",  # the same usage at list (uncached) prices
+        "PricingQuantity": quantity,
+        "PricingUnit": unit,
         "ProviderName": issuer.name,
         "PublisherName": backend,
-        "ServiceCategory": "AI and Machine Learning",
-        "ServiceName": "Lantern LLM gateway",
+        "ServiceCategory": category,
+        "ServiceName": service,
         "ChargeFrequency": "Usage-Based",
-        "ConsumedQuantity": str(tokens),
-        "ConsumedUnit": "Tokens",
+        "ConsumedQuantity": quantity,
+        "ConsumedUnit": unit,
         "ResourceId": f"{tenant}/{key}",
         "ResourceName": key,
         "ResourceType": "API key",

@@ -405,3 +405,41 @@ def test_tool_calls_are_counted_by_server_and_tool(tmp_path):
         ToolCallCount("orders", "orders__lookup_order", 2),
         ToolCallCount("sandbox", "run_python", 1),
     ]
+
+
+def test_focus_bills_tool_runs_as_compute_counted_in_runs(tmp_path):
+    """Two Fargate runs of one tool on one day (whole day: from the daily rollup): a compute
+    charge of 2 runs at their cost, beside the token charges."""
+    url = f"sqlite:///{tmp_path}/ledger.db"
+    migrate(url)
+    engine = create_ledger_engine(url)
+    runs = [
+        dataclasses.replace(
+            _tool_row(n, "render", "sandbox:fargate", "ok"),
+            kind="tool_run",
+            cost_usd=Decimal("0.00020571"),
+            uncached_cost_usd=Decimal("0.00020571"),
+            vcpu_seconds=15.0,
+            gb_seconds=30.0,
+        )
+        for n in (1, 2)
+    ]
+    insert_rows(engine, [*november_rows(), *runs])
+    report = cost_report(session_factory(engine), NOV_1, DEC_1, FOCUS_GROUP_BY)
+    engine.dispose()
+    lines = list(csv.DictReader(io.StringIO(to_focus_csv(report))))
+    (run,) = [line for line in lines if line["SkuId"] == "render"]
+    assert {k: run[k] for k in ("BilledCost", "ListCost", "PricingQuantity", "PricingUnit")} == {
+        "BilledCost": "0.00041142",
+        "ListCost": "0.00041142",
+        "PricingQuantity": "2",
+        "PricingUnit": "Runs",
+    }
+    assert (run["ServiceCategory"], run["ServiceName"], run["ConsumedUnit"]) == (
+        "Compute",
+        "Lantern tool sandbox",
+        "Runs",
+    )
+    assert run["ChargeDescription"] == "render tool runs via sandbox:fargate for tenant acme"
+    assert {line["PricingUnit"] for line in lines if line["SkuId"] != "render"} == {"Tokens"}
+    assert sum(Decimal(line["BilledCost"]) for line in lines) == money("7.11") + money("0.00041142")
