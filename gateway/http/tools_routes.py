@@ -131,7 +131,14 @@ async def _parse(
     arguments = tuple(sorted((k, str(v)) for k, v in body.arguments.items()))
     cap = policy.tool_runs.max_concurrent
     run = ToolRunRequest(
-        policy.tenant, key_id, key, body.tool, arguments, run_limits, cap, session or None
+        policy.tenant,
+        key_id,
+        key,
+        body.tool,
+        arguments,
+        run_limits,
+        cap,
+        session_id=session or None,
     )
     return run, specs, body.tool_call_id
 

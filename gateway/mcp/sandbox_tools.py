@@ -66,17 +66,15 @@ class SandboxTools:
         """Run (or replay) one call; the run's own failure is a result with `isError`.
         `session_id`: the agent session the ledger bills the run to ("" for none)."""
         filled = tuple(sorted((k, _argument_text(k, v)) for k, v in arguments.items()))
-        cap = policy.tool_runs.max_concurrent
         run = ToolRunRequest(
             policy.tenant,
             key_id,
             idempotency_key,
             tool,
             filled,
-            None,
-            cap,
-            session_id or None,
-            "mcp",
+            max_concurrent_runs=policy.tool_runs.max_concurrent,
+            session_id=session_id or None,  # the run's ledger row: its session and door
+            door="mcp",
         )
         specs = tuple(tool_spec(entry) for entry in policy.tools)
         reply = await self._service.submit(specs, run)
