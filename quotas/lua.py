@@ -1,15 +1,41 @@
 """The Lua scripts of the Redis quota store: one atomic script per operation.
 
-Mirrors `quotas.memory` step for step. Scripts never read Redis' clock: `now` comes in ARGV, and
-TTLs only collect garbage (decisions use the stored logical times). Keys of one tenant share a
-`{tenant}` hash tag, so a cluster keeps them in one slot. A limit of -1 means "no limit".
+Mirrors `quotas.memory` step for step. `now` comes in ARGV; Redis' own clock (`TIME`) only
+bounds it, so one process whose clock runs ahead cannot move a tenant's clock into the future for
+every other process (one process has one clock: the memory store needs no bound). TTLs only
+collect garbage (decisions use the stored logical times). Keys of one tenant share a `{tenant}`
+hash tag, so a cluster keeps them in one slot. A limit of -1 means "no limit".
 """
 
 from __future__ import annotations
 
+# How far a caller's clock may run ahead of the Redis server's before it is not believed.
+MAX_CLOCK_LEAD_MS = 1_000
+
+# The tenant clock: the highest time any caller sent (so it never goes back), but never past
+# Redis' clock plus the lead, a stored one included (written by a skewed process before).
+_CLOCK = (
+    """
+local function clock_to(meta, now)
+  local t = redis.call('TIME')
+  local limit = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + """
+    + str(MAX_CLOCK_LEAD_MS)
+    + """
+  if now > limit then now = limit end
+  local clock = tonumber(redis.call('HGET', meta, 'clock') or '0')
+  if clock > limit then clock = limit end
+  if clock > now then now = clock end
+  redis.call('HSET', meta, 'clock', string.format('%d', now))
+  return now
+end
+"""
+)
+
 # KEYS: 1 meta (clock, tok), 2 win (zset id -> admitted ms), 3 wtok (hash id -> counted tokens),
 # 4 active (zset id -> lease expiry ms), 5 res (hash id -> record), 6 budget (hash), 7 session.
-_PRELUDE = """
+_PRELUDE = (
+    _CLOCK
+    + """
 local meta, win, wtok, active, res, budget = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 
 local function int(x) return string.format('%d', x) end
@@ -30,9 +56,7 @@ end
 
 -- the tenant clock never goes back; drop window entries; expire leases (charge their hold)
 local function advance(now, window)
-  local clock = num(redis.call('HGET', meta, 'clock'))
-  if clock > now then now = clock end
-  redis.call('HSET', meta, 'clock', int(now))
+  now = clock_to(meta, now)
   local cutoff = int(now - window)
   local old = redis.call('ZRANGEBYSCORE', win, '-inf', cutoff)
   if #old > 0 then
@@ -81,6 +105,7 @@ local function session_calls(sess, now)
   return 0, expiry
 end
 """
+)
 
 # ARGV: id, now, tokens, cost, period, period_end, window, lease, tpm, rpm, conc, cps, budget,
 #       session_ttl, has_session, gc_ms, session_gc_ms, concurrency_retry_ms
@@ -219,7 +244,9 @@ return 1
 #       ms), 4 session (the hash model calls count on).
 # ARGV: id, now, window, lease, per_minute, concurrent, cps, session_ttl, has_session, gc_ms,
 #       session_gc_ms, concurrency_retry_ms
-TOOL_ADMIT = """
+TOOL_ADMIT = (
+    _CLOCK
+    + """
 local meta, twin, tact, sess = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local function int(x) return string.format('%d', x) end
 local id, now = ARGV[1], tonumber(ARGV[2])
@@ -228,9 +255,7 @@ local per_minute, conc, cps = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARG
 local session_ttl, has_session = tonumber(ARGV[8]), ARGV[9] == '1' and tonumber(ARGV[7]) >= 0
 local gc_ms, session_gc_ms, conc_retry = ARGV[10], ARGV[11], tonumber(ARGV[12])
 
-local clock = tonumber(redis.call('HGET', meta, 'clock') or '0')
-if clock > now then now = clock end
-redis.call('HSET', meta, 'clock', int(now))
+now = clock_to(meta, now)
 redis.call('ZREMRANGEBYSCORE', twin, '-inf', int(now - window))
 redis.call('ZREMRANGEBYSCORE', tact, '-inf', int(now))
 
@@ -266,3 +291,4 @@ if has_session then
 end
 return {'ok', now}
 """
+)

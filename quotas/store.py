@@ -2,7 +2,9 @@
 
 The contract (both stores, identical decisions):
 - Time is the caller's `now_ms`; each tenant keeps a high-water clock, so a caller whose clock
-  lags is treated as if it were at the latest time seen (the window never moves backwards).
+  lags is treated as if it were at the latest time seen (the window never moves backwards). A
+  shared store bounds that clock by its own plus `quotas.lua.MAX_CLOCK_LEAD_MS`, so a caller
+  whose clock runs ahead cannot move the tenant's window and leases into the future for others.
 - Tokens and requests: a sliding-window log of reservations keyed by admission time. A call is
   admitted only if `used_in_window + asked <= limit`, so for any window the sum admitted within
   it is at most the limit (settling only lowers amounts unless an upstream reports more than
