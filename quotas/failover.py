@@ -268,6 +268,7 @@ def _unconfirmed(
     timeout, a connection lost after the script ran): replayed like any deferred settle, it
     frees the hold and its slot, or finds nothing on record (`unknown`) and changes nothing."""
     period, _ = budget_period(now_ms)
+    session = ask.session_id if limits.calls_per_session is not None else None
     held = Reservation(
         reservation_id,
         tenant,
@@ -278,6 +279,7 @@ def _unconfirmed(
         now_ms + limits.lease_ms,
         store,  # type: ignore[arg-type]
         WindowUse(0, 0, 0),
+        session,  # a zero settle takes the call back off its session's count too
     )
     return _PendingSettle(held, Actual(0), now_ms)
 

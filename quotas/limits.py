@@ -130,6 +130,12 @@ class Actual:
     def cost_micro_usd(self) -> int:
         return usd_to_micro(self.cost_usd)
 
+    @property
+    def is_unused(self) -> bool:
+        """Nothing to pay for: the call never reached its upstream (refused after admission,
+        cancelled), or the upstream produced nothing billable."""
+        return self.tokens == 0 and self.cost_micro_usd == 0
+
 
 @dataclass(frozen=True, slots=True)
 class WindowUse:
@@ -145,7 +151,8 @@ class WindowUse:
 
 @dataclass(frozen=True, slots=True)
 class Reservation:
-    """A hold on capacity, released by settle or, if its process dies, by lease expiry."""
+    """A hold on capacity, released by settle or, if its process dies, by lease expiry.
+    `session_id`: the session whose `calls_per_session` count this call is on (None: none)."""
 
     id: str
     tenant: str
@@ -156,6 +163,7 @@ class Reservation:
     lease_expiry_ms: int
     store: StoreName
     window: WindowUse
+    session_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

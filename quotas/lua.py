@@ -31,6 +31,17 @@ end
 """
 )
 
+# One more call on a session's count; a count that starts from 0 starts a new run at `now`
+# (`since`), so a settle of a call from an earlier run never takes one of this run's back.
+_COUNT_CALL = """
+local function count_call(sess, calls, now, ttl, gc_ms)
+  redis.call('HSET', sess, 'calls', string.format('%d', calls + 1),
+             'expiry', string.format('%d', now + ttl))
+  if calls == 0 then redis.call('HSET', sess, 'since', string.format('%d', now)) end
+  redis.call('PEXPIRE', sess, gc_ms)
+end
+"""
+
 # KEYS: 1 meta (clock, tok), 2 win (zset id -> admitted ms), 3 wtok (hash id -> counted tokens),
 # 4 active (zset id -> lease expiry ms), 5 res (hash id -> record), 6 budget (hash), 7 session.
 _PRELUDE = (
@@ -105,6 +116,7 @@ local function session_calls(sess, now)
   return 0, expiry
 end
 """
+    + _COUNT_CALL
 )
 
 # ARGV: id, now, tokens, cost, period, period_end, window, lease, tpm, rpm, conc, cps, budget,
@@ -173,16 +185,14 @@ redis.call('HINCRBY', meta, 'tok', int(tokens))
 redis.call('ZADD', active, int(now + lease), id)
 redis.call('HSET', res, id, pack(tokens, cost, period, 'active'))
 redis.call('HINCRBY', budget, 'held:' .. period, int(cost))
-if has_session then
-  redis.call('HSET', sess, 'calls', int(calls + 1), 'expiry', int(now + session_ttl))
-  redis.call('PEXPIRE', sess, session_gc_ms)
-end
+if has_session then count_call(sess, calls, now, session_ttl, session_gc_ms) end
 touch(gc_ms)
 return {'ok', now, tok + tokens, count + 1, window}
 """
 )
 
-# ARGV: id, actual_tokens, actual_cost, period
+# KEYS: as RESERVE's. ARGV: id, actual_tokens, actual_cost, period, admitted ms ('' when the
+#       call is on no session's count)
 SETTLE = (
     _PRELUDE
     + """
@@ -192,6 +202,14 @@ if not rec then return {'unknown', 0, num(redis.call('HGET', budget, 'spend:' ..
 local tokens, cost, period, state = parse(rec)
 local spend_key = 'spend:' .. period
 if state == 'settled' then return {'duplicate', 0, num(redis.call('HGET', budget, spend_key))} end
+if actual_tokens == 0 and actual_cost == 0 and ARGV[5] ~= '' then
+  -- nothing used: take the call back off its session's count, if it is in the current run
+  local sess = redis.call('HMGET', KEYS[7], 'calls', 'since')
+  local calls = num(sess[1])
+  if calls > 0 and num(sess[2]) <= tonumber(ARGV[5]) then
+    redis.call('HSET', KEYS[7], 'calls', int(calls - 1))
+  end
+end
 local status = 'settled'
 if redis.call('ZREM', active, id) == 1 then
   redis.call('HINCRBY', budget, 'held:' .. period, int(-cost))
@@ -246,6 +264,7 @@ return 1
 #       session_gc_ms, concurrency_retry_ms
 TOOL_ADMIT = (
     _CLOCK
+    + _COUNT_CALL
     + """
 local meta, twin, tact, sess = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local function int(x) return string.format('%d', x) end
@@ -285,10 +304,7 @@ if best == nil then
 end
 for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], gc_ms) end
 if best then return best end
-if has_session then
-  redis.call('HSET', sess, 'calls', int(calls + 1), 'expiry', int(now + session_ttl))
-  redis.call('PEXPIRE', sess, session_gc_ms)
-end
+if has_session then count_call(sess, calls, now, session_ttl, session_gc_ms) end
 return {'ok', now}
 """
 )

@@ -54,7 +54,8 @@ class _Book:
     active: dict[str, int] = field(default_factory=dict)
     records: dict[str, _Record] = field(default_factory=dict)
     budget: dict[str, int] = field(default_factory=dict)
-    sessions: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # session id -> (calls, expiry ms, since ms: when this run of the count began)
+    sessions: dict[str, tuple[int, int, int]] = field(default_factory=dict)
     sessions_swept_at: int = 0
     tool_starts: deque[int] = field(default_factory=deque)  # admission ms, oldest first
     tool_active: dict[str, int] = field(default_factory=dict)  # call id -> lease expiry ms
@@ -97,9 +98,9 @@ class MemoryQuotaStore:
         book.active[reservation_id] = now + limits.lease_ms
         book.records[reservation_id] = _Record(ask.tokens, cost, period)
         book.add_budget("held", period, cost)
-        if limits.calls_per_session is not None and ask.session_id is not None:
-            calls = self._session_calls(book, ask.session_id, now)
-            book.sessions[ask.session_id] = (calls + 1, now + limits.session_ttl_ms)
+        counted = ask.session_id if limits.calls_per_session is not None else None
+        if counted is not None:
+            self._count_session_call(book, counted, now, limits.session_ttl_ms)
         return Reservation(
             id=reservation_id,
             tenant=tenant,
@@ -110,6 +111,7 @@ class MemoryQuotaStore:
             lease_expiry_ms=now + limits.lease_ms,
             store=self.name,
             window=self._window_use(book, limits, now),
+            session_id=counted,
         )
 
     async def settle(self, reservation: Reservation, actual: Actual, *, now_ms: int) -> Settlement:
@@ -121,6 +123,8 @@ class MemoryQuotaStore:
         if record.state == "settled":
             spend = book.budget_of("spend", record.period)
             return Settlement("duplicate", 0, micro_to_usd(spend))
+        if actual.is_unused and reservation.session_id is not None:
+            self._uncount_session_call(book, reservation.session_id, reservation.admitted_ms)
         status: SettleStatus = "settled"
         if book.active.pop(reservation.id, None) is not None:
             book.add_budget("held", record.period, -record.cost_micro_usd)
@@ -188,7 +192,7 @@ class MemoryQuotaStore:
         book.tool_starts.append(now)
         book.tool_active[call_id] = now + limits.lease_ms
         if session:
-            book.sessions[session] = (calls + 1, now + limits.session_ttl_ms)
+            self._count_session_call(book, session, now, limits.session_ttl_ms)
         return ToolCallLease(call_id, tenant, self.name)
 
     @staticmethod
@@ -330,8 +334,21 @@ class MemoryQuotaStore:
 
     @staticmethod
     def _session_calls(book: _Book, session_id: str, now: int) -> int:
-        calls, expiry_ms = book.sessions.get(session_id, (0, 0))
+        calls, expiry_ms, _ = book.sessions.get(session_id, (0, 0, 0))
         return calls if expiry_ms > now else 0
+
+    def _count_session_call(self, book: _Book, session_id: str, now: int, ttl_ms: int) -> None:
+        calls = self._session_calls(book, session_id, now)
+        since = book.sessions[session_id][2] if calls else now  # 0 calls: a new run of the count
+        book.sessions[session_id] = (calls + 1, now + ttl_ms, since)
+
+    @staticmethod
+    def _uncount_session_call(book: _Book, session_id: str, admitted_ms: int) -> None:
+        """Take back the call admitted at `admitted_ms`, if it counts in the session's current
+        run (one that began after it, when the session had expired, never held it)."""
+        calls, expiry_ms, since = book.sessions.get(session_id, (0, 0, 0))
+        if calls > 0 and since <= admitted_ms:
+            book.sessions[session_id] = (calls - 1, expiry_ms, since)
 
     def _sweep_sessions(self, book: _Book, now: int) -> None:
         """Forget expired sessions once the table doubles; keep at most half the cap of live

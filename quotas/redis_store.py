@@ -139,18 +139,23 @@ class RedisQuotaStore:
             lease_expiry_ms=now + limits.lease_ms,
             store=self.name,
             window=_window(limits, tokens_used, requests_used, reset_ms),
+            session_id=ask.session_id if has_session else None,
         )
 
     async def settle(self, reservation: Reservation, actual: Actual, *, now_ms: int) -> Settlement:
+        session = reservation.session_id
         args: list[str | int] = [
             reservation.id,
             actual.tokens,
             actual.cost_micro_usd,
             reservation.period,
+            "" if session is None else reservation.admitted_ms,
         ]
-        reply = await self._call(
-            self._settle(keys=self._tenant_keys(reservation.tenant), args=args)
-        )
+        keys = [
+            *self._tenant_keys(reservation.tenant),
+            self._session_key(reservation.tenant, session),
+        ]
+        reply = await self._call(self._settle(keys=keys, args=args))
         status: SettleStatus = reply[0]
         return Settlement(status, int(reply[1]), micro_to_usd(int(reply[2])))
 

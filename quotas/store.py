@@ -13,7 +13,9 @@ The contract (both stores, identical decisions):
   stay counted at the reserved amount and its dollars move from held to spent (conservative).
 - Budget: per UTC month, `spent + held + asked <= budget`, in integer micro-dollars.
 - Calls per session: a counter that expires `session_ttl_ms` after the session's last call;
-  model calls and MCP tool calls of one session count on the same counter.
+  model calls and MCP tool calls of one session count on the same counter. A model call settled
+  at nothing (`Actual.is_unused`: it never reached its upstream, or got nothing from it) is
+  taken back off the count, unless the count has restarted since (the session had expired).
 - Tool calls: their own sliding window and leases (`ToolCallLimits`), never a model call's.
 - Settle is idempotent; a settle for a record no longer kept changes nothing.
 """
