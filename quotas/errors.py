@@ -1,7 +1,7 @@
 """Typed errors of admission. Each carries, as attributes, all the gateway needs to answer HTTP.
 
 Must not know about HTTP: the gateway maps `QuotaExceeded` to 429, `LimitNeverFits` to 400 and
-`QuotaStoreUnavailable` to 503.
+`QuotaStoreUnavailable` to 503; it answers `SpendNotSeeded` itself (seeds, reserves again).
 """
 
 from __future__ import annotations
@@ -66,6 +66,17 @@ class ReservationConflict(QuotaError):
     def __init__(self, reservation_id: str) -> None:
         self.reservation_id = reservation_id
         super().__init__(f"reservation id {reservation_id!r} is already on record")
+
+
+class SpendNotSeeded(QuotaError):
+    """The store holds no seeded spend of `period` for the tenant (a store that requires it, and
+    lost its data, or a month no seeding reached yet): seed it from the ledger, then reserve
+    again. Nothing was held."""
+
+    def __init__(self, tenant: str, period: str) -> None:
+        self.tenant = tenant
+        self.period = period
+        super().__init__(f"no seeded spend of {period} for tenant {tenant!r}")
 
 
 class QuotaStoreUnavailable(QuotaError):

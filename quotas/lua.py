@@ -120,7 +120,8 @@ end
 )
 
 # ARGV: id, now, tokens, cost, period, period_end, window, lease, tpm, rpm, conc, cps, budget,
-#       session_ttl, has_session, gc_ms, session_gc_ms, concurrency_retry_ms
+#       session_ttl, has_session, gc_ms, session_gc_ms, concurrency_retry_ms, needs_seed
+#       ('1': a budget is checked only once `SEED_SPEND` marked the period `seeded`)
 RESERVE = (
     _PRELUDE
     + """
@@ -135,6 +136,9 @@ local sess = KEYS[7]
 
 local now = advance(tonumber(ARGV[2]), window)
 if redis.call('HEXISTS', res, id) == 1 then return {'dup'} end
+if cap >= 0 and ARGV[19] == '1' and redis.call('HEXISTS', budget, 'seeded:' .. period) == 0 then
+  return {'unseeded'}  -- the budget hash lost its data (or the month is new): nothing held
+end
 local tok, count = window_use(now, window)
 
 local best = nil
@@ -254,6 +258,7 @@ SEED_SPEND = """
 local key = 'spend:' .. ARGV[1]
 local current = tonumber(redis.call('HGET', KEYS[1], key) or '0')
 if tonumber(ARGV[2]) > current then redis.call('HSET', KEYS[1], key, ARGV[2]) end
+redis.call('HSET', KEYS[1], 'seeded:' .. ARGV[1], '1')
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1
 """

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Literal
 
-from quotas.errors import QuotaExceeded, ReservationConflict, check_never_fits
+from quotas.errors import QuotaExceeded, ReservationConflict, SpendNotSeeded, check_never_fits
 from quotas.limits import (
     CONCURRENCY_RETRY_MS,
     Actual,
@@ -74,8 +74,16 @@ class MemoryQuotaStore:
     name: Literal["memory"] = "memory"
     settles_inline: bool = True  # a subclass whose settle awaits must say False
 
-    def __init__(self, *, max_sessions_per_tenant: int = MAX_SESSIONS_PER_TENANT) -> None:
+    def __init__(
+        self,
+        *,
+        max_sessions_per_tenant: int = MAX_SESSIONS_PER_TENANT,
+        requires_seeded_spend: bool = False,
+    ) -> None:
+        """`requires_seeded_spend`: refuse to admit against a budget whose month no
+        `seed_spend` reached (`SpendNotSeeded`), as the Redis store does for a lost budget."""
         self._books: dict[str, _Book] = {}
+        self._requires_seed = requires_seeded_spend
         self._max_sessions = max(max_sessions_per_tenant, 2 * _SESSION_SWEEP_MIN)
         self._period = ("", 0, 0)  # the last `budget_period_span`: a month serves many calls
 
@@ -88,6 +96,9 @@ class MemoryQuotaStore:
         if reservation_id in book.records:
             raise ReservationConflict(reservation_id)
         period, period_end_ms = self._budget_period(now_ms)
+        needs_seed = self._requires_seed and limits.budget_micro_usd is not None
+        if needs_seed and f"seeded:{period}" not in book.budget:
+            raise SpendNotSeeded(tenant, period)
         failure = self._first_failure(book, limits, ask, now, period, period_end_ms)
         if failure is not None:
             name, value, current, retry_ms = failure
@@ -148,6 +159,7 @@ class MemoryQuotaStore:
         book = self._book(tenant)
         key = f"spend:{period}"
         book.budget[key] = max(book.budget.get(key, 0), spend_micro_usd)
+        book.budget[f"seeded:{period}"] = 1
 
     async def usage(
         self, tenant: str, limits: Limits, *, now_ms: int, session_id: str | None = None

@@ -20,6 +20,7 @@ from quotas.errors import (
     QuotaExceeded,
     QuotaStoreUnavailable,
     ReservationConflict,
+    SpendNotSeeded,
     check_never_fits,
 )
 from quotas.limits import (
@@ -61,9 +62,19 @@ class RedisQuotaStore:
     name: Literal["redis"] = "redis"
     settles_inline: bool = False  # a round trip to Redis
 
-    def __init__(self, client: Redis, *, key_prefix: str = "lantern:quota:") -> None:
+    def __init__(
+        self,
+        client: Redis,
+        *,
+        key_prefix: str = "lantern:quota:",
+        requires_seeded_spend: bool = False,
+    ) -> None:
+        """`requires_seeded_spend`: refuse to admit against a budget whose month no
+        `seed_spend` marked (`SpendNotSeeded`): a Redis that lost its data (restarted without
+        persistence, flushed, evicted) must not count the month's spend from zero."""
         self._client = client
         self._prefix = key_prefix
+        self._requires_seed = requires_seeded_spend
         self._reserve = client.register_script(lua.RESERVE)
         self._settle = client.register_script(lua.SETTLE)
         self._usage = client.register_script(lua.USAGE)
@@ -78,6 +89,7 @@ class RedisQuotaStore:
         key_prefix: str = "lantern:quota:",
         timeout_s: float = 5.0,
         max_connections: int = 64,
+        requires_seeded_spend: bool = False,
     ) -> RedisQuotaStore:
         """A bounded pool (calls wait up to `timeout_s` for a connection rather than opening
         hundreds at once). A command that meets a connection error (a pooled connection that
@@ -94,7 +106,8 @@ class RedisQuotaStore:
             retry_on_error=[],
             decode_responses=True,
         )
-        return cls(Redis(connection_pool=pool), key_prefix=key_prefix)
+        client = Redis(connection_pool=pool)
+        return cls(client, key_prefix=key_prefix, requires_seeded_spend=requires_seeded_spend)
 
     async def reserve(
         self, tenant: str, limits: Limits, ask: Ask, *, reservation_id: str, now_ms: int
@@ -121,11 +134,14 @@ class RedisQuotaStore:
             _gc_ms(now_ms, period_end_ms),
             limits.session_ttl_ms + _SESSION_KEEP_MS,
             CONCURRENCY_RETRY_MS,
+            1 if self._requires_seed else 0,
         ]
         keys = [*self._tenant_keys(tenant), self._session_key(tenant, ask.session_id)]
         reply = await self._call(self._reserve(keys=keys, args=args))
         if reply[0] == "dup":
             raise ReservationConflict(reservation_id)
+        if reply[0] == "unseeded":
+            raise SpendNotSeeded(tenant, period)
         if reply[0] == "over":
             raise _exceeded(reply, limits)
         now, tokens_used, requests_used, reset_ms = (int(x) for x in reply[1:5])

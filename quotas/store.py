@@ -11,7 +11,9 @@ The contract (both stores, identical decisions):
   was reserved; then the actual is counted and reported as overrun).
 - Concurrency: live leases. A lease that expires (its process died) frees its slot; its tokens
   stay counted at the reserved amount and its dollars move from held to spent (conservative).
-- Budget: per UTC month, `spent + held + asked <= budget`, in integer micro-dollars.
+- Budget: per UTC month, `spent + held + asked <= budget`, in integer micro-dollars. A store
+  built with `requires_seeded_spend` checks a budget only once `seed_spend` reached the tenant's
+  month, and raises `SpendNotSeeded` (holding nothing) before then.
 - Calls per session: a counter that expires `session_ttl_ms` after the session's last call;
   model calls and MCP tool calls of one session count on the same counter. A model call settled
   at nothing (`Actual.is_unused`: it never reached its upstream, or got nothing from it) is

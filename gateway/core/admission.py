@@ -1,5 +1,5 @@
 """Admission glue for the pipeline: tenant policy limits → `quotas`, the store chosen from settings,
-`x-ratelimit-*` headers, budget alarms and start-up spend seeding from the ledger.
+`x-ratelimit-*` headers, budget alarms; spend seeding from the ledger is `spend_seeding`'s.
 
 Must not hold quota rules: what fits, windows, leases and refunds live in `quotas/`.
 """
@@ -12,22 +12,29 @@ import math
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge
+from sqlalchemy.exc import SQLAlchemyError
 
 from adapters.records import slot_init
 from adapters.types import Usage
 from gateway.core.memo import PerObjectMemo
+from gateway.core.spend_seeding import SpendSeeding
 from gateway.ids import uuid4_hex
 from gateway.telemetry.series import GaugeSeries
 from policies.limits import LimitsPolicy, TokenWeights
 from policies.model import TenantPolicy
-from quotas.errors import LimitNeverFits, QuotaError, QuotaExceeded, QuotaStoreUnavailable
+from quotas.errors import (
+    LimitNeverFits,
+    QuotaError,
+    QuotaExceeded,
+    QuotaStoreUnavailable,
+    SpendNotSeeded,
+)
 from quotas.failover import FailoverQuotaStore
-from quotas.limits import Actual, Ask, Limits, Reservation, Settlement, budget_period, usd_to_micro
+from quotas.limits import Actual, Ask, Limits, Reservation, Settlement
 from quotas.memory import MemoryQuotaStore
 from quotas.redis_store import RedisQuotaStore
 from quotas.store import QuotaStore
@@ -163,8 +170,8 @@ class Admission:
         self._webhook_timeout_s = webhook_timeout_s
         self._alarmed: set[tuple[str, str]] = set()
         self._background: set[asyncio.Future[Any]] = set()
-        self._ledger: Engine | None = None  # known once `start` seeded from it
-        self._reseeding: asyncio.Task[None] | None = None
+        self._seeding = SpendSeeding(store, clock)
+        self._reseeding: asyncio.Future[None] | None = None
         # per tenant limits policy object (a reload makes a new one): built once, not per call
         self._limits_of: PerObjectMemo[LimitsPolicy, Limits] = PerObjectMemo(limits_from_policy)
 
@@ -176,7 +183,9 @@ class Admission:
         metrics = AdmissionMetrics(registry or CollectorRegistry())
         if settings.redis_url is None:
             return cls(MemoryQuotaStore(), metrics=metrics)
-        shared = RedisQuotaStore.from_url(settings.redis_url, key_prefix=REDIS_KEY_PREFIX)
+        shared = RedisQuotaStore.from_url(  # a Redis that lost the month's spend says so
+            settings.redis_url, key_prefix=REDIS_KEY_PREFIX, requires_seeded_spend=True
+        )
         store = FailoverQuotaStore(
             shared,
             MemoryQuotaStore(),
@@ -191,33 +200,21 @@ class Admission:
 
     async def start(self, engine: Engine) -> None:
         """Seed this month's spend per tenant from the ledger, so a restart does not reset it."""
-        from gateway.ledger.db import session_factory
-        from gateway.ledger.queries import LedgerQueries
-
-        self._ledger = engine
-        queries = LedgerQueries(session_factory(engine))
-        now = datetime.fromtimestamp(self._clock(), UTC)
-        spend = await asyncio.to_thread(queries.month_spend_by_tenant, now)
-        for tenant_id, usd in spend.items():
-            await self.seed_spend(tenant_id, usd)
+        await self._seeding.start(engine)
 
     def on_store_change(self, is_down: bool, reason: str) -> None:
         """The shared store went down or came back. Back, it may have lost the month's spend (a
         Redis restarted without persistence): seed it again from the ledger, as at start."""
         self.metrics.on_store_change(is_down, reason)
-        if is_down or self._ledger is None or self._reseeding is not None:
+        if is_down or not self._seeding.has_ledger or self._reseeding is not None:
             return
-        self._reseeding = asyncio.ensure_future(self._reseed(self._ledger))
+        self._reseeding = asyncio.ensure_future(self._seeding.reseed())
         self._background.add(self._reseeding)
         self._reseeding.add_done_callback(self._background.discard)
+        self._reseeding.add_done_callback(self._reseeded)
 
-    async def _reseed(self, engine: Engine) -> None:
-        try:
-            await self.start(engine)
-        except Exception:  # the ledger is down too: the spend stays as the store has it
-            log.exception("could not seed the month's spend again after the quota store came back")
-        finally:
-            self._reseeding = None
+    def _reseeded(self, _: asyncio.Future[None]) -> None:
+        self._reseeding = None
 
     async def aclose(self) -> None:
         """Give in-flight settles and alarm webhooks their timeout to finish; close the store."""
@@ -243,23 +240,56 @@ class Admission:
         limits = self._limits_of(policy)
         tokens = reserved_tokens(prompt_tokens, max_output_tokens, policy.token_weights)
         ask = Ask(tokens, max(0.0, worst_case_usd), session_id)
+        reservation_id, now_ms = self._new_id(), self._now_ms(now_s)
         reserving = self._store.reserve(
-            tenant.tenant, limits, ask, reservation_id=self._new_id(), now_ms=self._now_ms(now_s)
+            tenant.tenant, limits, ask, reservation_id=reservation_id, now_ms=now_ms
         )
         try:
-            if self._store.settles_inline:
-                reservation = await reserving
-            else:
-                reservation = await self._reserve_shielded(reserving)
+            try:
+                if self._store.settles_inline:
+                    reservation = await reserving
+                else:
+                    reservation = await self._reserve_shielded(reserving)
+            except SpendNotSeeded:  # nothing was held: seed from the ledger, then ask again
+                await self._seed_missing(tenant.tenant, limits)
+                reservation = await self._reserve_once(
+                    tenant.tenant, limits, ask, reservation_id, now_ms
+                )
         except (QuotaExceeded, LimitNeverFits) as exc:
             self.metrics.rejections.labels(tenant.tenant, exc.limit).inc()
             raise
         except QuotaStoreUnavailable:
             self.metrics.rejections.labels(tenant.tenant, "store_unavailable").inc()
             raise
+        except SpendNotSeeded as exc:  # lost again between the seeding and the second ask
+            self.metrics.rejections.labels(tenant.tenant, "store_unavailable").inc()
+            raise QuotaStoreUnavailable(self._store.name, "month's spend not seeded") from exc
         if reservation.store != self._store.name:
             self.metrics.fallback.labels(tenant.tenant).inc()
         return Ticket(reservation, limits, policy)
+
+    async def _reserve_once(
+        self, tenant_id: str, limits: Limits, ask: Ask, reservation_id: str, now_ms: int
+    ) -> Reservation:
+        """`reserve`'s store call once more, after seeding (off the common path)."""
+        reserving = self._store.reserve(
+            tenant_id, limits, ask, reservation_id=reservation_id, now_ms=now_ms
+        )
+        if self._store.settles_inline:
+            return await reserving
+        return await self._reserve_shielded(reserving)
+
+    async def _seed_missing(self, tenant_id: str, limits: Limits) -> None:
+        """The store lost (or never had) the tenant's spend this month: read it from the
+        ledger. A ledger that cannot be read either fails the call closed (503) or, where the
+        tenant's budget fails open, lets its spend count from 0 (logged)."""
+        try:
+            await self._seeding.seed_missing(tenant_id)
+        except (SQLAlchemyError, OSError) as exc:
+            if limits.on_store_down_budget == "fail_closed":
+                raise QuotaStoreUnavailable("ledger", type(exc).__name__) from exc
+            log.error("ledger unreadable: tenant %s's spend this month counts from 0", tenant_id)
+            await self._seeding.seed(tenant_id, 0.0)
 
     async def settle(
         self, ticket: Ticket, *, usage: Usage, cost_usd: float, now_s: float | None = None
@@ -325,14 +355,7 @@ class Admission:
         self, tenant_id: str, month_spend_usd: float, *, now_s: float | None = None
     ) -> None:
         """Raise this month's recorded spend to at least `month_spend_usd` (never lowers it)."""
-        now_ms = self._now_ms(now_s)
-        period, _ = budget_period(now_ms)
-        try:
-            await self._store.seed_spend(
-                tenant_id, period, usd_to_micro(month_spend_usd), now_ms=now_ms
-            )
-        except QuotaStoreUnavailable:
-            log.warning("could not seed the spend of %s into the shared store (down)", tenant_id)
+        await self._seeding.seed(tenant_id, month_spend_usd, now_s=now_s)
 
     def _now_ms(self, now_s: float | None) -> int:
         return int((self._clock() if now_s is None else now_s) * 1000)

@@ -1,5 +1,6 @@
 """The reference check of the two stores: the same random sequences of reserve, settle, clock
-moves (lease expiry, window slide, month change) and seeding give identical decisions."""
+moves (lease expiry, window slide, month change) and seeding give identical decisions, with and
+without requiring a seeded spend before a budget is checked."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from quotas.errors import LimitNeverFits, QuotaExceeded, ReservationConflict
+from quotas.errors import LimitNeverFits, QuotaExceeded, ReservationConflict, SpendNotSeeded
 from quotas.limits import Actual, Ask, Limits, Reservation
 from quotas.memory import MemoryQuotaStore
 from quotas.redis_store import RedisQuotaStore
@@ -129,6 +130,9 @@ async def replay(store: QuotaStore, limits: Limits, ops: list[object]) -> list[o
                 outcomes.append(("never", exc.limit, exc.limit_value, exc.requested))
             except ReservationConflict as exc:
                 outcomes.append(("conflict", exc.reservation_id))
+            except SpendNotSeeded as exc:
+                event("unseeded")
+                outcomes.append(("unseeded", exc.tenant, exc.period))
             else:
                 event("admitted")
                 held.append(reservation)
@@ -155,10 +159,10 @@ async def replay(store: QuotaStore, limits: Limits, ops: list[object]) -> list[o
 
 
 async def both(
-    redis_url: str, prefix: str, limits: Limits, ops: list[object]
+    redis_url: str, prefix: str, limits: Limits, ops: list[object], seeded: bool
 ) -> tuple[list[object], list[object]]:
-    memory = MemoryQuotaStore()
-    shared = RedisQuotaStore.from_url(redis_url, key_prefix=prefix)
+    memory = MemoryQuotaStore(requires_seeded_spend=seeded)
+    shared = RedisQuotaStore.from_url(redis_url, key_prefix=prefix, requires_seeded_spend=seeded)
     try:
         return await replay(memory, limits, ops), await replay(shared, limits, ops)
     finally:
@@ -169,13 +173,17 @@ async def both(
 @settings(
     max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(limits=limits_strategy, ops=st.lists(op_strategy, min_size=10, max_size=80))
+@given(
+    limits=limits_strategy,
+    ops=st.lists(op_strategy, min_size=10, max_size=80),
+    seeded=st.booleans(),
+)
 def test_memory_and_redis_decide_identically(
-    redis_url: str, redis_prefix: str, limits: Limits, ops: list[object]
+    redis_url: str, redis_prefix: str, limits: Limits, ops: list[object], seeded: bool
 ) -> None:
     prefix = f"{redis_prefix}{uuid.uuid4().hex[:8]}:"
     try:
-        memory_outcomes, redis_outcomes = asyncio.run(both(redis_url, prefix, limits, ops))
+        memory_outcomes, redis_outcomes = asyncio.run(both(redis_url, prefix, limits, ops, seeded))
     finally:
         delete_prefix(redis_url, prefix)
     assert redis_outcomes == memory_outcomes
