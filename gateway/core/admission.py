@@ -1,5 +1,5 @@
 """Admission glue for the pipeline: tenant policy limits → `quotas`, the store chosen from settings,
-`x-ratelimit-*` headers, budget alarms; spend seeding from the ledger is `spend_seeding`'s.
+`x-ratelimit-*` headers; budget alarms are `budget_alarm`'s, spend seeding `spend_seeding`'s.
 
 Must not hold quota rules: what fits, windows, leases and refunds live in `quotas/`.
 """
@@ -20,6 +20,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from adapters.records import slot_init
 from adapters.types import Usage
+from gateway.core.budget_alarm import BudgetAlarm
 from gateway.core.memo import PerObjectMemo
 from gateway.core.spend_seeding import SpendSeeding
 from gateway.ids import uuid4_hex
@@ -166,10 +167,9 @@ class Admission:
         self._clock = clock
         self._new_id = new_id
         self.metrics = metrics or AdmissionMetrics(CollectorRegistry())
-        self._http = http
         self._webhook_timeout_s = webhook_timeout_s
-        self._alarmed: set[tuple[str, str]] = set()
         self._background: set[asyncio.Future[Any]] = set()
+        self._alarm = BudgetAlarm(self.metrics.alarms, self._background, http, webhook_timeout_s)
         self._seeding = SpendSeeding(store, clock)
         self._reseeding: asyncio.Future[None] | None = None
         # per tenant limits policy object (a reload makes a new one): built once, not per call
@@ -311,7 +311,8 @@ class Admission:
             self.metrics.overrun.labels(tenant).inc(settled.overrun_tokens)
         if settled.period_spend_usd is not None:
             self.metrics.spend.set((tenant,), settled.period_spend_usd)
-            self._check_alarm(ticket, settled.period_spend_usd)
+            reservation = ticket.reservation
+            self._alarm.check(tenant, reservation.period, ticket.policy, settled.period_spend_usd)
 
     async def _reserve_shielded(self, reserving: Coroutine[Any, Any, Reservation]) -> Reservation:
         """A reserve that may suspend runs in its own task: a caller cancelled while the store's
@@ -359,39 +360,3 @@ class Admission:
 
     def _now_ms(self, now_s: float | None) -> int:
         return int((self._clock() if now_s is None else now_s) * 1000)
-
-    def _check_alarm(self, ticket: Ticket, spend_usd: float) -> None:
-        """Once per tenant, month and process, when spend crosses `budget_alarm_ratio`."""
-        budget = ticket.policy.monthly_budget_usd
-        tenant, period = ticket.reservation.tenant, ticket.reservation.period
-        if budget is None or spend_usd < budget * ticket.policy.budget_alarm_ratio:
-            return
-        if (tenant, period) in self._alarmed:
-            return
-        self._alarmed.add((tenant, period))
-        self.metrics.alarms.labels(tenant).inc()
-        log.warning(
-            "budget alarm: tenant %s spent $%.6f of $%.2f in %s", tenant, spend_usd, budget, period
-        )
-        url = ticket.policy.budget_alarm_webhook
-        if url is not None:
-            body = {
-                "tenant": tenant,
-                "period": period,
-                "spend_usd": spend_usd,
-                "budget_usd": budget,
-            }
-            task = asyncio.create_task(self._post_alarm(url, body))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
-
-    async def _post_alarm(self, url: str, body: dict[str, object]) -> None:
-        try:
-            if self._http is not None:
-                response = await self._http.post(url, json=body, timeout=self._webhook_timeout_s)
-            else:
-                async with httpx.AsyncClient(timeout=self._webhook_timeout_s) as client:
-                    response = await client.post(url, json=body)
-            response.raise_for_status()
-        except httpx.HTTPError:
-            log.exception("budget alarm webhook %s failed", url)
