@@ -134,7 +134,7 @@ class MemoryQuotaStore:
         if record.state == "settled":
             spend = book.budget_of("spend", record.period)
             return Settlement("duplicate", 0, micro_to_usd(spend))
-        if actual.is_unused and reservation.session_id is not None:
+        if reservation.session_id is not None and actual.is_unused:
             self._uncount_session_call(book, reservation.session_id, reservation.admitted_ms)
         status: SettleStatus = "settled"
         if book.active.pop(reservation.id, None) is not None:

@@ -245,28 +245,43 @@ class Admission:
             tenant.tenant, limits, ask, reservation_id=reservation_id, now_ms=now_ms
         )
         try:
-            try:
-                if self._store.settles_inline:
-                    reservation = await reserving
-                else:
-                    reservation = await self._reserve_shielded(reserving)
-            except SpendNotSeeded:  # nothing was held: seed from the ledger, then ask again
-                await self._seed_missing(tenant.tenant, limits)
-                reservation = await self._reserve_once(
-                    tenant.tenant, limits, ask, reservation_id, now_ms
-                )
-        except (QuotaExceeded, LimitNeverFits) as exc:
-            self.metrics.rejections.labels(tenant.tenant, exc.limit).inc()
-            raise
-        except QuotaStoreUnavailable:
-            self.metrics.rejections.labels(tenant.tenant, "store_unavailable").inc()
-            raise
-        except SpendNotSeeded as exc:  # lost again between the seeding and the second ask
-            self.metrics.rejections.labels(tenant.tenant, "store_unavailable").inc()
-            raise QuotaStoreUnavailable(self._store.name, "month's spend not seeded") from exc
+            if self._store.settles_inline:
+                reservation = await reserving
+            else:
+                reservation = await self._reserve_shielded(reserving)
+        except QuotaError as exc:  # counted, or asked again once the month's spend is seeded
+            reservation = await self._refused(
+                tenant.tenant, limits, ask, reservation_id, now_ms, exc
+            )
         if reservation.store != self._store.name:
             self.metrics.fallback.labels(tenant.tenant).inc()
         return Ticket(reservation, limits, policy)
+
+    async def _refused(
+        self,
+        tenant_id: str,
+        limits: Limits,
+        ask: Ask,
+        reservation_id: str,
+        now_ms: int,
+        exc: QuotaError,
+    ) -> Reservation:
+        """Count a refusal by its limit and raise it again; but a store that lost (or never
+        had) the tenant's spend this month held nothing: seed it, then ask once more."""
+        try:
+            if not isinstance(exc, SpendNotSeeded):
+                raise exc
+            await self._seed_missing(tenant_id, limits)
+            try:
+                return await self._reserve_once(tenant_id, limits, ask, reservation_id, now_ms)
+            except SpendNotSeeded as again:  # lost again between the seeding and the ask
+                raise QuotaStoreUnavailable(self._store.name, "spend not seeded") from again
+        except (QuotaExceeded, LimitNeverFits) as refused:
+            self.metrics.rejections.labels(tenant_id, refused.limit).inc()
+            raise
+        except QuotaStoreUnavailable:
+            self.metrics.rejections.labels(tenant_id, "store_unavailable").inc()
+            raise
 
     async def _reserve_once(
         self, tenant_id: str, limits: Limits, ask: Ask, reservation_id: str, now_ms: int
