@@ -32,18 +32,30 @@ end
 )
 
 # One more call on a session's count; a count that starts from 0 starts a new run at `now`
-# (`since`), so a settle of a call from an earlier run never takes one of this run's back.
+# (`since`), so a settle of a call from an earlier run never takes one of this run's back. The
+# tenant's sessions are indexed by expiry (`index`): past `max_sessions` live ones, those that
+# would expire soonest are forgotten, so fresh session ids cannot fill Redis for everyone.
 _COUNT_CALL = """
-local function count_call(sess, calls, now, ttl, gc_ms)
-  redis.call('HSET', sess, 'calls', string.format('%d', calls + 1),
-             'expiry', string.format('%d', now + ttl))
-  if calls == 0 then redis.call('HSET', sess, 'since', string.format('%d', now)) end
+local function count_call(sess, index, calls, now, ttl, gc_ms, max_sessions)
+  local expiry = string.format('%d', now + ttl)
+  redis.call('HSET', sess, 'calls', string.format('%d', calls + 1), 'expiry', expiry)
   redis.call('PEXPIRE', sess, gc_ms)
+  redis.call('ZADD', index, expiry, sess)
+  redis.call('PEXPIRE', index, gc_ms)
+  if calls > 0 then return end
+  redis.call('HSET', sess, 'since', string.format('%d', now))
+  redis.call('ZREMRANGEBYSCORE', index, '-inf', string.format('%d', now))
+  local over = redis.call('ZCARD', index) - max_sessions
+  if over > 0 then
+    local gone = redis.call('ZPOPMIN', index, over)
+    for i = 1, #gone, 2 do redis.call('DEL', gone[i]) end
+  end
 end
 """
 
 # KEYS: 1 meta (clock, tok), 2 win (zset id -> admitted ms), 3 wtok (hash id -> counted tokens),
-# 4 active (zset id -> lease expiry ms), 5 res (hash id -> record), 6 budget (hash), 7 session.
+# 4 active (zset id -> lease expiry ms), 5 res (hash id -> record), 6 budget (hash), 7 session,
+# 8 sessions (zset session key -> expiry ms).
 _PRELUDE = (
     _CLOCK
     + """
@@ -121,7 +133,8 @@ end
 
 # ARGV: id, now, tokens, cost, period, period_end, window, lease, tpm, rpm, conc, cps, budget,
 #       session_ttl, has_session, gc_ms, session_gc_ms, concurrency_retry_ms, needs_seed
-#       ('1': a budget is checked only once `SEED_SPEND` marked the period `seeded`)
+#       ('1': a budget is checked only once `SEED_SPEND` marked the period `seeded`),
+#       max_sessions
 RESERVE = (
     _PRELUDE
     + """
@@ -189,7 +202,9 @@ redis.call('HINCRBY', meta, 'tok', int(tokens))
 redis.call('ZADD', active, int(now + lease), id)
 redis.call('HSET', res, id, pack(tokens, cost, period, 'active'))
 redis.call('HINCRBY', budget, 'held:' .. period, int(cost))
-if has_session then count_call(sess, calls, now, session_ttl, session_gc_ms) end
+if has_session then
+  count_call(sess, KEYS[8], calls, now, session_ttl, session_gc_ms, tonumber(ARGV[20]))
+end
 touch(gc_ms)
 return {'ok', now, tok + tokens, count + 1, window}
 """
@@ -264,9 +279,9 @@ return 1
 """
 
 # KEYS: 1 meta (clock), 2 tool window (zset id -> admitted ms), 3 tool leases (zset id -> expiry
-#       ms), 4 session (the hash model calls count on).
+#       ms), 4 session (the hash model calls count on), 5 sessions (as RESERVE's 8).
 # ARGV: id, now, window, lease, per_minute, concurrent, cps, session_ttl, has_session, gc_ms,
-#       session_gc_ms, concurrency_retry_ms
+#       session_gc_ms, concurrency_retry_ms, max_sessions
 TOOL_ADMIT = (
     _CLOCK
     + _COUNT_CALL
@@ -309,7 +324,9 @@ if best == nil then
 end
 for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], gc_ms) end
 if best then return best end
-if has_session then count_call(sess, calls, now, session_ttl, session_gc_ms) end
+if has_session then
+  count_call(sess, KEYS[5], calls, now, session_ttl, session_gc_ms, tonumber(ARGV[13]))
+end
 return {'ok', now}
 """
 )

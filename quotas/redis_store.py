@@ -39,6 +39,7 @@ from quotas.limits import (
     budget_period,
     micro_to_usd,
 )
+from quotas.memory import MAX_SESSIONS_PER_TENANT
 
 T = TypeVar("T")
 # Unreachable, or reachable but refusing to run the script: a replica (READONLY), at maxmemory
@@ -68,13 +69,17 @@ class RedisQuotaStore:
         *,
         key_prefix: str = "lantern:quota:",
         requires_seeded_spend: bool = False,
+        max_sessions_per_tenant: int = MAX_SESSIONS_PER_TENANT,
     ) -> None:
         """`requires_seeded_spend`: refuse to admit against a budget whose month no
         `seed_spend` marked (`SpendNotSeeded`): a Redis that lost its data (restarted without
-        persistence, flushed, evicted) must not count the month's spend from zero."""
+        persistence, flushed, evicted) must not count the month's spend from zero.
+        `max_sessions_per_tenant`: live session counts one tenant keeps in Redis; past it the
+        tenant's sessions that would expire soonest are forgotten (as in `quotas.memory`)."""
         self._client = client
         self._prefix = key_prefix
         self._requires_seed = requires_seeded_spend
+        self._max_sessions = max_sessions_per_tenant
         self._reserve = client.register_script(lua.RESERVE)
         self._settle = client.register_script(lua.SETTLE)
         self._usage = client.register_script(lua.USAGE)
@@ -90,6 +95,7 @@ class RedisQuotaStore:
         timeout_s: float = 5.0,
         max_connections: int = 64,
         requires_seeded_spend: bool = False,
+        max_sessions_per_tenant: int = MAX_SESSIONS_PER_TENANT,
     ) -> RedisQuotaStore:
         """A bounded pool (calls wait up to `timeout_s` for a connection rather than opening
         hundreds at once). A command that meets a connection error (a pooled connection that
@@ -107,7 +113,12 @@ class RedisQuotaStore:
             decode_responses=True,
         )
         client = Redis(connection_pool=pool)
-        return cls(client, key_prefix=key_prefix, requires_seeded_spend=requires_seeded_spend)
+        return cls(
+            client,
+            key_prefix=key_prefix,
+            requires_seeded_spend=requires_seeded_spend,
+            max_sessions_per_tenant=max_sessions_per_tenant,
+        )
 
     async def reserve(
         self, tenant: str, limits: Limits, ask: Ask, *, reservation_id: str, now_ms: int
@@ -135,8 +146,13 @@ class RedisQuotaStore:
             limits.session_ttl_ms + _SESSION_KEEP_MS,
             CONCURRENCY_RETRY_MS,
             1 if self._requires_seed else 0,
+            self._max_sessions,
         ]
-        keys = [*self._tenant_keys(tenant), self._session_key(tenant, ask.session_id)]
+        keys = [
+            *self._tenant_keys(tenant),
+            self._session_key(tenant, ask.session_id),
+            self._sessions_key(tenant),
+        ]
         reply = await self._call(self._reserve(keys=keys, args=args))
         if reply[0] == "dup":
             raise ReservationConflict(reservation_id)
@@ -232,8 +248,13 @@ class RedisQuotaStore:
             _gc_ms(now_ms, period_end_ms),
             limits.session_ttl_ms + _SESSION_KEEP_MS,
             CONCURRENCY_RETRY_MS,
+            self._max_sessions,
         ]
-        keys = [*self._tool_keys(tenant), self._session_key(tenant, session_id)]
+        keys = [
+            *self._tool_keys(tenant),
+            self._session_key(tenant, session_id),
+            self._sessions_key(tenant),
+        ]
         reply = await self._call(self._tool_admit(keys=keys, args=args))
         if reply[0] == "over":
             limit: LimitName = reply[1]
@@ -262,6 +283,9 @@ class RedisQuotaStore:
         if len(sid) > _MAX_SESSION_KEY_CHARS:
             sid = "sha256:" + hashlib.sha256(sid.encode()).hexdigest()
         return f"{self._prefix}{{{tenant}}}:sess:{sid}"
+
+    def _sessions_key(self, tenant: str) -> str:
+        return f"{self._prefix}{{{tenant}}}:sessions"
 
     async def _call(self, pending: Awaitable[T]) -> T:
         try:
