@@ -6,12 +6,10 @@ must not read the clock (time comes in as `now_ms`) and holds no state beyond th
 
 from __future__ import annotations
 
-import heapq
-from collections import OrderedDict, deque
-from dataclasses import dataclass, field
 from itertools import islice
 from typing import Literal
 
+from quotas.book import SESSION_SWEEP_MIN, Book, Record
 from quotas.errors import QuotaExceeded, ReservationConflict, SpendNotSeeded, check_never_fits
 from quotas.limits import (
     CONCURRENCY_RETRY_MS,
@@ -30,42 +28,9 @@ from quotas.limits import (
     micro_to_usd,
 )
 
-_SESSION_SWEEP_MIN = 1024
 # Sessions one tenant's counters keep at most (a fresh session id per call must not grow the
 # process without bound): past it, the tenant's sessions that would expire soonest are forgotten.
 MAX_SESSIONS_PER_TENANT = 100_000
-
-
-@dataclass(slots=True)
-class _Record:
-    tokens: int
-    cost_micro_usd: int
-    period: str
-    state: Literal["active", "expired", "settled"] = "active"
-
-
-@dataclass(slots=True)
-class _Book:
-    """One tenant's state. `window` is ordered by admission time (the clock never goes back)."""
-
-    clock_ms: int = 0
-    tokens_used: int = 0
-    window: OrderedDict[str, tuple[int, int]] = field(default_factory=OrderedDict)
-    active: dict[str, int] = field(default_factory=dict)
-    records: dict[str, _Record] = field(default_factory=dict)
-    budget: dict[str, int] = field(default_factory=dict)
-    # session id -> (calls, expiry ms, since ms: when this run of the count began)
-    sessions: dict[str, tuple[int, int, int]] = field(default_factory=dict)
-    sessions_swept_at: int = 0
-    tool_starts: deque[int] = field(default_factory=deque)  # admission ms, oldest first
-    tool_active: dict[str, int] = field(default_factory=dict)  # call id -> lease expiry ms
-
-    def add_budget(self, kind: str, period: str, delta: int) -> None:
-        key = f"{kind}:{period}"
-        self.budget[key] = self.budget.get(key, 0) + delta
-
-    def budget_of(self, kind: str, period: str) -> int:
-        return self.budget.get(f"{kind}:{period}", 0)
 
 
 class MemoryQuotaStore:
@@ -82,9 +47,9 @@ class MemoryQuotaStore:
     ) -> None:
         """`requires_seeded_spend`: refuse to admit against a budget whose month no
         `seed_spend` reached (`SpendNotSeeded`), as the Redis store does for a lost budget."""
-        self._books: dict[str, _Book] = {}
+        self._books: dict[str, Book] = {}
         self._requires_seed = requires_seeded_spend
-        self._max_sessions = max(max_sessions_per_tenant, 2 * _SESSION_SWEEP_MIN)
+        self._max_sessions = max(max_sessions_per_tenant, 2 * SESSION_SWEEP_MIN)
         self._period = ("", 0, 0)  # the last `budget_period_span`: a month serves many calls
 
     async def reserve(
@@ -107,11 +72,11 @@ class MemoryQuotaStore:
         book.window[reservation_id] = (now, ask.tokens)
         book.tokens_used += ask.tokens
         book.active[reservation_id] = now + limits.lease_ms
-        book.records[reservation_id] = _Record(ask.tokens, cost, period)
+        book.records[reservation_id] = Record(ask.tokens, cost, period)
         book.add_budget("held", period, cost)
         counted = ask.session_id if limits.calls_per_session is not None else None
         if counted is not None:
-            self._count_session_call(book, counted, now, limits.session_ttl_ms)
+            book.count_session_call(counted, now, limits.session_ttl_ms)
         return Reservation(
             id=reservation_id,
             tenant=tenant,
@@ -135,7 +100,7 @@ class MemoryQuotaStore:
             spend = book.budget_of("spend", record.period)
             return Settlement("duplicate", 0, micro_to_usd(spend))
         if reservation.session_id is not None and actual.is_unused:
-            self._uncount_session_call(book, reservation.session_id, reservation.admitted_ms)
+            book.uncount_session_call(reservation.session_id, reservation.admitted_ms)
         status: SettleStatus = "settled"
         if book.active.pop(reservation.id, None) is not None:
             book.add_budget("held", record.period, -record.cost_micro_usd)
@@ -168,7 +133,7 @@ class MemoryQuotaStore:
         now = self._advance(book, limits, now_ms)
         period, _ = self._budget_period(now_ms)
         window = self._window_use(book, limits, now)
-        session_calls = self._session_calls(book, session_id, now) if session_id else 0
+        session_calls = book.session_calls(session_id, now) if session_id else 0
         return UsageSnapshot(
             now_ms=now,
             tokens_used=window.tokens_used,
@@ -195,21 +160,21 @@ class MemoryQuotaStore:
         while book.tool_starts and book.tool_starts[0] <= now - limits.window_ms:
             book.tool_starts.popleft()
         book.tool_active = {i: end for i, end in book.tool_active.items() if end > now}
-        self._sweep_sessions(book, now)
+        book.sweep_sessions(now, self._max_sessions)
         session = session_id if limits.calls_per_session is not None else None
-        calls = self._session_calls(book, session, now) if session else 0
+        calls = book.session_calls(session, now) if session else 0
         failure = self._first_tool_failure(book, limits, session, calls, now)
         if failure is not None:
             raise QuotaExceeded(*failure)
         book.tool_starts.append(now)
         book.tool_active[call_id] = now + limits.lease_ms
         if session:
-            self._count_session_call(book, session, now, limits.session_ttl_ms)
+            book.count_session_call(session, now, limits.session_ttl_ms)
         return ToolCallLease(call_id, tenant, self.name)
 
     @staticmethod
     def _first_tool_failure(
-        book: _Book, limits: ToolCallLimits, session: str | None, calls: int, now: int
+        book: Book, limits: ToolCallLimits, session: str | None, calls: int, now: int
     ) -> tuple[LimitName, float, float, int] | None:
         """The failing limit with the longest wait (ties: the order below), or None."""
         failures: list[tuple[LimitName, float, float, int]] = []
@@ -233,11 +198,11 @@ class MemoryQuotaStore:
     async def close(self) -> None:
         self._books.clear()
 
-    def _book(self, tenant: str) -> _Book:
+    def _book(self, tenant: str) -> Book:
         """The tenant's book, made on its first call (not a new one per call to throw away)."""
         book = self._books.get(tenant)
         if book is None:
-            book = self._books[tenant] = _Book()
+            book = self._books[tenant] = Book()
         return book
 
     def _budget_period(self, now_ms: int) -> tuple[str, int]:
@@ -249,7 +214,7 @@ class MemoryQuotaStore:
 
     # --- the steps every operation shares (mirrored by the Lua prelude) -----------------------
 
-    def _advance(self, book: _Book, limits: Limits, now_ms: int) -> int:
+    def _advance(self, book: Book, limits: Limits, now_ms: int) -> int:
         """Move the tenant's clock to `now_ms` (never back), drop old window entries, reap leases."""
         now = max(now_ms, book.clock_ms)
         book.clock_ms = now
@@ -273,11 +238,11 @@ class MemoryQuotaStore:
                 record.state = "expired"
             else:
                 del book.records[reservation_id]
-        self._sweep_sessions(book, now)
+        book.sweep_sessions(now, self._max_sessions)
         return now
 
     def _first_failure(
-        self, book: _Book, limits: Limits, ask: Ask, now: int, period: str, period_end_ms: int
+        self, book: Book, limits: Limits, ask: Ask, now: int, period: str, period_end_ms: int
     ) -> tuple[LimitName, float, float, int] | None:
         """The failing limit with the longest wait (ties: the order below), or None."""
         failures: list[tuple[LimitName, float, float, int]] = []
@@ -296,7 +261,7 @@ class MemoryQuotaStore:
             failures.append(("concurrent_requests", conc, len(book.active), CONCURRENCY_RETRY_MS))
         cps = limits.calls_per_session
         if cps is not None and ask.session_id is not None:
-            calls = self._session_calls(book, ask.session_id, now)
+            calls = book.session_calls(ask.session_id, now)
             if calls + 1 > cps:
                 retry = book.sessions[ask.session_id][1] - now
                 failures.append(("calls_per_session", cps, calls, retry))
@@ -315,7 +280,7 @@ class MemoryQuotaStore:
         return best
 
     @staticmethod
-    def _wait_for_tokens(book: _Book, limits: Limits, now: int, need: int) -> int:
+    def _wait_for_tokens(book: Book, limits: Limits, now: int, need: int) -> int:
         """Ms until the oldest window entries have left with at least `need` tokens."""
         freed = 0
         for admitted_ms, tokens in book.window.values():
@@ -325,13 +290,13 @@ class MemoryQuotaStore:
         raise AssertionError("the window holds fewer tokens than it counts")
 
     @staticmethod
-    def _wait_for_requests(book: _Book, limits: Limits, now: int, need: int) -> int:
+    def _wait_for_requests(book: Book, limits: Limits, now: int, need: int) -> int:
         """Ms until the `need` oldest window entries have left."""
         admitted_ms, _ = next(islice(book.window.values(), need - 1, None))
         return admitted_ms + limits.window_ms - now
 
     @staticmethod
-    def _window_use(book: _Book, limits: Limits, now: int) -> WindowUse:
+    def _window_use(book: Book, limits: Limits, now: int) -> WindowUse:
         reset_ms = 0
         if book.window:
             newest = next(reversed(book.window.values()))[0]
@@ -343,33 +308,3 @@ class MemoryQuotaStore:
             limits.tokens_per_minute,
             limits.requests_per_minute,
         )
-
-    @staticmethod
-    def _session_calls(book: _Book, session_id: str, now: int) -> int:
-        calls, expiry_ms, _ = book.sessions.get(session_id, (0, 0, 0))
-        return calls if expiry_ms > now else 0
-
-    def _count_session_call(self, book: _Book, session_id: str, now: int, ttl_ms: int) -> None:
-        calls = self._session_calls(book, session_id, now)
-        since = book.sessions[session_id][2] if calls else now  # 0 calls: a new run of the count
-        book.sessions[session_id] = (calls + 1, now + ttl_ms, since)
-
-    @staticmethod
-    def _uncount_session_call(book: _Book, session_id: str, admitted_ms: int) -> None:
-        """Take back the call admitted at `admitted_ms`, if it counts in the session's current
-        run (one that began after it, when the session had expired, never held it)."""
-        calls, expiry_ms, since = book.sessions.get(session_id, (0, 0, 0))
-        if calls > 0 and since <= admitted_ms:
-            book.sessions[session_id] = (calls - 1, expiry_ms, since)
-
-    def _sweep_sessions(self, book: _Book, now: int) -> None:
-        """Forget expired sessions once the table doubles; keep at most half the cap of live
-        ones (those that expire last), so a tenant's table stays under `max_sessions`."""
-        if len(book.sessions) < max(_SESSION_SWEEP_MIN, 2 * book.sessions_swept_at):
-            return
-        live = {sid: v for sid, v in book.sessions.items() if v[1] > now}
-        keep = self._max_sessions // 2
-        if len(live) > keep:  # a forgotten session's count restarts: that tenant's own doing
-            live = dict(heapq.nlargest(keep, live.items(), key=lambda item: item[1][1]))
-        book.sessions = live
-        book.sessions_swept_at = len(book.sessions)
