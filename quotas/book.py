@@ -1,5 +1,5 @@
 """One tenant's state in the in-process quota store, and the steps on it that need no limits:
-session counts, the budget's sums.
+leases that end, session counts, the budget's sums.
 
 Must not read the clock or decide admission: `quotas.memory` does, with these.
 """
@@ -30,6 +30,11 @@ class Book:
     tokens_used: int = 0
     window: OrderedDict[str, tuple[int, int]] = field(default_factory=OrderedDict)
     active: dict[str, int] = field(default_factory=dict)
+    # (lease expiry ms, id) of `active`, soonest first; settled ones stay until due or until
+    # more than `max_stale` of them are there (then `leases` is rebuilt from `active`)
+    leases: list[tuple[int, str]] = field(default_factory=list)
+    num_stale: int = 0
+    max_stale: int = 64
     records: dict[str, Record] = field(default_factory=dict)
     budget: dict[str, int] = field(default_factory=dict)
     # session id -> (calls, expiry ms, since ms: when this run of the count began)
@@ -44,6 +49,30 @@ class Book:
 
     def budget_of(self, kind: str, period: str) -> int:
         return self.budget.get(f"{kind}:{period}", 0)
+
+    def end_due_leases(self, now: int) -> None:
+        """Leases that ended with their call unsettled (its process died): the slot frees and
+        the hold is charged."""
+        leases = self.leases
+        while leases and leases[0][0] <= now:
+            expiry_ms, reservation_id = heapq.heappop(leases)
+            if self.active.get(reservation_id) != expiry_ms:
+                continue  # settled before its lease ended
+            del self.active[reservation_id]
+            record = self.records[reservation_id]
+            self.add_budget("held", record.period, -record.cost_micro_usd)
+            self.add_budget("spend", record.period, record.cost_micro_usd)
+            if reservation_id in self.window:
+                record.state = "expired"
+            else:
+                del self.records[reservation_id]
+
+    def drop_stale_leases(self) -> None:
+        """Rebuild the lease heap from the live leases: settled ones never outnumber the live
+        ones (plus 64), so the heap stays within twice the tenant's calls in flight."""
+        self.leases = [(expiry_ms, rid) for rid, expiry_ms in self.active.items()]
+        heapq.heapify(self.leases)
+        self.num_stale, self.max_stale = 0, len(self.active) + 64
 
     def session_calls(self, session_id: str, now: int) -> int:
         calls, expiry_ms, _ = self.sessions.get(session_id, (0, 0, 0))

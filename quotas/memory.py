@@ -6,6 +6,7 @@ must not read the clock (time comes in as `now_ms`) and holds no state beyond th
 
 from __future__ import annotations
 
+import heapq
 from itertools import islice
 from typing import Literal
 
@@ -71,7 +72,8 @@ class MemoryQuotaStore:
         cost = ask.cost_micro_usd
         book.window[reservation_id] = (now, ask.tokens)
         book.tokens_used += ask.tokens
-        book.active[reservation_id] = now + limits.lease_ms
+        book.active[reservation_id] = expiry_ms = now + limits.lease_ms
+        heapq.heappush(book.leases, (expiry_ms, reservation_id))
         book.records[reservation_id] = Record(ask.tokens, cost, period)
         book.add_budget("held", period, cost)
         counted = ask.session_id if limits.calls_per_session is not None else None
@@ -103,6 +105,9 @@ class MemoryQuotaStore:
             book.uncount_session_call(reservation.session_id, reservation.admitted_ms)
         status: SettleStatus = "settled"
         if book.active.pop(reservation.id, None) is not None:
+            book.num_stale += 1
+            if book.num_stale > book.max_stale:
+                book.drop_stale_leases()
             book.add_budget("held", record.period, -record.cost_micro_usd)
             book.add_budget("spend", record.period, actual.cost_micro_usd)
         else:
@@ -227,17 +232,8 @@ class MemoryQuotaStore:
             book.tokens_used -= tokens
             if reservation_id not in book.active:
                 book.records.pop(reservation_id, None)
-        for reservation_id, expiry_ms in list(book.active.items()):
-            if expiry_ms > now:
-                continue
-            del book.active[reservation_id]
-            record = book.records[reservation_id]
-            book.add_budget("held", record.period, -record.cost_micro_usd)
-            book.add_budget("spend", record.period, record.cost_micro_usd)
-            if reservation_id in book.window:
-                record.state = "expired"
-            else:
-                del book.records[reservation_id]
+        if book.leases and book.leases[0][0] <= now:  # the soonest, not every live lease
+            book.end_due_leases(now)
         book.sweep_sessions(now, self._max_sessions)
         return now
 
