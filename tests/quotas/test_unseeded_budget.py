@@ -146,3 +146,33 @@ def test_a_flushed_redis_with_the_ledger_unreadable_follows_the_budget_policy(
         asyncio.run(main())
     finally:
         engine.dispose()  # type: ignore[attr-defined]
+
+
+@pytest.mark.redis
+def test_before_the_ledger_answers_a_budget_counts_from_zero_until_start(
+    own_redis: OwnRedis, tmp_path: Path
+) -> None:
+    """The process has not reached its database yet: a call is served against a spend of 0
+    (as without Redis), and the start-up seeding raises the spend once the database answers."""
+    now_s = time.time()
+    engine = _ledger(tmp_path, now_s)
+    acme = tenant(monthly_budget_usd=5.0)
+
+    async def reserve(worst_usd: float) -> object:
+        return await admission.reserve(
+            acme, session_id=None, prompt_tokens=1, max_output_tokens=1, worst_case_usd=worst_usd
+        )
+
+    async def main() -> None:
+        await reserve(2.0)
+        await admission.start(engine)  # type: ignore[arg-type]
+        with pytest.raises(QuotaExceeded) as refused:
+            await reserve(0.5)
+        assert (refused.value.limit, refused.value.current) == ("monthly_budget_usd", 5.25)
+        await admission.aclose()
+
+    admission = Admission.from_settings(Settings(redis_url=own_redis.url))
+    try:
+        asyncio.run(main())
+    finally:
+        engine.dispose()  # type: ignore[attr-defined]
