@@ -18,14 +18,18 @@ from adapters.types import ChatRequest, WireFormat
 from adapters.wire import anthropic as anthropic_wire
 from gateway.core.calls import IncomingCall
 from gateway.core.pipeline import Pipeline
-from gateway.core.prompt_count import PromptCounting
+from gateway.core.prompt_count import PromptCount, PromptCounting
 from gateway.errors import EndpointNotServed, UnknownModel
-from gateway.http.auth import KeyLookup, authenticate
+from gateway.http.auth import Caller, KeyLookup, authenticate
 from gateway.http.chat_routes import check_num_messages, error_response
 from gateway.http.error_shapes import error_body
 from gateway.http.heap import HeapTrim
 from gateway.http.request_body import BodyLimits, parse_object, read_body
+from gateway.http.trace_context import operation_trace, serving_provider
+from gateway.telemetry import Operation
+from gateway.telemetry.operations import counted
 
+COUNT_DOOR = "messages.count_tokens"  # `lantern.door` of its span
 COUNT_HEADER = "x-lantern-token-count"  # `exact` (the provider counted) or `estimate` (we did)
 
 
@@ -58,31 +62,53 @@ class CompatRoutes:
         """Anthropic's `count_tokens`: what the call would be billed, from the provider where
         the model's first backend counts, else the gateway's; `x-lantern-token-count` says
         which. Authenticated before the body is read; a large body decoded in a thread."""
+        trace, call = None, None
         try:
             caller = authenticate(http.headers, self.keys)
-            raw = await read_body(http, self.limits.max_bytes)
-            if len(raw) >= self.limits.offload_bytes:
-                body, request = await anyio.to_thread.run_sync(decode_count, raw, self.limits)
-            else:
-                body, request = decode_count(raw, self.limits)
-            call = IncomingCall(
-                "anthropic",
-                caller.tenant,
-                caller.key_id,
-                request,
-                body,
-                session_header(http),
-                len(raw),
-                betas=client_betas(http),
-            )
-            del raw  # the bytes go now, not when the count is done
+            telemetry = self.pipeline.s.telemetry
+            trace = operation_trace(telemetry, http.headers, caller.tenant.tenant, COUNT_DOOR)
+            call = await self._count_call(http, caller)
             counted = await self.counting.count(call)
         except Exception as exc:
+            if trace is not None:
+                trace.end(self._counted(call, None, type(exc).__name__))
             return error_response(exc, "anthropic")
+        if trace is not None:
+            trace.end(self._counted(call, counted))
         reply = orjson.dumps({"input_tokens": counted.input_tokens})
         how = "exact" if counted.is_exact else "estimate"
         trim = self.heap.after_reply(call.body_bytes, self.limits.offload_bytes)
         return Response(reply, 200, {COUNT_HEADER: how}, "application/json", trim)
+
+    async def _count_call(self, http: Request, caller: Caller) -> IncomingCall:
+        raw = await read_body(http, self.limits.max_bytes)
+        if len(raw) >= self.limits.offload_bytes:
+            body, request = await anyio.to_thread.run_sync(decode_count, raw, self.limits)
+        else:
+            body, request = decode_count(raw, self.limits)
+        return IncomingCall(
+            "anthropic",
+            caller.tenant,
+            caller.key_id,
+            request,
+            body,
+            session_header(http),
+            len(raw),
+            betas=client_betas(http),
+        )  # the bytes go when this returns, not when the count is done
+
+    def _counted(
+        self, call: IncomingCall | None, count: PromptCount | None, error_type: str | None = None
+    ) -> Operation:
+        """The span's account of a count (traced calls only): the model asked for and the
+        provider of the backend that would serve it, when the call got that far."""
+        if call is None:
+            return counted(None, None, None, None, error_type)
+        model = call.request.model
+        provider = serving_provider(self.pipeline.s.models, call)
+        if count is None:
+            return counted(model, provider, None, None, error_type)
+        return counted(model, provider, count.input_tokens, count.is_exact)
 
     async def model(self, http: Request, model_id: str) -> Response:
         """One model, as `/v1/models` lists it (Anthropic's shape for an Anthropic client)."""

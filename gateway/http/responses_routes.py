@@ -8,7 +8,7 @@ conversations are kept by `gateway/responses/`, errors are OpenAI's shape.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -25,11 +25,12 @@ from adapters.wire.responses import (
     encode_response,
     envelope,
 )
+from adapters.wire.responses.request import MAX_RESPONSE_ID_CHARS
 from gateway.core.admission import limits_from_policy, reserved_tokens
 from gateway.core.calls import IncomingCall, max_tokens_for, route_for
 from gateway.core.pipeline import Admitted, Pipeline
 from gateway.http.api_schema import OpenAIError, errors, json_body
-from gateway.http.auth import KeyLookup, authenticate
+from gateway.http.auth import Caller, KeyLookup, authenticate
 from gateway.http.chat_routes import error_response
 from gateway.http.errors import to_http
 from gateway.http.idempotent_doors import HEADER as IDEMPOTENCY_KEY
@@ -37,15 +38,23 @@ from gateway.http.idempotent_doors import IdempotentDoors
 from gateway.http.request_body import BodyLimits, parse_object, read_body
 from gateway.http.responses_schema import ResponseItemList, ResponseObject, ResponsesCreateRequest
 from gateway.http.sse_reply import SSEReply
-from gateway.http.trace_context import trace_refusal, with_client_trace
+from gateway.http.trace_context import operation_trace, trace_refusal, with_client_trace
 from gateway.responses.input_items import parse_query
 from gateway.responses.turns import (
+    DOOR,
     Turn,
     Turns,
     check_reply_query,
     decode_request,
     door_error,
     native_reply,
+)
+from gateway.telemetry import OperationTrace
+from gateway.telemetry.operations import (
+    DELETE_RESPONSE,
+    FETCH_RESPONSE,
+    LIST_INPUT_ITEMS,
+    stored_response,
 )
 from policies.model import TenantPolicy
 from quotas.errors import check_never_fits
@@ -93,31 +102,46 @@ class ResponsesRoutes:
         return Response(orjson.dumps(reply), 200, headers, "application/json")
 
     async def retrieve(self, http: Request, response_id: str) -> Response:
+        trace = None
         try:
             caller = authenticate(http.headers, self.policies)
+            trace = self._trace(http, caller)
             check_reply_query(http.query_params)
             found = await self.turns.reply(caller.tenant.tenant, response_id)
         except Exception as exc:
+            _ended(trace, FETCH_RESPONSE, response_id, None, exc)
             return error_response(exc, "openai")
+        _ended(trace, FETCH_RESPONSE, response_id, found)
         return Response(found, 200, media_type="application/json")  # as stored, unparsed
 
     async def input_items(self, http: Request, response_id: str) -> Response:
+        trace = None
         try:
             caller = authenticate(http.headers, self.policies)
+            trace = self._trace(http, caller)
             query = parse_query(http.query_params)
             page = await self.turns.input_items(caller.tenant.tenant, response_id, query)
         except Exception as exc:
+            _ended(trace, LIST_INPUT_ITEMS, response_id, None, exc)
             return error_response(exc, "openai")
+        _ended(trace, LIST_INPUT_ITEMS, response_id)
         return Response(orjson.dumps(page), 200, media_type="application/json")
 
     async def delete(self, http: Request, response_id: str) -> Response:
+        trace = None
         try:
             caller = authenticate(http.headers, self.policies)
+            trace = self._trace(http, caller)
             await self.turns.forget(caller.tenant.tenant, response_id)
         except Exception as exc:
+            _ended(trace, DELETE_RESPONSE, response_id, None, exc)
             return error_response(exc, "openai")
+        _ended(trace, DELETE_RESPONSE, response_id)
         body = {"id": response_id, "object": "response.deleted", "deleted": True}
         return Response(orjson.dumps(body), 200, media_type="application/json")
+
+    def _trace(self, http: Request, caller: Caller) -> OperationTrace | None:
+        return operation_trace(self.pipeline.s.telemetry, http.headers, caller.tenant.tenant, DOOR)
 
     async def _turn(self, http: Request) -> Turn:
         """Authenticated before the body is read; a large body decoded in a worker thread."""
@@ -195,6 +219,24 @@ class ResponsesRoutes:
         if final is not None and not was_done:
             await self.turns.remember(turn, final)
         return data
+
+
+def _ended(
+    trace: OperationTrace | None,
+    operation: str,
+    response_id: str,
+    reply: Mapping[str, Any] | bytes | None = None,
+    exc: Exception | None = None,
+) -> None:
+    """A stored response's read or deletion, on its span (traced calls only); an id past the
+    door's limit is refused, not recorded. A reply read as stored is parsed for its model only
+    here, where a span is recorded."""
+    if trace is None:
+        return
+    if isinstance(reply, bytes):
+        reply = orjson.loads(reply)
+    named = response_id if len(response_id) <= MAX_RESPONSE_ID_CHARS else None
+    trace.end(stored_response(operation, named, reply, None if exc is None else type(exc).__name__))
 
 
 class NativeFinal:

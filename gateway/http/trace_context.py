@@ -1,14 +1,15 @@
 """The W3C trace context a client sends (`traceparent`, `tracestate`), read only while tracing;
-the span of a call refused before it was admitted."""
+the span of a call refused before it was admitted, and of a door call that runs no inference."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
 
-from gateway.core.attempts import refused
+from gateway.core.attempts import backend_provider, refused
 from gateway.core.calls import IncomingCall
-from gateway.telemetry import ClientTrace, Telemetry
+from gateway.ports import ModelTable
+from gateway.telemetry import ClientTrace, OperationTrace, Telemetry
 
 
 def client_trace(headers: Mapping[str, str]) -> ClientTrace | None:
@@ -32,3 +33,24 @@ def trace_refusal(telemetry: Telemetry, call: IncomingCall | None, exc: Exceptio
     in the client's trace whose `error.type` says why. Run only on the refusal's path."""
     if call is not None and telemetry.is_tracing:
         refused(telemetry, call, type(exc).__name__, 0.0)
+
+
+def operation_trace(
+    telemetry: Telemetry, headers: Mapping[str, str], tenant: str, door: str
+) -> OperationTrace | None:
+    """While tracing, the span of a door call that runs no inference, in the client's trace;
+    else None, and nothing is read."""
+    if not telemetry.is_tracing:
+        return None
+    return telemetry.trace_operation(tenant, door, client_trace(headers))
+
+
+def serving_provider(models: ModelTable, call: IncomingCall) -> str | None:
+    """The `gen_ai.provider.name` of the backend that would serve `call`: its route's first
+    that the tenant may use; None when there is none."""
+    route = models.get(call.request.model)
+    allowed = call.tenant.backends
+    for candidate in () if route is None else route.candidates:
+        if allowed is None or candidate.backend_name in allowed:
+            return backend_provider(candidate.backend)
+    return None

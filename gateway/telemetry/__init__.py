@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace.export import (
 
 from gateway.telemetry.labels import CallLabels, LabelChildren
 from gateway.telemetry.metrics import AttemptMetrics, Metrics
+from gateway.telemetry.operations import Operation, OperationTrace
 from gateway.telemetry.tools import ToolFacts, ToolTrace
 from gateway.telemetry.traces import AttemptFacts, CallFacts, CallTrace, ClientTrace, Ending
 
@@ -32,6 +33,8 @@ __all__ = [
     "Ending",
     "LabelChildren",
     "Metrics",
+    "Operation",
+    "OperationTrace",
     "Telemetry",
     "ToolFacts",
     "ToolTrace",
@@ -93,6 +96,11 @@ class Telemetry:
         """The `execute_tool` span of one tool run or MCP tool call, begun at `start_ns`
         (wall clock, ns; now when None)."""
         return ToolTrace(self.tracer, facts, client, start_ns or time.time_ns())
+
+    def trace_operation(self, tenant: str, door: str, client: ClientTrace | None) -> OperationTrace:
+        """The span of a door call that runs no inference (`count_tokens`, a stored response's
+        read or deletion, `tools/list`), begun now and made when it ends."""
+        return OperationTrace(self.tracer, tenant, door, client, time.time_ns())
 
     def shutdown(self) -> None:
         self.provider.shutdown()
