@@ -77,7 +77,7 @@ def build_mcp(
     if cfg.replay_events_per_session:
         replay = ReplayEvents(cfg.replay_events_per_session, cfg.replay_bytes_per_tenant)
     manager = TenantSessionManager(
-        build_server(catalogue, calls, changes, listens),
+        build_server(catalogue, calls, changes, listens, telemetry),
         # Origin is checked by the door; the SDK's check would also pin the Host header
         security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         session_idle_timeout=cfg.session_idle_s,

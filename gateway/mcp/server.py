@@ -23,11 +23,14 @@ from mcp_types import (
     SubscriptionsListenResult,
 )
 
-from gateway.mcp.calls import McpCaller, ToolCalls
+from gateway.mcp.calls import McpCaller, ToolCalls, meta_trace
 from gateway.mcp.catalogue import ToolCatalogue
 from gateway.mcp.changes import ListChanges
+from gateway.telemetry import Telemetry
+from gateway.telemetry.operations import tools_listed
 
 CALLER_SCOPE_KEY = "lantern.mcp.caller"
+DOOR = "mcp"  # `lantern.door` of its spans
 VERSION = "0.1.0"
 
 
@@ -65,17 +68,30 @@ def build_server(
     calls: ToolCalls,
     changes: ListChanges,
     listen: ListenHandlerFn,
+    telemetry: Telemetry,
 ) -> ToolServer:
-    """`listen`: serves `subscriptions/listen` (the 2026-07-28 wire's change events)."""
+    """`listen`: serves `subscriptions/listen` (the 2026-07-28 wire's change events);
+    `telemetry` traces each `tools/list` (while tracing)."""
 
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None
     ) -> ListToolsResult:
         caller = caller_of(ctx)
-        listing, digest = await catalogue.listing_and_digest(caller.policy)
         session_id = ctx.request.headers.get(MCP_SESSION_ID_HEADER) if ctx.request else None
+        trace = None
+        if telemetry.is_tracing:  # the span of the listing, in the client's trace
+            client = caller.trace or meta_trace(None if params is None else params.meta)
+            trace = telemetry.trace_operation(caller.policy.tenant, DOOR, client)
+        try:
+            listing, digest = await catalogue.listing_and_digest(caller.policy)
+        except Exception as exc:
+            if trace is not None:
+                trace.end(tools_listed(ctx.request_id, session_id or "", None, type(exc).__name__))
+            raise
         if session_id:  # a handshake-era session, with a stream to announce changes on
             changes.listed(caller.policy.tenant, session_id, ctx.session, digest)
+        if trace is not None:
+            trace.end(tools_listed(ctx.request_id, session_id or "", len(listing)))
         return ListToolsResult(tools=[tool.definition for tool in listing])
 
     async def call_tool(
