@@ -44,6 +44,7 @@ class ToolTrace:
         self, tracer: Tracer, facts: ToolFacts, client: ClientTrace | None, start_ns: int
     ) -> None:
         self.tracer = tracer
+        self.tenant = facts.tenant
         attrs: dict[str, AttributeValue] = {
             ga.GEN_AI_OPERATION_NAME: EXECUTE_TOOL,
             ga.GEN_AI_TOOL_NAME: facts.tool,
@@ -80,6 +81,7 @@ class ToolTrace:
                 ga.GEN_AI_OPERATION_NAME: EXECUTE_TOOL,
                 ga.GEN_AI_TOOL_NAME: tool,
                 "lantern.mcp.server": server,
+                "lantern.tenant": self.tenant,
             },
         )
         headers: dict[str, str] = {}

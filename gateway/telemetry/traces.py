@@ -164,6 +164,7 @@ class CallTrace:
         attrs = self._request_attributes()
         attrs[ga.GEN_AI_PROVIDER_NAME] = a.provider
         attrs[ga.GEN_AI_CONVERSATION_ID] = self.facts.conversation_id
+        attrs["lantern.tenant"] = self.facts.tenant  # a tenant's spans are found by it alone
         attrs["lantern.backend"] = a.backend
         attrs["lantern.venue"] = a.venue
         attrs["lantern.attempt"] = a.number

@@ -16,6 +16,7 @@ from gateway.telemetry import (
     Ending,
     Metrics,
     Telemetry,
+    ToolFacts,
     build_tracer_provider,
 )
 
@@ -81,3 +82,25 @@ def test_a_failed_call_says_its_error_type() -> None:
     for span in (attempt, server):
         assert (span.attributes or {})["error.type"] == "ProviderTimeout"
         assert not span.status.is_ok
+
+
+def test_every_span_of_a_call_names_its_tenant() -> None:
+    """The upstream attempts' client spans too: a query for one tenant's spans finds the calls
+    its traffic made upstream, never a neighbour's."""
+    telemetry, exporter = Telemetry(TracerProvider(), Metrics()), InMemorySpanExporter()
+    telemetry.add_span_processor(SimpleSpanProcessor(exporter))
+    call = telemetry.trace_call(FACTS, None, 0.0)
+    call.begin_attempt(AttemptFacts(0, "openai", "b", "cloud", None), 10**18)
+    call.end(Ending("ok", None, Usage(), 0.0, 1.0))
+    tool = telemetry.trace_tool(ToolFacts("orders__lookup", "zeta", "mcp"), None)
+    tool.begin_upstream("orders", "lookup")
+    tool.end("ok")
+    spans = exporter.get_finished_spans()
+    assert [(s.name, s.kind.name) for s in spans] == [
+        ("chat gpt-4o-mini", "CLIENT"),
+        ("chat gpt-4o-mini", "SERVER"),
+        ("tools/call lookup", "CLIENT"),
+        ("execute_tool orders__lookup", "SERVER"),
+    ]
+    tenants = [(s.attributes or {}).get("lantern.tenant") for s in spans]
+    assert tenants == ["acme", "acme", "zeta", "zeta"]
