@@ -95,21 +95,21 @@ class Embeddings:
 
     async def embed(self, call: EmbeddingCall) -> EmbeddingReply:
         model = call.body.get("model")
-        if not isinstance(model, str):
-            raise RequestRejected(
-                "model: required (a string)", rule="invalid_request", field="model"
-            )
         request_id = uuid4_hex()
         seen = EmbeddingTelemetry(
             self.s.telemetry,
             call.tenant.tenant,
-            model,
+            model if isinstance(model, str) else "",  # none named: its span says why
             request_id,
             call.session_header,
             call.trace,
             self.s.clock,
         )
         try:
+            if not isinstance(model, str):
+                raise RequestRejected(
+                    "model: required (a string)", rule="invalid_request", field="model"
+                )
             route, candidate, ticket, prompt_tokens = await self._admit(call, model)
         except Exception as exc:
             seen.refused(exc)

@@ -124,7 +124,8 @@ class CallTrace:
         self.tracer = tracer
         self.facts = facts
         self.start_ns = start_ns
-        self.name = f"{facts.operation} {facts.model}"
+        # a call that named no model: the operation alone, as the conventions name it then
+        self.name = f"{facts.operation} {facts.model}" if facts.model else facts.operation
         self.server = tracer.start_span(
             self.name,
             context=parent_context(client),  # type: ignore[arg-type]
@@ -149,10 +150,9 @@ class CallTrace:
 
     def _request_attributes(self) -> dict[str, AttributeValue]:
         f = self.facts
-        attrs: dict[str, AttributeValue] = {
-            ga.GEN_AI_OPERATION_NAME: f.operation,
-            ga.GEN_AI_REQUEST_MODEL: f.model,
-        }
+        attrs: dict[str, AttributeValue] = {ga.GEN_AI_OPERATION_NAME: f.operation}
+        if f.model:
+            attrs[ga.GEN_AI_REQUEST_MODEL] = f.model
         if f.max_tokens is not None:
             attrs[ga.GEN_AI_REQUEST_MAX_TOKENS] = f.max_tokens
         if f.stream is not None:

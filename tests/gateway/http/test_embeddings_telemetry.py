@@ -288,3 +288,42 @@ def test_a_client_that_leaves_mid_call_pays_its_input_as_on_the_chat_doors(
     counted = TokenCounter().count_text(MODEL, text)
     assert tuple(row[:3]) == ("client_disconnect", None, counted)
     assert float(row[3]) == pytest.approx(counted * 0.02 / 1e6)
+
+
+def test_a_call_that_names_no_model_is_a_span_that_says_why(tmp_path: Path) -> None:
+    """Refused before any model is known: its span is the operation alone, `embeddings`, in the
+    client's trace, with no `gen_ai.request.model` and the refusal's `error.type`."""
+
+    async def main() -> tuple[int, list[ReadableSpan]]:
+        with FakeEmbeddings() as upstream:
+            app = create_app(_settings(tmp_path, upstream))
+            parts = app.state.components
+            spans = InMemorySpanExporter()
+            parts.pipeline.s.telemetry.add_span_processor(SimpleSpanProcessor(spans))
+            await parts.start()
+            try:
+                transport = httpx.ASGITransport(app=app)
+                async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+                    headers = {
+                        "authorization": f"Bearer {KEYS['acme']}",
+                        "traceparent": TRACEPARENT,
+                    }
+                    reply = await client.post(
+                        "/v1/embeddings", json={"input": "x"}, headers=headers
+                    )
+            finally:
+                parts.pipeline.after_reply.flush()
+                await parts.stop()
+        return reply.status_code, list(spans.get_finished_spans())
+
+    status, spans = asyncio.run(main())
+    assert status == 400
+    [span] = spans
+    assert (span.name, span.kind) == ("embeddings", SpanKind.SERVER)
+    assert _hex(span, parent=True) == PARENT
+    assert span.status.status_code is StatusCode.ERROR
+    attrs = dict(span.attributes or {})
+    assert ga.GEN_AI_REQUEST_MODEL not in attrs
+    assert attrs[ga.GEN_AI_OPERATION_NAME] == "embeddings"
+    assert (attrs["error.type"], attrs["lantern.status"]) == ("RequestRejected", "rejected")
+    assert (attrs["lantern.tenant"], attrs["lantern.door"]) == ("acme", "embeddings")
