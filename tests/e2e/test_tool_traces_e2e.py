@@ -1,8 +1,9 @@
 """Tool runs and MCP tool calls in the client's trace: `lantern serve` with the OTLP exporter
 pointed at an in-process collector, a tool run over `POST /v1/tools/runs` and an MCP call to
 an upstream server's tool, each with its own `traceparent`. Each is an `execute_tool` span
-that descends from the client's span; the upstream MCP server receives the context of the
-gateway's client span in its `traceparent` header."""
+that descends from the client's span (the MCP client's `tools/list` is a `tools/list` span
+there too); the upstream MCP server receives the context of the gateway's client span in its
+`traceparent` header."""
 
 from __future__ import annotations
 
@@ -49,7 +50,8 @@ def test_a_tool_run_and_an_mcp_tool_call_are_spans_in_the_client_trace(tmp_path:
             )
             assert (run.status_code, run.json()["stdout"]) == (200, "42\n")
             asyncio.run(_call_orders(gw.mcp_url, mcp_tp))
-            spans = collector.wait_for(3)
+            # the run; the MCP client's `tools/list` (it lists before it calls) and its call
+            spans = collector.wait_for(4)
         seen = orders.requests_seen()
 
     tool_run = _of(spans, run_trace, SERVER)
@@ -65,7 +67,13 @@ def test_a_tool_run_and_an_mcp_tool_call_are_spans_in_the_client_trace(tmp_path:
         "lantern.status": "succeeded",
     }
 
-    served, upstream = _of(spans, mcp_trace, SERVER), _of(spans, mcp_trace, CLIENT)
+    listed = [s for s in spans if s.trace_id == mcp_trace and s.name == "tools/list"]
+    assert listed and all(s.kind == SERVER and s.parent_span_id == mcp_parent for s in listed)
+    assert {(s.attributes["mcp.method.name"], s.attributes["lantern.tenant"]) for s in listed} == {
+        ("tools/list", "acme")
+    }
+    calls = [s for s in spans if s.trace_id == mcp_trace and s.name != "tools/list"]
+    served, upstream = _of(calls, mcp_trace, SERVER), _of(calls, mcp_trace, CLIENT)
     assert served.name == "execute_tool orders__lookup_order"
     assert served.parent_span_id == mcp_parent
     assert upstream.name == "tools/call lookup_order"
