@@ -133,15 +133,16 @@ class CallTrace:
             start_time=start_ns,
             attributes=self._request_attributes(),
         )
-        self.server.set_attributes(
-            {
-                ga.GEN_AI_CONVERSATION_ID: facts.conversation_id,
-                "lantern.tenant": facts.tenant,
-                "lantern.request_id": facts.request_id,
-                "lantern.door": facts.door,
-                "lantern.cache": facts.cache,
-            }
-        )
+        known = {
+            ga.GEN_AI_CONVERSATION_ID: facts.conversation_id,
+            "lantern.tenant": facts.tenant,
+            "lantern.request_id": facts.request_id,
+            "lantern.door": facts.door,
+            "lantern.cache": facts.cache,
+        }
+        # what a call does not have (no session, refused before its ledger row) is left out,
+        # not recorded as "": an empty `gen_ai.conversation.id` would group unrelated calls
+        self.server.set_attributes({k: v for k, v in known.items() if v})
         self._attempts: dict[int, tuple[Span, int]] = {}
 
     @property
@@ -163,7 +164,8 @@ class CallTrace:
         """Start the attempt's client span; the headers that carry its context upstream."""
         attrs = self._request_attributes()
         attrs[ga.GEN_AI_PROVIDER_NAME] = a.provider
-        attrs[ga.GEN_AI_CONVERSATION_ID] = self.facts.conversation_id
+        if self.facts.conversation_id:
+            attrs[ga.GEN_AI_CONVERSATION_ID] = self.facts.conversation_id
         attrs["lantern.tenant"] = self.facts.tenant  # a tenant's spans are found by it alone
         attrs["lantern.backend"] = a.backend
         attrs["lantern.venue"] = a.venue

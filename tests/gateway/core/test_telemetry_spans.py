@@ -104,3 +104,21 @@ def test_every_span_of_a_call_names_its_tenant() -> None:
     ]
     tenants = [(s.attributes or {}).get("lantern.tenant") for s in spans]
     assert tenants == ["acme", "acme", "zeta", "zeta"]
+
+
+def test_what_a_call_does_not_have_is_left_out_not_empty() -> None:
+    """No session, no ledger row yet, no cache diagnosis: no `gen_ai.conversation.id` (an empty
+    one would make every sessionless call one conversation), no empty Lantern attributes."""
+    telemetry, exporter = Telemetry(TracerProvider(), Metrics()), InMemorySpanExporter()
+    telemetry.add_span_processor(SimpleSpanProcessor(exporter))
+    facts = CallFacts(
+        "text-embedding-3-small", "acme", "", "", "embeddings", None, None, "", "embeddings"
+    )
+    call = telemetry.trace_call(facts, None, 0.0)
+    call.begin_attempt(AttemptFacts(0, "openai", "b", "cloud", None), 10**18)
+    call.end(Ending("ok", None, Usage(), 0.0, 1.0))
+    for span in exporter.get_finished_spans():
+        attrs = dict(span.attributes or {})
+        assert ga.GEN_AI_CONVERSATION_ID not in attrs
+        assert "" not in attrs.values()
+        assert attrs["lantern.tenant"] == "acme"
