@@ -32,13 +32,13 @@ from gateway.http.api_schema import (
     errors,
     json_body,
 )
-from gateway.http.auth import KeyLookup, authenticate
+from gateway.http.auth import Caller, KeyLookup, authenticate
 from gateway.http.errors import to_http
 from gateway.http.idempotent_doors import HEADER as IDEMPOTENCY_KEY
 from gateway.http.idempotent_doors import IdempotentDoors
 from gateway.http.request_body import BodyLimits, first_headers, parse_object, read_body
 from gateway.http.sse_reply import SSEReply
-from gateway.http.trace_context import client_trace, trace_refusal
+from gateway.http.trace_context import Unread, client_trace, trace_refusal
 
 log = logging.getLogger("lantern.routes")
 
@@ -101,14 +101,14 @@ class ChatRoutes:
     async def _serve(
         self, http: Request, wire: WireFormat, http_headers: dict[str, str] | None = None
     ) -> Response:
-        call = None
+        call = caller = None
+        headers = first_headers(http) if http_headers is None else http_headers
         try:
-            headers = first_headers(http) if http_headers is None else http_headers
-            call = await self._incoming(http, wire, headers)
+            caller = authenticate(headers, self.keys)
+            call = await self._incoming(http, wire, headers, caller)
             admitted = await self.pipeline.admit(call)
         except Exception as exc:  # every rejection becomes the client's own error shape
-            trace_refusal(self.pipeline.s.telemetry, call, exc)
-            return error_response(exc, wire)
+            return self._refused(exc, wire, headers, caller, call)
         headers = admitted.headers(self.pipeline.s.admission)
         if call.request.stream:
             return await self._stream(admitted, wire, call.body, headers)
@@ -120,13 +120,26 @@ class ChatRoutes:
         encoded = reply_body(wire, response, call.request.model)
         return Response(orjson.dumps(encoded), 200, headers, "application/json")
 
+    def _refused(
+        self,
+        exc: Exception,
+        wire: WireFormat,
+        headers: dict[str, str],
+        caller: Caller | None,
+        call: IncomingCall | None,
+    ) -> Response:
+        """The refusal in the client's error shape, and its span while tracing (kept out of
+        `_serve`: the path of a call that is served runs none of it)."""
+        unread = Unread(caller, headers, codec_for(wire).door)
+        trace_refusal(self.pipeline.s.telemetry, call, exc, unread)
+        return error_response(exc, wire)
+
     async def _incoming(
-        self, http: Request, wire: WireFormat, headers: dict[str, str]
+        self, http: Request, wire: WireFormat, headers: dict[str, str], caller: Caller
     ) -> IncomingCall:
-        """Authenticated before a byte of the body is read; the body read up to the limit; a
-        large one parsed and decoded in a worker thread (the loop keeps serving others).
-        `headers`: `http`'s (`first_headers`)."""
-        caller = authenticate(headers, self.keys)
+        """`caller`: authenticated before a byte of the body is read; the body read up to the
+        limit; a large one parsed and decoded in a worker thread (the loop keeps serving
+        others). `headers`: `http`'s (`first_headers`)."""
         raw = await read_body(http, self.limits.max_bytes, headers)
         if len(raw) >= self.limits.offload_bytes:
             body, request = await anyio.to_thread.run_sync(

@@ -38,7 +38,12 @@ from gateway.http.idempotent_doors import IdempotentDoors
 from gateway.http.request_body import BodyLimits, parse_object, read_body
 from gateway.http.responses_schema import ResponseItemList, ResponseObject, ResponsesCreateRequest
 from gateway.http.sse_reply import SSEReply
-from gateway.http.trace_context import operation_trace, trace_refusal, with_client_trace
+from gateway.http.trace_context import (
+    Unread,
+    operation_trace,
+    trace_refusal,
+    with_client_trace,
+)
 from gateway.responses.input_items import parse_query
 from gateway.responses.turns import (
     DOOR,
@@ -79,13 +84,15 @@ class ResponsesRoutes:
         return await self._create(http)
 
     async def _create(self, http: Request) -> Response:
-        call = None
+        call = caller = None
         try:
-            turn = await self._turn(http)
+            caller = authenticate(http.headers, self.policies)
+            turn = await self._turn(http, caller)
             call = with_client_trace(turn.call, http.headers, self.pipeline.s.telemetry)
             admitted = await self.pipeline.admit(call)
         except Exception as exc:  # every rejection in OpenAI's error shape
-            trace_refusal(self.pipeline.s.telemetry, call, exc)
+            unread = Unread(caller, http.headers, DOOR)
+            trace_refusal(self.pipeline.s.telemetry, call, exc, unread)
             return error_response(door_error(exc), "openai")
         headers = admitted.headers(self.pipeline.s.admission)
         if turn.request.stream:
@@ -143,9 +150,9 @@ class ResponsesRoutes:
     def _trace(self, http: Request, caller: Caller) -> OperationTrace | None:
         return operation_trace(self.pipeline.s.telemetry, http.headers, caller.tenant.tenant, DOOR)
 
-    async def _turn(self, http: Request) -> Turn:
-        """Authenticated before the body is read; a large body decoded in a worker thread."""
-        caller = authenticate(http.headers, self.policies)
+    async def _turn(self, http: Request, caller: Caller) -> Turn:
+        """`caller`: authenticated before the body is read; a large body decoded in a worker
+        thread."""
         raw = await read_body(http, self.limits.max_bytes)
         if len(raw) >= self.limits.offload_bytes:
             body, request = await anyio.to_thread.run_sync(self._decode, raw)

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from gateway.core.attempts import backend_provider, refused
 from gateway.core.calls import IncomingCall
+from gateway.http.auth import Caller
 from gateway.ports import ModelTable
-from gateway.telemetry import ClientTrace, OperationTrace, Telemetry
+from gateway.telemetry import ClientTrace, OperationTrace, Telemetry, operations
+from gateway.telemetry.genai import CHAT
 
 
 def client_trace(headers: Mapping[str, str]) -> ClientTrace | None:
@@ -28,11 +31,35 @@ def with_client_trace(
     return dataclasses.replace(call, trace=trace)
 
 
-def trace_refusal(telemetry: Telemetry, call: IncomingCall | None, exc: Exception) -> None:
+def trace_refusal(
+    telemetry: Telemetry,
+    call: IncomingCall | None,
+    exc: Exception,
+    unread: Unread | None = None,
+) -> None:
     """A call refused at admission (quota, policy, its prompt's size), while tracing: a span
-    in the client's trace whose `error.type` says why. Run only on the refusal's path."""
-    if call is not None and telemetry.is_tracing:
+    in the client's trace whose `error.type` says why; one refused before its body was read
+    into a call (`unread`: who sent it) is named by its operation alone. Nothing for a caller
+    that was not authenticated. Run only on the refusal's path."""
+    if not telemetry.is_tracing:
+        return
+    if call is not None:
         refused(telemetry, call, type(exc).__name__, 0.0)
+    elif unread is not None and unread.caller is not None:
+        client = client_trace(unread.headers)
+        trace = telemetry.trace_operation(unread.caller.tenant.tenant, unread.door, client)
+        trace.end(operations.unread(unread.operation, type(exc).__name__))
+
+
+@dataclass(frozen=True, slots=True)
+class Unread:
+    """Who sent a call whose body did not become one, and at which door (`lantern.door`) and
+    operation (`gen_ai.operation.name`)."""
+
+    caller: Caller | None  # None: refused before it was authenticated
+    headers: Mapping[str, str]
+    door: str
+    operation: str = CHAT
 
 
 def operation_trace(

@@ -43,11 +43,18 @@ class Operation:
     name: str  # the span's name
     attributes: Mapping[str, AttributeValue]
     error_type: str | None = None  # None: it succeeded
+    status: str | None = None  # `lantern.status`; None: `ok`, or `error` with an error type
 
 
 def genai_name(operation: str, model: str | None) -> str:
     """`{gen_ai.operation.name} {gen_ai.request.model}`, the operation alone without a model."""
     return f"{operation} {model}" if model else operation
+
+
+def unread(operation: str, error_type: str) -> Operation:
+    """A model call refused before it named a model (its body did not parse, or broke a rule
+    of its door): the operation alone names it, as it names any call without a model."""
+    return Operation(operation, {ga.GEN_AI_OPERATION_NAME: operation}, error_type, "rejected")
 
 
 def counted(
@@ -128,7 +135,7 @@ class OperationTrace:
         attrs = dict(op.attributes)
         attrs["lantern.tenant"] = self.tenant
         attrs["lantern.door"] = self.door
-        attrs["lantern.status"] = "ok" if op.error_type is None else "error"
+        attrs["lantern.status"] = op.status or ("ok" if op.error_type is None else "error")
         if op.error_type is not None:
             attrs[ERROR_TYPE] = op.error_type
         span = self.tracer.start_span(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +85,22 @@ async def _calls(client: httpx.AsyncClient) -> dict[str, Any]:
     return out
 
 
-async def _serve(tmp: Path, traced: bool) -> dict[str, Any]:
+async def _unread(client: httpx.AsyncClient) -> dict[str, Any]:
+    """A body that never becomes a call at each model door, and one sent without a key."""
+    statuses = []
+    for path in ("/v1/chat/completions", "/v1/messages", "/v1/responses", "/v1/embeddings"):
+        headers = {"authorization": f"Bearer {KEYS['zeta']}", "traceparent": TRACEPARENT}
+        reply = await client.post(path, content=b"[1, 2", headers=headers)
+        statuses.append(reply.status_code)
+    anonymous = await client.post("/v1/chat/completions", content=b"[1, 2")
+    return {"statuses": [*statuses, anonymous.status_code]}
+
+
+async def _serve(
+    tmp: Path,
+    traced: bool,
+    calls: Callable[[httpx.AsyncClient], Awaitable[dict[str, Any]]] = _calls,
+) -> dict[str, Any]:
     """`traced`: the app's telemetry has a processor. Off, one is put on the tracer provider
     behind the app's back, so a span the doors made anyway would still be seen."""
     with FakeUpstream() as upstream:
@@ -101,7 +117,7 @@ async def _serve(tmp: Path, traced: bool) -> dict[str, Any]:
         try:
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
-                out = await _calls(client)
+                out = await calls(client)
         finally:
             parts.pipeline.after_reply.flush()
             await parts.stop()
@@ -221,3 +237,31 @@ def test_an_oversized_response_id_is_refused_and_not_recorded(tmp_path: Path) ->
     assert span.name == "fetch_response" and span.parent is None  # no traceparent: a new trace
     assert ga.GEN_AI_RESPONSE_ID not in _attrs(span)
     assert _attrs(span)["error.type"] == "WireFormatError"
+
+
+def test_a_body_that_never_became_a_call_is_a_span_that_says_why(tmp_path: Path) -> None:
+    """Refused before a model was read: each model door's span is its operation alone, in the
+    client's trace, `rejected` with the error's type; a caller without a key gets none."""
+    out = asyncio.run(_serve(tmp_path, traced=True, calls=_unread))
+    assert out["statuses"] == [400, 400, 400, 400, 401]
+    spans: list[ReadableSpan] = out["spans"]
+    doors = ("chat.completions", "messages", "responses", "embeddings")
+    assert [(s.name, s.kind, _attrs(s)["lantern.door"]) for s in spans] == [
+        ("chat", SpanKind.SERVER, doors[0]),
+        ("chat", SpanKind.SERVER, doors[1]),
+        ("chat", SpanKind.SERVER, doors[2]),
+        ("embeddings", SpanKind.SERVER, doors[3]),
+    ]
+    for span, door in zip(spans, doors, strict=True):
+        assert _parent(span) == (TRACE_ID, PARENT)
+        assert span.status.status_code is StatusCode.ERROR
+        assert _attrs(span) == {
+            ga.GEN_AI_OPERATION_NAME: span.name,
+            "lantern.tenant": "zeta",
+            "lantern.door": door,
+            "lantern.status": "rejected",
+            "error.type": "WireFormatError",
+        }
+    (tmp_path / "off").mkdir()
+    untraced = asyncio.run(_serve(tmp_path / "off", traced=False, calls=_unread))
+    assert (untraced["statuses"], untraced["spans"]) == (out["statuses"], [])
