@@ -192,7 +192,7 @@ def refused(telemetry: Telemetry, call: IncomingCall, error_type: str, elapsed_s
         conversation_id=call.session_header or "",
         door=call.door_name,
         stream=bool(call.request.stream),
-        max_tokens=call.request.max_tokens or 0,
+        max_tokens=call.request.max_tokens,  # None: the client set none
         cache="",
     )
     trace = telemetry.trace_call(facts, call.trace, elapsed_s)

@@ -265,3 +265,30 @@ def test_a_body_that_never_became_a_call_is_a_span_that_says_why(tmp_path: Path)
     (tmp_path / "off").mkdir()
     untraced = asyncio.run(_serve(tmp_path / "off", traced=False, calls=_unread))
     assert (untraced["statuses"], untraced["spans"]) == (out["statuses"], [])
+
+
+def test_a_refused_call_records_only_the_max_tokens_it_asked_for(tmp_path: Path) -> None:
+    """A call refused at admission reports the request as the client sent it: no
+    `gen_ai.request.max_tokens` when it set none (not 0), the value when it did."""
+
+    async def refused(client: httpx.AsyncClient) -> dict[str, Any]:
+        statuses = []
+        for more in ({}, {"max_tokens": 7}):
+            body = {**PROMPT, "model": "nope", **more}
+            headers = {"authorization": f"Bearer {KEYS['acme']}", "traceparent": TRACEPARENT}
+            reply = await client.post("/v1/chat/completions", json=body, headers=headers)
+            statuses.append(reply.status_code)
+        return {"statuses": statuses}
+
+    out = asyncio.run(_serve(tmp_path, traced=True, calls=refused))
+    assert out["statuses"] == [404, 404]
+    unset, seven = out["spans"]
+    assert (unset.name, seven.name) == ("chat nope", "chat nope")
+    assert ga.GEN_AI_REQUEST_MAX_TOKENS not in _attrs(unset)
+    assert _attrs(seven)[ga.GEN_AI_REQUEST_MAX_TOKENS] == 7
+    for span in (unset, seven):
+        assert _parent(span) == (TRACE_ID, PARENT)
+        assert (_attrs(span)["error.type"], _attrs(span)["lantern.status"]) == (
+            "UnknownModel",
+            "rejected",
+        )
