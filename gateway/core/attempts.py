@@ -9,6 +9,8 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
+from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ga
+
 from adapters.backend import Backend
 from adapters.errors import UpstreamError
 from adapters.records import slot_init
@@ -183,8 +185,15 @@ def traced(adm: Admitted, telemetry: Telemetry, now: float) -> Admitted:
     return dataclasses.replace(adm, trace=trace)
 
 
-def refused(telemetry: Telemetry, call: IncomingCall, error_type: str, elapsed_s: float) -> None:
-    """The server span of a call refused before it was admitted, ended with why."""
+def refused(
+    telemetry: Telemetry,
+    call: IncomingCall,
+    error_type: str,
+    elapsed_s: float,
+    provider: str | None = None,
+) -> None:
+    """The server span of a call refused before it was admitted, ended with why; `provider`:
+    the `gen_ai.provider.name` of the backend that would have served it, when there is one."""
     facts = CallFacts(
         model=call.request.model,
         tenant=call.tenant.tenant,
@@ -196,7 +205,8 @@ def refused(telemetry: Telemetry, call: IncomingCall, error_type: str, elapsed_s
         cache="",
     )
     trace = telemetry.trace_call(facts, call.trace, elapsed_s)
-    trace.end(Ending("rejected", error_type, Usage(), 0.0, elapsed_s))
+    named = None if provider is None else {ga.GEN_AI_PROVIDER_NAME: provider}
+    trace.end(Ending("rejected", error_type, Usage(), 0.0, elapsed_s, attributes=named))
 
 
 def begin_attempt(trace: CallTrace, t: Try) -> dict[str, str]:

@@ -131,7 +131,7 @@ class ChatRoutes:
         """The refusal in the client's error shape, and its span while tracing (kept out of
         `_serve`: the path of a call that is served runs none of it)."""
         unread = Unread(caller, headers, codec_for(wire).door)
-        trace_refusal(self.pipeline.s.telemetry, call, exc, unread)
+        trace_refusal(self.pipeline.s, call, exc, unread)
         return error_response(exc, wire)
 
     async def _incoming(

@@ -37,7 +37,7 @@ def build_embeddings_router(
             reply = await embeddings.embed(call)
         except Exception as exc:
             if call is None:  # refused before the call began its own telemetry
-                trace_refusal(telemetry, None, exc, Unread(caller, headers, DOOR, EMBEDDINGS))
+                trace_refusal(embeddings.s, None, exc, Unread(caller, headers, DOOR, EMBEDDINGS))
             refused = error_response(exc, "openai")
             refused.background = heap.after_reply(num_bytes, limits.offload_bytes)
             return refused

@@ -92,7 +92,7 @@ class ResponsesRoutes:
             admitted = await self.pipeline.admit(call)
         except Exception as exc:  # every rejection in OpenAI's error shape
             unread = Unread(caller, http.headers, DOOR)
-            trace_refusal(self.pipeline.s.telemetry, call, exc, unread)
+            trace_refusal(self.pipeline.s, call, exc, unread)
             return error_response(door_error(exc), "openai")
         headers = admitted.headers(self.pipeline.s.admission)
         if turn.request.stream:

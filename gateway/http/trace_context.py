@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from gateway.core.attempts import backend_provider, refused
 from gateway.core.calls import IncomingCall
+from gateway.core.pipeline import PipelineParts
 from gateway.http.auth import Caller
 from gateway.ports import ModelTable
 from gateway.telemetry import ClientTrace, OperationTrace, Telemetry, operations
@@ -32,19 +33,22 @@ def with_client_trace(
 
 
 def trace_refusal(
-    telemetry: Telemetry,
+    parts: PipelineParts,
     call: IncomingCall | None,
     exc: Exception,
     unread: Unread | None = None,
 ) -> None:
     """A call refused at admission (quota, policy, its prompt's size), while tracing: a span
-    in the client's trace whose `error.type` says why; one refused before its body was read
-    into a call (`unread`: who sent it) is named by its operation alone. Nothing for a caller
-    that was not authenticated. Run only on the refusal's path."""
+    in the client's trace whose `error.type` says why, with the provider that would have
+    served it; one refused before its body was read into a call (`unread`: who sent it) is
+    named by its operation alone. Nothing for a caller that was not authenticated. Run only
+    on the refusal's path."""
+    telemetry = parts.telemetry
     if not telemetry.is_tracing:
         return
     if call is not None:
-        refused(telemetry, call, type(exc).__name__, 0.0)
+        provider = serving_provider(parts.models, call)
+        refused(telemetry, call, type(exc).__name__, 0.0, provider)
     elif unread is not None and unread.caller is not None:
         client = client_trace(unread.headers)
         trace = telemetry.trace_operation(unread.caller.tenant.tenant, unread.door, client)

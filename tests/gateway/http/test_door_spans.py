@@ -36,7 +36,9 @@ def _settings(tmp: Path, upstream: FakeUpstream) -> Any:
     (tmp / "policies").mkdir()
     for tenant, key in KEYS.items():
         digest = hashlib.sha256(key.encode()).hexdigest()
-        policy = {"tenant": tenant, "api_keys": [{"id": "k1", "sha256": digest}]}
+        policy: dict[str, Any] = {"tenant": tenant, "api_keys": [{"id": "k1", "sha256": digest}]}
+        if tenant == "zeta":  # any prompt of its is refused at admission
+            policy["limits"] = {"max_prompt_tokens": 3}
         (tmp / "policies" / f"{tenant}.yaml").write_text(yaml.safe_dump(policy))
     backend = {
         "kind": "openai_compatible",
@@ -267,28 +269,30 @@ def test_a_body_that_never_became_a_call_is_a_span_that_says_why(tmp_path: Path)
     assert (untraced["statuses"], untraced["spans"]) == (out["statuses"], [])
 
 
-def test_a_refused_call_records_only_the_max_tokens_it_asked_for(tmp_path: Path) -> None:
+def test_a_refused_call_records_its_request_and_provider_as_they_were(tmp_path: Path) -> None:
     """A call refused at admission reports the request as the client sent it: no
-    `gen_ai.request.max_tokens` when it set none (not 0), the value when it did."""
+    `gen_ai.request.max_tokens` when it set none (not 0), the value when it did; and the
+    provider of the backend that would have served it (the conventions require one), none
+    for a model that has no route."""
 
     async def refused(client: httpx.AsyncClient) -> dict[str, Any]:
         statuses = []
-        for more in ({}, {"max_tokens": 7}):
-            body = {**PROMPT, "model": "nope", **more}
-            headers = {"authorization": f"Bearer {KEYS['acme']}", "traceparent": TRACEPARENT}
+        for tenant, more in (("acme", {"model": "nope"}), ("zeta", {"max_tokens": 7})):
+            headers = {"authorization": f"Bearer {KEYS[tenant]}", "traceparent": TRACEPARENT}
+            body = {**PROMPT, **more}
             reply = await client.post("/v1/chat/completions", json=body, headers=headers)
             statuses.append(reply.status_code)
         return {"statuses": statuses}
 
     out = asyncio.run(_serve(tmp_path, traced=True, calls=refused))
-    assert out["statuses"] == [404, 404]
-    unset, seven = out["spans"]
-    assert (unset.name, seven.name) == ("chat nope", "chat nope")
-    assert ga.GEN_AI_REQUEST_MAX_TOKENS not in _attrs(unset)
-    assert _attrs(seven)[ga.GEN_AI_REQUEST_MAX_TOKENS] == 7
-    for span in (unset, seven):
+    assert out["statuses"] == [404, 400]
+    unknown, capped = out["spans"]
+    assert (unknown.name, capped.name) == ("chat nope", f"chat {MODEL}")
+    assert ga.GEN_AI_REQUEST_MAX_TOKENS not in _attrs(unknown)
+    assert _attrs(capped)[ga.GEN_AI_REQUEST_MAX_TOKENS] == 7
+    assert ga.GEN_AI_PROVIDER_NAME not in _attrs(unknown)
+    assert _attrs(capped)[ga.GEN_AI_PROVIDER_NAME] == "openai"
+    errors = [(_attrs(s)["error.type"], _attrs(s)["lantern.status"]) for s in (unknown, capped)]
+    assert errors == [("UnknownModel", "rejected"), ("RequestRejected", "rejected")]
+    for span in (unknown, capped):
         assert _parent(span) == (TRACE_ID, PARENT)
-        assert (_attrs(span)["error.type"], _attrs(span)["lantern.status"]) == (
-            "UnknownModel",
-            "rejected",
-        )
