@@ -85,11 +85,16 @@ class EmbeddingTelemetry:
             )
             self.trace = telemetry.trace_call(facts, client, 0.0)
 
-    def refused(self, exc: Exception) -> None:
-        """The call was refused before its upstream call (its input, quota or model)."""
+    def refused(self, exc: Exception, provider: Callable[[], str | None]) -> None:
+        """The call was refused before its upstream call (its input, quota or model);
+        `provider`: the `gen_ai.provider.name` of the backend that would have served it, asked
+        only while tracing."""
         if self.trace is not None:
             elapsed = self._clock() - self._arrived
-            self.trace.end(Ending("rejected", type(exc).__name__, Usage(), 0.0, elapsed))
+            named = provider()
+            attrs = None if named is None else {ga.GEN_AI_PROVIDER_NAME: named}
+            ending = Ending("rejected", type(exc).__name__, Usage(), 0.0, elapsed)
+            self.trace.end(replace(ending, attributes=attrs))
 
     def begin(self, candidate: Candidate) -> dict[str, str] | None:
         """The upstream call's client span begun; the headers that carry its context."""

@@ -19,7 +19,7 @@ from adapters.backend import (
 )
 from adapters.types import JSON, ChatRequest, Usage
 from adapters.wire.json_fields import optional
-from gateway.core.attempts import gone_or_ours
+from gateway.core.attempts import backend_provider, gone_or_ours
 from gateway.core.calls import IncomingCall, check_prompt_cap, route_for
 from gateway.core.embedding_telemetry import EmbeddingTelemetry
 from gateway.core.pipeline import PipelineParts
@@ -112,7 +112,7 @@ class Embeddings:
                 )
             route, candidate, ticket, prompt_tokens = await self._admit(call, model)
         except Exception as exc:
-            seen.refused(exc)
+            seen.refused(exc, lambda: self._provider(model, call.tenant))
             raise
         began = self.s.clock()
         backend: EmbeddingBackend = candidate.backend  # type: ignore[assignment]
@@ -172,6 +172,16 @@ class Embeddings:
         return await anyio.to_thread.run_sync(
             count_texts, lane.counter, model, texts, scope, limiter=lane.limiter
         )
+
+    def _provider(self, model: object, tenant: TenantPolicy) -> str | None:
+        """The provider of the backend that would serve `model` for `tenant`, if any."""
+        route = self.s.models.get(model) if isinstance(model, str) else None
+        try:
+            return (
+                None if route is None else backend_provider(self._embedder(route, tenant).backend)
+            )
+        except RequestRejected:  # no backend of it serves embeddings
+            return None
 
     def _embedder(self, route: ModelRoute, tenant: TenantPolicy) -> Candidate:
         """The first allowed backend of the route that serves embeddings."""

@@ -196,6 +196,7 @@ def test_embeddings_calls_are_traced_in_the_genai_conventions(tmp_path: Path) ->
     refusal = dict(refused.attributes or {})
     assert (refusal["error.type"], refusal["lantern.status"]) == ("RequestRejected", "rejected")
     assert refusal["lantern.tenant"] == "zeta"
+    assert refusal[ga.GEN_AI_PROVIDER_NAME] == "openai"  # the backend that would have served it
     # the unreachable upstream: an error on the attempt's span and the call's
     for span in (failed, clients[1]):
         assert span.status.status_code is StatusCode.ERROR
@@ -323,7 +324,7 @@ def test_a_call_that_names_no_model_is_a_span_that_says_why(tmp_path: Path) -> N
     assert _hex(span, parent=True) == PARENT
     assert span.status.status_code is StatusCode.ERROR
     attrs = dict(span.attributes or {})
-    assert ga.GEN_AI_REQUEST_MODEL not in attrs
+    assert ga.GEN_AI_REQUEST_MODEL not in attrs and ga.GEN_AI_PROVIDER_NAME not in attrs
     assert attrs[ga.GEN_AI_OPERATION_NAME] == "embeddings"
     assert (attrs["error.type"], attrs["lantern.status"]) == ("RequestRejected", "rejected")
     assert (attrs["lantern.tenant"], attrs["lantern.door"]) == ("acme", "embeddings")
