@@ -176,10 +176,10 @@ class Embeddings:
     def _provider(self, model: object, tenant: TenantPolicy) -> str | None:
         """The provider of the backend that would serve `model` for `tenant`, if any."""
         route = self.s.models.get(model) if isinstance(model, str) else None
+        if route is None:
+            return None
         try:
-            return (
-                None if route is None else backend_provider(self._embedder(route, tenant).backend)
-            )
+            return backend_provider(self._embedder(route, tenant).backend)
         except RequestRejected:  # no backend of it serves embeddings
             return None
 

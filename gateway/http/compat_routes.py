@@ -26,8 +26,7 @@ from gateway.http.error_shapes import error_body
 from gateway.http.heap import HeapTrim
 from gateway.http.request_body import BodyLimits, parse_object, read_body
 from gateway.http.trace_context import operation_trace, serving_provider
-from gateway.telemetry import Operation
-from gateway.telemetry.operations import counted
+from gateway.telemetry import Operation, operations
 
 COUNT_DOOR = "messages.count_tokens"  # `lantern.door` of its span
 COUNT_HEADER = "x-lantern-token-count"  # `exact` (the provider counted) or `estimate` (we did)
@@ -103,12 +102,12 @@ class CompatRoutes:
         """The span's account of a count (traced calls only): the model asked for and the
         provider of the backend that would serve it, when the call got that far."""
         if call is None:
-            return counted(None, None, None, None, error_type)
+            return operations.counted(None, None, None, None, error_type)
         model = call.request.model
         provider = serving_provider(self.pipeline.s.models, call)
         if count is None:
-            return counted(model, provider, None, None, error_type)
-        return counted(model, provider, count.input_tokens, count.is_exact)
+            return operations.counted(model, provider, None, None, error_type)
+        return operations.counted(model, provider, count.input_tokens, count.is_exact)
 
     async def model(self, http: Request, model_id: str) -> Response:
         """One model, as `/v1/models` lists it (Anthropic's shape for an Anthropic client)."""
