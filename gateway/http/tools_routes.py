@@ -20,7 +20,7 @@ from gateway.errors import GatewayError
 from gateway.http.api_schema import OpenAIError, ToolRunOutcome, errors, json_body
 from gateway.http.errors import to_http
 from gateway.http.request_body import BodyLimits, parse_object, read_body
-from gateway.http.tool_traces import traced_submit
+from gateway.http.tool_traces import trace_unparsed, traced_submit
 from gateway.telemetry import Telemetry
 from policies.model import TenantPolicy
 from policies.tools import ToolPolicy
@@ -175,15 +175,19 @@ def build_tools_router(
     async def create_run(request: Request) -> Response:
         traced = telemetry if telemetry is not None and telemetry.is_tracing else None
         began_ns = 0 if traced is None else time.time_ns()
+        policy = run = None
         try:
-            run, specs, call_id = await _parse(request, body_limits, *await authenticate(request))
+            policy, key_id = await authenticate(request)
+            run, specs, call_id = await _parse(request, body_limits, policy, key_id)
             if traced is not None:
                 at = (request.headers, began_ns)
                 return _reply(await traced_submit(traced, service, specs, run, call_id, *at))
             return _reply(await service.submit(specs, run))
         except SandboxError as exc:
+            trace_unparsed(traced, request.headers, policy, run, exc.code)
             return _error(exc)
         except GatewayError as exc:
+            trace_unparsed(traced, request.headers, policy, run, type(exc).__name__)
             return _gateway_error(exc)
 
     @router.get(

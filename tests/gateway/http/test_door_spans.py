@@ -296,3 +296,31 @@ def test_a_refused_call_records_its_request_and_provider_as_they_were(tmp_path: 
     assert errors == [("UnknownModel", "rejected"), ("RequestRejected", "rejected")]
     for span in (unknown, capped):
         assert _parent(span) == (TRACE_ID, PARENT)
+
+
+def test_a_tool_run_refused_before_it_became_a_run_is_a_span(tmp_path: Path) -> None:
+    """`POST /v1/tools/runs` with a body that does not parse: an `execute_tool` span named by
+    its operation alone, `rejected` with the sandbox's error code; none with telemetry off."""
+
+    async def broken(client: httpx.AsyncClient) -> dict[str, Any]:
+        headers = {"authorization": f"Bearer {KEYS['acme']}", "traceparent": TRACEPARENT}
+        reply = await client.post("/v1/tools/runs", content=b'{"tool": ', headers=headers)
+        anonymous = await client.post("/v1/tools/runs", content=b'{"tool": ')
+        return {"statuses": [reply.status_code, anonymous.status_code]}
+
+    out = asyncio.run(_serve(tmp_path, traced=True, calls=broken))
+    assert out["statuses"] == [400, 401]
+    [span] = out["spans"]
+    assert (span.name, span.kind) == ("execute_tool", SpanKind.SERVER)
+    assert _parent(span) == (TRACE_ID, PARENT)
+    assert span.status.status_code is StatusCode.ERROR
+    assert _attrs(span) == {
+        ga.GEN_AI_OPERATION_NAME: "execute_tool",
+        "lantern.tenant": "acme",
+        "lantern.door": "tools",
+        "lantern.status": "rejected",
+        "error.type": "invalid_tool_request",
+    }
+    (tmp_path / "off").mkdir()
+    untraced = asyncio.run(_serve(tmp_path / "off", traced=False, calls=broken))
+    assert (untraced["statuses"], untraced["spans"]) == ([400, 401], [])
