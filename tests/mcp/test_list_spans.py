@@ -6,33 +6,49 @@ is made. The real app's `/mcp` door, over ASGI, two tenants."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import orjson
-from opentelemetry.sdk.trace import ReadableSpan
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp_types import Tool
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import SpanKind, StatusCode
 
 from gateway.app import create_app
+from gateway.mcp.catalogue import ToolCatalogue
+from gateway.mcp.door import McpDoor
+from gateway.mcp.server import build_server
+from gateway.mcp.sessions import TenantSessionManager
+from gateway.telemetry import Metrics, Telemetry
+from policies.mcp import McpServerGrant
+from policies.model import TenantPolicy
 from tests.e2e.harness import write_policy
 from tests.fakes.upstream import FakeUpstream
 from tests.gateway.http.test_door_spans import KEYS, PARENT, TRACE_ID, TRACEPARENT, _settings
+from tests.mcp.asgi_door import call_door
 from tests.mcp.harness import INITIALIZE, RUN_PYTHON
 
 ACCEPT = "application/json, text/event-stream"
 
 
 def _result(reply: httpx.Response) -> dict[str, Any]:
-    """The JSON-RPC reply, sent as JSON or as the message event of an SSE stream (after its
-    empty priming event)."""
-    text = reply.text
+    """The JSON-RPC reply, sent as JSON or as the message event of an SSE stream."""
     if reply.headers.get("content-type", "").startswith("text/event-stream"):
-        data = (line[5:].strip() for line in text.splitlines() if line.startswith("data:"))
-        text = next(d for d in data if d)
-    body: dict[str, Any] = orjson.loads(text)
+        return _sse_result(reply.content)
+    body: dict[str, Any] = orjson.loads(reply.content)
+    return body
+
+
+def _sse_result(stream: bytes) -> dict[str, Any]:
+    """The message event of an SSE stream (after its empty priming event)."""
+    lines = stream.decode().splitlines()
+    data = (line[5:].strip() for line in lines if line.startswith("data:"))
+    body: dict[str, Any] = orjson.loads(next(d for d in data if d))
     return body
 
 
@@ -104,3 +120,67 @@ def test_no_tools_list_span_with_telemetry_off(tmp_path: Path) -> None:
     counts, listed, names = asyncio.run(_serve(tmp_path, traced=False))
     assert counts == [1, 0]
     assert (listed, names) == ([], [])
+
+
+class BrokenUpstreams:
+    """An upstream table that fails when asked (the catalogue's own failure path)."""
+
+    async def tools(self, server: str) -> tuple[Tool, ...] | None:
+        raise RuntimeError(f"the table of {server!r} is broken")
+
+
+class GrantingKeys:
+    """acme's key, its policy granting the `orders` server."""
+
+    def tenant_for_key(self, key: str) -> tuple[TenantPolicy, str] | None:
+        grant = McpServerGrant(name="orders")
+        return (TenantPolicy(tenant="acme", mcp_servers=(grant,)), "k1") if key == "acme" else None
+
+
+def test_a_failed_listing_is_a_span_with_its_error_type() -> None:
+    """The catalogue raised: the client gets the SDK's JSON-RPC error, the span `error`."""
+    telemetry = Telemetry(TracerProvider(), Metrics())
+    spans = InMemorySpanExporter()
+    telemetry.add_span_processor(SimpleSpanProcessor(spans))
+    log = logging.getLogger("test.mcp")
+    catalogue = ToolCatalogue(BrokenUpstreams(), log)
+    server = build_server(catalogue, cast(Any, None), cast(Any, None), cast(Any, None), telemetry)
+    sessions = TenantSessionManager(
+        server,
+        security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        session_idle_timeout=60.0,
+        max_sessions=10,
+        max_sessions_per_tenant=10,
+    )
+    door = McpDoor(sessions, GrantingKeys(), (), telemetry)
+    listing = {"jsonrpc": "2.0", "id": 9, "method": "tools/list"}
+    done = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+
+    async def main() -> dict[str, Any]:
+        async with sessions.run():
+            status, headers, _ = await call_door(door, "acme", body=INITIALIZE)
+            assert status == 200
+            version = INITIALIZE["params"]["protocolVersion"]  # type: ignore[index]
+            named = {"mcp-session-id": headers["mcp-session-id"], "mcp-protocol-version": version}
+            assert (await call_door(door, "acme", body=done, headers=named))[0] == 202
+            traced = {**named, "traceparent": TRACEPARENT}
+            status, _, body = await call_door(door, "acme", body=listing, headers=traced)
+        assert status == 200
+        return _sse_result(body)
+
+    reply = asyncio.run(main())
+    assert reply["id"] == 9 and "error" in reply and "result" not in reply
+    [span] = spans.get_finished_spans()
+    assert (span.name, span.kind) == ("tools/list", SpanKind.SERVER)
+    assert span.parent is not None and format(span.parent.span_id, "016x") == PARENT
+    assert span.status.status_code is StatusCode.ERROR
+    attrs = dict(span.attributes or {})
+    assert attrs.pop("mcp.session.id")  # the session initialize opened
+    assert attrs == {
+        "mcp.method.name": "tools/list",
+        "jsonrpc.request.id": "9",
+        "lantern.tenant": "acme",
+        "lantern.door": "mcp",
+        "lantern.status": "error",
+        "error.type": "RuntimeError",
+    }
