@@ -240,10 +240,9 @@ def _ended(
     here, where a span is recorded."""
     if trace is None:
         return
-    if isinstance(reply, bytes):
-        reply = orjson.loads(reply)
+    read = orjson.loads(reply) if isinstance(reply, bytes) else reply
     named = response_id if len(response_id) <= MAX_RESPONSE_ID_CHARS else None
-    trace.end(stored_response(operation, named, reply, None if exc is None else type(exc).__name__))
+    trace.end(stored_response(operation, named, read, None if exc is None else type(exc).__name__))
 
 
 class NativeFinal:
