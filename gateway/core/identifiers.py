@@ -9,9 +9,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from adapters.types import JSON, ChatRequest, WireFormat
+from adapters.wire.json_fields import expect
 from gateway.errors import RequestRejected
 
 MAX_IDENTIFIER_CHARS = 256  # the ledger's session_id column (gateway/ledger/models.py)
+# OpenAI's `safety_identifier` (its OpenAPI document: a string of at most 64 characters); a
+# longer one would be refused by OpenAI after the call was admitted and routed
+MAX_SAFETY_IDENTIFIER_CHARS = 64
 
 
 def check_identifiers(
@@ -21,10 +25,14 @@ def check_identifiers(
     body: Mapping[str, JSON] | None = None,
 ) -> None:
     """Raise RequestRejected (400, rule `identifier`) naming the first unusable field (the
-    end-user id by the field it came in: OpenAI's `user`, else its `safety_identifier`)."""
+    end-user id by the field it came in: OpenAI's `user`, else its `safety_identifier`). An
+    OpenAI `safety_identifier` is held to OpenAI's 64 characters, also beside a `user`."""
     user_field = "metadata.user_id" if wire == "anthropic" else "user"
-    if wire == "openai" and body is not None and not body.get("user"):
-        user_field = "safety_identifier" if body.get("safety_identifier") else "user"
+    safety = None
+    if wire == "openai" and body is not None:
+        safety = body.get("safety_identifier")
+        if not body.get("user"):
+            user_field = "safety_identifier" if safety else "user"
     for field, value in (
         ("x-session-id", session_header),
         ("prompt_cache_key", request.prompt_cache_key),
@@ -33,6 +41,8 @@ def check_identifiers(
     ):
         if value is not None:
             _check(field, value)
+    if safety is not None:
+        _check_safety_identifier(safety)
 
 
 def check_identifier(field: str, value: str) -> None:
@@ -41,10 +51,16 @@ def check_identifier(field: str, value: str) -> None:
     _check(field, value)
 
 
-def _check(field: str, value: str) -> None:
-    if len(value) > MAX_IDENTIFIER_CHARS:
+def _check_safety_identifier(value: JSON) -> None:
+    _check(
+        "safety_identifier", expect(value, str, "safety_identifier"), MAX_SAFETY_IDENTIFIER_CHARS
+    )
+
+
+def _check(field: str, value: str, max_chars: int = MAX_IDENTIFIER_CHARS) -> None:
+    if len(value) > max_chars:
         raise RequestRejected(
-            f"{field} has {len(value)} characters; at most {MAX_IDENTIFIER_CHARS} are allowed",
+            f"{field} has {len(value)} characters; at most {max_chars} are allowed",
             rule="identifier",
             field=field,
         )

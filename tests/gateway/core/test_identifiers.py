@@ -4,16 +4,19 @@ column), printable ASCII only; a clear 400 naming the field, in the client's for
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
+from adapters.errors import WireFormatError
 from adapters.wire import anthropic as anthropic_wire
 from adapters.wire import openai as openai_wire
-from gateway.core.identifiers import MAX_IDENTIFIER_CHARS
+from gateway.core.identifiers import MAX_IDENTIFIER_CHARS, MAX_SAFETY_IDENTIFIER_CHARS
 from gateway.core.pipeline import IncomingCall
 from gateway.errors import RequestRejected
 from gateway.http.errors import to_http
 from gateway.ledger.models import UsageRecord
 from policies.model import TenantPolicy
+from tests.openapi.openai_schema import VENDORED
 
 TENANT = TenantPolicy(tenant="acme")
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -73,6 +76,36 @@ def test_a_bad_openai_safety_identifier_is_a_400_naming_it(case: str) -> None:
     with pytest.raises(RequestRejected) as caught:
         _openai(safety_identifier=BAD[case])
     assert caught.value.field == "safety_identifier"
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_a_bad_safety_identifier_beside_a_user_is_a_400_naming_it(case: str) -> None:
+    """Beside a `user` (the end-user id then) a `safety_identifier` is still sent on: checked
+    all the same."""
+    with pytest.raises(RequestRejected) as caught:
+        _openai(user="u-1", safety_identifier=BAD[case])
+    assert caught.value.field == "safety_identifier"
+
+
+@pytest.mark.parametrize("fields", [{}, {"user": "u-1"}])
+def test_a_safety_identifier_is_held_to_openais_64_characters(fields: dict[str, str]) -> None:
+    """OpenAI's document gives `safety_identifier` a `maxLength` of 64: a longer one is the
+    client's 400 at the door, not OpenAI's after the call was admitted."""
+    _openai(**fields, safety_identifier="s" * MAX_SAFETY_IDENTIFIER_CHARS)
+    with pytest.raises(RequestRejected) as caught:
+        _openai(**fields, safety_identifier="s" * (MAX_SAFETY_IDENTIFIER_CHARS + 1))
+    assert (caught.value.rule, caught.value.field) == ("identifier", "safety_identifier")
+    assert "at most 64 are allowed" in str(caught.value)
+    _openai(user="u" * MAX_IDENTIFIER_CHARS)  # `user` keeps the ledger column's 256
+    with pytest.raises(WireFormatError):
+        _openai(**fields, safety_identifier=7)
+
+
+def test_the_safety_identifier_limit_is_openais() -> None:
+    """The vendored OpenAI document (chat completions and responses share the property)."""
+    schemas = orjson.loads(VENDORED.read_bytes())["components"]["schemas"]
+    said = schemas["ModelResponseProperties"]["properties"]["safety_identifier"]["anyOf"]
+    assert [b["maxLength"] for b in said if b["type"] == "string"] == [MAX_SAFETY_IDENTIFIER_CHARS]
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
