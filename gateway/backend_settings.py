@@ -33,8 +33,21 @@ class PriceOverride(Section):
     web_search: float | None = Field(default=None, ge=0)  # USD per server-side web search
 
 
+# the ledger's backend of a sandboxed tool run (gateway/ledger/tool_runs.py): no model backend
+# may take it, so a row's backend alone says whether the row is a tool run
+RESERVED_BACKEND_PREFIX = "sandbox:"
+
+
 class _Backend(Section):
     name: str = Field(pattern=NAME_PATTERN)
+
+    @field_validator("name")
+    @classmethod
+    def _not_reserved(cls, name: str) -> str:
+        if name.startswith(RESERVED_BACKEND_PREFIX):
+            raise ValueError(f"names starting {RESERVED_BACKEND_PREFIX!r} are the tool runs'")
+        return name
+
     timeout_s: float = Field(default=120.0, gt=0)
     price_per_hour_usd: float | None = Field(default=None, ge=0)  # per replica, self-hosted
     replicas: tuple[str, ...] = ()  # base URLs of further replicas of the same engine

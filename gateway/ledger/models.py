@@ -103,7 +103,6 @@ class UsageRecord(Base):
         sa.Index("ix_usage_key_ts", "key_id", "ts"),
         sa.Index("ix_usage_model_ts", "model", "ts"),
         sa.Index("ix_usage_tenant_session", "tenant", "session_id"),
-        sa.Index("ix_usage_kind_ts", "kind", "ts"),
     )
 
 

@@ -17,6 +17,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from gateway.ledger.daily import DAILY_KEYS, daily_rows, whole_days
 from gateway.ledger.models import UsageRecord, to_money
+from gateway.ledger.tool_runs import TOOL_RUN_BACKEND
+
+_TOOL_RUN_PREFIX = TOOL_RUN_BACKEND.format(runner="")  # `sandbox:`
 
 GroupKey = Literal["tenant", "model", "backend", "day", "key", "session", "month", "door", "kind"]
 GROUP_KEYS: tuple[str, ...] = (
@@ -105,18 +108,15 @@ class LedgerQueries:
         }
 
     def budget_spend_by_tenant(self, since: datetime, until: datetime) -> dict[str, Decimal]:
-        """Each tenant's spend over [since, until) less its tool runs' (read by the index on
-        kind and time: the rest comes from the daily rollup as any report's does)."""
-        spend = {t.group[0]: t.cost_usd for t in self.usage_totals(since, until, ["tenant"])}
-        u = UsageRecord
-        runs = (
-            sa.select(u.tenant, sa.func.sum(u.cost_usd))
-            .where(u.kind == "tool_run", u.ts >= since, u.ts < until)
-            .group_by(u.tenant)
-        )
-        with self._sessions() as session:
-            for tenant, cost in session.execute(runs):
-                spend[tenant] = spend.get(tenant, Decimal(0)) - to_money(cost or 0)
+        """Each tenant's spend over [since, until) less its tool runs' (their backend says so:
+        `sandbox:<runner>`, a name no model backend may take), from the daily rollup as any
+        report's, so the ledger keeps no index for it."""
+        spend: dict[str, Decimal] = {}
+        for totals in self.usage_totals(since, until, ["tenant", "backend"]):
+            tenant, backend = totals.group
+            spent = spend.get(tenant, Decimal(0))
+            is_run = str(backend).startswith(_TOOL_RUN_PREFIX)
+            spend[tenant] = spent if is_run else spent + totals.cost_usd
         return spend
 
     def hourly_model_tokens(self, since: datetime, until: datetime) -> list[HourlyModelTokens]:

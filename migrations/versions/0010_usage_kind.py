@@ -2,8 +2,9 @@
 or a sandboxed tool run, and a tool run's billed resources
 
 `kind` is `model_call` for the rows stored before, except those of the MCP door (`tool_call`).
-A tool run's row holds its vCPU-seconds and GB-seconds (NULL on other rows). The index on
-(kind, ts) keeps the budget seeding's read of a month's tool runs off the model-call rows.
+A tool run's row holds its vCPU-seconds and GB-seconds (NULL on other rows). No index: every
+row pays for each on insert, and the budget seeding finds tool runs by their backend in the
+daily rollup.
 
 Revision ID: 0010
 Revises: 0009
@@ -28,11 +29,9 @@ def upgrade() -> None:
     op.add_column("usage", sa.Column("vcpu_seconds", sa.Float(), nullable=True))
     op.add_column("usage", sa.Column("gb_seconds", sa.Float(), nullable=True))
     op.execute("UPDATE usage SET kind = 'tool_call' WHERE door = 'mcp'")
-    op.create_index("ix_usage_kind_ts", "usage", ["kind", "ts"])
 
 
 def downgrade() -> None:
-    op.drop_index("ix_usage_kind_ts", table_name="usage")
     with op.batch_alter_table("usage") as batch:
         for name in ("gb_seconds", "vcpu_seconds", "kind"):
             batch.drop_column(name)

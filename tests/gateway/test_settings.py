@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from gateway.backend_settings import BedrockBackend, OpenAICompatibleBackend, SelfhostBackend
+from gateway.backend_settings import (
+    RESERVED_BACKEND_PREFIX,
+    BedrockBackend,
+    OpenAICompatibleBackend,
+    SelfhostBackend,
+)
+from gateway.ledger.tool_runs import TOOL_RUN_BACKEND
 from gateway.settings import (
     SettingsError,
     demo_settings,
@@ -256,3 +262,21 @@ def test_the_replay_byte_bound_holds_a_whole_reply(tmp_path: Path) -> None:
     assert "replay.max_bytes must be at least replay.max_reply_bytes" in str(caught.value)
     path.write_text("replay:\n  max_reply_bytes: 1000\n  max_bytes: 1000\n")
     assert load_settings(path).replay.max_bytes == 1000
+
+
+def test_no_model_backend_takes_the_tool_runs_backend_name(tmp_path: Path) -> None:
+    """The ledger tells a tool run's row by its backend (`sandbox:<runner>`), so budgets leave
+    it out without an index of their own: no model backend may be named so."""
+    assert TOOL_RUN_BACKEND.startswith(RESERVED_BACKEND_PREFIX)
+    text = (
+        "models:\n"
+        "  - name: a\n"
+        "    backends:\n"
+        "      - {kind: openai_compatible, name: 'sandbox:local', model: m, base_url: http://x}\n"
+    )
+    path = write(tmp_path, text)
+    with pytest.raises(SettingsError) as caught:
+        load_settings(path)
+    assert "names starting 'sandbox:' are the tool runs'" in str(caught.value)
+    path = write(tmp_path, text.replace("'sandbox:local'", "'my-sandbox:local'"))
+    assert load_settings(path).models[0].backends[0].name == "my-sandbox:local"

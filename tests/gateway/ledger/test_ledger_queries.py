@@ -163,7 +163,11 @@ def test_budget_spend_leaves_tool_runs_out(engine, make_row):
         for day in (1, 2, 3)
     ]
     only_runs = make_row(
-        ts=datetime(2026, 11, 2, tzinfo=UTC), tenant="globex", kind="tool_run", cost_usd=0.5
+        ts=datetime(2026, 11, 2, tzinfo=UTC),
+        tenant="globex",
+        kind="tool_run",
+        backend="sandbox:local",
+        cost_usd=0.5,
     )
     insert_rows(engine, [*rows, *runs, only_runs])
     sessions = session_factory(engine)

@@ -66,7 +66,6 @@ def test_migration_creates_exactly_the_usage_columns(engine):
         "ix_usage_key_ts",
         "ix_usage_model_ts",
         "ix_usage_tenant_session",
-        "ix_usage_kind_ts",
     }
     assert inspector.get_pk_constraint("usage")["constrained_columns"] == ["id"]
     with engine.connect() as connection:
