@@ -22,6 +22,7 @@ from gateway.http.chat_routes import error_response
 from gateway.http.error_shapes import error_body
 from gateway.http.readiness import Readiness
 from gateway.ports import ModelTable
+from gateway.reports.rows import InvalidReportQuery
 from gateway.telemetry import Metrics
 from gateway.telemetry.metrics import OPENMETRICS_TYPE
 
@@ -149,10 +150,10 @@ def build_admin_router(admin_token: str | None, views: dict[str, JsonView]) -> A
                 return error_response(AuthenticationFailed("admin token required"), "openai")
             try:
                 return json_response(await view(request))
-            except ValueError as exc:
+            except InvalidReportQuery as exc:  # names its parameter: the error's `param`
                 kind = "invalid_request_error"
                 return json_response(
-                    error_body("openai", kind, kind, str(exc), "bad_query", None), 400
+                    error_body("openai", kind, kind, str(exc), "bad_query", exc.field), 400
                 )
 
         return handler

@@ -42,7 +42,8 @@ def build_admin_views(settings: Settings, keys: PolicyStore, engine: Any) -> dic
         group_by = parse_group_by(q.getlist("group_by") or ["tenant"])
         if "session" in group_by:  # one row per session the clients named: no bound
             raise InvalidReportQuery(
-                "group_by: session has no bound here; page through /admin/reports/sessions"
+                "group_by: session has no bound here; page through /admin/reports/sessions",
+                "group_by",
             )
         report = await asyncio.to_thread(cost_report, sessions, since, until, group_by)
         return report_document(report)
@@ -114,5 +115,5 @@ def _whole_number(query: Any, name: str, default: int) -> int:
     if text is None:
         return default
     if not (text.isascii() and text.isdigit() and len(text) <= 12):
-        raise InvalidReportQuery(f"{name}: a whole number, got {text[:40]!r}")
+        raise InvalidReportQuery(f"{name}: a whole number, got {text[:40]!r}", name)
     return int(text)

@@ -57,7 +57,7 @@ def cli_cost(args: argparse.Namespace, settings: LedgerSettings) -> int:
         group_by = parse_group_by(args.group_by) if args.group_by else DEFAULT_GROUP_BY
         if args.format not in COST_FORMATS:
             raise InvalidReportQuery(
-                f"unknown format {args.format!r}; use {'|'.join(COST_FORMATS)}"
+                f"unknown format {args.format!r}; use {'|'.join(COST_FORMATS)}", "format"
             )
         if args.format == "focus":
             group_by = FOCUS_GROUP_BY

@@ -22,7 +22,12 @@ LAST_END = datetime(9999, 12, 31, tzinfo=UTC)  # the latest `until`: whole days 
 
 
 class InvalidReportQuery(ValueError):
-    """A report parameter is wrong (unknown group key, bad date, empty window): HTTP 400."""
+    """A report parameter is wrong (unknown group key, bad date, empty window): HTTP 400.
+    `field`: the parameter at fault (`group_by`, `since`, ...), the error's `param`."""
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class LedgerSettings(Protocol):
@@ -83,7 +88,8 @@ def parse_group_by(values: Sequence[str] | None) -> tuple[str, ...]:
         for key in (part.strip() for part in value.split(",")):
             if key not in GROUP_KEYS:
                 raise InvalidReportQuery(
-                    f"unknown group-by key {key!r}; use {'|'.join(GROUP_KEYS)}"
+                    f"group_by: unknown group-by key {key[:40]!r}; use {'|'.join(GROUP_KEYS)}",
+                    "group_by",
                 )
             if key not in keys:
                 keys.append(key)
@@ -100,11 +106,13 @@ def parse_period(since: str | None, until: str | None, now: datetime) -> tuple[d
         end = _parse_instant(until, "until")
         whole_day = timedelta(days=1) if _is_date_only(until) else timedelta(0)
         if end > LAST_END - whole_day:  # later, the days after it would not fit in a datetime
-            raise InvalidReportQuery(f"until: {until!r}: a report ends by {LAST_END.isoformat()}")
+            raise InvalidReportQuery(
+                f"until: {until!r}: a report ends by {LAST_END.isoformat()}", "until"
+            )
         end += whole_day
     if start >= end:
         raise InvalidReportQuery(
-            f"since ({start.isoformat()}) must be before until ({end.isoformat()})"
+            f"since ({start.isoformat()}) must be before until ({end.isoformat()})", "since"
         )
     return start, end
 
@@ -157,8 +165,12 @@ def _parse_instant(text: str, name: str) -> datetime:
             return datetime.combine(date.fromisoformat(text), time(), tzinfo=UTC)
         value = datetime.fromisoformat(text)
     except ValueError as error:
-        raise InvalidReportQuery(f"{name}: {text!r} is not an ISO date or datetime") from error
+        raise InvalidReportQuery(
+            f"{name}: {text!r} is not an ISO date or datetime", name
+        ) from error
     try:
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
     except OverflowError as error:  # an offset that moves it past year 1 or 9999
-        raise InvalidReportQuery(f"{name}: {text!r} is outside the years 1 to 9999") from error
+        raise InvalidReportQuery(
+            f"{name}: {text!r} is outside the years 1 to 9999", name
+        ) from error

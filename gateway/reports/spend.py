@@ -65,7 +65,8 @@ def spend_series(
 ) -> SpendSeries:
     if dimension not in SPEND_DIMENSIONS:
         raise InvalidReportQuery(
-            f"unknown dimension {dimension!r}; use {'|'.join(SPEND_DIMENSIONS)}"
+            f"dimension: unknown dimension {dimension[:40]!r}; use {'|'.join(SPEND_DIMENSIONS)}",
+            "dimension",
         )
     report = _by_day(sessions, since, until, dimension)
     days = tuple(sorted({row.group[0] for row in report.rows}))

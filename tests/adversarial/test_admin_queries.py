@@ -54,10 +54,14 @@ def console(gateway: RunningGateway) -> httpx.Client:
     return client
 
 
-def bad_query(reply: httpx.Response, names: str) -> None:
+def bad_query(reply: httpx.Response, names: str, param: str) -> None:
     assert reply.status_code == 400, reply.text
     error = reply.json()["error"]
-    assert (error["type"], error["code"]) == ("invalid_request_error", "bad_query")
+    assert (error["type"], error["code"], error["param"]) == (
+        "invalid_request_error",
+        "bad_query",
+        param,
+    )
     assert re.match(names, error["message"]), error["message"]
 
 
@@ -67,7 +71,7 @@ def test_a_period_out_of_range_is_a_400_on_every_report(
     gateway: RunningGateway, view: str, params: dict[str, str]
 ) -> None:
     reply = httpx.get(f"{gateway.url}/admin/reports/{view}", params=params, headers=ADMIN)
-    bad_query(reply, "since|until")
+    bad_query(reply, "since|until", next(iter(params)))
 
 
 @pytest.mark.parametrize("page", ["spend", "cache", "sessions", "breakeven"])
@@ -97,7 +101,7 @@ def test_the_cost_view_has_no_unbounded_grouping(
     """A row per session id the clients chose has no bound; the sessions view pages them."""
     params = {"group_by": group_by}
     reply = httpx.get(f"{gateway.url}/admin/reports/cost", params=params, headers=ADMIN)
-    bad_query(reply, r"group_by: session .*/admin/reports/sessions")
+    bad_query(reply, r"group_by: session .*/admin/reports/sessions", "group_by")
     params = {"group_by": ["day", "tenant,model"]}
     reply = httpx.get(f"{gateway.url}/admin/reports/cost", params=params, headers=ADMIN)
     assert reply.json()["group_by"] == ["day", "tenant", "model"]
@@ -112,7 +116,24 @@ def test_a_sessions_page_size_that_is_not_a_count_is_named(
     gateway: RunningGateway, params: dict[str, str], named: str
 ) -> None:
     reply = httpx.get(f"{gateway.url}/admin/reports/sessions", params=params, headers=ADMIN)
-    bad_query(reply, f"{named}: a whole number")
+    bad_query(reply, f"{named}: a whole number", named)
+
+
+@pytest.mark.parametrize(
+    ("view", "params", "named", "says"),
+    [("cost", {"group_by": "tenant,prompt"}, "group_by", "group_by: unknown group-by key 'prompt'"),
+     ("cost", {"since": "2026-11-05", "until": "2026-11-04"}, "since", r"since \(.*\) must be before"),
+     ("spend", {"since": "yesterday"}, "since", "since: 'yesterday' is not an ISO date"),
+     ("breakeven", {"until": "soon"}, "until", "until: 'soon' is not an ISO date"),
+     ("sessions", {"until": "2026-11-01T00:00:00+99:00"}, "until", "until: .* is not an ISO"),
+     ("spend", {"dimension": "prompt"}, "dimension", "dimension: unknown dimension 'prompt'")],
+)  # fmt: skip
+def test_every_refused_report_names_its_parameter(
+    gateway: RunningGateway, view: str, params: dict[str, str], named: str, says: str
+) -> None:
+    """The reports answered `param: null`: a script could not tell which value to fix."""
+    reply = httpx.get(f"{gateway.url}/admin/reports/{view}", params=params, headers=ADMIN)
+    bad_query(reply, says, named)
 
 
 @pytest.mark.parametrize(

@@ -227,7 +227,7 @@ def _page(console: Console, name: str, request: Request) -> pages.Page | None:
     if name == "spend":
         dimension = q.get("dimension", "tenant")
         if dimension not in SPEND_DIMENSIONS:
-            raise InvalidReportQuery(f"dimension: use {'|'.join(SPEND_DIMENSIONS)}")
+            raise InvalidReportQuery(f"dimension: use {'|'.join(SPEND_DIMENSIONS)}", "dimension")
         return pages.spend_page(data, since, until, dimension)
     if name == "cache":
         return pages.cache_page(data, since, until)
@@ -242,7 +242,9 @@ def _page_index(page: str) -> int:
     """The 0-based index of `?page=` (1-based), in ASCII digits: `str.isdigit` is also true of
     '²', which `int` refuses."""
     if not (page.isascii() and page.isdigit() and len(page) <= MAX_PAGE_DIGITS):
-        raise InvalidReportQuery(f"page: a page number from 1 (at most {MAX_PAGE_DIGITS} digits)")
+        raise InvalidReportQuery(
+            f"page: a page number from 1 (at most {MAX_PAGE_DIGITS} digits)", "page"
+        )
     return max(int(page) - 1, 0)
 
 

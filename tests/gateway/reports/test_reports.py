@@ -215,8 +215,9 @@ def test_ungrouped_table_is_one_total_line(sessions):
 def test_group_by_accepts_repeats_and_commas():
     assert parse_group_by(["tenant,day", "model", "tenant"]) == ("tenant", "day", "model")
     assert parse_group_by(None) == ()
-    with pytest.raises(InvalidReportQuery):
+    with pytest.raises(InvalidReportQuery) as refused:
         parse_group_by(["tenant,prompt"])
+    assert refused.value.field == "group_by"
 
 
 def test_period_defaults_and_inclusive_until_date():
@@ -227,9 +228,14 @@ def test_period_defaults_and_inclusive_until_date():
         datetime(2026, 11, 1, 4, 0, tzinfo=UTC),
         datetime(2026, 11, 2, tzinfo=UTC),
     )
-    for since, until in (("2026-11-05", "2026-11-04"), ("yesterday", None), (None, "soon")):
-        with pytest.raises(InvalidReportQuery):
+    for since, until, field in (
+        ("2026-11-05", "2026-11-04", "since"),
+        ("yesterday", None, "since"),
+        (None, "soon", "until"),
+    ):
+        with pytest.raises(InvalidReportQuery) as refused:
             parse_period(since, until, now)
+        assert refused.value.field == field
 
 
 @pytest.mark.parametrize(
