@@ -150,6 +150,15 @@ class KeyRecords:
         with self._sessions() as session:
             return [_issued(r) for r in session.scalars(query)]
 
+    def num_kept(self) -> dict[str, int]:
+        """Per tenant, the keys that may not call (revoked or expired) kept until pruned: a
+        count, not the keys (a tenant may hold many)."""
+        k = ApiKeyRecord
+        query = sa.select(k.tenant, sa.func.count()).where(~_live_at(self._clock()))
+        with self._sessions() as session:
+            rows = session.execute(query.group_by(k.tenant)).all()
+        return {tenant: int(count) for tenant, count in rows}
+
     def prune(self, retention: timedelta) -> int:
         """Delete up to PRUNE_BATCH keys revoked, or expired and issued, more than `retention`
         ago, each with a `key.prune` audit row; how many. Processes that prune at once delete

@@ -218,20 +218,25 @@ def breakeven_page(data: ConsoleData, since: datetime, until: datetime) -> Page:
 
 
 def tenants_page(data: ConsoleData, now: datetime) -> Page:
+    """Live keys only (`live()`: a tenant holds at most its bound of them); the revoked and
+    expired ones kept until pruned are counted, not loaded."""
     snapshot = data.policies.snapshot()
-    keys = data.records.all()
+    issued: dict[str, list[str]] = {}
+    for key in sorted(data.records.live(), key=lambda k: k.key_id):
+        issued.setdefault(key.tenant, []).append(key.key_id)
+    kept = data.records.num_kept()
     spent = {b.tenant: b.spent_usd for b in budget_lines(data.sessions, {}, now)}
     rows = []
     for entry in snapshot.tenants:
         p, limits = entry.policy, entry.policy.limits
-        issued = [k.key_id for k in keys if k.tenant == entry.tenant and k.is_usable(now)]
         rows.append(
             (
                 entry.tenant,
                 ", ".join(p.models) or "all",
                 f"{limits.tokens_per_minute or '-'} tok/min, {limits.requests_per_minute or '-'} req/min",
                 str(limits.monthly_budget_usd if limits.monthly_budget_usd is not None else "-"),
-                ", ".join([k.id for k in p.api_keys] + issued),
+                ", ".join([k.id for k in p.api_keys] + issued.get(entry.tenant, [])),
+                f"{kept.get(entry.tenant, 0):,}",
                 display_money(spent.get(entry.tenant, Decimal(0))),
             )
         )
@@ -243,7 +248,15 @@ def tenants_page(data: ConsoleData, now: datetime) -> Page:
         tables=[
             Table(
                 "tenants",
-                ("tenant", "models", "limits", "budget $", "keys", "spent this month $"),
+                (
+                    "tenant",
+                    "models",
+                    "limits",
+                    "budget $",
+                    "keys",
+                    "revoked/expired kept",
+                    "spent this month $",
+                ),
                 rows,
             ),
             Table(
