@@ -22,7 +22,7 @@ from gateway.http.chat_routes import error_response
 from gateway.http.error_shapes import error_body
 from gateway.http.readiness import Readiness
 from gateway.ports import ModelTable
-from gateway.reports.rows import InvalidReportQuery
+from gateway.reports.rows import MAX_VIEW_ROWS, InvalidReportQuery
 from gateway.telemetry import Metrics
 from gateway.telemetry.metrics import OPENMETRICS_TYPE
 
@@ -49,14 +49,20 @@ ADMIN_QUERIES: dict[str, tuple[dict[str, Any], ...]] = {  # the query each admin
         _query(
             "group_by",
             {"type": "array", "items": {"type": "string"}},
-            "tenant, model, backend, key, day, month or door (not session: see "
-            "reports/sessions); repeated or comma-separated",
+            "tenant, model, backend, key, day, month, door or kind (not session: see "
+            f"reports/sessions); repeated or comma-separated. At most {MAX_VIEW_ROWS:,} rows a "
+            "reply: past them a 400 report_too_large asks for a shorter period",
         ),
     ),
     "reports/breakeven": _PERIOD,
     "reports/spend": (
         *_PERIOD,
-        _query("dimension", {"type": "string"}, "tenant, model, backend or key (default tenant)"),
+        _query(
+            "dimension",
+            {"type": "string"},
+            f"tenant, model, backend, key or kind (default tenant); at most {MAX_VIEW_ROWS:,} "
+            "amounts (days x values) a reply: past them a 400 report_too_large",
+        ),
     ),
     "reports/sessions": (
         *_PERIOD,
@@ -153,7 +159,7 @@ def build_admin_router(admin_token: str | None, views: dict[str, JsonView]) -> A
             except InvalidReportQuery as exc:  # names its parameter: the error's `param`
                 kind = "invalid_request_error"
                 return json_response(
-                    error_body("openai", kind, kind, str(exc), "bad_query", exc.field), 400
+                    error_body("openai", kind, kind, str(exc), exc.rule, exc.field), 400
                 )
 
         return handler

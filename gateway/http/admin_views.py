@@ -15,7 +15,7 @@ from typing import Any
 from fastapi import Request
 
 from gateway.ledger.db import session_factory
-from gateway.reports.rows import InvalidReportQuery
+from gateway.reports.rows import InvalidReportQuery, check_view_size
 from gateway.settings import Settings
 from policies.store import PolicyStore
 
@@ -46,6 +46,7 @@ def build_admin_views(settings: Settings, keys: PolicyStore, engine: Any) -> dic
                 "group_by",
             )
         report = await asyncio.to_thread(cost_report, sessions, since, until, group_by)
+        check_view_size(len(report.rows))
         return report_document(report)
 
     async def breakeven(request: Request) -> Any:

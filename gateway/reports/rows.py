@@ -19,15 +19,25 @@ REPORT_FORMATS = ("table", "csv", "json")
 COST_FORMATS = (*REPORT_FORMATS, "focus")  # focus: FinOps FOCUS 1.0 CSV, one row per day+key
 DEFAULT_GROUP_BY = ("tenant",)
 LAST_END = datetime(9999, 12, 31, tzinfo=UTC)  # the latest `until`: whole days still fit after it
+# what one admin reply or console page sends at most: a report's rows, a spend series' amounts
+MAX_VIEW_ROWS = 10_000
 
 
 class InvalidReportQuery(ValueError):
     """A report parameter is wrong (unknown group key, bad date, empty window): HTTP 400.
     `field`: the parameter at fault (`group_by`, `since`, ...), the error's `param`."""
 
+    rule = "bad_query"  # the error's `code`
+
     def __init__(self, message: str, field: str) -> None:
         super().__init__(message)
         self.field = field
+
+
+class ReportTooLarge(InvalidReportQuery):
+    """More than MAX_VIEW_ROWS to send: a shorter period does, or the CLI's export."""
+
+    rule = "report_too_large"
 
 
 class LedgerSettings(Protocol):
@@ -79,6 +89,17 @@ def cost_report(
     totals = LedgerQueries(sessions).usage_totals(since, until, keys)
     rows = tuple(_cost_row(t) for t in totals)
     return CostReport(since, until, keys, rows, _sum_rows(rows))
+
+
+def check_view_size(num_rows: int, unit: str = "rows") -> None:
+    """ReportTooLarge, naming `since`, when a view would send more than MAX_VIEW_ROWS."""
+    if num_rows > MAX_VIEW_ROWS:
+        raise ReportTooLarge(
+            f"since: this period holds {num_rows:,} {unit}, more than the {MAX_VIEW_ROWS:,} one "
+            "reply sends: ask for a shorter period (since, until), or export it with "
+            "`lantern report cost --format csv`",
+            "since",
+        )
 
 
 def parse_group_by(values: Sequence[str] | None) -> tuple[str, ...]:

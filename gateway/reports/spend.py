@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from gateway.ledger.models import UsageRecord, to_money
 from gateway.ledger.queries import LedgerQueries
-from gateway.reports.rows import CostReport, InvalidReportQuery, cost_report
+from gateway.reports.rows import CostReport, InvalidReportQuery, check_view_size, cost_report
 
 SPEND_DIMENSIONS = ("tenant", "model", "backend", "key", "kind")
 TOOL_CALL = "tool_call"  # the ledger's kind of an MCP tool call's row (gateway/mcp/accounting.py)
@@ -71,6 +71,8 @@ def spend_series(
     report = _by_day(sessions, since, until, dimension)
     days = tuple(sorted({row.group[0] for row in report.rows}))
     position = {day: i for i, day in enumerate(days)}
+    values = {row.group[1] for row in report.rows}
+    check_view_size(len(days) * len(values), "amounts (days × values)")  # what is sent
     amounts: dict[str, list[Decimal]] = {}
     for row in report.rows:
         day, value = row.group

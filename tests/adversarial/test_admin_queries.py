@@ -7,7 +7,7 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -290,3 +290,33 @@ def test_the_console_shows_an_expired_key_as_expired(
         assert row is not None
         states = re.findall(r">(active|expired|revoked)</td>", row.group(0))
         assert states == [state], key_id
+
+
+def test_a_report_by_key_and_day_is_bounded(gateway: RunningGateway, console: httpx.Client) -> None:
+    """A row per key per day over any period was sent whole: 101 keys x 100 days is past the
+    bound (MAX_VIEW_ROWS), a 400 that asks for a shorter period; 99 days are within it."""
+    days = [datetime(2025, 3, 1, 12, tzinfo=UTC) + timedelta(days=d) for d in range(100)]
+    rows = [
+        UsageRow(id=f"00000000-0000-0000-0001-{n:012d}", ts=ts, tenant="beta", key_id=f"k-{k:03d}",
+                 model="gpt-4o-mini", request_id=f"bound-{n}", status="ok", cost_usd="0.01")
+        for n, (ts, k) in enumerate((ts, k) for ts in days for k in range(101))
+    ]  # fmt: skip
+    engine = create_ledger_engine(gateway.settings.database_url)
+    insert_rows(engine, rows)
+    engine.dispose()
+    period = {"since": "2025-03-01", "until": "2025-06-08"}  # 100 days
+    too_many = "since: this period holds 10,100 (rows|amounts)"
+    for view, params in (("cost", {"group_by": "key,day"}), ("spend", {"dimension": "key"})):
+        url = f"{gateway.url}/admin/reports/{view}"
+        reply = httpx.get(url, params={**period, **params}, headers=ADMIN)
+        assert reply.status_code == 400, reply.text[:300]
+        error = reply.json()["error"]
+        assert (error["code"], error["param"]) == ("report_too_large", "since")
+        assert re.match(too_many, error["message"]), error["message"]
+    shorter = {**period, "until": "2025-06-07", "group_by": "key,day"}
+    reply = httpx.get(f"{gateway.url}/admin/reports/cost", params=shorter, headers=ADMIN)
+    assert len(reply.json()["rows"]) == 99 * 101
+    page = console.get("/console/spend", params={**period, "dimension": "key"})
+    assert page.status_code == 400
+    assert "since: this period holds 10,100 amounts" in html.unescape(page.text)
+    assert console.get("/console/cache", params=period).status_code == 200  # a row a day

@@ -22,6 +22,7 @@ from gateway.reports.breakeven import (
     fleets_from_settings,
 )
 from gateway.reports.format import display_money
+from gateway.reports.rows import check_view_size, cost_report
 from gateway.reports.spend import budget_lines, spend_series, tool_call_counts, top_sessions
 from gateway.settings import Settings
 from policies.store import PolicyStore
@@ -126,14 +127,13 @@ def budgets_page(data: ConsoleData, now: datetime) -> Page:
 
 
 def cache_page(data: ConsoleData, since: datetime, until: datetime) -> Page:
-    series = spend_series(data.sessions, since, until, "tenant")
-    saved: dict[str, float] = {}
-    for row in series.report.rows:
-        saved[row.group[0]] = saved.get(row.group[0], 0.0) + float(row.saved_usd)
+    report = cost_report(data.sessions, since, until, ["day"])  # a row a day, whatever the tenants
+    check_view_size(len(report.rows))
+    saved = {row.group[0]: float(row.saved_usd) for row in report.rows}
     chart = line_chart(
         "saved by the prompt cache per day (USD)", list(saved), {"saved": list(saved.values())}
     )
-    totals = series.report.totals
+    totals = report.totals
     table = Table(
         "cache savings",
         ("cost $", "uncached $", "saved $", "hit %"),
