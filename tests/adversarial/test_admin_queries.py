@@ -8,6 +8,7 @@ import html
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 
 import httpx
@@ -298,7 +299,7 @@ def test_a_report_by_key_and_day_is_bounded(gateway: RunningGateway, console: ht
     days = [datetime(2025, 3, 1, 12, tzinfo=UTC) + timedelta(days=d) for d in range(100)]
     rows = [
         UsageRow(id=f"00000000-0000-0000-0001-{n:012d}", ts=ts, tenant="beta", key_id=f"k-{k:03d}",
-                 model="gpt-4o-mini", request_id=f"bound-{n}", status="ok", cost_usd="0.01")
+                 model="gpt-4o-mini", request_id=f"bound-{n}", status="ok", cost_usd=Decimal("0.01"))
         for n, (ts, k) in enumerate((ts, k) for ts in days for k in range(101))
     ]  # fmt: skip
     engine = create_ledger_engine(gateway.settings.database_url)
