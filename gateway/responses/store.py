@@ -6,6 +6,7 @@ key. Holds the conversation items needed to continue, never anything about other
 
 from __future__ import annotations
 
+import enum
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -51,6 +52,13 @@ class StoredResponse:
         return cls(tuple(orjson.loads(conversation)), orjson.loads(head), len(data), item_ids)
 
 
+class PutOutcome(enum.Enum):
+    """What a put did. A put never brings back a response deleted within its TTL."""
+
+    STORED = "stored"
+    DELETED = "deleted"  # deleted before it was stored (a DELETE while it still streamed)
+
+
 def reply_json(data: bytes) -> bytes | None:
     """The reply's JSON, as stored, from the first bytes of a stored response (all of them, or
     the head a `GET` reads), its conversation left unread; None when they hold no separator
@@ -66,9 +74,10 @@ def legacy_reply_json(data: bytes) -> bytes:
 
 
 class ResponseStore(Protocol):
-    async def put(self, tenant: str, response_id: str, data: bytes) -> None:
+    async def put(self, tenant: str, response_id: str, data: bytes) -> PutOutcome:
         """Keep `data` (`StoredResponse.to_bytes`, encoded by the caller, so that a long
-        conversation may be encoded in a worker thread)."""
+        conversation may be encoded in a worker thread), unless the id was deleted within
+        the TTL (checked and written in one step)."""
         ...
 
     async def get(self, tenant: str, response_id: str) -> StoredResponse | None: ...
@@ -83,7 +92,11 @@ class ResponseStore(Protocol):
         is), its conversation left unread."""
         ...
 
-    async def delete(self, tenant: str, response_id: str) -> bool: ...
+    async def delete(self, tenant: str, response_id: str) -> bool:
+        """Remove the response (True when it was stored) and remember the id as deleted for
+        the TTL, so that a put still on its way (a stream not yet finished) does not bring
+        it back; the tenant's deleted ids are bounded like its responses."""
+        ...
 
     async def aclose(self) -> None: ...
 
@@ -94,7 +107,8 @@ class MemoryResponseStore:
     (cachekeys/tenant_table.py), so one tenant's burst never evicts another's share. Each
     entry holds its whole conversation, so the bytes are the bound that holds memory: a chain
     of long turns is far larger than its count. Entries are kept serialised, so no caller
-    ever shares an object."""
+    ever shares an object. Deleted ids are kept `ttl_s` too, in a table bounded the same way
+    by entries."""
 
     def __init__(
         self,
@@ -108,9 +122,15 @@ class MemoryResponseStore:
         self._entries: TenantTable[str, tuple[float, bytes]] = TenantTable(
             max_entries, weigh=_num_bytes, max_weight=max_bytes
         )
+        self._deleted: TenantTable[str, float] = TenantTable(max_entries)  # id -> expiry
 
-    async def put(self, tenant: str, response_id: str, data: bytes) -> None:
-        self._entries[(tenant, response_id)] = (self._clock() + self._ttl_s, data)
+    async def put(self, tenant: str, response_id: str, data: bytes) -> PutOutcome:
+        key = (tenant, response_id)
+        deleted_until = self._deleted.get(key)
+        if deleted_until is not None and deleted_until > self._clock():
+            return PutOutcome.DELETED
+        self._entries[key] = (self._clock() + self._ttl_s, data)
+        return PutOutcome.STORED
 
     async def get(self, tenant: str, response_id: str) -> StoredResponse | None:
         data = self._live(tenant, response_id)
@@ -137,10 +157,13 @@ class MemoryResponseStore:
         return data
 
     async def delete(self, tenant: str, response_id: str) -> bool:
-        return self._entries.pop((tenant, response_id), None) is not None
+        key = (tenant, response_id)
+        self._deleted[key] = self._clock() + self._ttl_s
+        return self._entries.pop(key, None) is not None
 
     async def aclose(self) -> None:
         self._entries.clear()
+        self._deleted.clear()
 
     def __len__(self) -> int:
         return len(self._entries)

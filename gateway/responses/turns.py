@@ -29,7 +29,7 @@ from gateway.ids import uuid4_hex
 from gateway.responses.errors import ResponseNotFound
 from gateway.responses.gate import READS_PER_TENANT, TenantGate
 from gateway.responses.input_items import ItemQuery, input_page, item_ids
-from gateway.responses.store import ResponseStore, StoredResponse
+from gateway.responses.store import PutOutcome, ResponseStore, StoredResponse
 from policies.model import TenantPolicy
 
 log = logging.getLogger("lantern.responses")
@@ -225,7 +225,9 @@ class Turns:
     async def remember(self, turn: Turn, reply: Mapping[str, Any]) -> None:
         """Keep an answered turn (unless the client said `store: false`), encoded in a worker
         thread when the turn was large (its whole conversation is written again). A store that
-        fails costs the client its continuation, not the answer it paid for: logged."""
+        fails or refuses (the id deleted while the turn streamed: store.py's
+        `PutOutcome`) costs the client its continuation, not the answer it paid
+        for: logged."""
         if not turn.request.store:
             return
         response_id = addressable(reply.get("id"))  # ours, or a native upstream's
@@ -237,9 +239,12 @@ class Turns:
                 data = await anyio.to_thread.run_sync(encode_turn, turn, reply)
             else:
                 data = encode_turn(turn, reply)
-            await self.store.put(turn.call.tenant.tenant, response_id, data)
+            outcome = await self.store.put(turn.call.tenant.tenant, response_id, data)
         except Exception:
             log.exception("could not store response %s", response_id)
+            return
+        if outcome is not PutOutcome.STORED:
+            log.warning("response %s not stored: %s", response_id, outcome.value)
 
 
 def addressable(response_id: Any) -> str | None:

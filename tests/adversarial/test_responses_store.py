@@ -15,7 +15,7 @@ import orjson
 import pytest
 import redis
 
-from gateway.responses.store import ResponseStore, StoredResponse
+from gateway.responses.store import PutOutcome, ResponseStore, StoredResponse
 from gateway.settings import load_settings
 from gateway.wiring import build_components
 from tests.e2e.conftest import models_for
@@ -98,9 +98,9 @@ class SlowStore:
     def __init__(self, inner: ResponseStore) -> None:
         self.inner = inner
 
-    async def put(self, tenant: str, response_id: str, data: bytes) -> None:
+    async def put(self, tenant: str, response_id: str, data: bytes) -> PutOutcome:
         await asyncio.sleep(0.2)
-        await self.inner.put(tenant, response_id, data)
+        return await self.inner.put(tenant, response_id, data)
 
     async def get(self, tenant: str, response_id: str) -> StoredResponse | None:
         return await self.inner.get(tenant, response_id)
@@ -161,3 +161,61 @@ def test_a_streamed_response_is_stored_before_the_client_reads_it_completed(
         more = {"model": "gpt-4o-mini", "input": "more words:2"}
         chained = client.post("/v1/responses", json={**more, "previous_response_id": response_id})
         assert chained.status_code == 200, chained.text
+
+
+class DeleteFirstStore(SlowStore):
+    """The process's store, whose writes wait until the client's DELETE of the same id has
+    been served (a stream still running when its client deletes it)."""
+
+    def __init__(self, inner: ResponseStore) -> None:
+        super().__init__(inner)
+        self.deletes: list[str] = []
+
+    async def put(self, tenant: str, response_id: str, data: bytes) -> PutOutcome:
+        for _ in range(200):  # at most 10 s: a store that never hears the DELETE still writes
+            if response_id in self.deletes:
+                break
+            await asyncio.sleep(0.05)
+        return await self.inner.put(tenant, response_id, data)
+
+    async def delete(self, tenant: str, response_id: str) -> bool:
+        deleted = await self.inner.delete(tenant, response_id)
+        self.deletes.append(response_id)
+        return deleted
+
+
+def test_a_response_deleted_while_it_streams_stays_deleted(tmp_path: Path) -> None:
+    """The client reads the id from `response.created` and deletes it while the model still
+    answers: nothing is stored yet (404), and the response the stream then finishes is not
+    stored either, so no `GET` or continuation finds what the client deleted."""
+    (tmp_path / "policies").mkdir()
+    write_policy(tmp_path / "policies", "acme", KEY)
+    auth = {"authorization": f"Bearer {KEY}"}
+    body = {"model": "gpt-4o-mini", "input": "hi words:3", "stream": True}
+    with FakeUpstream() as upstream:
+        upstream.app.chunk_delay_s = 0.05  # `response.created` reaches the client first
+        settings = load_settings(
+            write_config(tmp_path / "lantern.yaml", tmp_path, models_for(upstream)[:1])
+        )
+        parts = build_components(settings)
+        parts.response_store = DeleteFirstStore(parts.response_store)
+        running = RunningGateway(settings, components=parts).start()
+        try:
+            with httpx.Client(base_url=running.url, headers=auth, timeout=30) as client:
+                with client.stream("POST", "/v1/responses", json=body) as events:
+                    lines = events.iter_lines()
+                    assert next(lines) == "event: response.created"
+                    created = orjson.loads(next(lines).removeprefix("data: "))
+                    response_id = created["response"]["id"]
+                    deleted = client.delete(f"/v1/responses/{response_id}")
+                    assert deleted.status_code == 404, deleted.text  # not stored yet
+                    assert "event: response.completed" in list(lines)
+                assert client.get(f"/v1/responses/{response_id}").status_code == 404
+                more = {
+                    "model": "gpt-4o-mini",
+                    "input": "more",
+                    "previous_response_id": response_id,
+                }
+                assert client.post("/v1/responses", json=more).status_code == 404
+        finally:
+            running.stop()

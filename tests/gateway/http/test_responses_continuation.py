@@ -21,7 +21,7 @@ from adapters.types import ChatRequest
 from gateway.app import create_app
 from gateway.core.measure_lane import MeasureLane
 from gateway.core.token_count import TiktokenCounting
-from gateway.responses.store import ResponseStore, StoredResponse
+from gateway.responses.store import PutOutcome, ResponseStore, StoredResponse
 from gateway.settings import load_settings
 from gateway.wiring import build_components
 
@@ -53,8 +53,8 @@ class WatchedStore:
         self.reads.append(response_id)
         asyncio.get_running_loop().call_soon(self.seen.append, "loop turn")
 
-    async def put(self, tenant: str, response_id: str, data: bytes) -> None:
-        await self.inner.put(tenant, response_id, data)
+    async def put(self, tenant: str, response_id: str, data: bytes) -> PutOutcome:
+        return await self.inner.put(tenant, response_id, data)
 
     async def get(self, tenant: str, response_id: str) -> StoredResponse | None:
         found = await self.inner.get(tenant, response_id)

@@ -151,3 +151,37 @@ def test_a_tenants_continuations_wait_for_its_own_reads_only() -> None:
         assert len(turns.reading) == 0
 
     asyncio.run(main())
+
+
+def _turns() -> tuple[MemoryResponseStore, Turns, Any]:
+    """A store, its turns, and how a turn of acme's with `text` as its input begins."""
+    store = MemoryResponseStore(ttl_s=60, max_entries=10)
+    turns = Turns(store, max_items=100, offload_bytes=1 << 20)
+
+    async def begin(text: str) -> Turn:
+        body: dict[str, JSON] = {"model": "gpt-4o-mini", "input": text}
+        request = decode_request(body, 100)
+        return await turns.begin(TenantPolicy(tenant="acme"), "k1", body, request, None, 80)
+
+    return store, turns, begin
+
+
+def test_a_turn_deleted_while_it_streams_is_not_stored(caplog: pytest.LogCaptureFixture) -> None:
+    """The client deletes the turn's id (read from `response.created`) before the turn is
+    answered: nothing is stored yet, and the answered turn is not stored after it (logged)."""
+    store, turns, begin = _turns()
+
+    async def main() -> str:
+        streaming = await begin("hello")
+        with pytest.raises(ResponseNotFound):  # the DELETE: nothing stored yet
+            await turns.forget("acme", streaming.response_id)
+        reply = {"id": streaming.response_id, "object": "response", "output": [OUTPUT]}
+        await turns.remember(streaming, reply)
+        return str(streaming.response_id)
+
+    with caplog.at_level("WARNING", logger="lantern.responses"):
+        deleted_id = asyncio.run(main())
+    assert asyncio.run(store.get("acme", deleted_id)) is None
+    assert [r.getMessage() for r in caplog.records] == [
+        f"response {deleted_id} not stored: deleted"
+    ]
