@@ -53,10 +53,12 @@ class StoredResponse:
 
 
 class PutOutcome(enum.Enum):
-    """What a put did. A put never brings back a response deleted within its TTL."""
+    """What a put did. A put never replaces a stored response, nor brings back one deleted
+    within its TTL."""
 
     STORED = "stored"
     DELETED = "deleted"  # deleted before it was stored (a DELETE while it still streamed)
+    TAKEN = "taken"  # another response holds the id (an upstream that reuses ids): kept
 
 
 def reply_json(data: bytes) -> bytes | None:
@@ -76,8 +78,8 @@ def legacy_reply_json(data: bytes) -> bytes:
 class ResponseStore(Protocol):
     async def put(self, tenant: str, response_id: str, data: bytes) -> PutOutcome:
         """Keep `data` (`StoredResponse.to_bytes`, encoded by the caller, so that a long
-        conversation may be encoded in a worker thread), unless the id was deleted within
-        the TTL (checked and written in one step)."""
+        conversation may be encoded in a worker thread), unless the id is stored already or
+        was deleted within the TTL (checked and written in one step)."""
         ...
 
     async def get(self, tenant: str, response_id: str) -> StoredResponse | None: ...
@@ -129,6 +131,8 @@ class MemoryResponseStore:
         deleted_until = self._deleted.get(key)
         if deleted_until is not None and deleted_until > self._clock():
             return PutOutcome.DELETED
+        if self._live(tenant, response_id) is not None:
+            return PutOutcome.TAKEN
         self._entries[key] = (self._clock() + self._ttl_s, data)
         return PutOutcome.STORED
 

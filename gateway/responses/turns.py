@@ -225,8 +225,8 @@ class Turns:
     async def remember(self, turn: Turn, reply: Mapping[str, Any]) -> None:
         """Keep an answered turn (unless the client said `store: false`), encoded in a worker
         thread when the turn was large (its whole conversation is written again). A store that
-        fails or refuses (the id deleted while the turn streamed: store.py's
-        `PutOutcome`) costs the client its continuation, not the answer it paid
+        fails or refuses (the id deleted while the turn streamed, or held by another response:
+        store.py's `PutOutcome`) costs the client its continuation, not the answer it paid
         for: logged."""
         if not turn.request.store:
             return

@@ -9,7 +9,12 @@ import orjson
 import pytest
 
 from gateway.responses.redis_store import RedisResponseStore
-from gateway.responses.store import MemoryResponseStore, ResponseStore, StoredResponse
+from gateway.responses.store import (
+    MemoryResponseStore,
+    PutOutcome,
+    ResponseStore,
+    StoredResponse,
+)
 
 ITEMS = (
     {"type": "message", "role": "user", "content": "hello"},
@@ -112,7 +117,8 @@ def test_redis_store_keeps_each_tenant_to_its_bytes(redis_url: str, redis_prefix
             kept = [n for n in range(5) if await store.get("globex", f"g{n}") is not None]
             assert kept == [2, 3, 4]
             assert int(await store._client.get(total)) == 3 * size
-            await store.put("globex", "g4", STORED.to_bytes())  # the same id again: counted once
+            # the same id again: refused, the first kept and counted once
+            assert await store.put("globex", "g4", STORED.to_bytes()) is PutOutcome.TAKEN
             assert int(await store._client.get(total)) == 3 * size
             assert await store.delete("globex", "g3") is True
             assert int(await store._client.get(total)) == 2 * size
@@ -208,8 +214,8 @@ def test_redis_store_reads_a_reply_without_its_conversation(
                 await store.get("acme", "resp_1")
             await store.put("acme", "long", LONG.to_bytes())
             assert await store.get_reply("acme", "long") == orjson.dumps(LONG.response)
-            await store.put("acme", "long", LONG_UNREADABLE)
-            assert await store.get_reply("acme", "long") == orjson.dumps(LONG.response)
+            await store.put("acme", "long_unreadable", LONG_UNREADABLE)
+            assert await store.get_reply("acme", "long_unreadable") == orjson.dumps(LONG.response)
             await store._client.set(key + "old", OLD_LAYOUT)
             assert await store.get_reply("acme", "old") == orjson.dumps(STORED.response)
             assert await store.get("acme", "old") == STORED

@@ -1,5 +1,6 @@
-"""A put never undoes a delete, in both stores (the Redis one against the real server): a
-DELETE sent while a response still streams sticks."""
+"""A put never undoes a delete nor replaces a stored response, in both stores (the Redis one
+against the real server): a DELETE sent while a response still streams sticks, an upstream
+that reuses an id cannot overwrite the tenant's earlier response."""
 
 from __future__ import annotations
 
@@ -87,6 +88,23 @@ def test_a_deleted_response_is_not_stored_again(
         assert await store.delete("acme", "resp_1") is True
         assert await store.put("acme", "resp_1", SECOND.to_bytes()) is PutOutcome.DELETED
         assert await store.get("acme", "resp_1") is None
+
+    _run(build, request, check)
+
+
+@STORES
+def test_a_put_never_replaces_a_stored_response(
+    build: Build, request: pytest.FixtureRequest
+) -> None:
+    """An upstream reusing an id: the first response stays whole (its reply and conversation),
+    the second is refused."""
+
+    async def check(store: ResponseStore, now: Clock) -> None:
+        assert await store.put("acme", "resp_1", FIRST.to_bytes()) is PutOutcome.STORED
+        assert await store.put("acme", "resp_1", SECOND.to_bytes()) is PutOutcome.TAKEN
+        assert await store.get("acme", "resp_1") == FIRST
+        assert await store.put("globex", "resp_1", SECOND.to_bytes()) is PutOutcome.STORED
+        assert await store.get("globex", "resp_1") == SECOND
 
     _run(build, request, check)
 

@@ -185,3 +185,24 @@ def test_a_turn_deleted_while_it_streams_is_not_stored(caplog: pytest.LogCapture
     assert [r.getMessage() for r in caplog.records] == [
         f"response {deleted_id} not stored: deleted"
     ]
+
+
+def test_a_native_reply_reusing_an_id_leaves_the_first_response_stored(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A native upstream that answers two calls with the same id: the tenant's first response
+    (and the chain continuing it) keeps its conversation; the second is served unstored and
+    logged."""
+    store, turns, begin = _turns()
+
+    async def main() -> None:
+        for text in ("first", "second"):
+            reply = {"id": "resp_upstream", "object": "response", "output": [OUTPUT]}
+            await turns.remember(await begin(text), reply)
+
+    with caplog.at_level("WARNING", logger="lantern.responses"):
+        asyncio.run(main())
+    kept = asyncio.run(store.get("acme", "resp_upstream"))
+    assert kept is not None
+    assert [item["content"] for item in kept.conversation] == ["first", OUTPUT["content"]]
+    assert [r.getMessage() for r in caplog.records] == ["response resp_upstream not stored: taken"]
