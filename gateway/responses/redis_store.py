@@ -25,14 +25,16 @@ REPLY_HEAD_BYTES = 64 * 1024  # what a `GET` reads first: a reply, without its c
 # bytes and deleted ids (id -> when deleted); one hash slot, all carry `{tenant}`. ARGV: the
 # stored bytes, ttl_s, now_ms, max_entries, the id, the tenant's key prefix, max_bytes.
 # Refused, before anything is written (PUT_REFUSALS): an id deleted within the TTL, an id
-# stored already. Ids past their TTL leave the index first; then the oldest go, with their
-# keys (named from the prefix: same tenant, same slot), while the tenant is over either bound.
+# stored already, bytes over the bound. Ids past their TTL leave the index first; then the
+# oldest go, with their keys (named from the prefix: same tenant, same slot), while the
+# tenant is over either bound.
 PUT = """
 local cutoff = tonumber(ARGV[3]) - tonumber(ARGV[2]) * 1000
 local deleted_at = redis.call('ZSCORE', KEYS[5], ARGV[5])
 if deleted_at and tonumber(deleted_at) > cutoff then return -1 end
 if redis.call('EXISTS', KEYS[1]) == 1 then return -2 end
 local size = string.len(ARGV[1])
+if size > tonumber(ARGV[7]) then return -3 end
 local function forget(id)
   local size = tonumber(redis.call('HGET', KEYS[3], id) or '0')
   redis.call('HDEL', KEYS[3], id)
@@ -59,7 +61,7 @@ redis.call('EXPIRE', KEYS[2], ARGV[2])
 redis.call('EXPIRE', KEYS[3], ARGV[2])
 return num_evicted
 """
-PUT_REFUSALS = {-1: PutOutcome.DELETED, -2: PutOutcome.TAKEN}
+PUT_REFUSALS = {-1: PutOutcome.DELETED, -2: PutOutcome.TAKEN, -3: PutOutcome.TOO_LARGE}
 # KEYS: as PUT's. ARGV: the id, now_ms, ttl_s, max_entries. 1 when it was stored. The id is
 # kept among the deleted for the TTL (a put still on its way is refused), at most
 # `max_entries` of them per tenant (its oldest go).

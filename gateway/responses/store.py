@@ -54,11 +54,12 @@ class StoredResponse:
 
 class PutOutcome(enum.Enum):
     """What a put did. A put never replaces a stored response, nor brings back one deleted
-    within its TTL."""
+    within its TTL, nor evicts a tenant's responses for one that could never fit."""
 
     STORED = "stored"
     DELETED = "deleted"  # deleted before it was stored (a DELETE while it still streamed)
     TAKEN = "taken"  # another response holds the id (an upstream that reuses ids): kept
+    TOO_LARGE = "too_large"  # more bytes than the store's whole bound
 
 
 def reply_json(data: bytes) -> bytes | None:
@@ -124,6 +125,7 @@ class MemoryResponseStore:
         self._entries: TenantTable[str, tuple[float, bytes]] = TenantTable(
             max_entries, weigh=_num_bytes, max_weight=max_bytes
         )
+        self._max_bytes = max_bytes
         self._deleted: TenantTable[str, float] = TenantTable(max_entries)  # id -> expiry
 
     async def put(self, tenant: str, response_id: str, data: bytes) -> PutOutcome:
@@ -133,6 +135,8 @@ class MemoryResponseStore:
             return PutOutcome.DELETED
         if self._live(tenant, response_id) is not None:
             return PutOutcome.TAKEN
+        if len(data) > self._max_bytes:
+            return PutOutcome.TOO_LARGE
         self._entries[key] = (self._clock() + self._ttl_s, data)
         return PutOutcome.STORED
 

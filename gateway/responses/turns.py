@@ -225,9 +225,9 @@ class Turns:
     async def remember(self, turn: Turn, reply: Mapping[str, Any]) -> None:
         """Keep an answered turn (unless the client said `store: false`), encoded in a worker
         thread when the turn was large (its whole conversation is written again). A store that
-        fails or refuses (the id deleted while the turn streamed, or held by another response:
-        store.py's `PutOutcome`) costs the client its continuation, not the answer it paid
-        for: logged."""
+        fails or refuses (store.py's `PutOutcome`: the id deleted while the turn streamed, or
+        held by another response, or a response over the store's whole bound) costs the
+        client its continuation, not the answer it paid for: logged."""
         if not turn.request.store:
             return
         response_id = addressable(reply.get("id"))  # ours, or a native upstream's

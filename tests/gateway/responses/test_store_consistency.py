@@ -1,6 +1,7 @@
 """A put never undoes a delete nor replaces a stored response, in both stores (the Redis one
 against the real server): a DELETE sent while a response still streams sticks, an upstream
-that reuses an id cannot overwrite the tenant's earlier response."""
+that reuses an id cannot overwrite the tenant's earlier response, and a response larger than
+the bound evicts nothing."""
 
 from __future__ import annotations
 
@@ -123,5 +124,23 @@ def test_deleted_ids_are_bounded_per_tenant(build: Build, request: pytest.Fixtur
         refused = [await store.put("acme", f"a{n}", FIRST.to_bytes()) for n in range(5)]
         assert refused == [PutOutcome.STORED] * (5 - num_kept) + [PutOutcome.DELETED] * num_kept
         assert await store.put("globex", "g0", FIRST.to_bytes()) is PutOutcome.DELETED
+
+    _run(build, request, check)
+
+
+@STORES
+def test_a_response_over_the_bound_evicts_nothing(
+    build: Build, request: pytest.FixtureRequest
+) -> None:
+    """A response larger than the whole byte bound is refused before anything is written: the
+    tenant's earlier responses stay."""
+
+    async def check(store: ResponseStore, now: Clock) -> None:
+        assert await store.put("acme", "resp_1", FIRST.to_bytes()) is PutOutcome.STORED
+        huge = StoredResponse((ITEM,), {"id": "resp_2", "instructions": "x" * 1000})
+        outcome = await store.put("acme", "resp_2", huge.to_bytes())
+        assert await store.get("acme", "resp_1") == FIRST
+        assert await store.get("acme", "resp_2") is None
+        assert outcome is PutOutcome.TOO_LARGE
 
     _run(build, request, check)
