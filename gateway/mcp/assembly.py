@@ -106,6 +106,7 @@ def build_mcp(
         for task in tasks:
             task.cancel()
         await stack.aclose()
+        await limiter.aclose()  # slots given back for calls whose clients left
         await upstreams.aclose()
 
     door = McpDoor(manager, keys, cfg.allowed_origins, telemetry)

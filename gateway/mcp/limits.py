@@ -3,20 +3,28 @@ its `calls_per_session`, counted in the quota store the model doors use: Redis w
 is set (shared by every gateway process, and a session's model calls count on the same
 counter), this process otherwise.
 
-A refused call has not started: the client may retry it after the hint.
+A refused call has not started: the client may retry it after the hint. A caller cancelled
+while the store's answer is on its way (the client went away) gives its slot back once the
+store answers, as the model doors' admission does (gateway/core/admission.py).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
+from typing import Any
 
 from gateway.mcp.errors import ToolCallsLimited, ToolLimitsUnavailable
 from policies.limits import LimitsPolicy
-from quotas.errors import QuotaExceeded, QuotaStoreUnavailable
-from quotas.limits import ToolCallLimits
+from quotas.errors import QuotaError, QuotaExceeded, QuotaStoreUnavailable
+from quotas.limits import ToolCallLease, ToolCallLimits
 from quotas.store import QuotaStore
+
+log = logging.getLogger("lantern.mcp")
 
 
 def tool_call_limits(policy: LimitsPolicy) -> ToolCallLimits:
@@ -34,6 +42,7 @@ class ToolCallLimiter:
     def __init__(self, store: QuotaStore, wall_clock: Callable[[], float]) -> None:
         self._store = store
         self._wall_clock = wall_clock
+        self._background: set[asyncio.Future[None]] = set()  # slots given back off the caller
 
     @asynccontextmanager
     async def slot(
@@ -46,14 +55,15 @@ class ToolCallLimiter:
             yield
             return
         limits = tool_call_limits(policy)
+        admitting = self._store.admit_tool_call(
+            tenant,
+            limits,
+            call_id=uuid.uuid4().hex,
+            session_id=session_id or None,
+            now_ms=self._now_ms(),
+        )
         try:
-            lease = await self._store.admit_tool_call(
-                tenant,
-                limits,
-                call_id=uuid.uuid4().hex,
-                session_id=session_id or None,
-                now_ms=self._now_ms(),
-            )
+            lease = await (admitting if self._store.settles_inline else self._admitted(admitting))
         except QuotaExceeded as exc:
             raise ToolCallsLimited(f"limits.{exc.limit}", exc.retry_after_s) from exc
         except QuotaStoreUnavailable as exc:
@@ -61,7 +71,47 @@ class ToolCallLimiter:
         try:
             yield
         finally:
-            await self._store.end_tool_call(lease, now_ms=self._now_ms())
+            ending = self._store.end_tool_call(lease, now_ms=self._now_ms())
+            await (ending if self._store.settles_inline else self._in_background(ending))
+
+    async def aclose(self) -> None:
+        """Let the slots being given back reach the store (each bounded by the store's timeout)."""
+        if self._background:
+            await asyncio.wait(self._background)
+
+    async def _admitted(self, admitting: Coroutine[Any, Any, ToolCallLease]) -> ToolCallLease:
+        """An admission that may suspend runs in its own task: a caller cancelled while the
+        store's answer is on its way would otherwise leave the slot held for the whole lease;
+        it is given back once the store answers."""
+        pending = asyncio.ensure_future(admitting)
+        try:
+            return await asyncio.shield(pending)
+        except asyncio.CancelledError:
+            pending.add_done_callback(self._give_back)
+            raise
+
+    def _give_back(self, admitted: asyncio.Future[ToolCallLease]) -> None:
+        if admitted.cancelled() or admitted.exception() is not None:
+            return  # nothing was held (a refusal or an outage)
+        ending = self._store.end_tool_call(admitted.result(), now_ms=self._now_ms())
+        self._track(asyncio.ensure_future(ending))
+
+    async def _in_background(self, ending: Coroutine[Any, Any, None]) -> None:
+        """The slot's release in a task of its own: a cancelled caller does not cancel it. A
+        release the store cannot take is logged (`_ended`), not the call's error."""
+        pending = asyncio.ensure_future(ending)
+        self._track(pending)
+        with contextlib.suppress(QuotaError):
+            await asyncio.shield(pending)
+
+    def _track(self, task: asyncio.Future[None]) -> None:
+        self._background.add(task)
+        task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Future[None]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and isinstance(task.exception(), QuotaError):
+            log.error("a tool call's slot could not be given back; its lease will expire")
 
     def _now_ms(self) -> int:
         return int(self._wall_clock() * 1000)
