@@ -18,7 +18,8 @@ from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from gateway.errors import AuthenticationFailed
+from gateway.core.identifiers import check_identifier
+from gateway.errors import AuthenticationFailed, RequestRejected
 from gateway.http.auth import KeyLookup, authenticate
 from gateway.http.trace_context import client_trace
 from gateway.mcp.calls import McpCaller
@@ -52,6 +53,20 @@ def _may_open_a_session(headers: Headers) -> bool:
     return version is None or version in HANDSHAKE_PROTOCOL_VERSIONS
 
 
+def _unusable_session_header(headers: Headers) -> Response | None:
+    """A 400 naming the agent-session header a ledger row could not store (too long, or not
+    printable ASCII), as the model doors refuse it; None when each is usable."""
+    for name in ("x-session-id", "x-lantern-session"):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            check_identifier(name, value)
+        except RequestRejected as exc:
+            return _refusal(400, str(exc), data={"rule": exc.rule, "field": exc.field})
+    return None
+
+
 class McpDoor:
     """ASGI app for `/mcp`."""
 
@@ -79,6 +94,10 @@ class McpDoor:
         except AuthenticationFailed as exc:
             reply = _refusal(401, str(exc), {"WWW-Authenticate": 'Bearer realm="lantern"'})
             await reply(scope, receive, send)
+            return
+        refused = _unusable_session_header(headers)
+        if refused is not None:
+            await refused(scope, receive, send)
             return
         tenant, key_id = found.tenant.tenant, found.key_id
         held, limit = self._manager.open_sessions(tenant), self._manager.max_sessions_per_tenant
