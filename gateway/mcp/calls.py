@@ -29,6 +29,8 @@ from policies.model import TenantPolicy
 from sandbox.errors import SandboxError
 from sandbox.fingerprint import derive_key
 
+CALLER_SCOPE_KEY = "lantern.mcp.caller"  # where the door puts the caller on the HTTP request
+
 
 @dataclass(frozen=True, slots=True)
 class McpCaller:

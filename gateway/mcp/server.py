@@ -23,14 +23,13 @@ from mcp_types import (
     SubscriptionsListenResult,
 )
 
-from gateway.mcp.calls import McpCaller, ToolCalls, meta_trace
+from gateway.mcp.calls import CALLER_SCOPE_KEY, McpCaller, ToolCalls, meta_trace
 from gateway.mcp.catalogue import ToolCatalogue
 from gateway.mcp.changes import ListChanges
+from gateway.mcp.spans import DOOR, MethodSpans
 from gateway.telemetry import Telemetry
 from gateway.telemetry.operations import tools_listed
 
-CALLER_SCOPE_KEY = "lantern.mcp.caller"
-DOOR = "mcp"  # `lantern.door` of its spans
 VERSION = "0.1.0"
 
 
@@ -71,7 +70,8 @@ def build_server(
     telemetry: Telemetry,
 ) -> ToolServer:
     """`listen`: serves `subscriptions/listen` (the 2026-07-28 wire's change events);
-    `telemetry` traces each `tools/list` (while tracing)."""
+    `telemetry` traces each `tools/list`, `initialize`, `ping` and `subscriptions/listen`
+    (while tracing)."""
 
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None
@@ -100,10 +100,12 @@ def build_server(
         arguments = params.arguments or {}
         return await calls.call(caller_of(ctx), ctx.request_id, params.name, arguments, params.meta)
 
-    return ToolServer(
+    server = ToolServer(
         "lantern",
         version=VERSION,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
         on_subscriptions_listen=listen,
     )
+    server.middleware.append(MethodSpans(telemetry))
+    return server

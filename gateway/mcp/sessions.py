@@ -7,10 +7,11 @@ call, the gateway stopping).
 The SDK's session manager says neither when a session is admitted nor when it goes, but it does
 both in one method each (`_admit_session`, `_discard_session`, mcp 2.3.0; pyproject.toml pins
 that release, and tests/mcp/test_session_manager_pin.py fails on another until reviewed):
-this subclass counts there, and keeps whose key each session is. The door refuses an opening
-request of a tenant at its limit before the SDK reads it (429); the count at admission, under
-the SDK's session lock, is what holds when two arrive together (the later one gets the SDK's
-503).
+this subclass counts there, and keeps whose key each session is. The opening request is served
+in a third (`_serve_opening_request`), where its scope learns the id of the session it opens
+(its `initialize` span names it). The door refuses an opening request of a tenant at its limit
+before the SDK reads it (429); the count at admission, under the SDK's session lock, is what
+holds when two arrive together (the later one gets the SDK's 503).
 
 Each session's transport gets an event store of its own (`ReplayEvents.open`): the SDK's
 manager hands every transport it makes its `event_store`, whose stream ids (`_GET_stream`, the
@@ -27,8 +28,10 @@ from typing import Any
 from mcp.server.auth.middleware.bearer_auth import AuthorizationContext
 from mcp.server.streamable_http import StreamableHTTPServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from starlette.types import Receive, Scope, Send
 
 from gateway.mcp.replay import ReplayEvents
+from gateway.mcp.spans import OPENED_SESSION_SCOPE_KEY
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +93,17 @@ class TenantSessionManager(StreamableHTTPSessionManager):
             if self._replay is not None and events is not None:
                 self._replay.admitted(events, transport.mcp_session_id)
         return transport
+
+    async def _serve_opening_request(
+        self,
+        http_transport: StreamableHTTPServerTransport,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        """The opening request carries the id of the session it opens (its span names it)."""
+        scope = {**scope, OPENED_SESSION_SCOPE_KEY: http_transport.mcp_session_id}
+        await super()._serve_opening_request(http_transport, scope, receive, send)
 
     async def _discard_session(
         self, session_id: str, transport: StreamableHTTPServerTransport

@@ -170,7 +170,8 @@ def test_a_failed_listing_is_a_span_with_its_error_type() -> None:
 
     reply = asyncio.run(main())
     assert reply["id"] == 9 and "error" in reply and "result" not in reply
-    [span] = spans.get_finished_spans()
+    opened, span = spans.get_finished_spans()  # initialize's span, then the listing's
+    assert opened.name == "initialize"
     assert (span.name, span.kind) == ("tools/list", SpanKind.SERVER)
     assert span.parent is not None and format(span.parent.span_id, "016x") == PARENT
     assert span.status.status_code is StatusCode.ERROR

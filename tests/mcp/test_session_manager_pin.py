@@ -2,7 +2,8 @@
 the SDK's session manager that are not its public API: `_admit_session` (every session admitted,
 under the session lock; the transport it makes gets the manager's `event_store`, which the
 subclass sets to the session's own for that call) and `_discard_session` (every way a session
-goes). pyproject.toml pins the mcp release this was written against; this test fails when the
+goes); and `_serve_opening_request` (the request that opens a session, whose scope the subclass
+stamps with the new session's id for its span). pyproject.toml pins the mcp release this was written against; this test fails when the
 installed manager is not that release's, so whoever moves the pin checks both are still where
 every session starts and ends (then records the new digest)."""
 
@@ -29,6 +30,6 @@ def test_the_manager_subclassed_is_the_one_reviewed() -> None:
 
 
 def test_the_methods_counted_in_are_the_sdks() -> None:
-    for name in ("_admit_session", "_discard_session"):
+    for name in ("_admit_session", "_discard_session", "_serve_opening_request"):
         assert name in vars(StreamableHTTPSessionManager)
         assert name in vars(TenantSessionManager)
