@@ -85,6 +85,7 @@ def build_mcp(
         max_sessions=cfg.max_sessions,
         max_sessions_per_tenant=cfg.max_sessions_per_tenant,
         replay=replay,
+        on_discard=changes.ended,  # a session's listing goes with it
     )
     watch = KeyWatch(
         lambda tenant, key_id: keys.policy_for_key_id(tenant, key_id) is not None,

@@ -2,7 +2,8 @@
 tenant's list really changed (its policy, or an upstream server's list); and, on the 2026-07-28
 wire, the tenant's open `subscriptions/listen` streams (gateway/mcp/listen.py).
 
-A handshake-era session idle past the door's `session_idle_s` is forgotten.
+A handshake-era session is forgotten when the session manager discards it (`ended`), or idle
+past the door's `session_idle_s`: the sessions kept per tenant are at most those it holds open.
 """
 
 from __future__ import annotations
@@ -62,6 +63,16 @@ class ListChanges:
     def listed(self, tenant: str, session_id: str, session: ServerSession, digest: str) -> None:
         """A session of `tenant` was just answered the listing `digest`."""
         self._sessions.setdefault(tenant, {})[session_id] = _Listed(session, digest, self._clock())
+
+    def ended(self, tenant: str, session_id: str) -> None:
+        """The session is gone (its DELETE, its idle timeout, its key's end): nobody to tell."""
+        sessions = self._sessions.get(tenant)
+        if sessions is not None and sessions.pop(session_id, None) is not None and not sessions:
+            del self._sessions[tenant]
+
+    def num_listed(self, tenant: str) -> int:
+        """The tenant's sessions to tell of a change."""
+        return len(self._sessions.get(tenant, ()))
 
     def wake(self) -> None:
         """Check now (an upstream server's list changed)."""

@@ -22,6 +22,7 @@ it is discarded.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,13 +48,16 @@ class TenantSessionManager(StreamableHTTPSessionManager):
         *args: Any,
         max_sessions_per_tenant: int,
         replay: ReplayEvents | None = None,
+        on_discard: Callable[[str, str], None] | None = None,
         **kwargs: Any,
     ) -> None:
         """`replay`: each session's events kept for a client resuming a stream; None: streams
-        are not resumable."""
+        are not resumable. `on_discard(tenant, session_id)`: told of each session that goes,
+        so what is kept for it goes too."""
         super().__init__(*args, **kwargs)
         self.max_sessions_per_tenant = max_sessions_per_tenant
         self._replay = replay
+        self._on_discard = on_discard
         self._open: dict[str, int] = {}  # tenant -> sessions held
         self._held: dict[str, _Held] = {}  # session id -> whose it is
 
@@ -117,4 +121,6 @@ class TenantSessionManager(StreamableHTTPSessionManager):
                 self._open[held.tenant] = left
             else:
                 del self._open[held.tenant]
+            if self._on_discard is not None:
+                self._on_discard(held.tenant, session_id)
         await super()._discard_session(session_id, transport)
