@@ -97,7 +97,8 @@ class ToolCalls:
         except MCPError as exc:  # the upstream's own JSON-RPC error, relayed
             self._ended(row, started, trace, "error", error_kind(exc))
             raise
-        except BaseException:  # cancelled: no row (nothing settled), but the span ends
+        except BaseException:  # cancelled (the client left): the row says so, the span ends
+            self._ledger.record(row, started, "client_disconnect", None)
             if trace is not None:
                 trace.end("cancelled", "cancelled")
             raise
