@@ -120,30 +120,32 @@ class UpstreamLink:
 
     async def _bounded(self, step: Callable[[Client], Any]) -> Any:
         name, timeout_s = self.server.name, self.server.timeout_s
+        used: _Held | None = None  # the connection this step ran on (None: none was made)
         try:
             async with asyncio.timeout(timeout_s):
-                return await step(await self._client())
+                used = await self._connection()
+                return await step(used.client)
         except MCPError as exc:
             fault = _CLIENT_FAULTS.get(exc.code)
             if fault is None:  # the server's own JSON-RPC error
                 raise MCPError(exc.code, f"{name}: {exc.message}", exc.data) from exc
-            await self._drop()
+            self._drop(used)
             raise UpstreamFailed(name, fault, exc.message[:200]) from exc
         except TimeoutError as exc:
-            await self._drop()
+            self._drop(used)
             raise UpstreamFailed(name, "timed_out", f"no answer in {timeout_s:g} s") from exc
         except ValidationError as exc:
-            await self._drop()
+            self._drop(used)
             raise UpstreamFailed(name, "invalid_reply", "not an MCP message") from exc
         except Exception as exc:  # httpx2, anyio, the SDK's own: a broken connection
-            await self._drop()
+            self._drop(used)
             raise UpstreamFailed(name, "unreachable", type(exc).__name__) from exc
 
-    async def _client(self) -> Client:
+    async def _connection(self) -> _Held:
         async with self._lock:
             if self._held is None or self._held.task.done():
                 self._held = await self._open()
-            return self._held.client
+            return self._held
 
     async def _open(self) -> _Held:
         ready: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
@@ -166,12 +168,15 @@ class UpstreamLink:
             task.cancel()
             raise
 
-    async def _drop(self) -> None:
-        """Forget the connection (the next call makes a new one); close it in the background."""
-        held, self._held = self._held, None
-        if held is not None:
-            held.release.set()
-            held.task.cancel()
+    def _drop(self, used: _Held | None) -> None:
+        """Forget the connection a failed step ran on (the next call makes a new one); close it
+        in the background. One already replaced is left alone: a call failing late on an old
+        connection must not tear down the new one other callers (other tenants) are using."""
+        if used is None or self._held is not used:
+            return
+        self._held = None
+        used.release.set()
+        used.task.cancel()
 
 
 async def _list_all(client: Client) -> tuple[Tool, ...]:
