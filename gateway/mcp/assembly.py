@@ -73,9 +73,6 @@ def build_mcp(
     calls = ToolCalls(catalogue, SandboxTools(service), upstreams, limiter, ledger_rows, telemetry)
     listens = TenantListens(catalogue, cfg.max_listens_per_tenant, cfg.max_sessions)
     changes = ListChanges(catalogue, policies, clock, cfg.session_idle_s, log, listens)
-    replay = None
-    if cfg.replay_events_per_session:
-        replay = ReplayEvents(cfg.replay_events_per_session, cfg.replay_bytes_per_tenant)
     manager = TenantSessionManager(
         build_server(catalogue, calls, changes, listens, telemetry),
         # Origin is checked by the door; the SDK's check would also pin the Host header
@@ -84,7 +81,7 @@ def build_mcp(
         max_request_body_size=settings.http.max_body_bytes,
         max_sessions=cfg.max_sessions,
         max_sessions_per_tenant=cfg.max_sessions_per_tenant,
-        replay=replay,
+        replay=_replay_events(settings),
         on_discard=changes.ended,  # a session's listing goes with it
     )
     watch = KeyWatch(
@@ -112,3 +109,11 @@ def build_mcp(
 
     door = McpDoor(manager, keys, cfg.allowed_origins, telemetry)
     return McpPart(door, start, stop)
+
+
+def _replay_events(settings: Settings) -> ReplayEvents | None:
+    """The events each session keeps for a client resuming a stream; None: not resumable."""
+    cfg = settings.mcp
+    if not cfg.replay_events_per_session:
+        return None
+    return ReplayEvents(cfg.replay_events_per_session, cfg.replay_bytes_per_tenant)
