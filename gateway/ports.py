@@ -25,6 +25,14 @@ Fault = Literal["backend", "request", "gateway", "client"]
 
 
 @dataclass(frozen=True, slots=True)
+class ServerAddress:
+    """Where an upstream listens, as its spans name it (`server.address`, `server.port`)."""
+
+    address: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
 class Candidate:
     """One place a model can be served: a backend (one replica of it, for self-hosted ones)."""
 
@@ -32,6 +40,7 @@ class Candidate:
     backend_name: str  # the name in lantern.yaml
     venue: Venue
     replica: str | None = None  # replica base URL for self-hosted fleets
+    server: ServerAddress | None = None  # None: the SDK picks it (LiteLLM, Bedrock by default)
 
 
 @dataclass(frozen=True, slots=True)

@@ -212,7 +212,8 @@ def refused(
 def begin_attempt(trace: CallTrace, t: Try) -> dict[str, str]:
     """Begin the attempt's client span; the headers that carry its context upstream."""
     c = t.attempt.candidate
-    facts = AttemptFacts(t.number, backend_provider(c.backend), c.backend_name, c.venue, c.replica)
+    provider = backend_provider(c.backend)
+    facts = AttemptFacts(t.number, provider, c.backend_name, c.venue, c.replica, c.server)
     return trace.begin_attempt(facts, time.time_ns())
 
 

@@ -106,6 +106,7 @@ class EmbeddingTelemetry:
             candidate.backend_name,
             candidate.venue,
             candidate.replica,
+            candidate.server,
         )
         return self.trace.begin_attempt(facts, time.time_ns())
 

@@ -35,6 +35,7 @@ from gateway.engine_child import EngineChild
 from gateway.fleet.routing_port import ReplicaSpec
 from gateway.ports import Candidate, ModelRoute, Venue
 from gateway.settings import Settings
+from gateway.telemetry.traces import server_of
 from routing.types import Prices, TokenPrices
 
 _PER_MTOK = Decimal(1_000_000)
@@ -91,6 +92,15 @@ def _specs(b: BackendSettings, children: list[EngineChild]) -> list[tuple[Backen
     return [(spec(model=b.model, base_url=b.endpoint_url, extra=converse), None)]
 
 
+def _upstream_url(spec: BackendSpec) -> str | None:
+    """The URL a backend's calls go to; Bedrock's regional endpoint when none is set and the
+    region is (else the AWS SDK picks it); None where the SDK decides (LiteLLM's default)."""
+    region = spec.extra.get("region")
+    if spec.base_url is None and spec.kind == "bedrock" and region:
+        return f"https://bedrock-runtime.{region}.amazonaws.com"
+    return spec.base_url
+
+
 def build_model_table(
     settings: Settings, http: HTTPClient
 ) -> tuple[ModelTableImpl, list[EngineChild]]:
@@ -103,9 +113,9 @@ def build_model_table(
                 "selfhost" if backend.kind in ("selfhost", "openai_compatible") else "api"
             )
             for spec, replica in _specs(backend, children):
-                candidates.append(
-                    Candidate(build_backend(spec, http=http), spec.name, venue, replica)
-                )
+                live = build_backend(spec, http=http)
+                server = server_of(_upstream_url(spec))  # once per backend, for its spans
+                candidates.append(Candidate(live, spec.name, venue, replica, server))
         routes.append(ModelRoute(route.name, tuple(candidates)))
     return ModelTableImpl(routes), children
 

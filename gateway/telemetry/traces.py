@@ -8,14 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ga
 from opentelemetry.semconv.attributes.error_attributes import ERROR_TYPE
+from opentelemetry.semconv.attributes.server_attributes import SERVER_ADDRESS, SERVER_PORT
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, set_span_in_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util.types import AttributeValue
 
 from adapters.types import Usage
+from gateway.ports import ServerAddress
 from gateway.telemetry.content import Content
 
 W3C = TraceContextTextMapPropagator()  # stateless: reads and writes `traceparent`/`tracestate`
@@ -53,6 +56,24 @@ class AttemptFacts:
     backend: str
     venue: str
     replica: str | None
+    server: ServerAddress | None = None  # `server.address` and `server.port`, when known
+
+
+def server_of(url: str | None) -> ServerAddress | None:
+    """The host and port an upstream URL names (the scheme's port when it names none); None
+    for no URL or one without a host. Made once per backend, when the model table is built."""
+    if not url:
+        return None
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        return None
+    if not parts.hostname:
+        return None
+    if port is None:
+        port = 443 if parts.scheme == "https" else 80
+    return ServerAddress(parts.hostname, port)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +193,9 @@ class CallTrace:
         attrs["lantern.attempt"] = a.number
         if a.replica is not None:
             attrs["lantern.replica"] = a.replica
+        if a.server is not None:
+            attrs[SERVER_ADDRESS] = a.server.address
+            attrs[SERVER_PORT] = a.server.port
         span = self.tracer.start_span(
             self.name,
             context=set_span_in_context(self.server),

@@ -1,0 +1,147 @@
+"""The spans of what the gateway sends upstream, as the GenAI conventions describe them: each
+upstream attempt names the server it went to (`server.address`, `server.port`). The real app,
+wire-level fakes (OpenAI-compatible and Anthropic), the SDK's in-memory exporter."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import socket
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+
+from gateway.app import create_app
+from gateway.ports import ServerAddress
+from gateway.settings import load_settings
+from gateway.telemetry.traces import server_of
+from tests.fakes.claude import FakeClaude
+from tests.fakes.upstream import FakeUpstream
+
+MODEL, CLAUDE = "gpt-fake", "claude-fake"
+KEY = "sk-upstream-spans-acme-000000001"
+TRACE_ID, PARENT = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+HEADERS = {"authorization": f"Bearer {KEY}", "traceparent": f"00-{TRACE_ID}-{PARENT}-01"}
+COUNT = {"model": CLAUDE, "messages": [{"role": "user", "content": "hello there"}]}
+
+Calls = Callable[[httpx.AsyncClient], Awaitable[list[httpx.Response]]]
+
+
+def _closed_url() -> str:
+    """An address where nothing listens (bound, then closed)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def _settings(tmp: Path, upstream: FakeUpstream, claude_url: str) -> Any:
+    (tmp / "policies").mkdir()
+    digest = hashlib.sha256(KEY.encode()).hexdigest()
+    policy = {"tenant": "acme", "api_keys": [{"id": "k1", "sha256": digest}]}
+    (tmp / "policies" / "acme.yaml").write_text(yaml.safe_dump(policy))
+    openai = {"kind": "openai_compatible", "name": "fake", "model": "fake-1"}
+    openai["base_url"] = upstream.openai_base_url
+    anthropic = {"kind": "anthropic", "name": "claude", "model": "claude-1", "api_key_env": None}
+    anthropic["base_url"] = claude_url
+    config = {
+        "database_url": f"sqlite:///{tmp}/lantern.db",
+        "policy_dir": str(tmp / "policies"),
+        "var_dir": str(tmp),
+        "server_secret": "upstream-spans",
+        "fleet": {"signal_interval_s": 0},
+        "models": [
+            {"name": MODEL, "backends": [openai]},
+            {"name": CLAUDE, "backends": [anthropic]},
+        ],
+        "prices": {m: {"input": 1.0, "output": 2.0} for m in (MODEL, CLAUDE)},
+    }
+    (tmp / "lantern.yaml").write_text(yaml.safe_dump(config))
+    return load_settings(tmp / "lantern.yaml")
+
+
+def _serve(
+    tmp: Path, calls: Calls, traced: bool = True, claude_down: bool = False
+) -> dict[str, Any]:
+    """`calls` against the app, its spans, and what reached each fake; `claude_down`: the
+    Anthropic backend's URL is one where nothing listens."""
+
+    async def main() -> dict[str, Any]:
+        with FakeUpstream() as upstream, FakeClaude() as claude:
+            claude_url = _closed_url() if claude_down else claude.base_url
+            app = create_app(_settings(tmp, upstream, claude_url))
+            parts = app.state.components
+            spans = InMemorySpanExporter()
+            if traced:
+                parts.pipeline.s.telemetry.add_span_processor(SimpleSpanProcessor(spans))
+            await parts.start()
+            try:
+                transport = httpx.ASGITransport(app=app)
+                async with httpx.AsyncClient(transport=transport, base_url="http://gw") as c:
+                    replies = await calls(c)
+            finally:
+                parts.pipeline.after_reply.flush()
+                await parts.stop()
+            return {
+                "replies": replies,
+                "spans": list(spans.get_finished_spans()),
+                "claude": list(claude.app.requests),
+                "claude_port": claude.port,
+                "upstream_port": int(upstream.openai_base_url.split(":")[-1].split("/")[0]),
+            }
+
+    return asyncio.run(main())
+
+
+def _attrs(span: ReadableSpan) -> dict[str, object]:
+    return dict(span.attributes or {})
+
+
+def _ids(span: ReadableSpan) -> tuple[str, str]:
+    return format(span.context.trace_id, "032x"), format(span.context.span_id, "016x")
+
+
+def _parent(span: ReadableSpan) -> tuple[str, str]:
+    assert span.parent is not None
+    return format(span.parent.trace_id, "032x"), format(span.parent.span_id, "016x")
+
+
+async def _count(client: httpx.AsyncClient) -> list[httpx.Response]:
+    return [await client.post("/v1/messages/count_tokens", json=COUNT, headers=HEADERS)]
+
+
+def test_each_upstream_attempt_names_the_server_it_went_to(tmp_path: Path) -> None:
+    async def chats(client: httpx.AsyncClient) -> list[httpx.Response]:
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+        claude = {**COUNT, "max_tokens": 5}
+        return [
+            await client.post("/v1/chat/completions", json=body, headers=HEADERS),
+            await client.post("/v1/messages", json=claude, headers=HEADERS),
+        ]
+
+    out = _serve(tmp_path, chats)
+    assert [r.status_code for r in out["replies"]] == [200, 200]
+    attempts = [s for s in out["spans"] if s.kind is SpanKind.CLIENT]
+    assert [(s.name, _attrs(s)["server.address"], _attrs(s)["server.port"]) for s in attempts] == [
+        (f"chat {MODEL}", "127.0.0.1", out["upstream_port"]),
+        (f"chat {CLAUDE}", "127.0.0.1", out["claude_port"]),
+    ]
+    for server in (s for s in out["spans"] if s.kind is SpanKind.SERVER):
+        assert "server.address" not in _attrs(server)  # the gateway's own span is not upstream
+
+
+def test_an_upstream_url_names_its_host_and_port() -> None:
+    assert server_of("https://api.anthropic.com") == ServerAddress("api.anthropic.com", 443)
+    assert server_of("http://10.1.2.80/v1") == ServerAddress("10.1.2.80", 80)
+    assert server_of("http://vllm:8000/v1") == ServerAddress("vllm", 8000)
+    assert server_of("http://[::1]:9000/v1") == ServerAddress("::1", 9000)
+    assert server_of(None) is None
+    assert server_of("") is None
+    assert server_of("/v1/no-host") is None
+    assert server_of("http://host:99999/v1") is None  # not a port: nothing rather than a lie
