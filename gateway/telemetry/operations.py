@@ -97,7 +97,25 @@ def stored_response(
         attrs[ga.GEN_AI_RESPONSE_MODEL] = model
     else:
         model = None
+    if reply is not None and (reason := finish_reason(reply)) is not None:
+        attrs[ga.GEN_AI_RESPONSE_FINISH_REASONS] = (reason,)
     return Operation(genai_name(operation, model), attrs, error_type)
+
+
+def finish_reason(reply: Mapping[str, object]) -> str | None:
+    """How the stored response's generation ended, from its `status`: `completed` is the
+    conventions' `stop`; `incomplete` names its `incomplete_details.reason` (e.g.
+    `max_output_tokens`); `failed` and `cancelled` as they are; None while it is not over."""
+    status = reply.get("status")
+    if status == "completed":
+        return "stop"
+    if status == "incomplete":
+        details = reply.get("incomplete_details")
+        reason = details.get("reason") if isinstance(details, dict) else None
+        return reason if isinstance(reason, str) and reason else "incomplete"
+    if status in ("failed", "cancelled"):
+        return str(status)
+    return None
 
 
 def tools_listed(

@@ -189,6 +189,7 @@ def test_each_door_without_inference_is_a_span_in_the_genai_conventions(tmp_path
         **stored,
         ga.GEN_AI_OPERATION_NAME: "fetch_response",
         ga.GEN_AI_RESPONSE_MODEL: served,
+        ga.GEN_AI_RESPONSE_FINISH_REASONS: ("stop",),  # the stored reply's `completed`
         "lantern.tenant": "acme",
         "lantern.status": "ok",
     }

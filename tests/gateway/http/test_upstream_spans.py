@@ -1,6 +1,8 @@
-"""The spans of what the gateway sends upstream, as the GenAI conventions describe them: each
-upstream attempt names the server it went to (`server.address`, `server.port`). The real app,
-wire-level fakes (OpenAI-compatible and Anthropic), the SDK's in-memory exporter."""
+"""The spans of what the gateway sends upstream, and of calls that reach no upstream, as the
+GenAI conventions describe them: each upstream attempt names the server it went to
+(`server.address`, `server.port`); a stored response read back says how its generation ended.
+The real app, wire-level fakes (OpenAI-compatible and Anthropic), the SDK's in-memory
+exporter."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import yaml
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ga
 from opentelemetry.trace import SpanKind
 
 from gateway.app import create_app
@@ -145,3 +148,29 @@ def test_an_upstream_url_names_its_host_and_port() -> None:
     assert server_of("") is None
     assert server_of("/v1/no-host") is None
     assert server_of("http://host:99999/v1") is None  # not a port: nothing rather than a lie
+
+
+def test_a_fetched_response_says_how_its_generation_ended(tmp_path: Path) -> None:
+    async def made_and_read(client: httpx.AsyncClient) -> list[httpx.Response]:
+        replies = []
+        for more in ({}, {"max_output_tokens": 2}):
+            body = {"model": MODEL, "input": "hello there", **more}
+            made = await client.post("/v1/responses", json=body, headers=HEADERS)
+            replies.append(made)
+            path = f"/v1/responses/{made.json()['id']}"
+            replies.append(await client.get(path, headers=HEADERS))
+        return replies
+
+    out = _serve(tmp_path, made_and_read)
+    replies = out["replies"]
+    assert [r.status_code for r in replies] == [200, 200, 200, 200]
+    assert [r.json()["status"] for r in replies] == ["completed"] * 2 + ["incomplete"] * 2
+    fetched = [s for s in out["spans"] if s.name.startswith("fetch_response")]
+    assert [_attrs(s)[ga.GEN_AI_RESPONSE_FINISH_REASONS] for s in fetched] == [
+        ("stop",),
+        ("max_output_tokens",),
+    ]
+    assert [_attrs(s)[ga.GEN_AI_RESPONSE_ID] for s in fetched] == [
+        replies[0].json()["id"],
+        replies[2].json()["id"],
+    ]
