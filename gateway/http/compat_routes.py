@@ -67,7 +67,7 @@ class CompatRoutes:
             telemetry = self.pipeline.s.telemetry
             trace = operation_trace(telemetry, http.headers, caller.tenant.tenant, COUNT_DOOR)
             call = await self._count_call(http, caller)
-            counted = await self.counting.count(call)
+            counted = await self.counting.count(call, trace)
         except Exception as exc:
             if trace is not None:
                 trace.end(self._counted(call, None, type(exc).__name__))

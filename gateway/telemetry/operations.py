@@ -1,8 +1,9 @@
 """The span of a door call that runs no inference: Anthropic's `count_tokens`, the Responses
 door's stored-response reads and deletes, MCP's `tools/list`. Named and attributed as the GenAI
 (or MCP) conventions say, child of the client's `traceparent`; built only while tracing, and
-only when the call ends (it has no child span), so every attribute is there at creation.
-Never the prompt, a stored reply's text or a tool's definition.
+when the call ends (every attribute there at creation), unless an upstream call (the
+provider's count) needs it as a parent first. Never the prompt, a stored reply's text or a
+tool's definition.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from opentelemetry.semconv._incubating.attributes.mcp_attributes import (
     McpMethodNameValues,
 )
 from opentelemetry.semconv.attributes.error_attributes import ERROR_TYPE
-from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
+from opentelemetry.semconv.attributes.server_attributes import SERVER_ADDRESS, SERVER_PORT
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, set_span_in_context
 from opentelemetry.util.types import AttributeValue
 
-from gateway.telemetry.traces import ClientTrace, parent_context
+from gateway.ports import ServerAddress
+from gateway.telemetry.traces import W3C, ClientTrace, parent_context
 
 # `gen_ai.operation.name` values the conventions' list lacks (a custom value MAY be used):
 # counting a prompt, and a stored response's deletion and input items
@@ -76,6 +79,22 @@ def counted(
     if is_exact is not None:
         attrs["lantern.count.is_exact"] = is_exact
     return Operation(genai_name(COUNT_TOKENS, model), attrs, error_type)
+
+
+def counting_upstream(
+    model: str, provider: str, backend: str, server: ServerAddress | None
+) -> Operation:
+    """The provider's count of a prompt, as the upstream call of a `count_tokens` door."""
+    attrs: dict[str, AttributeValue] = {
+        ga.GEN_AI_OPERATION_NAME: COUNT_TOKENS,
+        ga.GEN_AI_REQUEST_MODEL: model,
+        ga.GEN_AI_PROVIDER_NAME: provider,
+        "lantern.backend": backend,
+    }
+    if server is not None:
+        attrs[SERVER_ADDRESS] = server.address
+        attrs[SERVER_PORT] = server.port
+    return Operation(genai_name(COUNT_TOKENS, model), attrs)
 
 
 def stored_response(
@@ -135,10 +154,36 @@ def tools_listed(
     return Operation(TOOLS_LIST, attrs, error_type)
 
 
-class OperationTrace:
-    """One door call's server span, made when `end` is told how the call went."""
+class UpstreamSpan:
+    """The client span of an upstream call a door makes (the provider's count of a prompt),
+    child of the door's span; `headers` carry its context upstream. Used as a context manager,
+    it ends with the type of the exception that left it, if one did."""
 
-    __slots__ = ("client", "door", "start_ns", "tenant", "tracer")
+    __slots__ = ("headers", "span")
+
+    def __init__(self, span: Span, headers: dict[str, str]) -> None:
+        self.span = span
+        self.headers = headers
+
+    def __enter__(self) -> dict[str, str]:
+        return self.headers
+
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
+        self.end(None if kind is None else kind.__name__)
+
+    def end(self, error_type: str | None = None) -> None:
+        self.span.set_attribute("lantern.status", "ok" if error_type is None else "error")
+        if error_type is not None:
+            self.span.set_attribute(ERROR_TYPE, error_type)
+            self.span.set_status(Status(StatusCode.ERROR, error_type))
+        self.span.end()
+
+
+class OperationTrace:
+    """One door call's server span, made when `end` is told how the call went (or when an
+    upstream call needs it as a parent: `upstream`)."""
+
+    __slots__ = ("client", "door", "server", "start_ns", "tenant", "tracer")
 
     def __init__(
         self, tracer: Tracer, tenant: str, door: str, client: ClientTrace | None, start_ns: int
@@ -148,21 +193,49 @@ class OperationTrace:
         self.door = door
         self.client = client
         self.start_ns = start_ns
+        self.server: Span | None = None  # begun early only for a child span
+
+    def upstream(self, op: Operation) -> UpstreamSpan:
+        """Begin the client span of the door's upstream call `op` (its name and request
+        attributes), under the door's span, begun now with what is known so far."""
+        if self.server is None:
+            known = {ga.GEN_AI_OPERATION_NAME: op.attributes[ga.GEN_AI_OPERATION_NAME]}
+            self.server = self._start(op.name, {**known, **self._own()})
+        attrs = {**op.attributes, "lantern.tenant": self.tenant}
+        span = self.tracer.start_span(
+            op.name,
+            context=set_span_in_context(self.server),
+            kind=SpanKind.CLIENT,
+            attributes=attrs,
+        )
+        headers: dict[str, str] = {}
+        W3C.inject(headers, context=set_span_in_context(span))
+        return UpstreamSpan(span, headers)
 
     def end(self, op: Operation) -> None:
         attrs = dict(op.attributes)
-        attrs["lantern.tenant"] = self.tenant
-        attrs["lantern.door"] = self.door
+        attrs.update(self._own())
         attrs["lantern.status"] = op.status or ("ok" if op.error_type is None else "error")
         if op.error_type is not None:
             attrs[ERROR_TYPE] = op.error_type
-        span = self.tracer.start_span(
-            op.name,
+        span = self.server
+        if span is None:
+            span = self._start(op.name, attrs)
+        else:
+            span.update_name(op.name)
+            span.set_attributes(attrs)
+        if op.error_type is not None:
+            span.set_status(Status(StatusCode.ERROR, op.error_type))
+        span.end()
+
+    def _own(self) -> dict[str, AttributeValue]:
+        return {"lantern.tenant": self.tenant, "lantern.door": self.door}
+
+    def _start(self, name: str, attrs: Mapping[str, AttributeValue]) -> Span:
+        return self.tracer.start_span(
+            name,
             context=parent_context(self.client),  # type: ignore[arg-type]
             kind=SpanKind.SERVER,
             start_time=self.start_ns,
             attributes=attrs,
         )
-        if op.error_type is not None:
-            span.set_status(Status(StatusCode.ERROR, op.error_type))
-        span.end()

@@ -1,7 +1,8 @@
 """The spans of what the gateway sends upstream, and of calls that reach no upstream, as the
-GenAI conventions describe them: each upstream attempt names the server it went to
-(`server.address`, `server.port`); a stored response read back says how its generation ended.
-The real app, wire-level fakes (OpenAI-compatible and Anthropic), the SDK's in-memory
+GenAI conventions describe them: a provider's `count_tokens` is a client span under the door's
+span whose context goes upstream in `traceparent`; each upstream attempt names the server it
+went to (`server.address`, `server.port`); a stored response read back says how its generation
+ended. The real app, wire-level fakes (OpenAI-compatible and Anthropic), the SDK's in-memory
 exporter."""
 
 from __future__ import annotations
@@ -19,13 +20,13 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ga
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import SpanKind, StatusCode
 
 from gateway.app import create_app
 from gateway.ports import ServerAddress
 from gateway.settings import load_settings
 from gateway.telemetry.traces import server_of
-from tests.fakes.claude import FakeClaude
+from tests.fakes.claude import COUNT_TOKENS, FakeClaude
 from tests.fakes.upstream import FakeUpstream
 
 MODEL, CLAUDE = "gpt-fake", "claude-fake"
@@ -117,6 +118,71 @@ def _parent(span: ReadableSpan) -> tuple[str, str]:
 
 async def _count(client: httpx.AsyncClient) -> list[httpx.Response]:
     return [await client.post("/v1/messages/count_tokens", json=COUNT, headers=HEADERS)]
+
+
+def test_a_providers_count_is_a_client_span_whose_context_goes_upstream(tmp_path: Path) -> None:
+    out = _serve(tmp_path, _count)
+    [reply] = out["replies"]
+    assert (reply.status_code, reply.json()) == (200, {"input_tokens": COUNT_TOKENS})
+    assert reply.headers["x-lantern-token-count"] == "exact"
+    client, door = out["spans"]  # the client span ends first
+    assert (door.name, door.kind) == (f"count_tokens {CLAUDE}", SpanKind.SERVER)
+    assert (client.name, client.kind) == (f"count_tokens {CLAUDE}", SpanKind.CLIENT)
+    assert _parent(door) == (TRACE_ID, PARENT)
+    assert _parent(client) == _ids(door)
+    [sent] = [r for r in out["claude"] if r.path == "/v1/messages/count_tokens"]
+    assert sent.headers["traceparent"] == f"00-{TRACE_ID}-{_ids(client)[1]}-01"
+    assert _attrs(client) == {
+        ga.GEN_AI_OPERATION_NAME: "count_tokens",
+        ga.GEN_AI_REQUEST_MODEL: CLAUDE,
+        ga.GEN_AI_PROVIDER_NAME: "anthropic",
+        "lantern.backend": "claude",
+        "lantern.tenant": "acme",
+        "lantern.status": "ok",
+        "server.address": "127.0.0.1",
+        "server.port": out["claude_port"],
+    }
+    assert _attrs(door) == {
+        ga.GEN_AI_OPERATION_NAME: "count_tokens",
+        ga.GEN_AI_REQUEST_MODEL: CLAUDE,
+        ga.GEN_AI_PROVIDER_NAME: "anthropic",
+        "lantern.count.input_tokens": COUNT_TOKENS,
+        "lantern.count.is_exact": True,
+        "lantern.tenant": "acme",
+        "lantern.door": "messages.count_tokens",
+        "lantern.status": "ok",
+    }
+
+
+def test_a_failed_providers_count_is_an_error_span_and_the_estimate_answers(
+    tmp_path: Path,
+) -> None:
+    """The provider cannot be reached: the client span says why, the door answers the
+    gateway's estimate."""
+    out = _serve(tmp_path, _count, claude_down=True)
+    [reply] = out["replies"]
+    assert reply.status_code == 200 and reply.headers["x-lantern-token-count"] == "estimate"
+    client, door = out["spans"]
+    assert (client.kind, _parent(client)) == (SpanKind.CLIENT, _ids(door))
+    assert client.status.status_code is StatusCode.ERROR
+    assert (_attrs(client)["lantern.status"], _attrs(client)["error.type"]) == (
+        "error",
+        "ProviderUnavailable",
+    )
+    assert door.status.status_code is StatusCode.UNSET
+    assert _attrs(door)["lantern.count.is_exact"] is False
+
+
+def test_an_untraced_count_sends_no_trace_context_upstream(tmp_path: Path) -> None:
+    async def untraced(client: httpx.AsyncClient) -> list[httpx.Response]:
+        headers = {"authorization": HEADERS["authorization"]}
+        return [await client.post("/v1/messages/count_tokens", json=COUNT, headers=headers)]
+
+    out = _serve(tmp_path, untraced, traced=False)
+    assert [r.status_code for r in out["replies"]] == [200]
+    [sent] = [r for r in out["claude"] if r.path == "/v1/messages/count_tokens"]
+    assert "traceparent" not in sent.headers
+    assert out["spans"] == []
 
 
 def test_each_upstream_attempt_names_the_server_it_went_to(tmp_path: Path) -> None:
