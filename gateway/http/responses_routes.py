@@ -84,15 +84,15 @@ class ResponsesRoutes:
         return await self._create(http)
 
     async def _create(self, http: Request) -> Response:
-        call = caller = None
+        call = caller = asked = None
         try:
             caller = authenticate(http.headers, self.policies)
-            turn = await self._turn(http, caller)
+            body, asked, num_bytes = await self._read(http)
+            turn = await self._turn(http, caller, body, asked, num_bytes)
             call = with_client_trace(turn.call, http.headers, self.pipeline.s.telemetry)
             admitted = await self.pipeline.admit(call)
         except Exception as exc:  # every rejection in OpenAI's error shape
-            unread = Unread(caller, http.headers, DOOR)
-            trace_refusal(self.pipeline.s, call, exc, unread)
+            self._trace_refusal(exc, http, caller, call, asked)
             return error_response(door_error(exc), "openai")
         headers = admitted.headers(self.pipeline.s.admission)
         if turn.request.stream:
@@ -150,20 +150,50 @@ class ResponsesRoutes:
     def _trace(self, http: Request, caller: Caller) -> OperationTrace | None:
         return operation_trace(self.pipeline.s.telemetry, http.headers, caller.tenant.tenant, DOOR)
 
-    async def _turn(self, http: Request, caller: Caller) -> Turn:
-        """`caller`: authenticated before the body is read; a large body decoded in a worker
-        thread."""
+    async def _read(self, http: Request) -> tuple[dict[str, Any], ResponsesRequest, int]:
+        """The body (read once its sender is authenticated), its request and its size; a large
+        body decoded in a worker thread."""
         raw = await read_body(http, self.limits.max_bytes)
         if len(raw) >= self.limits.offload_bytes:
             body, request = await anyio.to_thread.run_sync(self._decode, raw)
         else:
             body, request = self._decode(raw)
+        return body, request, len(raw)
+
+    async def _turn(
+        self,
+        http: Request,
+        caller: Caller,
+        body: dict[str, Any],
+        request: ResponsesRequest,
+        num_bytes: int,
+    ) -> Turn:
         if request.previous_response_id is not None:
             self._check_policy(caller.tenant, caller.key_id, request)
         session = http.headers.get("x-session-id")
         return await self.turns.begin(
-            caller.tenant, caller.key_id, body, request, session, len(raw)
+            caller.tenant, caller.key_id, body, request, session, num_bytes
         )
+
+    def _trace_refusal(
+        self,
+        exc: Exception,
+        http: Request,
+        caller: Caller | None,
+        call: IncomingCall | None,
+        asked: ResponsesRequest | None,
+    ) -> None:
+        """The refusal's span, while tracing: one refused after its body was read (its
+        `previous_response_id` unknown, its model or output cap not the tenant's) is named by
+        the model it asked for, as a chat call refused at admission is."""
+        telemetry = self.pipeline.s.telemetry
+        if call is None and asked is not None and caller is not None and telemetry.is_tracing:
+            chat = ChatRequest(
+                asked.model, (), max_tokens=asked.max_output_tokens, stream=asked.stream
+            )
+            probe = IncomingCall("openai", caller.tenant, caller.key_id, chat, {}, door=DOOR)
+            call = with_client_trace(probe, http.headers, telemetry)
+        trace_refusal(self.pipeline.s, call, exc, Unread(caller, http.headers, DOOR))
 
     def _check_policy(self, tenant: TenantPolicy, key_id: str, request: ResponsesRequest) -> None:
         """The tenant's refusals that need no stored conversation (its model, its output cap, a

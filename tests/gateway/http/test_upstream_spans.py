@@ -2,7 +2,8 @@
 GenAI conventions describe them: a provider's `count_tokens` is a client span under the door's
 span whose context goes upstream in `traceparent`; each upstream attempt names the server it
 went to (`server.address`, `server.port`); a stored response read back says how its generation
-ended. The real app, wire-level fakes (OpenAI-compatible and Anthropic), the SDK's in-memory
+ended; a Responses call refused after its body was read is named by the model it asked for.
+The real app, wire-level fakes (OpenAI-compatible and Anthropic), the SDK's in-memory
 exporter."""
 
 from __future__ import annotations
@@ -240,3 +241,27 @@ def test_a_fetched_response_says_how_its_generation_ended(tmp_path: Path) -> Non
         replies[0].json()["id"],
         replies[2].json()["id"],
     ]
+
+
+def test_a_responses_call_refused_after_its_body_was_read_is_named_by_its_model(
+    tmp_path: Path,
+) -> None:
+    async def unknown_previous(client: httpx.AsyncClient) -> list[httpx.Response]:
+        body: dict[str, Any] = {"model": MODEL, "input": "hi", "max_output_tokens": 9}
+        body["previous_response_id"] = "resp_nope"
+        return [await client.post("/v1/responses", json=body, headers=HEADERS)]
+
+    out = _serve(tmp_path, unknown_previous)
+    [reply] = out["replies"]
+    assert reply.status_code == 404
+    assert reply.json()["error"]["param"] == "previous_response_id"
+    [span] = out["spans"]
+    assert (span.name, span.kind) == (f"chat {MODEL}", SpanKind.SERVER)
+    assert _parent(span) == (TRACE_ID, PARENT)
+    assert span.status.status_code is StatusCode.ERROR
+    attrs = _attrs(span)
+    assert attrs[ga.GEN_AI_REQUEST_MODEL] == MODEL
+    assert attrs[ga.GEN_AI_PROVIDER_NAME] == "openai"
+    assert attrs[ga.GEN_AI_REQUEST_MAX_TOKENS] == 9
+    assert (attrs["error.type"], attrs["lantern.status"]) == ("ResponseNotFound", "rejected")
+    assert (attrs["lantern.door"], attrs["lantern.tenant"]) == ("responses", "acme")
