@@ -169,9 +169,7 @@ class Embeddings:
         lane = self.s.measure_lane
         if lane is None or body_bytes < lane.min_body_bytes:
             return count_texts(self.s.counter, model, texts, scope)
-        return await anyio.to_thread.run_sync(
-            count_texts, lane.counter, model, texts, scope, limiter=lane.limiter
-        )
+        return await lane.threads.run(scope, count_texts, lane.counter, model, texts, scope)
 
     def _provider(self, model: object, tenant: TenantPolicy) -> str | None:
         """The provider of the backend that would serve `model` for `tenant`, if any."""

@@ -1,14 +1,13 @@
 """Where a call's prompt is prepared and counted: on the event loop, or for a large call in
-the large-call lane's worker thread. Owns that choice only; preparing and counting are the
-prompt port's and the counter's."""
+the large-call lane's worker thread. Owns that choice and the lane's order between tenants;
+preparing and counting are the prompt port's and the counter's."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import anyio
-
+from gateway.core.tenant_gate import TenantThreads
 from gateway.ports import PreparedPrompt, PromptPort, TokenCounting
 
 if TYPE_CHECKING:
@@ -19,12 +18,15 @@ if TYPE_CHECKING:
 class MeasureLane:
     """Preparation and token counting of large calls, one at a time in a worker thread, over
     a prompt port and a counter of their own: the loop's memos are never touched from a
-    thread, and the loop keeps serving other calls meanwhile. Results equal the loop's."""
+    thread, and the loop keeps serving other calls meanwhile. Results equal the loop's.
+    Waiting calls are served a tenant at a time in turn, so a tenant sending many large calls
+    queues behind its own, never another tenant's one call behind all of its."""
 
     prompts: PromptPort
     counter: TokenCounting
     min_body_bytes: int
-    limiter: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(1))
+    # one job at all: the lane's memos are used from one thread at a time
+    threads: TenantThreads = field(default_factory=lambda: TenantThreads(1, 1))
 
 
 async def measure(
@@ -37,8 +39,8 @@ async def measure(
     """The call's prepared prompt and prompt tokens; in the lane when its body is large."""
     if lane is None or call.body_bytes < lane.min_body_bytes:
         return measure_now(prompts, counter, call, model)
-    return await anyio.to_thread.run_sync(
-        measure_now, lane.prompts, lane.counter, call, model, limiter=lane.limiter
+    return await lane.threads.run(
+        call.tenant.tenant, measure_now, lane.prompts, lane.counter, call, model
     )
 
 
