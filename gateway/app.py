@@ -107,10 +107,10 @@ def create_app(settings: Settings, components: GatewayProcess | None = None) -> 
     app.state.components = parts
     app.state.readiness = readiness
     lookup = parts.lookup or parts.policies
-    chat = ChatRoutes(parts.pipeline, lookup, BodyLimits.from_settings(settings.http))
+    limits = BodyLimits.from_settings(settings.http)  # one set of large-body threads for all
+    chat = ChatRoutes(parts.pipeline, lookup, limits)
     app.include_router(build_chat_router(chat))  # also the reference path of the doors
     app.chat_routes = chat
-    limits = BodyLimits.from_settings(settings.http)
     turns = Turns(parts.response_store, limits.max_messages, limits.offload_bytes)
     responses = ResponsesRoutes(parts.pipeline, lookup, turns, limits)
     app.include_router(build_responses_router(responses))

@@ -10,7 +10,6 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import Any
 
-import anyio
 import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
@@ -142,8 +141,8 @@ class ChatRoutes:
         others). `headers`: `http`'s (`first_headers`)."""
         raw = await read_body(http, self.limits.max_bytes, headers)
         if len(raw) >= self.limits.offload_bytes:
-            body, request = await anyio.to_thread.run_sync(
-                decode_call, raw, wire, self.limits, None
+            body, request = await self.limits.offload.run(
+                caller.tenant.tenant, decode_call, raw, wire, self.limits, None
             )
         else:
             body, request = decode_call(raw, wire, self.limits, self._tool_lists[wire])

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import anyio
 import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -82,7 +81,8 @@ class CompatRoutes:
     async def _count_call(self, http: Request, caller: Caller) -> IncomingCall:
         raw = await read_body(http, self.limits.max_bytes)
         if len(raw) >= self.limits.offload_bytes:
-            body, request = await anyio.to_thread.run_sync(decode_count, raw, self.limits)
+            offload = self.limits.offload
+            body, request = await offload.run(caller.tenant.tenant, decode_count, raw, self.limits)
         else:
             body, request = decode_count(raw, self.limits)
         return IncomingCall(

@@ -30,7 +30,7 @@ def build_embeddings_router(
         telemetry = embeddings.s.telemetry
         try:
             caller = authenticate(headers, keys)
-            body, num_bytes = await read_object(http, limits)
+            body, num_bytes = await read_object(http, limits, caller.tenant.tenant)
             session = headers.get("x-session-id") or headers.get("x-lantern-session")
             trace = client_trace(headers) if telemetry.is_tracing else None
             call = EmbeddingCall(caller.tenant, caller.key_id, body, session, num_bytes, trace)

@@ -7,17 +7,26 @@ nothing of either wire format.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-import anyio
 import orjson
 from starlette.requests import ClientDisconnect, Request
 
 from adapters.errors import WireFormatError
 from adapters.wire.json_fields import depth_of
+from gateway.core.tenant_gate import TenantThreads
 from gateway.errors import BodyTooLarge, ClientGone, RequestRejected
 from gateway.settings import HttpSettings
+
+OFFLOADS_PER_TENANT = 2  # a tenant's large bodies decoded at once; the rest wait for its own
+OFFLOAD_THREADS = 8  # large bodies decoded at once in all, tenants taking turns
+
+
+def body_threads() -> TenantThreads:
+    """The threads that decode large bodies: a tenant's flood of them waits behind its own,
+    never another tenant's one body, nor the default pool's other users."""
+    return TenantThreads(OFFLOADS_PER_TENANT, OFFLOAD_THREADS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +37,8 @@ class BodyLimits:
     max_depth: int
     max_messages: int
     offload_bytes: int  # bodies this large are decoded in a worker thread
+    # the threads that decode them, shared by every door of the process that holds these limits
+    offload: TenantThreads = field(default_factory=body_threads, compare=False)
 
     @classmethod
     def from_settings(cls, http: HttpSettings | None = None) -> BodyLimits:
@@ -97,12 +108,16 @@ def first_headers(request: Request) -> dict[str, str]:
     return headers
 
 
-async def read_object(request: Request, limits: BodyLimits) -> tuple[dict[str, Any], int]:
+async def read_object(
+    request: Request, limits: BodyLimits, tenant: str
+) -> tuple[dict[str, Any], int]:
     """The body as a JSON object (`parse_object`) and its size in bytes; a large one parsed in
-    a worker thread, so that the loop keeps serving others meanwhile."""
+    a worker thread (`tenant`'s turn in `limits.offload`), so that the loop keeps serving others
+    meanwhile."""
     raw = await read_body(request, limits.max_bytes)
     if len(raw) >= limits.offload_bytes:
-        return await anyio.to_thread.run_sync(parse_object, raw, limits.max_depth), len(raw)
+        body = await limits.offload.run(tenant, parse_object, raw, limits.max_depth, None)
+        return body, len(raw)
     return parse_object(raw, limits.max_depth), len(raw)
 
 

@@ -11,7 +11,6 @@ import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import Any
 
-import anyio
 import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -155,7 +154,7 @@ class ResponsesRoutes:
         body decoded in a worker thread."""
         raw = await read_body(http, self.limits.max_bytes)
         if len(raw) >= self.limits.offload_bytes:
-            body, request = await anyio.to_thread.run_sync(self._decode, raw)
+            body, request = await self.limits.offload.run(caller.tenant.tenant, self._decode, raw)
         else:
             body, request = self._decode(raw)
         return body, request, len(raw)
