@@ -86,7 +86,7 @@ class ResponsesRoutes:
         call = caller = asked = None
         try:
             caller = authenticate(http.headers, self.policies)
-            body, asked, num_bytes = await self._read(http)
+            body, asked, num_bytes = await self._read(http, caller)
             turn = await self._turn(http, caller, body, asked, num_bytes)
             call = with_client_trace(turn.call, http.headers, self.pipeline.s.telemetry)
             admitted = await self.pipeline.admit(call)
@@ -149,9 +149,11 @@ class ResponsesRoutes:
     def _trace(self, http: Request, caller: Caller) -> OperationTrace | None:
         return operation_trace(self.pipeline.s.telemetry, http.headers, caller.tenant.tenant, DOOR)
 
-    async def _read(self, http: Request) -> tuple[dict[str, Any], ResponsesRequest, int]:
+    async def _read(
+        self, http: Request, caller: Caller
+    ) -> tuple[dict[str, Any], ResponsesRequest, int]:
         """The body (read once its sender is authenticated), its request and its size; a large
-        body decoded in a worker thread."""
+        body decoded in one of the caller's tenant's worker threads."""
         raw = await read_body(http, self.limits.max_bytes)
         if len(raw) >= self.limits.offload_bytes:
             body, request = await self.limits.offload.run(caller.tenant.tenant, self._decode, raw)
