@@ -44,6 +44,7 @@ from gateway.http.trace_context import (
     with_client_trace,
 )
 from gateway.responses.input_items import parse_query
+from gateway.responses.store_writes import StoreWrites
 from gateway.responses.turns import (
     DOOR,
     Turn,
@@ -75,6 +76,7 @@ class ResponsesRoutes:
         self.policies = policies
         self.turns = turns
         self.limits = limits
+        self.writes = StoreWrites()  # a streamed turn's store write, past a client that left
         self.replay: IdempotentDoors | None = None  # set: `Idempotency-Key` is honoured
 
     async def create(self, http: Request) -> Response:
@@ -250,12 +252,14 @@ class ResponsesRoutes:
         self, turn: Turn, item: Items, encoder: ResponsesStreamEncoder, native: NativeFinal
     ) -> bytes:
         """`item`'s bytes for the client; when they finish the response, the turn is stored
-        first."""
+        first, in a write that a client hanging up meanwhile does not cancel (it was billed,
+        and holds the response's id since `response.created`)."""
         was_done = (encoder.final or native.response) is not None
         data = _encoded(item, encoder.encode, native)
         final = encoder.final or native.response
         if final is not None and not was_done:
-            await self.turns.remember(turn, final)
+            write = self.turns.remember(turn, final)
+            await self.writes.run(turn.call.tenant.tenant, turn.response_id, write)
         return data
 
 

@@ -1,0 +1,53 @@
+"""Store writes outlive callers that are cancelled, a tenant's own bound of them at a time: past
+it a flooding tenant's write is cancelled with its caller, another tenant's still runs detached,
+and the table empties behind them."""
+
+from __future__ import annotations
+
+import asyncio
+
+from gateway.responses.store_writes import StoreWrites
+
+
+def test_writes_outlive_their_callers_up_to_the_tenants_own_bound() -> None:
+    writes = StoreWrites(per_tenant=2)
+    release = asyncio.Event()
+    done: list[str] = []
+
+    async def write(name: str) -> None:
+        await release.wait()
+        done.append(name)
+
+    async def run() -> tuple[int, int]:
+        callers = [
+            asyncio.create_task(writes.run(tenant, name, write(name)))
+            for tenant, name in [("acme", "a1"), ("acme", "a2"), ("acme", "a3"), ("globex", "g1")]
+        ]
+        await asyncio.sleep(0)
+        in_flight = len(writes)
+        for caller in callers:  # every client hangs up mid-write
+            caller.cancel()
+        await asyncio.gather(*callers, return_exceptions=True)
+        release.set()
+        for _ in range(10):
+            await asyncio.sleep(0)
+        return in_flight, len(writes)
+
+    assert asyncio.run(run()) == (2, 0)
+    # acme's third write was past its bound: cancelled with its caller; globex's was not
+    assert sorted(done) == ["a1", "a2", "g1"]
+
+
+def test_a_caller_that_stays_sees_its_write_done() -> None:
+    writes = StoreWrites()
+    done: list[str] = []
+
+    async def write() -> None:
+        await asyncio.sleep(0)
+        done.append("r1")
+
+    async def run() -> list[str]:
+        await writes.run("acme", "r1", write())
+        return list(done)
+
+    assert asyncio.run(run()) == ["r1"]
