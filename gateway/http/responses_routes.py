@@ -106,7 +106,7 @@ class ResponsesRoutes:
             reply = native_reply(turn, answer.native)
         else:
             reply = encode_response(turn.response_id, turn.request, answer, turn.created_at)
-        await self.turns.remember(turn, reply)
+        await self.turns.remember(turn, reply, self.limits.offload)
         return Response(orjson.dumps(reply), 200, headers, "application/json")
 
     async def retrieve(self, http: Request, response_id: str) -> Response:
@@ -128,7 +128,8 @@ class ResponsesRoutes:
             caller = authenticate(http.headers, self.policies)
             trace = self._trace(http, caller)
             query = parse_query(http.query_params)
-            page = await self.turns.input_items(caller.tenant.tenant, response_id, query)
+            tenant = caller.tenant.tenant
+            page = await self.turns.input_items(tenant, response_id, query, self.limits.offload)
         except Exception as exc:
             _ended(trace, LIST_INPUT_ITEMS, response_id, None, exc)
             return error_response(exc, "openai")
@@ -258,7 +259,7 @@ class ResponsesRoutes:
         data = _encoded(item, encoder.encode, native)
         final = encoder.final or native.response
         if final is not None and not was_done:
-            write = self.turns.remember(turn, final)
+            write = self.turns.remember(turn, final, self.limits.offload)
             await self.writes.run(turn.call.tenant.tenant, turn.response_id, write)
         return data
 

@@ -24,6 +24,7 @@ from adapters.wire.responses import (
 )
 from gateway.core.calls import IncomingCall
 from gateway.core.identifiers import check_identifiers
+from gateway.core.tenant_gate import TenantThreads
 from gateway.errors import RequestRejected
 from gateway.ids import uuid4_hex
 from gateway.responses.errors import ResponseNotFound
@@ -206,15 +207,18 @@ class Turns:
             raise ResponseNotFound(response_id)
         return found
 
-    async def input_items(self, tenant: str, response_id: str, query: ItemQuery) -> dict[str, Any]:
+    async def input_items(
+        self, tenant: str, response_id: str, query: ItemQuery, threads: TenantThreads
+    ) -> dict[str, Any]:
         """A page of the stored response's input items (`GET /v1/responses/{id}/input_items`);
-        a conversation of `offload_bytes` or more is read in a worker thread."""
+        a conversation of `offload_bytes` or more is read in one of `threads`, the tenant's
+        turn (a tenant's flood of long pages waits behind its own)."""
         check_response_id(response_id, PATH_ID)
         data = await self.store.get_bytes(tenant, response_id)
         if data is None:
             raise ResponseNotFound(response_id)
         if len(data) >= self._offload_bytes:
-            return await anyio.to_thread.run_sync(input_page, data, response_id, query)
+            return await threads.run(tenant, input_page, data, response_id, query)
         return input_page(data, response_id, query)
 
     async def forget(self, tenant: str, response_id: str) -> None:
@@ -222,12 +226,12 @@ class Turns:
         if not await self.store.delete(tenant, response_id):
             raise ResponseNotFound(response_id)
 
-    async def remember(self, turn: Turn, reply: Mapping[str, Any]) -> None:
-        """Keep an answered turn (unless the client said `store: false`), encoded in a worker
-        thread when the turn was large (its whole conversation is written again). A store that
-        fails or refuses (store.py's `PutOutcome`: the id deleted while the turn streamed, or
-        held by another response, or a response over the store's whole bound) costs the
-        client its continuation, not the answer it paid for: logged."""
+    async def remember(self, turn: Turn, reply: Mapping[str, Any], threads: TenantThreads) -> None:
+        """Keep an answered turn (unless the client said `store: false`), encoded in one of
+        `threads`, the tenant's turn, when the turn was large (its whole conversation is
+        written again). A store that fails or refuses (store.py's `PutOutcome`: the id deleted
+        while the turn streamed, or held by another response, or a response over the store's
+        whole bound) costs the client its continuation, not the answer it paid for: logged."""
         if not turn.request.store:
             return
         response_id = addressable(reply.get("id"))  # ours, or a native upstream's
@@ -236,7 +240,7 @@ class Turns:
             return
         try:
             if turn.call.body_bytes >= self._offload_bytes:
-                data = await anyio.to_thread.run_sync(encode_turn, turn, reply)
+                data = await threads.run(turn.call.tenant.tenant, encode_turn, turn, reply)
             else:
                 data = encode_turn(turn, reply)
             outcome = await self.store.put(turn.call.tenant.tenant, response_id, data)

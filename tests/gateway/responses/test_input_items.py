@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from adapters.errors import WireFormatError
+from gateway.core.tenant_gate import TenantThreads
 from gateway.responses import turns as turns_module
 from gateway.responses.errors import ResponseNotFound
 from gateway.responses.input_items import ItemQuery, input_page, item_ids, parse_query
@@ -125,10 +126,11 @@ def _threads_of_the_parse(offload_bytes: int, monkeypatch: pytest.MonkeyPatch) -
         store = MemoryResponseStore(ttl_s=60, max_entries=10)
         await store.put("acme", "resp_r1", OLD.to_bytes())
         turns = Turns(store, max_items=100, offload_bytes=offload_bytes)
-        page = await turns.input_items("acme", "resp_r1", ItemQuery())
+        threads = TenantThreads(2, 8)
+        page = await turns.input_items("acme", "resp_r1", ItemQuery(), threads)
         assert len(page["data"]) == len(INPUTS)
         with pytest.raises(ResponseNotFound):  # another tenant's id: as if it never was
-            await turns.input_items("other", "resp_r1", ItemQuery())
+            await turns.input_items("other", "resp_r1", ItemQuery(), threads)
 
     asyncio.run(main())
     return on_loop

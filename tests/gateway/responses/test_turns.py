@@ -13,6 +13,7 @@ import orjson
 import pytest
 
 from adapters.types import JSON
+from gateway.core.tenant_gate import TenantThreads
 from gateway.responses import turns as turns_module
 from gateway.responses.errors import ResponseNotFound
 from gateway.responses.store import MemoryResponseStore, StoredResponse
@@ -53,9 +54,8 @@ def _kept(offload_bytes: int, monkeypatch: pytest.MonkeyPatch) -> tuple[list[boo
         tenant = TenantPolicy(tenant="acme")
         turn = await turns.begin(tenant, "k1", body, request, None, len(orjson.dumps(body)))
         answer = {**OUTPUT, "id": "msg_second"}
-        await turns.remember(
-            turn, {"id": turn.response_id, "object": "response", "output": [answer]}
-        )
+        reply = {"id": turn.response_id, "object": "response", "output": [answer]}
+        await turns.remember(turn, reply, TenantThreads(2, 8))
         return await store.get("acme", turn.response_id)
 
     return on_loop, asyncio.run(main())
@@ -90,8 +90,11 @@ def test_a_reply_without_an_id_get_could_name_is_served_unstored(reply_id: objec
         request = decode_request(body, 100)
         turn = await turns.begin(TenantPolicy(tenant="acme"), "k1", body, request, None, 40)
         reply = {"object": "response", "output": [OUTPUT]}
-        await turns.remember(turn, reply if reply_id is None else {**reply, "id": reply_id})
-        await turns.remember(turn, {**reply, "id": "resp_" + "x" * 251})  # the longest named
+        threads = TenantThreads(2, 8)
+        await turns.remember(
+            turn, reply if reply_id is None else {**reply, "id": reply_id}, threads
+        )
+        await turns.remember(turn, {**reply, "id": "resp_" + "x" * 251}, threads)  # longest named
         return len(store)
 
     assert asyncio.run(main()) == 1
@@ -176,7 +179,7 @@ def test_a_turn_deleted_while_it_streams_is_not_stored(caplog: pytest.LogCapture
         with pytest.raises(ResponseNotFound):  # the DELETE: nothing stored yet
             await turns.forget("acme", streaming.response_id)
         reply = {"id": streaming.response_id, "object": "response", "output": [OUTPUT]}
-        await turns.remember(streaming, reply)
+        await turns.remember(streaming, reply, TenantThreads(2, 8))
         return str(streaming.response_id)
 
     with caplog.at_level("WARNING", logger="lantern.responses"):
@@ -198,7 +201,7 @@ def test_a_native_reply_reusing_an_id_leaves_the_first_response_stored(
     async def main() -> None:
         for text in ("first", "second"):
             reply = {"id": "resp_upstream", "object": "response", "output": [OUTPUT]}
-            await turns.remember(await begin(text), reply)
+            await turns.remember(await begin(text), reply, TenantThreads(2, 8))
 
     with caplog.at_level("WARNING", logger="lantern.responses"):
         asyncio.run(main())
