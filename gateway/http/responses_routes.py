@@ -176,7 +176,7 @@ class ResponsesRoutes:
             self._check_policy(caller.tenant, caller.key_id, request)
         session = http.headers.get("x-session-id")
         return await self.turns.begin(
-            caller.tenant, caller.key_id, body, request, session, num_bytes
+            caller.tenant, caller.key_id, body, request, session, num_bytes, self.limits.offload
         )
 
     def _trace_refusal(

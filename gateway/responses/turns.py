@@ -8,9 +8,8 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
-
-import anyio
 
 from adapters.errors import WireFormatError
 from adapters.types import JSON, ChatRequest
@@ -130,8 +129,9 @@ def check_client_ids(
 
 class Turns:
     """Builds turns from bodies and keeps answered ones in the tenant's store. A turn whose
-    body and stored conversation together reach `offload_bytes` is translated in a worker
-    thread, so that the loop keeps serving other tenants meanwhile; a tenant's continuations
+    body and stored conversation together reach `offload_bytes` is translated, paged and
+    encoded on the caller's per-tenant threads (the door's large-body ones), so that the loop
+    keeps serving other tenants meanwhile, a tenant's flood behind its own; its continuations
     read and expand their conversations `reads_per_tenant` at a time (gate.py)."""
 
     def __init__(
@@ -157,23 +157,23 @@ class Turns:
         request: ResponsesRequest,
         session_header: str | None,
         body_bytes: int,
+        threads: TenantThreads,
     ) -> Turn:
         """The turn of a decoded body (`decode_request`); raises WireFormatError,
         ResponseNotFound or RequestRejected. The client's identifiers are checked before the
-        stored conversation is read, and a long one is read in a worker thread."""
+        stored conversation is read, and a long one is read in one of `threads`."""
         check_client_ids(body, request, session_header)
         num_bytes = body_bytes
+        prepared = partial(self._prepare, tenant.tenant, threads, request)
         if (previous := request.previous_response_id) is None:
-            history, history_ids, chat, encoded = await self._prepare(request, None, num_bytes)
+            history, history_ids, chat, encoded = await prepared(None, num_bytes)
         else:
             async with self.reading.slot(tenant.tenant):
                 stored = await self.store.get_bytes(tenant.tenant, previous)
                 if stored is None:
                     raise ResponseNotFound(previous, "previous_response_id")
                 num_bytes += len(stored)
-                history, history_ids, chat, encoded = await self._prepare(
-                    request, stored, num_bytes
-                )
+                history, history_ids, chat, encoded = await prepared(stored, num_bytes)
         native = {**body, "input": [*history, *request.input_items]}
         call = IncomingCall(
             "openai",
@@ -191,11 +191,17 @@ class Turns:
         return Turn(response_id, created_at, request, history, call, history_ids)
 
     async def _prepare(
-        self, request: ResponsesRequest, stored: bytes | None, num_bytes: int
+        self,
+        tenant: str,
+        threads: TenantThreads,
+        request: ResponsesRequest,
+        stored: bytes | None,
+        num_bytes: int,
     ) -> Prepared:
-        """`prepare`, in a worker thread when body and conversation reach `offload_bytes`."""
+        """`prepare`, in one of `threads` (the tenant's turn) when body and conversation
+        reach `offload_bytes`."""
         if num_bytes >= self._offload_bytes:
-            return await anyio.to_thread.run_sync(prepare, request, stored, self.max_items)
+            return await threads.run(tenant, prepare, request, stored, self.max_items)
         return prepare(request, stored, self.max_items)
 
     async def reply(self, tenant: str, response_id: str) -> bytes:

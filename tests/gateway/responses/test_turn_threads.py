@@ -1,5 +1,5 @@
-"""A long conversation's `input_items` page and a large turn's encoding for the store run on
-the door's per-tenant threads (the large-body ones): a tenant's flood of them takes its own
+"""A long conversation's `input_items` page, a large turn's translation and its encoding for the
+store run on the door's per-tenant threads (the large-body ones): a tenant's flood of them takes its own
 bound of threads, and another tenant's one still runs at once while all of the flood is held.
 Counted by the jobs started, not timed."""
 
@@ -14,11 +14,12 @@ import pytest
 from anyio import wait_all_tasks_blocked
 
 from adapters.types import JSON
+from adapters.wire.responses import ResponsesRequest
 from gateway.core.tenant_gate import TenantThreads
 from gateway.responses import turns as turns_module
 from gateway.responses.input_items import ItemQuery, input_page
 from gateway.responses.store import MemoryResponseStore, StoredResponse
-from gateway.responses.turns import Turn, Turns, decode_request, encode_turn
+from gateway.responses.turns import Prepared, Turn, Turns, decode_request, encode_turn, prepare
 from policies.model import TenantPolicy
 
 PER_TENANT = 2
@@ -90,7 +91,8 @@ def test_one_tenants_flood_of_large_turns_leaves_threads_for_another(
         request = decode_request(body, 100)
 
         async def keep(tenant: str) -> str:
-            turn = await turns.begin(TenantPolicy(tenant=tenant), "k1", body, request, None, 80)
+            policy = TenantPolicy(tenant=tenant)
+            turn = await turns.begin(policy, "k1", body, request, None, 80, threads)
             reply = {"id": turn.response_id, "object": "response", "output": [OUTPUT]}
             await turns.remember(turn, reply, threads)
             return turn.response_id
@@ -107,3 +109,40 @@ def test_one_tenants_flood_of_large_turns_leaves_threads_for_another(
     assert anyio.run(run) == [True, True]
     assert started.index("globex") <= PER_TENANT
     assert started.count("acme") == FLOOD
+
+
+def test_one_tenants_flood_of_large_turns_leaves_threads_for_their_translation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    started: list[str] = []
+    go = threading.Event()
+
+    def held(request: ResponsesRequest, stored: bytes | None, max_items: int) -> Prepared:
+        started.append(request.model)
+        if request.model == "acme-model":  # acme's turns are large: held until `go`
+            assert go.wait(30)
+        return prepare(request, stored, max_items)
+
+    monkeypatch.setattr(turns_module, "prepare", held)
+
+    async def run() -> tuple[str, int]:
+        turns = Turns(MemoryResponseStore(ttl_s=60, max_entries=10), 100, offload_bytes=1)
+        threads = TenantThreads(PER_TENANT, 8)
+
+        async def begin(tenant: str) -> Turn:
+            body: dict[str, JSON] = {"model": f"{tenant}-model", "input": "hi"}
+            request = decode_request(body, 100)
+            policy = TenantPolicy(tenant=tenant)
+            return await turns.begin(policy, "k1", body, request, None, 80, threads)
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(FLOOD):
+                tg.start_soon(begin, "acme")
+            await wait_all_tasks_blocked()
+            turn = await begin("globex")
+            go.set()  # globex's turn was translated while all of acme's were held
+        return turn.call.request.model, len(threads.gate)
+
+    assert anyio.run(run) == ("globex-model", 0)
+    assert started.index("globex-model") <= PER_TENANT
+    assert started.count("acme-model") == FLOOD

@@ -52,10 +52,12 @@ def _kept(offload_bytes: int, monkeypatch: pytest.MonkeyPatch) -> tuple[list[boo
         }
         request = decode_request(body, 100)
         tenant = TenantPolicy(tenant="acme")
-        turn = await turns.begin(tenant, "k1", body, request, None, len(orjson.dumps(body)))
+        threads = TenantThreads(2, 8)
+        num_bytes = len(orjson.dumps(body))
+        turn = await turns.begin(tenant, "k1", body, request, None, num_bytes, threads)
         answer = {**OUTPUT, "id": "msg_second"}
         reply = {"id": turn.response_id, "object": "response", "output": [answer]}
-        await turns.remember(turn, reply, TenantThreads(2, 8))
+        await turns.remember(turn, reply, threads)
         return await store.get("acme", turn.response_id)
 
     return on_loop, asyncio.run(main())
@@ -88,9 +90,10 @@ def test_a_reply_without_an_id_get_could_name_is_served_unstored(reply_id: objec
         turns = Turns(store, max_items=100, offload_bytes=1 << 20)
         body: dict[str, JSON] = {"model": "gpt-4o-mini", "input": "hi"}
         request = decode_request(body, 100)
-        turn = await turns.begin(TenantPolicy(tenant="acme"), "k1", body, request, None, 40)
-        reply = {"object": "response", "output": [OUTPUT]}
         threads = TenantThreads(2, 8)
+        acme = TenantPolicy(tenant="acme")
+        turn = await turns.begin(acme, "k1", body, request, None, 40, threads)
+        reply = {"object": "response", "output": [OUTPUT]}
         await turns.remember(
             turn, reply if reply_id is None else {**reply, "id": reply_id}, threads
         )
@@ -133,9 +136,11 @@ def test_a_tenants_continuations_wait_for_its_own_reads_only() -> None:
             "previous_response_id": "resp_first",
         }
         request = decode_request(body, 100)
+        threads = TenantThreads(2, 8)
 
         def begin(tenant: str) -> Any:
-            return turns.begin(TenantPolicy(tenant=tenant), "k1", body, request, None, 80)
+            policy = TenantPolicy(tenant=tenant)
+            return turns.begin(policy, "k1", body, request, None, 80, threads)
 
         first = asyncio.ensure_future(begin("acme"))
         second = asyncio.ensure_future(begin("acme"))
@@ -147,10 +152,9 @@ def test_a_tenants_continuations_wait_for_its_own_reads_only() -> None:
         assert [t.history for t in turns_done] == [EARLIER.conversation] * 2
         assert store.reads == ["acme", "globex", "acme"] and len(turns.reading) == 0
         gone = {**body, "previous_response_id": "resp_gone"}
+        acme, asked = TenantPolicy(tenant="acme"), decode_request(gone, 100)
         with pytest.raises(ResponseNotFound):
-            await turns.begin(
-                TenantPolicy(tenant="acme"), "k1", gone, decode_request(gone, 100), None, 80
-            )
+            await turns.begin(acme, "k1", gone, asked, None, 80, threads)
         assert len(turns.reading) == 0
 
     asyncio.run(main())
@@ -164,7 +168,8 @@ def _turns() -> tuple[MemoryResponseStore, Turns, Any]:
     async def begin(text: str) -> Turn:
         body: dict[str, JSON] = {"model": "gpt-4o-mini", "input": text}
         request = decode_request(body, 100)
-        return await turns.begin(TenantPolicy(tenant="acme"), "k1", body, request, None, 80)
+        acme = TenantPolicy(tenant="acme")
+        return await turns.begin(acme, "k1", body, request, None, 80, TenantThreads(2, 8))
 
     return store, turns, begin
 
