@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from gateway.responses.store_writes import StoreWrites
 
 
@@ -51,3 +53,24 @@ def test_a_caller_that_stays_sees_its_write_done() -> None:
         return list(done)
 
     assert asyncio.run(run()) == ["r1"]
+
+
+def test_a_write_still_running_when_the_loop_stops_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    writes = StoreWrites()
+
+    async def write() -> None:
+        await asyncio.Event().wait()  # a store that never answers
+
+    async def run() -> None:
+        caller = asyncio.create_task(writes.run("acme", "resp_r1", write()))
+        await asyncio.sleep(0)
+        caller.cancel()  # the client left; the loop then stops with the write running
+        await asyncio.gather(caller, return_exceptions=True)
+
+    with caplog.at_level("WARNING", logger="lantern.responses"):
+        asyncio.run(run())
+    assert [r.getMessage() for r in caplog.records] == [
+        "response resp_r1 not stored: the process stopped while it was written"
+    ]
