@@ -8,7 +8,6 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 from adapters.errors import WireFormatError
@@ -164,16 +163,19 @@ class Turns:
         stored conversation is read, and a long one is read in one of `threads`."""
         check_client_ids(body, request, session_header)
         num_bytes = body_bytes
-        prepared = partial(self._prepare, tenant.tenant, threads, request)
         if (previous := request.previous_response_id) is None:
-            history, history_ids, chat, encoded = await prepared(None, num_bytes)
+            history, history_ids, chat, encoded = await self._prepare(
+                tenant.tenant, threads, request, None, num_bytes
+            )
         else:
             async with self.reading.slot(tenant.tenant):
                 stored = await self.store.get_bytes(tenant.tenant, previous)
                 if stored is None:
                     raise ResponseNotFound(previous, "previous_response_id")
                 num_bytes += len(stored)
-                history, history_ids, chat, encoded = await prepared(stored, num_bytes)
+                history, history_ids, chat, encoded = await self._prepare(
+                    tenant.tenant, threads, request, stored, num_bytes
+                )
         native = {**body, "input": [*history, *request.input_items]}
         call = IncomingCall(
             "openai",
