@@ -24,6 +24,7 @@ from gateway.core.token_count import TiktokenCounting
 from gateway.responses.store import PutOutcome, ResponseStore, StoredResponse
 from gateway.settings import load_settings
 from gateway.wiring import build_components
+from tests.gateway.http.raw_asgi import http_scope
 
 KEY = "sk-resp-continue-00000000000000001"
 ITEM = {"type": "message", "role": "user", "content": "spam spam spam"}
@@ -154,26 +155,7 @@ async def _continue(
         elif message.get("body"):
             reply["body"] = orjson.loads(message["body"])
 
-    headers = [
-        (b"authorization", f"Bearer {KEY}".encode()),
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(raw)).encode()),
-    ]
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/v1/responses",
-        "raw_path": b"/v1/responses",
-        "query_string": b"",
-        "root_path": "",
-        "headers": headers,
-        "client": ("127.0.0.1", 50000),
-        "server": ("127.0.0.1", 8080),
-        "state": {},
-    }
+    scope = http_scope("POST", "/v1/responses", KEY, raw)
     try:
         await app(scope, receive, send)
         await asyncio.sleep(0)  # a callback still queued runs now

@@ -16,6 +16,7 @@ import yaml
 
 from gateway.app import create_app
 from gateway.settings import load_settings
+from tests.gateway.http.raw_asgi import http_scope
 
 KEY = "sk-resp-offload-000000000000000001"
 ITEM = {"role": "user", "content": "spam spam spam"}
@@ -72,26 +73,7 @@ async def _order(tmp: Path, raw: bytes) -> tuple[list[str], dict[str, Any]]:
         elif message.get("body"):
             reply["body"] = orjson.loads(message["body"])
 
-    headers = [
-        (b"authorization", f"Bearer {KEY}".encode()),
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(raw)).encode()),
-    ]
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/v1/responses",
-        "raw_path": b"/v1/responses",
-        "query_string": b"",
-        "root_path": "",
-        "headers": headers,
-        "client": ("127.0.0.1", 50000),
-        "server": ("127.0.0.1", 8080),
-        "state": {},
-    }
+    scope = http_scope("POST", "/v1/responses", KEY, raw)
     try:
         await app(scope, receive, send)
         await asyncio.sleep(0)  # a callback still queued runs now

@@ -19,6 +19,7 @@ from gateway.responses.store import PutOutcome, ResponseStore, StoredResponse
 from gateway.settings import load_settings
 from gateway.wiring import build_components
 from tests.fakes.upstream import FakeUpstream
+from tests.gateway.http.raw_asgi import http_scope
 
 KEY = "sk-resp-store-write-0000000000000001"
 MODEL = "gpt-fake"
@@ -81,27 +82,7 @@ def _settings(tmp: Path, upstream: FakeUpstream) -> Any:
 
 
 def _scope(method: str, path: str, body: bytes) -> dict[str, Any]:
-    headers = [(b"authorization", f"Bearer {KEY}".encode())]
-    if body:
-        headers += [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-        ]
-    return {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": method,
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": headers,
-        "client": ("127.0.0.1", 50000),
-        "server": ("127.0.0.1", 8080),
-        "state": {},
-    }
+    return http_scope(method, path, KEY, body)
 
 
 async def _hang_up_mid_put(tmp: Path) -> tuple[list[str], list[str], int, dict[str, Any]]:
