@@ -50,6 +50,8 @@ from gateway.settings import Settings
 from gateway.wiring import GatewayProcess, build_components
 
 log = logging.getLogger("lantern.app")
+# how long a stopping gateway waits for the store writes of streamed turns whose clients left
+STORE_WRITES_DRAIN_S = 5.0
 DOORS: dict[str, WireFormat] = {"/v1/chat/completions": "openai", "/v1/messages": "anthropic"}
 
 
@@ -99,6 +101,7 @@ def create_app(settings: Settings, components: GatewayProcess | None = None) -> 
         finally:
             readiness.drain()
             parts.pipeline.after_reply.flush()  # the last replies' rows, before the ledger closes
+            await responses.writes.drain(STORE_WRITES_DRAIN_S)  # turns of clients that left
             await parts.stop()
 
     app = LanternApp(

@@ -22,8 +22,9 @@ class StoreWrites:
     waits for it, so a caller that stays sees the write done (as before) and one that goes
     leaves it running. At most `per_tenant` such tasks per tenant: past that a write runs in
     its caller, cancelled with it (that tenant's flood loses its own writes, nobody else's). A
-    tenant's entry lives while it has a write running. A write still running when the process
-    stops is cancelled by the loop's shutdown, and logged."""
+    tenant's entry lives while it has a write running. A stopping gateway waits for them
+    (`drain`) before its stores close; one still running after that is cancelled by the loop's
+    shutdown, and logged."""
 
     def __init__(self, per_tenant: int = WRITES_PER_TENANT) -> None:
         self._per_tenant = per_tenant
@@ -42,6 +43,15 @@ class StoreWrites:
     def __len__(self) -> int:
         """Tenants with a write running."""
         return len(self._running)
+
+    async def drain(self, timeout_s: float) -> int:
+        """Wait up to `timeout_s` for the writes still running (a stopping gateway's, before
+        its stores close); returns how many were left unfinished."""
+        running = [task for tasks in self._running.values() for task in tasks]
+        if not running:
+            return 0
+        _, pending = await asyncio.wait(running, timeout=timeout_s)
+        return len(pending)
 
     def _finished(self, tenant: str, task: asyncio.Task[None]) -> None:
         running = self._running[tenant]

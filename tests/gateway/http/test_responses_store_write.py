@@ -102,7 +102,9 @@ async def _hang_up_mid_put(tmp: Path) -> tuple[list[str], list[str], int, dict[s
             await parts.stop()
 
 
-async def _drive(app: Any, store: HeldStore) -> tuple[list[str], list[str], int, dict[str, Any]]:
+async def _leave_mid_put(app: Any, store: HeldStore) -> tuple[list[str], dict[str, Any]]:
+    """A streamed call whose client hangs up while its turn is being stored: the events it got
+    and the response `response.created` named."""
     raw = orjson.dumps({"model": MODEL, "input": "hello there", "stream": True})
     gone = asyncio.Event()
     parser = SSEParser()
@@ -128,6 +130,11 @@ async def _drive(app: Any, store: HeldStore) -> tuple[list[str], list[str], int,
     await asyncio.wait_for(store.put_started.wait(), 10)
     gone.set()  # the client hangs up while its turn is being stored
     await asyncio.wait_for(call, 10)
+    return events, created
+
+
+async def _drive(app: Any, store: HeldStore) -> tuple[list[str], list[str], int, dict[str, Any]]:
+    events, created = await _leave_mid_put(app, store)
     store.release.set()
     for _ in range(100):  # the write, left running, finishes in a few loop turns
         if store.stored:
@@ -156,3 +163,52 @@ def test_a_client_hanging_up_while_its_turn_is_stored_does_not_cancel_the_write(
     assert "response.completed" not in events  # it left before the event that completes it
     assert stored == [body["created_id"]]
     assert (status, body["id"], body["status"]) == (200, body["created_id"], "completed")
+
+
+async def _stop_mid_put(tmp: Path) -> tuple[list[str], list[str], str]:
+    """The app under its ASGI lifespan: a client hangs up while its turn is stored, the gateway
+    is told to stop, and the held put is let go only once the shutdown has begun. Returns what
+    happened in order (the put done, the components stopping), what the lifespan said, and the
+    response's id."""
+    with FakeUpstream() as upstream:
+        upstream.app.chunk_delay_s = 0.02
+        settings = _settings(tmp, upstream)
+        parts = build_components(settings)
+        store = HeldStore(parts.response_store)
+        parts.response_store = store
+        app = create_app(settings, parts)
+        order = store.stored
+        stop_parts = parts.stop
+
+        async def stop() -> None:
+            order.append("stopping")
+            await stop_parts()
+
+        parts.stop = stop  # type: ignore[method-assign]
+        said: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        heard: list[str] = []
+
+        async def send(message: dict[str, Any]) -> None:
+            heard.append(message["type"])
+
+        said.put_nowait({"type": "lifespan.startup"})
+        scope = {"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}
+        life = asyncio.create_task(app(scope, said.get, send))
+        while "lifespan.startup.complete" not in heard:
+            await asyncio.sleep(0.01)
+        _, created = await _leave_mid_put(app, store)
+        said.put_nowait({"type": "lifespan.shutdown"})
+        await asyncio.sleep(0.2)  # the shutdown is under way, waiting on the write
+        store.release.set()
+        await asyncio.wait_for(life, 20)
+        return order, heard, created["id"]
+
+
+def test_a_stopping_gateway_finishes_the_turn_a_gone_client_was_billed_for(
+    tmp_path: Path,
+) -> None:
+    """The stores close only after the write (without the wait, they stop first and the
+    write is cut by the loop's end)."""
+    order, heard, created_id = asyncio.run(_stop_mid_put(tmp_path))
+    assert heard[-1] == "lifespan.shutdown.complete"
+    assert order == [created_id, "stopping"]

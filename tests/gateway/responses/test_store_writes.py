@@ -74,3 +74,29 @@ def test_a_write_still_running_when_the_loop_stops_is_logged(
     assert [r.getMessage() for r in caplog.records] == [
         "response resp_r1 not stored: the process stopped while it was written"
     ]
+
+
+def test_a_stopping_gateway_waits_for_the_writes_still_running() -> None:
+    """`drain` lets a detached write (its client gone) finish before the stores close; one that
+    does not finish in time is counted, left to the loop's shutdown."""
+    writes = StoreWrites()
+    done: list[str] = []
+
+    async def write(name: str, delay_s: float) -> None:
+        await asyncio.sleep(delay_s)
+        done.append(name)
+
+    async def run() -> tuple[int, int, list[str]]:
+        callers = [
+            asyncio.create_task(writes.run("acme", "quick", write("quick", 0.05))),
+            asyncio.create_task(writes.run("acme", "slow", write("slow", 30.0))),
+        ]
+        await asyncio.sleep(0)
+        for caller in callers:  # both clients hang up
+            caller.cancel()
+        await asyncio.gather(*callers, return_exceptions=True)
+        left = await writes.drain(1.0)
+        idle = await StoreWrites().drain(1.0)
+        return left, idle, list(done)
+
+    assert asyncio.run(run()) == (1, 0, ["quick"])
