@@ -22,6 +22,7 @@ from adapters.records import slot_init
 from adapters.types import Usage
 from gateway.core.budget_alarm import BudgetAlarm
 from gateway.core.memo import PerObjectMemo
+from gateway.core.shielded import taken_or_given_back
 from gateway.core.spend_seeding import SpendSeeding
 from gateway.ids import uuid4_hex
 from gateway.telemetry.series import GaugeSeries
@@ -330,20 +331,12 @@ class Admission:
             self._alarm.check(tenant, reservation.period, ticket.policy, settled.period_spend_usd)
 
     async def _reserve_shielded(self, reserving: Coroutine[Any, Any, Reservation]) -> Reservation:
-        """A reserve that may suspend runs in its own task: a caller cancelled while the store's
-        answer is on its way (the client went away) would otherwise leave the hold, and its
-        concurrency slot, to its lease; it is given back once the store answers."""
-        pending = asyncio.ensure_future(reserving)
-        try:
-            return await asyncio.shield(pending)
-        except asyncio.CancelledError:
-            pending.add_done_callback(self._give_back)
-            raise
+        """A reserve that may suspend: a caller cancelled while the store's answer is on its way
+        (the client went away) gives the hold, and its concurrency slot, back once it arrives."""
+        return await taken_or_given_back(reserving, self._give_back)
 
-    def _give_back(self, reserved: asyncio.Future[Reservation]) -> None:
-        if reserved.cancelled() or reserved.exception() is not None:
-            return  # nothing was held (a refusal or an outage)
-        settling = self._store.settle(reserved.result(), Actual(0), now_ms=self._now_ms(None))
+    def _give_back(self, reservation: Reservation) -> None:
+        settling = self._store.settle(reservation, Actual(0), now_ms=self._now_ms(None))
         task = asyncio.ensure_future(self._settle_quietly(settling))
         self._background.add(task)
         task.add_done_callback(self._background.discard)

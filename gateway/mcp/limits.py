@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any
 
+from gateway.core.shielded import taken_or_given_back
 from gateway.mcp.errors import ToolCallsLimited, ToolLimitsUnavailable
 from policies.limits import LimitsPolicy
 from quotas.errors import QuotaError, QuotaExceeded, QuotaStoreUnavailable
@@ -80,21 +81,13 @@ class ToolCallLimiter:
             await asyncio.wait(self._background)
 
     async def _admitted(self, admitting: Coroutine[Any, Any, ToolCallLease]) -> ToolCallLease:
-        """An admission that may suspend runs in its own task: a caller cancelled while the
-        store's answer is on its way would otherwise leave the slot held for the whole lease;
-        it is given back once the store answers."""
-        pending = asyncio.ensure_future(admitting)
-        try:
-            return await asyncio.shield(pending)
-        except asyncio.CancelledError:
-            pending.add_done_callback(self._give_back)
-            raise
+        """An admission that may suspend: a caller cancelled while the store's answer is on its
+        way would otherwise leave the slot held for the whole lease; it is given back once the
+        store answers."""
+        return await taken_or_given_back(admitting, self._give_back)
 
-    def _give_back(self, admitted: asyncio.Future[ToolCallLease]) -> None:
-        if admitted.cancelled() or admitted.exception() is not None:
-            return  # nothing was held (a refusal or an outage)
-        ending = self._store.end_tool_call(admitted.result(), now_ms=self._now_ms())
-        self._track(asyncio.ensure_future(ending))
+    def _give_back(self, lease: ToolCallLease) -> None:
+        self._track(asyncio.ensure_future(self._store.end_tool_call(lease, now_ms=self._now_ms())))
 
     async def _in_background(self, ending: Coroutine[Any, Any, None]) -> None:
         """The slot's release in a task of its own: a cancelled caller does not cancel it. A
